@@ -1,0 +1,43 @@
+"""Tunables, each overridable by an ``EMBER_<NAME>`` environment variable.
+
+Read once at import; processes the node starts inherit the environment, so one setting
+reaches every process of a local node.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _env(name: str, default, cast=None):
+    raw = os.environ.get("EMBER_" + name.upper())
+    if raw is None:
+        return default
+    return (cast or type(default))(raw)
+
+
+# Objects up to this size travel inside messages; larger ones go to shared memory.
+max_direct_call_object_size: int = _env("max_direct_call_object_size", 100 * 1024)
+# An idle leased worker is kept this long for the next task of its class (saves a round trip
+# to the raylet per task in a sync loop); the raylet can take it back sooner.
+lease_idle_seconds: float = _env("lease_idle_seconds", 0.05)
+# How many tasks one leased worker may have queued at once (pipelining hides the round trip).
+max_tasks_in_flight_per_worker: int = _env("max_tasks_in_flight_per_worker", 4)
+# Deadlines for start-up and control calls: every wait has one.
+process_start_timeout: float = _env("process_start_timeout", 30.0)
+gcs_rpc_timeout: float = _env("gcs_rpc_timeout", 30.0)
+# Bounded event buffers (BRIEF §3): how many task events a process keeps before dropping.
+task_events_buffer_size: int = _env("task_events_buffer_size", 100_000)
+# Fraction of system memory the object store takes when object_store_memory is not given.
+object_store_memory_fraction: float = _env("object_store_memory_fraction", 0.3)
+object_store_memory_cap: int = _env("object_store_memory_cap", 200 * 1024**3)
+# How often the raylet reports its resources and heartbeats to the GCS.
+heartbeat_interval: float = _env("heartbeat_interval", 0.5)
+# A node silent this long is marked dead by the GCS.
+node_death_timeout: float = _env("node_death_timeout", 10.0)
+# Workers the raylet starts ahead of demand (None: one per CPU, at most this cap).
+prestart_worker_cap: int = _env("prestart_worker_cap", 4)
+# Idle workers beyond the CPU count are stopped after this long.
+idle_worker_kill_seconds: float = _env("idle_worker_kill_seconds", 10.0)
+# Print the infeasible-task warning after this long pending (Ray warns too).
+infeasible_warning_seconds: float = _env("infeasible_warning_seconds", 0.5)

@@ -1,0 +1,222 @@
+"""Actor method calls: straight to the actor's worker, in submission order per caller.
+
+Runs on the core worker's I/O thread only. The GCS tells us where each actor lives and when it
+restarts or dies (``actor_update``); until it is alive, calls wait here in order. Calls in
+flight when the connection drops wait for the GCS's verdict: a restarted actor gets them again
+while ``max_task_retries`` allows, otherwise they fail with ``ActorDiedError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ember.core_worker.task_spec import ARG_REF, TaskSpec
+from ember.exceptions import ActorDiedError
+from ember.protocol.connection import Connection
+
+if TYPE_CHECKING:
+    from ember.core_worker.core_worker import CoreWorker
+
+logger = logging.getLogger(__name__)
+
+
+class _Actor:
+    __slots__ = (
+        "actor_id",
+        "state",
+        "address",
+        "worker_id",
+        "conn",
+        "connecting",
+        "queue",
+        "in_flight",
+        "lost",
+        "death_cause",
+        "subscribed",
+        "max_task_retries",
+        "incarnation",
+    )
+
+    def __init__(self, actor_id: bytes) -> None:
+        self.actor_id = actor_id
+        self.state = "PENDING"
+        self.address: str | None = None
+        self.worker_id: bytes | None = None
+        self.conn: Connection | None = None
+        self.connecting = False
+        self.queue: deque[TaskSpec] = deque()  # waiting for a connection, in order
+        self.in_flight: dict[bytes, TaskSpec] = {}  # {task_id: spec} sent, not answered
+        self.lost: list[TaskSpec] = []  # in flight when the connection dropped
+        self.death_cause = ""
+        self.subscribed = False
+        self.max_task_retries = 0
+        self.incarnation = -1
+
+
+class ActorSubmitter:
+    def __init__(self, cw: CoreWorker) -> None:
+        self.cw = cw
+        self._actors: dict[bytes, _Actor] = {}  # {actor_id: _Actor}
+
+    def _get(self, actor_id: bytes) -> _Actor:
+        st = self._actors.get(actor_id)
+        if st is None:
+            st = self._actors[actor_id] = _Actor(actor_id)
+        if not st.subscribed:
+            st.subscribed = True
+            self.cw.gcs.send("subscribe_actor", {"actor_id": actor_id})
+        return st
+
+    def set_retries(self, actor_id: bytes, max_task_retries: int) -> None:
+        self._get(actor_id).max_task_retries = max_task_retries
+
+    def submit(self, spec: TaskSpec) -> None:
+        st = self._get(spec.actor_id)
+        if st.state == "DEAD":
+            self.cw.fail_task(spec, self._died(st))
+            return
+        pending = [
+            a[1]
+            for a in spec.args
+            if a[0] == ARG_REF
+            and self.cw.owns(a[1])
+            and not self.cw.memory_store.get_if_ready(a[1])
+        ]
+        # Order matters for actors: a call waiting for arguments holds back the ones after it.
+        st.queue.append(spec)
+        if pending:
+            spec.attempt = -1  # marks "waiting for arguments"
+            remaining = {"n": len(pending)}
+
+            def on_ready(_oid, _value) -> None:
+                remaining["n"] -= 1
+                if remaining["n"] == 0:
+                    self.cw.loop.call_soon_threadsafe(self._args_ready, spec)
+
+            for oid in pending:
+                self.cw.memory_store.on_ready(oid, on_ready)
+        self._flush(st)
+
+    def _args_ready(self, spec: TaskSpec) -> None:
+        spec.attempt = 0
+        self.cw.inline_small_args(spec)
+        st = self._actors.get(spec.actor_id)
+        if st is not None:
+            self._flush(st)
+
+    def _flush(self, st: _Actor) -> None:
+        if st.conn is None or st.conn.closed:
+            if st.state == "ALIVE" and st.address and not st.connecting:
+                asyncio.ensure_future(self._connect(st))
+            return
+        while st.queue and st.queue[0].attempt != -1:
+            spec = st.queue.popleft()
+            self._push(st, spec)
+
+    async def _connect(self, st: _Actor) -> None:
+        st.connecting = True
+        address = st.address
+        try:
+            conn = await self.cw.connect_to_worker(st.worker_id, address)
+        except Exception as e:
+            logger.info("actor %s unreachable at %s: %s", st.actor_id.hex(), address, e)
+            st.connecting = False
+            return  # the GCS will tell us whether it restarts or dies
+        st.connecting = False
+        if address != st.address:
+            return
+        st.conn = conn
+        self._flush(st)
+
+    def _push(self, st: _Actor, spec: TaskSpec) -> None:
+        st.in_flight[spec.task_id] = spec
+        self.cw.attach_function(spec, st.conn)
+        fut = st.conn.request("push_actor_task", spec)
+        fut.add_done_callback(lambda f: self._on_reply(st, spec, f))
+
+    def _on_reply(self, st: _Actor, spec: TaskSpec, fut: asyncio.Future) -> None:
+        if st.in_flight.pop(spec.task_id, None) is None:
+            return
+        exc = fut.exception()
+        if exc is None:
+            self.cw.handle_task_reply(spec, fut.result(), self._retry)
+            return
+        # The actor's worker went away: wait for the GCS to say restart or death.
+        if st.conn is not None and st.conn.closed:
+            st.conn = None
+        if st.state == "DEAD":
+            self.cw.fail_task(spec, self._died(st))
+        else:
+            st.lost.append(spec)
+
+    def _retry(self, spec: TaskSpec) -> None:
+        st = self._get(spec.actor_id)
+        st.queue.appendleft(spec)
+        self._flush(st)
+
+    # -- GCS updates -----------------------------------------------------------------------
+    def on_actor_update(self, info: dict[str, Any]) -> None:
+        st = self._actors.get(info["actor_id"])
+        if st is None:
+            return
+        state = info["state"]
+        incarnation = info.get("num_restarts", 0)
+        st.state = state
+        st.death_cause = info.get("death_cause") or st.death_cause
+        if state == "ALIVE":
+            if st.address != info["address"] or st.incarnation != incarnation:
+                if st.conn is not None and st.incarnation != incarnation:
+                    st.conn = None
+                st.address = info["address"]
+                st.worker_id = info["worker_id"]
+            new_life = st.incarnation != -1 and st.incarnation != incarnation
+            st.incarnation = incarnation
+            if new_life:
+                self._resolve_lost(st, restarted=True)
+            self._flush(st)
+        elif state == "RESTARTING":
+            st.conn = None
+            self._resolve_lost(st, restarted=True)
+        elif state == "DEAD":
+            st.conn = None
+            err = self._died(st)
+            lost = st.lost + list(st.in_flight.values()) + list(st.queue)
+            st.lost, st.queue = [], deque()
+            st.in_flight.clear()
+            for spec in lost:
+                self.cw.fail_task(spec, err)
+
+    def _resolve_lost(self, st: _Actor, restarted: bool) -> None:
+        lost, st.lost = st.lost, []
+        # Calls in flight on the dead connection whose replies never came count as lost too.
+        if st.conn is None and st.in_flight:
+            lost.extend(st.in_flight.values())
+            st.in_flight.clear()
+        for spec in reversed(lost):
+            if spec.attempt < max(spec.max_retries, st.max_task_retries) and restarted:
+                spec.attempt += 1
+                st.queue.appendleft(spec)
+            else:
+                self.cw.fail_task(
+                    spec,
+                    ActorDiedError(
+                        st.actor_id.hex(),
+                        "the actor's worker died while this call ran; it was not retried "
+                        "(set max_task_retries to retry calls on a restarted actor)",
+                    ),
+                )
+
+    def _died(self, st: _Actor) -> ActorDiedError:
+        return ActorDiedError(st.actor_id.hex(), st.death_cause or "the actor died")
+
+    def forget(self, actor_id: bytes) -> None:
+        st = self._actors.pop(actor_id, None)
+        if st is not None and st.subscribed and not self.cw.gcs.closed:
+            self.cw.gcs.send("unsubscribe_actor", {"actor_id": actor_id})
+
+    def state_of(self, actor_id: bytes) -> str | None:
+        st = self._actors.get(actor_id)
+        return None if st is None else st.state

@@ -1,0 +1,400 @@
+"""The worker side: runs tasks, actor constructors and actor methods, and sends back results.
+
+Normal tasks and the calls of a plain actor run one at a time on the process's main thread, in
+the order they arrived (so one caller's calls run in order). A threaded actor
+(``max_concurrency > 1``) runs calls on a pool of that many threads; an async actor runs them
+as coroutines on its own event loop, at most ``max_concurrency`` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import inspect
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+from ember.core_worker.task_spec import (
+    ACTOR_CREATION_TASK,
+    ACTOR_TASK,
+    ARG_INLINE,
+    TaskSpec,
+)
+from ember.exceptions import ActorDiedError, TaskCancelledError, TaskError, format_exception
+from ember.object_ref import ObjectRef
+from ember.serialization import META_ERROR, deserialize, serialize, serialize_error
+
+if TYPE_CHECKING:
+    from ember.core_worker.core_worker import CoreWorker
+
+logger = logging.getLogger(__name__)
+
+
+class ActorExit(SystemExit):
+    """Raised by ``ember.actor.exit_actor()``; ends the actor after the current call."""
+
+
+class Executor:
+    def __init__(self, cw: CoreWorker) -> None:
+        self.cw = cw
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.functions: dict[bytes, Any] = {}  # {function_id: callable}
+        self.actor: Any = None
+        self.actor_spec: TaskSpec | None = None
+        self.actor_name = ""
+        self.pool: ThreadPoolExecutor | None = None
+        self.async_loop: asyncio.AbstractEventLoop | None = None
+        self.async_sem: asyncio.Semaphore | None = None
+        self.running: dict[bytes, int] = {}  # {task_id: thread ident}
+        self.cancelled: set[bytes] = set()
+        self.exiting = False
+        self.tasks_done = 0
+
+    # -- on the I/O thread -----------------------------------------------------------------
+    def on_push_task(self, conn, spec: TaskSpec) -> asyncio.Future:
+        fut = self.cw.loop.create_future()
+        self.queue.put((spec, fut))
+        return fut
+
+    def on_create_actor(self, conn, spec: TaskSpec) -> asyncio.Future:
+        fut = self.cw.loop.create_future()
+        self.queue.put((spec, fut))
+        return fut
+
+    def on_push_actor_task(self, conn, spec: TaskSpec) -> asyncio.Future:
+        fut = self.cw.loop.create_future()
+        if self.async_loop is not None:
+            self.async_loop.call_soon_threadsafe(self._start_async_call, spec, fut)
+        elif self.pool is not None:
+            self.pool.submit(self._run_and_reply, spec, fut)
+        else:
+            self.queue.put((spec, fut))
+        return fut
+
+    def request_exit(self, body: dict) -> None:
+        """Graceful exit (the actor's handles are gone): after the calls already queued."""
+        self.queue.put(("exit", body))
+
+    def cancel(self, task_id: bytes, force: bool) -> None:
+        self.cancelled.add(task_id)
+        ident = self.running.get(task_id)
+        if ident is None:
+            return
+        if force:
+            os._exit(1)
+        # Interrupt the running call with TaskCancelledError at its next bytecode.
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(ident), ctypes.py_object(TaskCancelledError)
+        )
+
+    # -- on the main thread ----------------------------------------------------------------
+    def run(self) -> None:
+        """The worker's main loop: runs queued work until told to exit."""
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            if item[0] == "exit":
+                self._exit_actor(item[1].get("reason", "exit requested"))
+                return
+            spec, fut = item
+            self._run_and_reply(spec, fut)
+            if self.exiting:
+                return
+
+    def _run_and_reply(self, spec: TaskSpec, fut: asyncio.Future) -> None:
+        reply = self.execute(spec)
+        self.cw.loop.call_soon_threadsafe(_resolve, fut, reply)
+        if self.exiting and spec.kind == ACTOR_TASK:
+            self._exit_actor("exit_actor() was called")
+
+    def execute(self, spec: TaskSpec) -> dict:
+        cw = self.cw
+        current = cw.current
+        current.task_id = spec.task_id
+        current.spec = spec
+        current.is_actor = spec.kind != 0
+        if spec.job_id:
+            cw.job_id = spec.job_id
+        self.running[spec.task_id] = threading.get_ident()
+        if spec.gpu_ids:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
+        timings: dict[str, float] = {"start": time.time()}
+        try:
+            if spec.task_id in self.cancelled:
+                raise TaskCancelledError(spec.task_id.hex())
+            fn = self._load(spec)
+            args, kwargs = self.resolve_args(spec)
+            timings["args_ready"] = time.time()
+            if spec.kind == ACTOR_CREATION_TASK:
+                self._construct_actor(spec, fn, args, kwargs)
+                result = None
+            else:
+                result = fn(*args, **kwargs)
+                if inspect.iscoroutine(result):
+                    result = asyncio.run(result)
+            timings["executed"] = time.time()
+            reply = self.store_returns(spec, result)
+        except ActorExit:
+            self.exiting = True
+            reply = self._error_reply(
+                spec, ActorDiedError(cw.current_actor_hex(), "exit_actor() was called"), app=False
+            )
+        except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
+            if isinstance(e, KeyboardInterrupt | SystemExit) and not isinstance(
+                e, TaskCancelledError
+            ):
+                reply = self._error_reply(spec, self._task_error(spec, e), app=True)
+            elif isinstance(e, TaskCancelledError):
+                reply = self._error_reply(spec, TaskCancelledError(spec.task_id.hex()), app=False)
+            elif isinstance(e, TaskError) and getattr(e, "_from_arg", False):
+                reply = self._error_reply(spec, e, app=False)  # an upstream failure, as is
+            else:
+                reply = self._error_reply(spec, self._task_error(spec, e), app=True)
+        finally:
+            self.running.pop(spec.task_id, None)
+            current.task_id = None
+            current.spec = None
+        timings["end"] = time.time()
+        reply["timings"] = timings
+        reply["pid"] = os.getpid()
+        self.tasks_done += 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return reply
+
+    def _task_error(self, spec: TaskSpec, e: BaseException) -> TaskError:
+        tb = format_exception(e)
+        try:
+            import pickle
+
+            pickle.loads(cloudpickle.dumps(e))
+            cause = e
+        except Exception:
+            cause = None
+        return TaskError(
+            spec.display_name(),
+            tb,
+            cause,
+            pid=os.getpid(),
+            ip=self.cw.node.get("node_ip", ""),
+            actor_repr=self.actor_name or None,
+        )
+
+    def _error_reply(self, spec: TaskSpec, error: BaseException, app: bool) -> dict:
+        ser = serialize_error(error)
+        loc = ("inline", ser.meta, ser.data, [])
+        return {"returns": [loc] * spec.num_returns, "error": True, "app_error": app}
+
+    def _load(self, spec: TaskSpec):
+        if spec.kind == ACTOR_TASK:
+            if self.actor is None:
+                raise ActorDiedError(
+                    spec.actor_id.hex() if spec.actor_id else "", "the actor is not constructed"
+                )
+            method = getattr(self.actor, spec.method_name, None)
+            if method is None:
+                raise AttributeError(
+                    f"actor {type(self.actor).__name__} has no method {spec.method_name!r}"
+                )
+            return method
+        fn = self.functions.get(spec.function_id)
+        if fn is None:
+            data = spec.function_bytes
+            if data is None:
+                data = self.cw.run_sync(self._fetch_function(spec), 30.0)
+            fn = self.functions[spec.function_id] = cloudpickle.loads(data)
+        return fn
+
+    async def _fetch_function(self, spec: TaskSpec) -> bytes:
+        conn = await self.cw.connect_to_worker(spec.owner[0], spec.owner[1])
+        data = await conn.call("get_function", {"function_id": spec.function_id})
+        if data is None:
+            raise RuntimeError(f"the owner no longer has the function {spec.function_name}")
+        return data
+
+    def resolve_args(self, spec: TaskSpec) -> tuple[list, dict]:
+        cw = self.cw
+        values: list[Any] = []
+        refs: list[ObjectRef] = []
+        ref_positions: list[int] = []
+        for a in spec.args:
+            if a[0] == ARG_INLINE:
+                value = deserialize(a[2], a[3])
+                if a[1] == META_ERROR:
+                    raise _arg_error(value)
+                values.append(value)
+            else:
+                ref_positions.append(len(values))
+                refs.append(ObjectRef(a[1], a[2]))
+                values.append(None)
+        cw.register_new_borrows()
+        if refs:
+            locs = cw.wait_locations(refs, None)
+            for pos, ref, loc in zip(ref_positions, refs, locs, strict=True):
+                try:
+                    values[pos] = cw.materialize(ref._id, loc)
+                except TaskError as e:
+                    raise _arg_error(e) from None
+        nkw = len(spec.kwarg_names)
+        if nkw:
+            kwargs = dict(zip(spec.kwarg_names, values[-nkw:], strict=True))
+            return values[:-nkw], kwargs
+        return values, {}
+
+    def store_returns(self, spec: TaskSpec, result: Any) -> dict:
+        n = spec.num_returns
+        if n == 1:
+            values = [result]
+        elif n == 0:
+            values = []
+        else:
+            if not isinstance(result, tuple | list) or len(result) != n:
+                got = len(result) if isinstance(result, tuple | list) else "a non-sequence"
+                raise ValueError(
+                    f"{spec.display_name()}() was declared with num_returns={n} but returned "
+                    f"{got}; return a tuple of {n} values."
+                )
+            values = list(result)
+        cw = self.cw
+        returns, contained = [], []
+        caller = spec.owner
+        for oid, value in zip(spec.return_ids(), values, strict=True):
+            ser = serialize(value, what=f"the return value of {spec.display_name()}()")
+            returns.append(cw.store_serialized(oid, ser, caller))
+            if ser.contained:
+                self._register_caller_as_borrower(ser.contained, caller)
+            contained.append(ser.contained or None)
+        return {"returns": returns, "contained": contained}
+
+    def _register_caller_as_borrower(self, inner: list, caller) -> None:
+        """Refs inside a return value stay alive for the caller until it registers itself."""
+        cw = self.cw
+        by_owner: dict[bytes, tuple[Any, list[bytes]]] = {}
+        for object_id, owner in inner:
+            if owner is None or owner[0] == caller[0]:
+                continue  # the caller owns it: its own count covers it
+            if owner[0] == cw.worker_id:
+                cw.refs.add_borrower(object_id, caller[0])
+            else:
+                by_owner.setdefault(owner[0], (owner, []))[1].append(object_id)
+        if not by_owner:
+            return
+
+        async def register() -> None:
+            for owner, ids in by_owner.values():
+                try:
+                    conn = await cw.connect_to_worker(owner[0], owner[1])
+                    await conn.call("add_borrower", {"object_ids": ids, "borrower": caller[0]}, 10)
+                except Exception:
+                    pass  # the owner died: the caller will see OwnerDiedError
+
+        cw.run_sync(register(), 15.0)
+
+    # -- actors ----------------------------------------------------------------------------
+    def _construct_actor(self, spec: TaskSpec, cls: Any, args: list, kwargs: dict) -> None:
+        opts = spec.actor_options or {}
+        self.actor_spec = spec
+        self.cw.current.actor_id = spec.actor_id
+        self.cw.actor_id = spec.actor_id
+        self.actor_name = opts.get("class_name", getattr(cls, "__name__", "Actor"))
+        self.cw.raylet.send_threadsafe(
+            "worker_title", {"worker_id": self.cw.worker_id, "title": self.actor_name}
+        )
+        self.actor = cls.__new__(cls)
+        self.actor.__init__(*args, **kwargs)
+        concurrency = opts.get("max_concurrency")
+        if opts.get("is_async"):
+            self._start_async_loop(concurrency or 1000)
+        elif concurrency and concurrency > 1:
+            self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="ember-actor")
+
+    def _start_async_loop(self, concurrency: int) -> None:
+        from ember.protocol.connection import new_event_loop
+
+        loop = new_event_loop()
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            self.async_sem = asyncio.Semaphore(concurrency)
+            started.set()
+            loop.run_forever()
+
+        threading.Thread(target=run, name="ember-async-actor", daemon=True).start()
+        started.wait(10)
+        self.async_loop = loop
+
+    def _start_async_call(self, spec: TaskSpec, fut: asyncio.Future) -> None:
+        asyncio.ensure_future(self._run_async(spec, fut))
+
+    async def _run_async(self, spec: TaskSpec, fut: asyncio.Future) -> None:
+        async with self.async_sem:
+            reply = await self._execute_async(spec)
+        self.cw.loop.call_soon_threadsafe(_resolve, fut, reply)
+        if self.exiting:
+            self._exit_actor("exit_actor() was called")
+
+    async def _execute_async(self, spec: TaskSpec) -> dict:
+        start = time.time()
+        try:
+            method = self._load(spec)
+            if any(a[0] != ARG_INLINE for a in spec.args):
+                args, kwargs = await asyncio.get_running_loop().run_in_executor(
+                    None, self.resolve_args, spec
+                )
+            else:
+                args, kwargs = self.resolve_args(spec)
+            result = method(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            reply = self.store_returns(spec, result)
+        except ActorExit:
+            self.exiting = True
+            reply = self._error_reply(
+                spec, ActorDiedError(spec.actor_id.hex(), "exit_actor() was called"), app=False
+            )
+        except BaseException as e:  # noqa: BLE001
+            if isinstance(e, TaskError) and getattr(e, "_from_arg", False):
+                reply = self._error_reply(spec, e, app=False)
+            else:
+                reply = self._error_reply(spec, self._task_error(spec, e), app=True)
+        reply["timings"] = {"start": start, "end": time.time()}
+        reply["pid"] = os.getpid()
+        return reply
+
+    def _exit_actor(self, reason: str) -> None:
+        """Ends this actor's process after telling the GCS it meant to."""
+        cw = self.cw
+        try:
+            cw.call_gcs_sync(
+                "actor_exited", {"actor_id": cw.actor_id, "reason": reason}, timeout=5.0
+            )
+        except Exception:
+            pass
+        sys.stdout.flush()
+        sys.stderr.flush()
+        time.sleep(0.05)  # let the last reply leave the socket
+        os._exit(0)
+
+
+def _resolve(fut: asyncio.Future, reply: dict) -> None:
+    if not fut.done():
+        fut.set_result(reply)
+
+
+def _arg_error(value: Any) -> BaseException:
+    """An argument that is a failed task's error: this task fails with that same error."""
+    if isinstance(value, TaskError):
+        value._from_arg = True
+        return value
+    if isinstance(value, BaseException):
+        return value
+    return RuntimeError(f"argument error: {value!r}")

@@ -1,0 +1,121 @@
+"""The process's own object table: values of small objects and where large ones live.
+
+An entry is pending until the value (or where it is) arrives. Waiters are callbacks so one
+``get`` of 1,000 refs waits on one event, not 1,000. Thread-safe: results arrive on the I/O
+thread while the user's thread reads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+# What an entry holds once ready:
+#   ("inline", meta, data, buffers)   the serialized value itself
+#   ("plasma", node_id, size)         a sealed copy in that node's shared-memory store
+Location = tuple
+
+
+class _Entry:
+    __slots__ = ("value", "waiters", "cached")
+
+    def __init__(self) -> None:
+        self.value: Location | None = None
+        self.waiters: list[Callable[[bytes, Location], None]] | None = None
+        self.cached: Any = _MISSING  # a deserialized value worth keeping (plasma views)
+
+
+_MISSING = object()
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._entries: dict[bytes, _Entry] = {}  # {object_id: _Entry}
+        self._lock = threading.Lock()
+
+    def put(self, object_id: bytes, value: Location) -> None:
+        """Makes the object ready; runs its waiters (outside the lock)."""
+        with self._lock:
+            entry = self._entries.get(object_id)
+            if entry is None:
+                entry = self._entries[object_id] = _Entry()
+            elif entry.value is not None and entry.value[0] == "inline" and value[0] != "inline":
+                return  # keep the value we already have
+            entry.value = value
+            waiters, entry.waiters = entry.waiters, None
+        if waiters:
+            for cb in waiters:
+                cb(object_id, value)
+
+    def add_pending(self, object_id: bytes) -> None:
+        with self._lock:
+            if object_id not in self._entries:
+                self._entries[object_id] = _Entry()
+
+    def get_if_ready(self, object_id: bytes) -> Location | None:
+        entry = self._entries.get(object_id)
+        return None if entry is None else entry.value
+
+    def contains(self, object_id: bytes) -> bool:
+        return object_id in self._entries
+
+    def on_ready(self, object_id: bytes, callback: Callable[[bytes, Location], None]) -> bool:
+        """Calls ``callback(id, value)`` once ready (now, if it is). False if unknown here."""
+        with self._lock:
+            entry = self._entries.get(object_id)
+            if entry is None:
+                entry = self._entries[object_id] = _Entry()
+            if entry.value is None:
+                if entry.waiters is None:
+                    entry.waiters = []
+                entry.waiters.append(callback)
+                return True
+            value = entry.value
+        callback(object_id, value)
+        return True
+
+    def remove_waiter(self, object_id: bytes, callback: Callable) -> None:
+        with self._lock:
+            entry = self._entries.get(object_id)
+            if entry is not None and entry.waiters and callback in entry.waiters:
+                entry.waiters.remove(callback)
+
+    def get_cached(self, object_id: bytes) -> Any:
+        entry = self._entries.get(object_id)
+        return _MISSING if entry is None else entry.cached
+
+    def set_cached(self, object_id: bytes, value: Any) -> None:
+        entry = self._entries.get(object_id)
+        if entry is not None:
+            entry.cached = value
+
+    def delete(self, object_id: bytes) -> Location | None:
+        with self._lock:
+            entry = self._entries.pop(object_id, None)
+        return None if entry is None else entry.value
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def stats(self) -> dict[str, int]:
+        inline = plasma = pending = 0
+        inline_bytes = 0
+        for entry in list(self._entries.values()):
+            v = entry.value
+            if v is None:
+                pending += 1
+            elif v[0] == "inline":
+                inline += 1
+                inline_bytes += len(v[2]) + sum(len(b) for b in v[3])
+            else:
+                plasma += 1
+        return {
+            "num_inline": inline,
+            "inline_bytes": inline_bytes,
+            "num_in_plasma": plasma,
+            "num_pending": pending,
+        }
+
+
+MISSING = _MISSING

@@ -1,0 +1,196 @@
+"""The errors Ember raises, with Ray's names importable as aliases.
+
+A task's exception comes back on ``get`` as a ``TaskError`` that is also an instance of the
+original exception's class, so ``except ValueError`` works as it does in modern Ray.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+
+class EmberError(Exception):
+    """The base of every error Ember raises."""
+
+
+class TaskError(EmberError):
+    """A task or actor method raised; carries the remote traceback.
+
+    ``get`` raises an instance of a class derived from both ``TaskError`` and the user's
+    exception class (see ``as_instanceof_cause``), so either can be caught.
+    """
+
+    def __init__(
+        self,
+        function_name: str,
+        traceback_str: str,
+        cause: BaseException | None = None,
+        pid: int | None = None,
+        ip: str | None = None,
+        actor_repr: str | None = None,
+    ) -> None:
+        self.function_name = function_name
+        self.traceback_str = traceback_str
+        self.cause = cause
+        self.pid = pid
+        self.ip = ip
+        self.actor_repr = actor_repr
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = f" (pid={self.pid}, ip={self.ip})" if self.pid else ""
+        who = f" {self.actor_repr}" if self.actor_repr else ""
+        return f"{self.function_name}(){who}{where} failed:\n{self.traceback_str}"
+
+    def __str__(self) -> str:
+        return self._message()
+
+    def as_instanceof_cause(self) -> TaskError:
+        """Returns an error that is both a TaskError and an instance of the cause's class."""
+        cause_cls = type(self.cause) if self.cause is not None else None
+        if cause_cls is None or issubclass(cause_cls, TaskError):
+            return self
+        try:
+            dual = _dual_class(cause_cls)
+            err = dual.__new__(dual)
+            # Initialise both sides without calling the user's __init__, whose signature we
+            # cannot know; copy the cause's state so attribute access still works.
+            err.__dict__.update(getattr(self.cause, "__dict__", {}))
+            TaskError.__init__(
+                err,
+                self.function_name,
+                self.traceback_str,
+                self.cause,
+                self.pid,
+                self.ip,
+                self.actor_repr,
+            )
+            err.args = getattr(self.cause, "args", ())
+            return err
+        except TypeError:
+            # Some builtin classes cannot be mixed in (layout conflicts): plain TaskError.
+            return self
+
+    def __reduce__(self):
+        return (
+            TaskError,
+            (
+                self.function_name,
+                self.traceback_str,
+                self.cause,
+                self.pid,
+                self.ip,
+                self.actor_repr,
+            ),
+        )
+
+
+_dual_classes: dict[type, type] = {}
+
+
+def _dual_class(cause_cls: type) -> type:
+    cls = _dual_classes.get(cause_cls)
+    if cls is None:
+
+        def __str__(self: Any) -> str:
+            return TaskError._message(self)
+
+        cls = type(
+            f"TaskError({cause_cls.__name__})",
+            (TaskError, cause_cls),
+            {"__str__": __str__, "__module__": __name__},
+        )
+        _dual_classes[cause_cls] = cls
+    return cls
+
+
+def format_exception(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+class WorkerCrashedError(EmberError):
+    """The worker running the task died (exit, signal, out of memory) and retries ran out."""
+
+
+class ActorError(EmberError):
+    """Base of actor failures."""
+
+
+class ActorDiedError(ActorError):
+    """The actor is dead: killed, crashed past max_restarts, or its owner died."""
+
+    def __init__(self, actor_id: str = "", cause: str = "the actor died") -> None:
+        self.actor_id = actor_id
+        self.cause = cause
+        super().__init__(f"Actor {actor_id} is dead: {cause}")
+
+    def __reduce__(self):
+        return (ActorDiedError, (self.actor_id, self.cause))
+
+
+class ActorUnavailableError(ActorError):
+    """The actor is restarting; the call may be retried."""
+
+
+class GetTimeoutError(EmberError, TimeoutError):
+    """``get`` reached its timeout before the objects were ready."""
+
+
+class TaskCancelledError(EmberError):
+    """The task was cancelled with ``ember.cancel``."""
+
+    def __init__(self, task_id: str = "") -> None:
+        self.task_id = task_id
+        super().__init__(f"Task {task_id} was cancelled")
+
+    def __reduce__(self):
+        return (TaskCancelledError, (self.task_id,))
+
+
+class ObjectLostError(EmberError):
+    """The object's every copy is gone and it cannot be rebuilt."""
+
+    def __init__(self, object_id: str = "", reason: str = "all copies were lost") -> None:
+        self.object_id = object_id
+        self.reason = reason
+        super().__init__(f"Object {object_id} is lost: {reason}")
+
+    def __reduce__(self):
+        return (type(self), (self.object_id, self.reason))
+
+
+class OwnerDiedError(ObjectLostError):
+    """The process that owned the object (created it) died, taking its metadata with it."""
+
+
+class ObjectStoreFullError(EmberError):
+    """The node's shared-memory store cannot hold the object, even after eviction."""
+
+
+class OutOfMemoryError(EmberError):
+    """The node ran out of memory."""
+
+
+class RuntimeEnvSetupError(EmberError):
+    """The runtime environment could not be set up."""
+
+
+class PendingCallsLimitExceeded(EmberError):
+    """Too many calls queued on an actor handle."""
+
+
+class NodeDiedError(EmberError):
+    """The node running the task died."""
+
+
+class RaySystemError(EmberError):
+    """An internal error of the runtime."""
+
+
+# Ray's names, so ``from ray.exceptions import X`` ports by changing the import only.
+RayError = EmberError
+RayTaskError = TaskError
+RayActorError = ActorError
+RayWorkerError = WorkerCrashedError
+EmberSystemError = RaySystemError

@@ -1,0 +1,206 @@
+"""Placement groups in the GCS: reserve bundles of resources on nodes, all or nothing.
+
+A reserved bundle turns into renamed resources on its node (``CPU_group_<pg>`` and
+``CPU_group_<i>_<pg>``, as Ray does), so tasks and actors placed in the group simply ask for
+those names and the ordinary schedulers do the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from ember.resources import fits
+
+
+class _Group:
+    def __init__(self, body: dict) -> None:
+        self.pg_id: bytes = body["pg_id"]
+        self.bundles: list[dict[str, float]] = body["bundles"]
+        self.strategy: str = body.get("strategy", "PACK")
+        self.name: str = body.get("name", "")
+        self.job_id: bytes = body.get("job_id", b"")
+        self.detached: bool = body.get("detached", False)
+        self.state = "PENDING"
+        self.placement: list[bytes] = []  # node id per bundle
+        self.waiters: list[asyncio.Future] = []
+        self.created_at = time.time()
+        self.reason = ""
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "placement_group_id": self.pg_id.hex(),
+            "name": self.name,
+            "bundles": self.bundles,
+            "strategy": self.strategy,
+            "state": self.state,
+            "bundle_nodes": [n.hex() for n in self.placement],
+            "reason": self.reason,
+        }
+
+
+class PlacementGroupManager:
+    def __init__(self, gcs: Any) -> None:
+        self.gcs = gcs
+        self.groups: dict[bytes, _Group] = {}  # {pg_id: _Group}
+        self._placing = False
+
+    def h_create(self, conn: Any, body: dict) -> dict:
+        pg = _Group(body)
+        if pg.strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
+            raise ValueError(
+                f"Invalid placement group strategy {pg.strategy!r}: use PACK, SPREAD, "
+                "STRICT_PACK or STRICT_SPREAD."
+            )
+        if not pg.bundles or any(not b or not isinstance(b, dict) for b in pg.bundles):
+            raise ValueError("A placement group needs a list of non-empty resource dicts.")
+        self.groups[pg.pg_id] = pg
+        asyncio.ensure_future(self._place(pg))
+        return {"ok": True}
+
+    async def _place(self, pg: _Group) -> None:
+        if pg.state != "PENDING":
+            return
+        nodes = self.gcs.alive_nodes()
+        plan = _plan(pg, nodes)
+        if plan is None:
+            pg.reason = _why(pg, nodes)
+            return
+        by_node: dict[bytes, list] = {}
+        for i, node in enumerate(plan):
+            by_node.setdefault(node.node_id, []).append((i, pg.bundles[i]))
+            # Book it in our view now so a second group does not take the same room.
+            for k, v in pg.bundles[i].items():
+                node.available[k] = node.available.get(k, 0) - v
+        done: list[Any] = []
+        ok = True
+        for node_id, bundles in by_node.items():
+            node = self.gcs.nodes[node_id]
+            try:
+                if await node.conn.call("reserve_bundles", {"pg_id": pg.pg_id, "bundles": bundles}):
+                    done.append(node)
+                else:
+                    ok = False
+            except Exception:
+                ok = False
+            if not ok:
+                break
+        if not ok or pg.state != "PENDING":
+            for node in done:
+                node.conn.send("release_bundles", {"pg_id": pg.pg_id})
+            pg.reason = "resources were taken while reserving; will retry"
+            return
+        pg.placement = [n.node_id for n in plan]
+        pg.state = "CREATED"
+        pg.reason = ""
+        for fut in pg.waiters:
+            if not fut.done():
+                fut.set_result(True)
+        pg.waiters.clear()
+
+    def h_remove(self, conn: Any, body: dict) -> dict:
+        pg = self.groups.get(body["pg_id"])
+        if pg is None:
+            return {"ok": False}
+        self._remove(pg)
+        return {"ok": True}
+
+    def _remove(self, pg: _Group) -> None:
+        was_created = pg.state == "CREATED"
+        pg.state = "REMOVED"
+        for fut in pg.waiters:
+            if not fut.done():
+                fut.set_result(False)
+        pg.waiters.clear()
+        if was_created:
+            for node_id in set(pg.placement):
+                node = self.gcs.nodes.get(node_id)
+                if node is not None and node.state == "ALIVE":
+                    node.conn.send("release_bundles", {"pg_id": pg.pg_id})
+        self.on_node_change()
+
+    async def h_wait(self, conn: Any, body: dict) -> bool:
+        pg = self.groups.get(body["pg_id"])
+        if pg is None or pg.state == "REMOVED":
+            return False
+        if pg.state == "CREATED":
+            return True
+        fut = asyncio.get_running_loop().create_future()
+        pg.waiters.append(fut)
+        timeout = body.get("timeout")
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            return False
+
+    def h_get(self, conn: Any, body: dict) -> dict | None:
+        pg_id = body.get("pg_id")
+        if pg_id is None and body.get("name"):
+            for g in self.groups.values():
+                if g.name == body["name"] and g.state != "REMOVED":
+                    return g.public() | {"pg_id": g.pg_id}
+            return None
+        pg = self.groups.get(pg_id)
+        return None if pg is None else pg.public() | {"pg_id": pg.pg_id}
+
+    def h_list(self, conn: Any, body: Any) -> list[dict]:
+        return [g.public() for g in self.groups.values()]
+
+    def on_node_change(self) -> None:
+        for pg in list(self.groups.values()):
+            if pg.state == "PENDING":
+                asyncio.ensure_future(self._place(pg))
+
+    def on_job_finished(self, job_id: bytes) -> None:
+        for pg in list(self.groups.values()):
+            if pg.job_id == job_id and not pg.detached and pg.state != "REMOVED":
+                self._remove(pg)
+
+
+def _plan(pg: _Group, nodes: list) -> list | None:
+    """A node per bundle honouring the strategy, or None if it cannot be placed now."""
+    if not nodes:
+        return None
+    avail = {n.node_id: dict(n.available) for n in nodes}
+
+    def take(node, bundle) -> bool:
+        a = avail[node.node_id]
+        if not fits(bundle, a):
+            return False
+        for k, v in bundle.items():
+            a[k] = a.get(k, 0) - v
+        return True
+
+    if pg.strategy in ("PACK", "STRICT_PACK"):
+        for node in sorted(nodes, key=lambda n: -sum(n.available.values())):
+            saved = dict(avail[node.node_id])
+            if all(take(node, b) for b in pg.bundles):
+                return [node] * len(pg.bundles)
+            avail[node.node_id] = saved
+        if pg.strategy == "STRICT_PACK":
+            return None
+    if pg.strategy == "STRICT_SPREAD" and len(nodes) < len(pg.bundles):
+        return None
+    plan, used = [], set()
+    for bundle in pg.bundles:
+        order = sorted(nodes, key=lambda n: (n.node_id in used, -sum(avail[n.node_id].values())))
+        placed = None
+        for node in order:
+            if pg.strategy == "STRICT_SPREAD" and node.node_id in used:
+                continue
+            if take(node, bundle):
+                placed = node
+                break
+        if placed is None:
+            return None
+        plan.append(placed)
+        used.add(placed.node_id)
+    return plan
+
+
+def _why(pg: _Group, nodes: list) -> str:
+    for bundle in pg.bundles:
+        if not any(fits(bundle, n.total) for n in nodes):
+            return f"infeasible: no node can hold the bundle {bundle}"
+    return "waiting for resources"

@@ -1,0 +1,99 @@
+"""``ObjectRef``: a future for a value somewhere in the cluster.
+
+Each live ``ObjectRef`` instance counts as one local reference in its process's reference
+counter; the owner (the process that created the object) frees the value once no process,
+pending task or containing object holds a reference (see ``core_worker/reference_counter.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any
+
+from ember import global_state
+from ember.ids import task_id_of
+
+# (worker_id, address, node_id): where the owner's core worker listens.
+OwnerAddress = tuple[bytes, str, bytes]
+
+
+class ObjectRef:
+    __slots__ = ("_id", "_owner", "_counted", "__weakref__")
+
+    def __init__(self, object_id: bytes, owner: OwnerAddress | None = None, *, _count=True):
+        if not isinstance(object_id, bytes):
+            raise TypeError(f"ObjectRef takes the id as bytes, not {type(object_id).__name__}")
+        self._id = object_id
+        self._owner = owner
+        self._counted = False
+        if _count:
+            worker = global_state.worker
+            if worker is not None:
+                worker.refs.add_local(object_id, owner)
+                self._counted = True
+
+    def __del__(self) -> None:
+        if self._counted:
+            worker = global_state.worker
+            if worker is not None:
+                try:
+                    worker.refs.remove_local(self._id)
+                except Exception:  # interpreter shutdown: nothing left to free
+                    pass
+
+    def binary(self) -> bytes:
+        return self._id
+
+    def hex(self) -> str:
+        return self._id.hex()
+
+    def task_id(self) -> bytes:
+        return task_id_of(self._id)
+
+    def owner_address(self) -> OwnerAddress | None:
+        return self._owner
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectRef) and other._id == self._id
+
+    def __hash__(self) -> int:
+        return hash(self._id)
+
+    def __repr__(self) -> str:
+        return f"ObjectRef({self._id.hex()})"
+
+    def __reduce__(self):
+        # Serialising a ref inside a value: the serialiser records it (for reference counting
+        # and `ember memory`'s CAPTURED_IN_OBJECT) and the receiver rebuilds it as a borrower.
+        from ember.serialization import record_contained_ref
+
+        record_contained_ref(self._id, self._owner)
+        return (_rebuild_object_ref, (self._id, self._owner))
+
+    # -- futures ---------------------------------------------------------------------------
+    def future(self) -> concurrent.futures.Future:
+        """A ``concurrent.futures.Future`` that resolves to the value (or its error)."""
+        worker = global_state.require_worker()
+        return worker.object_future(self)
+
+    def __await__(self):
+        return asyncio.wrap_future(self.future()).__await__()
+
+    def as_future(self) -> asyncio.Future:
+        return asyncio.wrap_future(self.future())
+
+
+def _rebuild_object_ref(object_id: bytes, owner: OwnerAddress | None) -> ObjectRef:
+    worker = global_state.worker
+    if worker is not None:
+        worker.refs.on_deserialized(object_id, owner)
+    return ObjectRef(object_id, owner)
+
+
+# The seeds' name for it (Ray 0.8).
+ObjectID = ObjectRef
+
+
+def is_object_ref(value: Any) -> bool:
+    return type(value) is ObjectRef

@@ -1,0 +1,45 @@
+"""Process plumbing shared by the GCS, raylet and workers: readiness, parent death, logs."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> None:
+    """Asks Linux to signal us when our parent dies, so a SIGKILLed driver leaves no orphans."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, sig)
+    except OSError:
+        pass
+    # The parent may have died before prctl took effect.
+    if parent_pid and os.getppid() != parent_pid:
+        os.kill(os.getpid(), sig)
+
+
+def signal_ready(fd: int, message: str) -> None:
+    """Tells the process that started us we are serving (one line on an inherited pipe)."""
+    if fd < 0:
+        return
+    try:
+        os.write(fd, (message + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def setup_process_logging(path: str, level: int = logging.INFO) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    logging.basicConfig(
+        filename=path,
+        level=level,
+        format="%(asctime)s %(levelname)s %(name)s %(process)d: %(message)s",
+    )
+    sys.excepthook = lambda t, v, tb: logging.getLogger("ember").critical(
+        "uncaught exception", exc_info=(t, v, tb)
+    )

@@ -1,0 +1,644 @@
+"""The raylet: one per node. Local scheduler, worker pool, shared-memory object store host.
+
+Messages it serves (framed transport, Unix socket for local processes, TCP for other nodes):
+- from core workers: ``register_client``, ``request_lease`` / ``return_lease``,
+  ``worker_blocked`` / ``worker_unblocked``, ``plasma_*`` (create, seal, get, release,
+  delete), ``worker_title``;
+- from the GCS: ``lease_actor_worker``, ``kill_worker``, ``reserve_bundles`` /
+  ``release_bundles``, ``job_finished``;
+- from tools: ``node_stats``, ``list_workers``, ``get_references``.
+
+A lease is a worker plus the resources it holds while it runs one task at a time for its
+holder. Lease requests wait in arrival order; one that no node can ever satisfy stays pending
+and its holder is told once, naming the task and the shapes (as Ray does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import logging
+import os
+import signal
+import socket
+import time
+from typing import Any
+
+from ember import config
+from ember.object_store.store import ObjectStore
+from ember.protocol import connection as conn_mod
+from ember.protocol.connection import Connection
+from ember.raylet.log_forwarder import LogForwarder
+from ember.raylet.worker_pool import WorkerPool, WorkerProc
+from ember.resources import NodeResources, apply_strategy, fmt, pg_resource_name
+
+logger = logging.getLogger("ember.raylet")
+
+
+class _Request:
+    __slots__ = (
+        "fut",
+        "shape",
+        "strategy",
+        "client",
+        "job_id",
+        "name",
+        "since",
+        "warned",
+        "actor_id",
+    )
+
+    def __init__(self, fut, shape, strategy, client, job_id, name, actor_id=None) -> None:
+        self.fut: asyncio.Future = fut
+        self.shape: dict[str, float] = shape
+        self.strategy = strategy
+        self.client: Connection | None = client
+        self.job_id = job_id
+        self.name = name
+        self.since = time.monotonic()
+        self.warned = False
+        self.actor_id = actor_id
+
+
+class _Lease:
+    __slots__ = ("lease_id", "worker", "shape", "gpu_ids", "client", "released", "is_actor")
+
+    def __init__(self, lease_id, worker, shape, gpu_ids, client, is_actor=False) -> None:
+        self.lease_id = lease_id
+        self.worker: WorkerProc = worker
+        self.shape = shape
+        self.gpu_ids = gpu_ids
+        self.client = client
+        self.released = False  # CPU handed back while the worker is blocked in get()
+        self.is_actor = is_actor
+
+
+class Raylet:
+    def __init__(self, args: argparse.Namespace, resources: dict[str, float]) -> None:
+        self.args = args
+        self.node_id = bytes.fromhex(args.node_id)
+        self.session_dir = args.session_dir
+        self.resources = NodeResources(resources)
+        self.store = ObjectStore(args.object_store_memory)
+        self.node: dict[str, Any] = {
+            "node_id": self.node_id,
+            "session_dir": args.session_dir,
+            "raylet_address": args.address,
+            "gcs_address": args.gcs_address,
+            "arena_path": args.arena_path,
+            "arena_capacity": args.object_store_memory,
+            "node_ip": args.node_ip,
+        }
+        self.pool = WorkerPool(self.node)
+        self.queue: list[_Request] = []
+        self.leases: dict[int, _Lease] = {}  # {lease_id: _Lease}
+        self._lease_ids = itertools.count(1)
+        self.clients: dict[bytes, Connection] = {}  # {worker_id: connection} of all clients
+        self.drivers: dict[bytes, Connection] = {}  # {worker_id: connection} of drivers
+        self.bundles: dict[bytes, list] = {}  # {pg_id: [(index, shape)]} reserved here
+        self.gcs: Connection | None = None
+        self.seal_waiters: dict[bytes, list[asyncio.Future]] = {}
+        self.cluster_view: list[dict] = []
+        self.logs = LogForwarder(self)
+        self.stopping = False
+        self.handlers = {
+            "register_client": self.h_register_client,
+            "request_lease": self.h_request_lease,
+            "return_lease": self.h_return_lease,
+            "worker_blocked": self.h_worker_blocked,
+            "worker_unblocked": self.h_worker_unblocked,
+            "worker_title": self.h_worker_title,
+            "plasma_create": self.h_plasma_create,
+            "plasma_seal": self.h_plasma_seal,
+            "plasma_get": self.h_plasma_get,
+            "plasma_release": self.h_plasma_release,
+            "plasma_delete": self.h_plasma_delete,
+            "plasma_abort": self.h_plasma_abort,
+            "lease_actor_worker": self.h_lease_actor_worker,
+            "return_actor_lease": self.h_return_actor_lease,
+            "kill_worker": self.h_kill_worker,
+            "reserve_bundles": self.h_reserve_bundles,
+            "release_bundles": self.h_release_bundles,
+            "job_finished": self.h_job_finished,
+            "node_stats": self.h_node_stats,
+            "list_workers": self.h_list_workers,
+            "shutdown": self.h_shutdown,
+            "ping": lambda c, b: "pong",
+        }
+
+    # -- clients ---------------------------------------------------------------------------
+    def h_register_client(self, conn: Connection, body: dict) -> dict:
+        wid = body["worker_id"]
+        conn.state["worker_id"] = wid
+        self.clients[wid] = conn
+        if body.get("is_driver"):
+            conn.state["driver"] = True
+            conn.state["job_id"] = body.get("job_id")
+            self.drivers[wid] = conn
+            if body.get("log_to_driver", True):
+                self.logs.add_driver(conn, body.get("job_id"))
+            return {"node_id": self.node_id}
+        w = self.pool.workers.get(wid)
+        if w is None:
+            return {"node_id": self.node_id}  # a worker we did not start (tests)
+        w.conn = conn
+        w.address = body["address"]
+        w.log_paths = body.get("log_paths")
+        if w.log_paths:
+            self.logs.add_worker(w)
+        self.pool.starting -= 1
+        w.state = "IDLE"
+        self.pool.idle.append(w)
+        if not w.registered.done():
+            w.registered.set_result(True)
+        self.dispatch()
+        return {"node_id": self.node_id}
+
+    def on_connection_closed(self, conn: Connection) -> None:
+        wid = conn.state.get("worker_id")
+        if wid is None:
+            return
+        self.clients.pop(wid, None)
+        self.store.release_client(wid)
+        if conn.state.get("driver"):
+            self.drivers.pop(wid, None)
+            self.logs.remove_driver(conn)
+            self._client_gone(conn)
+            return
+        w = self.pool.workers.get(wid)
+        if w is not None:
+            # Reap soon: the process exits right after its socket closes.
+            asyncio.get_running_loop().call_later(0.05, self.reap)
+        self._client_gone(conn)
+
+    def _client_gone(self, conn: Connection) -> None:
+        """A lease holder died: its workers may be running its tasks; stop them."""
+        for req in list(self.queue):
+            if req.client is conn:
+                self.queue.remove(req)
+                if not req.fut.done():
+                    req.fut.set_result(None)
+        for lease in list(self.leases.values()):
+            if lease.client is conn and not lease.is_actor:
+                self._end_lease(lease, kill=True, reason="the process that leased it died")
+        self.dispatch()
+
+    # -- leases ----------------------------------------------------------------------------
+    def h_request_lease(self, conn: Connection, body: dict) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        shape = apply_strategy(body["resources"], body.get("strategy"))
+        req = _Request(
+            fut, shape, body.get("strategy"), conn, body.get("job_id"), body.get("name", "")
+        )
+        self.queue.append(req)
+        self.dispatch()
+        return fut
+
+    def h_lease_actor_worker(self, conn: Connection, body: dict) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        shape = apply_strategy(body["resources"], body.get("strategy"))
+        req = _Request(
+            fut,
+            shape,
+            body.get("strategy"),
+            None,
+            body.get("job_id"),
+            body.get("class_name", ""),
+            actor_id=body["actor_id"],
+        )
+        self.queue.append(req)
+        self.dispatch()
+        return fut
+
+    def dispatch(self) -> None:
+        """Grants what fits, in order; starts workers for grants that wait only for one."""
+        if self.stopping:
+            return
+        res = self.resources
+        need_workers = 0
+        i = 0
+        while i < len(self.queue):
+            req = self.queue[i]
+            if req.fut.done():
+                self.queue.pop(i)
+                continue
+            if not res.can_fit(req.shape):
+                if not res.feasible(req.shape):
+                    self._maybe_warn_infeasible(req)
+                i += 1
+                continue
+            if not self.pool.idle:
+                need_workers += 1
+                i += 1
+                continue
+            self.queue.pop(i)
+            w = self.pool.idle.pop()
+            gpu_ids = res.acquire(req.shape)
+            lease = _Lease(
+                next(self._lease_ids), w, req.shape, gpu_ids, req.client, req.actor_id is not None
+            )
+            self.leases[lease.lease_id] = lease
+            w.lease_id = lease.lease_id
+            w.job_id = req.job_id
+            if req.actor_id is not None:
+                w.state = "ACTOR"
+                w.actor_id = req.actor_id
+                w.title = req.name
+            else:
+                w.state = "LEASED"
+                w.title = req.name
+            req.fut.set_result(
+                {
+                    "lease_id": lease.lease_id,
+                    "worker_id": w.worker_id,
+                    "address": w.address,
+                    "gpu_ids": gpu_ids,
+                    "pid": w.pid,
+                }
+            )
+        to_start = need_workers - self.pool.starting
+        for _ in range(max(0, to_start)):
+            self.pool.start_worker()
+
+    def _maybe_warn_infeasible(self, req: _Request) -> None:
+        if req.warned:
+            return
+        if any(_fits_total(req.shape, n.get("total", {})) for n in self.cluster_view):
+            return  # another node can run it (spillback arrives with the cluster issue)
+        req.warned = True
+        what = f"actor {req.name}" if req.actor_id else f"task {req.name or '(unnamed)'}"
+        message = (
+            f"The {what} requires {fmt(req.shape)}, which no node in the cluster has "
+            f"(this node has {fmt(self.resources.total_dict())}). It stays pending until a node "
+            f"that can run it joins; to run it here, lower its resource requests."
+        )
+        logger.warning(message)
+        targets = [req.client] if req.client is not None else list(self.drivers.values())
+        for c in targets:
+            if c is not None and not c.closed:
+                c.send("warning", {"message": message, "kind": "infeasible"})
+
+    def h_return_lease(self, conn: Connection, body: dict) -> None:
+        lease = self.leases.get(body["lease_id"])
+        if lease is None:
+            return
+        self._end_lease(lease, kill=False, reason="")
+
+    def h_return_actor_lease(self, conn: Connection, body: dict) -> None:
+        lease = self.leases.get(body["lease_id"])
+        if lease is not None:
+            self._end_lease(lease, kill=body.get("kill", True), reason="actor lease returned")
+
+    def _end_lease(self, lease: _Lease, kill: bool, reason: str) -> None:
+        self.leases.pop(lease.lease_id, None)
+        if not lease.released:
+            self.resources.release(lease.shape, lease.gpu_ids)
+        else:
+            self.resources.release(
+                {k: v for k, v in lease.shape.items() if k != "CPU"}, lease.gpu_ids
+            )
+        w = lease.worker
+        w.lease_id = None
+        w.blocked = False
+        if kill or lease.is_actor:
+            if not w.dead:
+                self.pool.kill(w, reason or "its lease ended")
+        elif not w.dead and w.state in ("LEASED",):
+            w.state = "IDLE"
+            w.title = ""
+            w.tasks_run += 1
+            self.pool.idle.append(w)
+        self.dispatch()
+
+    def h_worker_blocked(self, conn: Connection, body: dict) -> None:
+        w = self.pool.workers.get(body["worker_id"])
+        if w is None or w.lease_id is None:
+            return
+        lease = self.leases.get(w.lease_id)
+        if lease is None or lease.released or not lease.shape.get("CPU"):
+            return
+        lease.released = True
+        w.blocked = True
+        self.resources.release({"CPU": lease.shape["CPU"]})
+        self.dispatch()
+
+    def h_worker_unblocked(self, conn: Connection, body: dict) -> None:
+        w = self.pool.workers.get(body["worker_id"])
+        if w is None or w.lease_id is None:
+            return
+        lease = self.leases.get(w.lease_id)
+        if lease is None or not lease.released:
+            return
+        lease.released = False
+        w.blocked = False
+        # Take the CPU back even if that oversubscribes for a moment (as Ray does).
+        self.resources.acquire({"CPU": lease.shape["CPU"]})
+
+    def h_worker_title(self, conn: Connection, body: dict) -> None:
+        w = self.pool.workers.get(body["worker_id"])
+        if w is not None:
+            w.title = body["title"]
+
+    def h_kill_worker(self, conn: Connection, body: dict) -> None:
+        w = self.pool.workers.get(body["worker_id"])
+        if w is not None and not w.dead:
+            self.pool.kill(w, body.get("reason", "killed"))
+
+    # -- worker deaths ---------------------------------------------------------------------
+    def reap(self) -> None:
+        for w in self.pool.reap():
+            self.pool.forget(w)
+            if w.state == "STARTING":
+                self.pool.starting -= 1
+                logger.error("worker %s died while starting: %s", w.pid, w.exit_reason)
+            lease = self.leases.get(w.lease_id) if w.lease_id else None
+            if lease is not None:
+                self.leases.pop(lease.lease_id, None)
+                if lease.released:
+                    shape = {k: v for k, v in lease.shape.items() if k != "CPU"}
+                else:
+                    shape = lease.shape
+                self.resources.release(shape, lease.gpu_ids)
+            if w.actor_id is not None and self.gcs is not None and not self.gcs.closed:
+                self.gcs.send(
+                    "worker_died",
+                    {"worker_id": w.worker_id, "actor_id": w.actor_id, "reason": w.exit_reason},
+                )
+            self.logs.worker_exited(w)
+            w.state = "DEAD"
+        self.dispatch()
+
+    async def reaper(self) -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            self.reap()
+            now = time.monotonic()
+            for req in self.queue:
+                if not req.warned and now - req.since > config.infeasible_warning_seconds:
+                    if not self.resources.feasible(req.shape):
+                        self._maybe_warn_infeasible(req)
+            self._trim_idle()
+
+    def _trim_idle(self) -> None:
+        """Idle workers beyond the CPU count exit after a while (blocked-get bursts)."""
+        cpus = int(self.resources.total_dict().get("CPU", 1))
+        if len(self.pool.idle) <= max(cpus, 1):
+            return
+        now = time.time()
+        for w in list(self.pool.idle[: len(self.pool.idle) - max(cpus, 1)]):
+            if now - w.started_at > config.idle_worker_kill_seconds:
+                self.pool.idle.remove(w)
+                self.pool.kill(w, "idle", signal.SIGTERM)
+
+    # -- plasma ----------------------------------------------------------------------------
+    def h_plasma_create(self, conn: Connection, body: dict) -> int:
+        return self.store.create(
+            body["object_id"], body["size"], body.get("client"), owner=body.get("owner")
+        )
+
+    def h_plasma_seal(self, conn: Connection, body: dict) -> None:
+        oid = body["object_id"]
+        self.store.seal(oid)
+        for fut in self.seal_waiters.pop(oid, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def h_plasma_get(self, conn: Connection, body: dict):
+        oid, client = body["object_id"], body["client"]
+        got = self.store.get(oid, client)
+        if got is not None:
+            return got
+        if not self._is_unsealed(oid):
+            return None
+        fut = asyncio.get_running_loop().create_future()
+        self.seal_waiters.setdefault(oid, []).append(fut)
+        try:
+            await asyncio.wait_for(fut, 30.0)
+        except TimeoutError:
+            return None
+        return self.store.get(oid, client)
+
+    def _is_unsealed(self, oid: bytes) -> bool:
+        return self.store.size_of(oid) is not None and not self.store.contains(oid)
+
+    def h_plasma_release(self, conn: Connection, body: dict) -> None:
+        self.store.release(body["object_id"], body["client"])
+
+    def h_plasma_delete(self, conn: Connection, body: dict) -> None:
+        for oid in body["object_ids"]:
+            self.store.delete(oid)
+
+    def h_plasma_abort(self, conn: Connection, body: dict) -> None:
+        self.store.abort(body["object_id"])
+
+    # -- placement groups ------------------------------------------------------------------
+    def h_reserve_bundles(self, conn: Connection, body: dict) -> bool:
+        pg_id, bundles = body["pg_id"], body["bundles"]
+        res = self.resources
+        total: dict[str, float] = {}
+        for _, shape in bundles:
+            for k, v in shape.items():
+                total[k] = total.get(k, 0) + v
+        if not res.can_fit(total):
+            return False
+        pg_hex = pg_id.hex()
+        for index, shape in bundles:
+            res.acquire(shape)
+            for k, v in shape.items():
+                res.add(pg_resource_name(k, pg_hex), v)
+                res.add(pg_resource_name(k, pg_hex, index), v)
+            res.add(pg_resource_name("bundle", pg_hex), 1)
+            res.add(pg_resource_name("bundle", pg_hex, index), 1)
+        self.bundles[pg_id] = bundles
+        self.dispatch()
+        return True
+
+    def h_release_bundles(self, conn: Connection, body: dict) -> None:
+        pg_id = body["pg_id"]
+        bundles = self.bundles.pop(pg_id, None)
+        if bundles is None:
+            return
+        pg_hex = pg_id.hex()
+        res = self.resources
+        # Workers still running in the group lose their room: stop them (Ray does too).
+        for lease in list(self.leases.values()):
+            if any(pg_hex in k for k in lease.shape):
+                self._end_lease(lease, kill=True, reason="its placement group was removed")
+        for index, shape in bundles:
+            for k, v in shape.items():
+                res.remove(pg_resource_name(k, pg_hex), v)
+                res.remove(pg_resource_name(k, pg_hex, index), v)
+            res.remove(pg_resource_name("bundle", pg_hex), 1)
+            res.remove(pg_resource_name("bundle", pg_hex, index), 1)
+            res.release(shape)
+        self.dispatch()
+
+    def h_job_finished(self, conn: Connection, body: dict) -> None:
+        job_id = body["job_id"]
+        for lease in list(self.leases.values()):
+            if lease.worker.job_id == job_id and not lease.is_actor:
+                self._end_lease(lease, kill=True, reason="its job finished")
+
+    # -- views -----------------------------------------------------------------------------
+    def h_node_stats(self, conn: Connection, body: Any) -> dict:
+        return {
+            "node_id": self.node_id,
+            "resources_total": self.resources.total_dict(),
+            "resources_available": self.resources.available_dict(),
+            "store": self.store.stats(),
+            "num_workers": len(self.pool.workers),
+            "pending_leases": [
+                {
+                    "shape": r.shape,
+                    "name": r.name,
+                    "since": r.since,
+                    "infeasible": not self.resources.feasible(r.shape),
+                }
+                for r in self.queue
+            ],
+        }
+
+    def h_list_workers(self, conn: Connection, body: Any) -> list[dict]:
+        return [w.public() for w in self.pool.workers.values()]
+
+    def pending_demands(self) -> list[dict]:
+        demands: dict[tuple, dict] = {}
+        for r in self.queue:
+            key = tuple(sorted(r.shape.items()))
+            d = demands.setdefault(
+                key,
+                {"shape": r.shape, "count": 0, "infeasible": not self.resources.feasible(r.shape)},
+            )
+            d["count"] += 1
+        return list(demands.values())
+
+    # -- GCS -------------------------------------------------------------------------------
+    async def connect_gcs(self) -> None:
+        deadline = time.monotonic() + config.process_start_timeout
+        while True:
+            try:
+                self.gcs = await conn_mod.connect(
+                    self.args.gcs_address, self.handlers, name="gcs", on_close=self._gcs_closed
+                )
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.01)
+        await self.gcs.call(
+            "register_node",
+            {
+                "node_id": self.node_id,
+                "address": self.args.address,
+                "node_ip": self.args.node_ip,
+                "resources": self.resources.total_dict(),
+                "session_dir": self.session_dir,
+                "arena_path": self.args.arena_path,
+                "object_store_memory": self.args.object_store_memory,
+                "hostname": socket.gethostname(),
+                "is_head": self.args.head,
+                "pid": os.getpid(),
+            },
+        )
+
+    def _gcs_closed(self, conn: Connection) -> None:
+        if not self.stopping:
+            logger.error("lost the GCS (%s); the node shuts down", conn.close_reason)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    async def heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(config.heartbeat_interval)
+            if self.gcs is None or self.gcs.closed:
+                return
+            self.gcs.send(
+                "heartbeat",
+                {
+                    "node_id": self.node_id,
+                    "available": self.resources.available_dict(),
+                    "total": self.resources.total_dict(),
+                    "pending_demands": self.pending_demands(),
+                    "store_stats": self.store.stats(),
+                },
+            )
+
+    def h_shutdown(self, conn: Connection, body: Any) -> dict:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return {"ok": True}
+
+
+def _fits_total(shape: dict[str, float], total: dict[str, float]) -> bool:
+    return all(v <= 0 or total.get(k, 0) >= v for k, v in shape.items())
+
+
+async def serve(args: argparse.Namespace) -> None:
+    import json
+
+    resources = json.loads(args.resources)
+    raylet = Raylet(args, resources)
+    from ember.object_store.arena import create_arena_file, remove_arena_file
+
+    create_arena_file(args.arena_path, args.object_store_memory)
+    server, _ = await conn_mod.serve(
+        args.address, raylet.handlers, name="raylet", on_close=raylet.on_connection_closed
+    )
+    gcs_task = asyncio.ensure_future(raylet.connect_gcs())
+    for _ in range(args.prestart):
+        raylet.pool.start_worker()
+    await gcs_task
+    tasks = [
+        asyncio.ensure_future(raylet.heartbeat()),
+        asyncio.ensure_future(raylet.reaper()),
+        asyncio.ensure_future(raylet.logs.run()),
+    ]
+    from ember.process_util import signal_ready
+
+    signal_ready(args.ready_fd, args.address)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    raylet.stopping = True
+    for t in tasks:
+        t.cancel()
+    server.close()
+    await loop.run_in_executor(None, raylet.pool.stop_all)
+    await raylet.logs.final_flush()
+    if raylet.gcs is not None:
+        raylet.gcs.close("raylet stopping")
+    remove_arena_file(args.arena_path)
+    try:
+        os.unlink(args.address[len("unix:") :])
+    except OSError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="ember-raylet")
+    parser.add_argument("--node-id", required=True)
+    parser.add_argument("--session-dir", required=True)
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--gcs-address", required=True)
+    parser.add_argument("--resources", required=True, help="JSON resource totals")
+    parser.add_argument("--object-store-memory", type=int, required=True)
+    parser.add_argument("--arena-path", required=True)
+    parser.add_argument("--node-ip", default="127.0.0.1")
+    parser.add_argument("--prestart", type=int, default=0)
+    parser.add_argument("--head", action="store_true")
+    parser.add_argument("--ready-fd", type=int, default=-1)
+    parser.add_argument("--parent-pid", type=int, default=0)
+    args = parser.parse_args(argv)
+    from ember.process_util import die_with_parent, setup_process_logging
+
+    setup_process_logging(os.path.join(args.session_dir, "logs", "raylet.log"))
+    if args.parent_pid:
+        die_with_parent(args.parent_pid)
+    loop = conn_mod.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(serve(args))
+
+
+if __name__ == "__main__":
+    main()

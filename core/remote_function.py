@@ -1,0 +1,108 @@
+"""``@ember.remote`` on a function: ``f.remote(...)`` submits a task and returns refs."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from ember import global_state, options
+from ember.core_worker.task_spec import NORMAL_TASK, TaskSpec
+from ember.ids import new_task_id
+from ember.serialization import dumps_function
+
+DEFAULT_MAX_RETRIES = 3
+
+
+class RemoteFunction:
+    def __init__(self, function: Any, opts: dict[str, Any]) -> None:
+        self._function = function
+        self._name = f"{function.__module__}.{function.__qualname__}"
+        self._opts = options.validate(opts, options.TASK_OPTIONS, f"remote function {self._name}")
+        self._pickled: bytes | None = None
+        self._function_id: bytes | None = None
+        self._registered_with: Any = None
+        self.__doc__ = function.__doc__
+        self.__name__ = getattr(function, "__name__", "remote_function")
+        self.__wrapped__ = function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"Remote functions cannot be called directly. Instead of running "
+            f"'{self._name}()', try '{self._name}.remote()'."
+        )
+
+    def options(self, **opts: Any) -> _BoundOptions:
+        merged = {**self._opts, **options.validate(opts, options.TASK_OPTIONS, self._name)}
+        return _BoundOptions(self, merged)
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._submit(args, kwargs, self._opts)
+
+    def _ensure_exported(self, worker: Any) -> None:
+        if self._pickled is None:
+            self._pickled = dumps_function(self._function)
+            self._function_id = hashlib.sha1(self._pickled).digest()[:16]
+        if self._registered_with is not worker:
+            worker.register_function(self._function_id, self._pickled)
+            self._registered_with = worker
+
+    def _submit(self, args: tuple, kwargs: dict, opts: dict) -> Any:
+        worker = global_state.worker
+        if worker is None:
+            from ember.api import auto_init
+
+            worker = auto_init()
+        if worker.local_mode:
+            return worker.run_local(self._function, args, kwargs, opts)
+        self._ensure_exported(worker)
+        num_returns = opts.get("num_returns", 1)
+        encoded, kw_names, nested = worker.encode_args(args, kwargs, self._name)
+        strategy = opts.get("scheduling_strategy")
+        if opts.get("placement_group") not in (None, "default"):
+            from ember.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            strategy = PlacementGroupSchedulingStrategy(
+                opts["placement_group"], opts.get("placement_group_bundle_index", -1)
+            )
+        spec = TaskSpec(
+            task_id=new_task_id(),
+            kind=NORMAL_TASK,
+            function_id=self._function_id,
+            function_name=self._name,
+            args=encoded,
+            kwarg_names=kw_names,
+            num_returns=num_returns,
+            resources=options.resource_shape(opts, 1),
+            max_retries=opts.get("max_retries", DEFAULT_MAX_RETRIES),
+            retry_exceptions=opts.get("retry_exceptions", False),
+            name=opts.get("name") or "",
+            strategy=_strategy_value(strategy),
+            nested_refs=nested,
+            actor_options={"max_calls": opts["max_calls"]} if opts.get("max_calls") else None,
+        )
+        refs = worker.submit_task(spec)
+        if num_returns == 1:
+            return refs[0]
+        return refs if num_returns != 0 else None
+
+
+class _BoundOptions:
+    def __init__(self, fn: RemoteFunction, opts: dict[str, Any]) -> None:
+        self._fn = fn
+        self._opts = opts
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fn._submit(args, kwargs, self._opts)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._fn(*args, **kwargs)
+
+
+def _strategy_value(strategy: Any) -> Any:
+    """Strategies travel as plain data: None, "DEFAULT", "SPREAD" or a tuple."""
+    if strategy is None or isinstance(strategy, str):
+        return None if strategy in (None, "DEFAULT") else strategy
+    to_wire = getattr(strategy, "to_wire", None)
+    if to_wire is None:
+        raise ValueError(f"unknown scheduling_strategy {strategy!r}")
+    return to_wire()

@@ -1,0 +1,125 @@
+"""Resource shapes (``{"CPU": 1.0, "GPU": 0.5, "custom": 2}``) and their arithmetic.
+
+Amounts are kept as fixed-point integers (1/10,000ths) inside ``NodeResources`` so that
+fractional requests (0.1 GPU ten times) add and subtract back to exactly zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+UNIT = 10_000
+
+
+def to_fixed(amount: float) -> int:
+    return round(amount * UNIT)
+
+
+def fits(shape: dict[str, float], available: dict[str, float]) -> bool:
+    for name, amount in shape.items():
+        if amount > 0 and to_fixed(available.get(name, 0.0)) < to_fixed(amount):
+            return False
+    return True
+
+
+def fmt(shape: dict[str, float]) -> str:
+    if not shape:
+        return "{}"
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(shape.items())) + "}"
+
+
+class NodeResources:
+    """One node's total and available resources, and which GPU ids are handed out."""
+
+    def __init__(self, total: dict[str, float], gpu_ids: list[int] | None = None) -> None:
+        self.total: dict[str, int] = {k: to_fixed(v) for k, v in total.items()}
+        self.available: dict[str, int] = dict(self.total)
+        n_gpus = int(total.get("GPU", 0))
+        ids = gpu_ids if gpu_ids is not None else list(range(n_gpus))
+        self.gpu_free: dict[int, int] = {g: UNIT for g in ids}  # {gpu id: free fraction}
+
+    def can_fit(self, shape: dict[str, float]) -> bool:
+        avail = self.available
+        for name, amount in shape.items():
+            if amount > 0 and avail.get(name, 0) < to_fixed(amount):
+                return False
+        if shape.get("GPU"):
+            return self._pick_gpus(shape["GPU"]) is not None
+        return True
+
+    def feasible(self, shape: dict[str, float]) -> bool:
+        total = self.total
+        return all(
+            amount <= 0 or total.get(n, 0) >= to_fixed(amount) for n, amount in shape.items()
+        )
+
+    def acquire(self, shape: dict[str, float]) -> list[int]:
+        """Takes the shape (caller checked can_fit); returns the GPU ids assigned."""
+        gpu_ids: list[int] = []
+        if shape.get("GPU"):
+            picked = self._pick_gpus(shape["GPU"])
+            if picked:
+                share = to_fixed(shape["GPU"]) if shape["GPU"] < 1 else UNIT
+                for g in picked:
+                    self.gpu_free[g] -= share
+                gpu_ids = picked
+        for name, amount in shape.items():
+            self.available[name] = self.available.get(name, 0) - to_fixed(amount)
+        return gpu_ids
+
+    def release(self, shape: dict[str, float], gpu_ids: list[int] | None = None) -> None:
+        for name, amount in shape.items():
+            self.available[name] = self.available.get(name, 0) + to_fixed(amount)
+        if gpu_ids:
+            share = to_fixed(shape.get("GPU", 1)) if shape.get("GPU", 1) < 1 else UNIT
+            for g in gpu_ids:
+                self.gpu_free[g] = min(UNIT, self.gpu_free.get(g, 0) + share)
+
+    def _pick_gpus(self, amount: float) -> list[int] | None:
+        if amount < 1:
+            need = to_fixed(amount)
+            # Fill partly used GPUs first so whole ones stay free for whole requests.
+            for g, free in sorted(self.gpu_free.items(), key=lambda kv: (kv[1], kv[0])):
+                if free >= need:
+                    return [g]
+            return None
+        whole = [g for g, free in sorted(self.gpu_free.items()) if free == UNIT]
+        n = int(amount)
+        return whole[:n] if len(whole) >= n else None
+
+    def add(self, name: str, amount: float) -> None:
+        """Adds capacity (placement-group bundle resources)."""
+        self.total[name] = self.total.get(name, 0) + to_fixed(amount)
+        self.available[name] = self.available.get(name, 0) + to_fixed(amount)
+
+    def remove(self, name: str, amount: float) -> None:
+        self.total[name] = self.total.get(name, 0) - to_fixed(amount)
+        self.available[name] = self.available.get(name, 0) - to_fixed(amount)
+        if self.total[name] <= 0:
+            self.total.pop(name, None)
+            self.available.pop(name, None)
+
+    def total_dict(self) -> dict[str, float]:
+        return {k: v / UNIT for k, v in self.total.items()}
+
+    def available_dict(self) -> dict[str, float]:
+        return {k: v / UNIT for k, v in self.available.items() if k in self.total}
+
+
+def pg_resource_name(resource: str, pg_id_hex: str, bundle_index: int = -1) -> str:
+    if bundle_index < 0:
+        return f"{resource}_group_{pg_id_hex}"
+    return f"{resource}_group_{bundle_index}_{pg_id_hex}"
+
+
+def apply_strategy(shape: dict[str, float], strategy: Any) -> dict[str, float]:
+    """A task in a placement group asks for the group's renamed resources instead."""
+    if not isinstance(strategy, tuple) or strategy[0] != "PLACEMENT_GROUP":
+        return shape
+    _, pg_id, bundle_index = strategy[:3]
+    pg_hex = pg_id.hex()
+    renamed = {pg_resource_name(k, pg_hex, bundle_index): v for k, v in shape.items() if v}
+    # Every task in a group needs a sliver of the group's bundle marker, so even a task with
+    # no resources lands on a node that holds the group.
+    renamed[pg_resource_name("bundle", pg_hex, bundle_index)] = 0.001
+    return renamed

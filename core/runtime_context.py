@@ -1,0 +1,85 @@
+"""``ember.get_runtime_context()``: the ids of the job, node, task, actor and worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RuntimeContext:
+    def __init__(self, worker: Any) -> None:
+        self._worker = worker
+
+    def get_job_id(self) -> str:
+        return self._worker.job_id.hex()
+
+    def get_node_id(self) -> str:
+        return self._worker.node_id.hex()
+
+    def get_worker_id(self) -> str:
+        return self._worker.worker_id.hex()
+
+    def get_task_id(self) -> str | None:
+        task_id = getattr(self._worker.current, "task_id", None)
+        return task_id.hex() if task_id else None
+
+    def get_actor_id(self) -> str | None:
+        actor_id = getattr(self._worker, "actor_id", None)
+        return actor_id.hex() if actor_id else None
+
+    @property
+    def namespace(self) -> str:
+        return self._worker.namespace
+
+    def get_namespace(self) -> str:
+        return self._worker.namespace
+
+    @property
+    def job_id(self) -> str:
+        return self.get_job_id()
+
+    @property
+    def node_id(self) -> str:
+        return self.get_node_id()
+
+    @property
+    def task_id(self) -> str | None:
+        return self.get_task_id()
+
+    @property
+    def actor_id(self) -> str | None:
+        return self.get_actor_id()
+
+    @property
+    def was_current_actor_reconstructed(self) -> bool:
+        executor = getattr(self._worker, "executor", None)
+        return bool(executor and executor.actor_spec and executor.actor_spec.attempt > 0)
+
+    def get_assigned_resources(self) -> dict[str, float]:
+        spec = getattr(self._worker.current, "spec", None)
+        executor = getattr(self._worker, "executor", None)
+        if spec is None and executor is not None:
+            spec = executor.actor_spec
+        return dict(spec.resources) if spec is not None else {}
+
+    def get_accelerator_ids(self) -> dict[str, list[str]]:
+        from ember.api import get_gpu_ids
+
+        return {"GPU": [str(g) for g in get_gpu_ids()]}
+
+    @property
+    def current_actor(self) -> Any:
+        from ember.api import get_actor  # noqa: F401  (a handle to self needs the GCS)
+
+        actor_id = getattr(self._worker, "actor_id", None)
+        if actor_id is None:
+            raise RuntimeError("This method is only available in an actor.")
+        return actor_id.hex()
+
+    def get(self) -> dict[str, Any]:
+        return {
+            "job_id": self.get_job_id(),
+            "node_id": self.get_node_id(),
+            "task_id": self.get_task_id(),
+            "actor_id": self.get_actor_id(),
+            "namespace": self.namespace,
+        }

@@ -1,0 +1,25 @@
+"""``ember.util``: ActorPool, placement groups, scheduling strategies."""
+
+from ember.util import scheduling_strategies
+from ember.util.placement_group import (
+    PlacementGroup,
+    get_placement_group,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
+
+try:
+    from ember.util.actor_pool import ActorPool
+except ImportError:  # pragma: no cover - being written
+    ActorPool = None  # type: ignore[assignment,misc]
+
+__all__ = [
+    "ActorPool",
+    "PlacementGroup",
+    "get_placement_group",
+    "placement_group",
+    "placement_group_table",
+    "remove_placement_group",
+    "scheduling_strategies",
+]

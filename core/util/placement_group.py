@@ -1,0 +1,129 @@
+"""Placement groups: reserve bundles of resources across nodes, all at once, then schedule
+tasks and actors into them (``PlacementGroupSchedulingStrategy``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ember import global_state
+from ember.ids import new_unique_id
+from ember.object_ref import ObjectRef
+
+VALID_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+class PlacementGroup:
+    def __init__(self, pg_id: bytes, bundles: list[dict[str, float]], strategy: str = "PACK"):
+        self.id_bytes = pg_id
+        self.bundle_specs = bundles
+        self.strategy = strategy
+
+    @property
+    def id(self) -> str:
+        return self.id_bytes.hex()
+
+    @property
+    def bundle_count(self) -> int:
+        return len(self.bundle_specs)
+
+    def ready(self) -> ObjectRef:
+        """A ref that becomes ready (True) once every bundle is reserved."""
+        worker = global_state.require_worker()
+        ref = worker.new_pending_object()
+
+        async def wait_then_fill() -> None:
+            try:
+                ok = await worker.gcs.call("wait_placement_group", {"pg_id": self.id_bytes})
+                if ok:
+                    worker.fill_object(ref.binary(), True)
+                else:
+                    worker.fill_object(
+                        ref.binary(),
+                        RuntimeError(f"placement group {self.id} was removed before it was ready"),
+                        is_error=True,
+                    )
+            except Exception as e:
+                worker.fill_object(ref.binary(), e, is_error=True)
+
+        worker.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(wait_then_fill()))
+        return ref
+
+    def wait(self, timeout_seconds: float | None = 30) -> bool:
+        worker = global_state.require_worker()
+        return bool(
+            worker.call_gcs_sync(
+                "wait_placement_group",
+                {"pg_id": self.id_bytes, "timeout": timeout_seconds},
+                timeout=(timeout_seconds or 1e9) + 10,
+            )
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PlacementGroup) and other.id_bytes == self.id_bytes
+
+    def __hash__(self) -> int:
+        return hash(self.id_bytes)
+
+    def __repr__(self) -> str:
+        return f"PlacementGroup({self.id}, {self.bundle_specs}, {self.strategy})"
+
+
+def placement_group(
+    bundles: list[dict[str, float]],
+    strategy: str = "PACK",
+    name: str = "",
+    lifetime: str | None = None,
+    _soft_target_node_id: Any = None,
+) -> PlacementGroup:
+    if not isinstance(bundles, list) or not bundles:
+        raise ValueError("placement_group() takes a non-empty list of resource dicts (bundles)")
+    for i, b in enumerate(bundles):
+        if not isinstance(b, dict) or not b:
+            raise ValueError(f"bundle {i} must be a non-empty dict of resources, got {b!r}")
+        for k, v in b.items():
+            if not isinstance(v, int | float) or v < 0:
+                raise ValueError(f"bundle {i}: resource {k!r} must be a non-negative number")
+        if all(v == 0 for v in b.values()):
+            raise ValueError(f"bundle {i} asks for no resources: {b!r}")
+    if strategy not in VALID_STRATEGIES:
+        raise ValueError(
+            f"Invalid placement group strategy {strategy!r}; use one of {', '.join(VALID_STRATEGIES)}"
+        )
+    if lifetime not in (None, "detached"):
+        raise ValueError("lifetime must be None or 'detached'")
+    worker = global_state.require_worker()
+    pg_id = new_unique_id()
+    bundles = [{k: float(v) for k, v in b.items()} for b in bundles]
+    worker.gcs_send_threadsafe(
+        "create_placement_group",
+        {
+            "pg_id": pg_id,
+            "bundles": bundles,
+            "strategy": strategy,
+            "name": name,
+            "job_id": worker.job_id,
+            "detached": lifetime == "detached",
+        },
+    )
+    return PlacementGroup(pg_id, bundles, strategy)
+
+
+def remove_placement_group(placement_group: PlacementGroup) -> None:
+    worker = global_state.require_worker()
+    worker.gcs_send_threadsafe("remove_placement_group", {"pg_id": placement_group.id_bytes})
+
+
+def get_placement_group(name: str) -> PlacementGroup:
+    worker = global_state.require_worker()
+    info = worker.call_gcs_sync("get_placement_group", {"name": name})
+    if info is None:
+        raise ValueError(f"Failed to look up a placement group named {name!r}")
+    return PlacementGroup(info["pg_id"], info["bundles"], info["strategy"])
+
+
+def placement_group_table(placement_group: PlacementGroup | None = None) -> Any:
+    worker = global_state.require_worker()
+    if placement_group is not None:
+        return worker.call_gcs_sync("get_placement_group", {"pg_id": placement_group.id_bytes})
+    return {g["placement_group_id"]: g for g in worker.call_gcs_sync("list_placement_groups", None)}
