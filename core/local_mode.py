@@ -111,7 +111,9 @@ class LocalModeWorker:
         return refs if num_returns else None
 
     def run_local(self, fn: Any, args: tuple, kwargs: dict, opts: dict) -> Any:
-        return self._run(getattr(fn, "__name__", "task"), fn, args, kwargs, opts.get("num_returns", 1))
+        return self._run(
+            getattr(fn, "__name__", "task"), fn, args, kwargs, opts.get("num_returns", 1)
+        )
 
     def create_local_actor(self, actor_class: Any, args: tuple, kwargs: dict, opts: dict) -> Any:
         from ember.actor import ActorHandle
@@ -120,7 +122,9 @@ class LocalModeWorker:
         instance = actor_class._cls(*a, **kw)
         actor_id = new_unique_id()
         self._actors[actor_id] = instance
-        handle = ActorHandle(actor_id, actor_class._name, actor_class._methods, None, 0, _count=False)
+        handle = ActorHandle(
+            actor_id, actor_class._name, actor_class._methods, None, 0, _count=False
+        )
         if opts.get("name"):
             self._named[opts["name"]] = handle
         return handle
@@ -132,7 +136,9 @@ class LocalModeWorker:
 
             raise ActorDiedError(handle._actor_id.hex(), "the actor was killed")
         num_returns = opts.get("num_returns", meta.get("num_returns", 1))
-        return self._run(f"{handle._class_name}.{name}", getattr(instance, name), args, kwargs, num_returns)
+        return self._run(
+            f"{handle._class_name}.{name}", getattr(instance, name), args, kwargs, num_returns
+        )
 
     def kill_local_actor(self, handle: Any) -> None:
         self._actors.pop(handle._actor_id, None)

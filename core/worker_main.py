@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
         register_extra={"log_paths": log_paths},
     )
     cw.executor = Executor(cw)
+    cw.executor.install_interrupt_handler()
     cw.start()
     try:
         cw.executor.run()

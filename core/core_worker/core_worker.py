@@ -737,7 +737,11 @@ class CoreWorker:
         self._task_done(
             spec,
             "FAILED" if reply.get("error") else "FINISHED",
-            {"timings": reply.get("timings"), "pid": reply.get("pid"), "function": spec.display_name()},
+            {
+                "timings": reply.get("timings"),
+                "pid": reply.get("pid"),
+                "function": spec.display_name(),
+            },
         )
 
     def _should_retry_exception(self, spec: TaskSpec, reply: dict) -> bool:

@@ -14,6 +14,7 @@ import inspect
 import logging
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -56,6 +57,8 @@ class Executor:
         self.cancelled: set[bytes] = set()
         self.exiting = False
         self.tasks_done = 0
+        self.interrupt_pending: bytes | None = None
+        self.calls_per_function: dict[bytes, int] = {}
 
     # -- on the I/O thread -----------------------------------------------------------------
     def on_push_task(self, conn, spec: TaskSpec) -> asyncio.Future:
@@ -89,10 +92,25 @@ class Executor:
             return
         if force:
             os._exit(1)
-        # Interrupt the running call with TaskCancelledError at its next bytecode.
+        if ident == threading.main_thread().ident:
+            # A signal also wakes the main thread from a blocking call such as time.sleep.
+            self.interrupt_pending = task_id
+            signal.pthread_kill(ident, signal.SIGINT)
+            return
+        # Other threads: raise TaskCancelledError at the thread's next bytecode.
         ctypes.pythonapi.PyThreadState_SetAsyncExc(
             ctypes.c_ulong(ident), ctypes.py_object(TaskCancelledError)
         )
+
+    def install_interrupt_handler(self) -> None:
+        """SIGINT in a worker means "cancel the running task" (``ember.cancel``)."""
+
+        def on_sigint(signum, frame) -> None:
+            pending, self.interrupt_pending = self.interrupt_pending, None
+            if pending is not None and pending in self.running:
+                raise TaskCancelledError(pending.hex())
+
+        signal.signal(signal.SIGINT, on_sigint)
 
     # -- on the main thread ----------------------------------------------------------------
     def run(self) -> None:
@@ -111,7 +129,14 @@ class Executor:
 
     def _run_and_reply(self, spec: TaskSpec, fut: asyncio.Future) -> None:
         reply = self.execute(spec)
+        retire = self._reached_max_calls(spec)
+        if retire:
+            reply["worker_exiting"] = True
         self.cw.loop.call_soon_threadsafe(_resolve, fut, reply)
+        if retire:
+            # max_calls: this worker has run the function enough times; a fresh one follows.
+            time.sleep(0.05)
+            os._exit(0)
         if self.exiting and spec.kind == ACTOR_TASK:
             self._exit_actor("exit_actor() was called")
 
@@ -169,6 +194,14 @@ class Executor:
         sys.stdout.flush()
         sys.stderr.flush()
         return reply
+
+    def _reached_max_calls(self, spec: TaskSpec) -> bool:
+        limit = (spec.actor_options or {}).get("max_calls") if spec.kind == 0 else None
+        if not limit:
+            return False
+        n = self.calls_per_function.get(spec.function_id, 0) + 1
+        self.calls_per_function[spec.function_id] = n
+        return n >= limit
 
     def _task_error(self, spec: TaskSpec, e: BaseException) -> TaskError:
         tb = format_exception(e)

@@ -198,7 +198,12 @@ class TaskSubmitter:
                 self.cw.fail_task(spec, exc)
             self._pump(cls)
             return
-        self.cw.handle_task_reply(spec, fut.result(), self._retry)
+        reply = fut.result()
+        self.cw.handle_task_reply(spec, reply, self._retry)
+        if reply.get("worker_exiting"):
+            self._return_lease(cls, lease, worker_died=True)
+            self._pump(cls)
+            return
         if cls.queue:
             self._push(cls, lease, cls.queue.popleft())
             return

@@ -283,7 +283,9 @@ class Raylet:
         lease = self.leases.get(body["lease_id"])
         if lease is None:
             return
-        self._end_lease(lease, kill=False, reason="")
+        # A holder that saw the worker die (or retire after max_calls) must not get it back.
+        died = body.get("worker_died", False)
+        self._end_lease(lease, kill=died, reason="its holder lost it" if died else "")
 
     def h_return_actor_lease(self, conn: Connection, body: dict) -> None:
         lease = self.leases.get(body["lease_id"])

