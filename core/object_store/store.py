@@ -1,0 +1,380 @@
+"""The raylet's table of objects in the node's shared-memory arena.
+
+This is bookkeeping only: it decides where each object lives and when its memory may be
+reused, while clients copy the bytes through ``ember.object_store.arena``. Memory is reused
+only when nothing can still be reading it, which is what the reader pins are for: a client
+pins an object on ``get`` and releases it when its last view of the bytes is gone.
+
+Every operation is O(log n) or better in the number of objects: evictable objects sit in an
+``OrderedDict`` in least-recently-used order, per-client indexes make disconnect clean-up
+proportional to what that client held, and the statistics are kept as running counters.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ember.exceptions import ObjectStoreFullError
+from ember.object_store.allocator import ArenaAllocator
+
+CREATED = "CREATED"
+SEALED = "SEALED"
+
+
+class ObjectNotFoundError(KeyError):
+    """The object store holds no object with that id (in the state the operation needs)."""
+
+    def __str__(self) -> str:
+        # KeyError would show the repr of the message, quotes and all.
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclass(slots=True, eq=False)
+class _Entry:
+    # eq=False keeps identity hashing: entries are keys of the LRU and per-client indexes,
+    # and two copies of one id can coexist (a deleted-but-pinned one and its re-creation).
+    object_id: bytes
+    offset: int
+    size: int
+    block: int
+    creator: Hashable
+    owner: bytes | None
+    primary: bool
+    created_at: float
+    last_access: float
+    sealed: bool = False
+    deleted: bool = False
+    pins: int = 0
+    readers: dict[Hashable, int] = field(default_factory=dict)
+
+    @property
+    def evictable(self) -> bool:
+        return self.sealed and not self.primary and not self.pins and not self.deleted
+
+
+class ObjectStore:
+    """Which object lives where in the arena, who is reading it, and when it can go."""
+
+    def __init__(self, capacity: int, alignment: int = 4096) -> None:
+        self._alloc = ArenaAllocator(capacity, alignment)
+        # Live objects: created or sealed, not deleted by their owner.
+        self._objects: dict[bytes, _Entry] = {}
+        # Objects the owner deleted whose memory is still in use (by readers or the creator).
+        # A list because the id may be deleted, re-created and deleted again meanwhile.
+        self._deleted: dict[bytes, list[_Entry]] = {}
+        self._client_pins: dict[Hashable, set[_Entry]] = {}
+        self._client_creations: dict[Hashable, set[_Entry]] = {}
+        self._evictable: OrderedDict[_Entry, None] = OrderedDict()
+        self._evictable_bytes = 0
+        self._num_sealed = 0
+        self._num_primary = 0
+        self._num_pinned = 0
+        self._num_evicted_total = 0
+        self._bytes_evicted_total = 0
+        self._num_created_total = 0
+
+    @property
+    def capacity(self) -> int:
+        return self._alloc.capacity
+
+    @property
+    def used_bytes(self) -> int:
+        return self._alloc.used
+
+    def create(
+        self,
+        object_id: bytes,
+        size: int,
+        creator: Hashable,
+        owner: bytes | None = None,
+        primary: bool = True,
+    ) -> int:
+        """Reserves ``size`` bytes for a new object and returns their offset in the arena.
+
+        Evicts unpinned secondary copies, least recently used first, when that makes room.
+        Raises ObjectStoreFullError when the object cannot fit and ValueError if the id is
+        already live.
+        """
+        if size < 0:
+            raise ValueError(f"object {object_id.hex()}: size must not be negative, got {size}")
+        if object_id in self._objects:
+            raise ValueError(f"object {object_id.hex()} already exists in the object store")
+        if size > self._alloc.capacity:
+            raise ObjectStoreFullError(self._full_message(object_id, size, too_big=True))
+        offset = self._alloc.allocate(size)
+        if offset is None:
+            # Evicting cannot help if even perfectly coalesced memory would be too small; in
+            # that case keep the cached copies rather than throwing them away for nothing.
+            need = self._alloc.block_size(size)
+            if self._alloc.free_bytes + self._evictable_bytes >= need:
+                while offset is None and self._evictable:
+                    self._evict(next(iter(self._evictable)))
+                    offset = self._alloc.allocate(size)
+            if offset is None:
+                raise ObjectStoreFullError(self._full_message(object_id, size, too_big=False))
+        now = time.time()
+        entry = _Entry(
+            object_id=object_id,
+            offset=offset,
+            size=size,
+            block=self._alloc.size_of(offset) or 0,
+            creator=creator,
+            owner=owner,
+            primary=primary,
+            created_at=now,
+            last_access=now,
+        )
+        self._objects[object_id] = entry
+        self._client_creations.setdefault(creator, set()).add(entry)
+        self._num_created_total += 1
+        self._account(entry, +1)
+        return offset
+
+    def seal(self, object_id: bytes) -> None:
+        """Marks a created object complete, so readers can get it."""
+        entry = self._objects.get(object_id)
+        if entry is None or entry.sealed:
+            unsealed = self._find_deleted(object_id, lambda e: not e.sealed)
+            if unsealed is None:
+                if entry is not None:
+                    raise ValueError(f"object {object_id.hex()} is already sealed")
+                raise ObjectNotFoundError(f"object {object_id.hex()} is not in the object store")
+            entry = unsealed
+        self._account(entry, -1)
+        entry.sealed = True
+        creations = self._client_creations.get(entry.creator)
+        if creations is not None:
+            creations.discard(entry)
+            if not creations:
+                del self._client_creations[entry.creator]
+        if entry.deleted:
+            # The owner gave up on it while it was being written; nobody can have pinned it.
+            self._free(entry)
+        else:
+            self._account(entry, +1)
+
+    def abort(self, object_id: bytes) -> None:
+        """Drops an object that was created but never sealed, freeing its memory."""
+        entry = self._objects.get(object_id)
+        if entry is None or entry.sealed:
+            unsealed = self._find_deleted(object_id, lambda e: not e.sealed)
+            if unsealed is None:
+                if entry is not None:
+                    raise ValueError(f"object {object_id.hex()} is sealed and cannot be aborted")
+                raise ObjectNotFoundError(f"object {object_id.hex()} is not in the object store")
+            entry = unsealed
+        self._account(entry, -1)
+        self._free(entry)
+
+    def get(self, object_id: bytes, client: Hashable) -> tuple[int, int] | None:
+        """Pins a sealed object for ``client``; returns ``(offset, size)`` or None if absent."""
+        entry = self._objects.get(object_id)
+        if entry is None or not entry.sealed:
+            return None
+        self._account(entry, -1)
+        entry.readers[client] = entry.readers.get(client, 0) + 1
+        entry.pins += 1
+        entry.last_access = time.time()
+        self._client_pins.setdefault(client, set()).add(entry)
+        self._account(entry, +1)
+        return entry.offset, entry.size
+
+    def release(self, object_id: bytes, client: Hashable, offset: int | None = None) -> None:
+        """Drops one of ``client``'s pins on the object, freeing it if it was deleted.
+
+        ``offset`` picks the copy when the id was deleted and re-created while the client
+        still held the old copy; without it the live copy's pin is released first.
+        """
+        entry = self._pinned_entry(object_id, client, offset)
+        if entry is None:
+            raise ValueError(f"client {client!r} holds no pin on object {object_id.hex()}")
+        self._account(entry, -1)
+        count = entry.readers[client] - 1
+        if count:
+            entry.readers[client] = count
+        else:
+            del entry.readers[client]
+            self._drop_client_pin(client, entry)
+        entry.pins -= 1
+        if not entry.pins:
+            # Being read counts as use, so LRU age runs from the last release.
+            entry.last_access = time.time()
+        if entry.deleted and not entry.pins:
+            self._free(entry)
+        else:
+            self._account(entry, +1)
+
+    def release_client(self, client: Hashable) -> None:
+        """Forgets a disconnected client: drops its pins and aborts its unsealed objects."""
+        for entry in self._client_pins.pop(client, set()):
+            self._account(entry, -1)
+            entry.pins -= entry.readers.pop(client)
+            if not entry.pins:
+                entry.last_access = time.time()
+            if entry.deleted and not entry.pins:
+                self._free(entry)
+            else:
+                self._account(entry, +1)
+        for entry in self._client_creations.pop(client, set()):
+            if not entry.sealed:
+                self._account(entry, -1)
+                self._free(entry)
+
+    def delete(self, object_id: bytes) -> bool:
+        """The owner freed the object: reclaim it now, or at its last release if pinned.
+
+        Returns False if no live object has that id.
+        """
+        entry = self._objects.get(object_id)
+        if entry is None:
+            return False
+        self._account(entry, -1)
+        del self._objects[object_id]
+        entry.deleted = True
+        self._deleted.setdefault(object_id, []).append(entry)
+        if entry.sealed and not entry.pins:
+            self._free(entry)
+        else:
+            # Readers still map these bytes, or the creator is still writing them.
+            self._account(entry, +1)
+        return True
+
+    def set_primary(self, object_id: bytes, primary: bool) -> None:
+        """Marks a live object as the primary copy (never evicted) or a secondary one."""
+        entry = self._objects.get(object_id)
+        if entry is None:
+            raise ObjectNotFoundError(f"object {object_id.hex()} is not in the object store")
+        self._account(entry, -1)
+        entry.primary = primary
+        self._account(entry, +1)
+
+    def contains(self, object_id: bytes) -> bool:
+        """True if the object is sealed and not deleted, i.e. a get would succeed."""
+        entry = self._objects.get(object_id)
+        return entry is not None and entry.sealed
+
+    def size_of(self, object_id: bytes) -> int | None:
+        """The requested size of a live (created or sealed) object, or None."""
+        entry = self._objects.get(object_id)
+        return None if entry is None else entry.size
+
+    def stats(self) -> dict[str, int]:
+        """Running totals for metrics; memory figures count whole allocation blocks."""
+        return {
+            "capacity_bytes": self._alloc.capacity,
+            "used_bytes": self._alloc.used,
+            "num_objects": self._alloc.num_allocations,
+            "num_sealed": self._num_sealed,
+            "num_primary": self._num_primary,
+            "num_pinned_by_readers": self._num_pinned,
+            "num_evicted_total": self._num_evicted_total,
+            "bytes_evicted_total": self._bytes_evicted_total,
+            "num_created_total": self._num_created_total,
+        }
+
+    def list_objects(self) -> list[dict[str, Any]]:
+        """One row per object holding memory, deleted-but-pinned ones included."""
+        entries = list(self._objects.values())
+        for copies in self._deleted.values():
+            entries.extend(copies)
+        return [
+            {
+                "object_id": e.object_id.hex(),
+                "offset": e.offset,
+                "size": e.size,
+                "state": SEALED if e.sealed else CREATED,
+                "primary": e.primary,
+                "readers": e.pins,
+                "deleted": e.deleted,
+                "owner": e.owner,
+                "created_at": e.created_at,
+                "last_access": e.last_access,
+            }
+            for e in entries
+        ]
+
+    def _account(self, entry: _Entry, sign: int) -> None:
+        # Every mutation of an entry is bracketed by _account(-1) and _account(+1) (or a
+        # free), so the counters and the LRU set can never drift from the entries' state.
+        if entry.sealed:
+            self._num_sealed += sign
+        if entry.primary and not entry.deleted:
+            self._num_primary += sign
+        if entry.pins:
+            self._num_pinned += sign
+        if entry.evictable:
+            if sign > 0:
+                self._evictable[entry] = None
+                self._evictable_bytes += entry.block
+            else:
+                del self._evictable[entry]
+                self._evictable_bytes -= entry.block
+
+    def _free(self, entry: _Entry) -> None:
+        # The caller has already taken the entry out of the accounting.
+        self._alloc.free(entry.offset)
+        if entry.deleted:
+            copies = self._deleted[entry.object_id]
+            copies.remove(entry)
+            if not copies:
+                del self._deleted[entry.object_id]
+        elif self._objects.get(entry.object_id) is entry:
+            del self._objects[entry.object_id]
+        creations = self._client_creations.get(entry.creator)
+        if creations is not None:
+            creations.discard(entry)
+            if not creations:
+                del self._client_creations[entry.creator]
+
+    def _evict(self, entry: _Entry) -> None:
+        self._account(entry, -1)
+        self._free(entry)
+        self._num_evicted_total += 1
+        self._bytes_evicted_total += entry.block
+
+    def _drop_client_pin(self, client: Hashable, entry: _Entry) -> None:
+        pinned = self._client_pins.get(client)
+        if pinned is not None:
+            pinned.discard(entry)
+            if not pinned:
+                del self._client_pins[client]
+
+    def _find_deleted(self, object_id: bytes, predicate: Callable[[_Entry], bool]) -> _Entry | None:
+        for entry in self._deleted.get(object_id, ()):
+            if predicate(entry):
+                return entry
+        return None
+
+    def _pinned_entry(
+        self, object_id: bytes, client: Hashable, offset: int | None
+    ) -> _Entry | None:
+        live = self._objects.get(object_id)
+        if live is not None and client in live.readers and offset in (None, live.offset):
+            return live
+        return self._find_deleted(
+            object_id, lambda e: client in e.readers and offset in (None, e.offset)
+        )
+
+    def _full_message(self, object_id: bytes, size: int, too_big: bool) -> str:
+        capacity = self._alloc.capacity
+        used = self._alloc.used
+        held = used - self._evictable_bytes
+        if too_big:
+            reason = f"the object is larger than the store's capacity of {capacity} bytes"
+        else:
+            reason = (
+                f"the store's capacity is {capacity} bytes, {used} bytes are in use and the "
+                f"largest free block is {self._alloc.largest_free()} bytes"
+            )
+        return (
+            f"Cannot create object {object_id.hex()} of {size} bytes in the object store: "
+            f"{reason}. {held} bytes of the {used} bytes in use (capacity {capacity}) are held "
+            f"by primary copies or pinned objects (being read or still being written), which "
+            f"cannot be evicted. Release references to objects you no longer need (delete "
+            f"ObjectRefs and drop values returned by get), or start Ember with a larger "
+            f"object_store_memory."
+        )
