@@ -1,0 +1,512 @@
+#!/usr/bin/env python3
+"""Run `ray microbenchmark`'s workloads on Ray and on Ember, side by side, on this machine.
+
+Both halves run the same code, ``core/microbenchmark.py``: Ray's half in its own virtual
+environment (``benchmarks/.ray-venv``, created on first use; Ray is never a dependency of
+Ember), Ember's half in Ember's environment. Each half is a subprocess that writes JSON;
+they run one after the other, then a table compares them::
+
+    .venv/bin/python benchmarks/compare_ray.py              # both halves, full trials
+    .venv/bin/python benchmarks/compare_ray.py --quick      # smoke run
+    .venv/bin/python benchmarks/compare_ray.py --only ray   # Ray's numbers alone
+    .venv/bin/python benchmarks/compare_ray.py --only ember --ray-results benchmarks/results/ray-....json
+
+Every process a half starts carries a marker in its environment; after each half the
+script looks for marked processes still alive, reports them and ends them.
+
+This script needs only the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+MODULE = REPO / "core" / "microbenchmark.py"
+RAY_VENV = HERE / ".ray-venv"
+RESULTS = HERE / "results"
+RAY_REQUIREMENT = "ray==2.60.0"
+RAY_FALLBACK_REQUIREMENT = "ray>=2,<3"
+RUN_MARK_ENV = "EMBER_BENCH_RUN"
+
+STARTUP_ROW = "init -> first task -> shutdown"
+MEMORY_ROW = "idle local node resident memory"
+# Ember's targets, as ratios where >1 means Ember is better.
+FAST_PATH_ROWS = {"single client tasks sync": 3.0, "1:1 actor calls sync": 3.0}
+DEFAULT_TARGET = 1.0
+STARTUP_TARGET_S = 1.0
+MEMORY_TARGET = 4.0
+
+# Loads core/microbenchmark.py by path, so no directory of Ember lands on sys.path.
+LAUNCHER = (
+    "import importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location('ember_microbenchmark', sys.argv[1])\n"
+    "mod = importlib.util.module_from_spec(spec)\n"
+    "sys.modules[spec.name] = mod\n"
+    "spec.loader.exec_module(mod)\n"
+    "sys.exit(mod.main(sys.argv[2:]))\n"
+)
+
+
+class SetupError(RuntimeError):
+    """A half cannot run at all (no Ray environment, Ember not built)."""
+
+
+# --------------------------------------------------------------------------------------
+# Environments
+# --------------------------------------------------------------------------------------
+
+
+def ray_python() -> Path:
+    return RAY_VENV / "bin" / "python"
+
+
+def ensure_ray_venv() -> Path:
+    """Create benchmarks/.ray-venv with Ray, numpy and psutil unless it already works."""
+    py = ray_python()
+    check = [str(py), "-c", "import ray, numpy, psutil; print(ray.__version__)"]
+    if py.exists():
+        done = subprocess.run(check, capture_output=True, text=True)
+        if done.returncode == 0:
+            return py
+    if not py.exists():
+        print(f"creating {RAY_VENV} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(RAY_VENV)], check=True)
+    pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check"]
+    print(f"installing {RAY_REQUIREMENT}, numpy and psutil into {RAY_VENV} ...", flush=True)
+    if subprocess.run([*pip, RAY_REQUIREMENT, "numpy", "psutil"]).returncode != 0:
+        print(f"{RAY_REQUIREMENT} is not available; trying {RAY_FALLBACK_REQUIREMENT}", flush=True)
+        if subprocess.run([*pip, RAY_FALLBACK_REQUIREMENT, "numpy", "psutil"]).returncode:
+            raise SetupError(f"could not install Ray into {RAY_VENV}")
+    done = subprocess.run(check, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SetupError(f"Ray does not import in {RAY_VENV}: {done.stderr.strip()}")
+    return py
+
+
+def default_ember_python() -> Path:
+    venv = REPO / ".venv" / "bin" / "python"
+    return venv if venv.exists() else Path(sys.executable)
+
+
+def check_ember(py: Path) -> None:
+    """Fail clearly when Ember's runtime has not landed yet."""
+    code = (
+        "import sys\n"
+        "try:\n    import ember\nexcept ImportError as e:\n"
+        "    print(f'cannot import ember: {e}'); sys.exit(3)\n"
+        "sys.exit(0 if callable(getattr(ember, 'init', None)) else 4)\n"
+    )
+    done = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=RESULTS)
+    if done.returncode == 4:
+        raise SetupError(
+            f"Ember's runtime is not built yet: `ember.init` does not exist (checked with "
+            f"{py}). Measure Ray alone with --only ray."
+        )
+    if done.returncode != 0:
+        raise SetupError(
+            f"Ember is not importable with {py}: {(done.stdout + done.stderr).strip()}"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------------------
+
+
+def marked_processes(mark: str, sid: int | None = None) -> dict[int, str]:
+    """pid -> command line of every live process of a half: whose environment carries
+    ``mark``, or that is in session ``sid`` (the half was started as a session leader).
+    Both are needed: Ray's processes rewrite their title over their environment, and a
+    daemon may start its own session."""
+    needle = f"{RUN_MARK_ENV}={mark}".encode() + b"\0"
+    found: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[-1].split()
+            if fields[0] == b"Z":
+                continue  # a zombie holds no resources; its parent will reap it
+            if sid is None or int(fields[3]) != sid:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if needle not in f.read() + b"\0":
+                        continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
+            continue
+        found[int(entry)] = " ".join(cmd.split())
+    return found
+
+
+def reap_leftovers(
+    mark: str, label: str, sid: int | None = None, grace: float = 15.0
+) -> list[dict[str, Any]]:
+    """Wait ``grace`` seconds for a half's processes to exit; report and end the rest."""
+    deadline = time.monotonic() + grace
+    left = marked_processes(mark, sid)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = marked_processes(mark, sid)
+    if not left:
+        print(f"[{label}] no processes left behind", flush=True)
+        return []
+    print(
+        f"[{label}] LEFTOVER: {len(left)} process(es) still alive {grace:g} s after the "
+        f"run; ending them:",
+        flush=True,
+    )
+    for pid, cmd in sorted(left.items()):
+        print(f"    pid {pid}: {cmd[:160]}", flush=True)
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
+        for pid in marked_processes(mark, sid):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + wait
+        while marked_processes(mark, sid) and time.monotonic() < end:
+            time.sleep(0.2)
+    still = marked_processes(mark, sid)
+    if still:
+        print(f"[{label}] could not end: {sorted(still)}", flush=True)
+    return [{"pid": pid, "cmd": cmd} for pid, cmd in sorted(left.items())]
+
+
+def cpu_busy(interval: float = 1.0) -> float:
+    """Fraction of the machine's CPU time spent busy over ``interval`` seconds."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields), idle
+
+    total0, idle0 = sample()
+    time.sleep(interval)
+    total1, idle1 = sample()
+    return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
+
+
+def warn_if_busy(label: str) -> float:
+    """Numbers taken on a busy machine are not comparable: say so before a half runs."""
+    busy = cpu_busy()
+    if busy > 0.15:
+        print(
+            f"[{label}] WARNING: the machine is {busy:.0%} busy before the run "
+            f"(other processes); these numbers will be low.",
+            flush=True,
+        )
+    return busy
+
+
+# --------------------------------------------------------------------------------------
+# Running one half
+# --------------------------------------------------------------------------------------
+
+
+def run_half(
+    label: str, cmd: list[str], json_path: Path, timeout: float
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str | None]:
+    """Run one half; return (its JSON, leftover processes, error)."""
+    mark = uuid.uuid4().hex
+    env = dict(os.environ)
+    env[RUN_MARK_ENV] = mark
+    env["RAY_USAGE_STATS_ENABLED"] = "0"  # no usage reports leave the machine
+    env.pop("RAY_ADDRESS", None)  # always a fresh local node
+    log_path = json_path.with_suffix(".stderr.log")
+    busy = warn_if_busy(label)
+    print(f"\n=== {label}: {' '.join(cmd[:2])} ... (stderr: {log_path})", flush=True)
+    error = None
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=RESULTS, env=env, stdout=None, stderr=log, start_new_session=True
+        )
+        try:
+            rc = proc.wait(timeout=timeout)
+            if rc not in (0, 1):  # 1: some rows FAILED, the JSON still holds the rest
+                error = f"exited with {rc}"
+        except subprocess.TimeoutExpired:
+            error = f"no result within {timeout:g} s"
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the group this script started
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        except KeyboardInterrupt:
+            try:
+                os.killpg(proc.pid, signal.SIGINT)
+                proc.wait(timeout=20)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+            reap_leftovers(mark, label, proc.pid, grace=5.0)
+            raise
+    print(f"=== {label}: finished in {time.monotonic() - started:.0f} s", flush=True)
+    leftovers = reap_leftovers(mark, label, proc.pid)
+    doc = None
+    if json_path.exists():
+        with open(json_path) as f:
+            doc = json.load(f)
+        doc["machine_busy_before"] = busy
+    elif error is None:
+        error = "wrote no results"
+    if error:
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-15:]
+        print(f"[{label}] {error}; last lines of {log_path}:", flush=True)
+        for line in tail:
+            print(f"    {line}", flush=True)
+    return doc, leftovers, error
+
+
+def microbenchmark_args(args: argparse.Namespace, runtime: str, json_path: Path) -> list[str]:
+    out = ["--runtime", runtime, "--json", str(json_path)]
+    if args.filter:
+        out += ["--filter", args.filter]
+    if args.quick:
+        out.append("--quick")
+    if args.extra:
+        out.append("--extra")
+    for name in ("duration", "trials", "warmup", "settle", "row_timeout"):
+        value = getattr(args, name)
+        if value is not None:
+            out += [f"--{name.replace('_', '-')}", str(value)]
+    return out
+
+
+def load_ray_results(path: str) -> dict[str, Any]:
+    with open(path) as f:
+        doc = json.load(f)
+    if "results" in doc:
+        return doc
+    if isinstance(doc.get("ray"), dict):
+        return doc["ray"]
+    raise SetupError(f"{path} holds no Ray results")
+
+
+# --------------------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------------------
+
+
+def _by_name(doc: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    return {r["name"]: r for r in (doc or {}).get("results", [])}
+
+
+def _cell(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "-"
+    if r.get("error"):
+        return "FAILED"
+    if r["unit"] == "seconds":
+        return f"{r['value']:.2f} s (mean {r['extra']['mean']:.2f})"
+    if r["unit"] == "MB":
+        return f"{r['value']:.0f} MB / {r['extra']['processes']} procs"
+    return f"{r['value']:.2f}"
+
+
+def compare_rows(ray: dict[str, Any] | None, ember: dict[str, Any] | None) -> list[dict[str, Any]]:
+    rays, embers = _by_name(ray), _by_name(ember)
+    names = list(rays) + [n for n in embers if n not in rays]
+    rows = []
+    for name in names:
+        r, e = rays.get(name), embers.get(name)
+        unit = (r or e or {}).get("unit", "per second")
+        rv = r["value"] if r and not r.get("error") else None
+        ev = e["value"] if e and not e.get("error") else None
+        ratio = None
+        if rv is not None and ev is not None and rv > 0 and ev > 0:
+            # >1 always means Ember is better.
+            ratio = ev / rv if unit == "per second" else rv / ev
+        if name == STARTUP_ROW:
+            target = f"< {STARTUP_TARGET_S:g} s"
+            passed = None if ev is None else ev < STARTUP_TARGET_S
+        elif name == MEMORY_ROW:
+            target = f"<= 1/{MEMORY_TARGET:g} Ray"
+            passed = None if ratio is None else ratio >= MEMORY_TARGET
+        else:
+            need = FAST_PATH_ROWS.get(name, DEFAULT_TARGET)
+            target = f">= {need:g}x"
+            passed = None if ratio is None else ratio >= need
+        if e is not None and e.get("error"):
+            passed = False
+        rows.append(
+            {
+                "workload": name,
+                "unit": unit,
+                "ray": rv,
+                "ray_std": r.get("std") if r else None,
+                "ray_error": r.get("error") if r else None,
+                "ember": ev,
+                "ember_std": e.get("std") if e else None,
+                "ember_error": e.get("error") if e else None,
+                "ray_cell": _cell(r),
+                "ember_cell": _cell(e),
+                "ratio": ratio,
+                "ratio_kind": "Ember/Ray" if unit == "per second" else "Ray/Ember",
+                "target": target,
+                "passed": passed,
+            }
+        )
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    header = ("workload", "unit", "Ray", "Ember", "ratio", "target", "")
+    lines = []
+    for row in rows:
+        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}x"
+        if row["ratio"] is not None and row["ratio_kind"] == "Ray/Ember":
+            ratio += " (Ray/Ember)"
+        status = {True: "ok", False: "MISSED", None: ""}[row["passed"]]
+        lines.append(
+            (
+                row["workload"],
+                row["unit"],
+                row["ray_cell"],
+                row["ember_cell"],
+                ratio,
+                row["target"],
+                status,
+            )
+        )
+    widths = [max(len(str(x[i])) for x in [header, *lines]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:{'<' if i < 2 else '>'}{w}}}" for i, w in enumerate(widths))
+    print()
+    print(fmt.format(*header))
+    print("  ".join("-" * w for w in widths))
+    for line in lines:
+        print(fmt.format(*line))
+    print("ratio: >1 means Ember is better (Ember/Ray for rates, Ray/Ember for time and memory).")
+
+
+# --------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--filter", help="only rows whose name contains SUBSTRING")
+    p.add_argument("--quick", action="store_true", help="short trials: a smoke run")
+    p.add_argument("--only", choices=("ray", "ember"), help="run one half only")
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help="write the whole table (and both halves' raw results) to FILE",
+    )
+    p.add_argument(
+        "--ray-results",
+        metavar="FILE",
+        help="take Ray's half from an earlier run's JSON instead of running it",
+    )
+    p.add_argument(
+        "--extra",
+        action="store_true",
+        help="also the rows of `ray microbenchmark` outside the comparison set",
+    )
+    p.add_argument(
+        "--ember-python",
+        type=Path,
+        default=default_ember_python(),
+        help="the Python of Ember's environment (default: .venv/bin/python)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds one half may take (default 3600)"
+    )
+    p.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    for name, help_ in (
+        ("duration", "seconds per trial (Ray: 2)"),
+        ("warmup", "warm-up seconds per row (Ray: 1)"),
+        ("settle", "sleep before each row (Ray: 10)"),
+        ("row-timeout", "fail a row after this many seconds"),
+    ):
+        p.add_argument(f"--{name}", type=float, help=help_)
+    p.add_argument("--trials", type=int, help="trials per row (Ray: 4)")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_ray = args.only in (None, "ray") and not args.ray_results
+    run_ember = args.only in (None, "ember")
+    halves: dict[str, dict[str, Any] | None] = {"ray": None, "ember": None}
+    leftovers: dict[str, list[dict[str, Any]]] = {}
+    errors: dict[str, str] = {}
+    try:
+        if run_ember:  # before Ray's half, so a missing runtime fails in seconds
+            check_ember(args.ember_python)
+        if args.ray_results:
+            halves["ray"] = load_ray_results(args.ray_results)
+        if run_ray:
+            py = ensure_ray_venv()
+            path = RESULTS / f"ray-{stamp}.json"
+            cmd = [str(py), "-c", LAUNCHER, str(MODULE), *microbenchmark_args(args, "ray", path)]
+            halves["ray"], leftovers["ray"], err = run_half("ray", cmd, path, args.timeout)
+            if err:
+                errors["ray"] = err
+        if run_ember:
+            path = RESULTS / f"ember-{stamp}.json"
+            cmd = [
+                str(args.ember_python),
+                "-m",
+                "ember.microbenchmark",
+                *microbenchmark_args(args, "ember", path),
+            ]
+            halves["ember"], leftovers["ember"], err = run_half("ember", cmd, path, args.timeout)
+            if err:
+                errors["ember"] = err
+    except SetupError as exc:
+        print(f"compare_ray: {exc}", file=sys.stderr)
+        return 2
+    rows = compare_rows(halves["ray"], halves["ember"])
+    print_table(rows)
+    for label, procs in leftovers.items():
+        if procs:
+            print(
+                f"WARNING: the {label} half left {len(procs)} process(es) behind "
+                f"(ended by this script)."
+            )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {
+                    "rows": rows,
+                    "ray": halves["ray"],
+                    "ember": halves["ember"],
+                    "leftovers": leftovers,
+                    "errors": errors,
+                },
+                f,
+                indent=2,
+            )
+    failed_rows = [
+        r["workload"]
+        for r in rows
+        if (run_ray and r["ray_error"]) or (run_ember and r["ember_error"])
+    ]
+    if errors or failed_rows or any(leftovers.values()):
+        return 1
+    if args.strict and any(r["passed"] is False for r in rows):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
