@@ -1,0 +1,300 @@
+"""Seed 002 §5.3.2, "Using Actors".
+
+Creating an actor (decorator and ``ray.remote(Counter)``), ``ray.method(num_return_vals=2)``,
+resources with actors (GPUs, custom resources, ``.options``), terminating actors (handle out of
+scope, ``ray.actor.exit_actor()``, ``ray.kill``) and actor handles passed to tasks. The Actor
+Pool program of this section is in test_actor_pool.py.
+"""
+
+# The document's programs are kept as written, old spellings included.
+# ruff: noqa: UP004
+
+from __future__ import annotations
+
+import os
+import time
+
+import ember as ray
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _process_gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie not yet reaped counts as exited)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+@pytest.mark.ray_init()
+def test_creating_an_actor(ray_start: object) -> None:
+    """Creating an actor: the decorator, and the equivalent ``ray.remote(Counter)``."""
+
+    @ray.remote
+    class Counter(object):
+        def __init__(self):
+            self.value = 0
+
+        def increment(self):
+            self.value += 1
+            return self.value
+
+    c = Counter.remote()
+    assert ray.get([c.increment.remote() for _ in range(3)]) == [1, 2, 3]
+
+    class Counter(object):  # noqa: F811 - the document's second form
+        def __init__(self):
+            self.value = 0
+
+        def increment(self):
+            self.value += 1
+            return self.value
+
+    Counter = ray.remote(Counter)
+
+    c = Counter.remote()
+    assert ray.get([c.increment.remote() for _ in range(3)]) == [1, 2, 3]
+
+    # "A worker process is created on that node for the purpose of running methods called
+    # on the actor": methods run in a process other than the driver.
+    @ray.remote
+    class Where(object):
+        def pid(self):
+            return os.getpid()
+
+    assert ray.get(Where.remote().pid.remote()) != os.getpid()
+
+
+@pytest.mark.ray_init()
+def test_actor_method_num_return_vals(ray_start: object) -> None:
+    """Actor Methods: ``@ray.method(num_return_vals=2)`` returns two object IDs."""
+
+    @ray.remote
+    class Foo(object):
+        @ray.method(num_return_vals=2)
+        def bar(self):
+            return 1, 2
+
+    f = Foo.remote()
+
+    obj_id1, obj_id2 = f.bar.remote()
+    assert ray.get(obj_id1) == 1
+    assert ray.get(obj_id2) == 2
+
+
+@pytest.mark.ray_init(num_cpus=4, num_gpus=2, resources={"Resource2": 1})
+def test_resources_with_actors(ray_start: object) -> None:
+    """Resources with Actors: a GPU actor sees its GPUs in ``ray.get_gpu_ids()``.
+
+    The document's GPUActor classes have no methods; ``gpu_ids`` is added to observe them.
+    """
+
+    @ray.remote(num_cpus=2, num_gpus=1)
+    class GPUActor(object):
+        def gpu_ids(self):
+            return ray.get_gpu_ids()
+
+    gpu_actor = GPUActor.remote()
+    ids = ray.get(gpu_actor.gpu_ids.remote())
+    # "This is a list of integers, like [], or [1], or [2, 5, 6]."
+    assert isinstance(ids, list) and len(ids) == 1
+    assert ids[0] in (0, 1)
+
+    @ray.remote(resources={"Resource2": 1})
+    class GPUActor(object):  # noqa: F811 - the document reuses the name
+        def ping(self):
+            return "pong"
+
+    assert ray.get(GPUActor.remote().ping.remote()) == "pong"
+
+
+@pytest.mark.ray_init(num_cpus=6, resources={"Custom1": 1, "Custom2": 1, "Custom3": 1})
+def test_actor_options_resources(ray_start: object) -> None:
+    """Many copies of one actor class with varying resource requirements (``.options``).
+
+    "Ray will need to be started with sufficient CPU resources and the relevant custom
+    resources": 1 + 2 + 3 CPUs and one of each custom resource.
+    """
+
+    @ray.remote(num_cpus=4)
+    class Counter(object):
+        def __init__(self):
+            self.value = 0
+
+        def increment(self):
+            self.value += 1
+            return self.value
+
+    a1 = Counter.options(num_cpus=1, resources={"Custom1": 1}).remote()
+    a2 = Counter.options(num_cpus=2, resources={"Custom2": 1}).remote()
+    a3 = Counter.options(num_cpus=3, resources={"Custom3": 1}).remote()
+
+    assert ray.get([a.increment.remote() for a in (a1, a2, a3)]) == [1, 1, 1]
+
+
+@pytest.mark.ray_init()
+def test_actor_terminated_when_handle_out_of_scope(ray_start: object, wait_for) -> None:
+    """Terminating Actors: the process ends when the original handle is destructed."""
+
+    @ray.remote
+    class Counter(object):
+        def __init__(self):
+            self.value = 0
+
+        def increment(self):
+            self.value += 1
+            return self.value
+
+        def pid(self):
+            return os.getpid()
+
+    actor_handle = Counter.remote()
+    pid = ray.get(actor_handle.pid.remote())
+    assert not _process_gone(pid)
+
+    del actor_handle
+    wait_for(lambda: _process_gone(pid), what=f"actor process {pid} to exit")
+
+
+@pytest.mark.ray_init()
+def test_exit_actor(ray_start: object, wait_for) -> None:
+    """``ray.actor.exit_actor()`` from a method: earlier calls finish first, then the
+    exit's object ID (and every later call) raises ``RayActorError``."""
+
+    @ray.remote
+    class Counter(object):
+        def __init__(self):
+            self.value = 0
+
+        def increment(self):
+            time.sleep(0.2)
+            self.value += 1
+            return self.value
+
+        def pid(self):
+            return os.getpid()
+
+        def exit(self):
+            ray.actor.exit_actor()
+
+    actor = Counter.remote()
+    pid = ray.get(actor.pid.remote())
+    earlier = [actor.increment.remote() for _ in range(3)]
+    exit_id = actor.exit.remote()
+
+    # "this method of termination will wait until any previously submitted tasks finish"
+    assert ray.get(earlier) == [1, 2, 3]
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(exit_id)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actor.increment.remote())
+    # "This will kill the actor process and release resources"
+    wait_for(lambda: _process_gone(pid), what=f"actor process {pid} to exit")
+
+
+@pytest.mark.ray_init()
+def test_kill_fails_pending_tasks(ray_start: object, wait_for) -> None:
+    """``ray.kill(actor_handle)``: the actor exits at once and pending tasks fail."""
+
+    @ray.remote
+    class Sleeper(object):
+        def pid(self):
+            return os.getpid()
+
+        def sleep(self, seconds):
+            time.sleep(seconds)
+            return seconds
+
+    actor_handle = Sleeper.remote()
+    pid = ray.get(actor_handle.pid.remote())
+    running = actor_handle.sleep.remote(60)
+    queued = actor_handle.sleep.remote(60)
+
+    started = time.monotonic()
+    ray.kill(actor_handle)
+    ready, _ = ray.wait([running, queued], num_returns=2, timeout=20)
+    assert len(ready) == 2, "killed actor's tasks did not fail promptly"
+    for ref in (running, queued):
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(ref)
+    assert time.monotonic() - started < 20
+    wait_for(lambda: _process_gone(pid), what=f"actor process {pid} to exit")
+
+
+@pytest.mark.ray_init()
+def test_kill_runs_atexit_handlers(ray_start: object, tmp_path, wait_for) -> None:
+    """``ray.kill``: "Any exit handlers installed in the actor using atexit will be called."""
+    marker = tmp_path / "atexit-ran"
+
+    @ray.remote
+    class WithExitHandler(object):
+        def __init__(self, path):
+            import atexit
+
+            atexit.register(lambda: open(path, "w").close())
+
+        def ready(self):
+            return True
+
+    actor_handle = WithExitHandler.remote(str(marker))
+    assert ray.get(actor_handle.ready.remote())
+    ray.kill(actor_handle)
+    wait_for(marker.exists, what="the actor's atexit handler to run")
+
+
+@pytest.mark.ray_init(num_cpus=4)
+def test_passing_actor_handles(ray_start: object, printed, wait_for) -> None:
+    """Passing Around Actor Handles: tasks call ``counter.inc.remote()`` on a shared actor.
+
+    The driver's ten one-second polls are shortened to 0.2 s; they only pace the printout.
+    """
+
+    @ray.remote
+    class Counter(object):
+        def __init__(self):
+            self.counter = 0
+
+        def inc(self):
+            self.counter += 1
+
+        def get_counter(self):
+            return self.counter
+
+    @ray.remote
+    def f(counter):
+        for _ in range(1000):
+            time.sleep(0.1)
+            counter.inc.remote()
+
+    counter = Counter.remote()
+
+    # Start some tasks that use the actor.
+    [f.remote(counter) for _ in range(3)]
+
+    # Print the counter value.
+    for _ in range(10):
+        time.sleep(0.2)
+        print(ray.get(counter.get_counter.remote()))
+
+    counts = [int(line) for line in printed()]
+    assert len(counts) == 10
+    # The count only grows: every task increments the one shared actor.
+    assert counts == sorted(counts)
+    # The tasks do reach the actor through the handle they were passed.
+    wait_for(lambda: ray.get(counter.get_counter.remote()) >= 10, what="increments")
+    # The three tasks run at once: 30 more increments take well under the 3 s that one
+    # task (ten increments a second) would need.
+    seen = ray.get(counter.get_counter.remote())
+    started = time.monotonic()
+    wait_for(
+        lambda: ray.get(counter.get_counter.remote()) >= seen + 30,
+        what="increments from the three tasks",
+    )
+    assert time.monotonic() - started < 2.9
