@@ -134,8 +134,11 @@ class ActorClass:
                 "max_concurrency": opts.get("max_concurrency") or (1000 if self._is_async else 1),
                 "is_async": self._is_async,
                 "needs_cpu_node": opts.get("num_cpus") is None,
+                "methods": self._methods,
             },
             strategy=_strategy_value(opts),
+            code_path=worker.code_path or None,
+            namespace=worker.namespace,
         )
         handle_oid = actor_handle_object_id(actor_id)
         _handle_objects[handle_oid] = actor_id
@@ -146,7 +149,7 @@ class ActorClass:
         if held:
             worker.refs.add_submitted(held)
         worker.drop_submission_holds()
-        worker.create_actor(spec, held)
+        worker.create_actor(spec, held, detached)
         handle = ActorHandle(
             actor_id,
             self._name,

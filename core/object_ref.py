@@ -84,6 +84,13 @@ class ObjectRef:
         return asyncio.wrap_future(self.future())
 
 
+def counted_ref(object_id: bytes, owner: OwnerAddress | None) -> ObjectRef:
+    """An ObjectRef whose local count the caller already added (saves a lock round)."""
+    ref = ObjectRef(object_id, owner, _count=False)
+    ref._counted = True
+    return ref
+
+
 def _rebuild_object_ref(object_id: bytes, owner: OwnerAddress | None) -> ObjectRef:
     worker = global_state.worker
     if worker is not None:

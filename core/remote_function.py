@@ -25,6 +25,13 @@ class RemoteFunction:
         self.__name__ = getattr(function, "__name__", "remote_function")
         self.__wrapped__ = function
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Another task's closure may capture this function: ship what it is, not the process
+        # state of whoever used it last.
+        state = dict(self.__dict__)
+        state["_registered_with"] = None
+        return state
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
             f"Remote functions cannot be called directly. Instead of running "

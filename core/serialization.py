@@ -178,6 +178,10 @@ def _children(value: Any, path: str):
     elif isinstance(value, (list, tuple, set, frozenset)):
         for i, v in enumerate(value):
             yield f"{path}[{i}]", v
+    elif isinstance(value, type):
+        for name, member in vars(value).items():
+            if callable(member) and hasattr(member, "__code__"):
+                yield f"{path}.{name}", member
     else:
         closure = getattr(value, "__closure__", None)
         code = getattr(value, "__code__", None)

@@ -38,6 +38,7 @@ class _Actor:
         "subscribed",
         "max_task_retries",
         "incarnation",
+        "ending",
     )
 
     def __init__(self, actor_id: bytes) -> None:
@@ -54,6 +55,7 @@ class _Actor:
         self.subscribed = False
         self.max_task_retries = 0
         self.incarnation = -1
+        self.ending = False  # no handle is left here: end the actor once our calls are done
 
 
 class ActorSubmitter:
@@ -134,15 +136,40 @@ class ActorSubmitter:
     def _push(self, st: _Actor, spec: TaskSpec) -> None:
         st.in_flight[spec.task_id] = spec
         self.cw.attach_function(spec, st.conn)
-        fut = st.conn.request("push_actor_task", spec)
-        fut.add_done_callback(lambda f: self._on_reply(st, spec, f))
+        st.conn.request_cb(
+            "push_actor_task", spec, lambda reply, exc: self._on_reply(st, spec, reply, exc)
+        )
 
-    def _on_reply(self, st: _Actor, spec: TaskSpec, fut: asyncio.Future) -> None:
+    def end_after_calls(self, actor_id: bytes) -> bool:
+        """The last handle is gone. True if we end the actor ourselves after our calls."""
+        st = self._actors.get(actor_id)
+        if st is None or st.state == "DEAD" or not (st.queue or st.in_flight or st.lost):
+            return False
+        st.ending = True
+        return True
+
+    def _maybe_end(self, st: _Actor) -> None:
+        if not st.ending or st.queue or st.in_flight or st.lost:
+            return
+        st.ending = False
+        if not self.cw.gcs.closed:
+            self.cw.gcs.send(
+                "kill_actor",
+                {
+                    "actor_id": st.actor_id,
+                    "no_restart": True,
+                    "graceful": True,
+                    "reason": "all references to the actor were removed",
+                    "only_if_not_detached": True,
+                },
+            )
+
+    def _on_reply(self, st: _Actor, spec: TaskSpec, reply, exc) -> None:
         if st.in_flight.pop(spec.task_id, None) is None:
             return
-        exc = fut.exception()
         if exc is None:
-            self.cw.handle_task_reply(spec, fut.result(), self._retry)
+            self.cw.handle_task_reply(spec, reply, self._retry)
+            self._maybe_end(st)
             return
         # The actor's worker went away: wait for the GCS to say restart or death.
         if st.conn is not None and st.conn.closed:

@@ -43,7 +43,7 @@ from ember.ids import (
     new_unique_id,
     object_id_for_put,
 )
-from ember.object_ref import ObjectRef
+from ember.object_ref import ObjectRef, counted_ref
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
 from ember.serialization import (
@@ -81,6 +81,9 @@ class CoreWorker:
         self.log_to_driver = log_to_driver
         self.register_extra = register_extra or {}
         self.local_mode = False
+        # Where the driver imports from, so workers can import what its functions reference
+        # (Ray adds the driver's script and working directories to workers' sys.path too).
+        self.code_path: list[str] = _driver_code_path() if mode == DRIVER else []
         self.actor_id: bytes | None = None
         self.address = f"unix:{node['session_dir']}/sockets/w-{self.worker_id.hex()[:16]}"
         self.owner_address = (self.worker_id, self.address, self.node_id)
@@ -105,6 +108,7 @@ class CoreWorker:
         self.events_dropped = 0
         self.shutting_down = False
         self._creation_holds: dict[bytes, list] = {}  # {actor_id: argument refs held}
+        self._detached_actors: set[bytes] = set()  # created here with lifetime="detached"
         self.handlers = {
             "hello": self._h_hello,
             "push_task": self._h_push_task,
@@ -120,6 +124,7 @@ class CoreWorker:
             "exit": self._h_exit,
             "create_actor": self._h_create_actor,
             "get_references": self._h_get_references,
+            "may_exit": self._h_may_exit,
         }
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -321,6 +326,11 @@ class CoreWorker:
         actor_id = actor_id_for_handle_object(handle_object_id)
         if actor_id is None or self.gcs is None or self.gcs.closed:
             return
+        if actor_id in self._detached_actors:
+            return
+        # Calls this process already made still run: the actor ends after them.
+        if self.actor_submitter.end_after_calls(actor_id):
+            return
         self.gcs.send(
             "kill_actor",
             {
@@ -413,8 +423,38 @@ class CoreWorker:
         return self._arena
 
     def get(self, refs: list[ObjectRef], timeout: float | None = None) -> list[Any]:
+        if len(refs) == 1:
+            ref = refs[0]
+            loc = self.memory_store.get_if_ready(ref._id) or self._wait_one(ref, timeout)
+            return [self.materialize(ref._id, loc)]
         locs = self.wait_locations(refs, timeout)
         return [self.materialize(r._id, loc) for r, loc in zip(refs, locs, strict=True)]
+
+    def _wait_one(self, ref: ObjectRef, timeout: float | None) -> tuple:
+        """One ref: a lock to sleep on instead of the general countdown."""
+        done = threading.Lock()
+        done.acquire()
+        box: list = []
+
+        def on_ready(_oid, value) -> None:
+            box.append(value)
+            done.release()
+
+        self._ensure_resolving(ref)
+        self.memory_store.on_ready(ref._id, on_ready)
+        blocked = self._notify_blocked() if not box else False
+        try:
+            if not done.acquire(timeout=-1 if timeout is None else timeout):
+                self.memory_store.remove_waiter(ref._id, on_ready)
+                if box:
+                    return box[0]
+                raise GetTimeoutError(
+                    f"get() timed out after {timeout} s: the object {ref.hex()} was not ready"
+                )
+        finally:
+            if blocked:
+                self._notify_unblocked()
+        return box[0]
 
     def wait_locations(self, refs: list[ObjectRef], timeout: float | None) -> list[tuple]:
         """Waits until every ref's value (or its location) is known here."""
@@ -662,16 +702,18 @@ class CoreWorker:
         spec.owner = owner
         spec.parent_task_id = self.current_task_id()
         spec.job_id = self.job_id
-        refs = []
-        for oid in spec.return_ids():
-            self.refs.add_owned(oid, owner)
-            self.memory_store.add_pending(oid)
-            refs.append(ObjectRef(oid, owner))
-        held = spec.arg_refs()
-        if held:
-            self.refs.add_submitted(held)
-        self.drop_submission_holds()
-        self.inline_small_args(spec)
+        spec.namespace = self.namespace
+        oids = spec.return_ids()
+        self.refs.add_owned_returns(oids, owner)
+        self.memory_store.add_pending_many(oids)
+        refs = [counted_ref(oid, owner) for oid in oids]
+        if spec.args:
+            held = spec.arg_refs()
+            if held:
+                self.refs.add_submitted(held)
+                self.inline_small_args(spec)
+        if getattr(self.current, "submission_holds", None):
+            self.drop_submission_holds()
         self.record_event(spec, "PENDING_ARGS_AVAIL")
         return refs
 
@@ -700,8 +742,10 @@ class CoreWorker:
             sent = conn.state["fns"] = set()
         if spec.function_id in sent:
             spec.function_bytes = None
+            spec.code_path = None
         else:
             spec.function_bytes = self._functions.get(spec.function_id)
+            spec.code_path = self.code_path or None
             sent.add(spec.function_id)
 
     def _h_get_function(self, conn: Connection, body: dict) -> bytes | None:
@@ -830,6 +874,10 @@ class CoreWorker:
     def _h_warning(self, conn: Connection, body: dict) -> None:
         print(f"(ember) Warning: {body['message']}", file=sys.stderr, flush=True)
 
+    def _h_may_exit(self, conn: Connection, body: Any) -> bool:
+        """The raylet wants to retire this idle worker: not while it owns objects in use."""
+        return not any(ref.owned for _, ref in self.refs.snapshot())
+
     def _h_get_references(self, conn: Connection, body: Any) -> list[dict]:
         return self.reference_table()
 
@@ -892,8 +940,10 @@ class CoreWorker:
         return self.actor_id.hex() if self.actor_id else ""
 
     # -- actors ----------------------------------------------------------------------------
-    def create_actor(self, spec: TaskSpec, held: list) -> None:
+    def create_actor(self, spec: TaskSpec, held: list, detached: bool = False) -> None:
         """Registers the actor with the GCS (a taken name fails here) and lets it place it."""
+        if detached:
+            self._detached_actors.add(spec.actor_id)
         if held:
             self._creation_holds[spec.actor_id] = held
         self.call_gcs_sync("create_actor", spec)
@@ -905,6 +955,15 @@ class CoreWorker:
 
 
 _FUTURE_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="ember-fut")
+
+
+def _driver_code_path() -> list[str]:
+    paths = [os.getcwd()]
+    if sys.argv and sys.argv[0]:
+        paths.append(os.path.dirname(os.path.abspath(sys.argv[0])))
+    paths.extend(p for p in sys.path if p and os.path.isdir(p))
+    seen: set[str] = set()
+    return [p for p in paths if not (p in seen or seen.add(p))]
 
 
 def _set_result(fut: asyncio.Future, value: Any) -> None:

@@ -30,6 +30,7 @@ from ember.core_worker.task_spec import (
 )
 from ember.exceptions import ActorDiedError, TaskCancelledError, TaskError, format_exception
 from ember.object_ref import ObjectRef
+from ember.protocol.connection import DEFERRED, Deferred
 from ember.serialization import META_ERROR, deserialize, serialize, serialize_error
 
 if TYPE_CHECKING:
@@ -61,25 +62,23 @@ class Executor:
         self.calls_per_function: dict[bytes, int] = {}
 
     # -- on the I/O thread -----------------------------------------------------------------
-    def on_push_task(self, conn, spec: TaskSpec) -> asyncio.Future:
-        fut = self.cw.loop.create_future()
-        self.queue.put((spec, fut))
-        return fut
+    def on_push_task(self, conn, spec: TaskSpec) -> object:
+        self.queue.put((spec, conn.deferred()))
+        return DEFERRED
 
-    def on_create_actor(self, conn, spec: TaskSpec) -> asyncio.Future:
-        fut = self.cw.loop.create_future()
-        self.queue.put((spec, fut))
-        return fut
+    def on_create_actor(self, conn, spec: TaskSpec) -> object:
+        self.queue.put((spec, conn.deferred()))
+        return DEFERRED
 
-    def on_push_actor_task(self, conn, spec: TaskSpec) -> asyncio.Future:
-        fut = self.cw.loop.create_future()
+    def on_push_actor_task(self, conn, spec: TaskSpec) -> object:
+        reply_to = conn.deferred()
         if self.async_loop is not None:
-            self.async_loop.call_soon_threadsafe(self._start_async_call, spec, fut)
+            self.async_loop.call_soon_threadsafe(self._start_async_call, spec, reply_to)
         elif self.pool is not None:
-            self.pool.submit(self._run_and_reply, spec, fut)
+            self.pool.submit(self._run_and_reply, spec, reply_to)
         else:
-            self.queue.put((spec, fut))
-        return fut
+            self.queue.put((spec, reply_to))
+        return DEFERRED
 
     def request_exit(self, body: dict) -> None:
         """Graceful exit (the actor's handles are gone): after the calls already queued."""
@@ -122,17 +121,17 @@ class Executor:
             if item[0] == "exit":
                 self._exit_actor(item[1].get("reason", "exit requested"))
                 return
-            spec, fut = item
-            self._run_and_reply(spec, fut)
+            spec, reply_to = item
+            self._run_and_reply(spec, reply_to)
             if self.exiting:
                 return
 
-    def _run_and_reply(self, spec: TaskSpec, fut: asyncio.Future) -> None:
+    def _run_and_reply(self, spec: TaskSpec, reply_to: Deferred) -> None:
         reply = self.execute(spec)
         retire = self._reached_max_calls(spec)
         if retire:
             reply["worker_exiting"] = True
-        self.cw.loop.call_soon_threadsafe(_resolve, fut, reply)
+        reply_to.resolve_threadsafe(reply)
         if retire:
             # max_calls: this worker has run the function enough times; a fresh one follows.
             time.sleep(0.05)
@@ -148,6 +147,7 @@ class Executor:
         current.is_actor = spec.kind != 0
         if spec.job_id:
             cw.job_id = spec.job_id
+            cw.namespace = spec.namespace
         self.running[spec.task_id] = threading.get_ident()
         if spec.gpu_ids:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
@@ -240,11 +240,22 @@ class Executor:
             return method
         fn = self.functions.get(spec.function_id)
         if fn is None:
+            self.adopt_code_path(spec.code_path)
             data = spec.function_bytes
             if data is None:
                 data = self.cw.run_sync(self._fetch_function(spec), 30.0)
             fn = self.functions[spec.function_id] = cloudpickle.loads(data)
         return fn
+
+    def adopt_code_path(self, code_path: list[str] | None) -> None:
+        """The driver's import dirs go after ours, so its modules import here too."""
+        if not code_path:
+            return
+        if not self.cw.code_path:
+            self.cw.code_path = list(code_path)  # passed on to the tasks this worker submits
+        for p in code_path:
+            if p not in sys.path:
+                sys.path.append(p)
 
     async def _fetch_function(self, spec: TaskSpec) -> bytes:
         conn = await self.cw.connect_to_worker(spec.owner[0], spec.owner[1])
@@ -333,6 +344,7 @@ class Executor:
 
     # -- actors ----------------------------------------------------------------------------
     def _construct_actor(self, spec: TaskSpec, cls: Any, args: list, kwargs: dict) -> None:
+        self.adopt_code_path(spec.code_path)
         opts = spec.actor_options or {}
         self.actor_spec = spec
         self.cw.current.actor_id = spec.actor_id
@@ -365,13 +377,13 @@ class Executor:
         started.wait(10)
         self.async_loop = loop
 
-    def _start_async_call(self, spec: TaskSpec, fut: asyncio.Future) -> None:
-        asyncio.ensure_future(self._run_async(spec, fut))
+    def _start_async_call(self, spec: TaskSpec, reply_to: Deferred) -> None:
+        asyncio.ensure_future(self._run_async(spec, reply_to))
 
-    async def _run_async(self, spec: TaskSpec, fut: asyncio.Future) -> None:
+    async def _run_async(self, spec: TaskSpec, reply_to: Deferred) -> None:
         async with self.async_sem:
             reply = await self._execute_async(spec)
-        self.cw.loop.call_soon_threadsafe(_resolve, fut, reply)
+        reply_to.resolve_threadsafe(reply)
         if self.exiting:
             self._exit_actor("exit_actor() was called")
 
@@ -416,11 +428,6 @@ class Executor:
         sys.stderr.flush()
         time.sleep(0.05)  # let the last reply leave the socket
         os._exit(0)
-
-
-def _resolve(fut: asyncio.Future, reply: dict) -> None:
-    if not fut.done():
-        fut.set_result(reply)
 
 
 def _arg_error(value: Any) -> BaseException:

@@ -53,6 +53,13 @@ class MemoryStore:
             if object_id not in self._entries:
                 self._entries[object_id] = _Entry()
 
+    def add_pending_many(self, object_ids: list[bytes]) -> None:
+        with self._lock:
+            entries = self._entries
+            for object_id in object_ids:
+                if object_id not in entries:
+                    entries[object_id] = _Entry()
+
     def get_if_ready(self, object_id: bytes) -> Location | None:
         entry = self._entries.get(object_id)
         return None if entry is None else entry.value

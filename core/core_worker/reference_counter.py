@@ -95,6 +95,16 @@ class ReferenceCounter:
             if contains:
                 self._set_contains(ref, contains)
 
+    def add_owned_returns(self, object_ids: list[bytes], owner: OwnerAddress) -> None:
+        """A submitted task's returns: owned, each with one local ref (the caller's ObjectRef)."""
+        with self._lock:
+            refs = self._refs
+            for object_id in object_ids:
+                ref = refs.get(object_id)
+                if ref is None:
+                    ref = refs[object_id] = Ref(True, owner)
+                ref.local += 1
+
     def set_contains(self, object_id: bytes, contains: list) -> None:
         with self._lock:
             ref = self._refs.get(object_id)

@@ -7,6 +7,7 @@ nested inside values stay refs (they are inside ``data``) and are listed in ``ne
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 NORMAL_TASK, ACTOR_CREATION_TASK, ACTOR_TASK = 0, 1, 2
@@ -14,74 +15,53 @@ ARG_INLINE, ARG_REF = 0, 1
 
 
 class TaskSpec:
-    __slots__ = (
-        "task_id",
-        "job_id",
-        "kind",
-        "function_id",
-        "function_name",
-        "function_bytes",
-        "args",
-        "kwarg_names",
-        "num_returns",
-        "resources",
-        "max_retries",
-        "retry_exceptions",
-        "owner",
-        "actor_id",
-        "method_name",
-        "seq_no",
-        "name",
-        "parent_task_id",
-        "actor_options",
-        "strategy",
-        "attempt",
-        "nested_refs",
-        "gpu_ids",
-    )
+    """Fields not given keep the class defaults below, so a spec pickles only what it sets."""
+
+    task_id: bytes
+    job_id: bytes = b""
+    kind: int = NORMAL_TASK
+    function_id: bytes = b""
+    function_name: str = ""
+    function_bytes: bytes | None = None  # the pickled function, the first time a worker sees it
+    args: list = []  # [(ARG_INLINE, meta, data, buffers) | (ARG_REF, object_id, owner)]
+    kwarg_names: tuple = ()
+    num_returns: int = 1
+    resources: dict = {}
+    max_retries: int = 0
+    retry_exceptions: Any = False
+    owner: Any = None  # (worker_id, address, node_id) of the submitter
+    actor_id: bytes | None = None
+    method_name: str = ""
+    seq_no: int = 0
+    name: str = ""
+    parent_task_id: bytes = b""
+    actor_options: dict | None = None
+    strategy: Any = None
+    attempt: int = 0
+    nested_refs: list = []  # [(object_id, owner)] of refs inside argument values
+    gpu_ids: list = []  # set from the lease that runs it
+    namespace: str = ""  # the job's namespace, where get_actor() looks inside the task
+    code_path: list | None = None  # the driver's import dirs, sent with the function bytes
 
     def __init__(self, **kw: Any) -> None:
-        self.task_id: bytes = kw["task_id"]
-        self.job_id: bytes = kw.get("job_id", b"")
-        self.kind: int = kw.get("kind", NORMAL_TASK)
-        self.function_id: bytes = kw.get("function_id", b"")
-        self.function_name: str = kw.get("function_name", "")
-        self.function_bytes: bytes | None = kw.get("function_bytes")
-        self.args: list = kw.get("args", [])
-        self.kwarg_names: tuple[str, ...] = kw.get("kwarg_names", ())
-        self.num_returns: int = kw.get("num_returns", 1)
-        self.resources: dict[str, float] = kw.get("resources", {})
-        self.max_retries: int = kw.get("max_retries", 0)
-        self.retry_exceptions: Any = kw.get("retry_exceptions", False)
-        self.owner: Any = kw.get("owner")
-        self.actor_id: bytes | None = kw.get("actor_id")
-        self.method_name: str = kw.get("method_name", "")
-        self.seq_no: int = kw.get("seq_no", 0)
-        self.name: str = kw.get("name", "")
-        self.parent_task_id: bytes = kw.get("parent_task_id", b"")
-        self.actor_options: dict | None = kw.get("actor_options")
-        self.strategy: Any = kw.get("strategy")
-        self.attempt: int = kw.get("attempt", 0)
-        self.nested_refs: list = kw.get("nested_refs", [])
-        self.gpu_ids: list = kw.get("gpu_ids", [])  # set from the lease that runs it
-
-    def __getstate__(self):
-        return tuple(getattr(self, s) for s in self.__slots__)
-
-    def __setstate__(self, state):
-        for s, v in zip(self.__slots__, state, strict=True):
-            setattr(self, s, v)
+        self.__dict__.update(kw)
 
     def return_ids(self) -> list[bytes]:
-        from ember.ids import object_id_for_return
-
-        return [object_id_for_return(self.task_id, i + 1) for i in range(self.num_returns)]
+        tid = self.task_id
+        n = self.num_returns
+        if n <= len(_RETURN_INDEX):
+            return [tid + _RETURN_INDEX[i] for i in range(n)]
+        return [tid + struct.pack("<I", i + 1) for i in range(n)]
 
     def arg_refs(self) -> list[tuple[bytes, Any]]:
         """Every ref this task holds while pending: top-level and nested."""
         refs = [(a[1], a[2]) for a in self.args if a[0] == ARG_REF]
-        refs.extend(self.nested_refs)
+        if self.nested_refs:
+            refs.extend(self.nested_refs)
         return refs
 
     def display_name(self) -> str:
         return self.name or self.function_name
+
+
+_RETURN_INDEX = [struct.pack("<I", i + 1) for i in range(4096)]

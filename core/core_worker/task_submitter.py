@@ -178,14 +178,14 @@ class TaskSubmitter:
         self._running[spec.task_id] = lease
         self.cw.attach_function(spec, lease.conn)
         self.cw.record_event(spec, "SUBMITTED_TO_WORKER", worker_id=lease.worker_id)
-        fut = lease.conn.request("push_task", spec)
-        fut.add_done_callback(lambda f: self._on_reply(cls, lease, spec, f))
+        lease.conn.request_cb(
+            "push_task", spec, lambda reply, exc: self._on_reply(cls, lease, spec, reply, exc)
+        )
 
-    def _on_reply(self, cls: _Class, lease: _Lease, spec: TaskSpec, fut: asyncio.Future) -> None:
+    def _on_reply(self, cls: _Class, lease: _Lease, spec: TaskSpec, reply, exc) -> None:
         lease.busy = False
         lease.spec = None
         self._running.pop(spec.task_id, None)
-        exc = fut.exception()
         if exc is not None:
             # The worker went away mid-task: the lease is gone; retry or fail the task.
             self._return_lease(cls, lease, worker_died=True)
@@ -198,7 +198,6 @@ class TaskSubmitter:
                 self.cw.fail_task(spec, exc)
             self._pump(cls)
             return
-        reply = fut.result()
         self.cw.handle_task_reply(spec, reply, self._retry)
         if reply.get("worker_exiting"):
             self._return_lease(cls, lease, worker_died=True)

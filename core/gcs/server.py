@@ -380,7 +380,10 @@ class GcsServer:
             self._schedule_pending_actors()
             return
         if actor.state in ("ALIVE", "PENDING_CREATION"):
-            self._actor_failed(actor, body.get("reason", "its worker process died"))
+            reason = body.get("reason", "its worker process died")
+            if actor.no_restart and actor.death_cause:
+                reason = actor.death_cause  # it was told to exit; the exit is the cause
+            self._actor_failed(actor, reason)
         self._schedule_pending_actors()
 
     def _actor_failed(self, actor: ActorInfo, reason: str) -> None:
@@ -490,9 +493,12 @@ class GcsServer:
             actor.no_restart = True
         wconn = self.worker_conns.get(actor.worker_id) if actor.worker_id else None
         node = self.nodes.get(actor.node_id) if actor.node_id else None
-        if graceful and wconn is not None and not wconn.closed:
+        if graceful and wconn is not None and not wconn.closed and actor.state == "ALIVE":
+            # The actor finishes the calls it has, then reports ``actor_exited``.
+            actor.death_cause = reason
             wconn.send("exit", {"reason": reason})
-        elif node is not None and node.state == "ALIVE" and actor.worker_id:
+            return
+        if node is not None and node.state == "ALIVE" and actor.worker_id:
             node.conn.send("kill_worker", {"worker_id": actor.worker_id, "reason": reason})
         if restart:
             return  # the worker's death restarts it

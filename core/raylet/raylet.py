@@ -142,6 +142,7 @@ class Raylet:
         w = self.pool.workers.get(wid)
         if w is None:
             return {"node_id": self.node_id}  # a worker we did not start (tests)
+        w.pid = body.get("pid", w.pid)
         w.conn = conn
         w.address = body["address"]
         w.log_paths = body.get("log_paths")
@@ -310,6 +311,7 @@ class Raylet:
             w.state = "IDLE"
             w.title = ""
             w.tasks_run += 1
+            w.idle_since = time.monotonic()
             self.pool.idle.append(w)
         self.dispatch()
 
@@ -383,15 +385,32 @@ class Raylet:
             self._trim_idle()
 
     def _trim_idle(self) -> None:
-        """Idle workers beyond the CPU count exit after a while (blocked-get bursts)."""
-        cpus = int(self.resources.total_dict().get("CPU", 1))
-        if len(self.pool.idle) <= max(cpus, 1):
+        """Idle workers beyond the CPU count (left from blocked-get bursts) exit after a while,
+        unless they still own objects someone uses: those would be lost with them."""
+        keep = max(int(self.resources.total_dict().get("CPU", 1)), 1)
+        if len(self.pool.idle) <= keep:
             return
-        now = time.time()
-        for w in list(self.pool.idle[: len(self.pool.idle) - max(cpus, 1)]):
-            if now - w.started_at > config.idle_worker_kill_seconds:
+        now = time.monotonic()
+        for w in list(self.pool.idle[: len(self.pool.idle) - keep]):
+            if now - w.idle_since > config.idle_worker_kill_seconds and w.conn is not None:
                 self.pool.idle.remove(w)
-                self.pool.kill(w, "idle", signal.SIGTERM)
+                w.state = "CHECKING"
+                asyncio.ensure_future(self._retire_if_unused(w))
+
+    async def _retire_if_unused(self, w: WorkerProc) -> None:
+        try:
+            may_exit = await w.conn.call("may_exit", None, timeout=5.0)
+        except Exception:
+            may_exit = False
+        if w.dead or w.state != "CHECKING":
+            return
+        if may_exit:
+            self.pool.kill(w, "idle", signal.SIGTERM)
+        else:
+            w.state = "IDLE"
+            w.idle_since = time.monotonic()
+            self.pool.idle.append(w)
+            self.dispatch()
 
     # -- plasma ----------------------------------------------------------------------------
     def h_plasma_create(self, conn: Connection, body: dict) -> int:
@@ -586,6 +605,11 @@ async def serve(args: argparse.Namespace) -> None:
         args.address, raylet.handlers, name="raylet", on_close=raylet.on_connection_closed
     )
     gcs_task = asyncio.ensure_future(raylet.connect_gcs())
+    zygote = raylet.pool.zygote
+    if zygote is not None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, zygote.wait_ready, config.process_start_timeout)
+        loop.add_reader(zygote.fileno(), zygote.read_messages)
     for _ in range(args.prestart):
         raylet.pool.start_worker()
     await gcs_task
@@ -606,6 +630,8 @@ async def serve(args: argparse.Namespace) -> None:
     for t in tasks:
         t.cancel()
     server.close()
+    if zygote is not None:
+        loop.remove_reader(zygote.fileno())  # stop_all reads the zygote's messages itself
     await loop.run_in_executor(None, raylet.pool.stop_all)
     await raylet.logs.final_flush()
     if raylet.gcs is not None:

@@ -7,8 +7,10 @@ files (``worker-<id>-<pid>.out/.err``) and registers back over the raylet's Unix
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -40,12 +42,13 @@ class WorkerProc:
         "exit_reason",
         "tasks_run",
         "kill_reason",
+        "idle_since",
     )
 
-    def __init__(self, worker_id: bytes, proc: subprocess.Popen) -> None:
+    def __init__(self, worker_id: bytes, proc: Any) -> None:
         self.worker_id = worker_id
-        self.proc = proc
-        self.pid = proc.pid
+        self.proc = proc  # subprocess.Popen or ForkedProc
+        self.pid = proc.pid  # 0 until a forked worker's pid is known
         self.conn: Any = None
         self.address: str | None = None
         self.state = "STARTING"  # STARTING, IDLE, LEASED, ACTOR, DEAD
@@ -61,6 +64,7 @@ class WorkerProc:
         self.exit_reason = ""
         self.tasks_run = 0
         self.kill_reason = ""
+        self.idle_since = time.monotonic()
 
     def public(self) -> dict[str, Any]:
         return {
@@ -76,12 +80,138 @@ class WorkerProc:
         }
 
 
+class ForkedProc:
+    """A worker forked by the zygote, with the part of Popen's interface the pool uses."""
+
+    def __init__(self, pid: int, zygote: Zygote) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.pending_signal: int | None = None
+        self._zygote = zygote
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not self._zygote.alive():
+            self.returncode = -signal.SIGKILL  # the zygote's children die with it
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.pid <= 0:
+            # The zygote has not told us the pid yet. Never signal pid 0: that is our whole
+            # process group (the driver included). Deliver it when the pid arrives.
+            self._zygote.read_messages()
+            if self.pid <= 0:
+                self.pending_signal = sig
+                return
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            self._zygote.read_messages(0.02)
+        return self.returncode  # type: ignore[return-value]
+
+
+class Zygote:
+    """The fork server's client side (see zygote.py)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ember.raylet.zygote", str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None,
+            close_fds=True,
+        )
+        self._buf = b""
+        self._procs: dict[int, ForkedProc] = {}  # {pid: proc}
+        self._pending: list[ForkedProc] = []  # spawned, pid not yet known
+        self._exited: dict[int, int] = {}  # exits reported before their spawn was read
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        self.ready = False
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.ready and time.monotonic() < deadline and self.alive():
+            self.read_messages(0.05)
+        return self.ready
+
+    def spawn(self, args: list[str]) -> ForkedProc:
+        proc = ForkedProc(0, self)
+        self._pending.append(proc)
+        self.proc.stdin.write((json.dumps({"spawn": args}) + "\n").encode())
+        self.proc.stdin.flush()
+        return proc
+
+    def fileno(self) -> int:
+        return self.proc.stdout.fileno()
+
+    def read_messages(self, wait: float = 0.0) -> None:
+        if wait:
+            select.select([self.fileno()], [], [], wait)
+        try:
+            chunk = os.read(self.fileno(), 65536)
+        except BlockingIOError:
+            return
+        if not chunk:
+            return
+        self._buf += chunk
+        *lines, self._buf = self._buf.split(b"\n")
+        for line in lines:
+            msg = json.loads(line)
+            if "ready" in msg:
+                self.ready = True
+            elif "spawned" in msg:
+                proc = self._pending.pop(0)
+                proc.pid = msg["spawned"]
+                self._procs[proc.pid] = proc
+                if proc.pid in self._exited:
+                    proc.returncode = self._exited.pop(proc.pid)
+                elif proc.pending_signal is not None:
+                    proc.send_signal(proc.pending_signal)
+            elif "exited" in msg:
+                proc = self._procs.pop(msg["exited"], None)
+                if proc is None:
+                    self._exited[msg["exited"]] = msg["code"]
+                else:
+                    proc.returncode = msg["code"]
+
+    def stop(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
 class WorkerPool:
-    def __init__(self, node: dict[str, Any]) -> None:
+    def __init__(self, node: dict[str, Any], use_zygote: bool = True) -> None:
         self.node = node
         self.workers: dict[bytes, WorkerProc] = {}  # {worker_id: WorkerProc}
         self.idle: list[WorkerProc] = []
         self.starting = 0
+        self.zygote: Zygote | None = None
+        if use_zygote:
+            try:
+                self.zygote = Zygote()
+            except OSError as e:
+                logger.warning("no fork server (%s); workers start as new processes", e)
 
     def start_worker(self) -> WorkerProc:
         worker_id = new_unique_id()
@@ -109,14 +239,16 @@ class WorkerPool:
             "--raylet-pid",
             str(os.getpid()),
         ]
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            close_fds=True,
-            start_new_session=False,
-        )
+        if self.zygote is not None and self.zygote.alive():
+            proc = self.zygote.spawn(cmd[3:])
+        else:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
         w = WorkerProc(worker_id, proc)
         self.workers[worker_id] = w
         self.starting += 1
@@ -124,6 +256,8 @@ class WorkerPool:
 
     def reap(self) -> list[WorkerProc]:
         """Workers whose processes exited since the last call."""
+        if self.zygote is not None:
+            self.zygote.read_messages()
         dead = []
         for w in list(self.workers.values()):
             if w.dead:
@@ -143,10 +277,7 @@ class WorkerPool:
 
     def kill(self, w: WorkerProc, reason: str, sig: int = signal.SIGKILL) -> None:
         w.kill_reason = reason
-        try:
-            os.kill(w.pid, sig)
-        except ProcessLookupError:
-            pass
+        w.proc.send_signal(sig)
 
     def stop_all(self, grace: float = 1.0) -> None:
         alive = [w for w in self.workers.values() if w.proc.poll() is None]
@@ -166,6 +297,8 @@ class WorkerPool:
                     w.proc.wait(1.0)
                 except subprocess.TimeoutExpired:
                     pass
+        if self.zygote is not None:
+            self.zygote.stop()
 
 
 def describe_exit(code: int) -> str:

@@ -1,0 +1,97 @@
+"""The fork server: a process that has imported the worker's modules once and forks workers.
+
+A new interpreter costs ~150 ms of CPU before it can run a task (imports dominate); a fork of
+this process costs a few milliseconds, which is what nested tasks (a blocked worker needs a
+replacement) and actor creation wait for. The zygote stays single-threaded, so forking is safe.
+
+Protocol on its stdin/stdout (lines of JSON):
+  raylet → zygote: {"spawn": [worker_main args]}
+  zygote → raylet: {"spawned": pid}            after each fork
+  zygote → raylet: {"exited": pid, "code": n}  when a child ends (negative: killed by signal)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+
+def _preimport() -> None:
+    import cloudpickle  # noqa: F401
+    import ember  # noqa: F401
+    import ember.core_worker.core_worker  # noqa: F401
+    import ember.core_worker.executor  # noqa: F401
+    import ember.object_store.arena  # noqa: F401
+    import ember.worker_main  # noqa: F401
+    import uvloop  # noqa: F401
+
+
+def _child(args: list[str], out_fd: int, in_fd: int) -> None:
+    os.close(out_fd)
+    os.close(in_fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    from ember import ids
+
+    ids.reseed_after_fork()
+    # Our parent is the zygote (which dies with the raylet): tie our life to it.
+    if "--raylet-pid" in args:
+        args[args.index("--raylet-pid") + 1] = str(os.getppid())
+    from ember import worker_main
+
+    try:
+        worker_main.main(args)
+    finally:
+        os._exit(0)
+
+
+def main() -> None:
+    parent = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    from ember.process_util import die_with_parent
+
+    die_with_parent(parent, signal.SIGKILL)
+    _preimport()
+    in_fd = sys.stdin.fileno()
+    out_fd = sys.stdout.fileno()
+    reader = os.fdopen(os.dup(in_fd), "r")
+
+    def send(msg: dict) -> None:
+        data = (json.dumps(msg) + "\n").encode()
+        try:
+            os.write(out_fd, data)
+        except OSError:
+            os._exit(0)
+
+    def reap(signum, frame) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            send({"exited": pid, "code": code})
+
+    signal.signal(signal.SIGCHLD, reap)
+    send({"ready": os.getpid()})
+    while True:
+        try:
+            line = reader.readline()
+        except InterruptedError:
+            continue
+        if not line:
+            os._exit(0)  # the raylet closed our pipe: it is gone
+        msg = json.loads(line)
+        args = msg["spawn"]
+        pid = os.fork()
+        if pid == 0:
+            reader.close()
+            _child(args, out_fd, in_fd)
+        send({"spawned": pid})
+
+
+if __name__ == "__main__":
+    main()
