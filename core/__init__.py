@@ -31,7 +31,7 @@ from ember.profiling import profile
 
 __version__ = "0.1.0"
 
-from ember import actor, util  # noqa: E402  (submodules users reach as ember.actor, ember.util)
+from ember import actor, experimental, util  # noqa: E402  (submodules users reach as ember.actor, ember.util)
 
 __all__ = [
     "ActorClass",
@@ -43,6 +43,7 @@ __all__ = [
     "cancel",
     "cluster_resources",
     "exceptions",
+    "experimental",
     "get",
     "get_actor",
     "get_gpu_ids",

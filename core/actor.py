@@ -149,7 +149,9 @@ class ActorClass:
         if held:
             worker.refs.add_submitted(held)
         worker.drop_submission_holds()
-        worker.create_actor(spec, held, detached)
+        # Named actors live until their job ends, as the seeds document (002 §5.3.8), even
+        # with no handle left: get_actor() can find them later.
+        worker.create_actor(spec, held, unscoped=detached or bool(name))
         handle = ActorHandle(
             actor_id,
             self._name,

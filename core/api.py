@@ -66,6 +66,8 @@ def init(
     dashboard_port: int | None = None,
     runtime_env: dict | None = None,
     configure_logging: bool = True,
+    lru_evict: bool = False,
+    driver_object_store_memory: int | None = None,
     **kwargs: Any,
 ) -> EmberContext:
     """Starts a local node (or, with an address, joins a cluster) and connects this driver."""
@@ -365,6 +367,8 @@ def nodes() -> list[dict[str, Any]]:
                 "Alive": n["state"] == "ALIVE",
                 "NodeManagerAddress": n["node_ip"],
                 "NodeManagerHostname": n.get("hostname", ""),
+                "NodeManagerPort": _port_of(n["address"]),
+                "ClientID": n["node_id"].hex(),
                 "NodeName": n["node_ip"],
                 "Resources": n["resources_total"] if n["state"] == "ALIVE" else {},
                 "alive": n["state"] == "ALIVE",
@@ -374,6 +378,11 @@ def nodes() -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _port_of(address: str) -> int:
+    """The TCP port of a ``tcp:host:port`` address; 0 for a Unix socket."""
+    return int(address.rsplit(":", 1)[1]) if address.startswith("tcp:") else 0
 
 
 def cluster_resources() -> dict[str, float]:
@@ -426,7 +435,7 @@ def get_gpu_ids() -> list[int]:
 
 
 def timeline(filename: str | None = None) -> Any:
-    from ember.timeline import timeline as _timeline
+    from ember.chrome_trace import timeline as _timeline
 
     return _timeline(filename)
 

@@ -193,4 +193,5 @@ RayError = EmberError
 RayTaskError = TaskError
 RayActorError = ActorError
 RayWorkerError = WorkerCrashedError
+RayTimeoutError = GetTimeoutError  # Ray 0.8's name
 EmberSystemError = RaySystemError

@@ -19,7 +19,7 @@ OwnerAddress = tuple[bytes, str, bytes]
 
 
 class ObjectRef:
-    __slots__ = ("_id", "_owner", "_counted", "__weakref__")
+    __slots__ = ("_id", "_owner", "_counted", "_afut", "_callbacks", "__weakref__")
 
     def __init__(self, object_id: bytes, owner: OwnerAddress | None = None, *, _count=True):
         if not isinstance(object_id, bytes):
@@ -27,6 +27,8 @@ class ObjectRef:
         self._id = object_id
         self._owner = owner
         self._counted = False
+        self._afut: asyncio.Future | None = None
+        self._callbacks: dict | None = None
         if _count:
             worker = global_state.worker
             if worker is not None:
@@ -82,6 +84,42 @@ class ObjectRef:
 
     def as_future(self) -> asyncio.Future:
         return asyncio.wrap_future(self.future())
+
+    # -- the asyncio.Future protocol, so ``await asyncio.wait([ref])`` works (002 §5.3.3) ---
+    def _async_future(self) -> asyncio.Future:
+        if self._afut is None:
+            self._afut = asyncio.wrap_future(self.future())
+        return self._afut
+
+    def add_done_callback(self, fn, *, context=None) -> None:
+        def call(_fut: asyncio.Future) -> None:
+            fn(self)
+
+        if self._callbacks is None:
+            self._callbacks = {}
+        self._callbacks[fn] = call
+        self._async_future().add_done_callback(call, context=context)
+
+    def remove_done_callback(self, fn) -> int:
+        call = (self._callbacks or {}).pop(fn, None)
+        if call is None or self._afut is None:
+            return 0
+        return self._afut.remove_done_callback(call)
+
+    def done(self) -> bool:
+        return self._async_future().done()
+
+    def cancelled(self) -> bool:
+        return False
+
+    def result(self):
+        return self._async_future().result()
+
+    def exception(self):
+        return self._async_future().exception()
+
+    def get_loop(self):
+        return self._async_future().get_loop()
 
 
 def counted_ref(object_id: bytes, owner: OwnerAddress | None) -> ObjectRef:

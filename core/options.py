@@ -80,6 +80,10 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
     if "max_reconstructions" in opts:
         opts.setdefault("max_restarts", opts.pop("max_reconstructions"))
     if opts.pop("detached", False):
+        # Ray 0.8's detached actors had to be named (002 §5.3.8): keep that rule for the
+        # old spelling; lifetime="detached" allows unnamed ones, as modern Ray does.
+        if not opts.get("name"):
+            raise ValueError("Detached actors must be named: pass name=... with detached=True.")
         opts["lifetime"] = "detached"
     for key in _NON_NEGATIVE:
         value = opts.get(key)

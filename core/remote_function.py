@@ -10,7 +10,8 @@ from ember.core_worker.task_spec import NORMAL_TASK, TaskSpec
 from ember.ids import new_task_id
 from ember.serialization import dumps_function
 
-DEFAULT_MAX_RETRIES = 3
+# The seeds' default (002 §5.37: "The default number of retries is 4").
+DEFAULT_MAX_RETRIES = 4
 
 
 class RemoteFunction:

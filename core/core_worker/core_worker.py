@@ -108,7 +108,8 @@ class CoreWorker:
         self.events_dropped = 0
         self.shutting_down = False
         self._creation_holds: dict[bytes, list] = {}  # {actor_id: argument refs held}
-        self._detached_actors: set[bytes] = set()  # created here with lifetime="detached"
+        # Actors created here that outlive their handles (detached or named).
+        self._unscoped_actors: set[bytes] = set()
         self.handlers = {
             "hello": self._h_hello,
             "push_task": self._h_push_task,
@@ -326,7 +327,7 @@ class CoreWorker:
         actor_id = actor_id_for_handle_object(handle_object_id)
         if actor_id is None or self.gcs is None or self.gcs.closed:
             return
-        if actor_id in self._detached_actors:
+        if actor_id in self._unscoped_actors:
             return
         # Calls this process already made still run: the actor ends after them.
         if self.actor_submitter.end_after_calls(actor_id):
@@ -778,6 +779,8 @@ class CoreWorker:
                 for inner_id, inner_owner in inner or ():
                     if inner_owner[0] != self.worker_id:
                         self._send_remove_borrower(inner_id, inner_owner)
+        for start, event in reply.get("profile") or ():
+            self.events.append((spec.task_id, "PROFILE", start, 0, event))
         self._task_done(
             spec,
             "FAILED" if reply.get("error") else "FINISHED",
@@ -933,17 +936,23 @@ class CoreWorker:
         self._send_threadsafe(self.gcs, op, body)
 
     def record_profile(self, name: str, start: float, end: float, extra: dict) -> None:
+        """A span of ``ember.profile``; inside a task it travels back with the task's reply."""
+        event = {"event_type": name, "end": end, "extra": extra, "pid": os.getpid()}
+        spans = getattr(self.current, "profile_spans", None)
+        if spans is not None:
+            spans.append((start, event))
+            return
         task_id = getattr(self.current, "task_id", None) or self.root_task_id
-        self.events.append((task_id, "PROFILE", start, 0, {"name": name, "end": end, **extra}))
+        self.events.append((task_id, "PROFILE", start, 0, event))
 
     def current_actor_hex(self) -> str:
         return self.actor_id.hex() if self.actor_id else ""
 
     # -- actors ----------------------------------------------------------------------------
-    def create_actor(self, spec: TaskSpec, held: list, detached: bool = False) -> None:
+    def create_actor(self, spec: TaskSpec, held: list, unscoped: bool = False) -> None:
         """Registers the actor with the GCS (a taken name fails here) and lets it place it."""
-        if detached:
-            self._detached_actors.add(spec.actor_id)
+        if unscoped:
+            self._unscoped_actors.add(spec.actor_id)
         if held:
             self._creation_holds[spec.actor_id] = held
         self.call_gcs_sync("create_actor", spec)

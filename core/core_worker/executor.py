@@ -81,7 +81,21 @@ class Executor:
         return DEFERRED
 
     def request_exit(self, body: dict) -> None:
-        """Graceful exit (the actor's handles are gone): after the calls already queued."""
+        """Graceful exit (the actor's handles are gone): after the calls already queued.
+
+        ``force`` (``ember.kill``): now, running the actor's atexit handlers first, as the
+        seeds document ("Any exit handlers installed in the actor using atexit will be
+        called"); the raylet kills the process if that takes too long.
+        """
+        if body.get("force"):
+            import atexit
+
+            try:
+                atexit._run_exitfuncs()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(1)
         self.queue.put(("exit", body))
 
     def cancel(self, task_id: bytes, force: bool) -> None:
@@ -152,6 +166,7 @@ class Executor:
         if spec.gpu_ids:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
         timings: dict[str, float] = {"start": time.time()}
+        current.profile_spans = spans = []
         try:
             if spec.task_id in self.cancelled:
                 raise TaskCancelledError(spec.task_id.hex())
@@ -187,8 +202,11 @@ class Executor:
             self.running.pop(spec.task_id, None)
             current.task_id = None
             current.spec = None
+            current.profile_spans = None
         timings["end"] = time.time()
         reply["timings"] = timings
+        if spans:
+            reply["profile"] = spans
         reply["pid"] = os.getpid()
         self.tasks_done += 1
         sys.stdout.flush()

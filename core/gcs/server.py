@@ -159,6 +159,7 @@ class GcsServer:
             "get_placement_group": self.placement_groups.h_get,
             "list_placement_groups": self.placement_groups.h_list,
             "get_events": self.h_get_events,
+            "set_resource": self.h_set_resource,
             "ping": lambda c, b: "pong",
         }
 
@@ -498,8 +499,13 @@ class GcsServer:
             actor.death_cause = reason
             wconn.send("exit", {"reason": reason})
             return
+        if wconn is not None and not wconn.closed:
+            wconn.send("exit", {"reason": reason, "force": True})  # runs atexit, then exits
         if node is not None and node.state == "ALIVE" and actor.worker_id:
-            node.conn.send("kill_worker", {"worker_id": actor.worker_id, "reason": reason})
+            node.conn.send(
+                "kill_worker",
+                {"worker_id": actor.worker_id, "reason": reason, "grace": 2.0 if wconn else 0},
+            )
         if restart:
             return  # the worker's death restarts it
         self._set_dead(actor, reason)
@@ -509,6 +515,15 @@ class GcsServer:
         if actor is not None:
             actor.no_restart = True
             self._set_dead(actor, body.get("reason", "the actor exited"))
+        return {"ok": True}
+
+    async def h_set_resource(self, conn: Connection, body: dict) -> dict:
+        node = self.nodes.get(body["node_id"])
+        if node is None or node.state != "ALIVE":
+            return {"ok": False, "message": f"no live node {body['node_id'].hex()}"}
+        node.total, node.available = await node.conn.call("set_resource", body)
+        self._schedule_pending_actors()
+        self.placement_groups.on_node_change()
         return {"ok": True}
 
     # -- views -----------------------------------------------------------------------------

@@ -122,6 +122,7 @@ class Raylet:
             "release_bundles": self.h_release_bundles,
             "job_finished": self.h_job_finished,
             "node_stats": self.h_node_stats,
+            "set_resource": self.h_set_resource,
             "list_workers": self.h_list_workers,
             "shutdown": self.h_shutdown,
             "ping": lambda c, b: "pong",
@@ -345,9 +346,22 @@ class Raylet:
             w.title = body["title"]
 
     def h_kill_worker(self, conn: Connection, body: dict) -> None:
+        """Kills a worker now, or after ``grace`` seconds if it has not exited by then."""
         w = self.pool.workers.get(body["worker_id"])
-        if w is not None and not w.dead:
-            self.pool.kill(w, body.get("reason", "killed"))
+        if w is None or w.dead:
+            return
+        reason = body.get("reason", "killed")
+        grace = body.get("grace", 0)
+        if not grace:
+            self.pool.kill(w, reason)
+            return
+        w.kill_reason = reason
+
+        def kill_if_alive() -> None:
+            if not w.dead and w.proc.poll() is None:
+                self.pool.kill(w, reason)
+
+        asyncio.get_running_loop().call_later(grace, kill_if_alive)
 
     # -- worker deaths ---------------------------------------------------------------------
     def reap(self) -> None:
@@ -500,6 +514,16 @@ class Raylet:
         for lease in list(self.leases.values()):
             if lease.worker.job_id == job_id and not lease.is_actor:
                 self._end_lease(lease, kill=True, reason="its job finished")
+
+    def h_set_resource(self, conn: Connection, body: dict) -> tuple[dict, dict]:
+        name, capacity = body["name"], body["capacity"]
+        current = self.resources.total_dict().get(name, 0.0)
+        if capacity > current:
+            self.resources.add(name, capacity - current)
+        elif capacity < current:
+            self.resources.remove(name, current - capacity)
+        self.dispatch()
+        return self.resources.total_dict(), self.resources.available_dict()
 
     # -- views -----------------------------------------------------------------------------
     def h_node_stats(self, conn: Connection, body: Any) -> dict:

@@ -5,6 +5,7 @@ with its phases nested, as Ray draws it (../shared/reference/ray-2.60-cli-output
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from ember import global_state
@@ -24,18 +25,23 @@ def chrome_events(worker: Any) -> list[dict[str, Any]]:
         if extra and "name" in extra and state != "PROFILE":
             names[task_id] = extra["name"]
         if state == "PROFILE":
-            out.append(
-                {
-                    "cat": "profile",
-                    "name": extra["name"],
-                    "pid": ip,
-                    "tid": "driver",
-                    "ts": t * 1e6,
-                    "dur": (extra["end"] - t) * 1e6,
-                    "ph": "X",
-                    "args": {k: v for k, v in extra.items() if k not in ("name", "end")},
-                }
-            )
+            data = extra.get("extra") or {}
+            span = {
+                "cat": extra["event_type"],
+                # "name" and "cname" in extra_data override the displayed text and colour.
+                "name": data.get("name", extra["event_type"]),
+                "pid": ip,
+                "tid": "driver"
+                if extra.get("pid") == os.getpid()
+                else f"worker:{extra.get('pid')}",
+                "ts": t * 1e6,
+                "dur": (extra["end"] - t) * 1e6,
+                "ph": "X",
+                "args": dict(data),
+            }
+            if "cname" in data:
+                span["cname"] = data["cname"]
+            out.append(span)
             continue
         if state not in ("FINISHED", "FAILED") or not extra or not extra.get("timings"):
             continue
