@@ -43,5 +43,13 @@ def demo(num_cpus: float | None, tasks: int) -> None:
     run_demo(num_cpus=num_cpus, num_tasks=tasks)
 
 
+def _register() -> None:
+    from ember.cli.memory import memory
+
+    main.add_command(memory)
+
+
+_register()
+
 if __name__ == "__main__":
     main()

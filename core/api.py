@@ -10,7 +10,6 @@ import inspect
 import logging
 import os
 import signal
-import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -228,9 +227,7 @@ def _make_remote(target: Any, opts: dict[str, Any]) -> Any:
 
 # -- objects ---------------------------------------------------------------------------------
 def put(value: Any, *, _owner: Any = None) -> ObjectRef:
-    worker = _worker()
-    call_site = _call_site() if getattr(worker.refs, "record_call_sites", False) else ""
-    return worker.put(value, call_site) if call_site else worker.put(value)
+    return _worker().put(value)
 
 
 def get(object_refs: Any, *, timeout: float | None = None) -> Any:
@@ -438,11 +435,6 @@ def timeline(filename: str | None = None) -> Any:
     from ember.chrome_trace import timeline as _timeline
 
     return _timeline(filename)
-
-
-def _call_site() -> str:
-    frame = sys._getframe(2)
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
 def get_runtime_context() -> Any:

@@ -27,6 +27,10 @@ class RuntimeContext:
         return actor_id.hex() if actor_id else None
 
     @property
+    def gcs_address(self) -> str:
+        return (getattr(self._worker, "node", None) or {}).get("gcs_address", "")
+
+    @property
     def namespace(self) -> str:
         return self._worker.namespace
 

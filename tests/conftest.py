@@ -4,44 +4,10 @@ process started by the test run is still alive at the end (a leak is a failing t
 from __future__ import annotations
 
 import os
-import time
 
 import ember
-import psutil
 import pytest
-
-
-def ember_children() -> list[psutil.Process]:
-    """Ember processes descended from this test process (GCS, raylets, workers)."""
-    out = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if "ember." in " ".join(p.cmdline()):
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
-
-
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, message: str = ""):
-    """Polls ``predicate`` until it returns a truthy value; fails the test at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {message or predicate}")
-        time.sleep(interval)
-
-
-def assert_no_ember_children(timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while ember_children():
-        if time.monotonic() > deadline:
-            left = [(p.pid, " ".join(p.cmdline())[:120]) for p in ember_children()]
-            pytest.fail(f"Ember processes left behind: {left}")
-        time.sleep(0.05)
+from ember_test_utils import assert_no_ember_children
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ import time
 import ember
 import psutil
 import pytest
-from conftest import wait_until
 from ember.exceptions import ActorDiedError, RayActorError
+from ember_test_utils import wait_until
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -19,8 +19,8 @@ import time
 import ember
 import psutil
 import pytest
-from conftest import assert_no_ember_children, ember_children, wait_until
 from ember.exceptions import TaskError
+from ember_test_utils import assert_no_ember_children, ember_children, wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

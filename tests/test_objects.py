@@ -22,8 +22,8 @@ import cloudpickle
 import ember
 import numpy as np
 import pytest
-from conftest import wait_until
 from ember.exceptions import GetTimeoutError, ObjectStoreFullError
+from ember_test_utils import wait_until
 
 MB = 1024 * 1024
 

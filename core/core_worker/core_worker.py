@@ -25,6 +25,7 @@ from collections import deque
 from typing import Any
 
 from ember import config, global_state
+from ember.call_site import user_call_site
 from ember.core_worker.actor_submitter import ActorSubmitter
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.reference_counter import Ref, ReferenceCounter
@@ -110,6 +111,9 @@ class CoreWorker:
         self._creation_holds: dict[bytes, list] = {}  # {actor_id: argument refs held}
         # Actors created here that outlive their handles (detached or named).
         self._unscoped_actors: set[bytes] = set()
+        # {object_id: (live zero-copy views, size)}: a value backed by shared memory pins it
+        # (PINNED_IN_MEMORY in ember memory, even after its ObjectRef is gone).
+        self._plasma_views: dict[bytes, int] = {}
         self.handlers = {
             "hello": self._h_hello,
             "push_task": self._h_push_task,
@@ -383,7 +387,7 @@ class CoreWorker:
     def current_task_id(self) -> bytes:
         return getattr(self.current, "task_id", None) or self.root_task_id
 
-    def put(self, value: Any, _owner_call_site: str = "") -> ObjectRef:
+    def put(self, value: Any) -> ObjectRef:
         if isinstance(value, ObjectRef):
             raise TypeError(
                 "Calling put() on an ObjectRef is not allowed: the ref already names the "
@@ -391,16 +395,20 @@ class CoreWorker:
             )
         object_id = object_id_for_put(self.current_task_id(), next(self._put_index))
         ser = serialize(value, what="the value passed to put()")
-        loc = self.store_serialized(object_id, ser, self.owner_address)
+        # Values with out-of-band buffers (numpy arrays) always go to shared memory, so
+        # get() reads them zero-copy whatever their size, as the seeds document.
+        loc = self.store_serialized(object_id, ser, self.owner_address, zero_copy=bool(ser.buffers))
         self.refs.add_owned(
-            object_id, self.owner_address, ser.contained, _owner_call_site, ser.total_size
+            object_id, self.owner_address, ser.contained, user_call_site(), ser.total_size
         )
         self.memory_store.put(object_id, loc)
         return ObjectRef(object_id, self.owner_address)
 
-    def store_serialized(self, object_id: bytes, ser: SerializedObject, owner) -> tuple:
+    def store_serialized(
+        self, object_id: bytes, ser: SerializedObject, owner, zero_copy: bool = False
+    ) -> tuple:
         """Inline for small values; the node's shared-memory store for large ones."""
-        if ser.total_size <= config.max_direct_call_object_size:
+        if not zero_copy and ser.total_size <= config.max_direct_call_object_size:
             return ("inline", ser.meta, ser.data, [memoryview(b).tobytes() for b in ser.buffers])
         size = ser.packed_size()
         offset = self.call_raylet_sync(
@@ -580,7 +588,18 @@ class CoreWorker:
                     raylet, "plasma_release", {"object_id": object_id, "client": worker.worker_id}
                 )
 
-        view = self.arena.view(offset, size, on_release=release)
+        views = self._plasma_views
+        views[object_id] = (views.get(object_id, (0, size))[0] + 1, size)
+
+        def release_and_count() -> None:
+            left = views.get(object_id, (1, size))[0] - 1
+            if left > 0:
+                views[object_id] = (left, size)
+            else:
+                views.pop(object_id, None)
+            release()
+
+        view = self.arena.view(offset, size, on_release=release_and_count)
         meta, data, buffers = unpack_from(view)
         value = deserialize(data, buffers)
         return meta, value
@@ -705,7 +724,7 @@ class CoreWorker:
         spec.job_id = self.job_id
         spec.namespace = self.namespace
         oids = spec.return_ids()
-        self.refs.add_owned_returns(oids, owner)
+        self.refs.add_owned_returns(oids, owner, user_call_site())
         self.memory_store.add_pending_many(oids)
         refs = [counted_ref(oid, owner) for oid in oids]
         if spec.args:
@@ -881,17 +900,41 @@ class CoreWorker:
         """The raylet wants to retire this idle worker: not while it owns objects in use."""
         return not any(ref.owned for _, ref in self.refs.snapshot())
 
-    def _h_get_references(self, conn: Connection, body: Any) -> list[dict]:
-        return self.reference_table()
+    def _h_get_references(self, conn: Connection, body: Any) -> dict:
+        return {
+            "pid": os.getpid(),
+            "worker_id": self.worker_id.hex(),
+            "is_driver": self.mode == DRIVER,
+            "actor": self.executor.actor_name if self.executor is not None else "",
+            "rows": self.reference_table(),
+        }
 
     # -- introspection ---------------------------------------------------------------------
     def reference_table(self) -> list[dict]:
         """This process's refs for ``ember memory`` (002 §5.3.6)."""
         rows = []
-        for object_id, ref in self.refs.snapshot():
+        snapshot = self.refs.snapshot()
+        listed = {object_id for object_id, _ in snapshot}
+        for object_id, (n, size) in list(self._plasma_views.items()):
+            if object_id not in listed and n > 0:
+                rows.append(
+                    {
+                        "object_id": object_id.hex(),
+                        "owned": False,
+                        "reference_types": ["PINNED_IN_MEMORY"],
+                        "size": size,
+                        "status": "-",
+                        "call_site": "",
+                        "in_plasma": True,
+                        "borrowers": 0,
+                    }
+                )
+        for object_id, ref in snapshot:
             loc = self.memory_store.get_if_ready(object_id)
-            if loc is None:
-                status, size = "PENDING", -1
+            if ref.is_actor_handle:
+                status, size = "-", -1
+            elif loc is None:
+                status, size = ("PENDING" if ref.owned else "-"), -1
             elif loc[0] == "inline":
                 status = "FINISHED"
                 size = len(loc[2]) + sum(len(b) for b in loc[3])

@@ -72,7 +72,6 @@ class ReferenceCounter:
         self._on_borrow_released = on_borrow_released
         # Borrowed refs deserialized on this thread, to register with their owners.
         self._tls = threading.local()
-        self.record_call_sites = False
 
     # -- owned objects ---------------------------------------------------------------------
     def add_owned(
@@ -95,7 +94,9 @@ class ReferenceCounter:
             if contains:
                 self._set_contains(ref, contains)
 
-    def add_owned_returns(self, object_ids: list[bytes], owner: OwnerAddress) -> None:
+    def add_owned_returns(
+        self, object_ids: list[bytes], owner: OwnerAddress, call_site: str = ""
+    ) -> None:
         """A submitted task's returns: owned, each with one local ref (the caller's ObjectRef)."""
         with self._lock:
             refs = self._refs
@@ -103,6 +104,7 @@ class ReferenceCounter:
                 ref = refs.get(object_id)
                 if ref is None:
                     ref = refs[object_id] = Ref(True, owner)
+                    ref.call_site = call_site
                 ref.local += 1
 
     def set_contains(self, object_id: bytes, contains: list) -> None:

@@ -124,6 +124,7 @@ class Raylet:
             "node_stats": self.h_node_stats,
             "set_resource": self.h_set_resource,
             "list_workers": self.h_list_workers,
+            "collect_references": self.h_collect_references,
             "shutdown": self.h_shutdown,
             "ping": lambda c, b: "pong",
         }
@@ -542,6 +543,26 @@ class Raylet:
                 }
                 for r in self.queue
             ],
+        }
+
+    async def h_collect_references(self, conn: Connection, body: Any) -> dict:
+        """Every local process's reference table, asked concurrently (``ember memory``)."""
+
+        async def one(client: Connection) -> dict | None:
+            try:
+                return await client.call("get_references", None, timeout=5.0)
+            except Exception:
+                return None  # it exited meanwhile, or is stuck: the rest still answer
+
+        clients = [c for c in self.clients.values() if not c.closed]
+        replies = await asyncio.gather(*(one(c) for c in clients))
+        return {
+            "node_id": self.node_id.hex(),
+            "node_ip": self.args.node_ip,
+            "store": self.store.stats(),
+            "store_objects": len(self.store.list_objects()),
+            "processes": [r for r in replies if r is not None],
+            "unanswered": sum(r is None for r in replies),
         }
 
     def h_list_workers(self, conn: Connection, body: Any) -> list[dict]:
