@@ -19,13 +19,13 @@ Each test is one program from the Ray 0.8.5 documentation (seeds/002), run with
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import ember as ray
 import pytest
+from ember_test_utils import wait_until
 
 SEEDS_DIR = Path(__file__).parent
 RUNTIME_BUILT = callable(getattr(ray, "init", None))
@@ -81,14 +81,7 @@ def ray_start(request: pytest.FixtureRequest, clean_runtime: None) -> Iterator[A
 def _wait_for(
     predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05, what: str = ""
 ) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(interval)
+    return wait_until(predicate, timeout=timeout, interval=interval, message=what)
 
 
 @pytest.fixture
