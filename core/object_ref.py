@@ -36,11 +36,13 @@ class ObjectRef:
                 self._counted = True
 
     def __del__(self) -> None:
+        # No locks here: __del__ can run from the garbage collector while this very thread
+        # holds a runtime lock. The count drops later (CoreWorker.drain_dropped_refs).
         if self._counted:
             worker = global_state.worker
             if worker is not None:
                 try:
-                    worker.refs.remove_local(self._id)
+                    worker.dropped_refs.append(self._id)
                 except Exception:  # interpreter shutdown: nothing left to free
                     pass
 

@@ -440,8 +440,19 @@ def test_pickle5_buffer_objects_round_trip(shared_node):
 
 # -- reference counting ------------------------------------------------------------------
 def _baseline():
+    """Store usage once frees from earlier tests (asynchronous, as in Ray) have landed."""
     gc.collect()
-    return store_used()
+    last = store_used()
+
+    def settled():
+        nonlocal last
+        time.sleep(0.1)
+        now = store_used()
+        same, last = now == last, now
+        return same
+
+    wait_until(settled, 10, interval=0, message="store usage to settle")
+    return last
 
 
 def test_deleting_a_ref_frees_store_memory(shared_node):
@@ -960,3 +971,27 @@ def test_many_borrowed_refs_from_actor(shared_node):
     refs = ember.get(maker.make_many.remote(50), timeout=30)
     assert ember.get(refs, timeout=30) == list(range(50))
     ember.kill(maker)
+
+
+# -- garbage collection --------------------------------------------------------------------
+def test_refs_collected_while_a_runtime_lock_is_held_do_not_deadlock(shared_node):
+    """The garbage collector may run ObjectRef.__del__ in the middle of a locked section of
+    the runtime (any allocation can trigger it). It must not wait on that lock."""
+    import threading
+
+    worker = ember.global_state.worker
+    base = _baseline()
+    cycle = [ember.put(np.ones(2 * MB // 8))]
+    cycle.append(cycle)  # only the cyclic collector can free this list and its ref
+    del cycle
+    finished = threading.Event()
+
+    def collect_inside_the_lock():
+        with worker.memory_store._lock:
+            gc.collect()
+        finished.set()
+
+    t = threading.Thread(target=collect_inside_the_lock, daemon=True)
+    t.start()
+    assert finished.wait(10), "ObjectRef.__del__ blocked on a lock its own thread held"
+    wait_until(lambda: store_used() < base + MB, 10, message="the collected ref's object freed")

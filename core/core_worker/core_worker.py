@@ -89,6 +89,8 @@ class CoreWorker:
         self.address = f"unix:{node['session_dir']}/sockets/w-{self.worker_id.hex()[:16]}"
         self.owner_address = (self.worker_id, self.address, self.node_id)
         self.memory_store = MemoryStore()
+        # Ids of ObjectRefs garbage-collected since the last drain (appended lock-free).
+        self.dropped_refs: deque[bytes] = deque()
         self.refs = ReferenceCounter(self.worker_id, self._on_free, self._on_borrow_released)
         self.loop = conn_mod.new_event_loop()
         self.task_submitter = TaskSubmitter(self)
@@ -146,7 +148,24 @@ class CoreWorker:
     def _run_loop(self, ready: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(ready.set)
+        self.loop.call_soon(self._drain_periodically)
         self.loop.run_forever()
+
+    def drain_dropped_refs(self) -> None:
+        """Applies the local-count drops that ObjectRef.__del__ queued. Call with no lock held."""
+        q = self.dropped_refs
+        remove = self.refs.remove_local
+        while q:
+            try:
+                object_id = q.popleft()
+            except IndexError:
+                return
+            remove(object_id)
+
+    def _drain_periodically(self) -> None:
+        self.drain_dropped_refs()
+        if not self.shutting_down:
+            self.loop.call_later(0.05, self._drain_periodically)
 
     async def _connect_all(self) -> None:
         self._server, _ = await conn_mod.serve(
@@ -230,9 +249,13 @@ class CoreWorker:
             raise
 
     def call_raylet_sync(self, op: str, body: Any, timeout: float = 30.0) -> Any:
+        if self.dropped_refs:
+            self.drain_dropped_refs()  # frees go out before this call, on the same connection
         return self.run_sync(self.raylet.call(op, body), timeout)
 
     def call_gcs_sync(self, op: str, body: Any, timeout: float | None = None) -> Any:
+        if self.dropped_refs:
+            self.drain_dropped_refs()
         return self.run_sync(self.gcs.call(op, body), timeout or config.gcs_rpc_timeout)
 
     def _on_raylet_closed(self, conn: Connection) -> None:
@@ -393,6 +416,8 @@ class CoreWorker:
                 "Calling put() on an ObjectRef is not allowed: the ref already names the "
                 "object. Pass the ref itself, or put([ref]) to nest it in a new object."
             )
+        if self.dropped_refs:
+            self.drain_dropped_refs()
         object_id = object_id_for_put(self.current_task_id(), next(self._put_index))
         ser = serialize(value, what="the value passed to put()")
         # Values with out-of-band buffers (numpy arrays) always go to shared memory, so
@@ -432,6 +457,8 @@ class CoreWorker:
         return self._arena
 
     def get(self, refs: list[ObjectRef], timeout: float | None = None) -> list[Any]:
+        if self.dropped_refs:
+            self.drain_dropped_refs()
         if len(refs) == 1:
             ref = refs[0]
             loc = self.memory_store.get_if_ready(ref._id) or self._wait_one(ref, timeout)
@@ -718,6 +745,8 @@ class CoreWorker:
 
     def prepare_task(self, spec: TaskSpec) -> list[ObjectRef]:
         """Registers the task's returns as owned and pending; returns their refs."""
+        if self.dropped_refs:
+            self.drain_dropped_refs()
         owner = self.owner_address
         spec.owner = owner
         spec.parent_task_id = self.current_task_id()
