@@ -21,8 +21,10 @@ import inspect
 import logging
 import os
 import pickle
+import select
 import socket
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -74,12 +76,17 @@ class Connection(asyncio.Protocol):
         self._next_id = 0
         self._expect_token = expect_token
         self._current_rid = 0
+        # Held around every socket write, so another thread may write directly (write_direct).
+        self._wlock = threading.Lock()
+        self._fd = -1
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.loop = asyncio.get_running_loop()
         sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self._fd = sock.fileno()
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             try:  # small request/reply messages must not wait for Nagle
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -135,7 +142,32 @@ class Connection(asyncio.Protocol):
             return
         out = self._out
         self._out = []
-        self.transport.write(b"".join(out) if len(out) > 2 else out[0] + out[1])
+        with self._wlock:
+            self.transport.write(b"".join(out) if len(out) > 2 else out[0] + out[1])
+
+    def write_direct(self, payload: bytes) -> bool:
+        """From a thread other than the loop's: writes one frame straight to the socket when
+        nothing is queued ahead of it (saves a wake-up of the loop). False: use the loop."""
+        if self.closed or self._fd < 0 or self._out:
+            return False
+        frame = _HEADER.pack(len(payload)) + payload
+        with self._wlock:
+            if self.closed or self._out or self.transport.get_write_buffer_size():
+                return False
+            view = memoryview(frame)
+            while view:
+                try:
+                    n = os.write(self._fd, view)
+                except BlockingIOError:
+                    n = 0
+                except OSError:
+                    return bool(len(view) < len(frame))  # a torn frame: the peer is gone
+                view = view[n:]
+                if view:  # the socket buffer is full: wait (bounded) rather than tear it
+                    if not select.select([], [self._fd], [], 5.0)[1]:
+                        self.loop.call_soon_threadsafe(self.close, "peer stopped reading")
+                        return True
+        return True
 
     def send(self, op: str, body: Any = None) -> None:
         """A one-way message. Call on the connection's loop."""
@@ -264,6 +296,12 @@ class Connection(asyncio.Protocol):
         if self._flush_scheduled:
             self._flush()
 
+    def _write_now(self, payload: bytes) -> None:
+        if self.closed:
+            return
+        self._write(payload)
+        self._flush()
+
     def _reply_error(self, rid: int, exc: BaseException) -> None:
         if self.closed:
             return
@@ -335,7 +373,14 @@ class Deferred:
         self.conn._reply(self.rid, value)
 
     def resolve_threadsafe(self, value: Any) -> None:
-        self.conn.loop.call_soon_threadsafe(self.conn._reply_now, self.rid, value)
+        conn = self.conn
+        try:
+            payload = _dumps((REPLY, self.rid, value), _HIGHEST)
+        except Exception:
+            conn.loop.call_soon_threadsafe(conn._reply_now, self.rid, value)  # error reply
+            return
+        if not conn.write_direct(payload):
+            conn.loop.call_soon_threadsafe(conn._write_now, payload)
 
 
 def _log_task_error(task: asyncio.Future) -> None:
