@@ -77,18 +77,6 @@ class ActorClass:
             f"use '{self._name}.remote()'."
         )
 
-    def __getattr__(self, name: str) -> Any:
-        methods = self.__dict__.get("_methods") or {}
-        if name in methods:
-            raise TypeError(
-                f"'{self._name}.{name}' is a method of the actor class, not of an actor. "
-                f"Create an actor first and call the method on its handle: "
-                f"'handle = {self._name}.remote(...)', then 'handle.{name}.remote(...)'."
-            )
-        raise AttributeError(
-            f"actor class {self.__dict__.get('_name', '?')!r} has no attribute {name!r}"
-        )
-
     def options(self, **opts: Any) -> _BoundActorOptions:
         merged = {**self._opts, **options.validate(opts, options.ACTOR_OPTIONS, self._name)}
         return _BoundActorOptions(self, merged)

@@ -742,15 +742,3 @@ def test_fifty_actors_on_two_cpus(ember_start):
     del actors
     gc.collect()
     wait_until(lambda: all(process_gone(p) for p in pids), 30, message="the 50 actors to exit")
-
-
-def test_method_through_the_class_is_a_clear_type_error():
-    @ember.remote
-    class Counter:
-        def incr(self):
-            return 1
-
-    with pytest.raises(TypeError, match=r"handle\.incr\.remote"):
-        Counter.incr.remote()
-    with pytest.raises(AttributeError):
-        Counter.not_a_method  # noqa: B018
