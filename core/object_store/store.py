@@ -136,14 +136,7 @@ class ObjectStore:
 
     def seal(self, object_id: bytes) -> None:
         """Marks a created object complete, so readers can get it."""
-        entry = self._objects.get(object_id)
-        if entry is None or entry.sealed:
-            unsealed = self._find_deleted(object_id, lambda e: not e.sealed)
-            if unsealed is None:
-                if entry is not None:
-                    raise ValueError(f"object {object_id.hex()} is already sealed")
-                raise ObjectNotFoundError(f"object {object_id.hex()} is not in the object store")
-            entry = unsealed
+        entry = self._unsealed_entry(object_id, "is already sealed")
         self._account(entry, -1)
         entry.sealed = True
         creations = self._client_creations.get(entry.creator)
@@ -159,16 +152,21 @@ class ObjectStore:
 
     def abort(self, object_id: bytes) -> None:
         """Drops an object that was created but never sealed, freeing its memory."""
+        entry = self._unsealed_entry(object_id, "is sealed and cannot be aborted")
+        self._account(entry, -1)
+        self._free(entry)
+
+    def _unsealed_entry(self, object_id: bytes, if_sealed: str) -> _Entry:
+        """The object still being written under this id (maybe deleted meanwhile)."""
         entry = self._objects.get(object_id)
         if entry is None or entry.sealed:
             unsealed = self._find_deleted(object_id, lambda e: not e.sealed)
             if unsealed is None:
                 if entry is not None:
-                    raise ValueError(f"object {object_id.hex()} is sealed and cannot be aborted")
+                    raise ValueError(f"object {object_id.hex()} {if_sealed}")
                 raise ObjectNotFoundError(f"object {object_id.hex()} is not in the object store")
             entry = unsealed
-        self._account(entry, -1)
-        self._free(entry)
+        return entry
 
     def get(self, object_id: bytes, client: Hashable) -> tuple[int, int] | None:
         """Pins a sealed object for ``client``; returns ``(offset, size)`` or None if absent."""
