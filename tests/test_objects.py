@@ -439,6 +439,13 @@ def test_pickle5_buffer_objects_round_trip(shared_node):
 
 
 # -- reference counting ------------------------------------------------------------------
+def _block_until(path, timeout=60.0):
+    """Inside a task: waits (bounded) until the test opens the gate file."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _baseline():
     """Store usage once frees from earlier tests (asynchronous, as in Ray) have landed."""
     gc.collect()
@@ -540,9 +547,7 @@ def test_ref_captured_in_another_object_keeps_inner_alive(shared_node):
 def test_ref_in_list_arg_stays_alive_while_task_runs(shared_node, gate):
     @ember.remote
     def later_sum(container, gate_path):
-        deadline = time.monotonic() + 60
-        while not os.path.exists(gate_path) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _block_until(gate_path)
         return float(ember.get(container[0]).sum())
 
     base = _baseline()
@@ -562,9 +567,7 @@ def test_ref_in_list_arg_stays_alive_while_task_runs(shared_node, gate):
 def test_small_ref_in_list_arg_stays_alive_while_task_runs(shared_node, gate):
     @ember.remote
     def later_get(container, gate_path):
-        deadline = time.monotonic() + 60
-        while not os.path.exists(gate_path) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _block_until(gate_path)
         return ember.get(container[0])
 
     ref = ember.put("small value")
@@ -586,9 +589,7 @@ def test_ref_passed_on_by_a_borrower_to_a_nested_task_stays_alive(shared_node, g
 
     @ember.remote
     def reader(container, gate_path):
-        deadline = time.monotonic() + 60
-        while not os.path.exists(gate_path) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _block_until(gate_path)
         return float(ember.get(container[0]).sum())
 
     @ember.remote

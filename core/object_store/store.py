@@ -198,6 +198,10 @@ class ObjectStore:
             del entry.readers[client]
             self._drop_client_pin(client, entry)
         entry.pins -= 1
+        self._after_unpin(entry)
+
+    def _after_unpin(self, entry: _Entry) -> None:
+        """After pins dropped (the entry was taken out of the accounting by the caller)."""
         if not entry.pins:
             # Being read counts as use, so LRU age runs from the last release.
             entry.last_access = time.time()
@@ -211,12 +215,7 @@ class ObjectStore:
         for entry in self._client_pins.pop(client, set()):
             self._account(entry, -1)
             entry.pins -= entry.readers.pop(client)
-            if not entry.pins:
-                entry.last_access = time.time()
-            if entry.deleted and not entry.pins:
-                self._free(entry)
-            else:
-                self._account(entry, +1)
+            self._after_unpin(entry)
         for entry in self._client_creations.pop(client, set()):
             if not entry.sealed:
                 self._account(entry, -1)
