@@ -112,6 +112,42 @@ def test_order_kept_when_an_earlier_call_waits_for_an_argument(shared_node):
     assert ember.get(c.get_log.remote()) == ["first", "second"]
 
 
+def test_order_kept_when_direct_and_queued_calls_interleave(shared_node):
+    # Calls whose argument is not ready go through the I/O thread's queue; the ones after
+    # them must not overtake them by the direct path, and vice versa.
+    @ember.remote
+    def later(x):
+        time.sleep(0.05)
+        return x
+
+    c = Counter.remote()
+    ember.get(c.get.remote())
+    refs = [c.record.remote(later.remote(i) if i % 7 == 3 else i) for i in range(100)]
+    assert ember.get(refs) == list(range(1, 101))
+    assert ember.get(c.get_log.remote()) == list(range(100))
+
+
+def test_calls_from_many_driver_threads_all_answered(shared_node):
+    c = Counter.remote()
+    ember.get(c.get.remote())
+    errors: list[BaseException] = []
+
+    def caller() -> None:
+        try:
+            for _ in range(200):
+                ember.get(c.incr.remote(), timeout=30)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=caller) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert ember.get(c.get.remote()) == 800
+
+
 def test_method_num_returns_decorator_and_options(shared_node):
     @ember.remote
     class Multi:

@@ -1,15 +1,24 @@
 """Actor method calls: straight to the actor's worker, in submission order per caller.
 
-Runs on the core worker's I/O thread only. The GCS tells us where each actor lives and when it
-restarts or dies (``actor_update``); until it is alive, calls wait here in order. Calls in
-flight when the connection drops wait for the GCS's verdict: a restarted actor gets them again
-while ``max_task_retries`` allows, otherwise they fail with ``ActorDiedError``.
+The GCS tells us where each actor lives and when it restarts or dies (``actor_update``); until
+it is alive, calls wait here in order. Calls in flight when the connection drops wait for the
+GCS's verdict: a restarted actor gets them again while ``max_task_retries`` allows, otherwise
+they fail with ``ActorDiedError``.
+
+Threads: everything runs on the core worker's I/O thread except ``submit_direct``, which the
+user's thread calls first. When the actor is connected and nothing of ours is queued ahead,
+it writes the call to the actor's socket itself, sparing a wake-up of the I/O thread per call
+(a sync call's cost is mostly wake-ups). ``_lock`` guards what both threads touch: an actor's
+state, queue, in-flight table and ``slow_pending``, the count of calls handed to the I/O
+thread and not yet queued there, which keeps later direct calls from overtaking them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +48,7 @@ class _Actor:
         "max_task_retries",
         "incarnation",
         "ending",
+        "slow_pending",
     )
 
     def __init__(self, actor_id: bytes) -> None:
@@ -56,37 +66,92 @@ class _Actor:
         self.max_task_retries = 0
         self.incarnation = -1
         self.ending = False  # no handle is left here: end the actor once our calls are done
+        self.slow_pending = 0  # calls on their way to the I/O thread (see the module doc)
+
+
+def _locked(method):
+    """Runs an I/O-thread entry point under the submitter's lock (see the module doc)."""
+
+    @functools.wraps(method)
+    def run(self, *args):
+        with self._lock:
+            return method(self, *args)
+
+    return run
 
 
 class ActorSubmitter:
     def __init__(self, cw: CoreWorker) -> None:
         self.cw = cw
         self._actors: dict[bytes, _Actor] = {}  # {actor_id: _Actor}
+        # Reentrant: a reply handled under it may retry a call, which takes it again.
+        self._lock = threading.RLock()
 
     def _get(self, actor_id: bytes) -> _Actor:
         st = self._actors.get(actor_id)
         if st is None:
-            st = self._actors[actor_id] = _Actor(actor_id)
+            st = self._actors.setdefault(actor_id, _Actor(actor_id))
         if not st.subscribed:
             st.subscribed = True
             self.cw.gcs.send("subscribe_actor", {"actor_id": actor_id})
         return st
 
+    @_locked
     def set_retries(self, actor_id: bytes, max_task_retries: int) -> None:
         self._get(actor_id).max_task_retries = max_task_retries
 
+    def submit_direct(self, spec: TaskSpec) -> bool:
+        """On the user's thread: sends the call now if nothing must go first. False: hand it
+        to ``submit`` on the I/O thread (counted in ``slow_pending`` until it arrives)."""
+        with self._lock:
+            st = self._actors.get(spec.actor_id)
+            if st is None:
+                st = self._actors.setdefault(spec.actor_id, _Actor(spec.actor_id))
+            conn = st.conn
+            if (
+                st.slow_pending
+                or st.state != "ALIVE"
+                or conn is None
+                or conn.closed
+                or st.queue
+                or st.lost
+                or st.ending
+                or self._args_pending(spec)
+            ):
+                st.slow_pending += 1
+                return False
+            st.in_flight[spec.task_id] = spec  # before the write: the reply may come at once
+            if conn.request_cb_direct(
+                "push_actor_task", spec, lambda reply, exc: self._on_reply(st, spec, reply, exc)
+            ):
+                return True
+            del st.in_flight[spec.task_id]
+            st.slow_pending += 1
+            return False
+
+    def _args_pending(self, spec: TaskSpec) -> list[bytes]:
+        """Our own argument refs whose values are not ready yet."""
+        if not spec.args:
+            return []
+        cw = self.cw
+        return [
+            a[1]
+            for a in spec.args
+            if a[0] == ARG_REF and cw.owns(a[1]) and not cw.memory_store.get_if_ready(a[1])
+        ]
+
     def submit(self, spec: TaskSpec) -> None:
-        st = self._get(spec.actor_id)
+        """On the I/O thread: a call ``submit_direct`` could not send."""
+        with self._lock:
+            st = self._get(spec.actor_id)
+            st.slow_pending -= 1
+            self._submit_locked(st, spec)
+
+    def _submit_locked(self, st: _Actor, spec: TaskSpec) -> None:
         if st.state == "DEAD":
             self.cw.fail_task(spec, self._died(st))
             return
-        pending = [
-            a[1]
-            for a in spec.args
-            if a[0] == ARG_REF
-            and self.cw.owns(a[1])
-            and not self.cw.memory_store.get_if_ready(a[1])
-        ]
+        pending = self._args_pending(spec)
         # Order matters for actors: a call waiting for arguments holds back the ones after it.
         st.queue.append(spec)
         if pending:
@@ -102,6 +167,7 @@ class ActorSubmitter:
                 self.cw.memory_store.on_ready(oid, on_ready)
         self._flush(st)
 
+    @_locked
     def _args_ready(self, spec: TaskSpec) -> None:
         spec.attempt = 0
         self.cw.inline_small_args(spec)
@@ -125,13 +191,15 @@ class ActorSubmitter:
             conn = await self.cw.connect_to_worker(st.worker_id, address)
         except Exception as e:
             logger.info("actor %s unreachable at %s: %s", st.actor_id.hex(), address, e)
-            st.connecting = False
+            with self._lock:
+                st.connecting = False
             return  # the GCS will tell us whether it restarts or dies
-        st.connecting = False
-        if address != st.address:
-            return
-        st.conn = conn
-        self._flush(st)
+        with self._lock:
+            st.connecting = False
+            if address != st.address:
+                return
+            st.conn = conn
+            self._flush(st)
 
     def _push(self, st: _Actor, spec: TaskSpec) -> None:
         st.in_flight[spec.task_id] = spec
@@ -140,6 +208,7 @@ class ActorSubmitter:
             "push_actor_task", spec, lambda reply, exc: self._on_reply(st, spec, reply, exc)
         )
 
+    @_locked
     def end_after_calls(self, actor_id: bytes) -> bool:
         """The last handle is gone. True if we end the actor ourselves after our calls."""
         st = self._actors.get(actor_id)
@@ -165,26 +234,35 @@ class ActorSubmitter:
             )
 
     def _on_reply(self, st: _Actor, spec: TaskSpec, reply, exc) -> None:
-        if st.in_flight.pop(spec.task_id, None) is None:
-            return
         if exc is None:
+            # The common case takes no lock: the pop is atomic, and nothing else here is
+            # shared with the user's thread.
+            if st.in_flight.pop(spec.task_id, None) is None:
+                return
             self.cw.handle_task_reply(spec, reply, self._retry)
-            self._maybe_end(st)
+            if st.ending:
+                with self._lock:
+                    self._maybe_end(st)
             return
-        # The actor's worker went away: wait for the GCS to say restart or death.
-        if st.conn is not None and st.conn.closed:
-            st.conn = None
-        if st.state == "DEAD":
-            self.cw.fail_task(spec, self._died(st))
-        else:
-            st.lost.append(spec)
+        with self._lock:
+            if st.in_flight.pop(spec.task_id, None) is None:
+                return
+            # The actor's worker went away: wait for the GCS to say restart or death.
+            if st.conn is not None and st.conn.closed:
+                st.conn = None
+            if st.state == "DEAD":
+                self.cw.fail_task(spec, self._died(st))
+            else:
+                st.lost.append(spec)
 
+    @_locked
     def _retry(self, spec: TaskSpec) -> None:
         st = self._get(spec.actor_id)
         st.queue.appendleft(spec)
         self._flush(st)
 
     # -- GCS updates -----------------------------------------------------------------------
+    @_locked
     def on_actor_update(self, info: dict[str, Any]) -> None:
         st = self._actors.get(info["actor_id"])
         if st is None:
@@ -239,6 +317,7 @@ class ActorSubmitter:
     def _died(self, st: _Actor) -> ActorDiedError:
         return ActorDiedError(st.actor_id.hex(), st.death_cause or "the actor died")
 
+    @_locked
     def forget(self, actor_id: bytes) -> None:
         st = self._actors.pop(actor_id, None)
         if st is not None and st.subscribed and not self.cw.gcs.closed:

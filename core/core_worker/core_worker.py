@@ -776,7 +776,8 @@ class CoreWorker:
 
     def submit_actor_task(self, spec: TaskSpec) -> list[ObjectRef]:
         refs = self.prepare_task(spec)
-        self.loop.call_soon_threadsafe(self.actor_submitter.submit, spec)
+        if not self.actor_submitter.submit_direct(spec):
+            self.loop.call_soon_threadsafe(self.actor_submitter.submit, spec)
         return refs
 
     def register_function(self, function_id: bytes, pickled: bytes) -> None:
@@ -811,6 +812,19 @@ class CoreWorker:
             self.record_event(spec, "RETRYING")
             retry(spec)
             return
+        # Bookkeeping first, values last: storing a value wakes the user's thread, which then
+        # needs the GIL this thread holds until it goes back to waiting for input.
+        for start, event in reply.get("profile") or ():
+            self.events.append((spec.task_id, "PROFILE", start, 0, event))
+        self._task_done(
+            spec,
+            "FAILED" if reply.get("error") else "FINISHED",
+            {
+                "timings": reply.get("timings"),
+                "pid": reply.get("pid"),
+                "function": spec.display_name(),
+            },
+        )
         returns = reply["returns"]
         contained = reply.get("contained") or [None] * len(returns)
         for oid, loc, inner in zip(spec.return_ids(), returns, contained, strict=True):
@@ -827,17 +841,6 @@ class CoreWorker:
                 for inner_id, inner_owner in inner or ():
                     if inner_owner[0] != self.worker_id:
                         self._send_remove_borrower(inner_id, inner_owner)
-        for start, event in reply.get("profile") or ():
-            self.events.append((spec.task_id, "PROFILE", start, 0, event))
-        self._task_done(
-            spec,
-            "FAILED" if reply.get("error") else "FINISHED",
-            {
-                "timings": reply.get("timings"),
-                "pid": reply.get("pid"),
-                "function": spec.display_name(),
-            },
-        )
 
     def _should_retry_exception(self, spec: TaskSpec, reply: dict) -> bool:
         if spec.attempt >= spec.max_retries and spec.max_retries != -1:

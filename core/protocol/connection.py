@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import inspect
+import itertools
 import logging
 import os
 import pickle
@@ -73,7 +74,7 @@ class Connection(asyncio.Protocol):
         self._flush_scheduled = False
         # {req_id: Future of the reply, or a callback(result, error)}
         self._pending: dict[int, asyncio.Future | Callable] = {}
-        self._next_id = 0
+        self._ids = itertools.count(1)  # next() on a C iterator: safe from any thread
         self._expect_token = expect_token
         self._current_rid = 0
         # Held around every socket write, so another thread may write directly (write_direct).
@@ -140,9 +141,11 @@ class Connection(asyncio.Protocol):
         if self.closed or not self._out:
             self._out.clear()
             return
-        out = self._out
-        self._out = []
+        # Emptying the queue under the lock keeps order with writers on other threads: they
+        # only write when, holding the lock, they see nothing queued ahead of them.
         with self._wlock:
+            out = self._out
+            self._out = []
             self.transport.write(b"".join(out) if len(out) > 2 else out[0] + out[1])
 
     def write_direct(self, payload: bytes) -> bool:
@@ -154,19 +157,24 @@ class Connection(asyncio.Protocol):
         with self._wlock:
             if self.closed or self._out or self.transport.get_write_buffer_size():
                 return False
-            view = memoryview(frame)
-            while view:
-                try:
-                    n = os.write(self._fd, view)
-                except BlockingIOError:
-                    n = 0
-                except OSError:
-                    return bool(len(view) < len(frame))  # a torn frame: the peer is gone
-                view = view[n:]
-                if view:  # the socket buffer is full: wait (bounded) rather than tear it
-                    if not select.select([], [self._fd], [], 5.0)[1]:
-                        self.loop.call_soon_threadsafe(self.close, "peer stopped reading")
-                        return True
+            return self._write_frame_locked(frame)
+
+    def _write_frame_locked(self, frame: bytes) -> bool:
+        """Writes a whole frame with ``os.write``, holding ``_wlock``. False only when nothing
+        was written (the peer is gone); a frame torn later is the peer's loss, not a retry."""
+        view = memoryview(frame)
+        while view:
+            try:
+                n = os.write(self._fd, view)
+            except BlockingIOError:
+                n = 0
+            except OSError:
+                return len(view) < len(frame)
+            view = view[n:]
+            if view:  # the socket buffer is full: wait (bounded) rather than tear it
+                if not select.select([], [self._fd], [], 5.0)[1]:
+                    self.loop.call_soon_threadsafe(self.close, "peer stopped reading")
+                    return True
         return True
 
     def send(self, op: str, body: Any = None) -> None:
@@ -181,8 +189,7 @@ class Connection(asyncio.Protocol):
                 ConnectionClosedError(f"connection {self.name} is closed: {self.close_reason}")
             )
             return fut
-        self._next_id += 1
-        rid = self._next_id
+        rid = next(self._ids)
         self._pending[rid] = fut
         self._write(_dumps((REQUEST, op, rid, body), _HIGHEST))
         return fut
@@ -200,10 +207,33 @@ class Connection(asyncio.Protocol):
                 ConnectionClosedError(f"connection {self.name} is closed: {self.close_reason}"),
             )
             return
-        self._next_id += 1
-        rid = self._next_id
+        rid = next(self._ids)
         self._pending[rid] = callback
         self._write(_dumps((REQUEST, op, rid, body), _HIGHEST))
+
+    def request_cb_direct(
+        self, op: str, body: Any, callback: Callable[[Any, BaseException | None], None]
+    ) -> bool:
+        """``request_cb`` from a thread other than the loop's, written straight to the socket
+        (saves waking the loop). False, having sent nothing: use the loop instead.
+
+        The callback runs on the loop, like ``request_cb``'s. Registering it under the write
+        lock, which ``_mark_closed`` also takes, means a closing connection either fails it
+        or never sees it, so it can't be lost.
+        """
+        if self.closed or self._fd < 0 or self._out:
+            return False
+        rid = next(self._ids)
+        payload = _dumps((REQUEST, op, rid, body), _HIGHEST)
+        frame = _HEADER.pack(len(payload)) + payload
+        with self._wlock:
+            if self.closed or self._out or self.transport.get_write_buffer_size():
+                return False
+            self._pending[rid] = callback
+            if not self._write_frame_locked(frame):
+                self._pending.pop(rid, None)
+                return False
+        return True
 
     def deferred(self) -> Deferred:
         """Inside a request handler: a handle to answer this request later, from any thread."""
@@ -322,9 +352,10 @@ class Connection(asyncio.Protocol):
     def _mark_closed(self, reason: str) -> None:
         if self.closed:
             return
-        self.closed = True
-        self.close_reason = reason
-        pending, self._pending = self._pending, {}
+        with self._wlock:  # see request_cb_direct
+            self.closed = True
+            self.close_reason = reason
+            pending, self._pending = self._pending, {}
         for waiter in pending.values():
             err = ConnectionClosedError(f"connection {self.name} closed: {reason}")
             if isinstance(waiter, asyncio.Future):
