@@ -27,6 +27,7 @@ from typing import Any
 from ember import config, global_state
 from ember.call_site import user_call_site
 from ember.core_worker.actor_submitter import ActorSubmitter
+from ember.core_worker.cluster_links import ClusterLinks
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.reference_counter import Ref, ReferenceCounter
 from ember.core_worker.task_spec import ACTOR_TASK, ARG_INLINE, ARG_REF, TaskSpec
@@ -95,6 +96,8 @@ class CoreWorker:
         self.loop = conn_mod.new_event_loop()
         self.task_submitter = TaskSubmitter(self)
         self.actor_submitter = ActorSubmitter(self)
+        self.links = ClusterLinks(self)  # other nodes: spillback, pulls, deaths
+        self.lineage: dict[bytes, TaskSpec] = {}  # {task_id: spec} of re-runnable tasks
         self.executor = None  # set by the worker main
         self.raylet: Connection = None  # type: ignore[assignment]
         self.gcs: Connection = None  # type: ignore[assignment]
@@ -132,6 +135,8 @@ class CoreWorker:
             "create_actor": self._h_create_actor,
             "get_references": self._h_get_references,
             "may_exit": self._h_may_exit,
+            "node_dead": self.links.h_node_dead,
+            "add_location": self.links.h_add_location,
         }
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -168,12 +173,19 @@ class CoreWorker:
             self.loop.call_later(0.05, self._drain_periodically)
 
     async def _connect_all(self) -> None:
-        self._server, _ = await conn_mod.serve(
+        if self.node.get("token_file"):
+            # A cluster node: callers on other nodes reach us over TCP, with the token.
+            from ember.cluster_token import read_token
+
+            conn_mod.set_cluster_token(read_token(self.node["token_file"]))
+            self.address = f"tcp:{self.node.get('node_ip', '127.0.0.1')}:0"
+        self._server, self.address = await conn_mod.serve(
             self.address,
             self.handlers,
             name=f"{self.mode}-server",
             on_close=self._on_peer_closed,
         )
+        self.owner_address = (self.worker_id, self.address, self.node_id)
         self.raylet = await conn_mod.connect(
             self.node["raylet_address"],
             self.handlers,
@@ -232,12 +244,14 @@ class CoreWorker:
         for c in list(self._peers.values()) + [self.raylet, self.gcs]:
             if c is not None:
                 c.close("shutdown")
+        self.links.close()
         if self._server is not None:
             self._server.close()
-        try:
-            os.unlink(self.address[len("unix:") :])
-        except OSError:
-            pass
+        if self.address.startswith("unix:"):
+            try:
+                os.unlink(self.address[len("unix:") :])
+            except OSError:
+                pass
 
     def run_sync(self, coro, timeout: float | None) -> Any:
         """Runs a coroutine on the I/O thread and waits for it (from any other thread)."""
@@ -267,6 +281,15 @@ class CoreWorker:
     def _on_gcs_closed(self, conn: Connection) -> None:
         if not self.shutting_down:
             logger.warning("lost the connection to the GCS: %s", conn.close_reason)
+            if self.mode == DRIVER and self.node.get("token_file"):
+                # The head is gone: nothing pending can finish. Say so now, not never.
+                msg = (
+                    f"the connection to the cluster's GCS at {self.node['gcs_address']} was "
+                    f"lost ({conn.close_reason}): the head node is gone"
+                )
+                print(f"(ember) Error: {msg}", file=sys.stderr, flush=True)
+                for oid in self.memory_store.pending_ids():
+                    self.memory_store.put(oid, _lost_value(oid, None, ObjectLostError, msg))
 
     # -- connections between core workers --------------------------------------------------
     def _h_hello(self, conn: Connection, body: dict) -> None:
@@ -320,6 +343,12 @@ class CoreWorker:
 
     def _on_free(self, object_id: bytes, ref: Ref) -> None:
         loc = self.memory_store.delete(object_id)
+        if self.links.locations:
+            self.links.forget(object_id)
+        if self.lineage:
+            from ember.ids import task_id_of
+
+            self.lineage.pop(task_id_of(object_id), None)
         if ref.is_actor_handle:
             self.loop.call_soon_threadsafe(self._actor_out_of_scope, object_id)
         if loc is not None and loc[0] == "plasma" and not self.shutting_down:
@@ -567,7 +596,7 @@ class CoreWorker:
         object_id = body["object_id"]
         loc = self.memory_store.get_if_ready(object_id)
         if loc is not None:
-            return loc
+            return self.links.best_location(object_id, loc) if self.links.dead_nodes else loc
         if not self.refs.has(object_id):
             return _lost_value(object_id, self.owner_address, ObjectLostError, "it was freed")
         fut = self.loop.create_future()
@@ -597,9 +626,14 @@ class CoreWorker:
     def _read_plasma(self, object_id: bytes, loc: tuple) -> tuple[int, Any]:
         node_id = loc[1]
         if node_id != self.node_id:
-            raise ObjectLostError(
-                object_id.hex(), "it lives on another node and transfers are not available"
-            )
+            ref = self.refs.get(object_id)
+            owner = ref.owner if ref is not None else None
+            why = self.links.pull_to_local(object_id, node_id, loc[2], owner)
+            if why:
+                rebuilt = self.reconstruct(object_id)
+                if rebuilt is not None:
+                    return rebuilt
+                raise ObjectLostError(object_id.hex(), f"its only copies are gone: {why}")
         got = self.call_raylet_sync(
             "plasma_get", {"object_id": object_id, "client": self.worker_id}
         )
@@ -812,6 +846,8 @@ class CoreWorker:
             retry(spec)
             return
         returns = reply["returns"]
+        if spec.max_retries and not reply.get("error"):
+            self.keep_lineage(spec, returns)
         contained = reply.get("contained") or [None] * len(returns)
         for oid, loc, inner in zip(spec.return_ids(), returns, contained, strict=True):
             if self.refs.has(oid):
@@ -838,6 +874,54 @@ class CoreWorker:
                 "function": spec.display_name(),
             },
         )
+
+    def keep_lineage(self, spec: TaskSpec, returns: list) -> None:
+        """Remembers how to re-run a task whose results live in shared memory (a node's death
+        could lose them). Only tasks without ref arguments: those need nothing else kept."""
+        if spec.kind == ACTOR_TASK or not any(loc[0] == "plasma" for loc in returns):
+            return
+        if any(a[0] == ARG_REF for a in spec.args):
+            return
+        lineage = self.lineage
+        lineage[spec.task_id] = spec
+        if len(lineage) > config.max_lineage_entries:
+            del lineage[next(iter(lineage))]  # oldest first; it then raises ObjectLostError
+
+    def reconstruct(self, object_id: bytes) -> tuple[int, Any] | None:
+        """Lineage reconstruction (the seeds' 003 §1.23.2): re-runs the task that made a lost
+        object this process owns; returns the rebuilt ``(meta, value)``, None if it cannot."""
+        from ember.ids import task_id_of
+
+        spec = self.lineage.pop(task_id_of(object_id), None)
+        if spec is None or not self.owns(object_id):
+            return None
+        if spec.max_retries != -1 and spec.attempt >= spec.max_retries:
+            return None
+        spec.attempt += 1
+        for oid in spec.return_ids():
+            self.memory_store.reset(oid)
+        self.record_event(spec, "RETRYING")
+        logger.warning(
+            "object %s was lost; re-running %s() to rebuild it",
+            object_id.hex()[:16],
+            spec.display_name(),
+        )
+        done = threading.Event()
+        box: list = []
+
+        def on_ready(_oid, value) -> None:
+            box.append(value)
+            done.set()
+
+        self.loop.call_soon_threadsafe(self.task_submitter.submit, spec)
+        self.memory_store.on_ready(object_id, on_ready)
+        if not done.wait(config.reconstruction_timeout):
+            self.memory_store.remove_waiter(object_id, on_ready)
+            return None
+        loc = box[0]
+        if loc[0] == "inline":
+            return loc[1], deserialize(loc[2], loc[3])
+        return self._read_plasma(object_id, loc)
 
     def _should_retry_exception(self, spec: TaskSpec, reply: dict) -> bool:
         if spec.attempt >= spec.max_retries and spec.max_retries != -1:

@@ -1,0 +1,165 @@
+"""A core worker's view of the other nodes: their raylets, where objects live, who died.
+
+Kept apart from ``core_worker.py`` so that the single-node hot path stays as it is; the core
+worker calls in here only when something involves another node:
+- lease requests that spill over (or go straight to the node holding a task's large
+  arguments) need a connection to that node's raylet (``raylet_for_node``);
+- a ``get`` of an object held on another node asks the local raylet to pull it
+  (``pull_to_local``); the owner records every node holding a copy (``locations``), so a
+  copy survives its first node's death;
+- ``node_dead`` from the GCS closes the leases on that node (their tasks retry) and stops
+  reads from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ember import config
+from ember.core_worker.task_spec import ARG_REF
+from ember.protocol import connection as conn_mod
+from ember.protocol.connection import Connection
+
+if TYPE_CHECKING:
+    from ember.core_worker.core_worker import CoreWorker
+
+logger = logging.getLogger(__name__)
+
+
+class ClusterLinks:
+    def __init__(self, cw: CoreWorker) -> None:
+        self.cw = cw
+        self.raylets: dict[bytes, Connection] = {}  # {node_id: TCP connection to its raylet}
+        self.node_addresses: dict[bytes, str] = {}  # {node_id: raylet TCP address}
+        self.dead_nodes: set[bytes] = set()
+        # {object_id: nodes holding a copy} for objects this process owns (beyond the first)
+        self.locations: dict[bytes, set[bytes]] = {}
+
+    # -- raylets of other nodes ------------------------------------------------------------
+    async def raylet_for_node(self, node_id: bytes, address: str | None = None) -> Connection:
+        cw = self.cw
+        if node_id == cw.node_id:
+            return cw.raylet
+        conn = self.raylets.get(node_id)
+        if conn is not None and not conn.closed:
+            return conn
+        if address is None:
+            address = self.node_addresses.get(node_id)
+            if address is None:
+                await self.refresh_nodes()
+                address = self.node_addresses.get(node_id)
+            if not address:
+                raise ConnectionError(f"node {node_id.hex()[:12]} has no reachable raylet")
+        conn = await conn_mod.connect(address, cw.handlers, name=f"raylet:{node_id.hex()[:8]}")
+        self.raylets[node_id] = conn
+        return conn
+
+    async def refresh_nodes(self) -> None:
+        nodes = await self.cw.gcs.call("list_nodes", None, timeout=config.gcs_rpc_timeout)
+        for n in nodes:
+            if n.get("tcp_address"):
+                self.node_addresses[n["node_id"]] = n["tcp_address"]
+            if n["state"] == "DEAD":
+                self.dead_nodes.add(n["node_id"])
+
+    def locality_node(self, spec: Any) -> bytes | None:
+        """The node holding most of the task's shared-memory arguments, if that is another
+        node and the bytes there are worth moving the work for."""
+        if spec.strategy not in (None, "DEFAULT") or not self.node_addresses_known():
+            return None
+        by_node: dict[bytes, int] = {}
+        store = self.cw.memory_store
+        for a in spec.args:
+            if a[0] != ARG_REF:
+                continue
+            loc = store.get_if_ready(a[1])
+            if loc is None or loc[0] != "plasma":
+                continue
+            by_node[loc[1]] = by_node.get(loc[1], 0) + loc[2]
+        if not by_node:
+            return None
+        node, size = max(by_node.items(), key=lambda kv: kv[1])
+        if node == self.cw.node_id or node in self.dead_nodes:
+            return None
+        if size < config.locality_min_bytes or by_node.get(self.cw.node_id, 0) >= size:
+            return None
+        return node
+
+    def node_addresses_known(self) -> bool:
+        # Only a cluster node (TCP) can lease elsewhere; an embedded node has one raylet.
+        return bool(self.cw.node.get("token_file"))
+
+    # -- objects on other nodes ------------------------------------------------------------
+    def pull_to_local(self, object_id: bytes, node_id: bytes, size: int, owner: Any) -> str:
+        """Asks the local raylet to copy the object here; '' on success, else why not."""
+        cw = self.cw
+        candidates = [node_id]
+        if cw.owns(object_id):
+            candidates += [n for n in self.locations.get(object_id, ()) if n != node_id]
+        reason = "no node holds it"
+        for source in candidates:
+            if source in self.dead_nodes:
+                reason = f"its node {source.hex()[:12]} died"
+                continue
+            timeout = max(60.0, size / (20 * 1024 * 1024))
+            reply = cw.call_raylet_sync(
+                "pull_object",
+                {"object_id": object_id, "node_id": source, "owner": owner},
+                timeout=timeout,
+            )
+            if reply.get("ok"):
+                self.note_copy(object_id, owner)
+                return ""
+            if reply.get("error") is not None:
+                raise reply["error"]  # e.g. ObjectStoreFullError: no room for the copy here
+            reason = reply.get("reason", "the pull failed")
+        return reason
+
+    def note_copy(self, object_id: bytes, owner: Any) -> None:
+        """Tells the owner this node now holds a copy too."""
+        cw = self.cw
+        if owner is None or owner[0] == cw.worker_id:
+            self.locations.setdefault(object_id, set()).add(cw.node_id)
+            return
+        body = {"object_id": object_id, "node_id": cw.node_id}
+
+        async def send() -> None:
+            try:
+                conn = await cw.connect_to_worker(owner[0], owner[1])
+                conn.send("add_location", body)
+            except Exception:
+                pass  # the owner is gone: nobody to tell
+
+        cw.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(send()))
+
+    def h_add_location(self, conn: Connection, body: dict) -> None:
+        if self.cw.refs.has(body["object_id"]):
+            self.locations.setdefault(body["object_id"], set()).add(body["node_id"])
+
+    def best_location(self, object_id: bytes, loc: tuple) -> tuple:
+        """For a borrower asking where an owned object is: a live copy if the first died."""
+        if loc[0] != "plasma" or loc[1] not in self.dead_nodes:
+            return loc
+        for node in self.locations.get(object_id, ()):
+            if node not in self.dead_nodes:
+                return ("plasma", node, loc[2])
+        return loc
+
+    def forget(self, object_id: bytes) -> None:
+        self.locations.pop(object_id, None)
+
+    # -- membership ------------------------------------------------------------------------
+    def h_node_dead(self, conn: Connection, body: dict) -> None:
+        node_id = body["node_id"]
+        self.dead_nodes.add(node_id)
+        logger.warning("node %s died: %s", node_id.hex()[:12], body.get("reason", ""))
+        raylet = self.raylets.pop(node_id, None)
+        if raylet is not None:
+            raylet.close("its node died")
+        self.cw.task_submitter.on_node_dead(node_id)
+
+    def close(self) -> None:
+        for conn in self.raylets.values():
+            conn.close("shutdown")
