@@ -78,7 +78,9 @@ def local_node_for(address: str | None, temp_dir: str | None = None) -> dict[str
             nodes = [n for n in live_local_nodes(temp_dir) if _same_port(n, want)]
     local_ips = _local_ips()
     nodes = [n for n in nodes if n.get("node_ip") in local_ips] or nodes
-    nodes.sort(key=lambda n: not n.get("head"))
+    # The node under the temp dir the caller named, then the head.
+    mine = os.path.abspath(temp_dir) if temp_dir else None
+    nodes.sort(key=lambda n: (n.get("temp_dir") != mine, not n.get("head")))
     return nodes[0] if nodes else None
 
 

@@ -191,7 +191,9 @@ class LocalNode:
                     "--address",
                     local_gcs,
                     "--node-death-timeout",
-                    str(config.node_death_timeout),
+                    (self.env or {}).get(
+                        "EMBER_NODE_DEATH_TIMEOUT", str(config.node_death_timeout)
+                    ),
                     *parent,
                 ]
                 if self.cluster:
