@@ -153,8 +153,9 @@ class TaskSubmitter:
                 body["spilled"] = True
         except Exception as e:
             cls.pending_leases -= 1
-            if raylet is not self.cw.raylet and not self.cw.raylet.closed:
-                # Another node's raylet went away: ask ours again (it will know by then).
+            if isinstance(e, OSError | TimeoutError) and not self.cw.raylet.closed:
+                # Another node's raylet went away (or never answered): ask ours again; the
+                # cluster view it spills by learns of the death within a heartbeat.
                 logger.info("lease request to another node failed (%s); retrying here", e)
                 self.cw.loop.call_later(0.1, self._pump, cls)
                 return

@@ -14,12 +14,29 @@ FAST_FAILURE_ENV = {
 
 
 @pytest.fixture
-def cluster():
-    """A head (1 CPU) for one test; add nodes with ``cluster.add_node``; stopped afterwards."""
+def cluster_factory():
+    """Makes clusters (head options as keyword arguments); all stopped after the test."""
     if ember.is_initialized():
         ember.shutdown()
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1}, env=FAST_FAILURE_ENV)
+    made: list[Cluster] = []
+
+    def make(**head_args) -> Cluster:
+        c = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 1, **head_args},
+            env=FAST_FAILURE_ENV,
+        )
+        made.append(c)
+        return c
+
     try:
-        yield c
+        yield make
     finally:
-        c.shutdown()
+        for c in made:
+            c.shutdown()
+
+
+@pytest.fixture
+def cluster(cluster_factory):
+    """A head (1 CPU) for one test; add nodes with ``cluster.add_node``."""
+    return cluster_factory()
