@@ -32,7 +32,7 @@ def socket_path(session_dir: str, name: str) -> str:
     if len(path) > 100:  # AF_UNIX paths are limited to 108 bytes
         raise ValueError(
             f"The socket path {path!r} is too long for a Unix socket; pass a shorter temp_dir "
-            "to ember.init()."
+            "to ember.init() (--temp-dir to ember start)."
         )
     return path
 
