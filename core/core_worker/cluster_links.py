@@ -99,22 +99,33 @@ class ClusterLinks:
         if cw.owns(object_id):
             candidates += [n for n in self.locations.get(object_id, ()) if n != node_id]
         reason = "no node holds it"
+        alive_failure = ""
         for source in candidates:
-            if source in self.dead_nodes:
-                reason = f"its node {source.hex()[:12]} died"
-                continue
-            timeout = max(60.0, size / (20 * 1024 * 1024))
-            reply = cw.call_raylet_sync(
-                "pull_object",
-                {"object_id": object_id, "node_id": source, "owner": owner},
-                timeout=timeout,
-            )
-            if reply.get("ok"):
-                self.note_copy(object_id, owner)
-                return ""
-            if reply.get("error") is not None:
-                raise reply["error"]  # e.g. ObjectStoreFullError: no room for the copy here
-            reason = reply.get("reason", "the pull failed")
+            for _attempt in range(3):  # a live source may fail once (a restart, a race)
+                if source in self.dead_nodes:
+                    reason = f"its node {source.hex()[:12]} died"
+                    break
+                timeout = max(60.0, size / (20 * 1024 * 1024))
+                reply = cw.call_raylet_sync(
+                    "pull_object",
+                    {"object_id": object_id, "node_id": source, "owner": owner},
+                    timeout=timeout,
+                )
+                if reply.get("ok"):
+                    self.note_copy(object_id, owner)
+                    return ""
+                if reply.get("error") is not None:
+                    raise reply["error"]  # e.g. ObjectStoreFullError: no room for a copy here
+                reason = reply.get("reason", "the pull failed")
+                if reply.get("node_gone"):
+                    self.dead_nodes.add(source)  # the GCS no longer lists it
+                    break
+                alive_failure = reason
+        if alive_failure and not all(n in self.dead_nodes for n in candidates):
+            # Not lost, only unreadable now: rebuilding it would race the live copy.
+            from ember.exceptions import ObjectLostError
+
+            raise ObjectLostError(object_id.hex(), f"it could not be fetched: {alive_failure}")
         return reason
 
     def note_copy(self, object_id: bytes, owner: Any) -> None:
@@ -147,8 +158,27 @@ class ClusterLinks:
                 return ("plasma", node, loc[2])
         return loc
 
-    def forget(self, object_id: bytes) -> None:
-        self.locations.pop(object_id, None)
+    def take_copies(self, object_id: bytes, loc: tuple | None) -> set[bytes]:
+        """The nodes holding shared-memory copies of a freed object (forgetting them)."""
+        extra = self.locations.pop(object_id, None) if self.locations else None
+        if loc is None or loc[0] != "plasma":
+            return set()
+        return {loc[1], *extra} if extra else {loc[1]}
+
+    def delete_remote(self, object_id: bytes, nodes: set[bytes]) -> None:
+        """On the I/O thread: asks other nodes' raylets to drop their copies."""
+        for node_id in nodes:
+            if node_id == self.cw.node_id or node_id in self.dead_nodes:
+                continue
+
+            async def send(node_id: bytes = node_id) -> None:
+                try:
+                    raylet = await self.raylet_for_node(node_id)
+                    raylet.send("plasma_delete", {"object_ids": [object_id]})
+                except Exception:
+                    pass  # that node is gone, and its copy with it
+
+            asyncio.ensure_future(send())
 
     # -- membership ------------------------------------------------------------------------
     def h_node_dead(self, conn: Connection, body: dict) -> None:

@@ -343,16 +343,18 @@ class CoreWorker:
 
     def _on_free(self, object_id: bytes, ref: Ref) -> None:
         loc = self.memory_store.delete(object_id)
-        if self.links.locations:
-            self.links.forget(object_id)
+        copies = self.links.take_copies(object_id, loc)
         if self.lineage:
             from ember.ids import task_id_of
 
             self.lineage.pop(task_id_of(object_id), None)
         if ref.is_actor_handle:
             self.loop.call_soon_threadsafe(self._actor_out_of_scope, object_id)
-        if loc is not None and loc[0] == "plasma" and not self.shutting_down:
-            self._send_threadsafe(self.raylet, "plasma_delete", {"object_ids": [object_id]})
+        if copies and not self.shutting_down:
+            if self.node_id in copies:
+                self._send_threadsafe(self.raylet, "plasma_delete", {"object_ids": [object_id]})
+            if len(copies) > 1 or self.node_id not in copies:  # copies on other nodes too
+                self.loop.call_soon_threadsafe(self.links.delete_remote, object_id, copies)
 
     def _on_borrow_released(self, object_id: bytes, owner) -> None:
         self.memory_store.delete(object_id)

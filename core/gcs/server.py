@@ -169,6 +169,7 @@ class GcsServer:
             "list_placement_groups": self.placement_groups.h_list,
             "get_events": self.h_get_events,
             "set_resource": self.h_set_resource,
+            "get_cluster_view": lambda c, b: self.cluster_view(),
             "ping": lambda c, b: "pong",
         }
 

@@ -493,6 +493,12 @@ class Raylet:
 
     # -- plasma ----------------------------------------------------------------------------
     def h_plasma_create(self, conn: Connection, body: dict) -> int:
+        oid = body["object_id"]
+        if self.store.contains(oid):
+            # A re-run of the task that made it (a retry, a rebuild): the new copy replaces
+            # the old, which readers that pinned it keep until they let go.
+            logger.info("object %s is written again; replacing the old copy", oid.hex()[:16])
+            self.store.delete(oid)
         return self.store.create(
             body["object_id"], body["size"], body.get("client"), owner=body.get("owner")
         )
@@ -669,8 +675,16 @@ class Raylet:
         from ember.object_store.transfer import TransferError, pull_into
 
         node = self.view_by_id.get(node_id)
+        if node is None and self.gcs is not None and not self.gcs.closed:
+            # It may have joined since the last heartbeat: ask the GCS now.
+            self.set_view(await self.gcs.call("get_cluster_view", None, timeout=10.0))
+            node = self.view_by_id.get(node_id)
         if node is None:
-            return {"ok": False, "reason": f"its node {node_id.hex()[:12]} is dead or unknown"}
+            return {
+                "ok": False,
+                "node_gone": True,
+                "reason": f"its node {node_id.hex()[:12]} is not alive",
+            }
         async with self.pull_slots:  # bounded: a burst of gets cannot swamp the network
             if self.store.contains(oid):
                 return {"ok": True}

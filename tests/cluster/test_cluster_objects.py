@@ -69,3 +69,23 @@ def test_many_pulls_at_once_all_arrive(cluster):
     refs = [make.remote(i) for i in range(24)]  # more than max_concurrent_pulls at once
     arrays = ember.get(refs, timeout=60)
     assert [int(a[0]) for a in arrays] == [i % 251 for i in range(24)]
+
+
+def test_freeing_an_object_frees_every_node_copy(cluster):
+    worker = cluster.add_node(num_cpus=1, resources={"far": 1})
+    cluster.connect()
+
+    @ember.remote(resources={"far": 1})
+    def make() -> np.ndarray:
+        return np.ones(8 * 1024 * 1024, dtype=np.uint8)
+
+    def used(node) -> int:
+        info = next(n for n in cluster.gcs_call("list_nodes") if n["node_id"] == node.node_id)
+        return info["store_stats"].get("used_bytes", 0)
+
+    ref = make.remote()
+    assert int(ember.get(ref, timeout=30).sum()) == 8 * 1024 * 1024  # a copy here too
+    wait_until(lambda: used(worker) >= 8 * 1024 * 1024, timeout=10)
+    del ref
+    wait_until(lambda: used(worker) == 0, timeout=10, message="the worker's copy to be freed")
+    wait_until(lambda: used(cluster.head_node) == 0, timeout=10, message="the head's copy")
