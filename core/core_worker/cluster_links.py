@@ -180,6 +180,33 @@ class ClusterLinks:
 
             asyncio.ensure_future(send())
 
+    # -- worker output from other nodes ----------------------------------------------------
+    def wants_remote_logs(self) -> bool:
+        cw = self.cw
+        return cw.mode == "driver" and cw.log_to_driver and self.node_addresses_known()
+
+    async def subscribe_all_logs(self) -> None:
+        """A driver asks every other node's raylet for its job's worker output."""
+        await self.refresh_nodes()
+        for node_id in list(self.node_addresses):
+            if node_id not in self.dead_nodes:
+                await self._subscribe_logs(node_id)
+
+    async def _subscribe_logs(self, node_id: bytes) -> None:
+        if node_id == self.cw.node_id:
+            return
+        try:
+            raylet = await self.raylet_for_node(node_id)
+            raylet.send("subscribe_logs", {"job_id": self.cw.job_id})
+        except Exception as e:
+            logger.info("no worker output from node %s: %s", node_id.hex()[:12], e)
+
+    def h_node_added(self, conn: Connection, body: dict) -> None:
+        if body.get("tcp_address"):
+            self.node_addresses[body["node_id"]] = body["tcp_address"]
+        if self.wants_remote_logs():
+            asyncio.ensure_future(self._subscribe_logs(body["node_id"]))
+
     # -- membership ------------------------------------------------------------------------
     def h_node_dead(self, conn: Connection, body: dict) -> None:
         node_id = body["node_id"]

@@ -137,6 +137,7 @@ class CoreWorker:
             "may_exit": self._h_may_exit,
             "node_dead": self.links.h_node_dead,
             "add_location": self.links.h_add_location,
+            "node_added": self.links.h_node_added,
         }
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -219,6 +220,8 @@ class CoreWorker:
                     "entrypoint": " ".join(sys.argv),
                 },
             )
+            if self.links.wants_remote_logs():
+                await self.links.subscribe_all_logs()
 
     def shutdown(self) -> None:
         if self.shutting_down:

@@ -184,6 +184,9 @@ class GcsServer:
         self.nodes[node_id] = node
         conn.state["node_id"] = node_id
         logger.info("node %s registered at %s", node_id.hex()[:12], node.address)
+        for c in list(self.connections):  # drivers subscribe to its workers' logs
+            if not c.closed and c is not conn:
+                c.send("node_added", {"node_id": node_id, "tcp_address": node.tcp_address})
         self._event("INFO", f"node {node_id.hex()} joined at {node.node_ip}")
         self._schedule_pending_actors()
         self.placement_groups.on_node_change()

@@ -143,6 +143,8 @@ class Raylet:
             "unexport_object": self.h_unexport_object,
             "declared_dead": self.h_declared_dead,
             "node_dead": self.h_node_dead,
+            "node_added": lambda c, b: None,
+            "subscribe_logs": self.h_subscribe_logs,
             "shutdown": self.h_shutdown,
             "ping": lambda c, b: "pong",
         }
@@ -182,6 +184,7 @@ class Raylet:
             self.store.release(oid, ("export", id(conn)))
         wid = conn.state.get("worker_id")
         if wid is None:
+            self.logs.remove_driver(conn)
             self._client_gone(conn)  # another node's lease holder (spilled work)
             return
         self.clients.pop(wid, None)
@@ -732,6 +735,10 @@ class Raylet:
                     fut.set_result(None)
             logger.info("pulled %s (%d bytes) from %s", oid.hex()[:16], size, node_id.hex()[:12])
             return {"ok": True}
+
+    def h_subscribe_logs(self, conn: Connection, body: dict) -> None:
+        """A driver on another node wants its job's worker output from this node too."""
+        self.logs.add_driver(conn, body.get("job_id"))
 
     def h_export_object(self, conn: Connection, body: dict) -> int | None:
         """Another raylet is about to read this object: pin it until it says it is done."""

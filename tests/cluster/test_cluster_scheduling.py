@@ -98,3 +98,24 @@ def test_large_arguments_pull_work_to_their_data(cluster):
     where, total = ember.get(consume.remote(data), timeout=30)
     assert total == 4 * 1024 * 1024
     assert where == worker.node_id.hex()
+
+
+def test_worker_output_reaches_a_driver_on_another_node(cluster, capfd):
+    worker = cluster.add_node(num_cpus=1, resources={"far": 1})
+    cluster.connect()
+
+    @ember.remote(resources={"far": 1})
+    def shout() -> str:
+        print("hello from the far node", flush=True)
+        return ember.get_runtime_context().get_node_id()
+
+    assert ember.get(shout.remote(), timeout=30) == worker.node_id.hex()
+    seen = []
+
+    def printed() -> bool:
+        seen.append(capfd.readouterr().out)
+        return "hello from the far node" in "".join(seen)
+
+    from ember_test_utils import wait_until
+
+    wait_until(printed, timeout=10, message="the far worker's output in the driver")
