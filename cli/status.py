@@ -165,7 +165,10 @@ def render(summary: dict[str, Any]) -> str:
     out += ["Pending:", " (no pending nodes)", "Recent failures:"]
     if summary["dead_nodes"]:
         for n in summary["dead_nodes"]:
-            out.append(f" node_{n['node_id']} ({n['node_ip']}): {n['death_reason'] or 'dead'}")
+            had = ", ".join(f"{_amount(k, v)} {k}" for k, v in sorted(n["total"].items()) if v)
+            out.append(
+                f" node_{n['node_id']} ({n['node_ip']}): {n['death_reason'] or 'dead'} (had {had})"
+            )
     else:
         out.append(" (no failures)")
     out += ["", "Resources", _BAR, "Total Usage:"]

@@ -135,6 +135,12 @@ class Cluster:
         loop = conn_mod.new_event_loop()
         try:
             return loop.run_until_complete(call())
+        except TimeoutError:
+            log = os.path.join(self.head_node.session_dir, "logs", "gcs_server.log")
+            tail = _tail(log)
+            raise TimeoutError(
+                f"the GCS did not answer {op!r} in {timeout:g} s; {log}:\n{tail}"
+            ) from None
         finally:
             loop.close()
 
@@ -189,3 +195,11 @@ class Cluster:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
+
+
+def _tail(path: str, n: int = 30) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError as e:
+        return f"(unreadable: {e})"

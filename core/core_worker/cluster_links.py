@@ -211,7 +211,9 @@ class ClusterLinks:
     def h_node_dead(self, conn: Connection, body: dict) -> None:
         node_id = body["node_id"]
         self.dead_nodes.add(node_id)
-        logger.warning("node %s died: %s", node_id.hex()[:12], body.get("reason", ""))
+        # The driver says so; workers only log it (their stderr would echo to the driver).
+        log = logger.warning if self.cw.mode == "driver" else logger.info
+        log("node %s died: %s", node_id.hex()[:12], body.get("reason", ""))
         raylet = self.raylets.pop(node_id, None)
         if raylet is not None:
             raylet.close("its node died")

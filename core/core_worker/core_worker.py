@@ -196,6 +196,8 @@ class CoreWorker:
         self.gcs = await conn_mod.connect(
             self.node["gcs_address"], self.handlers, name="gcs", on_close=self._on_gcs_closed
         )
+        if self.node.get("token_file"):  # a cluster: other nodes' deaths matter here
+            self.gcs.send("subscribe_node_events")
         await self.raylet.call(
             "register_client",
             {

@@ -170,6 +170,7 @@ class GcsServer:
             "get_events": self.h_get_events,
             "set_resource": self.h_set_resource,
             "get_cluster_view": lambda c, b: self.cluster_view(),
+            "subscribe_node_events": self.h_subscribe_node_events,
             "ping": lambda c, b: "pong",
         }
 
@@ -183,9 +184,10 @@ class GcsServer:
         node = NodeInfo(node_id, body, conn)
         self.nodes[node_id] = node
         conn.state["node_id"] = node_id
+        conn.state["node_events"] = True
         logger.info("node %s registered at %s", node_id.hex()[:12], node.address)
         for c in list(self.connections):  # drivers subscribe to its workers' logs
-            if not c.closed and c is not conn:
+            if not c.closed and c is not conn and c.state.get("node_events"):
                 c.send("node_added", {"node_id": node_id, "tcp_address": node.tcp_address})
         self._event("INFO", f"node {node_id.hex()} joined at {node.node_ip}")
         self._schedule_pending_actors()
@@ -223,6 +225,10 @@ class GcsServer:
         if "store_stats" in body:
             node.info["store_stats"] = body["store_stats"]
 
+    def h_subscribe_node_events(self, conn: Connection, body: Any) -> None:
+        """A core worker wants ``node_added`` / ``node_dead`` (tools do not)."""
+        conn.state["node_events"] = True
+
     def on_connect(self, conn: Connection) -> None:
         self.connections.add(conn)
 
@@ -250,7 +256,7 @@ class GcsServer:
         # Owners retry the tasks it ran and stop reading objects from it; raylets stop
         # spilling to it. Said to every connection: a silent node's sockets may stay open.
         for c in list(self.connections):
-            if not c.closed and c is not node.conn:
+            if not c.closed and c is not node.conn and c.state.get("node_events"):
                 c.send("node_dead", {"node_id": node_id, "reason": reason})
         if not node.conn.closed:
             node.conn.send("declared_dead", {"reason": reason})

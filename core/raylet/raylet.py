@@ -32,6 +32,7 @@ from ember.protocol.connection import Connection
 from ember.raylet.log_forwarder import LogForwarder
 from ember.raylet.worker_pool import WorkerPool, WorkerProc
 from ember.resources import NodeResources, apply_strategy, fmt, pg_resource_name
+from ember.scheduling import NodeView, lease_decision
 
 logger = logging.getLogger("ember.raylet")
 
@@ -303,8 +304,6 @@ class Raylet:
     def _place_here(self, req: _Request) -> bool:
         """Decides whether a lease request waits here; else answers it with the node to ask
         instead (spillback) or an error. Actor leases come from the GCS, already placed."""
-        from ember.scheduling import NodeView, lease_decision
-
         here = NodeView(self.node_id, self.resources.total_dict(), self.resources.available_dict())
         others = [NodeView(n["node_id"], n["total"], n["available"]) for n in self.cluster_view]
         kind, target = lease_decision(
@@ -823,7 +822,10 @@ class Raylet:
     async def heartbeat(self) -> None:
         """Reports resources and demands; the reply is the cluster view. A GCS silent for the
         node death timeout is gone (its socket may not say so): the node shuts down."""
-        last_answer = time.monotonic()
+        # Count unanswered beats rather than wall time: after this process was frozen
+        # (SIGSTOP, a suspended VM) the clock jumps, yet the GCS may be fine.
+        limit = max(2, int(config.node_death_timeout / (config.heartbeat_interval * 4)) + 1)
+        unanswered = 0
         while True:
             await asyncio.sleep(config.heartbeat_interval)
             if self.gcs is None or self.gcs.closed:
@@ -840,17 +842,17 @@ class Raylet:
                     "heartbeat", body, timeout=config.heartbeat_interval * 4
                 )
             except TimeoutError:
-                if time.monotonic() - last_answer > config.node_death_timeout:
+                unanswered += 1
+                if unanswered >= limit:
                     logger.error(
-                        "the GCS has not answered for %.1f s; the node shuts down",
-                        time.monotonic() - last_answer,
+                        "the GCS left %d heartbeats unanswered; the node shuts down", unanswered
                     )
                     os.kill(os.getpid(), signal.SIGTERM)
                     return
                 continue
             except Exception:
                 return  # closed: _gcs_closed handles it
-            last_answer = time.monotonic()
+            unanswered = 0
             if reply.get("dead"):
                 await self.rejoin_as_new("the GCS declared this node dead")
             else:

@@ -75,6 +75,11 @@ def test_infeasible_until_a_capable_node_joins(cluster, capsys):
     ref = node_of.options(resources={"bigmem": 1}).remote()
     ready, _ = ember.wait([ref], timeout=1.5)
     assert not ready
+    from ember.cli.status import render, summarize
+
+    text = render(summarize(cluster.gcs_call("cluster_info")))
+    demands = text.split("Pending Demands:")[1]
+    assert "'bigmem': 1.0" in demands and "infeasible" in demands
     node = cluster.add_node(num_cpus=1, resources={"bigmem": 1})
     assert ember.get(ref, timeout=30) == node.node_id.hex()
 
