@@ -51,5 +51,5 @@ max_concurrent_pulls: int = _env("max_concurrent_pulls", 4)
 locality_min_bytes: int = _env("locality_min_bytes", 100 * 1024)
 # Lineage kept for re-running tasks whose shared-memory results a node's death lost, and how
 # long a get waits for such a rebuild.
-max_lineage_entries: int = _env("max_lineage_entries", 10_000)
+max_lineage_entries: int = _env("max_lineage_entries", 1_000)
 reconstruction_timeout: float = _env("reconstruction_timeout", 600.0)

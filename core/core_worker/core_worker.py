@@ -885,6 +885,8 @@ class CoreWorker:
     def keep_lineage(self, spec: TaskSpec, returns: list) -> None:
         """Remembers how to re-run a task whose results live in shared memory (a node's death
         could lose them). Only tasks without ref arguments: those need nothing else kept."""
+        if not self.node.get("token_file"):
+            return  # one node: its store dies with everything else, no other node re-runs
         if spec.kind == ACTOR_TASK or not any(loc[0] == "plasma" for loc in returns):
             return
         if any(a[0] == ARG_REF for a in spec.args):

@@ -112,6 +112,7 @@ class Raylet:
         self.transfer: Any = None  # TransferServer of a cluster node
         self.pulls: dict[bytes, asyncio.Future] = {}  # {object_id: pull in progress}
         self.pull_slots = asyncio.Semaphore(config.max_concurrent_pulls)
+        self.transfer_stats = {"active": 0, "peak": 0, "pulled": 0, "failed": 0, "bytes": 0}
         self.peer_raylets: dict[bytes, Connection] = {}  # {node_id: TCP connection}
         self._arena: Any = None
         self.logs = LogForwarder(self)
@@ -606,6 +607,7 @@ class Raylet:
             "resources_available": self.resources.available_dict(),
             "store": self.store.stats(),
             "num_workers": len(self.pool.workers),
+            "transfers": dict(self.transfer_stats, limit=config.max_concurrent_pulls),
             "pending_leases": [
                 {
                     "shape": r.shape,
@@ -674,7 +676,6 @@ class Raylet:
         return await asyncio.shield(pending)
 
     async def _pull(self, oid: bytes, node_id: bytes, owner: Any) -> dict:
-        from ember.object_store.transfer import TransferError, pull_into
 
         node = self.view_by_id.get(node_id)
         if node is None and self.gcs is not None and not self.gcs.closed:
@@ -690,50 +691,67 @@ class Raylet:
         async with self.pull_slots:  # bounded: a burst of gets cannot swamp the network
             if self.store.contains(oid):
                 return {"ok": True}
+            stats = self.transfer_stats
+            stats["active"] += 1
+            stats["peak"] = max(stats["peak"], stats["active"])
             try:
-                peer = await self.peer_raylet(node_id)
-                size = await peer.call("export_object", {"object_id": oid}, timeout=30.0)
-            except Exception as e:
-                return {"ok": False, "reason": f"its node {node_id.hex()[:12]} is unreachable: {e}"}
-            if size is None:
-                return {"ok": False, "reason": f"node {node_id.hex()[:12]} no longer holds it"}
-            try:
-                offset = self.store.create(oid, size, ("pull", oid), owner=owner, primary=False)
-            except Exception as e:
-                peer.send("unexport_object", {"object_id": oid})
-                return {"ok": False, "reason": str(e), "error": e}
-            view = self.arena.writable_view(offset, size)
-            loop = asyncio.get_running_loop()
-            timeout = max(30.0, size / (50 * 1024 * 1024))
-            try:
-                await loop.run_in_executor(
-                    None,
-                    lambda: pull_into(
-                        node["data_address"],
-                        conn_mod.cluster_token() or b"",
-                        oid,
-                        view,
-                        chunk_size=config.object_transfer_chunk_size,
-                        window=config.object_transfer_window,
-                        timeout=timeout,
-                    ),
-                )
-            except (TransferError, OSError) as e:
-                self.store.abort(oid)
-                return {
-                    "ok": False,
-                    "reason": f"the transfer from {node_id.hex()[:12]} failed: {e}",
-                }
+                reply = await self._pull_locked(oid, node_id, node, owner)
             finally:
-                view.release()
-                if not peer.closed:
-                    peer.send("unexport_object", {"object_id": oid})
-            self.store.seal(oid)
-            for fut in self.seal_waiters.pop(oid, ()):
-                if not fut.done():
-                    fut.set_result(None)
-            logger.info("pulled %s (%d bytes) from %s", oid.hex()[:16], size, node_id.hex()[:12])
-            return {"ok": True}
+                stats["active"] -= 1
+            if reply.get("ok"):
+                stats["pulled"] += 1
+            else:
+                stats["failed"] += 1
+            return reply
+
+    async def _pull_locked(self, oid: bytes, node_id: bytes, node: dict, owner: Any) -> dict:
+        from ember.object_store.transfer import TransferError, pull_into
+
+        try:
+            peer = await self.peer_raylet(node_id)
+            size = await peer.call("export_object", {"object_id": oid}, timeout=30.0)
+        except Exception as e:
+            return {"ok": False, "reason": f"its node {node_id.hex()[:12]} is unreachable: {e}"}
+        if size is None:
+            return {"ok": False, "reason": f"node {node_id.hex()[:12]} no longer holds it"}
+        try:
+            offset = self.store.create(oid, size, ("pull", oid), owner=owner, primary=False)
+        except Exception as e:
+            peer.send("unexport_object", {"object_id": oid})
+            return {"ok": False, "reason": str(e), "error": e}
+        view = self.arena.writable_view(offset, size)
+        loop = asyncio.get_running_loop()
+        timeout = max(30.0, size / (50 * 1024 * 1024))
+        try:
+            await loop.run_in_executor(
+                None,
+                lambda: pull_into(
+                    node["data_address"],
+                    conn_mod.cluster_token() or b"",
+                    oid,
+                    view,
+                    chunk_size=config.object_transfer_chunk_size,
+                    window=config.object_transfer_window,
+                    timeout=timeout,
+                ),
+            )
+        except (TransferError, OSError) as e:
+            self.store.abort(oid)
+            return {
+                "ok": False,
+                "reason": f"the transfer from {node_id.hex()[:12]} failed: {e}",
+            }
+        finally:
+            view.release()
+            if not peer.closed:
+                peer.send("unexport_object", {"object_id": oid})
+        self.store.seal(oid)
+        for fut in self.seal_waiters.pop(oid, ()):
+            if not fut.done():
+                fut.set_result(None)
+        logger.info("pulled %s (%d bytes) from %s", oid.hex()[:16], size, node_id.hex()[:12])
+        self.transfer_stats["bytes"] += size
+        return {"ok": True}
 
     def h_subscribe_logs(self, conn: Connection, body: dict) -> None:
         """A driver on another node wants its job's worker output from this node too."""

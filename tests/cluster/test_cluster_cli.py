@@ -112,6 +112,21 @@ def test_start_status_join_drive_and_stop(temp_root):
     out = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=90)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[0] == "2"
+    # EMBER_ADDRESS names the cluster for init() without an address.
+    by_env = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import ember; ember.init(temp_dir={temp_root + '/worker'!r}); "
+            "print(ember.get_runtime_context().get_node_id(), len(ember.nodes()))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={**os.environ, "EMBER_ADDRESS": address},
+    )
+    assert by_env.returncode == 0, by_env.stderr
+    assert by_env.stdout.split()[1] == "2"
     summary = json.loads(
         run(
             "status", "--address", address, "--format", "json", "--temp-dir", f"{temp_root}/head"
