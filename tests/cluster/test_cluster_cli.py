@@ -187,3 +187,59 @@ def test_block_stays_in_the_foreground_until_sigterm(temp_root):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_stop_without_temp_dir_stops_every_ember_process_of_the_user():
+    """The unscoped form, run where it cannot touch anyone else's processes: inside a fresh
+    PID namespace (its own /proc), which holds only this test's cluster."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("`unshare` (util-linux) or `ip` (iproute2) is not installed")
+    root = tempfile.mkdtemp(prefix="emb-pidns-", dir="/tmp")
+    script = textwrap.dedent(
+        f"""
+        set -e
+        {EMBER} start --head --port 6390 --num-cpus 1 --node-ip-address 127.0.0.1 \\
+            --temp-dir {root}/h --object-store-memory 67108864 >/dev/null
+        {EMBER} start --address 127.0.0.1:6390 --num-cpus 1 --node-ip-address 127.0.0.1 \\
+            --temp-dir {root}/w --object-store-memory 67108864 >/dev/null
+        before=$(ps -eo args | grep -c '[e]mber\\.')
+        {EMBER} stop
+        after=$(ps -eo args | grep -c '[e]mber\\.' || true)
+        {EMBER} stop
+        echo "$before $after"
+        """
+    )
+    try:
+        probe = subprocess.run(
+            ["unshare", "--pid", "--fork", "--mount-proc", "--net", "true"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if probe.returncode != 0:
+            pytest.skip(f"this machine forbids PID namespaces: {probe.stderr.strip()}")
+        # --net too: port 6390 is then this namespace's alone (loopback must come up first).
+        out = subprocess.run(
+            [
+                "unshare",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "--net",
+                "sh",
+                "-c",
+                "ip link set lo up && " + script,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.strip().splitlines()
+        before, after = map(int, lines[-1].split())
+        assert before >= 4  # GCS, two raylets, zygotes, workers
+        assert after == 0
+        assert "No Ember processes to stop." in out.stdout
+    finally:
+        assert not find_ember_processes(root)
+        shutil.rmtree(root, ignore_errors=True)

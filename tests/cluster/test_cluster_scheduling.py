@@ -124,3 +124,20 @@ def test_worker_output_reaches_a_driver_on_another_node(cluster, capfd):
     from ember_test_utils import wait_until
 
     wait_until(printed, timeout=10, message="the far worker's output in the driver")
+
+
+def test_placement_group_bundles_on_different_nodes(cluster):
+    from ember.util.placement_group import placement_group
+    from ember.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    cluster.add_node(num_cpus=1)
+    cluster.connect()
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    ember.get(pg.ready(), timeout=30)
+    nodes = [
+        node_of.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)
+        ).remote()
+        for i in range(2)
+    ]
+    assert len(set(ember.get(nodes, timeout=30))) == 2
