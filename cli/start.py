@@ -71,6 +71,12 @@ def start(
 
     if head == bool(address):
         raise click.UsageError("pass exactly one of --head or --address=HOST:PORT")
+    if node_ip_address in ("0.0.0.0", "::", ""):
+        raise click.BadParameter(
+            "listeners bind this node's own IP, never every interface: give the address other "
+            "nodes reach this one at (e.g. 10.0.0.5), or leave it out to detect it",
+            param_hint="--node-ip-address",
+        )
     custom = _parse_resources(resources)
     dashboard = DashboardOptions(include_dashboard, dashboard_host, dashboard_port)
     common = {

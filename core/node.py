@@ -331,7 +331,11 @@ class LocalNode:
         finally:
             os.close(fd)
         if b"\n" not in buf:
-            tail = _tail(os.path.join(self.session_dir, "logs", f"{name}.err"))
+            logs = os.path.join(self.session_dir, "logs")
+            # Uncaught errors go to the process's log (its excepthook), the rest to .err.
+            tail = _tail(os.path.join(logs, f"{name}.err")) or _tail(
+                os.path.join(logs, f"{name}.log"), 3
+            )
             raise RuntimeError(
                 f"the {name} process exited during start-up (code {proc.poll()}).\n{tail}"
             )
