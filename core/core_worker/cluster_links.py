@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ember import config
@@ -36,6 +37,7 @@ class ClusterLinks:
         self.dead_nodes: set[bytes] = set()
         # {object_id: nodes holding a copy} for objects this process owns (beyond the first)
         self.locations: dict[bytes, set[bytes]] = {}
+        self.failed_all = False  # pending objects were failed: the head or our node is gone
 
     # -- raylets of other nodes ------------------------------------------------------------
     async def raylet_for_node(self, node_id: bytes, address: str | None = None) -> Connection:
@@ -218,6 +220,47 @@ class ClusterLinks:
         if raylet is not None:
             raylet.close("its node died")
         self.cw.task_submitter.on_node_dead(node_id)
+
+    def on_gcs_lost(self, why: str) -> None:
+        """A driver of a cluster lost the head: nothing pending can finish. Say so now."""
+        if self.node_addresses_known():
+            self._fail_pending(self._head_gone(why))
+
+    def on_node_lost(self, why: str) -> None:
+        """A driver's own raylet went away. Its node stops when the head is gone too, and then
+        the head is the cause to name: give the GCS connection a moment to say so."""
+        if not self.node_addresses_known():
+            return
+
+        def fail() -> None:
+            if self.cw.gcs is not None and self.cw.gcs.closed:
+                self._fail_pending(self._head_gone(self.cw.gcs.close_reason))
+            else:
+                self._fail_pending(f"the node this driver runs on stopped (its raylet: {why})")
+
+        self.cw.loop.call_later(0.5, fail)
+
+    def local_node_lost(self) -> bool:
+        """True when lease failures should wait for on_node_lost's clearer error."""
+        return self.node_addresses_known() and self.cw.raylet.closed
+
+    def _head_gone(self, why: str) -> str:
+        return (
+            f"the connection to the cluster's GCS at {self.cw.node['gcs_address']} was lost "
+            f"({why}): the head node is gone"
+        )
+
+    def _fail_pending(self, msg: str) -> None:
+        from ember.core_worker.core_worker import _lost_value
+        from ember.exceptions import ObjectLostError
+
+        if self.failed_all:
+            return
+        self.failed_all = True
+        print(f"(ember) Error: {msg}", file=sys.stderr, flush=True)
+        cw = self.cw
+        for oid in cw.memory_store.pending_ids():
+            cw.memory_store.put(oid, _lost_value(oid, None, ObjectLostError, msg))
 
     def close(self) -> None:
         for conn in self.raylets.values():

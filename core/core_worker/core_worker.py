@@ -28,6 +28,7 @@ from ember import config, global_state
 from ember.call_site import user_call_site
 from ember.core_worker.actor_submitter import ActorSubmitter
 from ember.core_worker.cluster_links import ClusterLinks
+from ember.core_worker.lineage import Lineage
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.reference_counter import Ref, ReferenceCounter
 from ember.core_worker.task_spec import ACTOR_TASK, ARG_INLINE, ARG_REF, TaskSpec
@@ -97,7 +98,7 @@ class CoreWorker:
         self.task_submitter = TaskSubmitter(self)
         self.actor_submitter = ActorSubmitter(self)
         self.links = ClusterLinks(self)  # other nodes: spillback, pulls, deaths
-        self.lineage: dict[bytes, TaskSpec] = {}  # {task_id: spec} of re-runnable tasks
+        self.lineage = Lineage(self)  # how to re-run tasks whose results a node may lose
         self.executor = None  # set by the worker main
         self.raylet: Connection = None  # type: ignore[assignment]
         self.gcs: Connection = None  # type: ignore[assignment]
@@ -278,6 +279,8 @@ class CoreWorker:
         return self.run_sync(self.gcs.call(op, body), timeout or config.gcs_rpc_timeout)
 
     def _on_raylet_closed(self, conn: Connection) -> None:
+        if not self.shutting_down and self.mode == DRIVER:
+            self.links.on_node_lost(conn.close_reason)
         if not self.shutting_down and self.mode == WORKER:
             # The node is going away; a worker has nothing left to do.
             logger.info("raylet connection closed (%s); worker exiting", conn.close_reason)
@@ -286,15 +289,8 @@ class CoreWorker:
     def _on_gcs_closed(self, conn: Connection) -> None:
         if not self.shutting_down:
             logger.warning("lost the connection to the GCS: %s", conn.close_reason)
-            if self.mode == DRIVER and self.node.get("token_file"):
-                # The head is gone: nothing pending can finish. Say so now, not never.
-                msg = (
-                    f"the connection to the cluster's GCS at {self.node['gcs_address']} was "
-                    f"lost ({conn.close_reason}): the head node is gone"
-                )
-                print(f"(ember) Error: {msg}", file=sys.stderr, flush=True)
-                for oid in self.memory_store.pending_ids():
-                    self.memory_store.put(oid, _lost_value(oid, None, ObjectLostError, msg))
+            if self.mode == DRIVER:
+                self.links.on_gcs_lost(conn.close_reason)
 
     # -- connections between core workers --------------------------------------------------
     def _h_hello(self, conn: Connection, body: dict) -> None:
@@ -349,10 +345,8 @@ class CoreWorker:
     def _on_free(self, object_id: bytes, ref: Ref) -> None:
         loc = self.memory_store.delete(object_id)
         copies = self.links.take_copies(object_id, loc)
-        if self.lineage:
-            from ember.ids import task_id_of
-
-            self.lineage.pop(task_id_of(object_id), None)
+        if self.lineage.specs:
+            self.lineage.forget(object_id)
         if ref.is_actor_handle:
             self.loop.call_soon_threadsafe(self._actor_out_of_scope, object_id)
         if copies and not self.shutting_down:
@@ -637,7 +631,7 @@ class CoreWorker:
             owner = ref.owner if ref is not None else None
             why = self.links.pull_to_local(object_id, node_id, loc[2], owner)
             if why:
-                rebuilt = self.reconstruct(object_id)
+                rebuilt = self.lineage.reconstruct(object_id)
                 if rebuilt is not None:
                     return rebuilt
                 raise ObjectLostError(object_id.hex(), f"its only copies are gone: {why}")
@@ -854,7 +848,7 @@ class CoreWorker:
             return
         returns = reply["returns"]
         if spec.max_retries and not reply.get("error"):
-            self.keep_lineage(spec, returns)
+            self.lineage.keep(spec, returns)
         contained = reply.get("contained") or [None] * len(returns)
         for oid, loc, inner in zip(spec.return_ids(), returns, contained, strict=True):
             if self.refs.has(oid):
@@ -881,56 +875,6 @@ class CoreWorker:
                 "function": spec.display_name(),
             },
         )
-
-    def keep_lineage(self, spec: TaskSpec, returns: list) -> None:
-        """Remembers how to re-run a task whose results live in shared memory (a node's death
-        could lose them). Only tasks without ref arguments: those need nothing else kept."""
-        if not self.node.get("token_file"):
-            return  # one node: its store dies with everything else, no other node re-runs
-        if spec.kind == ACTOR_TASK or not any(loc[0] == "plasma" for loc in returns):
-            return
-        if any(a[0] == ARG_REF for a in spec.args):
-            return
-        lineage = self.lineage
-        lineage[spec.task_id] = spec
-        if len(lineage) > config.max_lineage_entries:
-            del lineage[next(iter(lineage))]  # oldest first; it then raises ObjectLostError
-
-    def reconstruct(self, object_id: bytes) -> tuple[int, Any] | None:
-        """Lineage reconstruction (the seeds' 003 §1.23.2): re-runs the task that made a lost
-        object this process owns; returns the rebuilt ``(meta, value)``, None if it cannot."""
-        from ember.ids import task_id_of
-
-        spec = self.lineage.pop(task_id_of(object_id), None)
-        if spec is None or not self.owns(object_id):
-            return None
-        if spec.max_retries != -1 and spec.attempt >= spec.max_retries:
-            return None
-        spec.attempt += 1
-        for oid in spec.return_ids():
-            self.memory_store.reset(oid)
-        self.record_event(spec, "RETRYING")
-        logger.warning(
-            "object %s was lost; re-running %s() to rebuild it",
-            object_id.hex()[:16],
-            spec.display_name(),
-        )
-        done = threading.Event()
-        box: list = []
-
-        def on_ready(_oid, value) -> None:
-            box.append(value)
-            done.set()
-
-        self.loop.call_soon_threadsafe(self.task_submitter.submit, spec)
-        self.memory_store.on_ready(object_id, on_ready)
-        if not done.wait(config.reconstruction_timeout):
-            self.memory_store.remove_waiter(object_id, on_ready)
-            return None
-        loc = box[0]
-        if loc[0] == "inline":
-            return loc[1], deserialize(loc[2], loc[3])
-        return self._read_plasma(object_id, loc)
 
     def _should_retry_exception(self, spec: TaskSpec, reply: dict) -> bool:
         if spec.attempt >= spec.max_retries and spec.max_retries != -1:

@@ -159,6 +159,8 @@ class TaskSubmitter:
                 logger.info("lease request to another node failed (%s); retrying here", e)
                 self.cw.loop.call_later(0.1, self._pump, cls)
                 return
+            if self.cw.links.local_node_lost():
+                return  # the driver fails everything pending, saying why (on_node_lost)
             self._fail_queue(cls, e)
             return
         cls.pending_leases -= 1

@@ -354,6 +354,7 @@ class Connection(asyncio.Protocol):
             waiter.set_exception(
                 ConnectionClosedError(f"connection {self.name} closed before the token check")
             )
+            waiter.exception()  # connect() may have stopped waiting: not worth a warning
         pending, self._pending = self._pending, {}
         for waiter in pending.values():
             err = ConnectionClosedError(f"connection {self.name} closed: {reason}")
