@@ -32,6 +32,8 @@ _LEN = struct.Struct("<I")
 _REQ_HEAD = struct.Struct("<H")
 _REQ_RANGE = struct.Struct("<QQ")
 _MAX_TOKEN_FRAME = 4096
+# Data connections served at once; pullers bound their own pulls, this bounds many pullers.
+MAX_DATA_CONNECTIONS = 64
 
 
 class TransferError(ConnectionError):
@@ -68,6 +70,8 @@ class TransferServer:
         self._sock.listen(64)
         self.address = "tcp:{}:{}".format(*self._sock.getsockname()[:2])
         self._closed = False
+        self._slots = threading.BoundedSemaphore(MAX_DATA_CONNECTIONS)
+        self.refused_busy = 0  # connections turned away at the bound (in the log too)
         threading.Thread(target=self._accept_loop, name="ember-transfer", daemon=True).start()
 
     def export(self, object_id: bytes, offset: int, size: int) -> None:
@@ -101,11 +105,26 @@ class TransferServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
+            if not self._slots.acquire(blocking=False):
+                self.refused_busy += 1
+                logger.warning(
+                    "refused a data connection: %d already served (%d refused so far)",
+                    MAX_DATA_CONNECTIONS,
+                    self.refused_busy,
+                )
+                conn.close()  # the puller reports a failed pull and its caller retries
+                continue
             threading.Thread(
                 target=self._serve, args=(conn,), name="ember-transfer-conn", daemon=True
             ).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        try:
+            self._serve_one(conn)
+        finally:
+            self._slots.release()
+
+    def _serve_one(self, conn: socket.socket) -> None:
         try:
             conn.settimeout(30.0)
             (n,) = _LEN.unpack(_recv_exact(conn, 4))
