@@ -76,12 +76,26 @@ def local_node_for(address: str | None, temp_dir: str | None = None) -> dict[str
         nodes = [n for n in nodes if want in (n.get("gcs_address"), n.get("gcs_unix_address"))]
         if not nodes and want.startswith("tcp:"):
             nodes = [n for n in live_local_nodes(temp_dir) if _same_port(n, want)]
+        if not nodes:
+            nodes = _registered_head(want)
     local_ips = _local_ips()
     nodes = [n for n in nodes if n.get("node_ip") in local_ips] or nodes
     # The node under the temp dir the caller named, then the head.
     mine = os.path.abspath(temp_dir) if temp_dir else None
     nodes.sort(key=lambda n: (n.get("temp_dir") != mine, not n.get("head")))
     return nodes[0] if nodes else None
+
+
+def _registered_head(gcs_address: str) -> list[dict[str, Any]]:
+    """The head of that cluster if it runs on this machine under another temp dir."""
+    from ember.session import registered_head_session
+
+    session = registered_head_session(gcs_address)
+    info = read_node_info(session) if session else None
+    raylet = (info or {}).get("raylet_address", "")
+    if info and raylet.startswith("unix:") and _unix_alive(raylet[5:]):
+        return [info]
+    return []
 
 
 def _same_port(node: dict, want: str) -> bool:
@@ -140,13 +154,7 @@ def token_for(gcs_address: str, temp_dir: str | None = None) -> bytes | None:
         return env
     if gcs_address.startswith("unix:"):
         return None
-    node = local_node_for(gcs_address, temp_dir)
-    if node is None:
-        # A head on this machine under another temp dir (the registry ember start keeps).
-        from ember.session import registered_head_session
-
-        session = registered_head_session(gcs_address)
-        node = read_node_info(session) if session else None
+    node = local_node_for(gcs_address, temp_dir)  # includes a head under another temp dir
     if node is None or not node.get("token_file"):
         return None
     try:

@@ -62,13 +62,9 @@ def read_node_info(session_dir: str) -> dict | None:
 
 
 def temp_roots(temp_dir: str | None = None) -> list[str]:
-    """Where sessions of this machine may live, most specific first."""
-    roots = [temp_dir, os.environ.get("EMBER_TMPDIR"), DEFAULT_TEMP_DIR]
-    seen: list[str] = []
-    for r in roots:
-        if r and os.path.abspath(r) not in seen:
-            seen.append(os.path.abspath(r))
-    return seen
+    """Where to look for this machine's sessions: the temp dir the caller named, else
+    ``EMBER_TMPDIR``, else the default (one root: a named one means exactly that one)."""
+    return [os.path.abspath(temp_dir or os.environ.get("EMBER_TMPDIR") or DEFAULT_TEMP_DIR)]
 
 
 def _heads_dir() -> str:
