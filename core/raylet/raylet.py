@@ -49,6 +49,7 @@ class _Request:
         "warned",
         "actor_id",
         "spilled",
+        "view_checked",
     )
 
     def __init__(
@@ -64,6 +65,7 @@ class _Request:
         self.warned = False
         self.actor_id = actor_id
         self.spilled = spilled  # sent here by another raylet: run here, never spill again
+        self.view_checked = False  # asked the GCS for a fresh view before failing it
 
 
 class _Lease:
@@ -259,9 +261,14 @@ class Raylet:
             if req.fut.done():
                 self.queue.pop(i)
                 continue
-            if req.actor_id is None and not self._place_here(req):
-                self.queue.pop(i)
-                continue
+            if req.actor_id is None:
+                placed = self._place_here(req)
+                if placed is False:  # answered: spilled elsewhere or failed
+                    self.queue.pop(i)
+                    continue
+                if placed is None:  # held until a fresh cluster view arrives
+                    i += 1
+                    continue
             if not res.can_fit(req.shape):
                 # In a cluster the view of other nodes lags a heartbeat: the reaper warns later.
                 if not res.feasible(req.shape) and not self.tcp_address:
@@ -302,9 +309,10 @@ class Raylet:
         for _ in range(max(0, to_start)):
             self.pool.start_worker()
 
-    def _place_here(self, req: _Request) -> bool:
-        """Decides whether a lease request waits here; else answers it with the node to ask
-        instead (spillback) or an error. Actor leases come from the GCS, already placed."""
+    def _place_here(self, req: _Request) -> bool | None:
+        """Decides whether a lease request waits here (True); else answers it with the node
+        to ask instead (spillback) or an error (False), or holds it for a fresh view (None).
+        Actor leases come from the GCS, already placed."""
         here = NodeView(self.node_id, self.resources.total_dict(), self.resources.available_dict())
         others = [NodeView(n["node_id"], n["total"], n["available"]) for n in self.cluster_view]
         kind, target = lease_decision(
@@ -315,6 +323,11 @@ class Raylet:
         if kind in ("local", "infeasible"):
             return True
         if kind == "fail":
+            if not req.view_checked and self.gcs is not None and not self.gcs.closed:
+                # The node may have joined since the last heartbeat: ask before failing.
+                req.view_checked = True
+                asyncio.ensure_future(self.refresh_view())
+                return None
             req.fut.set_result({"error": target})
             return False
         node = self.view_by_id[target.node_id]
@@ -821,6 +834,15 @@ class Raylet:
                 await asyncio.sleep(0.05)
         reply = await self.gcs.call("register_node", self.registration(), timeout=30.0)
         self.set_view(reply.get("view", []))
+
+    async def refresh_view(self) -> None:
+        try:
+            view = await self.gcs.call("get_cluster_view", None, timeout=10.0)
+        except Exception as e:
+            logger.warning("could not refresh the cluster view: %s", e)
+            self.dispatch()  # decide with the view we have
+            return
+        self.set_view(view)
 
     def set_view(self, view: list[dict]) -> None:
         others = [n for n in view if n["node_id"] != self.node_id]
