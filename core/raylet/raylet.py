@@ -65,7 +65,8 @@ class _Request:
         self.warned = False
         self.actor_id = actor_id
         self.spilled = spilled  # sent here by another raylet: run here, never spill again
-        self.view_checked = False  # asked the GCS for a fresh view before failing it
+        # False, "pending" or True: asked the GCS for a fresh view before failing it
+        self.view_checked: bool | str = False
 
 
 class _Lease:
@@ -323,9 +324,11 @@ class Raylet:
         if kind in ("local", "infeasible"):
             return True
         if kind == "fail":
+            if req.view_checked == "pending":
+                return None  # the fresh view is on its way
             if not req.view_checked and self.gcs is not None and not self.gcs.closed:
                 # The node may have joined since the last heartbeat: ask before failing.
-                req.view_checked = True
+                req.view_checked = "pending"
                 asyncio.ensure_future(self.refresh_view())
                 return None
             req.fut.set_result({"error": target})
@@ -840,9 +843,14 @@ class Raylet:
             view = await self.gcs.call("get_cluster_view", None, timeout=10.0)
         except Exception as e:
             logger.warning("could not refresh the cluster view: %s", e)
+            view = None
+        for req in self.queue:
+            if req.view_checked == "pending":
+                req.view_checked = True
+        if view is None:
             self.dispatch()  # decide with the view we have
-            return
-        self.set_view(view)
+        else:
+            self.set_view(view)
 
     def set_view(self, view: list[dict]) -> None:
         others = [n for n in view if n["node_id"] != self.node_id]
