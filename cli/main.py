@@ -47,6 +47,15 @@ def _register() -> None:
     from ember.cli.memory import memory
 
     main.add_command(memory)
+    from ember.cli.start import start
+
+    main.add_command(start)
+    from ember.cli.status import status
+
+    main.add_command(status)
+    from ember.cli.stop import stop
+
+    main.add_command(stop)
 
 
 _register()

@@ -364,7 +364,7 @@ def nodes() -> list[dict[str, Any]]:
                 "Alive": n["state"] == "ALIVE",
                 "NodeManagerAddress": n["node_ip"],
                 "NodeManagerHostname": n.get("hostname", ""),
-                "NodeManagerPort": _port_of(n["address"]),
+                "NodeManagerPort": _port_of(n.get("tcp_address") or n["address"]),
                 "ClientID": n["node_id"].hex(),
                 "NodeName": n["node_ip"],
                 "Resources": n["resources_total"] if n["state"] == "ALIVE" else {},

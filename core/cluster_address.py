@@ -1,13 +1,15 @@
-"""Finding a running cluster from a tool process (``ember memory``, ``ember status``):
-``--address``, then ``EMBER_ADDRESS``, then the newest live session under the temp dir."""
+"""Finding a running cluster from a tool or driver process (``ember status``, ``ember memory``,
+``init(address="auto")``): ``--address``, then ``EMBER_ADDRESS``, then the newest live session
+under the temp dir; and finding the node of this machine that belongs to a given cluster."""
 
 from __future__ import annotations
 
 import glob
 import os
 import socket
+from typing import Any
 
-from ember.session import DEFAULT_TEMP_DIR
+from ember.session import DEFAULT_TEMP_DIR, read_node_info, temp_roots
 
 
 def _unix_alive(path: str) -> bool:
@@ -22,15 +24,112 @@ def _unix_alive(path: str) -> bool:
         s.close()
 
 
+def normalize_address(address: str) -> str:
+    """``HOST:PORT`` → ``tcp:HOST:PORT``; a path → ``unix:path``; prefixed ones unchanged."""
+    if address.startswith(("unix:", "tcp:")):
+        return address
+    if "/" in address:
+        return "unix:" + address
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(
+            f"cannot read the cluster address {address!r}: expected HOST:PORT (the head's "
+            "GCS port, printed by `ember start --head`) or 'auto'"
+        )
+    return "tcp:" + address
+
+
+def _sessions(temp_dir: str | None) -> list[str]:
+    found: list[str] = []
+    for root in temp_roots(temp_dir):
+        found.extend(glob.glob(os.path.join(root, "session_2*")))
+    return sorted(found, key=_mtime, reverse=True)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return 0.0
+
+
+def live_local_nodes(temp_dir: str | None = None) -> list[dict[str, Any]]:
+    """Nodes started on this machine (``ember start`` or the Cluster helper) that still run,
+    newest first: their ``node.json`` with a raylet socket that answers."""
+    out = []
+    for session in _sessions(temp_dir):
+        info = read_node_info(session)
+        if not info:
+            continue
+        raylet = info.get("raylet_address", "")
+        if raylet.startswith("unix:") and _unix_alive(raylet[5:]):
+            out.append(info)
+    return out
+
+
+def local_node_for(address: str | None, temp_dir: str | None = None) -> dict[str, Any] | None:
+    """This machine's live node of the cluster at ``address`` (any cluster when None or
+    ``auto``); the head first when several nodes of it run here."""
+    nodes = live_local_nodes(temp_dir)
+    if address and address != "auto":
+        want = normalize_address(address)
+        nodes = [n for n in nodes if want in (n.get("gcs_address"), n.get("gcs_unix_address"))]
+        if not nodes and want.startswith("tcp:"):
+            nodes = [n for n in live_local_nodes(temp_dir) if _same_port(n, want)]
+        if not nodes:
+            nodes = _registered_head(want)
+    local_ips = _local_ips()
+    nodes = [n for n in nodes if n.get("node_ip") in local_ips] or nodes
+    # The node under the temp dir the caller named, then the head.
+    mine = os.path.abspath(temp_dir) if temp_dir else None
+    nodes.sort(key=lambda n: (n.get("temp_dir") != mine, not n.get("head")))
+    return nodes[0] if nodes else None
+
+
+def _registered_head(gcs_address: str) -> list[dict[str, Any]]:
+    """The head of that cluster if it runs on this machine under another temp dir."""
+    from ember.session import registered_head_session
+
+    session = registered_head_session(gcs_address)
+    info = read_node_info(session) if session else None
+    raylet = (info or {}).get("raylet_address", "")
+    if info and raylet.startswith("unix:") and _unix_alive(raylet[5:]):
+        return [info]
+    return []
+
+
+def _same_port(node: dict, want: str) -> bool:
+    """``localhost:PORT`` and ``<this host's IP>:PORT`` name the same local GCS."""
+    have = node.get("gcs_address", "")
+    if not have.startswith("tcp:"):
+        return False
+    host, port = want[4:].rsplit(":", 1)
+    return have.rsplit(":", 1)[1] == port and host in _local_ips() | {"localhost"}
+
+
+def _local_ips() -> set[str]:
+    """This network namespace's addresses (nodes in other namespaces share the disk)."""
+    try:
+        import psutil
+
+        return {
+            a.address
+            for addrs in psutil.net_if_addrs().values()
+            for a in addrs
+            if a.family == socket.AF_INET
+        }
+    except Exception:
+        return {"127.0.0.1"}
+
+
 def find_gcs_address(address: str | None = None, temp_dir: str | None = None) -> str:
     """The GCS address to use; ConnectionError naming what was tried when there is none."""
     address = address or os.environ.get("EMBER_ADDRESS")
     if address and address != "auto":
-        if address.startswith(("unix:", "tcp:")):
-            return address
-        if "/" in address:
-            return "unix:" + address
-        return "tcp:" + address
+        return normalize_address(address)
+    node = local_node_for(None, temp_dir)
+    if node is not None:
+        return node.get("gcs_unix_address") or node["gcs_address"]
     root = temp_dir or os.environ.get("EMBER_TMPDIR") or DEFAULT_TEMP_DIR
     sessions = sorted(
         glob.glob(os.path.join(root, "session_2*")), key=os.path.getmtime, reverse=True
@@ -41,5 +140,24 @@ def find_gcs_address(address: str | None = None, temp_dir: str | None = None) ->
             return "unix:" + sock
     raise ConnectionError(
         f"No running Ember cluster found under {root} (looked for a live GCS socket in its "
-        "session directories). Start one with ember.init() or pass --address."
+        "session directories). Start one with `ember start --head` or ember.init(), or pass "
+        "--address."
     )
+
+
+def token_for(gcs_address: str, temp_dir: str | None = None) -> bytes | None:
+    """The cluster token for a GCS: EMBER_TOKEN, else a local node of that cluster's file."""
+    from ember.cluster_token import normalize, read_token
+
+    env = normalize(os.environ.get("EMBER_TOKEN"))
+    if env is not None:
+        return env
+    if gcs_address.startswith("unix:"):
+        return None
+    node = local_node_for(gcs_address, temp_dir)  # includes a head under another temp dir
+    if node is None or not node.get("token_file"):
+        return None
+    try:
+        return read_token(node["token_file"])
+    except (OSError, ValueError):
+        return None

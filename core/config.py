@@ -41,3 +41,15 @@ prestart_worker_cap: int = _env("prestart_worker_cap", 4)
 idle_worker_kill_seconds: float = _env("idle_worker_kill_seconds", 10.0)
 # Print the infeasible-task warning after this long pending (Ray warns too).
 infeasible_warning_seconds: float = _env("infeasible_warning_seconds", 0.5)
+# Cross-node object transfer: chunk size, chunk requests in flight per pull, and how many
+# objects a raylet pulls at once (more wait their turn).
+object_transfer_chunk_size: int = _env("object_transfer_chunk_size", 8 * 1024 * 1024)
+object_transfer_window: int = _env("object_transfer_window", 4)
+max_concurrent_pulls: int = _env("max_concurrent_pulls", 4)
+# A task whose arguments in shared memory on one node reach this many bytes asks that node
+# for its worker (data locality).
+locality_min_bytes: int = _env("locality_min_bytes", 100 * 1024)
+# Lineage kept for re-running tasks whose shared-memory results a node's death lost, and how
+# long a get waits for such a rebuild.
+max_lineage_entries: int = _env("max_lineage_entries", 1_000)
+reconstruction_timeout: float = _env("reconstruction_timeout", 600.0)

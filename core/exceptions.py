@@ -180,6 +180,10 @@ class PendingCallsLimitExceeded(EmberError):
     """Too many calls queued on an actor handle."""
 
 
+class TaskUnschedulableError(EmberError):
+    """No node can run the task as asked (e.g. hard affinity to a node that is gone)."""
+
+
 class NodeDiedError(EmberError):
     """The node running the task died."""
 

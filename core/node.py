@@ -1,7 +1,9 @@
 """Starting and stopping a node's processes (GCS on the head, raylet everywhere).
 
 ``ember.init()`` with no address starts a head node tied to the driver (its processes die with
-it, even on SIGKILL); ``ember start`` starts the same processes as daemons.
+it, even on SIGKILL); ``ember start`` starts the same processes as daemons. A node of a
+cluster (``cluster=True``) also listens on TCP at its node IP, with the cluster token, and
+describes itself in ``<session_dir>/node.json`` for drivers and tools of the same machine.
 """
 
 from __future__ import annotations
@@ -10,15 +12,17 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
 from ember import config
 from ember.ids import new_unique_id
-from ember.session import create_session_dir, socket_path
+from ember.session import create_session_dir, register_head, socket_path, write_node_info
 
 
 def default_object_store_memory() -> int:
@@ -71,6 +75,29 @@ def _detect_gpus() -> int:
         return 0
 
 
+@dataclass
+class DashboardOptions:
+    """``--include-dashboard``, ``--dashboard-host``, ``--dashboard-port`` of ``ember start``."""
+
+    include: bool | None = None  # None: the default (on where the dashboard is installed)
+    host: str = "127.0.0.1"
+    port: int = 8265
+
+
+def node_ip_for(target_host: str | None = None) -> str:
+    """The address other nodes reach this one at: the source address of the route to the head
+    (or, on the head, to the outside world); loopback when there is no route."""
+    probe = target_host or "192.0.2.1"  # TEST-NET: never sent, only routed
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect((probe, 9))
+        return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+    finally:
+        s.close()
+
+
 class LocalNode:
     """The processes of one node; ``tied_to`` makes them die with that pid (the driver)."""
 
@@ -88,6 +115,11 @@ class LocalNode:
         tied_to: int | None = None,
         prestart: int | None = None,
         node_ip: str = "127.0.0.1",
+        cluster: bool = False,
+        gcs_port: int = 0,
+        token: bytes | None = None,
+        dashboard: DashboardOptions | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.object_store_memory = int(object_store_memory or default_object_store_memory())
         self.resources = build_resources(
@@ -105,6 +137,17 @@ class LocalNode:
         self.raylet_address = ""
         self.arena_path = ""
         self.procs: dict[str, subprocess.Popen] = {}
+        # A cluster node speaks TCP with a token; the embedded node only Unix sockets.
+        self.cluster = cluster or not head
+        self.gcs_port = gcs_port
+        self.token = token
+        self.token_file = ""
+        self.gcs_unix_address = ""
+        self.dashboard = dashboard or DashboardOptions()
+        self.dashboard_url = ""
+        self.env = env  # extra environment for this node's processes (tests: timeouts)
+        if not head and not gcs_address:
+            raise ValueError("a worker node needs the head's address (gcs_address)")
 
     def info(self) -> dict[str, Any]:
         return {
@@ -115,32 +158,52 @@ class LocalNode:
             "arena_path": self.arena_path,
             "arena_capacity": self.object_store_memory,
             "node_ip": self.node_ip,
+            "token_file": self.token_file,
+            "gcs_unix_address": self.gcs_unix_address,
         }
 
     def start(self) -> None:
         self.session_dir = create_session_dir(self.temp_dir)
+        if self.cluster:
+            from ember.cluster_token import new_token, write_token
+
+            if self.token is None:
+                if not self.head:
+                    raise ValueError("a worker node needs the cluster token")
+                self.token = new_token()
+            self.token_file = write_token(self.session_dir, self.token)
+        local_gcs = ""
         if self.head:
-            self.gcs_address = "unix:" + socket_path(self.session_dir, "gcs")
+            local_gcs = "unix:" + socket_path(self.session_dir, "gcs")
+            self.gcs_unix_address = local_gcs
+            self.gcs_address = local_gcs
         self.raylet_address = "unix:" + socket_path(self.session_dir, "raylet")
         self.arena_path = f"/dev/shm/ember-{os.getpid()}-{self.node_id.hex()[:12]}"
         parent = ["--parent-pid", str(self.tied_to)] if self.tied_to else []
-        waits = []
+        token_args = ["--token-file", self.token_file] if self.cluster else []
         try:
             if self.head:
-                waits.append(
-                    self._spawn(
-                        "gcs_server",
-                        [
-                            "-m",
-                            "ember.gcs.server",
-                            "--session-dir",
-                            self.session_dir,
-                            "--address",
-                            self.gcs_address,
-                            *parent,
-                        ],
-                    )
-                )
+                gcs_args = [
+                    "-m",
+                    "ember.gcs.server",
+                    "--session-dir",
+                    self.session_dir,
+                    "--address",
+                    local_gcs,
+                    "--node-death-timeout",
+                    (self.env or {}).get(
+                        "EMBER_NODE_DEATH_TIMEOUT", str(config.node_death_timeout)
+                    ),
+                    *parent,
+                ]
+                if self.cluster:
+                    gcs_args += ["--tcp", f"tcp:{self.node_ip}:{self.gcs_port}", *token_args]
+                # The GCS first: its ready line says the TCP port it really bound.
+                name, fd = self._spawn("gcs_server", gcs_args)
+                ready = self._wait_ready(name, fd, time.monotonic() + config.process_start_timeout)
+                if self.cluster:
+                    self.gcs_address = ready
+            waits = []
             waits.append(
                 self._spawn(
                     "raylet",
@@ -154,7 +217,7 @@ class LocalNode:
                         "--address",
                         self.raylet_address,
                         "--gcs-address",
-                        self.gcs_address,
+                        local_gcs or self.gcs_address,
                         "--resources",
                         json.dumps(self.resources),
                         "--object-store-memory",
@@ -166,6 +229,8 @@ class LocalNode:
                         "--prestart",
                         str(self.prestart),
                         *(["--head"] if self.head else []),
+                        *token_args,
+                        *(["--cluster-address", self.gcs_address] if self.cluster else []),
                         *parent,
                     ],
                 )
@@ -173,9 +238,51 @@ class LocalNode:
             deadline = time.monotonic() + config.process_start_timeout
             for name, fd in waits:
                 self._wait_ready(name, fd, deadline)
+            if self.head:
+                self.start_dashboard_and_agent()
+            if self.cluster:
+                self.write_info()
+                if self.head:
+                    register_head(self.gcs_address, self.session_dir)
         except BaseException:
             self.stop()
             raise
+
+    def start_dashboard_and_agent(self) -> None:
+        """THE place where the per-node agent and (on the head) the dashboard start.
+
+        The dashboard issue (branch ``dashboard``) plugs its launch in here; ``self.dashboard``
+        carries ``ember start``'s ``--include-dashboard``, ``--dashboard-host`` and
+        ``--dashboard-port``. Until then nothing starts and no URL is advertised.
+        """
+        return None
+
+    def write_info(self) -> None:
+        info = {
+            "node_id": self.node_id.hex(),
+            "session_dir": self.session_dir,
+            "temp_dir": os.path.dirname(self.session_dir),
+            "raylet_address": self.raylet_address,
+            "gcs_address": self.gcs_address,
+            "gcs_unix_address": self.gcs_unix_address,
+            "arena_path": self.arena_path,
+            "arena_capacity": self.object_store_memory,
+            "node_ip": self.node_ip,
+            "token_file": self.token_file,
+            "head": self.head,
+            "resources": self.resources,
+            "pids": {name: p.pid for name, p in self.procs.items()},
+            "dashboard": {
+                "include": self.dashboard.include,
+                "host": self.dashboard.host,
+                "port": self.dashboard.port,
+                "url": self.dashboard_url,
+            },
+        }
+        write_node_info(self.session_dir, info)
+
+    def alive(self) -> bool:
+        return all(p.poll() is None for p in self.procs.values())
 
     def _spawn(self, name: str, args: list[str]) -> tuple[str, int]:
         r, w = os.pipe()
@@ -185,6 +292,7 @@ class LocalNode:
         try:
             proc = subprocess.Popen(
                 [sys.executable, *args, "--ready-fd", str(w)],
+                env={**os.environ, **self.env} if self.env else None,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -223,17 +331,35 @@ class LocalNode:
         finally:
             os.close(fd)
         if b"\n" not in buf:
-            tail = _tail(os.path.join(self.session_dir, "logs", f"{name}.err"))
+            logs = os.path.join(self.session_dir, "logs")
+            # Uncaught errors go to the process's log (its excepthook), the rest to .err.
+            tail = _tail(os.path.join(logs, f"{name}.err")) or _tail(
+                os.path.join(logs, f"{name}.log"), 3
+            )
             raise RuntimeError(
                 f"the {name} process exited during start-up (code {proc.poll()}).\n{tail}"
             )
         return buf.decode().strip()
+
+    def kill(self) -> None:
+        """Ends the node abruptly (SIGKILL), as a crashed machine would: no goodbyes."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.procs.values():
+            try:
+                proc.wait(5.0)
+            except subprocess.TimeoutExpired:
+                pass
+        self._remove_arena()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stops the raylet (which stops its workers), then the GCS; by force if they linger."""
         for name in ("raylet", "gcs_server"):
             proc = self.procs.get(name)
             if proc is None or proc.poll() is not None:
+                if proc is not None:
+                    proc.wait()
                 continue
             try:
                 proc.send_signal(signal.SIGTERM)
@@ -244,6 +370,9 @@ class LocalNode:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(2.0)
+        self._remove_arena()
+
+    def _remove_arena(self) -> None:
         if self.arena_path and os.path.exists(self.arena_path):
             try:
                 os.unlink(self.arena_path)

@@ -56,3 +56,65 @@ def feasible_anywhere(nodes: Sequence[Any], shape: dict[str, float], strategy: A
 def _load(node: Any) -> float:
     total = node.total.get("CPU", 0) or 1
     return 1 - node.available.get("CPU", 0) / total
+
+
+class NodeView:
+    """One node as a raylet sees it when placing a lease request."""
+
+    __slots__ = ("node_id", "total", "available")
+
+    def __init__(self, node_id: bytes, total: dict[str, float], available: dict[str, float]):
+        self.node_id = node_id
+        self.total = total
+        self.available = available
+
+
+def lease_decision(
+    here: NodeView,
+    others: Sequence[NodeView],
+    shape: dict[str, float],
+    strategy: Any,
+    *,
+    spilled: bool = False,
+    spread: int = 0,
+) -> tuple[str, Any]:
+    """Where a task's lease request should wait, decided by the raylet that got it.
+
+    Returns ``("local", None)`` (wait here: it fits now or will), ``("spill", node)`` (ask
+    that node instead), ``("infeasible", None)`` (no node can ever hold it: wait here until
+    one joins) or ``("fail", message)`` (hard node affinity to a node that is gone). ``shape``
+    is already renamed for placement groups.
+    """
+    if isinstance(strategy, tuple) and strategy[0] == "NODE_AFFINITY":
+        target, soft = strategy[1], strategy[2]
+        if target == here.node_id:
+            if not soft or fits(shape, here.total):
+                return "local", None
+        else:
+            node = next((n for n in others if n.node_id == target), None)
+            if node is not None and (not soft or fits(shape, node.total)):
+                return ("local", None) if spilled else ("spill", node)
+            if node is None and not soft:
+                return "fail", (
+                    f"node {target.hex()} named by NodeAffinitySchedulingStrategy(soft=False) "
+                    "is not alive; pass soft=True to run elsewhere"
+                )
+        # soft affinity to a node that cannot: anywhere, as the default strategy would
+    if spilled:
+        return "local", None  # another raylet chose us; never bounce work around
+    if strategy == "SPREAD":
+        candidates = [n for n in (here, *others) if fits(shape, n.available)]
+        if candidates:
+            pick = candidates[spread % len(candidates)]
+            return ("local", None) if pick is here else ("spill", pick)
+    if fits(shape, here.available):
+        return "local", None
+    free = [n for n in others if fits(shape, n.available)]
+    if free:
+        return "spill", min(free, key=_load)
+    if fits(shape, here.total):
+        return "local", None  # busy now; it frees up here or spills when another node does
+    able = [n for n in others if fits(shape, n.total)]
+    if able:
+        return "spill", min(able, key=_load)
+    return "infeasible", None

@@ -32,6 +32,63 @@ def socket_path(session_dir: str, name: str) -> str:
     if len(path) > 100:  # AF_UNIX paths are limited to 108 bytes
         raise ValueError(
             f"The socket path {path!r} is too long for a Unix socket; pass a shorter temp_dir "
-            "to ember.init()."
+            "to ember.init() (--temp-dir to ember start)."
         )
     return path
+
+
+NODE_INFO_FILE = "node.json"
+
+
+def write_node_info(session_dir: str, info: dict) -> None:
+    """What a driver or tool needs to use this node: addresses, arena, token file, pids."""
+    import json
+
+    path = os.path.join(session_dir, NODE_INFO_FILE)
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(info, f, indent=1)
+    os.replace(tmp, path)
+
+
+def read_node_info(session_dir: str) -> dict | None:
+    import json
+
+    try:
+        with open(os.path.join(session_dir, NODE_INFO_FILE)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def temp_roots(temp_dir: str | None = None) -> list[str]:
+    """Where to look for this machine's sessions: the temp dir the caller named, else
+    ``EMBER_TMPDIR``, else the default (one root: a named one means exactly that one)."""
+    return [os.path.abspath(temp_dir or os.environ.get("EMBER_TMPDIR") or DEFAULT_TEMP_DIR)]
+
+
+def _heads_dir() -> str:
+    return os.path.join(DEFAULT_TEMP_DIR, "heads")
+
+
+def register_head(gcs_address: str, session_dir: str) -> None:
+    """Notes where this machine's head of ``gcs_address`` keeps its session, whatever its temp
+    dir, so a node or driver started here with another temp dir finds the token."""
+    path = os.path.join(_heads_dir(), gcs_address.replace(":", "_").replace("/", "_"))
+    try:
+        os.makedirs(_heads_dir(), mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(session_dir)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # only a convenience: --token still works
+
+
+def registered_head_session(gcs_address: str) -> str | None:
+    path = os.path.join(_heads_dir(), gcs_address.replace(":", "_").replace("/", "_"))
+    try:
+        with open(path) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None

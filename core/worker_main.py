@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--arena-capacity", type=int, required=True)
     parser.add_argument("--node-ip", default="127.0.0.1")
     parser.add_argument("--raylet-pid", type=int, default=0)
+    parser.add_argument("--token-file", default=None)
     args = parser.parse_args(argv)
 
     from ember.process_util import die_with_parent
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         "arena_path": args.arena_path,
         "arena_capacity": args.arena_capacity,
         "node_ip": args.node_ip,
+        "token_file": args.token_file,
     }
     cw = CoreWorker(
         mode=WORKER,

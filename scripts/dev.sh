@@ -8,7 +8,15 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 
+system_packages() {
+  # iproute2: the multi-node test puts nodes in network namespaces (`ip netns`).
+  if ! command -v ip >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null
+  fi
+}
+
 setup() {
+  system_packages
   if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
   fi

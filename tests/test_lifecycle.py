@@ -143,7 +143,8 @@ def test_shutdown_while_tasks_and_actor_run_then_init_again(clean, tmp_path):
     assert ember.get(ok.remote(), timeout=30) == "ok"
 
 
-def test_init_with_an_unreachable_address_raises_and_starts_nothing(clean):
+def test_init_with_an_unreachable_address_raises_and_starts_nothing(clean, short_tmp, monkeypatch):
+    monkeypatch.setenv("EMBER_TMPDIR", short_tmp)  # "auto" must not find another test's node
     with pytest.raises(ConnectionError):
         ember.init(address="auto")
     assert not ember.is_initialized()

@@ -27,6 +27,8 @@ from typing import Any
 from ember import config, global_state
 from ember.call_site import user_call_site
 from ember.core_worker.actor_submitter import ActorSubmitter
+from ember.core_worker.cluster_links import ClusterLinks
+from ember.core_worker.lineage import Lineage
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.reference_counter import Ref, ReferenceCounter
 from ember.core_worker.task_spec import ACTOR_TASK, ARG_INLINE, ARG_REF, TaskSpec
@@ -95,6 +97,8 @@ class CoreWorker:
         self.loop = conn_mod.new_event_loop()
         self.task_submitter = TaskSubmitter(self)
         self.actor_submitter = ActorSubmitter(self)
+        self.links = ClusterLinks(self)  # other nodes: spillback, pulls, deaths
+        self.lineage = Lineage(self)  # how to re-run tasks whose results a node may lose
         self.executor = None  # set by the worker main
         self.raylet: Connection = None  # type: ignore[assignment]
         self.gcs: Connection = None  # type: ignore[assignment]
@@ -132,6 +136,9 @@ class CoreWorker:
             "create_actor": self._h_create_actor,
             "get_references": self._h_get_references,
             "may_exit": self._h_may_exit,
+            "node_dead": self.links.h_node_dead,
+            "add_location": self.links.h_add_location,
+            "node_added": self.links.h_node_added,
         }
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -168,12 +175,19 @@ class CoreWorker:
             self.loop.call_later(0.05, self._drain_periodically)
 
     async def _connect_all(self) -> None:
-        self._server, _ = await conn_mod.serve(
+        if self.node.get("token_file"):
+            # A cluster node: callers on other nodes reach us over TCP, with the token.
+            from ember.cluster_token import read_token
+
+            conn_mod.set_cluster_token(read_token(self.node["token_file"]))
+            self.address = f"tcp:{self.node.get('node_ip', '127.0.0.1')}:0"
+        self._server, self.address = await conn_mod.serve(
             self.address,
             self.handlers,
             name=f"{self.mode}-server",
             on_close=self._on_peer_closed,
         )
+        self.owner_address = (self.worker_id, self.address, self.node_id)
         self.raylet = await conn_mod.connect(
             self.node["raylet_address"],
             self.handlers,
@@ -183,6 +197,8 @@ class CoreWorker:
         self.gcs = await conn_mod.connect(
             self.node["gcs_address"], self.handlers, name="gcs", on_close=self._on_gcs_closed
         )
+        if self.node.get("token_file"):  # a cluster: other nodes' deaths matter here
+            self.gcs.send("subscribe_node_events")
         await self.raylet.call(
             "register_client",
             {
@@ -207,6 +223,8 @@ class CoreWorker:
                     "entrypoint": " ".join(sys.argv),
                 },
             )
+            if self.links.wants_remote_logs():
+                await self.links.subscribe_all_logs()
 
     def shutdown(self) -> None:
         if self.shutting_down:
@@ -232,12 +250,14 @@ class CoreWorker:
         for c in list(self._peers.values()) + [self.raylet, self.gcs]:
             if c is not None:
                 c.close("shutdown")
+        self.links.close()
         if self._server is not None:
             self._server.close()
-        try:
-            os.unlink(self.address[len("unix:") :])
-        except OSError:
-            pass
+        if self.address.startswith("unix:"):
+            try:
+                os.unlink(self.address[len("unix:") :])
+            except OSError:
+                pass
 
     def run_sync(self, coro, timeout: float | None) -> Any:
         """Runs a coroutine on the I/O thread and waits for it (from any other thread)."""
@@ -259,6 +279,8 @@ class CoreWorker:
         return self.run_sync(self.gcs.call(op, body), timeout or config.gcs_rpc_timeout)
 
     def _on_raylet_closed(self, conn: Connection) -> None:
+        if not self.shutting_down and self.mode == DRIVER:
+            self.links.on_node_lost(conn.close_reason)
         if not self.shutting_down and self.mode == WORKER:
             # The node is going away; a worker has nothing left to do.
             logger.info("raylet connection closed (%s); worker exiting", conn.close_reason)
@@ -267,6 +289,8 @@ class CoreWorker:
     def _on_gcs_closed(self, conn: Connection) -> None:
         if not self.shutting_down:
             logger.warning("lost the connection to the GCS: %s", conn.close_reason)
+            if self.mode == DRIVER:
+                self.links.on_gcs_lost(conn.close_reason)
 
     # -- connections between core workers --------------------------------------------------
     def _h_hello(self, conn: Connection, body: dict) -> None:
@@ -320,10 +344,16 @@ class CoreWorker:
 
     def _on_free(self, object_id: bytes, ref: Ref) -> None:
         loc = self.memory_store.delete(object_id)
+        copies = self.links.take_copies(object_id, loc)
+        if self.lineage.specs:
+            self.lineage.forget(object_id)
         if ref.is_actor_handle:
             self.loop.call_soon_threadsafe(self._actor_out_of_scope, object_id)
-        if loc is not None and loc[0] == "plasma" and not self.shutting_down:
-            self._send_threadsafe(self.raylet, "plasma_delete", {"object_ids": [object_id]})
+        if copies and not self.shutting_down:
+            if self.node_id in copies:
+                self._send_threadsafe(self.raylet, "plasma_delete", {"object_ids": [object_id]})
+            if len(copies) > 1 or self.node_id not in copies:  # copies on other nodes too
+                self.loop.call_soon_threadsafe(self.links.delete_remote, object_id, copies)
 
     def _on_borrow_released(self, object_id: bytes, owner) -> None:
         self.memory_store.delete(object_id)
@@ -567,7 +597,7 @@ class CoreWorker:
         object_id = body["object_id"]
         loc = self.memory_store.get_if_ready(object_id)
         if loc is not None:
-            return loc
+            return self.links.best_location(object_id, loc) if self.links.dead_nodes else loc
         if not self.refs.has(object_id):
             return _lost_value(object_id, self.owner_address, ObjectLostError, "it was freed")
         fut = self.loop.create_future()
@@ -597,9 +627,14 @@ class CoreWorker:
     def _read_plasma(self, object_id: bytes, loc: tuple) -> tuple[int, Any]:
         node_id = loc[1]
         if node_id != self.node_id:
-            raise ObjectLostError(
-                object_id.hex(), "it lives on another node and transfers are not available"
-            )
+            ref = self.refs.get(object_id)
+            owner = ref.owner if ref is not None else None
+            why = self.links.pull_to_local(object_id, node_id, loc[2], owner)
+            if why:
+                rebuilt = self.lineage.reconstruct(object_id)
+                if rebuilt is not None:
+                    return rebuilt
+                raise ObjectLostError(object_id.hex(), f"its only copies are gone: {why}")
         got = self.call_raylet_sync(
             "plasma_get", {"object_id": object_id, "client": self.worker_id}
         )
@@ -826,6 +861,8 @@ class CoreWorker:
             },
         )
         returns = reply["returns"]
+        if spec.max_retries and not reply.get("error"):
+            self.lineage.keep(spec, returns)
         contained = reply.get("contained") or [None] * len(returns)
         for oid, loc, inner in zip(spec.return_ids(), returns, contained, strict=True):
             if self.refs.has(oid):

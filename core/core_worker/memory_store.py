@@ -102,6 +102,18 @@ class MemoryStore:
             entry = self._entries.pop(object_id, None)
         return None if entry is None else entry.value
 
+    def pending_ids(self) -> list[bytes]:
+        with self._lock:
+            return [oid for oid, e in self._entries.items() if e.value is None]
+
+    def reset(self, object_id: bytes) -> None:
+        """Makes a ready object pending again (it is being rebuilt from its lineage)."""
+        with self._lock:
+            entry = self._entries.get(object_id)
+            if entry is not None:
+                entry.value = None
+                entry.cached = _MISSING
+
     def __len__(self) -> int:
         return len(self._entries)
 

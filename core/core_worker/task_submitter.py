@@ -37,10 +37,14 @@ class _Lease:
         "raylet",
         "spec",
         "gpu_ids",
+        "node_id",
     )
 
-    def __init__(self, lease_id, worker_id, address, conn, raylet, gpu_ids=()) -> None:
+    def __init__(
+        self, lease_id, worker_id, address, conn, raylet, gpu_ids=(), node_id=None
+    ) -> None:
         self.gpu_ids = list(gpu_ids)
+        self.node_id = node_id
         self.lease_id = lease_id
         self.worker_id = worker_id
         self.address = address
@@ -127,25 +131,46 @@ class TaskSubmitter:
             asyncio.ensure_future(self._request_lease(cls))
 
     async def _request_lease(self, cls: _Class) -> None:
+        body = {
+            "resources": cls.resources,
+            "strategy": cls.strategy,
+            "client": self.cw.worker_id,
+            "job_id": self.cw.job_id,
+            "name": cls.queue[0].function_name if cls.queue else "",
+        }
         raylet = self.cw.raylet
         try:
-            grant = await raylet.call(
-                "request_lease",
-                {
-                    "resources": cls.resources,
-                    "strategy": cls.strategy,
-                    "client": self.cw.worker_id,
-                    "job_id": self.cw.job_id,
-                    "name": cls.queue[0].function_name if cls.queue else "",
-                },
-            )
+            # Large arguments pull the work toward their data (Ray's locality-aware leasing).
+            near = self.cw.links.locality_node(cls.queue[0]) if cls.queue else None
+            if near is not None:
+                raylet = await self.cw.links.raylet_for_node(near)
+            for _ in range(8):  # each hop is a raylet that knows a better node
+                grant = await raylet.call("request_lease", body)
+                if not grant or "spillback" not in grant:
+                    break
+                target = grant["spillback"]
+                raylet = await self.cw.links.raylet_for_node(target["node_id"], target["address"])
+                body["spilled"] = True
         except Exception as e:
             cls.pending_leases -= 1
+            if isinstance(e, OSError | TimeoutError) and not self.cw.raylet.closed:
+                # Another node's raylet went away (or never answered): ask ours again; the
+                # cluster view it spills by learns of the death within a heartbeat.
+                logger.info("lease request to another node failed (%s); retrying here", e)
+                self.cw.loop.call_later(0.1, self._pump, cls)
+                return
+            if self.cw.links.local_node_lost():
+                return  # the driver fails everything pending, saying why (on_node_lost)
             self._fail_queue(cls, e)
             return
         cls.pending_leases -= 1
         if grant is None:  # the raylet gave up on the request (cancelled, shutting down)
             self._pump(cls)
+            return
+        if "error" in grant or "spillback" in grant:
+            from ember.exceptions import TaskUnschedulableError
+
+            self._fail_queue(cls, TaskUnschedulableError(grant.get("error", "no node took it")))
             return
         lease_id, worker_id, address = grant["lease_id"], grant["worker_id"], grant["address"]
         try:
@@ -155,7 +180,15 @@ class TaskSubmitter:
             raylet.send("return_lease", {"lease_id": lease_id, "worker_died": True})
             self._pump(cls)
             return
-        lease = _Lease(lease_id, worker_id, address, conn, raylet, grant.get("gpu_ids", ()))
+        lease = _Lease(
+            lease_id,
+            worker_id,
+            address,
+            conn,
+            raylet,
+            grant.get("gpu_ids", ()),
+            grant.get("node_id"),
+        )
         cls.leases.add(lease)
         if cls.queue:
             self._push(cls, lease, cls.queue.popleft())
@@ -241,6 +274,14 @@ class TaskSubmitter:
         # Not queued here yet (waiting for arguments): cancel when it gets here.
         self._cancelled.add(task_id)
         return False
+
+    def on_node_dead(self, node_id: bytes) -> None:
+        """A node was declared dead: its workers' tasks are lost even if their sockets stay
+        open (a silent node), so close them; the replies fail and the tasks retry."""
+        for cls in self._classes.values():
+            for lease in list(cls.leases):
+                if lease.node_id == node_id:
+                    lease.conn.close(f"its node {node_id.hex()[:12]} died")
 
     def release_all(self) -> None:
         for cls in self._classes.values():

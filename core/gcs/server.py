@@ -29,6 +29,7 @@ from ember.resources import fits
 
 logger = logging.getLogger("ember.gcs")
 
+DASHBOARD_URL_KEY = ("ember_internal", b"dashboard_url")  # (namespace, key) in the KV
 ACTOR_STATES = ("DEPENDENCIES_UNREADY", "PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD")
 
 
@@ -86,6 +87,8 @@ class NodeInfo:
         self.node_id = node_id
         self.conn = conn
         self.address: str = body["address"]
+        self.tcp_address: str = body.get("tcp_address") or ""
+        self.data_address: str = body.get("data_address") or ""
         self.node_ip: str = body.get("node_ip", "127.0.0.1")
         self.total: dict[str, float] = body["resources"]
         self.available: dict[str, float] = dict(body["resources"])
@@ -96,15 +99,19 @@ class NodeInfo:
         self.end_time: float | None = None
         self.info: dict = body
         self.pending_demands: list = []
+        self.death_reason = ""
 
     def public(self) -> dict[str, Any]:
         return {
             "node_id": self.node_id,
             "address": self.address,
+            "tcp_address": self.tcp_address,
+            "data_address": self.data_address,
             "node_ip": self.node_ip,
             "state": self.state,
             "resources_total": self.total,
             "resources_available": self.available,
+            "death_reason": self.death_reason,
             "start_time": self.start_time,
             "end_time": self.end_time,
             "session_dir": self.info.get("session_dir"),
@@ -131,6 +138,8 @@ class GcsServer:
         self.placement_groups = PlacementGroupManager(self)
         self.events: list[dict] = []  # cluster events (node and actor deaths), bounded
         self.start_time = time.time()
+        self.node_death_timeout = config.node_death_timeout
+        self.connections: set[Connection] = set()  # everyone to tell about node deaths
         self.handlers = {
             "register_node": self.h_register_node,
             "heartbeat": self.h_heartbeat,
@@ -160,25 +169,55 @@ class GcsServer:
             "list_placement_groups": self.placement_groups.h_list,
             "get_events": self.h_get_events,
             "set_resource": self.h_set_resource,
+            "get_cluster_view": lambda c, b: self.cluster_view(),
+            "subscribe_node_events": self.h_subscribe_node_events,
             "ping": lambda c, b: "pong",
         }
 
     # -- nodes -----------------------------------------------------------------------------
     def h_register_node(self, conn: Connection, body: dict) -> dict:
         node_id = body["node_id"]
+        old = self.nodes.get(node_id)
+        if old is not None and old.state == "DEAD":
+            # A node declared dead comes back under a new id (its old work was redone).
+            raise ValueError(f"node {node_id.hex()} was declared dead; rejoin with a new id")
         node = NodeInfo(node_id, body, conn)
         self.nodes[node_id] = node
         conn.state["node_id"] = node_id
+        conn.state["node_events"] = True
         logger.info("node %s registered at %s", node_id.hex()[:12], node.address)
+        for c in list(self.connections):  # drivers subscribe to its workers' logs
+            if not c.closed and c is not conn and c.state.get("node_events"):
+                c.send("node_added", {"node_id": node_id, "tcp_address": node.tcp_address})
         self._event("INFO", f"node {node_id.hex()} joined at {node.node_ip}")
         self._schedule_pending_actors()
         self.placement_groups.on_node_change()
-        return {"ok": True}
+        return {"ok": True, "view": self.cluster_view()}
 
-    def h_heartbeat(self, conn: Connection, body: dict) -> None:
+    def cluster_view(self) -> list[dict]:
+        """What a raylet needs to spill work and pull objects: every live node's addresses
+        and resources (as of its last heartbeat)."""
+        return [
+            {
+                "node_id": n.node_id,
+                "tcp_address": n.tcp_address,
+                "data_address": n.data_address,
+                "node_ip": n.node_ip,
+                "total": n.total,
+                "available": n.available,
+            }
+            for n in self.nodes.values()
+            if n.state == "ALIVE"
+        ]
+
+    def h_heartbeat(self, conn: Connection, body: dict) -> dict:
         node = self.nodes.get(body["node_id"])
         if node is None or node.state != "ALIVE":
-            return
+            return {"dead": True}
+        self._heartbeat(node, body)
+        return {"view": self.cluster_view()}
+
+    def _heartbeat(self, node: NodeInfo, body: dict) -> None:
         node.last_heartbeat = time.monotonic()
         node.available = body["available"]
         node.total = body.get("total", node.total)
@@ -186,7 +225,15 @@ class GcsServer:
         if "store_stats" in body:
             node.info["store_stats"] = body["store_stats"]
 
+    def h_subscribe_node_events(self, conn: Connection, body: Any) -> None:
+        """A core worker wants ``node_added`` / ``node_dead`` (tools do not)."""
+        conn.state["node_events"] = True
+
+    def on_connect(self, conn: Connection) -> None:
+        self.connections.add(conn)
+
     def on_connection_closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
         node_id = conn.state.get("node_id")
         if node_id is not None:
             self._node_died(node_id, "its raylet disconnected")
@@ -203,7 +250,16 @@ class GcsServer:
         node.state = "DEAD"
         node.end_time = time.time()
         node.available = {}
+        node.death_reason = reason
+        logger.warning("node %s died: %s", node_id.hex()[:12], reason)
         self._event("ERROR", f"node {node_id.hex()} died: {reason}")
+        # Owners retry the tasks it ran and stop reading objects from it; raylets stop
+        # spilling to it. Said to every connection: a silent node's sockets may stay open.
+        for c in list(self.connections):
+            if not c.closed and c is not node.conn and c.state.get("node_events"):
+                c.send("node_dead", {"node_id": node_id, "reason": reason})
+        if not node.conn.closed:
+            node.conn.send("declared_dead", {"reason": reason})
         for actor in list(self.actors.values()):
             if actor.node_id == node_id and actor.state in ("ALIVE", "PENDING_CREATION"):
                 self._actor_failed(actor, f"its node {node_id.hex()[:12]} died ({reason})")
@@ -214,10 +270,12 @@ class GcsServer:
             await asyncio.sleep(config.heartbeat_interval)
             now = time.monotonic()
             for node in list(self.nodes.values()):
-                if node.state == "ALIVE" and now - node.last_heartbeat > config.node_death_timeout:
+                silent = now - node.last_heartbeat
+                if node.state == "ALIVE" and silent > self.node_death_timeout:
                     self._node_died(
                         node.node_id,
-                        f"no heartbeat for {config.node_death_timeout:.0f} s",
+                        f"no heartbeat for {silent:.1f} s (node death timeout "
+                        f"{self.node_death_timeout:g} s)",
                     )
 
     def alive_nodes(self) -> list[NodeInfo]:
@@ -551,6 +609,8 @@ class GcsServer:
                 if a in self.actors
             ],
             "placement_groups": self.placement_groups.h_list(conn, None),
+            # Put there by whoever starts the dashboard (LocalNode.start_dashboard_and_agent).
+            "dashboard_url": (self.kv.get(DASHBOARD_URL_KEY) or b"").decode(),
         }
 
     def h_get_events(self, conn: Connection, body: Any) -> list[dict]:
@@ -586,16 +646,28 @@ def _fmt_shape(shape: dict[str, float]) -> str:
 
 async def serve(args: argparse.Namespace) -> None:
     gcs = GcsServer(args.session_dir)
+    gcs.node_death_timeout = args.node_death_timeout
+    if args.token_file:
+        from ember.cluster_token import read_token
+
+        conn_mod.set_cluster_token(read_token(args.token_file))
     servers = []
     server, _ = await conn_mod.serve(
-        args.address, gcs.handlers, name="gcs", on_close=gcs.on_connection_closed
+        args.address,
+        gcs.handlers,
+        name="gcs",
+        on_connect=gcs.on_connect,
+        on_close=gcs.on_connection_closed,
     )
     servers.append(server)
     tcp_address = None
     if args.tcp:
-        token = open(args.token_file, "rb").read().strip() if args.token_file else None
         server, tcp_address = await conn_mod.serve(
-            args.tcp, gcs.handlers, name="gcs-tcp", on_close=gcs.on_connection_closed, token=token
+            args.tcp,
+            gcs.handlers,
+            name="gcs-tcp",
+            on_connect=gcs.on_connect,
+            on_close=gcs.on_connection_closed,
         )
         servers.append(server)
     asyncio.ensure_future(gcs.monitor_nodes())
@@ -619,6 +691,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--address", required=True, help="unix:/path")
     parser.add_argument("--tcp", default=None, help="tcp:host:port for other nodes")
     parser.add_argument("--token-file", default=None)
+    parser.add_argument("--node-death-timeout", type=float, default=config.node_death_timeout)
     parser.add_argument("--ready-fd", type=int, default=-1)
     parser.add_argument("--parent-pid", type=int, default=0)
     args = parser.parse_args(argv)

@@ -10,7 +10,10 @@ Rules:
   inline; an awaitable's reply goes out when it completes).
 - Writes made in one event-loop iteration leave in one system call.
 - A connection to a TCP listener must first send the cluster token as a raw frame, checked
-  before anything it sends is unpickled (see ``auth``).
+  before anything it sends is unpickled; the listener answers ``__auth_ok__`` or
+  ``__auth_refused__`` (then closes), so a client with a wrong token gets a clear error at
+  ``connect`` instead of a closed socket later. A process joins one cluster, so its token is
+  set once (``set_cluster_token``) and used by every TCP ``connect`` and ``serve``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,24 @@ REQUEST, REPLY, ERROR, ONEWAY = 0, 1, 2, 3
 _HEADER = struct.Struct("<I")
 _MAX_FRAME = 1 << 31
 _AUTH_MAGIC = b"EMBER-AUTH1"
+_AUTH_OK = "__auth_ok__"
+_AUTH_REFUSED = "__auth_refused__"
+_cluster_token: bytes | None = None
+
+
+def set_cluster_token(token: bytes | None) -> None:
+    """The token this process presents to, and demands from, TCP peers."""
+    global _cluster_token
+    _cluster_token = token
+
+
+def cluster_token() -> bytes | None:
+    return _cluster_token
+
+
+class AuthenticationError(ConnectionRefusedError):
+    """The peer refused our cluster token (or we had none to give)."""
+
 
 Handler = Callable[["Connection", Any], Any]
 Handlers = dict[str, Handler]
@@ -80,6 +101,7 @@ class Connection(asyncio.Protocol):
         # Held around every socket write, so another thread may write directly (write_direct).
         self._wlock = threading.Lock()
         self._fd = -1
+        self._auth_waiter: asyncio.Future | None = None  # client side of the token check
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -290,6 +312,9 @@ class Connection(asyncio.Protocol):
             else:
                 self._reply(rid, result)
         elif kind == ONEWAY:
+            if self._auth_waiter is not None and msg[1] in (_AUTH_OK, _AUTH_REFUSED):
+                self._auth_answer(msg[1], msg[2])
+                return
             handler = self.handlers.get(msg[1])
             if handler is None:
                 logger.warning("%s: no handler for one-way %r", self.name, msg[1])
@@ -356,6 +381,12 @@ class Connection(asyncio.Protocol):
             self.closed = True
             self.close_reason = reason
             pending, self._pending = self._pending, {}
+        waiter, self._auth_waiter = self._auth_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(
+                ConnectionClosedError(f"connection {self.name} closed before the token check")
+            )
+            waiter.exception()  # connect() may have stopped waiting: not worth a warning
         for waiter in pending.values():
             err = ConnectionClosedError(f"connection {self.name} closed: {reason}")
             if isinstance(waiter, asyncio.Future):
@@ -377,14 +408,39 @@ class Connection(asyncio.Protocol):
         expected = _AUTH_MAGIC + self._expect_token
         if hmac.compare_digest(frame, expected):
             self._expect_token = None
+            self.send(_AUTH_OK)
             return True
-        logger.warning("%s: refused a connection with a wrong or missing cluster token", self.name)
-        self.close("wrong or missing cluster token")
+        peer = self.transport.get_extra_info("peername") if self.transport else None
+        logger.warning(
+            "%s: refused a connection from %s: wrong or missing cluster token", self.name, peer
+        )
+        reason = "wrong cluster token" if frame.startswith(_AUTH_MAGIC) else "no cluster token sent"
+        # Said before closing, so the client can tell the user why; nothing else is read.
+        self.transport.write(_frame(_dumps((ONEWAY, _AUTH_REFUSED, reason), _HIGHEST)))
+        self.close(reason)
         return False
 
-    def send_token(self, token: bytes) -> None:
+    def send_token(self, token: bytes) -> asyncio.Future:
+        """Presents the token; the future resolves when the listener accepts it."""
+        self._auth_waiter = self.loop.create_future()
         frame = _AUTH_MAGIC + token
-        self.transport.write(_HEADER.pack(len(frame)) + frame)
+        self.transport.write(_frame(frame))
+        return self._auth_waiter
+
+    def _auth_answer(self, op: str, body: Any) -> None:
+        waiter, self._auth_waiter = self._auth_waiter, None
+        if waiter is None or waiter.done():
+            return
+        if op == _AUTH_OK:
+            waiter.set_result(True)
+        else:
+            waiter.set_exception(
+                AuthenticationError(f"{self.name} refused this connection: {body}")
+            )
+
+
+def _frame(payload: bytes) -> bytes:
+    return _HEADER.pack(len(payload)) + payload
 
 
 DEFERRED = object()  # a handler's return value: "I will answer through conn.deferred()"
@@ -450,8 +506,26 @@ async def connect(
     else:
         coro = loop.create_connection(factory, *target)
     _, conn = await asyncio.wait_for(coro, timeout)
-    if scheme == "tcp" and token is not None:
-        conn.send_token(token)
+    if scheme == "tcp":
+        token = token if token is not None else _cluster_token
+        if token is None:
+            conn.close("no cluster token")
+            raise AuthenticationError(
+                f"connecting to {address} needs the cluster token: pass --token or set "
+                "EMBER_TOKEN (on the head node it is found automatically)"
+            )
+        try:
+            await asyncio.wait_for(conn.send_token(token), timeout)
+        except AuthenticationError as e:
+            conn.close(str(e))
+            raise AuthenticationError(
+                f"{address} refused the cluster token ({e.args[0].rsplit(': ', 1)[-1]}): "
+                "pass the head's token with --token or EMBER_TOKEN (it is in the head's "
+                "temp dir, file cluster_token)"
+            ) from None
+        except BaseException:
+            conn.close("token check failed")
+            raise
     return conn
 
 
@@ -467,6 +541,14 @@ async def serve(
     """Listens on ``address``; returns the server and the address it really bound (port 0)."""
     loop = asyncio.get_running_loop()
     scheme, target = parse_address(address)
+
+    if scheme == "tcp":
+        token = token if token is not None else _cluster_token
+        if token is None:
+            raise ValueError(
+                f"refusing to listen on {address} without a cluster token: anything reachable "
+                "from other hosts must require it"
+            )
 
     def factory() -> Connection:
         conn = Connection(

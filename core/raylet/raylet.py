@@ -32,6 +32,7 @@ from ember.protocol.connection import Connection
 from ember.raylet.log_forwarder import LogForwarder
 from ember.raylet.worker_pool import WorkerPool, WorkerProc
 from ember.resources import NodeResources, apply_strategy, fmt, pg_resource_name
+from ember.scheduling import NodeView, lease_decision
 
 logger = logging.getLogger("ember.raylet")
 
@@ -47,9 +48,13 @@ class _Request:
         "since",
         "warned",
         "actor_id",
+        "spilled",
+        "view_checked",
     )
 
-    def __init__(self, fut, shape, strategy, client, job_id, name, actor_id=None) -> None:
+    def __init__(
+        self, fut, shape, strategy, client, job_id, name, actor_id=None, spilled=False
+    ) -> None:
         self.fut: asyncio.Future = fut
         self.shape: dict[str, float] = shape
         self.strategy = strategy
@@ -59,6 +64,9 @@ class _Request:
         self.since = time.monotonic()
         self.warned = False
         self.actor_id = actor_id
+        self.spilled = spilled  # sent here by another raylet: run here, never spill again
+        # False, "pending" or True: asked the GCS for a fresh view before failing it
+        self.view_checked: bool | str = False
 
 
 class _Lease:
@@ -89,6 +97,7 @@ class Raylet:
             "arena_path": args.arena_path,
             "arena_capacity": args.object_store_memory,
             "node_ip": args.node_ip,
+            "token_file": args.token_file,
         }
         self.pool = WorkerPool(self.node)
         self.queue: list[_Request] = []
@@ -99,7 +108,16 @@ class Raylet:
         self.bundles: dict[bytes, list] = {}  # {pg_id: [(index, shape)]} reserved here
         self.gcs: Connection | None = None
         self.seal_waiters: dict[bytes, list[asyncio.Future]] = {}
-        self.cluster_view: list[dict] = []
+        self.cluster_view: list[dict] = []  # the other live nodes, from the GCS
+        self.view_by_id: dict[bytes, dict] = {}
+        self.spread_index = 0
+        self.tcp_address = ""
+        self.transfer: Any = None  # TransferServer of a cluster node
+        self.pulls: dict[bytes, asyncio.Future] = {}  # {object_id: pull in progress}
+        self.pull_slots = asyncio.Semaphore(config.max_concurrent_pulls)
+        self.transfer_stats = {"active": 0, "peak": 0, "pulled": 0, "failed": 0, "bytes": 0}
+        self.peer_raylets: dict[bytes, Connection] = {}  # {node_id: TCP connection}
+        self._arena: Any = None
         self.logs = LogForwarder(self)
         self.stopping = False
         self.handlers = {
@@ -125,6 +143,13 @@ class Raylet:
             "set_resource": self.h_set_resource,
             "list_workers": self.h_list_workers,
             "collect_references": self.h_collect_references,
+            "pull_object": self.h_pull_object,
+            "export_object": self.h_export_object,
+            "unexport_object": self.h_unexport_object,
+            "declared_dead": self.h_declared_dead,
+            "node_dead": self.h_node_dead,
+            "node_added": lambda c, b: None,
+            "subscribe_logs": self.h_subscribe_logs,
             "shutdown": self.h_shutdown,
             "ping": lambda c, b: "pong",
         }
@@ -159,8 +184,13 @@ class Raylet:
         return {"node_id": self.node_id}
 
     def on_connection_closed(self, conn: Connection) -> None:
+        for oid in conn.state.pop("exports", ()):
+            self.transfer.unexport(oid)
+            self.store.release(oid, ("export", id(conn)))
         wid = conn.state.get("worker_id")
         if wid is None:
+            self.logs.remove_driver(conn)
+            self._client_gone(conn)  # another node's lease holder (spilled work)
             return
         self.clients.pop(wid, None)
         self.store.release_client(wid)
@@ -192,7 +222,13 @@ class Raylet:
         fut = asyncio.get_running_loop().create_future()
         shape = apply_strategy(body["resources"], body.get("strategy"))
         req = _Request(
-            fut, shape, body.get("strategy"), conn, body.get("job_id"), body.get("name", "")
+            fut,
+            shape,
+            body.get("strategy"),
+            conn,
+            body.get("job_id"),
+            body.get("name", ""),
+            spilled=body.get("spilled", False),
         )
         self.queue.append(req)
         self.dispatch()
@@ -226,8 +262,17 @@ class Raylet:
             if req.fut.done():
                 self.queue.pop(i)
                 continue
+            if req.actor_id is None:
+                placed = self._place_here(req)
+                if placed is False:  # answered: spilled elsewhere or failed
+                    self.queue.pop(i)
+                    continue
+                if placed is None:  # held until a fresh cluster view arrives
+                    i += 1
+                    continue
             if not res.can_fit(req.shape):
-                if not res.feasible(req.shape):
+                # In a cluster the view of other nodes lags a heartbeat: the reaper warns later.
+                if not res.feasible(req.shape) and not self.tcp_address:
                     self._maybe_warn_infeasible(req)
                 i += 1
                 continue
@@ -258,17 +303,52 @@ class Raylet:
                     "address": w.address,
                     "gpu_ids": gpu_ids,
                     "pid": w.pid,
+                    "node_id": self.node_id,
                 }
             )
         to_start = need_workers - self.pool.starting
         for _ in range(max(0, to_start)):
             self.pool.start_worker()
 
+    def _place_here(self, req: _Request) -> bool | None:
+        """Decides whether a lease request waits here (True); else answers it with the node
+        to ask instead (spillback) or an error (False), or holds it for a fresh view (None).
+        Actor leases come from the GCS, already placed."""
+        here = NodeView(self.node_id, self.resources.total_dict(), self.resources.available_dict())
+        others = [NodeView(n["node_id"], n["total"], n["available"]) for n in self.cluster_view]
+        kind, target = lease_decision(
+            here, others, req.shape, req.strategy, spilled=req.spilled, spread=self.spread_index
+        )
+        if req.strategy == "SPREAD":
+            self.spread_index += 1
+        if kind in ("local", "infeasible"):
+            return True
+        if kind == "fail":
+            if req.view_checked == "pending":
+                return None  # the fresh view is on its way
+            if not req.view_checked and self.gcs is not None and not self.gcs.closed:
+                # The node may have joined since the last heartbeat: ask before failing.
+                req.view_checked = "pending"
+                asyncio.ensure_future(self.refresh_view())
+                return None
+            req.fut.set_result({"error": target})
+            return False
+        node = self.view_by_id[target.node_id]
+        # Count it as taken until the next view, so one pass does not send everything to the
+        # same node (as Ray does with its cluster resource view).
+        for k, v in req.shape.items():
+            if k in node["available"]:
+                node["available"][k] -= v
+        req.fut.set_result(
+            {"spillback": {"node_id": target.node_id, "address": node["tcp_address"]}}
+        )
+        return False
+
     def _maybe_warn_infeasible(self, req: _Request) -> None:
         if req.warned:
             return
         if any(_fits_total(req.shape, n.get("total", {})) for n in self.cluster_view):
-            return  # another node can run it (spillback arrives with the cluster issue)
+            return  # another node can run it
         req.warned = True
         what = f"actor {req.name}" if req.actor_id else f"task {req.name or '(unnamed)'}"
         message = (
@@ -394,7 +474,10 @@ class Raylet:
             self.reap()
             now = time.monotonic()
             for req in self.queue:
-                if not req.warned and now - req.since > config.infeasible_warning_seconds:
+                patience = config.infeasible_warning_seconds
+                if self.tcp_address:
+                    patience += 2 * config.heartbeat_interval
+                if not req.warned and now - req.since > patience:
                     if not self.resources.feasible(req.shape):
                         self._maybe_warn_infeasible(req)
             self._trim_idle()
@@ -429,6 +512,12 @@ class Raylet:
 
     # -- plasma ----------------------------------------------------------------------------
     def h_plasma_create(self, conn: Connection, body: dict) -> int:
+        oid = body["object_id"]
+        if self.store.contains(oid):
+            # A re-run of the task that made it (a retry, a rebuild): the new copy replaces
+            # the old, which readers that pinned it keep until they let go.
+            logger.info("object %s is written again; replacing the old copy", oid.hex()[:16])
+            self.store.delete(oid)
         return self.store.create(
             body["object_id"], body["size"], body.get("client"), owner=body.get("owner")
         )
@@ -534,6 +623,7 @@ class Raylet:
             "resources_available": self.resources.available_dict(),
             "store": self.store.stats(),
             "num_workers": len(self.pool.workers),
+            "transfers": dict(self.transfer_stats, limit=config.max_concurrent_pulls),
             "pending_leases": [
                 {
                     "shape": r.shape,
@@ -579,7 +669,158 @@ class Raylet:
             d["count"] += 1
         return list(demands.values())
 
+    # -- objects across nodes --------------------------------------------------------------
+    @property
+    def arena(self) -> Any:
+        if self._arena is None:
+            from ember.object_store.arena import Arena
+
+            self._arena = Arena(self.args.arena_path, self.args.object_store_memory)
+        return self._arena
+
+    async def h_pull_object(self, conn: Connection, body: dict) -> dict:
+        """A local client wants an object that lives on another node: copy it here (once,
+        however many ask), then it reads it like any local object."""
+        oid = body["object_id"]
+        if self.store.contains(oid):
+            return {"ok": True}
+        pending = self.pulls.get(oid)
+        if pending is None:
+            pending = asyncio.ensure_future(self._pull(oid, body["node_id"], body.get("owner")))
+            self.pulls[oid] = pending
+            pending.add_done_callback(lambda _f, oid=oid: self.pulls.pop(oid, None))
+        return await asyncio.shield(pending)
+
+    async def _pull(self, oid: bytes, node_id: bytes, owner: Any) -> dict:
+
+        node = self.view_by_id.get(node_id)
+        if node is None and self.gcs is not None and not self.gcs.closed:
+            # It may have joined since the last heartbeat: ask the GCS now.
+            self.set_view(await self.gcs.call("get_cluster_view", None, timeout=10.0))
+            node = self.view_by_id.get(node_id)
+        if node is None:
+            return {
+                "ok": False,
+                "node_gone": True,
+                "reason": f"its node {node_id.hex()[:12]} is not alive",
+            }
+        async with self.pull_slots:  # bounded: a burst of gets cannot swamp the network
+            if self.store.contains(oid):
+                return {"ok": True}
+            stats = self.transfer_stats
+            stats["active"] += 1
+            stats["peak"] = max(stats["peak"], stats["active"])
+            try:
+                reply = await self._pull_locked(oid, node_id, node, owner)
+            finally:
+                stats["active"] -= 1
+            if reply.get("ok"):
+                stats["pulled"] += 1
+            else:
+                stats["failed"] += 1
+            return reply
+
+    async def _pull_locked(self, oid: bytes, node_id: bytes, node: dict, owner: Any) -> dict:
+        from ember.object_store.transfer import TransferError, pull_into
+
+        try:
+            peer = await self.peer_raylet(node_id)
+            size = await peer.call("export_object", {"object_id": oid}, timeout=30.0)
+        except Exception as e:
+            return {"ok": False, "reason": f"its node {node_id.hex()[:12]} is unreachable: {e}"}
+        if size is None:
+            return {"ok": False, "reason": f"node {node_id.hex()[:12]} no longer holds it"}
+        try:
+            offset = self.store.create(oid, size, ("pull", oid), owner=owner, primary=False)
+        except Exception as e:
+            peer.send("unexport_object", {"object_id": oid})
+            return {"ok": False, "reason": str(e), "error": e}
+        view = self.arena.writable_view(offset, size)
+        loop = asyncio.get_running_loop()
+        timeout = max(30.0, size / (50 * 1024 * 1024))
+        try:
+            await loop.run_in_executor(
+                None,
+                lambda: pull_into(
+                    node["data_address"],
+                    conn_mod.cluster_token() or b"",
+                    oid,
+                    view,
+                    chunk_size=config.object_transfer_chunk_size,
+                    window=config.object_transfer_window,
+                    timeout=timeout,
+                ),
+            )
+        except (TransferError, OSError) as e:
+            self.store.abort(oid)
+            return {
+                "ok": False,
+                "reason": f"the transfer from {node_id.hex()[:12]} failed: {e}",
+            }
+        finally:
+            view.release()
+            if not peer.closed:
+                peer.send("unexport_object", {"object_id": oid})
+        self.store.seal(oid)
+        for fut in self.seal_waiters.pop(oid, ()):
+            if not fut.done():
+                fut.set_result(None)
+        logger.info("pulled %s (%d bytes) from %s", oid.hex()[:16], size, node_id.hex()[:12])
+        self.transfer_stats["bytes"] += size
+        return {"ok": True}
+
+    def h_subscribe_logs(self, conn: Connection, body: dict) -> None:
+        """A driver on another node wants its job's worker output from this node too."""
+        self.logs.add_driver(conn, body.get("job_id"))
+
+    def h_export_object(self, conn: Connection, body: dict) -> int | None:
+        """Another raylet is about to read this object: pin it until it says it is done."""
+        oid = body["object_id"]
+        client = ("export", id(conn))
+        got = self.store.get(oid, client)
+        if got is None or self.transfer is None:
+            return None
+        offset, size = got
+        self.transfer.export(oid, offset, size)
+        conn.state.setdefault("exports", []).append(oid)
+        return size
+
+    def h_unexport_object(self, conn: Connection, body: dict) -> None:
+        oid = body["object_id"]
+        exports = conn.state.get("exports", [])
+        if oid in exports:
+            exports.remove(oid)
+            self.transfer.unexport(oid)
+            self.store.release(oid, ("export", id(conn)))
+
+    async def peer_raylet(self, node_id: bytes) -> Connection:
+        conn = self.peer_raylets.get(node_id)
+        if conn is not None and not conn.closed:
+            return conn
+        node = self.view_by_id[node_id]
+        conn = await conn_mod.connect(
+            node["tcp_address"], self.handlers, name=f"raylet:{node_id.hex()[:8]}"
+        )
+        self.peer_raylets[node_id] = conn
+        return conn
+
     # -- GCS -------------------------------------------------------------------------------
+    def registration(self) -> dict:
+        return {
+            "node_id": self.node_id,
+            "address": self.args.address,
+            "tcp_address": self.tcp_address,
+            "data_address": self.transfer.address if self.transfer else "",
+            "node_ip": self.args.node_ip,
+            "resources": self.resources.total_dict(),
+            "session_dir": self.session_dir,
+            "arena_path": self.args.arena_path,
+            "object_store_memory": self.args.object_store_memory,
+            "hostname": socket.gethostname(),
+            "is_head": self.args.head,
+            "pid": os.getpid(),
+        }
+
     async def connect_gcs(self) -> None:
         deadline = time.monotonic() + config.process_start_timeout
         while True:
@@ -588,25 +829,38 @@ class Raylet:
                     self.args.gcs_address, self.handlers, name="gcs", on_close=self._gcs_closed
                 )
                 break
+            except conn_mod.AuthenticationError:
+                raise
             except OSError:
                 if time.monotonic() > deadline:
                     raise
-                await asyncio.sleep(0.01)
-        await self.gcs.call(
-            "register_node",
-            {
-                "node_id": self.node_id,
-                "address": self.args.address,
-                "node_ip": self.args.node_ip,
-                "resources": self.resources.total_dict(),
-                "session_dir": self.session_dir,
-                "arena_path": self.args.arena_path,
-                "object_store_memory": self.args.object_store_memory,
-                "hostname": socket.gethostname(),
-                "is_head": self.args.head,
-                "pid": os.getpid(),
-            },
-        )
+                await asyncio.sleep(0.05)
+        reply = await self.gcs.call("register_node", self.registration(), timeout=30.0)
+        self.set_view(reply.get("view", []))
+
+    async def refresh_view(self) -> None:
+        try:
+            view = await self.gcs.call("get_cluster_view", None, timeout=10.0)
+        except Exception as e:
+            logger.warning("could not refresh the cluster view: %s", e)
+            view = None
+        for req in self.queue:
+            if req.view_checked == "pending":
+                req.view_checked = True
+        if view is None:
+            self.dispatch()  # decide with the view we have
+        else:
+            self.set_view(view)
+
+    def set_view(self, view: list[dict]) -> None:
+        others = [n for n in view if n["node_id"] != self.node_id]
+        self.cluster_view = others
+        self.view_by_id = {n["node_id"]: n for n in others}
+        for node_id in list(self.peer_raylets):
+            if node_id not in self.view_by_id:
+                self.peer_raylets.pop(node_id).close("its node left the cluster")
+        if self.queue:
+            self.dispatch()
 
     def _gcs_closed(self, conn: Connection) -> None:
         if not self.stopping:
@@ -614,20 +868,80 @@ class Raylet:
             os.kill(os.getpid(), signal.SIGTERM)
 
     async def heartbeat(self) -> None:
+        """Reports resources and demands; the reply is the cluster view. A GCS silent for the
+        node death timeout is gone (its socket may not say so): the node shuts down."""
+        # Count unanswered beats rather than wall time: after this process was frozen
+        # (SIGSTOP, a suspended VM) the clock jumps, yet the GCS may be fine.
+        limit = max(2, int(config.node_death_timeout / (config.heartbeat_interval * 4)) + 1)
+        unanswered = 0
         while True:
             await asyncio.sleep(config.heartbeat_interval)
             if self.gcs is None or self.gcs.closed:
                 return
-            self.gcs.send(
-                "heartbeat",
-                {
-                    "node_id": self.node_id,
-                    "available": self.resources.available_dict(),
-                    "total": self.resources.total_dict(),
-                    "pending_demands": self.pending_demands(),
-                    "store_stats": self.store.stats(),
-                },
-            )
+            body = {
+                "node_id": self.node_id,
+                "available": self.resources.available_dict(),
+                "total": self.resources.total_dict(),
+                "pending_demands": self.pending_demands(),
+                "store_stats": self.store.stats(),
+            }
+            try:
+                reply = await self.gcs.call(
+                    "heartbeat", body, timeout=config.heartbeat_interval * 4
+                )
+            except TimeoutError:
+                unanswered += 1
+                if unanswered >= limit:
+                    logger.error(
+                        "the GCS left %d heartbeats unanswered; the node shuts down", unanswered
+                    )
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    return
+                continue
+            except Exception:
+                return  # closed: _gcs_closed handles it
+            unanswered = 0
+            if reply.get("dead"):
+                await self.rejoin_as_new("the GCS declared this node dead")
+            else:
+                self.set_view(reply.get("view", []))
+
+    def h_declared_dead(self, conn: Connection, body: dict) -> None:
+        asyncio.ensure_future(self.rejoin_as_new(body.get("reason", "declared dead")))
+
+    def h_node_dead(self, conn: Connection, body: dict) -> None:
+        node_id = body["node_id"]
+        self.cluster_view = [n for n in self.cluster_view if n["node_id"] != node_id]
+        self.view_by_id.pop(node_id, None)
+        peer = self.peer_raylets.pop(node_id, None)
+        if peer is not None:
+            peer.close("its node died")
+
+    async def rejoin_as_new(self, reason: str) -> None:
+        """The cluster gave up on this node (it was silent too long) and redid its work
+        elsewhere: drop that work and join again under a new node id (Ray does the same)."""
+        if getattr(self, "_rejoining", False) or self.stopping:
+            return
+        self._rejoining = True
+        try:
+            from ember.ids import new_unique_id
+
+            old = self.node_id
+            logger.warning("%s: rejoining as a new node (was %s)", reason, old.hex()[:12])
+            for lease in list(self.leases.values()):
+                self._end_lease(lease, kill=True, reason="the node was declared dead")
+            for w in list(self.pool.idle):
+                self.pool.kill(w, "the node was declared dead")
+            self.pool.idle.clear()
+            self.node_id = new_unique_id()
+            self.node["node_id"] = self.node_id
+            self.pool.node["node_id"] = self.node_id
+            reply = await self.gcs.call("register_node", self.registration(), timeout=30.0)
+            self.set_view(reply.get("view", []))
+            for _ in range(self.args.prestart):
+                self.pool.start_worker()
+        finally:
+            self._rejoining = False
 
     def h_shutdown(self, conn: Connection, body: Any) -> dict:
         os.kill(os.getpid(), signal.SIGTERM)
@@ -649,6 +963,22 @@ async def serve(args: argparse.Namespace) -> None:
     server, _ = await conn_mod.serve(
         args.address, raylet.handlers, name="raylet", on_close=raylet.on_connection_closed
     )
+    servers = [server]
+    if args.token_file:
+        # A cluster node: other nodes' raylets and core workers reach us over TCP.
+        from ember.cluster_token import read_token
+        from ember.object_store.transfer import TransferServer
+
+        token = read_token(args.token_file)
+        conn_mod.set_cluster_token(token)
+        tcp_server, raylet.tcp_address = await conn_mod.serve(
+            f"tcp:{args.node_ip}:0",
+            raylet.handlers,
+            name="raylet-tcp",
+            on_close=raylet.on_connection_closed,
+        )
+        servers.append(tcp_server)
+        raylet.transfer = TransferServer(args.arena_path, args.node_ip, token)
     gcs_task = asyncio.ensure_future(raylet.connect_gcs())
     zygote = raylet.pool.zygote
     if zygote is not None:
@@ -674,7 +1004,10 @@ async def serve(args: argparse.Namespace) -> None:
     raylet.stopping = True
     for t in tasks:
         t.cancel()
-    server.close()
+    for srv in servers:
+        srv.close()
+    if raylet.transfer is not None:
+        raylet.transfer.close()
     if zygote is not None:
         loop.remove_reader(zygote.fileno())  # stop_all reads the zygote's messages itself
     await loop.run_in_executor(None, raylet.pool.stop_all)
@@ -700,6 +1033,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--node-ip", default="127.0.0.1")
     parser.add_argument("--prestart", type=int, default=0)
     parser.add_argument("--head", action="store_true")
+    parser.add_argument("--token-file", default=None, help="the cluster token (cluster nodes)")
+    parser.add_argument("--cluster-address", default=None, help="the GCS's TCP address")
     parser.add_argument("--ready-fd", type=int, default=-1)
     parser.add_argument("--parent-pid", type=int, default=0)
     args = parser.parse_args(argv)

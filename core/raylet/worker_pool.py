@@ -239,6 +239,8 @@ class WorkerPool:
             "--raylet-pid",
             str(os.getpid()),
         ]
+        if n.get("token_file"):  # a cluster node: the worker listens on TCP with the token
+            cmd += ["--token-file", n["token_file"]]
         if self.zygote is not None and self.zygote.alive():
             proc = self.zygote.spawn(cmd[3:])
         else:

@@ -1,7 +1,7 @@
 """Seed 002 §5.3.1, "Starting Ray": init, shutdown, is_initialized, local mode.
 
-Connecting to a cluster (``ray up``, ``ray.init(address="auto")`` after ``ray start``) needs
-a running multi-node cluster and is skipped here.
+Connecting to a cluster (``ray.init(address="auto")`` after ``ray start``) runs against a
+two-node cluster started by the test.
 """
 
 # The document's programs are kept as written, old spellings included.
@@ -52,10 +52,22 @@ def test_is_initialized() -> None:
     assert ray.is_initialized() == False  # noqa: E712
 
 
-@pytest.mark.skip(reason="needs a running multi-node cluster (ray up / ray start --head)")
-def test_init_cluster_address() -> None:
-    """Using Ray on a cluster: ``ray.init(address="auto")``."""
-    ray.init(address="auto")
+def test_init_cluster_address(monkeypatch) -> None:
+    """Using Ray on a cluster: ``ray.init(address="auto")`` after ``ray start --head`` (here a
+    two-node cluster of ``ember.cluster_utils``, found through its temp dir)."""
+    from ember.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        cluster.add_node(num_cpus=1)
+        monkeypatch.setenv("EMBER_TMPDIR", cluster.head_node.temp_dir)
+        ray.init(address="auto")
+        assert len(ray.nodes()) == 2
+        assert ray.cluster_resources()["CPU"] == 2
+        ray.shutdown()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
 
 
 def test_local_mode() -> None:

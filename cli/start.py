@@ -1,0 +1,198 @@
+"""``ember start``: a head node (``--head``) or a worker node (``--address``) as daemons.
+
+The processes run in their own session (a terminal's Ctrl-C spares them) and outlive this
+command; ``ember stop`` ends them. With ``--block`` this command stays in the foreground and
+stops the node on SIGTERM or Ctrl-C, or when one of its processes dies.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+
+import click
+
+
+def _parse_resources(raw: str | None) -> dict[str, float] | None:
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as e:
+        raise click.BadParameter(f"not JSON ({e}); e.g. --resources '{{\"GPU_A\": 2}}'") from None
+    if not isinstance(value, dict) or not all(
+        isinstance(v, int | float) and v >= 0 for v in value.values()
+    ):
+        raise click.BadParameter(
+            "must be a JSON object of non-negative numbers, e.g. '{\"accelerator\": 1}'"
+        )
+    return {str(k): float(v) for k, v in value.items()}
+
+
+@click.command()
+@click.option("--head", is_flag=True, help="Start the head node (GCS) of a new cluster.")
+@click.option("--address", default=None, help="Join the cluster whose head is at HOST:PORT.")
+@click.option("--port", type=int, default=6379, show_default=True, help="The head's GCS port.")
+@click.option("--node-ip-address", default=None, help="This node's IP (default: detected).")
+@click.option("--num-cpus", type=float, default=None)
+@click.option("--num-gpus", type=float, default=None)
+@click.option("--resources", default=None, help="Custom resources as JSON, e.g. '{\"A\": 2}'.")
+@click.option("--memory", type=float, default=None, help="Bytes of memory for tasks.")
+@click.option("--object-store-memory", type=int, default=None, help="Bytes of shared memory.")
+@click.option("--temp-dir", default=None, help="Root of the session directories.")
+@click.option("--token", default=None, envvar="EMBER_TOKEN", help="The cluster token (joining).")
+@click.option("--block", is_flag=True, help="Stay in the foreground; stop on SIGTERM/Ctrl-C.")
+@click.option("--include-dashboard", type=bool, default=None, help="Start the dashboard.")
+@click.option("--dashboard-host", default="127.0.0.1", show_default=True)
+@click.option("--dashboard-port", type=int, default=8265, show_default=True)
+def start(
+    head: bool,
+    address: str | None,
+    port: int,
+    node_ip_address: str | None,
+    num_cpus: float | None,
+    num_gpus: float | None,
+    resources: str | None,
+    memory: float | None,
+    object_store_memory: int | None,
+    temp_dir: str | None,
+    token: str | None,
+    block: bool,
+    include_dashboard: bool | None,
+    dashboard_host: str,
+    dashboard_port: int,
+) -> None:
+    """Start Ember's processes on this machine."""
+    from ember.cluster_address import normalize_address, token_for
+    from ember.cluster_token import normalize
+    from ember.node import DashboardOptions, LocalNode, node_ip_for
+
+    if head == bool(address):
+        raise click.UsageError("pass exactly one of --head or --address=HOST:PORT")
+    if node_ip_address in ("0.0.0.0", "::", ""):
+        raise click.BadParameter(
+            "listeners bind this node's own IP, never every interface: give the address other "
+            "nodes reach this one at (e.g. 10.0.0.5), or leave it out to detect it",
+            param_hint="--node-ip-address",
+        )
+    custom = _parse_resources(resources)
+    dashboard = DashboardOptions(include_dashboard, dashboard_host, dashboard_port)
+    common = {
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "resources": custom,
+        "memory": memory,
+        "object_store_memory": object_store_memory,
+        "temp_dir": temp_dir,
+        "cluster": True,
+        "dashboard": dashboard,
+    }
+    if head:
+        node_ip = node_ip_address or node_ip_for()
+        secret = _user_token(token, normalize)
+        node = LocalNode(head=True, node_ip=node_ip, gcs_port=port, token=secret, **common)
+    else:
+        try:
+            gcs = normalize_address(address)
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+        host = gcs[4:].rpartition(":")[0]
+        secret = _user_token(token, normalize) or token_for(gcs, temp_dir)
+        if secret is None:
+            _fail(
+                f"joining {address} needs the cluster token: pass --token or set EMBER_TOKEN "
+                "(the head prints it; it is in the cluster_token file of its session directory)"
+            )
+        _check_head(gcs, secret, address)
+        node_ip = node_ip_address or node_ip_for(host)
+        node = LocalNode(head=False, gcs_address=gcs, node_ip=node_ip, token=secret, **common)
+    try:
+        node.start()
+    except (OSError, RuntimeError, TimeoutError, ValueError) as e:
+        _fail(f"could not start the node: {e}")
+    _print_started(node, head)
+    if block:
+        _block(node)
+
+
+def _user_token(token: str | None, normalize) -> bytes | None:
+    try:
+        return normalize(token)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--token") from None
+
+
+def _check_head(gcs: str, token: bytes, address: str) -> None:
+    """Refuse early, with the reason, when the head is unreachable or refuses the token."""
+    from ember.protocol import connection as conn_mod
+
+    async def ping() -> None:
+        conn = await conn_mod.connect(gcs, name="gcs", token=token, timeout=5.0)
+        try:
+            await conn.call("ping", None, timeout=5.0)
+        finally:
+            conn.close()
+
+    loop = conn_mod.new_event_loop()
+    try:
+        loop.run_until_complete(ping())
+    except conn_mod.AuthenticationError as e:
+        _fail(str(e))
+    except (OSError, TimeoutError) as e:
+        _fail(f"could not reach the head at {address}: {e or type(e).__name__}")
+    finally:
+        loop.close()
+
+
+def _print_started(node, head: bool) -> None:
+    addr = node.gcs_address[len("tcp:") :]
+    click.echo("--------------------")
+    click.echo("Ember runtime started.")
+    click.echo("--------------------")
+    click.echo(f"Node {node.node_id.hex()} at {node.node_ip}; session {node.session_dir}")
+    if head:
+        click.echo("")
+        click.echo("Next steps")
+        click.echo("  To add another node to this Ember cluster, run")
+        click.echo(f"    ember start --address='{addr}' --token={node.token.decode()}")
+        click.echo("  (on this machine the token is found automatically)")
+        click.echo("")
+        click.echo("  To connect to this cluster from Python on a node of it:")
+        click.echo("    import ember")
+        click.echo("    ember.init(address='auto')")
+        click.echo("")
+        if node.dashboard_url:
+            click.echo(f"  Dashboard: {node.dashboard_url}")
+        click.echo("  To see the cluster:   ember status")
+        click.echo("  To stop this machine's Ember processes:   ember stop")
+    else:
+        click.echo(f"Joined the cluster at {addr}. To stop it: ember stop")
+
+
+def _block(node) -> None:
+    """Foreground mode: stop the node on SIGTERM/Ctrl-C or when one of its processes dies."""
+    stop = threading.Event()
+    reason = {"why": ""}
+
+    def on_signal(signum: int, _frame) -> None:
+        reason["why"] = signal.Signals(signum).name
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    click.echo("--block: staying in the foreground; Ctrl-C or SIGTERM stops the node.")
+    while not stop.wait(0.5):
+        if not node.alive():
+            dead = [name for name, p in node.procs.items() if p.poll() is not None]
+            reason["why"] = f"{', '.join(dead)} exited"
+            break
+    click.echo(f"Stopping the node ({reason['why']}).")
+    node.stop()
+    sys.exit(0 if stop.is_set() else 1)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"ember start: error: {message}", err=True)
+    sys.exit(1)

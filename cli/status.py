@@ -1,0 +1,212 @@
+"""``ember status``: the cluster's nodes, resource usage and pending demands, laid out like
+``ray status`` (../shared/reference/ray-2.60-cli-output.md), or JSON for scripts."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from typing import Any
+
+import click
+
+_BAR = "-" * 63
+# Shown as byte sizes rather than counts.
+_BYTE_RESOURCES = ("memory", "object_store_memory")
+
+
+def fetch(address: str | None, temp_dir: str | None) -> dict[str, Any]:
+    """The GCS's cluster_info; ConnectionError naming the address tried."""
+    from ember.cluster_address import find_gcs_address, token_for
+    from ember.protocol import connection as conn_mod
+
+    gcs_address = find_gcs_address(address, temp_dir)
+
+    async def ask() -> dict:
+        token = token_for(gcs_address, temp_dir) if gcs_address.startswith("tcp:") else None
+        conn = await conn_mod.connect(gcs_address, name="gcs", token=token, timeout=5.0)
+        try:
+            return await conn.call("cluster_info", None, timeout=10.0)
+        finally:
+            conn.close()
+
+    loop = conn_mod.new_event_loop()
+    try:
+        info = loop.run_until_complete(ask())
+    except conn_mod.AuthenticationError:
+        raise
+    except (OSError, TimeoutError) as e:
+        raise ConnectionError(
+            f"could not reach the Ember cluster at {gcs_address}: {e or type(e).__name__}"
+        ) from None
+    finally:
+        loop.close()
+    info["gcs_address"] = gcs_address
+    return info
+
+
+def summarize(info: dict[str, Any], recent_seconds: float = 3600.0) -> dict[str, Any]:
+    """The figures ``ember status`` shows, as plain data (the JSON output)."""
+    now = info.get("now") or datetime.datetime.now().timestamp()
+    alive, dead = [], []
+    totals: dict[str, list[float]] = {}
+    demands: dict[tuple, dict] = {}
+    for n in info["nodes"]:
+        row = _node_row(n)
+        if n["state"] == "ALIVE":
+            alive.append(row)
+            for name, (used, total) in row["usage"].items():
+                acc = totals.setdefault(name, [0.0, 0.0])
+                acc[0] += used
+                acc[1] += total
+            for d in n.get("pending_demands") or ():
+                key = tuple(sorted(d["shape"].items()))
+                agg = demands.setdefault(
+                    key, {"shape": dict(d["shape"]), "count": 0, "infeasible": True}
+                )
+                agg["count"] += d["count"]
+        elif n.get("end_time") and now - n["end_time"] < recent_seconds:
+            dead.append(row)
+    for agg in demands.values():  # infeasible means no live node could ever hold it
+        agg["infeasible"] = not any(_fits(agg["shape"], n["total"]) for n in alive)
+    for actor in info.get("pending_actors") or ():
+        shape = {k: v for k, v in (actor.get("resources") or {}).items() if v}
+        key = tuple(sorted(shape.items())) + (("actor", actor.get("class_name", "")),)
+        agg = demands.setdefault(
+            key,
+            {
+                "shape": shape,
+                "count": 0,
+                "infeasible": actor.get("reason", "").startswith("infeasible"),
+                "actor": actor.get("class_name", ""),
+            },
+        )
+        agg["count"] += 1
+    return {
+        "time": datetime.datetime.now().isoformat(sep=" "),
+        "gcs_address": info.get("gcs_address", ""),
+        "dashboard_url": info.get("dashboard_url", ""),
+        "active_nodes": alive,
+        "dead_nodes": dead,
+        "usage": {k: {"used": v[0], "total": v[1]} for k, v in sorted(totals.items())},
+        "pending_demands": sorted(demands.values(), key=lambda d: -d["count"]),
+    }
+
+
+def _node_row(n: dict) -> dict[str, Any]:
+    total = n.get("resources_total") or {}
+    avail = n.get("resources_available") or {}
+    usage: dict[str, tuple[float, float]] = {}
+    for name, amount in total.items():
+        if _hidden(name):
+            continue
+        usage[name] = (max(amount - avail.get(name, amount), 0.0), amount)
+    store = n.get("store_stats") or {}
+    if "capacity_bytes" in store:
+        usage["object_store_memory"] = (float(store["used_bytes"]), float(store["capacity_bytes"]))
+    return {
+        "node_id": n["node_id"].hex() if isinstance(n["node_id"], bytes) else n["node_id"],
+        "node_ip": n.get("node_ip", ""),
+        "is_head": n.get("is_head", False),
+        "state": n["state"],
+        "death_reason": n.get("death_reason", ""),
+        "total": {k: v for k, v in total.items() if not _hidden(k)},
+        "usage": usage,
+    }
+
+
+def _hidden(name: str) -> bool:
+    # Placement-group bundles appear as renamed copies of resources; Ray hides them too.
+    return "_group_" in name
+
+
+def _fits(shape: dict[str, float], total: dict[str, float]) -> bool:
+    return all(v <= 0 or total.get(k, 0) >= v for k, v in shape.items())
+
+
+def _amount(name: str, value: float) -> str:
+    return _bytes(value) if name in _BYTE_RESOURCES else f"{value:.1f}"
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return f"{int(n)}B"
+
+
+def _usage_lines(usage: dict[str, Any], indent: str) -> list[str]:
+    def order(name: str) -> tuple:
+        return (name not in ("CPU", "GPU"), name in _BYTE_RESOURCES, name)
+
+    lines = []
+    for name in sorted(usage, key=order):
+        used, total = (
+            usage[name]
+            if isinstance(usage[name], tuple)
+            else (
+                usage[name]["used"],
+                usage[name]["total"],
+            )
+        )
+        lines.append(f"{indent}{_amount(name, used)}/{_amount(name, total)} {name}")
+    return lines
+
+
+def render(summary: dict[str, Any]) -> str:
+    out = [f"======== Cluster status: {summary['time']} ========", "Node status", _BAR]
+    out.append("Active:")
+    if summary["active_nodes"]:
+        for n in summary["active_nodes"]:
+            head = ", head" if n["is_head"] else ""
+            out.append(f" 1 node_{n['node_id']} ({n['node_ip']}{head})")
+    else:
+        out.append(" (no active nodes)")
+    out += ["Pending:", " (no pending nodes)", "Recent failures:"]
+    if summary["dead_nodes"]:
+        for n in summary["dead_nodes"]:
+            had = ", ".join(f"{_amount(k, v)} {k}" for k, v in sorted(n["total"].items()) if v)
+            out.append(
+                f" node_{n['node_id']} ({n['node_ip']}): {n['death_reason'] or 'dead'} (had {had})"
+            )
+    else:
+        out.append(" (no failures)")
+    out += ["", "Resources", _BAR, "Total Usage:"]
+    out += _usage_lines(summary["usage"], " ") or [" (no resources)"]
+    out += ["", "Per Node Usage:"]
+    for n in summary["active_nodes"]:
+        out.append(f" node_{n['node_id']} ({n['node_ip']}):")
+        out += _usage_lines(n["usage"], "  ")
+    out += ["", "Pending Demands:"]
+    if summary["pending_demands"]:
+        for d in summary["pending_demands"]:
+            shape = {k: v for k, v in sorted(d["shape"].items())}
+            what = f"actor {d['actor']}" if d.get("actor") else "tasks/actors"
+            flag = " (infeasible: no node has these resources)" if d["infeasible"] else ""
+            out.append(f" {shape}: {d['count']}+ pending {what}{flag}")
+    else:
+        out.append(" (no resource demands)")
+    if summary["dashboard_url"]:
+        out += ["", f"Dashboard: {summary['dashboard_url']}"]
+    return "\n".join(out)
+
+
+@click.command()
+@click.option("--address", default=None, help="The cluster's HOST:PORT (default: find it).")
+@click.option("--temp-dir", default=None, help="Where to look for a local cluster.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def status(address: str | None, temp_dir: str | None, fmt: str) -> None:
+    """Show the cluster's nodes, resource usage and pending demands."""
+    from ember.protocol.connection import AuthenticationError
+
+    try:
+        summary = summarize(fetch(address, temp_dir))
+    except (ConnectionError, AuthenticationError, ValueError) as e:
+        click.echo(f"ember status: {e}", err=True)
+        sys.exit(1)
+    if fmt == "json":
+        click.echo(json.dumps(summary, indent=1, default=str))
+    else:
+        click.echo(render(summary))

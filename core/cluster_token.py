@@ -1,0 +1,50 @@
+"""The cluster token: a secret the head generates, that every TCP peer must present.
+
+Stored as hex text in ``<session_dir>/cluster_token`` (mode 0600) on every node, so processes
+of that node (raylet, workers, drivers started there) read it from disk; a node or driver on
+another host gets it with ``--token`` or ``EMBER_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+TOKEN_FILE = "cluster_token"
+
+
+def new_token() -> bytes:
+    return secrets.token_hex(32).encode()
+
+
+def write_token(directory: str, token: bytes) -> str:
+    """Writes the token owner-only; returns the file's path."""
+    path = os.path.join(directory, TOKEN_FILE)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # the umask can only narrow the mode; be explicit
+        os.write(fd, token + b"\n")
+    finally:
+        os.close(fd)
+    return path
+
+
+def read_token(path: str) -> bytes:
+    with open(path, "rb") as f:
+        token = f.read().strip()
+    if not token:
+        raise ValueError(f"the cluster token file {path} is empty")
+    return token
+
+
+def normalize(token: str | bytes | None) -> bytes | None:
+    """A token given by the user (``--token``, ``EMBER_TOKEN``), checked for shape."""
+    if token is None or token == "" or token == b"":
+        return None
+    raw = token.encode() if isinstance(token, str) else token
+    raw = raw.strip()
+    if not raw or any(c not in b"0123456789abcdefABCDEF" for c in raw):
+        raise ValueError(
+            "the cluster token must be the hex string from the head's cluster_token file"
+        )
+    return raw

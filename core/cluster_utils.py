@@ -1,0 +1,205 @@
+"""Clusters of several nodes on one machine, for tests (like Ray's ``ray.cluster_utils``).
+
+Every node is a real set of processes (a raylet, and on the head a GCS) with its own temp dir,
+ports and resources, joined over TCP with the cluster token exactly as ``ember start`` joins
+machines. Nodes can be added and removed (gracefully, or killed like a crashed machine)::
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    worker = cluster.add_node(num_cpus=2, resources={"accel": 1})
+    cluster.connect()            # ember.init(address=...) through the head node
+    ...
+    cluster.remove_node(worker, allow_graceful=False)
+    cluster.shutdown()
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+from ember.cluster_token import new_token
+from ember.node import LocalNode
+from ember.protocol import connection as conn_mod
+
+_DEFAULT_STORE = 256 * 1024 * 1024
+
+
+class Cluster:
+    def __init__(
+        self,
+        initialize_head: bool = False,
+        connect: bool = False,
+        head_node_args: dict[str, Any] | None = None,
+        *,
+        temp_root: str | None = None,
+        node_ip: str = "127.0.0.1",
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``env`` reaches every node's processes, e.g. ``{"EMBER_NODE_DEATH_TIMEOUT": "2"}``."""
+        self._own_root = temp_root is None
+        self.temp_root = temp_root or tempfile.mkdtemp(prefix="ember-cluster-", dir="/tmp")
+        self.node_ip = node_ip
+        self.env = dict(env or {})
+        self.token = new_token()
+        self.head_node: LocalNode | None = None
+        self.worker_nodes: list[LocalNode] = []
+        self.removed_nodes: list[LocalNode] = []
+        self._count = 0
+        self.connected = False
+        if initialize_head:
+            self.add_node(**(head_node_args or {}))
+            if connect:
+                self.connect()
+
+    # -- nodes -----------------------------------------------------------------------------
+    @property
+    def address(self) -> str:
+        """``HOST:PORT`` of the head's GCS (what ``ember start --address`` takes)."""
+        if self.head_node is None:
+            raise RuntimeError("the cluster has no head node yet: call add_node() first")
+        return self.head_node.gcs_address[len("tcp:") :]
+
+    def add_node(
+        self,
+        wait: bool = True,
+        *,
+        num_cpus: float = 1,
+        num_gpus: float | None = None,
+        resources: dict[str, float] | None = None,
+        object_store_memory: int = _DEFAULT_STORE,
+        memory: float | None = 1024**3,
+        node_ip: str | None = None,
+        env: dict[str, str] | None = None,
+        prestart: int | None = None,
+    ) -> LocalNode:
+        """Starts a node (the first one is the head); waits until the GCS lists it."""
+        self._count += 1
+        head = self.head_node is None
+        temp_dir = os.path.join(self.temp_root, f"node{self._count}")
+        node = LocalNode(
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            resources=resources,
+            memory=memory,
+            object_store_memory=object_store_memory,
+            temp_dir=temp_dir,
+            head=head,
+            gcs_address=None if head else self.head_node.gcs_address,
+            node_ip=node_ip or self.node_ip,
+            cluster=True,
+            token=self.token,
+            env={**self.env, **(env or {})},
+            prestart=prestart,
+        )
+        node.start()
+        if head:
+            self.head_node = node
+        else:
+            self.worker_nodes.append(node)
+        if wait:
+            self.wait_for_nodes()
+        return node
+
+    def remove_node(self, node: LocalNode, allow_graceful: bool = True) -> None:
+        """Stops a node; ``allow_graceful=False`` kills it (SIGKILL) like a crashed machine."""
+        if allow_graceful:
+            node.stop()
+        else:
+            node.kill()
+        if node in self.worker_nodes:
+            self.worker_nodes.remove(node)
+        if node is self.head_node:
+            self.head_node = None
+        self.removed_nodes.append(node)
+
+    def list_all_nodes(self) -> list[LocalNode]:
+        nodes = [self.head_node] if self.head_node else []
+        return nodes + list(self.worker_nodes)
+
+    # -- the GCS's view --------------------------------------------------------------------
+    def gcs_call(self, op: str, body: Any = None, timeout: float = 10.0) -> Any:
+        """One call to the head's GCS over TCP, with the token (as any remote tool would)."""
+
+        async def call() -> Any:
+            conn = await conn_mod.connect(
+                self.head_node.gcs_address, name="gcs", token=self.token, timeout=timeout
+            )
+            try:
+                return await conn.call(op, body, timeout=timeout)
+            finally:
+                conn.close()
+
+        loop = conn_mod.new_event_loop()
+        try:
+            return loop.run_until_complete(call())
+        except TimeoutError:
+            log = os.path.join(self.head_node.session_dir, "logs", "gcs_server.log")
+            tail = _tail(log)
+            raise TimeoutError(
+                f"the GCS did not answer {op!r} in {timeout:g} s; {log}:\n{tail}"
+            ) from None
+        finally:
+            loop.close()
+
+    def alive_node_ids(self) -> set[bytes]:
+        return {n["node_id"] for n in self.gcs_call("list_nodes") if n["state"] == "ALIVE"}
+
+    def wait_for_nodes(self, timeout: float = 30.0) -> None:
+        """Until the GCS lists exactly this cluster's running nodes as alive."""
+        want = {n.node_id for n in self.list_all_nodes()}
+        deadline = time.monotonic() + timeout
+        while True:
+            have = self.alive_node_ids()
+            if want <= have:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"nodes {[n.hex()[:12] for n in want - have]} did not register with the GCS "
+                    f"within {timeout:g} s"
+                )
+            time.sleep(0.05)
+
+    # -- drivers ---------------------------------------------------------------------------
+    def connect(self, node: LocalNode | None = None, **init_kwargs: Any) -> Any:
+        """``ember.init`` through ``node`` (default: the head), as a driver on that machine."""
+        import ember
+
+        node = node or self.head_node
+        ctx = ember.init(
+            address=self.head_node.gcs_address,
+            temp_dir=os.path.dirname(node.session_dir),
+            **init_kwargs,
+        )
+        self.connected = True
+        return ctx
+
+    def shutdown(self) -> None:
+        """Disconnects the driver, stops every node, removes the temp dirs."""
+        import ember
+
+        if self.connected:
+            ember.shutdown()
+            self.connected = False
+        for node in reversed(self.list_all_nodes()):
+            node.stop()
+        self.worker_nodes.clear()
+        self.head_node = None
+        if self._own_root:
+            shutil.rmtree(self.temp_root, ignore_errors=True)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+
+def _tail(path: str, n: int = 30) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError as e:
+        return f"(unreadable: {e})"

@@ -1,0 +1,245 @@
+"""``ember start``, ``status`` and ``stop`` run as a user runs them: as subprocesses (issue 3
+§1, §2, §7). Every command is scoped to this test's temp dir (other Ember clusters may run on
+this machine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+from ember.cli.stop import find_ember_processes
+from ember_test_utils import wait_until
+
+EMBER = os.path.join(os.path.dirname(sys.executable), "ember")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(*args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [EMBER, *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={**os.environ, **(env or {})},
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(f"ember {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def temp_root():
+    root = tempfile.mkdtemp(prefix="emb-cli-", dir="/tmp")  # short: Unix socket paths
+    yield root
+    run("stop", "--force", "--temp-dir", root, check=False)
+    assert not find_ember_processes(root)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_start_status_join_drive_and_stop(temp_root):
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    common = ["--node-ip-address", "127.0.0.1", "--object-store-memory", str(128 * 1024**2)]
+    head = run(
+        "start",
+        "--head",
+        "--port",
+        str(port),
+        "--num-cpus",
+        "1",
+        "--temp-dir",
+        f"{temp_root}/head",
+        *common,
+    )
+    assert f"ember start --address='{address}'" in head.stdout
+    assert "ember.init(address='auto')" in head.stdout
+    # A wrong token is refused, and no node starts.
+    bad = run(
+        "start",
+        "--address",
+        address,
+        "--token",
+        "ab" * 32,
+        "--temp-dir",
+        f"{temp_root}/bad",
+        *common,
+        check=False,
+    )
+    assert bad.returncode == 1
+    assert "refused the cluster token" in bad.stderr
+    assert not find_ember_processes(f"{temp_root}/bad")
+    # On the same machine the token is found automatically.
+    run(
+        "start",
+        "--address",
+        address,
+        "--num-cpus",
+        "2",
+        "--resources",
+        '{"accel": 1}',
+        "--temp-dir",
+        f"{temp_root}/worker",
+        *common,
+    )
+    status = run("status", "--address", address, "--temp-dir", f"{temp_root}/head")
+    assert status.stdout.count(" 1 node_") == 2
+    assert "0.0/3.0 CPU" in status.stdout
+    assert "0.0/1.0 accel" in status.stdout
+    # A driver connects with address="auto", runs on both nodes, and leaves the cluster up.
+    driver = textwrap.dedent(
+        f"""
+        import ember
+        ember.init(address="auto", temp_dir={temp_root + "/head"!r})
+        @ember.remote(resources={{"accel": 1}})
+        def f():
+            return ember.get_runtime_context().get_node_id()
+        print(len(ember.nodes()), ember.get(f.remote(), timeout=60))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] == "2"
+    # EMBER_ADDRESS names the cluster for init() without an address.
+    by_env = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import ember; ember.init(temp_dir={temp_root + '/worker'!r}); "
+            "print(ember.get_runtime_context().get_node_id(), len(ember.nodes()))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={**os.environ, "EMBER_ADDRESS": address},
+    )
+    assert by_env.returncode == 0, by_env.stderr
+    assert by_env.stdout.split()[1] == "2"
+    summary = json.loads(
+        run(
+            "status", "--address", address, "--format", "json", "--temp-dir", f"{temp_root}/head"
+        ).stdout
+    )
+    assert len(summary["active_nodes"]) == 2
+    assert summary["usage"]["CPU"] == {"used": 0.0, "total": 3.0}
+    assert out.stdout.split()[1] in {n["node_id"] for n in summary["active_nodes"]}
+    # Stop: everything of this temp dir goes; a second stop has nothing to do.
+    stopped = run("stop", "--temp-dir", temp_root)
+    assert "Stopped" in stopped.stdout
+    assert not find_ember_processes(temp_root)
+    again = run("stop", "--temp-dir", temp_root)
+    assert "No Ember processes" in again.stdout
+    gone = run("status", "--address", address, check=False)
+    assert gone.returncode == 1
+    assert gone.stderr.count("\n") == 1 and address in gone.stderr
+
+
+def test_block_stays_in_the_foreground_until_sigterm(temp_root):
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            EMBER,
+            "start",
+            "--head",
+            "--block",
+            "--port",
+            str(port),
+            "--num-cpus",
+            "1",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--temp-dir",
+            temp_root,
+            "--object-store-memory",
+            str(64 * 1024**2),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: (
+                run(
+                    "status", "--address", f"127.0.0.1:{port}", "--temp-dir", temp_root, check=False
+                ).returncode
+                == 0
+            ),
+            timeout=30,
+        )
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert not find_ember_processes(temp_root)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_stop_without_temp_dir_stops_every_ember_process_of_the_user():
+    """The unscoped form, run where it cannot touch anyone else's processes: inside a fresh
+    PID namespace (its own /proc), which holds only this test's cluster."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("`unshare` (util-linux) or `ip` (iproute2) is not installed")
+    root = tempfile.mkdtemp(prefix="emb-pidns-", dir="/tmp")
+    script = textwrap.dedent(
+        f"""
+        set -e
+        {EMBER} start --head --port 6390 --num-cpus 1 --node-ip-address 127.0.0.1 \\
+            --temp-dir {root}/h --object-store-memory 67108864 >/dev/null
+        {EMBER} start --address 127.0.0.1:6390 --num-cpus 1 --node-ip-address 127.0.0.1 \\
+            --temp-dir {root}/w --object-store-memory 67108864 >/dev/null
+        before=$(ps -eo args | grep -c '[e]mber\\.')
+        {EMBER} stop
+        after=$(ps -eo args | grep -c '[e]mber\\.' || true)
+        {EMBER} stop
+        echo "$before $after"
+        """
+    )
+    try:
+        probe = subprocess.run(
+            ["unshare", "--pid", "--fork", "--mount-proc", "--net", "true"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if probe.returncode != 0:
+            pytest.skip(f"this machine forbids PID namespaces: {probe.stderr.strip()}")
+        # --net too: port 6390 is then this namespace's alone (loopback must come up first).
+        out = subprocess.run(
+            [
+                "unshare",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "--net",
+                "sh",
+                "-c",
+                "ip link set lo up && " + script,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.strip().splitlines()
+        before, after = map(int, lines[-1].split())
+        assert before >= 4  # GCS, two raylets, zygotes, workers
+        assert after == 0
+        assert "No Ember processes to stop." in out.stdout
+    finally:
+        assert not find_ember_processes(root)
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,140 @@
+"""Membership and failure (issue 3 §5): a node killed or gone silent mid-workload, actors
+restarting elsewhere, lost objects, a node that returns, and the head going away."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import ember
+import numpy as np
+import pytest
+from ember.exceptions import ObjectLostError, WorkerCrashedError
+from ember_test_utils import wait_until
+
+
+@ember.remote
+def slow(i: int, delay: float) -> tuple[int, str]:
+    time.sleep(delay)
+    return i, ember.get_runtime_context().get_node_id()
+
+
+@ember.remote
+def marked(i: int, marker_dir: str, delay: float) -> tuple[int, str]:
+    """Leaves a file saying it is running, then works."""
+    open(os.path.join(marker_dir, f"{i}-{os.getpid()}"), "w").close()
+    time.sleep(delay)
+    return i, ember.get_runtime_context().get_node_id()
+
+
+def test_kill_a_worker_node_mid_workload(cluster, tmp_path):
+    victim = cluster.add_node(num_cpus=2, resources={"pool": 2})
+    survivor = cluster.add_node(num_cpus=2, resources={"pool": 2})
+    cluster.connect()
+    on_victim = NodeAffinity(victim.node_id.hex())
+    marks = str(tmp_path)
+    # Two tasks that cannot be retried run on the victim; eight that can, anywhere.
+    once = [
+        marked.options(scheduling_strategy=on_victim, max_retries=0).remote(100 + i, marks, 30)
+        for i in range(2)
+    ]
+    retried = [
+        marked.options(resources={"pool": 1}, max_retries=3).remote(i, marks, 1.0) for i in range(8)
+    ]
+    wait_until(lambda: sum(f.startswith("10") for f in os.listdir(marks)) == 2, timeout=30)
+    cluster.remove_node(victim, allow_graceful=False)
+    results = ember.get(retried, timeout=60)
+    assert [r[0] for r in results] == list(range(8))
+    for ref in once:
+        with pytest.raises(WorkerCrashedError):
+            ember.get(ref, timeout=30)
+    # ember status lists it under recent failures, with what it had.
+    from ember.cli.status import render, summarize
+
+    text = render(summarize(cluster.gcs_call("cluster_info")))
+    failures = text.split("Recent failures:")[1].split("Resources")[0]
+    assert f"node_{victim.node_id.hex()}" in failures and "2.0 CPU" in failures
+    # Work submitted after the death runs on the survivor.
+    later = ember.get(marked.options(resources={"pool": 1}).remote(50, marks, 0), timeout=30)
+    assert later[1] == survivor.node_id.hex()
+
+
+def test_actor_restarts_on_another_node(cluster):
+    first = cluster.add_node(num_cpus=1, resources={"slot": 1})
+    cluster.connect()
+
+    @ember.remote(resources={"slot": 1}, max_restarts=1, max_task_retries=2)
+    class Counter:
+        def where(self) -> str:
+            return ember.get_runtime_context().get_node_id()
+
+    actor = Counter.remote()
+    assert ember.get(actor.where.remote(), timeout=30) == first.node_id.hex()
+    second = cluster.add_node(num_cpus=1, resources={"slot": 1})
+    cluster.remove_node(first, allow_graceful=False)
+    assert ember.get(actor.where.remote(), timeout=30) == second.node_id.hex()
+
+
+def test_lost_objects_error_or_are_rebuilt_from_lineage(cluster):
+    node = cluster.add_node(num_cpus=1, resources={"maker": 1})
+    cluster.add_node(num_cpus=1, resources={"maker": 1})
+    cluster.connect()
+
+    @ember.remote(resources={"maker": 1})
+    def make(tag: int) -> np.ndarray:
+        return np.full(1024 * 1024, tag, dtype=np.uint8)
+
+    node_hex = node.node_id.hex()
+    pin = NodeAffinity(node_hex, soft=True)  # there first; anywhere once it is gone
+    lost = make.options(max_retries=0, scheduling_strategy=pin).remote(1)
+    rebuilt = make.options(max_retries=2, scheduling_strategy=pin).remote(2)
+    ember.wait([lost, rebuilt], num_returns=2, timeout=30)
+    cluster.remove_node(node, allow_graceful=False)
+    wait_until(lambda: node.node_id not in cluster.alive_node_ids(), timeout=20)
+    with pytest.raises(ObjectLostError):
+        ember.get(lost, timeout=30)
+    assert int(ember.get(rebuilt, timeout=30)[0]) == 2  # re-run on the surviving node
+
+
+def NodeAffinity(node_hex: str, soft: bool = False):
+    from ember.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_hex, soft=soft)
+
+
+def test_silent_node_is_declared_dead_and_rejoins_as_new(cluster):
+    quiet = cluster.add_node(num_cpus=1, resources={"pool": 1})
+    cluster.add_node(num_cpus=1, resources={"pool": 1})
+    cluster.connect()
+    first = [slow.options(resources={"pool": 1}, max_retries=2).remote(i, 1.0) for i in range(2)]
+    time.sleep(0.3)  # both tasks are running, one on each node
+    pgid = quiet.procs["raylet"].pid
+    os.killpg(pgid, signal.SIGSTOP)  # the node and its workers freeze: sockets stay open
+    try:
+        wait_until(lambda: quiet.node_id not in cluster.alive_node_ids(), timeout=20)
+        # Its task is retried on the other node.
+        assert sorted(r[0] for r in ember.get(first, timeout=30)) == [0, 1]
+    finally:
+        os.killpg(pgid, signal.SIGCONT)
+
+    def rejoined() -> bool:
+        now = cluster.alive_node_ids()
+        return len(now) == 3 and quiet.node_id not in now
+
+    wait_until(rejoined, timeout=20, message="the silent node to rejoin under a new id")
+    # It takes work again under its new id.
+    refs = [slow.options(resources={"pool": 1}).remote(i, 0.5) for i in range(4)]
+    assert len(ember.get(refs, timeout=30)) == 4
+
+
+def test_head_loss_gives_a_clear_error_within_seconds(cluster):
+    worker = cluster.add_node(num_cpus=1)
+    cluster.connect(node=worker)  # the driver lives on the worker node
+    ref = slow.remote(0, 60.0)
+    time.sleep(0.3)
+    start = time.monotonic()
+    cluster.remove_node(cluster.head_node, allow_graceful=False)
+    with pytest.raises(ObjectLostError, match="head node is gone"):
+        ember.get(ref, timeout=30)
+    assert time.monotonic() - start < 10

@@ -1,0 +1,143 @@
+"""Scheduling across nodes: spillback, custom resources, SPREAD, node affinity, infeasible
+demands that wait for a capable node, and data locality (issue 3 §3)."""
+
+from __future__ import annotations
+
+import time
+
+import ember
+import numpy as np
+import pytest
+from ember.exceptions import TaskUnschedulableError
+from ember.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+
+@ember.remote
+def node_of(delay: float = 0.0) -> str:
+    time.sleep(delay)
+    return ember.get_runtime_context().get_node_id()
+
+
+def test_tasks_spill_over_and_custom_resources_place_them(cluster):
+    head = cluster.head_node
+    worker = cluster.add_node(num_cpus=2, resources={"accel": 1})
+    cluster.connect()
+    # 3 one-CPU tasks that overlap: the head has 1 CPU, so two must spill to the worker.
+    nodes = ember.get([node_of.remote(1.0) for _ in range(3)], timeout=30)
+    assert set(nodes) == {head.node_id.hex(), worker.node_id.hex()}
+    # A custom resource only the worker has.
+    assert ember.get(node_of.options(resources={"accel": 1}).remote(), timeout=30) == (
+        worker.node_id.hex()
+    )
+
+    @ember.remote(resources={"accel": 1})
+    class Accel:
+        def where(self) -> str:
+            return ember.get_runtime_context().get_node_id()
+
+    a = Accel.remote()
+    assert ember.get(a.where.remote(), timeout=30) == worker.node_id.hex()
+
+
+def test_spread_uses_every_node(cluster):
+    cluster.add_node(num_cpus=1)
+    cluster.add_node(num_cpus=1)
+    cluster.connect()
+    refs = [node_of.options(scheduling_strategy="SPREAD").remote(0.5) for _ in range(3)]
+    assert len(set(ember.get(refs, timeout=30))) == 3
+
+
+def test_node_affinity_hard_soft_and_gone(cluster):
+    worker = cluster.add_node(num_cpus=1)
+    cluster.connect()
+    target = worker.node_id.hex()
+    hard = NodeAffinitySchedulingStrategy(target, soft=False)
+    assert (
+        ember.get([node_of.options(scheduling_strategy=hard).remote() for _ in range(3)])
+        == [target] * 3
+    )
+    # A node without the resource: soft runs elsewhere.
+    soft = NodeAffinitySchedulingStrategy(target, soft=True)
+    head_only = node_of.options(scheduling_strategy=soft, resources={"headonly": 1})
+    other = cluster.add_node(num_cpus=1, resources={"headonly": 1})
+    assert ember.get(head_only.remote(), timeout=30) == other.node_id.hex()
+    # Hard affinity to a node that is gone fails with a clear error.
+    cluster.remove_node(worker)
+    from ember_test_utils import wait_until
+
+    wait_until(lambda: worker.node_id not in cluster.alive_node_ids(), timeout=20)
+    with pytest.raises(TaskUnschedulableError, match="not alive"):
+        ember.get(node_of.options(scheduling_strategy=hard).remote(), timeout=30)
+
+
+def test_infeasible_until_a_capable_node_joins(cluster, capsys):
+    cluster.connect()
+    ref = node_of.options(resources={"bigmem": 1}).remote()
+    ready, _ = ember.wait([ref], timeout=1.5)
+    assert not ready
+    from ember.cli.status import render, summarize
+
+    text = render(summarize(cluster.gcs_call("cluster_info")))
+    demands = text.split("Pending Demands:")[1]
+    assert "'bigmem': 1.0" in demands and "infeasible" in demands
+    node = cluster.add_node(num_cpus=1, resources={"bigmem": 1})
+    assert ember.get(ref, timeout=30) == node.node_id.hex()
+
+
+def test_large_arguments_pull_work_to_their_data(cluster):
+    worker = cluster.add_node(num_cpus=2, resources={"maker": 1})
+    cluster.connect()
+
+    @ember.remote(resources={"maker": 1})
+    def make() -> np.ndarray:
+        return np.ones(4 * 1024 * 1024, dtype=np.uint8)  # 4 MiB: lives in the worker's store
+
+    @ember.remote
+    def consume(a: np.ndarray) -> tuple[str, int]:
+        return ember.get_runtime_context().get_node_id(), int(a.sum())
+
+    data = make.remote()
+    ember.wait([data], timeout=30)
+    # The driver's own node (the head) has a free CPU, but the argument's bytes are on the
+    # worker, which has a free CPU too: the work goes to the data.
+    where, total = ember.get(consume.remote(data), timeout=30)
+    assert total == 4 * 1024 * 1024
+    assert where == worker.node_id.hex()
+
+
+def test_worker_output_reaches_a_driver_on_another_node(cluster, capfd):
+    worker = cluster.add_node(num_cpus=1, resources={"far": 1})
+    cluster.connect()
+
+    @ember.remote(resources={"far": 1})
+    def shout() -> str:
+        print("hello from the far node", flush=True)
+        return ember.get_runtime_context().get_node_id()
+
+    assert ember.get(shout.remote(), timeout=30) == worker.node_id.hex()
+    seen = []
+
+    def printed() -> bool:
+        seen.append(capfd.readouterr().out)
+        return "hello from the far node" in "".join(seen)
+
+    from ember_test_utils import wait_until
+
+    wait_until(printed, timeout=10, message="the far worker's output in the driver")
+
+
+def test_placement_group_bundles_on_different_nodes(cluster):
+    from ember.util.placement_group import placement_group
+    from ember.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    cluster.add_node(num_cpus=1)
+    cluster.connect()
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    ember.get(pg.ready(), timeout=30)
+    nodes = [
+        node_of.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)
+        ).remote()
+        for i in range(2)
+    ]
+    assert len(set(ember.get(nodes, timeout=30))) == 2

@@ -1,0 +1,87 @@
+"""Security (issue 3 §6): the cluster token guards every TCP listener; wrong or missing tokens
+are refused with a clear message and nothing they sent runs; listeners bind the node IP."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import stat
+import struct
+
+import psutil
+import pytest
+from ember.cluster_token import new_token
+from ember.protocol import connection as conn_mod
+
+
+def _raw_send(address: str, frames: list[bytes]) -> bytes:
+    """Sends frames on a plain socket; returns what the listener answered before closing."""
+    host, port = address[len("tcp:") :].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        for f in frames:
+            s.sendall(struct.pack("<I", len(f)) + f)
+        s.settimeout(5)
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+
+
+def _kv_put_request(key: bytes) -> bytes:
+    return pickle.dumps((conn_mod.REQUEST, "kv_put", 1, {"key": key, "value": b"pwned"}))
+
+
+def test_wrong_or_missing_token_is_refused_and_nothing_runs(cluster):
+    gcs = cluster.head_node.gcs_address
+    # A wrong token, then a request: refused, and the request never ran.
+    answer = _raw_send(gcs, [b"EMBER-AUTH1" + new_token(), _kv_put_request(b"k1")])
+    assert b"wrong cluster token" in answer
+    # No token at all: the first frame (a request) is refused unread.
+    answer = _raw_send(gcs, [_kv_put_request(b"k2")])
+    assert b"no cluster token sent" in answer
+    assert cluster.gcs_call("kv_get", {"key": b"k1"}) is None
+    assert cluster.gcs_call("kv_get", {"key": b"k2"}) is None
+    # The client library says so clearly.
+    loop = conn_mod.new_event_loop()
+    try:
+        with pytest.raises(conn_mod.AuthenticationError, match="refused the cluster token"):
+            loop.run_until_complete(conn_mod.connect(gcs, token=new_token(), timeout=5))
+    finally:
+        loop.close()
+    # The right token works.
+    assert cluster.gcs_call("ping") == "pong"
+
+
+def test_raylet_and_data_ports_demand_the_token_too(cluster):
+    node = cluster.add_node(num_cpus=1)
+    info = next(n for n in cluster.gcs_call("list_nodes") if n["node_id"] == node.node_id)
+    answer = _raw_send(info["tcp_address"], [b"EMBER-AUTH1" + new_token(), b"x"])
+    assert b"wrong cluster token" in answer
+    host, port = info["data_address"][4:].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        frame = b"EMBER-AUTH1" + new_token()
+        s.sendall(struct.pack("<I", len(frame)) + frame)
+        assert s.recv(1) == b"\x00"
+
+
+def test_token_file_is_private_and_listeners_bind_the_node_ip(cluster):
+    node = cluster.add_node(num_cpus=1)
+    for n in (cluster.head_node, node):
+        mode = stat.S_IMODE(os.stat(n.token_file).st_mode)
+        assert mode == 0o600, oct(mode)
+    pids = set()
+    for n in (cluster.head_node, node):
+        for proc in n.procs.values():
+            p = psutil.Process(proc.pid)
+            pids.add(p.pid)
+            pids.update(c.pid for c in p.children(recursive=True))
+    listening = [
+        c
+        for c in psutil.net_connections("inet")
+        if c.pid in pids and c.status == psutil.CONN_LISTEN
+    ]
+    assert listening, "expected TCP listeners (GCS, raylets, workers)"
+    assert {c.laddr.ip for c in listening} == {"127.0.0.1"}
