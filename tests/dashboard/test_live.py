@@ -170,19 +170,19 @@ def test_logs_list_tail_search_download(live):
 def test_objects_memory_view(live):
     np = pytest.importorskip("numpy")
     ref = ember.put(np.zeros(300_000, dtype=np.uint8))
+    oid = ref.hex()
     out = wait_until(
         lambda: (
             (o := _get(live, "/api/objects", max_age=0))
-            and any(r["object_id"] == ref.hex() for r in o["items"])
+            and any(r["object_id"] == oid for r in o["items"])
             and o
         ),
         15,
         0.3,
     )
-    row = next(r for r in out["items"] if r["object_id"] == ref.hex())
+    row = next(r for r in out["items"] if r["object_id"] == oid)
     assert row["reference_type"] == "LOCAL_REFERENCE" and row["object_size"] >= 300_000
     assert row["pid"] == os.getpid() and out["missing"] == {}
-    del ref
 
 
 def test_stack_and_profile_with_py_spy(live):
