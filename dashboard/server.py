@@ -162,6 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     setup_process_logging(os.path.join(args.session_dir, "logs", "dashboard.log"))
     if args.parent_pid:
         die_with_parent(args.parent_pid)
+    # The node's work comes first: under load the dashboard lags a little, tasks do not.
+    os.nice(5)
     asyncio.run(serve(args))
 
 

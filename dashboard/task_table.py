@@ -18,7 +18,7 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from typing import Any
 
-from ember.dashboard.query import Predicate, QueryError
+from ember.dashboard.query import Predicate, QueryError, text
 
 # Ember's phases, in order (Ray's TaskStatus names where they exist).
 STATES = (
@@ -125,6 +125,9 @@ class TaskRecord:
             if t is not None:
                 out.append({"state": state, "time": t})
         return out
+
+
+_SLOTS = frozenset(TaskRecord.__slots__)
 
 
 class TaskTable:
@@ -260,15 +263,21 @@ class TaskTable:
                 offset=offset,
             )
         known_total = self._counted_total(predicates)
+        # A predicate on a stored field reads the record; others need the public row.
+        direct = all(p.key in _SLOTS for p in predicates)
         items: list[dict[str, Any]] = []
         seen = 0
         for rec in self.newest_first():
             if predicates:
-                row = rec.public()
-                if not all(p(row) for p in predicates):
+                if direct:
+                    if not all(
+                        (text(getattr(rec, p.key)) == p.value) != p.negate for p in predicates
+                    ):
+                        continue
+                elif not all(p(rec.public()) for p in predicates):
                     continue
             if seen >= offset:
-                items.append(rec.public() if not predicates else row)
+                items.append(rec.public())
             seen += 1
             if len(items) >= limit and known_total is not None:
                 break
