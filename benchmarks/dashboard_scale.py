@@ -117,17 +117,25 @@ class FakeAgent:
                     {"type": "hello", "node_id": self.node_id, "info": {"node_ip": "10.0.0.1"}}
                 )
             )
-            next_metrics = 0.0
-            while not stop.is_set():
-                if time.monotonic() >= next_metrics:
-                    await call.write(wire.encode(self.metrics()))
-                    next_metrics = time.monotonic() + 2.0
-                try:
-                    msg = await asyncio.wait_for(self.queue.get(), 0.2)
-                except TimeoutError:
-                    continue
-                await call.write(msg)
-                self.sent += 1
+
+            async def metrics() -> None:
+                while True:
+                    self.queue.put_nowait(wire.encode(self.metrics()))
+                    await asyncio.sleep(2.0)
+
+            ticker = asyncio.ensure_future(metrics())
+            stopper = asyncio.ensure_future(stop.wait())
+            try:
+                while True:
+                    get = asyncio.ensure_future(self.queue.get())
+                    await asyncio.wait({get, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                    if not get.done():
+                        get.cancel()
+                        break
+                    await call.write(get.result())
+                    self.sent += 1
+            finally:
+                ticker.cancel()
             await call.done_writing()
 
 
@@ -238,7 +246,22 @@ async def main_async(args: argparse.Namespace) -> dict:
                 await asyncio.sleep(0.5)
         ingest_s = time.perf_counter() - t0
         rss_after_ingest = dash.memory_info().rss
-        lat = await query_load(url, args.clients, args.requests)
+        # The clients run in their own process: the 100 fake agents here must not delay them.
+        load = await asyncio.create_subprocess_exec(
+            sys.executable,
+            __file__,
+            "--load-only",
+            url,
+            "--clients",
+            str(args.clients),
+            "--requests",
+            str(args.requests),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await load.communicate()
+        if load.returncode != 0:
+            raise SystemExit("the HTTP load failed")
+        lat = json.loads(out)
         rss_peak = max(rss_after_ingest, dash.memory_info().rss)
         stop.set()
         await asyncio.gather(*runners, return_exceptions=True)
@@ -276,7 +299,11 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=20)
     p.add_argument("--requests", type=int, default=50, help="per client")
     p.add_argument("--json", default=None)
+    p.add_argument("--load-only", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.load_only:
+        print(json.dumps(asyncio.run(query_load(args.load_only, args.clients, args.requests))))
+        return
     res = asyncio.run(main_async(args))
     print(json.dumps(res, indent=2))
     lists = [

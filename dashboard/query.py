@@ -30,7 +30,13 @@ class Predicate:
     negate: bool
 
     def __call__(self, row: dict[str, Any]) -> bool:
-        return (text(row.get(self.key)) == self.value) != self.negate
+        return self.match(row.get(self.key))
+
+    def match(self, v: Any) -> bool:
+        # Most fields are text: compare without converting (a filter scans every row).
+        if v.__class__ is str:
+            return (v == self.value) != self.negate
+        return (text(v) == self.value) != self.negate
 
 
 def text(value: Any) -> str:
@@ -119,10 +125,16 @@ def _page(rows, predicates, sort_by, descending, limit, offset, view) -> dict[st
             "items": list(rows[offset : offset + limit]),
         }
     if predicates:
+        one = predicates[0] if len(predicates) == 1 else None
         if view is None:
-            matched: Iterable[Any] = (r for r in rows if all(p(r) for p in predicates))
+            keep = one or (lambda r: all(p(r) for p in predicates))
         else:
-            matched = (r for r in rows if all(p(v) for v in (view(r),) for p in predicates))
+            keep = (
+                (lambda r: one(view(r)))
+                if one
+                else (lambda r: all(p(v) for v in (view(r),) for p in predicates))
+            )
+        matched: Iterable[Any] = filter(keep, rows)
     else:
         matched = rows
     if sort_by is None:

@@ -16,9 +16,10 @@ from __future__ import annotations
 import sys
 from collections import Counter, deque
 from collections.abc import Iterator
+from operator import attrgetter
 from typing import Any
 
-from ember.dashboard.query import Predicate, QueryError, text
+from ember.dashboard.query import Predicate, QueryError
 
 # Ember's phases, in order (Ray's TaskStatus names where they exist).
 STATES = (
@@ -264,17 +265,12 @@ class TaskTable:
             )
         known_total = self._counted_total(predicates)
         # A predicate on a stored field reads the record; others need the public row.
-        direct = all(p.key in _SLOTS for p in predicates)
+        keep = _matcher(predicates)
         items: list[dict[str, Any]] = []
         seen = 0
         for rec in self.newest_first():
             if predicates:
-                if direct:
-                    if not all(
-                        (text(getattr(rec, p.key)) == p.value) != p.negate for p in predicates
-                    ):
-                        continue
-                elif not all(p(rec.public()) for p in predicates):
+                if not keep(rec):
                     continue
             if seen >= offset:
                 items.append(rec.public())
@@ -306,6 +302,17 @@ class TaskTable:
         ]
         rows.sort(key=lambda r: (-r["total"], r["name"]))
         return rows
+
+
+def _matcher(predicates: list[Predicate]) -> Any:
+    """A test of one record: on its stored fields when it can (no row built per record)."""
+    if all(p.key in _SLOTS for p in predicates):
+        if len(predicates) == 1:
+            p = predicates[0]
+            get = attrgetter(p.key)
+            return lambda rec: p.match(get(rec))
+        return lambda rec: all(p.match(getattr(rec, p.key)) for p in predicates)
+    return lambda rec: all(p(rec.public()) for p in predicates)
 
 
 def _dec(counter: Counter, key: Any) -> None:
