@@ -236,6 +236,26 @@ def test_live_stream_sends_node_metrics(live):
             assert time.monotonic() < deadline, "no metrics within 15 s"
 
 
+def test_websocket_stream_on_the_real_server(live):
+    import asyncio
+
+    import websockets
+
+    url = live["ctx"].dashboard_url.replace("http://", "ws://") + "/api/stream?topics=node_metrics"
+
+    async def first_metrics() -> dict:
+        async with websockets.connect(url, open_timeout=10) as ws:
+            hello = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert hello == {"type": "hello", "topics": ["node_metrics"]}
+            while True:
+                batch = json.loads(await asyncio.wait_for(ws.recv(), 20))
+                if batch["messages"]:
+                    return batch["messages"][0]
+
+    msg = asyncio.run(first_metrics())
+    assert msg["type"] == "node_metrics" and msg["mem_total_bytes"] > 0
+
+
 def test_a_killed_agent_is_restarted_and_tasks_keep_running(live):
     node = _node(live)["node_id"]
     agent = next(w for w in _get(live, "/api/workers", filter="kind=agent")["items"])
