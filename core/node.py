@@ -120,6 +120,9 @@ class LocalNode:
         token: bytes | None = None,
         dashboard: DashboardOptions | None = None,
         env: dict[str, str] | None = None,
+        include_dashboard: bool | None = None,
+        dashboard_host: str = "127.0.0.1",
+        dashboard_port: int | None = None,
     ) -> None:
         self.object_store_memory = int(object_store_memory or default_object_store_memory())
         self.resources = build_resources(
@@ -143,7 +146,14 @@ class LocalNode:
         self.token = token
         self.token_file = ""
         self.gcs_unix_address = ""
-        self.dashboard = dashboard or DashboardOptions()
+        if dashboard is None:  # ember.init()'s spellings
+            dashboard = DashboardOptions(
+                include=include_dashboard,
+                host=dashboard_host,
+                port=dashboard_port if dashboard_port is not None else DashboardOptions.port,
+            )
+        # The dashboard runs on the head unless include=False; the agent runs on every node.
+        self.dashboard = dashboard
         self.dashboard_url = ""
         self.env = env  # extra environment for this node's processes (tests: timeouts)
         if not head and not gcs_address:
@@ -160,6 +170,7 @@ class LocalNode:
             "node_ip": self.node_ip,
             "token_file": self.token_file,
             "gcs_unix_address": self.gcs_unix_address,
+            "dashboard_url": self.dashboard_url,
         }
 
     def start(self) -> None:
@@ -238,8 +249,7 @@ class LocalNode:
             deadline = time.monotonic() + config.process_start_timeout
             for name, fd in waits:
                 self._wait_ready(name, fd, deadline)
-            if self.head:
-                self.start_dashboard_and_agent()
+            self.start_dashboard_and_agent()
             if self.cluster:
                 self.write_info()
                 if self.head:
@@ -249,13 +259,12 @@ class LocalNode:
             raise
 
     def start_dashboard_and_agent(self) -> None:
-        """THE place where the per-node agent and (on the head) the dashboard start.
+        """The one place where the node's agent and (on the head) the dashboard start
+        (``ember.dashboard.launch``); ``self.dashboard`` carries ``init()``'s and
+        ``ember start``'s dashboard options."""
+        from ember.dashboard.launch import start_node_agents_for
 
-        The dashboard issue (branch ``dashboard``) plugs its launch in here; ``self.dashboard``
-        carries ``ember start``'s ``--include-dashboard``, ``--dashboard-host`` and
-        ``--dashboard-port``. Until then nothing starts and no URL is advertised.
-        """
-        return None
+        self.dashboard_url = start_node_agents_for(self)
 
     def write_info(self) -> None:
         info = {
@@ -308,6 +317,12 @@ class LocalNode:
         self.procs[name] = proc
         return name, r
 
+    def spawn_ready(self, name: str, args: list[str]) -> str:
+        """Starts ``args`` (tied to the driver like the rest) and returns its ready line."""
+        parent = ["--parent-pid", str(self.tied_to)] if self.tied_to else []
+        _, fd = self._spawn(name, [*args, *parent])
+        return self._wait_ready(name, fd, time.monotonic() + config.process_start_timeout)
+
     def _wait_ready(self, name: str, fd: int, deadline: float) -> str:
         proc = self.procs[name]
         buf = b""
@@ -355,7 +370,7 @@ class LocalNode:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stops the raylet (which stops its workers), then the GCS; by force if they linger."""
-        for name in ("raylet", "gcs_server"):
+        for name in ("agent", "dashboard", "raylet", "gcs_server"):
             proc = self.procs.get(name)
             if proc is None or proc.poll() is not None:
                 if proc is not None:

@@ -1,0 +1,30 @@
+"""``/api/events``: errors (failed tasks with tracebacks, crashed workers) and cluster events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.dashboard.app import DashboardContext, get_ctx
+from ember.dashboard.query import page
+from ember.dashboard.routes.params import ListParams, list_params
+from ember.dashboard.state import EVENT_FIELDS
+from fastapi import APIRouter, Depends
+
+router = APIRouter(tags=["events"])
+
+
+@router.get("/api/events")
+async def list_events(
+    q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
+) -> dict[str, Any]:
+    preds = q.predicates(EVENT_FIELDS)
+    out = page(
+        reversed(ctx.state.events),
+        predicates=preds,
+        sort_by=q.sort_by,
+        descending=q.descending,
+        limit=q.limit,
+        offset=q.offset,
+    )
+    out["dropped"] = ctx.state.dropped["events"]
+    return out

@@ -1,0 +1,48 @@
+"""The built browser app at ``/``: the files of ``frontend/dist`` in the source tree (the
+frontend issue's build output), or ``EMBER_DASHBOARD_FRONTEND_DIR``. Unknown paths outside
+``/api`` get ``index.html`` so the app's own routes survive a reload."""
+
+from __future__ import annotations
+
+import os
+
+from ember.dashboard.app import DashboardContext, get_ctx
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.responses import FileResponse, HTMLResponse
+
+router = APIRouter(include_in_schema=False)
+
+
+def default_frontend_dir() -> str | None:
+    env = os.environ.get("EMBER_DASHBOARD_FRONTEND_DIR")
+    if env:
+        return env
+    # dashboard/ sits beside frontend/ in the source tree (editable installs, CI).
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.normpath(os.path.join(here, "..", "..", "frontend", "dist"))
+    return path if os.path.isdir(path) else None
+
+
+@router.get("/{path:path}")
+async def static(path: str, request: Request, ctx: DashboardContext = Depends(get_ctx)):
+    if path.startswith("api/") or path == "api":
+        raise HTTPException(
+            404, f"no API endpoint /{path}; see {request.scope.get('root_path', '')}/docs"
+        )
+    root = ctx.frontend_dir
+    if not root or not os.path.isdir(root):
+        prefix = request.scope.get("root_path", "")
+        return HTMLResponse(
+            "<!doctype html><title>Ember dashboard</title><h1>Ember dashboard</h1>"
+            "<p>The browser app is not built (no frontend/dist). The REST API is at "
+            f'<a href="{prefix}/docs">{prefix}/docs</a>.</p>'
+        )
+    full = os.path.realpath(os.path.join(root, path))
+    if not full.startswith(os.path.realpath(root) + os.sep) and full != os.path.realpath(root):
+        raise HTTPException(404, "not found")
+    if path and os.path.isfile(full):
+        return FileResponse(full)
+    index = os.path.join(root, "index.html")
+    if os.path.isfile(index):
+        return FileResponse(index)
+    raise HTTPException(404, f"{root} has no index.html")

@@ -1,0 +1,84 @@
+"""``/api/nodes``, ``/api/nodes/{id}``, ``/api/workers`` and ``/api/history``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from ember.dashboard.app import DashboardContext, get_ctx
+from ember.dashboard.query import page
+from ember.dashboard.routes.params import ListParams, list_params
+from ember.dashboard.state import NODE_FIELDS, WORKER_FIELDS
+from fastapi import APIRouter, Depends, HTTPException, Query
+
+router = APIRouter(tags=["nodes"])
+
+
+@router.get("/api/nodes")
+async def list_nodes(
+    q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
+) -> dict[str, Any]:
+    preds = q.predicates(NODE_FIELDS)
+    rows = (ctx.state.node_row(nid) for nid in list(ctx.state.nodes))
+    return page(
+        rows,
+        predicates=preds,
+        sort_by=q.sort_by,
+        descending=q.descending,
+        limit=q.limit,
+        offset=q.offset,
+    )
+
+
+@router.get("/api/nodes/{node_id}")
+async def get_node(node_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
+    node_id = resolve_node(ctx, node_id)
+    st = ctx.state
+    row = st.node_row(node_id)
+    row["metrics"] = st.nodes[node_id].metrics
+    row["info"] = st.nodes[node_id].info
+    row["workers"] = sorted(st.workers.get(node_id, {}).values(), key=lambda w: w["pid"])
+    return row
+
+
+@router.get("/api/workers")
+async def list_workers(
+    q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
+) -> dict[str, Any]:
+    preds = q.predicates(WORKER_FIELDS)
+    return page(
+        ctx.state.all_workers(),
+        predicates=preds,
+        sort_by=q.sort_by,
+        descending=q.descending,
+        limit=q.limit,
+        offset=q.offset,
+    )
+
+
+@router.get("/api/history")
+async def history(
+    node_id: Annotated[
+        str, Query(max_length=64, description="a node id, or 'cluster'")
+    ] = "cluster",
+    since: Annotated[float | None, Query(description="unix time; only samples after it")] = None,
+    ctx: DashboardContext = Depends(get_ctx),
+) -> dict[str, Any]:
+    key = node_id if node_id == "cluster" else resolve_node(ctx, node_id)
+    return {
+        "node_id": key,
+        "window_s": ctx.state.history.seconds,
+        "samples": ctx.state.history.query(key, since),
+    }
+
+
+def resolve_node(ctx: DashboardContext, node_id: str) -> str:
+    """A full id or a unique prefix of one (as the CLI prints 12 characters); else 404."""
+    nodes = ctx.state.nodes
+    if node_id in nodes:
+        return node_id
+    matches = [n for n in nodes if n.startswith(node_id.lower())] if len(node_id) >= 4 else []
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise HTTPException(400, f"node id prefix {node_id!r} matches {len(matches)} nodes")
+    raise HTTPException(404, f"no node {node_id!r}; GET /api/nodes lists the nodes")

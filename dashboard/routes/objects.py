@@ -1,0 +1,80 @@
+"""``/api/objects``: the memory view (every ObjectRef pinning an object, as ``ember memory``).
+
+Collecting references asks every process of a node, so it runs on demand, not on a timer:
+each agent is asked at most once per ``max_age`` seconds; a node whose agent does not answer
+is listed in ``missing`` with the reason, and the rest is served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any
+
+from ember.dashboard.app import DashboardContext, get_ctx
+from ember.dashboard.query import page
+from ember.dashboard.routes.params import ListParams, list_params
+from ember.dashboard.state import OBJECT_FIELDS
+from fastapi import APIRouter, Depends, Query
+
+router = APIRouter(tags=["objects"])
+
+
+@router.get("/api/objects")
+async def list_objects(
+    q: ListParams = Depends(list_params),
+    max_age: Annotated[float, Query(ge=0, le=3600, description="reuse rows this fresh (s)")] = 2.0,
+    ctx: DashboardContext = Depends(get_ctx),
+) -> dict[str, Any]:
+    preds = q.predicates(OBJECT_FIELDS)
+    missing = await refresh_objects(ctx, max_age)
+    st = ctx.state
+    rows = [r for rows in st.objects.values() for r in rows]
+    out = page(
+        rows,
+        predicates=preds,
+        sort_by=q.sort_by,
+        descending=q.descending,
+        limit=q.limit,
+        offset=q.offset,
+    )
+    out["missing"] = missing
+    out["summary"] = _summary(rows)
+    out["store"] = ctx.extra.get("object_store", {})
+    return out
+
+
+async def refresh_objects(ctx: DashboardContext, max_age: float) -> dict[str, str]:
+    if ctx.hub is None:
+        return {}
+    st = ctx.state
+    now = time.time()
+    stale = [
+        nid for nid in ctx.hub.connected_nodes() if now - st.objects_time.get(nid, 0) > max_age
+    ]
+    results = await asyncio.gather(
+        *(ctx.hub.call(nid, "objects", {}, timeout=10.0) for nid in stale),
+        return_exceptions=True,
+    )
+    missing = {}
+    for nid, res in zip(stale, results, strict=True):
+        if isinstance(res, BaseException):
+            missing[nid] = str(res)
+            continue
+        st.set_objects(nid, res.get("rows", []))
+        ctx.extra.setdefault("object_store", {})[nid] = res.get("store") or {}
+        if res.get("unanswered"):
+            missing[nid] = f"{res['unanswered']} processes did not answer in time"
+    return missing
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    by_node: dict[str, dict[str, int]] = {}
+    by_type: dict[str, int] = {}
+    for r in rows:
+        n = by_node.setdefault(r.get("node_id") or "", {"count": 0, "bytes": 0})
+        n["count"] += 1
+        n["bytes"] += r.get("object_size") or 0
+        t = r.get("reference_type") or ""
+        by_type[t] = by_type.get(t, 0) + 1
+    return {"by_node": by_node, "by_reference_type": by_type}

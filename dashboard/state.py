@@ -1,0 +1,415 @@
+"""The dashboard's in-memory state: what the agents and the GCS reported, bounded by ``Caps``.
+
+This is the one store every router reads and every ingestion path (agent streams, the GCS
+poller) writes. It does no I/O and runs on the dashboard's event loop only, so it takes no
+locks. Ids are lowercase hex strings everywhere here.
+
+Public interface (routers and part B's Prometheus/timeline modules use these):
+- ``nodes``        {node_id: NodeEntry}          ``update_node``, ``node_metrics``, ``node_lost``
+- ``workers``      {node_id: {pid: dict}}        ``set_workers``
+- ``actors``       {actor_id: dict}              ``update_actor``
+- ``tasks``        TaskTable (records + events)  ``add_task_events``
+- ``objects``      {node_id: [row]}              ``set_objects``
+- ``logs``         {node_id: [file dict]}        ``set_log_index``
+- ``events``       deque of error/cluster events ``add_event``
+- ``history``      History (30 min per node and for the cluster)
+- ``cluster``      the GCS's cluster_info         ``set_cluster``
+- ``pubsub``       the live stream's fan-out
+- ``dropped``      {what: count} of everything dropped past a cap
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+from ember.dashboard.config import Caps
+from ember.dashboard.history import History
+from ember.dashboard.pubsub import PubSub
+from ember.dashboard.task_table import TaskTable
+
+# The GCS's actor states, as the dashboard shows them (issue 4 §2).
+_ACTOR_STATE = {
+    "PENDING_CREATION": "PENDING",
+    "DEPENDENCIES_UNREADY": "PENDING",
+    "PENDING": "PENDING",
+    "ALIVE": "ALIVE",
+    "RESTARTING": "RESTARTING",
+    "DEAD": "DEAD",
+}
+ACTOR_FIELDS = (
+    "actor_id",
+    "class_name",
+    "name",
+    "namespace",
+    "title",
+    "state",
+    "node_id",
+    "pid",
+    "worker_id",
+    "job_id",
+    "num_restarts",
+    "death_cause",
+    "pending_reason",
+    "creator_actor_id",
+    "owner_worker_id",
+    "pending_calls",
+    "executed_calls",
+    "detached",
+    "start_time",
+    "end_time",
+)
+NODE_FIELDS = (
+    "node_id",
+    "node_ip",
+    "hostname",
+    "state",
+    "is_head",
+    "start_time",
+    "last_seen",
+    "cpu_percent",
+    "mem_used_bytes",
+    "num_workers",
+)
+WORKER_FIELDS = (
+    "node_id",
+    "pid",
+    "worker_id",
+    "kind",
+    "state",
+    "current_task",
+    "actor_class",
+    "cpu_percent",
+    "rss_bytes",
+    "uss_bytes",
+    "num_open_files",
+    "start_time",
+    "component",
+)
+OBJECT_FIELDS = (
+    "node_id",
+    "object_id",
+    "pid",
+    "reference_type",
+    "object_size",
+    "status",
+    "call_site",
+    "ip",
+    "worker_id",
+)
+EVENT_FIELDS = ("time", "severity", "source", "node_id", "pid", "kind", "message")
+
+
+class NodeEntry:
+    """What the dashboard knows of one node: identity, liveness and the latest metrics."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self.info: dict[str, Any] = {}  # node_ip, hostname, is_head, resources, session_dir...
+        self.state = "ALIVE"
+        self.start_time = time.time()
+        self.last_seen = time.time()
+        self.metrics: dict[str, Any] = {}  # the latest sample (psutil, per core, disks, ...)
+        self.lost_reason = ""
+
+    def public(self, workers: int) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "node_ip": self.info.get("node_ip"),
+            "hostname": self.info.get("hostname"),
+            "state": self.state,
+            "is_head": bool(self.info.get("is_head")),
+            "start_time": self.info.get("start_time", self.start_time),
+            "last_seen": self.last_seen,
+            "cpu_percent": self.metrics.get("cpu_percent"),
+            "mem_used_bytes": self.metrics.get("mem_used_bytes"),
+            "num_workers": workers,
+            "resources_total": self.info.get("resources_total", {}),
+            "resources_available": self.info.get("resources_available", {}),
+            "lost_reason": self.lost_reason or None,
+        }
+
+
+class DashboardState:
+    def __init__(self, caps: Caps | None = None) -> None:
+        self.caps = caps or Caps()
+        self.started = time.time()
+        self.nodes: dict[str, NodeEntry] = {}
+        self.workers: dict[str, dict[int, dict[str, Any]]] = {}  # {node_id: {pid: worker}}
+        self.actors: dict[str, dict[str, Any]] = {}  # {actor_id: row}
+        self._actor_calls: dict[str, list[int]] = {}  # {actor_id: [submitted, finished]}
+        self._actor_by_worker: dict[str, str] = {}  # {worker_id: actor_id}, for creators
+        # {worker_id: node_id} of every worker seen; bounded by forgetting a node's on loss.
+        self._worker_node: dict[str, str] = {}
+        self.tasks = TaskTable(self.caps.max_tasks)
+        self.objects: dict[str, list[dict[str, Any]]] = {}  # {node_id: [memory rows]}
+        self.objects_time: dict[str, float] = {}
+        self.logs: dict[str, list[dict[str, Any]]] = {}  # {node_id: [{path, component...}]}
+        self.events: deque[dict[str, Any]] = deque(maxlen=self.caps.max_events)
+        self.history = History(self.caps.history_seconds, self.caps.history_period)
+        self.cluster: dict[str, Any] = {}
+        self.pubsub = PubSub(self.caps.stream_queue)
+        self.dropped: dict[str, int] = {
+            "tasks": 0,
+            "actors": 0,
+            "events": 0,
+            "nodes": 0,
+            "workers": 0,
+            "objects": 0,
+            "agent_task_events": 0,  # what the core workers' bounded buffers dropped
+        }
+        self.ingested = {"task_events": 0, "batches": 0}
+
+    # -- nodes -----------------------------------------------------------------------------
+    def update_node(self, node_id: str, info: dict[str, Any]) -> NodeEntry:
+        node = self.nodes.get(node_id)
+        if node is None:
+            if len(self.nodes) >= self.caps.max_nodes:
+                self._evict_dead_node()
+            node = self.nodes[node_id] = NodeEntry(node_id)
+            self.pubsub.publish({"type": "node", "node_id": node_id, "state": "ALIVE"})
+        node.info.update(info)
+        if node.state != "ALIVE":
+            node.state = "ALIVE"
+            node.lost_reason = ""
+            self.pubsub.publish({"type": "node", "node_id": node_id, "state": "ALIVE"})
+        node.last_seen = time.time()
+        return node
+
+    def _evict_dead_node(self) -> None:
+        for nid, node in self.nodes.items():
+            if node.state != "ALIVE":
+                self.forget_node(nid)
+                self.dropped["nodes"] += 1
+                return
+        raise OverflowError(
+            f"the dashboard tracks at most {self.caps.max_nodes} nodes; raise "
+            "EMBER_DASHBOARD_MAX_NODES"
+        )
+
+    def forget_node(self, node_id: str) -> None:
+        self.nodes.pop(node_id, None)
+        for w in self.workers.pop(node_id, {}).values():
+            self._worker_node.pop(w.get("worker_id") or "", None)
+        self.objects.pop(node_id, None)
+        self.history.forget(node_id)
+
+    def node_metrics(self, node_id: str, t: float, sample: dict[str, Any]) -> None:
+        node = self.update_node(node_id, {})
+        node.metrics = sample
+        self.history.add(node_id, t, sample)
+        self.pubsub.publish({"type": "node_metrics", "node_id": node_id, "time": t, **sample})
+        self._cluster_sample(t)
+
+    def _cluster_sample(self, t: float) -> None:
+        # The cluster's series is the sum (CPU: the mean) over live nodes, sampled once per
+        # history period whichever node reported last.
+        ring = self.history.rings.get("cluster")
+        if ring and t - ring[-1][0] < self.caps.history_period * 0.9:
+            return
+        live = [n.metrics for n in self.nodes.values() if n.state == "ALIVE" and n.metrics]
+        if not live:
+            return
+        total: dict[str, Any] = {}
+        for m in live:
+            for k, v in m.items():
+                if isinstance(v, int | float) and not isinstance(v, bool):
+                    total[k] = total.get(k, 0) + v
+        if "cpu_percent" in total:
+            total["cpu_percent"] = total["cpu_percent"] / len(live)
+        self.history.add("cluster", t, total)
+
+    def node_lost(self, node_id: str, reason: str) -> None:
+        node = self.nodes.get(node_id)
+        if node is None or node.state != "ALIVE":
+            return
+        node.state = "DEAD"
+        node.lost_reason = reason
+        self.add_event(
+            "WARNING",
+            f"node {node_id[:12]}: {reason}",
+            source="dashboard",
+            node_id=node_id,
+            kind="NODE_LOST",
+        )
+        self.pubsub.publish({"type": "node", "node_id": node_id, "state": "DEAD", "reason": reason})
+
+    def node_row(self, node_id: str) -> dict[str, Any]:
+        return self.nodes[node_id].public(len(self.workers.get(node_id, ())))
+
+    # -- workers ---------------------------------------------------------------------------
+    def set_workers(self, node_id: str, workers: list[dict[str, Any]]) -> None:
+        cap = self.caps.max_workers_per_node
+        if len(workers) > cap:
+            self.dropped["workers"] += len(workers) - cap
+            workers = workers[:cap]
+        table = {}
+        for w in workers:
+            w["node_id"] = node_id
+            table[w["pid"]] = w
+            if w.get("worker_id"):
+                self._worker_node[w["worker_id"]] = node_id
+        self.workers[node_id] = table
+
+    def all_workers(self) -> list[dict[str, Any]]:
+        return [w for table in self.workers.values() for w in table.values()]
+
+    # -- actors ----------------------------------------------------------------------------
+    def update_actor(self, row: dict[str, Any]) -> None:
+        actor_id = row["actor_id"]
+        row = dict(row)
+        row["state"] = _ACTOR_STATE.get(row.get("state", ""), row.get("state", "PENDING"))
+        old = self.actors.get(actor_id)
+        if old is None:
+            if len(self.actors) >= self.caps.max_actors:
+                self._evict_actor()
+            old = self.actors[actor_id] = {"actor_id": actor_id}
+        changed = old.get("state") != row["state"]
+        old.update(row)
+        name = old.get("name") or ""
+        old["title"] = f"{old.get('class_name', '')}({name})" if name else old.get("class_name", "")
+        if old.get("worker_id"):
+            self._actor_by_worker[old["worker_id"]] = actor_id
+        if changed and old["state"] == "DEAD":
+            cause = old.get("death_cause") or "no cause given"
+            self.add_event(
+                "WARNING",
+                f"actor {old.get('title') or actor_id} died: {cause}",
+                source="gcs",
+                node_id=old.get("node_id"),
+                pid=old.get("pid"),
+                kind="ACTOR_DIED",
+            )
+        if changed:
+            self.pubsub.publish(
+                {
+                    "type": "actor",
+                    "actor_id": actor_id,
+                    "state": old["state"],
+                    "class_name": old.get("class_name"),
+                }
+            )
+
+    def _evict_actor(self) -> None:
+        # Dead actors go first; a live one is only dropped when every kept actor is alive.
+        victim = next((a for a, r in self.actors.items() if r.get("state") == "DEAD"), None)
+        if victim is None:
+            victim = next(iter(self.actors))
+        self.actors.pop(victim)
+        self._actor_calls.pop(victim, None)
+        self.dropped["actors"] += 1
+
+    def actor_row(self, actor_id: str) -> dict[str, Any]:
+        row = dict(self.actors[actor_id])
+        submitted, finished = self._actor_calls.get(actor_id, (0, 0))
+        row["executed_calls"] = finished
+        row["pending_calls"] = max(submitted - finished, 0)
+        owner = row.get("owner_worker_id")
+        row["creator_actor_id"] = self._actor_by_worker.get(owner) if owner else None
+        return row
+
+    # -- tasks -----------------------------------------------------------------------------
+    def add_task_events(
+        self,
+        node_id: str,
+        job_id: str,
+        events: list[list[Any]],
+        dropped_at_source: int = 0,
+    ) -> None:
+        """Ingests one owner's batch: ``[[task_id, state, time, attempt, extra], ...]``."""
+        tasks = self.tasks
+        before = tasks.dropped
+        changed: dict[str, int] = {}
+        for task_id, state, t, attempt, extra in events:
+            if state == "PROFILE":
+                continue  # profile spans are the timeline's (part B), not the task table's
+            ran_on = self._where(node_id, extra) if extra else None
+            slot = tasks.apply(task_id, state, t, attempt, extra, job_id=job_id, node_id=ran_on)
+            actor_id = tasks.cols["actor_id"][slot]
+            if actor_id:
+                calls = self._actor_calls.setdefault(actor_id, [0, 0])
+                if state == "PENDING_ARGS_AVAIL":
+                    calls[0] += 1
+                elif state in ("FINISHED", "FAILED"):
+                    calls[1] += 1
+            error = tasks.cols["error"][slot]
+            if state == "FAILED" and error:
+                self.add_event(
+                    "ERROR",
+                    f"task {tasks.cols['name'][slot] or task_id} failed: "
+                    f"{error.strip().splitlines()[-1] if error.strip() else ''}",
+                    source="task",
+                    node_id=tasks.cols["node_id"][slot] or node_id,
+                    pid=tasks.pid[slot] or None,
+                    kind="TASK_FAILED",
+                    detail=error,
+                )
+            changed[state] = changed.get(state, 0) + 1
+        self.dropped["tasks"] += tasks.dropped - before
+        self.dropped["agent_task_events"] += dropped_at_source
+        self.ingested["task_events"] += len(events)
+        self.ingested["batches"] += 1
+        if changed:
+            self.pubsub.publish(
+                {
+                    "type": "tasks",
+                    "node_id": node_id,
+                    "events": changed,
+                    "counts": dict(tasks.counts["state"]),
+                }
+            )
+
+    def _where(self, owner_node: str, extra: dict[str, Any]) -> str | None:
+        """The node a task ran on: its worker's, its actor's, or the owner node's pid."""
+        wid = extra.get("worker_id")
+        if wid and wid in self._worker_node:
+            return self._worker_node[wid]
+        aid = extra.get("actor_id")
+        if aid and aid in self.actors:
+            return self.actors[aid].get("node_id")
+        pid = extra.get("pid")
+        if pid and pid in self.workers.get(owner_node, ()):
+            return owner_node
+        return None
+
+    # -- objects, logs, events -------------------------------------------------------------
+    def set_objects(self, node_id: str, rows: list[dict[str, Any]]) -> None:
+        cap = self.caps.max_objects_per_node
+        if len(rows) > cap:
+            self.dropped["objects"] += len(rows) - cap
+            rows = rows[:cap]
+        self.objects[node_id] = rows
+        self.objects_time[node_id] = time.time()
+
+    def set_log_index(self, node_id: str, files: list[dict[str, Any]]) -> None:
+        for f in files:
+            f["node_id"] = node_id
+        self.logs[node_id] = files
+
+    def add_event(
+        self,
+        severity: str,
+        message: str,
+        *,
+        source: str,
+        node_id: str | None = None,
+        pid: int | None = None,
+        kind: str = "",
+        detail: str | None = None,
+        t: float | None = None,
+    ) -> None:
+        if len(self.events) == self.events.maxlen:
+            self.dropped["events"] += 1
+        ev = {
+            "time": t or time.time(),
+            "severity": severity,
+            "source": source,
+            "node_id": node_id,
+            "pid": pid,
+            "kind": kind,
+            "message": message,
+            "detail": detail,
+        }
+        self.events.append(ev)
+        self.pubsub.publish({"type": "event", **ev})
