@@ -28,8 +28,8 @@ from ember import config, global_state
 from ember.call_site import user_call_site
 from ember.core_worker.actor_submitter import ActorSubmitter
 from ember.core_worker.cluster_links import ClusterLinks
-from ember.core_worker.lineage import Lineage
 from ember.core_worker.event_export import EventExporter
+from ember.core_worker.lineage import Lineage
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.reference_counter import Ref, ReferenceCounter
 from ember.core_worker.task_spec import ACTOR_TASK, ARG_INLINE, ARG_REF, TaskSpec
