@@ -28,6 +28,7 @@ import psutil
 from ember.dashboard import pyspy, wire
 from ember.dashboard.agent_logs import LogDir
 from ember.dashboard.agent_metrics import NodeSampler, ProcessSampler
+from ember.util.metrics import read_node_snapshots
 
 logger = logging.getLogger("ember.agent")
 PERIOD = float(os.environ.get("EMBER_AGENT_PERIOD", "2.0"))
@@ -163,6 +164,8 @@ class Agent:
         sample["num_workers"] = sum(1 for w in workers if w["kind"] == "worker")
         me = measured.get(os.getpid(), {})
         sample["agent"] = {"cpu_percent": me.get("cpu_percent"), "rss_bytes": me.get("rss_bytes")}
+        # ember.util.metrics: each process's snapshot file, shipped with the sample (part B).
+        sample["user_metrics"] = read_node_snapshots(self.session_dir)
         info = dict(self.info)
         if stats:
             info["resources_total"] = stats.get("resources_total", {})
