@@ -355,7 +355,11 @@ def metrics(
 def service_discovery(ctx: DashboardContext) -> list[dict[str, Any]]:
     """Prometheus ``file_sd_configs`` groups: the cluster-wide target and one per live node
     (each a ``/metrics`` URL parameter on this dashboard, which serves every node)."""
-    target = f"{ctx.host}:{ctx.port}"
+    host = ctx.host
+    if host in ("0.0.0.0", "::"):  # bound everywhere: name the head node's address
+        head = [n for n in ctx.state.nodes.values() if n.info.get("is_head")]
+        host = str(head[0].info.get("node_ip") or "127.0.0.1") if head else "127.0.0.1"
+    target = f"[{host}]:{ctx.port}" if ":" in host else f"{host}:{ctx.port}"
     extra = {"__metrics_path__": f"{ctx.prefix}/metrics"} if ctx.prefix else {}
     groups = [{"targets": [target], "labels": {"__param_scope": "cluster", **extra}}]
     for nid, node in sorted(ctx.state.nodes.items()):
