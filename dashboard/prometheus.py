@@ -28,7 +28,7 @@ import psutil
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.util.metrics import merge_snapshots
 from fastapi import APIRouter, Depends, HTTPException, Query, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -38,6 +38,9 @@ from prometheus_client.core import (
 
 MAX_LABEL_VALUES = int(os.environ.get("EMBER_METRICS_MAX_LABEL_VALUES", "200"))
 SD_FILE = "prom_metrics_service_discovery.json"
+# The classic text format: every Prometheus (Debian's 2.42 too) parses it; our names and
+# labels are plain ASCII, so the newer 1.0.0 format would add nothing.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OTHER = "other"
 
 router = APIRouter(tags=["metrics"])
@@ -346,7 +349,7 @@ def metrics(
     if node_id is not None and node_id not in ctx.state.nodes:
         raise HTTPException(404, f"no node {node_id!r}; GET /api/nodes lists them")
     body = render(ctx, node_id=node_id, cluster=scope == "cluster")
-    return Response(content=body, media_type=CONTENT_TYPE_LATEST)
+    return Response(content=body, media_type=CONTENT_TYPE)
 
 
 # -- file service discovery -----------------------------------------------------------------
