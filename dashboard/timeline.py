@@ -378,16 +378,13 @@ def generate(
         pid, meta = writer.process(tr["to_node"])
         if meta:
             chunk.append(meta)
-        chunk.append(writer.thread(pid, 1, "transfers"))
-        args = json.dumps(
-            {
-                "object_id": tr.get("object_id"),
-                "from_node": tr.get("from_node"),
-                "size": tr.get("size"),
-            }
-        )
+        # Async slices: pulls overlap, and each gets its own track in the node's process.
+        size = tr.get("size") or 0
+        label = f"object transfer {size / 2**20:.1f} MiB from {str(tr.get('from_node'))[:8]}"
         chunk.append(
-            writer.slice(pid, 1, "object transfer", "transfer", tr["start"], tr["end"], args)
+            writer.async_slice(
+                pid, label, "transfer", str(tr.get("object_id")), tr["start"], tr["end"]
+            )
         )
         writer.counts["transfers"] += 1
 

@@ -236,3 +236,43 @@ def test_a_large_trace_streams_in_bounded_memory(tmp_path, monkeypatch):
     big_peak, big_chars = _peak_bytes(50_000, store)
     assert big_chars > 9 * small_chars
     assert big_peak < 2 * small_peak + 1_000_000, (small_peak, big_peak)
+
+
+def test_object_transfers_from_the_agents_reach_the_trace():
+    """The agent ships its raylet's pulls in its metrics message; the hub hands them to the
+    timeline, which draws each as an async slice on the receiving node (pulls overlap)."""
+    import asyncio
+
+    from ember.dashboard.agent_hub import AgentHub, AgentLink
+    from ember.dashboard.state import DashboardState
+
+    state = DashboardState()
+    hub = AgentHub(state)
+    link = asyncio.run(_make_link(AgentLink, "bb" * 14))
+    now = time.time()
+    transfers = [
+        {
+            "object_id": f"{i:040x}",
+            "from_node": "aa" * 14,
+            "to_node": "bb" * 14,
+            "size": 8 * 2**20,
+            "start": now + i * 0.01,
+            "end": now + 0.05 + i * 0.01,
+        }
+        for i in range(3)
+    ]
+    hub.ingest(link, {"type": "metrics", "time": now, "sample": {}, "transfers": transfers})
+    out = io.StringIO()
+    tl.write(out, [], store=state.timeline)
+    events = json.loads(out.getvalue())
+    begins = [e for e in events if e["ph"] == "b" and e["cat"] == "transfer"]
+    assert len(begins) == 3 and events[-1]["args"]["transfers"] == 3
+    assert begins[0]["name"] == "object transfer 8.0 MiB from aaaaaaaa"
+    # Filtering by node keeps transfers into or out of it.
+    out = io.StringIO()
+    tl.write(out, [], store=state.timeline, filters=tl.Filters(node_id="cc" * 14))
+    assert json.loads(out.getvalue())[-1]["args"]["transfers"] == 0
+
+
+async def _make_link(cls, node_id):
+    return cls(node_id)  # its queue wants a running loop
