@@ -9,6 +9,7 @@ dashboard's ingestion calls (``node_metrics``, ``set_workers``, ``update_actor``
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 
@@ -88,11 +89,19 @@ def main() -> None:
         times.append(time.perf_counter() - t)
         resp.raise_for_status()
         size = len(resp.content)
+    first = times[0]
     times.sort()
     p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
     print(
         f"/metrics: {size / 1024:.0f} KiB; median {statistics.median(times) * 1000:.1f} ms, "
-        f"p99 {p99 * 1000:.1f} ms, max {times[-1] * 1000:.1f} ms over {args.scrapes} scrapes"
+        f"p99 {p99 * 1000:.1f} ms, max {times[-1] * 1000:.1f} ms over {args.scrapes} scrapes "
+        f"(the first: {first * 1000:.1f} ms)"
+    )
+    gc.collect()
+    t = time.perf_counter()
+    gc.collect()
+    print(
+        f"(one full garbage collection of this state takes {(time.perf_counter() - t) * 1000:.0f} ms)"
     )
 
 
