@@ -304,3 +304,32 @@ def test_concurrent_actor_calls_get_their_own_rows(ember_start, tmp_path):
     for row in by_row.values():
         row.sort()
         assert all(a[1] <= b[0] for a, b in zip(row, row[1:], strict=False)), row
+
+
+def test_without_a_dashboard_the_driver_traces_its_own_tasks(ember_start):
+    ctx = ember_start(num_cpus=2, include_dashboard=False)
+    assert not ctx.dashboard_url
+    _run_workload()
+    events = ember.timeline()  # no polling: the driver's own buffer is complete at once
+    tasks = [e for e in events if e.get("cat") == "task"]
+    # The driver's three tasks; parent's three leaves are owned (and traced) by its worker.
+    assert sorted(t["name"].rsplit(".", 1)[-1] for t in tasks) == ["leaf", "leaf", "parent"]
+    assert [e["name"] for e in events if e["ph"] == "s"].count("object") == 1
+
+
+def test_an_unreachable_dashboard_falls_back_with_a_notice(ember_start, tmp_path, capfd):
+    ember_start(num_cpus=1)
+    assert ember.get(leaf.remote(1)) == 2
+    from ember import global_state
+
+    worker = global_state.worker
+    saved = worker.node["dashboard_url"]
+    worker.node["dashboard_url"] = "http://127.0.0.1:9"  # nothing listens on port 9
+    try:
+        path = tmp_path / "trace.json"
+        assert ember.timeline(filename=str(path)) is None
+    finally:
+        worker.node["dashboard_url"] = saved
+    assert "did not answer" in capfd.readouterr().err
+    events = json.loads(path.read_text())
+    assert [e["name"].rsplit(".", 1)[-1] for e in events if e.get("cat") == "task"] == ["leaf"]
