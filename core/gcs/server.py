@@ -29,7 +29,10 @@ from ember.resources import fits
 
 logger = logging.getLogger("ember.gcs")
 
-DASHBOARD_URL_KEY = ("dashboard", b"url")  # written by the dashboard server  # (namespace, key) in the KV
+DASHBOARD_URL_KEY = (
+    "dashboard",
+    b"url",
+)  # written by the dashboard server  # (namespace, key) in the KV
 ACTOR_STATES = ("DEPENDENCIES_UNREADY", "PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD")
 
 

@@ -71,7 +71,7 @@ def test_many_pulls_at_once_all_arrive(cluster):
     arrays = ember.get(refs, timeout=60)
     assert [int(a[0]) for a in arrays] == [i % 251 for i in range(24)]
     # The head's raylet pulled them all, never more at once than its bound.
-    stats = _raylet_call(cluster.head_node, "node_stats")["transfers"]
+    stats = _raylet_call(cluster.head_node, "node_stats")["transfer_stats"]
     assert stats["pulled"] >= 24 and stats["failed"] == 0
     assert 1 <= stats["peak"] <= stats["limit"]
     assert stats["bytes"] >= 24 * 1024 * 1024
