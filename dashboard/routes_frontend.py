@@ -1,0 +1,250 @@
+"""Endpoints the browser app needs beyond the shared list API (issue 5).
+
+- ``/api/frontend/actors``: the Actors page's list. Substring search (the shared filters are
+  exact), the creator tree flattened in depth-first order with each row's ``depth`` and
+  ``num_children`` (so the page can page and virtualise a tree of 20,000 actors like a list),
+  and ``infeasible`` set on pending actors no node can ever hold.
+- ``/api/frontend/nodes``: the node rows with their latest metrics sample, in one request
+  (the Machines page shows disk and network per node; ``/api/nodes/{id}`` per row would be N).
+- ``/api/frontend/throughput``: finished and failed tasks per time bucket, for the Overview's
+  throughput chart (the metric history has no task series).
+
+They read the same ``DashboardState`` as every router and add no state of their own.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query
+
+from ember.dashboard.app import DashboardContext, get_ctx
+from ember.dashboard.query import MAX_LIMIT, check_sort, page
+from ember.dashboard.state import ACTOR_FIELDS
+
+router = APIRouter(tags=["frontend"])
+
+# The scan behind the throughput chart stops after this many records (newest first), so the
+# request stays bounded however many tasks the table holds.
+THROUGHPUT_SCAN_CAP = 300_000
+_SEARCHED = ("actor_id", "class_name", "name", "title", "node_id", "pid", "job_id")
+
+
+def is_infeasible(row: dict[str, Any]) -> bool:
+    """A pending actor whose reason says no node can ever hold it (the GCS's wording)."""
+    reason = (row.get("pending_reason") or "").lower()
+    return row.get("state") == "PENDING" and "infeasible" in reason
+
+
+def _matches(row: dict[str, Any], needle: str) -> bool:
+    return any(needle in str(row.get(k) or "").lower() for k in _SEARCHED)
+
+
+@router.get("/api/frontend/actors")
+def frontend_actors(
+    q: Annotated[str, Query(max_length=200, description="substring of id, class, name, node")] = "",
+    state: Annotated[str, Query(max_length=20, description="ALIVE, PENDING, RESTARTING, DEAD")] = "",
+    pid: Annotated[int | None, Query(ge=1, le=2**22)] = None,
+    node_id: Annotated[str, Query(max_length=64)] = "",
+    view: Annotated[Literal["list", "tree"], Query(description="flat list or creator tree")] = "list",
+    collapsed: Annotated[str, Query(max_length=20_000, description="tree: comma-separated ids")] = "",
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
+    offset: Annotated[int, Query(ge=0, le=100_000_000)] = 0,
+    sort_by: Annotated[str | None, Query(max_length=64)] = None,
+    descending: bool = False,
+    ctx: DashboardContext = Depends(get_ctx),
+) -> dict[str, Any]:
+    check_sort(sort_by, ACTOR_FIELDS)
+    st = ctx.state
+    rows = [st.actor_row(a) for a in list(st.actors)]
+    children: dict[str, list[dict[str, Any]]] = {}  # {creator actor id: [rows]}
+    for r in rows:
+        children.setdefault(r.get("creator_actor_id") or "", []).append(r)
+    needle = q.strip().lower()
+
+    def keep(r: dict[str, Any]) -> bool:
+        return (
+            (not needle or _matches(r, needle))
+            and (not state or r.get("state") == state)
+            and (pid is None or r.get("pid") == pid)
+            and (not node_id or (r.get("node_id") or "").startswith(node_id))
+        )
+
+    counts: dict[str, int] = {}
+    for r in rows:
+        r["num_children"] = len(children.get(r["actor_id"], ()))
+        r["infeasible"] = is_infeasible(r)
+        counts[r.get("state") or ""] = counts.get(r.get("state") or "", 0) + 1
+
+    if view == "list":
+        out = page(
+            (r for r in rows if keep(r)), sort_by=sort_by, descending=descending,
+            limit=limit, offset=offset,
+        )
+    else:
+        out = _tree_page(rows, children, keep, set(filter(None, collapsed.split(","))),
+                         sort_by, descending, limit, offset)
+    out["counts"] = counts
+    return out
+
+
+def _tree_page(
+    rows: list[dict[str, Any]],
+    children: dict[str, list[dict[str, Any]]],
+    keep: Any,
+    collapsed: set[str],
+    sort_by: str | None,
+    descending: bool,
+    limit: int,
+    offset: int,
+) -> dict[str, Any]:
+    """Depth-first over the creator tree; a row stays when it or a descendant matches (so a
+    match is shown with its ancestors), and a collapsed row hides its descendants."""
+    ids = {r["actor_id"] for r in rows}
+    # An actor whose creator is gone from the table (evicted) is shown as a root.
+    roots = [r for r in rows if not r.get("creator_actor_id") or r["creator_actor_id"] not in ids]
+    if sort_by:
+        key = _key(sort_by)
+        for lst in [roots, *children.values()]:
+            lst.sort(key=key, reverse=descending)
+
+    visible: dict[str, bool] = {}
+
+    def any_match(r: dict[str, Any]) -> bool:
+        # Iterative post-order so a 20,000-deep chain cannot overflow the stack.
+        stack = [(r, False)]
+        while stack:
+            node, done = stack.pop()
+            aid = node["actor_id"]
+            if aid in visible:
+                continue
+            kids = children.get(aid, ())
+            if done:
+                visible[aid] = keep(node) or any(visible.get(k["actor_id"]) for k in kids)
+            else:
+                stack.append((node, True))
+                stack.extend((k, False) for k in kids if k["actor_id"] not in visible)
+        return visible[r["actor_id"]]
+
+    flat: list[dict[str, Any]] = []
+    stack = [(r, 0) for r in reversed(roots)]
+    while stack:
+        r, depth = stack.pop()
+        if not any_match(r):
+            continue
+        r["depth"] = depth
+        r["matches"] = keep(r)
+        flat.append(r)
+        if r["actor_id"] not in collapsed:
+            stack.extend((k, depth + 1) for k in reversed(children.get(r["actor_id"], ())))
+    return {"total": len(flat), "offset": offset, "limit": limit,
+            "items": flat[offset : offset + limit]}
+
+
+def _key(field: str) -> Any:
+    def key(row: dict[str, Any]) -> tuple:
+        v = row.get(field)
+        if v is None:
+            return (0, "")
+        return (1, v) if isinstance(v, int | float) else (2, str(v))
+
+    return key
+
+
+@router.get("/api/frontend/nodes")
+def frontend_nodes(
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 1000,
+    offset: Annotated[int, Query(ge=0, le=100_000_000)] = 0,
+    ctx: DashboardContext = Depends(get_ctx),
+) -> dict[str, Any]:
+    st = ctx.state
+    rows = []
+    for nid in list(st.nodes):
+        row = st.node_row(nid)
+        row["metrics"] = st.nodes[nid].metrics
+        rows.append(row)
+    rows.sort(key=lambda r: (not r["is_head"], r.get("state") != "ALIVE", r.get("hostname") or ""))
+    return {"total": len(rows), "offset": offset, "limit": limit,
+            "items": rows[offset : offset + limit]}
+
+
+@router.get("/api/frontend/throughput")
+def throughput(
+    window_s: Annotated[float, Query(gt=0, le=3600)] = 600,
+    bucket_s: Annotated[float, Query(ge=1, le=600)] = 5,
+    ctx: DashboardContext = Depends(get_ctx),
+) -> dict[str, Any]:
+    """``{"bucket_s", "times": [bucket start], "finished": [n], "failed": [n], "scanned",
+    "truncated"}``: tasks that ended in each bucket of the last ``window_s`` seconds."""
+    now = time.time()
+    start = now - window_s
+    n = int(window_s // bucket_s) + 1
+    first = now - (n - 1) * bucket_s
+    finished = [0] * n
+    failed = [0] * n
+    scanned = 0
+    truncated = False
+    # Newest first by submission; a task submitted long before the window ended before it
+    # too, except the rare long runner (a minute of slack covers most).
+    for rec in ctx.state.tasks.newest_first():
+        scanned += 1
+        if scanned > THROUGHPUT_SCAN_CAP:
+            truncated = True
+            break
+        if rec.t_pending is not None and rec.t_pending < start - 60:
+            break
+        end = rec.t_end
+        if end is None or end < first:
+            continue
+        i = min(n - 1, int((end - first) // bucket_s))
+        if rec.state == "FAILED":
+            failed[i] += 1
+        elif rec.state == "FINISHED":
+            finished[i] += 1
+    return {
+        "bucket_s": bucket_s,
+        "times": [first + i * bucket_s for i in range(n)],
+        "finished": finished,
+        "failed": failed,
+        "scanned": min(scanned, THROUGHPUT_SCAN_CAP),
+        "truncated": truncated,
+    }
+
+
+@router.get("/api/frontend/object_groups")
+async def object_groups(
+    by: Annotated[Literal["node_id", "pid"], Query(description="group by node or by process")] = "node_id",
+    max_age: Annotated[float, Query(ge=0, le=3600, description="reuse rows this fresh (s)")] = 2.0,
+    ctx: DashboardContext = Depends(get_ctx),
+) -> dict[str, Any]:
+    """The Memory page's groups: ``{"by", "groups": [{"key", "node_id", "pid", "count",
+    "bytes", "types": {reference type: n}}], "missing", "store": {node_id: {used, capacity,
+    objects}}}``, largest first. The rows are the ones ``/api/objects`` serves."""
+    from ember.dashboard.routes.objects import refresh_objects
+
+    missing = await refresh_objects(ctx, max_age)
+    st = ctx.state
+    groups: dict[str, dict[str, Any]] = {}
+    for node_id, rows in st.objects.items():
+        for r in rows:
+            pid = r.get("pid") if by == "pid" else None
+            key = f"{node_id}/{pid}" if by == "pid" else node_id
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = {"key": key, "node_id": node_id, "pid": pid, "count": 0,
+                                   "bytes": 0, "types": {}}
+            g["count"] += 1
+            g["bytes"] += r.get("object_size") or 0
+            t = r.get("reference_type") or ""
+            g["types"][t] = g["types"].get(t, 0) + 1
+    store = {
+        nid: {
+            "used": n.metrics.get("object_store_used_bytes"),
+            "capacity": n.metrics.get("object_store_capacity_bytes"),
+            "objects": n.metrics.get("object_store_objects"),
+        }
+        for nid, n in st.nodes.items()
+    }
+    ordered = sorted(groups.values(), key=lambda g: (-g["bytes"], -g["count"], g["key"]))
+    return {"by": by, "groups": ordered, "missing": missing, "store": store}

@@ -1,0 +1,131 @@
+// The live stream: one WebSocket per page load, its messages dispatched by "type" to whoever
+// listens. A dropped connection shows a banner (via the status listeners) and reconnects with
+// a capped backoff; after a reconnect every listener is told to resync, since events were
+// missed while it was down.
+import { useEffect, useState } from "preact/hooks";
+
+export type StreamStatus = "connecting" | "open" | "down";
+export interface StreamMessage {
+  type: string;
+  [k: string]: unknown;
+}
+type Handler = (msg: StreamMessage) => void;
+
+const RESYNC = "__resync__";
+
+class LiveStream {
+  status: StreamStatus = "connecting";
+  downSince = 0;
+  attempts = 0;
+  private ws: WebSocket | null = null;
+  private handlers = new Map<string, Set<Handler>>();
+  private statusListeners = new Set<(s: StreamStatus) => void>();
+  private retryTimer = 0;
+  private everOpened = false;
+  private stopped = false;
+
+  url(): string {
+    const u = new URL("api/stream", document.baseURI);
+    u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
+    return u.toString();
+  }
+
+  start(): void {
+    this.stopped = false;
+    this.connect();
+  }
+
+  private connect(): void {
+    clearTimeout(this.retryTimer);
+    let ws: WebSocket;
+    try {
+      ws = new WebSocket(this.url());
+    } catch {
+      this.scheduleRetry();
+      return;
+    }
+    this.ws = ws;
+    ws.onopen = () => {
+      const reconnected = this.everOpened;
+      this.everOpened = true;
+      this.attempts = 0;
+      this.setStatus("open");
+      if (reconnected) this.dispatch({ type: RESYNC });
+    };
+    ws.onmessage = (ev) => {
+      let msg: StreamMessage | StreamMessage[];
+      try {
+        msg = JSON.parse(ev.data as string);
+      } catch {
+        return; // the server only sends JSON; anything else is not ours to guess at
+      }
+      // The server sends {"type": "batch", "messages": [...]}: whatever queued since the last send.
+      const list = Array.isArray(msg) ? msg : msg.type === "batch" && Array.isArray(msg.messages) ? (msg.messages as StreamMessage[]) : [msg];
+      for (const m of list) if (m && typeof m.type === "string") this.dispatch(m);
+    };
+    ws.onclose = () => {
+      if (this.ws !== ws) return;
+      this.ws = null;
+      if (!this.stopped) this.scheduleRetry();
+    };
+    ws.onerror = () => ws.close();
+  }
+
+  private scheduleRetry(): void {
+    if (this.status !== "down") this.downSince = Date.now();
+    this.setStatus("down");
+    this.attempts++;
+    // 0.5 s, 1 s, 2 s, 4 s, then every 5 s: quick after a blip, gentle on a dead server.
+    const delay = Math.min(5000, 500 * 2 ** Math.min(this.attempts - 1, 4));
+    this.retryTimer = window.setTimeout(() => this.connect(), delay);
+  }
+
+  /** Retry now (the banner's button), instead of waiting out the backoff. */
+  retryNow(): void {
+    if (this.status === "down") this.connect();
+  }
+
+  /** Closes the socket as a network failure would; used by the tests' "dropped stream" case. */
+  drop(): void {
+    this.ws?.close();
+  }
+
+  private setStatus(s: StreamStatus): void {
+    this.status = s;
+    this.statusListeners.forEach((l) => l(s));
+  }
+
+  private dispatch(msg: StreamMessage): void {
+    this.handlers.get(msg.type)?.forEach((h) => h(msg));
+    this.handlers.get("*")?.forEach((h) => h(msg));
+  }
+
+  on(type: string, h: Handler): () => void {
+    let set = this.handlers.get(type);
+    if (!set) this.handlers.set(type, (set = new Set()));
+    set.add(h);
+    return () => void set!.delete(h);
+  }
+
+  onStatus(l: (s: StreamStatus) => void): () => void {
+    this.statusListeners.add(l);
+    return () => void this.statusListeners.delete(l);
+  }
+}
+
+export const stream = new LiveStream();
+
+export function useStreamStatus(): StreamStatus {
+  const [s, set] = useState(stream.status);
+  useEffect(() => stream.onStatus(set), []);
+  return s;
+}
+
+/** Calls `h` for each message of these types, and with {type: "__resync__"} after a reconnect. */
+export function useStream(types: string[], h: Handler, deps: unknown[] = []): void {
+  useEffect(() => {
+    const offs = [...types, RESYNC].map((t) => stream.on(t, h));
+    return () => offs.forEach((o) => o());
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [types.join(","), ...deps]);
+}

@@ -1,0 +1,113 @@
+// The live task stream: the Chrome trace of /api/timeline for the chosen window, drawn on a
+// canvas (a row per worker grouped by node). While "follow" is on, new tasks slide in from the
+// right as the stream announces them; zooming or panning stops following.
+import { useEffect, useMemo, useState } from "preact/hooks";
+import { ErrorBox } from "../components/bits";
+import { apiUrl, type Page } from "../lib/api";
+import { useApi } from "../lib/data";
+import { shortId } from "../lib/format";
+import { setParams } from "../lib/router";
+import { TimelineCanvas, type ColorBy, type View } from "../timeline/TimelineCanvas";
+import { parseTrace } from "../timeline/trace";
+import type { NodeRow } from "../lib/types";
+
+const WINDOWS: [string, number][] = [
+  ["30 s", 30],
+  ["1 min", 60],
+  ["5 min", 300],
+  ["15 min", 900],
+  ["1 h", 3600],
+];
+
+export function Timeline({ params }: { params: URLSearchParams }) {
+  const win = Number(params.get("window") ?? 60) || 60;
+  const colorBy: ColorBy = params.get("color") === "state" ? "state" : "function";
+  const flows = params.get("flows") === "1";
+  const node = params.get("node") ?? "";
+  const job = params.get("job") ?? "";
+  const [follow, setFollow] = useState(true);
+  const q = { last_seconds: win, node_id: node || undefined, job_id: job || undefined };
+  const raw = useApi<unknown>("api/timeline", q, { liveTypes: follow ? ["tasks"] : [], minGapMs: 2000, pollMs: follow ? 5000 : undefined });
+  const nodes = useApi<Page<NodeRow>>("api/nodes", { limit: 1000 }, { liveTypes: ["node"] });
+  const trace = useMemo(() => parseTrace(raw.data), [raw.data]);
+  const [view, setView] = useState<View>(() => ({ t0: Date.now() * 1000 - win * 1e6, t1: Date.now() * 1000 }));
+
+  // Following: the view is the last `win` seconds, moving with the clock.
+  useEffect(() => {
+    if (!follow) return;
+    const tick = () => setView({ t0: Date.now() * 1000 - win * 1e6, t1: Date.now() * 1000 });
+    tick();
+    const t = setInterval(tick, 1000);
+    return () => clearInterval(t);
+  }, [follow, win]);
+
+  return (
+    <div>
+      <h1>Timeline</h1>
+      <div class="toolbar">
+        <label>
+          Window
+          <select value={String(win)} onChange={(e) => setParams({ window: (e.currentTarget as HTMLSelectElement).value })} data-testid="timeline-window">
+            {WINDOWS.map(([l, s]) => (
+              <option key={s} value={String(s)}>
+                last {l}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Colour by
+          <select value={colorBy} onChange={(e) => setParams({ color: (e.currentTarget as HTMLSelectElement).value === "state" ? "state" : undefined })}>
+            <option value="function">function</option>
+            <option value="state">state / phase</option>
+          </select>
+        </label>
+        <label>
+          <input type="checkbox" checked={flows} onChange={(e) => setParams({ flows: (e.currentTarget as HTMLInputElement).checked ? "1" : undefined })} data-testid="timeline-flows" />
+          flow edges ({trace.flows.length})
+        </label>
+        <label>
+          Node
+          <select value={node} onChange={(e) => setParams({ node: (e.currentTarget as HTMLSelectElement).value || undefined })}>
+            <option value="">all</option>
+            {(nodes.data?.items ?? []).map((n) => (
+              <option key={n.node_id} value={n.node_id}>
+                {n.hostname ?? ""} {shortId(n.node_id, 12)}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          <input type="checkbox" checked={follow} onChange={(e) => setFollow((e.currentTarget as HTMLInputElement).checked)} data-testid="timeline-follow" />
+          follow live
+        </label>
+        <button onClick={() => {
+            setFollow(false);
+            setView({ t0: trace.start, t1: Math.max(trace.end, trace.start + 1000) });
+          }} disabled={!trace.count}>
+          Fit
+        </button>
+        <a class="button" href={apiUrl("api/timeline", q)} download="ember-timeline.json" data-testid="timeline-download">
+          ⤓ Download Chrome trace
+        </a>
+        <span class="count" data-testid="timeline-count">
+          {trace.count.toLocaleString()} slices · {trace.rows.length} workers
+        </span>
+      </div>
+      <ErrorBox error={raw.error && (raw.error.startsWith("404") || /no API endpoint/.test(raw.error) ? `The dashboard has no timeline endpoint (${raw.error}).` : raw.error)} />
+      <div class="note">Wheel to zoom, drag to pan, hover a slice for details. Open the download in chrome://tracing, Perfetto or speedscope.</div>
+      <TimelineCanvas
+        trace={trace}
+        view={view}
+        onView={(v) => {
+          setFollow(false);
+          setView(v);
+        }}
+        colorBy={colorBy}
+        showFlows={flows}
+        height={240}
+      />
+      {!raw.loading && trace.count === 0 && <div class="empty">No tasks ran in the last {win} s.</div>}
+    </div>
+  );
+}
