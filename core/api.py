@@ -10,6 +10,7 @@ import inspect
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -110,10 +111,19 @@ def init(
                 object_store_memory=object_store_memory,
                 temp_dir=temp_dir,
                 tied_to=os.getpid(),
+                include_dashboard=include_dashboard,
+                dashboard_host=dashboard_host,
+                dashboard_port=dashboard_port,
             )
             node.start()
             _node = node
             node_info = node.info()
+            if node.dashboard_url:
+                # Printed, as Ray does, so the URL shows whatever logging is configured.
+                print(
+                    f"Started a local Ember instance. View the dashboard at {node.dashboard_url}",
+                    file=sys.stderr,
+                )
         worker = CoreWorker(
             mode=DRIVER,
             node=node_info,

@@ -88,6 +88,9 @@ class LocalNode:
         tied_to: int | None = None,
         prestart: int | None = None,
         node_ip: str = "127.0.0.1",
+        include_dashboard: bool | None = None,
+        dashboard_host: str = "127.0.0.1",
+        dashboard_port: int | None = None,
     ) -> None:
         self.object_store_memory = int(object_store_memory or default_object_store_memory())
         self.resources = build_resources(
@@ -105,6 +108,13 @@ class LocalNode:
         self.raylet_address = ""
         self.arena_path = ""
         self.procs: dict[str, subprocess.Popen] = {}
+        # The dashboard runs on the head unless include_dashboard=False; the agent on every node.
+        self.dashboard = {
+            "include": head and include_dashboard is not False,
+            "host": dashboard_host,
+            "port": dashboard_port,
+        }
+        self.dashboard_url = ""
 
     def info(self) -> dict[str, Any]:
         return {
@@ -115,6 +125,7 @@ class LocalNode:
             "arena_path": self.arena_path,
             "arena_capacity": self.object_store_memory,
             "node_ip": self.node_ip,
+            "dashboard_url": self.dashboard_url,
         }
 
     def start(self) -> None:
@@ -173,6 +184,9 @@ class LocalNode:
             deadline = time.monotonic() + config.process_start_timeout
             for name, fd in waits:
                 self._wait_ready(name, fd, deadline)
+            from ember.dashboard.launch import start_node_agents_for
+
+            self.dashboard_url = start_node_agents_for(self)
         except BaseException:
             self.stop()
             raise
@@ -199,6 +213,12 @@ class LocalNode:
             err.close()
         self.procs[name] = proc
         return name, r
+
+    def spawn_ready(self, name: str, args: list[str]) -> str:
+        """Starts ``args`` (tied to the driver like the rest) and returns its ready line."""
+        parent = ["--parent-pid", str(self.tied_to)] if self.tied_to else []
+        _, fd = self._spawn(name, [*args, *parent])
+        return self._wait_ready(name, fd, time.monotonic() + config.process_start_timeout)
 
     def _wait_ready(self, name: str, fd: int, deadline: float) -> str:
         proc = self.procs[name]
@@ -231,7 +251,7 @@ class LocalNode:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stops the raylet (which stops its workers), then the GCS; by force if they linger."""
-        for name in ("raylet", "gcs_server"):
+        for name in ("agent", "dashboard", "raylet", "gcs_server"):
             proc = self.procs.get(name)
             if proc is None or proc.poll() is not None:
                 continue

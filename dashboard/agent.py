@@ -1,0 +1,473 @@
+"""The per-node agent (issue 4 §1): node and process metrics, logs, stacks, profiles, and the
+node's task events, streamed to the dashboard over one gRPC stream.
+
+Inputs: the raylet (framed transport: ``node_stats``, ``list_workers``, ``collect_references``)
+and the node's core workers, which flush their task events to the agent's Unix socket
+(``sockets/agent``, op ``task_events``; see ``ember.core_worker.event_export``). Output: the
+stream to the dashboard (``ember.dashboard.wire``), reconnected with back-off; while it is
+down, task events wait in a bounded buffer and what overflows is counted and reported.
+
+The agent's death never stops a task: core workers only ``send`` to it (no reply awaited) and
+drop their flush when it is away; the supervisor (``agent_supervisor``) starts it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+from collections import deque
+from typing import Any
+
+import grpc
+import psutil
+from ember.dashboard import pyspy, wire
+from ember.dashboard.agent_logs import LogDir
+from ember.dashboard.agent_metrics import NodeSampler, ProcessSampler
+
+logger = logging.getLogger("ember.agent")
+PERIOD = float(os.environ.get("EMBER_AGENT_PERIOD", "2.0"))
+# Task events held while the dashboard is unreachable; past this the oldest batches go.
+MAX_BUFFERED_EVENTS = int(os.environ.get("EMBER_AGENT_MAX_BUFFERED_EVENTS", "200000"))
+_STATE = {"LEASED": "RUNNING", "ACTOR": "ACTOR", "IDLE": "IDLE", "STARTING": "STARTING"}
+
+
+class Agent:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.node_id: str = args.node_id
+        self.session_dir: str = args.session_dir
+        self.logs = LogDir(os.path.join(args.session_dir, "logs"))
+        self.sampler = NodeSampler()
+        self.procs = ProcessSampler()
+        self.raylet: Any = None
+        self.token = _read_token(args.token_file)
+        self.components: dict[int, str] = {}  # {pid: component} of the node's own processes
+        for item in filter(None, (args.components or "").split(",")):
+            name, _, pid = item.partition("=")
+            if pid.isdigit():
+                self.components[int(pid)] = name
+        self.components[os.getpid()] = "agent"
+        # Messages for the dashboard: replies first, then metrics, then task events.
+        self.replies: deque[dict[str, Any]] = deque()
+        self.events: deque[dict[str, Any]] = deque()
+        self.buffered_events = 0
+        self.events_dropped = 0
+        self.latest_metrics: dict[str, Any] | None = None
+        self.wakeup = asyncio.Event()
+        self.known_workers: dict[int, dict[str, Any]] = {}
+        self.info = {
+            "node_ip": args.node_ip,
+            "hostname": socket.gethostname(),
+            "is_head": args.head,
+            "session_dir": args.session_dir,
+            "agent_pid": os.getpid(),
+            "start_time": time.time(),
+        }
+        self.stopping = False
+
+    # -- core workers' task events ---------------------------------------------------------
+    def h_task_events(self, conn: Any, body: dict[str, Any]) -> None:
+        events = [
+            [tid.hex() if isinstance(tid, bytes) else tid, state, t, attempt, _jsonable(extra)]
+            for tid, state, t, attempt, extra in body["events"]
+        ]
+        msg = {
+            "type": "task_events",
+            "job_id": _hex(body.get("job_id")),
+            "worker_id": _hex(body.get("worker_id")),
+            "events": events,
+            "dropped": int(body.get("dropped") or 0),
+        }
+        self.events.append(msg)
+        self.buffered_events += len(events)
+        while self.buffered_events > MAX_BUFFERED_EVENTS and len(self.events) > 1:
+            old = self.events.popleft()
+            self.buffered_events -= len(old["events"])
+            self.events_dropped += len(old["events"]) + old["dropped"]
+        self.wakeup.set()
+
+    def h_error(self, conn: Any, body: dict[str, Any]) -> None:
+        """A core worker's error event (a crashed task's traceback)."""
+        self.events.append({"type": "event", **_jsonable(body)})
+        self.wakeup.set()
+
+    # -- periodic sample -------------------------------------------------------------------
+    async def sample_loop(self) -> None:
+        while not self.stopping:
+            t0 = time.monotonic()
+            try:
+                self.latest_metrics = await self.collect()
+                self.wakeup.set()
+            except Exception:
+                logger.exception("sampling failed")
+            await asyncio.sleep(max(PERIOD - (time.monotonic() - t0), 0.1))
+
+    async def collect(self) -> dict[str, Any]:
+        sample = self.sampler.sample()
+        workers: list[dict[str, Any]] = []
+        stats: dict[str, Any] = {}
+        raylet_workers: list[dict[str, Any]] = []
+        if self.raylet is not None and not self.raylet.closed:
+            try:
+                stats = await self.raylet.call("node_stats", None, timeout=5.0)
+                raylet_workers = await self.raylet.call("list_workers", None, timeout=5.0)
+            except Exception as e:
+                logger.warning("raylet did not answer: %s", e)
+        store = stats.get("store") or {}
+        sample["object_store_used_bytes"] = store.get("used", store.get("used_bytes", 0))
+        sample["object_store_capacity_bytes"] = store.get(
+            "capacity", store.get("capacity_bytes", 0)
+        )
+        sample["object_store_objects"] = store.get("num_objects", store.get("objects", 0))
+        by_pid: dict[int, dict[str, Any]] = {}
+        for w in raylet_workers:
+            if not w.get("pid"):
+                continue
+            title = w.get("title") or ""
+            by_pid[w["pid"]] = {
+                "pid": w["pid"],
+                "worker_id": w.get("worker_id"),
+                "kind": "worker",
+                "component": "worker",
+                "state": _STATE.get(w.get("state", ""), w.get("state", "")),
+                "current_task": title if w.get("state") == "LEASED" else None,
+                "actor_id": w.get("actor_id"),
+                "actor_class": title if w.get("state") == "ACTOR" else None,
+                "job_id": w.get("job_id"),
+                "blocked": w.get("blocked"),
+            }
+        for pid, name in self.components.items():
+            by_pid.setdefault(
+                pid,
+                {
+                    "pid": pid,
+                    "worker_id": None,
+                    "kind": name,
+                    "component": name,
+                    "state": "-",
+                    "current_task": None,
+                    "actor_class": None,
+                },
+            )
+        measured = self.procs.sample(list(by_pid))
+        for pid, row in by_pid.items():
+            if pid in measured:
+                row.update(measured[pid])
+                workers.append(row)
+        self._report_exits(by_pid)
+        sample["num_workers"] = sum(1 for w in workers if w["kind"] == "worker")
+        me = measured.get(os.getpid(), {})
+        sample["agent"] = {"cpu_percent": me.get("cpu_percent"), "rss_bytes": me.get("rss_bytes")}
+        info = dict(self.info)
+        if stats:
+            info["resources_total"] = stats.get("resources_total", {})
+            info["resources_available"] = stats.get("resources_available", {})
+        return {
+            "type": "metrics",
+            "time": time.time(),
+            "sample": sample,
+            "workers": workers,
+            "logs": self.logs.index(),
+            "info": info,
+        }
+
+    def _report_exits(self, current: dict[int, dict[str, Any]]) -> None:
+        """A worker gone while running a task or an actor crashed: an error event with the
+        end of its stderr (its traceback, when Python printed one)."""
+        for pid, old in self.known_workers.items():
+            if pid in current or old["kind"] != "worker":
+                continue
+            if old["state"] in ("RUNNING", "ACTOR") and not self.stopping:
+                detail = self._stderr_tail(pid)
+                what = old.get("current_task") or old.get("actor_class") or "a task"
+                self.events.append(
+                    {
+                        "type": "event",
+                        "severity": "ERROR",
+                        "kind": "WORKER_DIED",
+                        "pid": pid,
+                        "source": "worker",
+                        "time": time.time(),
+                        "message": f"worker {pid} exited while running {what}",
+                        "detail": detail,
+                    }
+                )
+        self.known_workers = current
+
+    def _stderr_tail(self, pid: int) -> str | None:
+        for f in self.logs.index():
+            if f.get("pid") == pid and f.get("stream") == "err":
+                try:
+                    return "\n".join(self.logs.tail(f["name"], 40)["lines"])
+                except OSError:
+                    return None
+        return None
+
+    # -- requests from the dashboard -------------------------------------------------------
+    async def handle_request(self, msg: dict[str, Any]) -> None:
+        rid, op, body = msg["rid"], msg["op"], msg.get("body") or {}
+        try:
+            result = await self.dispatch(op, body)
+            reply = {"type": "reply", "rid": rid, "body": result}
+        except Exception as e:
+            reply = {"type": "reply", "rid": rid, "error": f"{op} on node {self.node_id[:12]}: {e}"}
+        self.replies.append(reply)
+        self.wakeup.set()
+
+    async def dispatch(self, op: str, body: dict[str, Any]) -> Any:
+        if op == "log_tail":
+            return self.logs.tail(body["name"], int(body.get("lines", 100)))
+        if op == "log_read":
+            return self.logs.read(
+                body["name"], int(body.get("offset", 0)), int(body.get("size", 0))
+            )
+        if op == "log_search":
+            return self.logs.search(
+                body["pattern"], body.get("name"), int(body.get("max_matches", 500))
+            )
+        if op == "stack":
+            return await self.stacks(body.get("pids"))
+        if op == "profile":
+            return await pyspy.record(int(body["pid"]), int(body["duration"]), body["format"])
+        if op == "objects":
+            return await self.objects()
+        raise ValueError(f"unknown agent op {op!r}")
+
+    async def stacks(self, pids: list[int] | None) -> dict[str, Any]:
+        rows = {w["pid"]: w for w in self.known_workers.values()}
+        if pids is None:
+            pids = [p for p, w in rows.items() if w["kind"] in ("worker", "driver")]
+        if pyspy.pyspy_path() is None:
+            return {"error": "py-spy is not installed: pip install py-spy", "processes": []}
+        # Two at a time: each dump pauses its target briefly; the node keeps running.
+        sem = asyncio.Semaphore(2)
+
+        async def one(pid: int) -> dict[str, Any]:
+            async with sem:
+                res = await pyspy.dump(pid)
+            w = rows.get(pid, {})
+            return {
+                **res,
+                "kind": w.get("kind"),
+                "worker_id": w.get("worker_id"),
+                "current_task": w.get("current_task") or w.get("actor_class"),
+            }
+
+        procs = await asyncio.gather(*(one(p) for p in pids))
+        return {"error": None, "processes": list(procs)}
+
+    async def objects(self) -> dict[str, Any]:
+        if self.raylet is None or self.raylet.closed:
+            raise ConnectionError("the agent is not connected to its raylet")
+        res = await self.raylet.call("collect_references", None, timeout=15.0)
+        rows = []
+        for proc in res.get("processes", []):
+            for r in proc.get("rows", []):
+                for kind in r.get("reference_types") or ["LOCAL_REFERENCE"]:
+                    rows.append(
+                        {
+                            "node_id": self.node_id,
+                            "ip": res.get("node_ip"),
+                            "pid": proc.get("pid"),
+                            "worker_id": proc.get("worker_id"),
+                            "is_driver": proc.get("is_driver"),
+                            "actor": proc.get("actor") or None,
+                            "object_id": r.get("object_id"),
+                            "reference_type": kind,
+                            "object_size": r.get("size"),
+                            "status": r.get("status"),
+                            "call_site": r.get("call_site"),
+                        }
+                    )
+        return {"rows": rows, "unanswered": res.get("unanswered", 0), "store": res.get("store")}
+
+    # -- the stream to the dashboard -------------------------------------------------------
+    async def dashboard_loop(self) -> None:
+        backoff = 0.2
+        while not self.stopping:
+            address = self.args.dashboard_address or await self._lookup_dashboard()
+            if not address:
+                await asyncio.sleep(5.0)  # no dashboard (yet): look again, cheaply
+                continue
+            try:
+                await self._stream(address)
+                backoff = 0.2
+            except Exception as e:
+                logger.info("stream to the dashboard at %s ended: %s", address, e)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    async def _stream(self, address: str) -> None:
+        metadata = ((wire.TOKEN_KEY, self.token),) if self.token else None
+        async with grpc.aio.insecure_channel(address, options=wire.CHANNEL_OPTIONS) as channel:
+            call = channel.stream_stream(wire.METHOD)(metadata=metadata)
+            await call.write(
+                wire.encode({"type": "hello", "node_id": self.node_id, "info": self.info})
+            )
+            if self.latest_metrics:
+                self.wakeup.set()
+            reader = asyncio.ensure_future(self._read_requests(call))
+            try:
+                while not reader.done():
+                    msg = self._next_message()
+                    if msg is None:
+                        self.wakeup.clear()
+                        waiter = asyncio.ensure_future(self.wakeup.wait())
+                        await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                        waiter.cancel()
+                        continue
+                    try:
+                        await call.write(wire.encode(msg))
+                    except BaseException:
+                        self._requeue(msg)
+                        raise
+                reader.result()
+            finally:
+                reader.cancel()
+
+    def _next_message(self) -> dict[str, Any] | None:
+        if self.replies:
+            return self.replies.popleft()
+        if self.latest_metrics is not None:
+            msg, self.latest_metrics = self.latest_metrics, None
+            return msg
+        if self.events:
+            msg = self.events.popleft()
+            if msg["type"] == "task_events":
+                self.buffered_events -= len(msg["events"])
+                if self.events_dropped:
+                    msg = dict(msg, dropped=msg["dropped"] + self.events_dropped)
+                    self.events_dropped = 0
+            return msg
+        return None
+
+    def _requeue(self, msg: dict[str, Any]) -> None:
+        if msg["type"] == "task_events":
+            self.events.appendleft(msg)
+            self.buffered_events += len(msg["events"])
+
+    async def _read_requests(self, call: Any) -> None:
+        async for raw in call:
+            msg = wire.decode(raw)
+            if msg.get("type") == "request":
+                asyncio.ensure_future(self.handle_request(msg))
+
+    async def _lookup_dashboard(self) -> str | None:
+        """A worker node finds the head's dashboard in the GCS KV (``dashboard_agent_address``)."""
+        if not self.args.gcs_address:
+            return None
+        from ember.protocol import connection as conn_mod
+
+        try:
+            gcs = await conn_mod.connect(
+                self.args.gcs_address, name="gcs", token=self.token.encode() if self.token else None
+            )
+            try:
+                value = await gcs.call(
+                    "kv_get", {"namespace": "dashboard", "key": b"agent_address"}, timeout=5.0
+                )
+            finally:
+                gcs.close()
+            return value.decode() if value else None
+        except Exception:
+            return None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def run(self) -> None:
+        from ember.process_util import signal_ready
+        from ember.protocol import connection as conn_mod
+
+        sock = os.path.join(self.session_dir, "sockets", "agent")
+        if os.path.exists(sock):
+            os.unlink(sock)  # a previous agent's (this one restarted)
+        server, _ = await conn_mod.serve(
+            "unix:" + sock,
+            {"task_events": self.h_task_events, "error_event": self.h_error},
+            name="agent",
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await self._connect_raylet()
+        tasks = [
+            asyncio.ensure_future(self.sample_loop()),
+            asyncio.ensure_future(self.dashboard_loop()),
+        ]
+        signal_ready(self.args.ready_fd, "unix:" + sock)
+        await stop.wait()
+        self.stopping = True
+        for t in tasks:
+            t.cancel()
+        server.close()
+
+    async def _connect_raylet(self) -> None:
+        from ember.protocol import connection as conn_mod
+
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
+            try:
+                self.raylet = await conn_mod.connect(self.args.raylet_address, name="raylet")
+                return
+            except OSError:
+                await asyncio.sleep(0.2)
+        logger.error(
+            "could not reach the raylet at %s; serving without it", self.args.raylet_address
+        )
+
+
+def _hex(v: Any) -> str:
+    return v.hex() if isinstance(v, bytes) else (v or "")
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _read_token(path: str | None) -> str | None:
+    if not path:
+        return os.environ.get("EMBER_CLUSTER_TOKEN") or None
+    with open(path) as f:
+        return f.read().strip() or None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="ember-agent")
+    p.add_argument("--node-id", required=True, help="hex")
+    p.add_argument("--session-dir", required=True)
+    p.add_argument("--raylet-address", required=True)
+    p.add_argument("--gcs-address", default="")
+    p.add_argument("--dashboard-address", default="", help="host:port of the dashboard's gRPC")
+    p.add_argument("--node-ip", default="127.0.0.1")
+    p.add_argument("--head", action="store_true")
+    p.add_argument("--components", default="", help="name=pid,... of the node's processes")
+    p.add_argument("--token-file", default=None)
+    p.add_argument("--ready-fd", type=int, default=-1)
+    p.add_argument("--parent-pid", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    from ember.process_util import die_with_parent, setup_process_logging
+
+    setup_process_logging(os.path.join(args.session_dir, "logs", "agent.log"))
+    if args.parent_pid:
+        die_with_parent(args.parent_pid)
+    psutil.Process().nice(5)  # the agent yields to the node's work
+    asyncio.run(Agent(args).run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""The dashboard's side of the agent streams: a gRPC server that ingests what every agent
+sends into ``DashboardState`` and routes requests (stacks, logs, objects) to one agent.
+
+An agent that disconnects mid-stream leaves its node marked DEAD with the reason, its data
+still served; requests to it fail at once with ``AgentUnavailable`` naming the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import itertools
+import logging
+import time
+from typing import Any
+
+import grpc
+from ember.dashboard import wire
+from ember.dashboard.app import AgentUnavailable
+from ember.dashboard.state import DashboardState
+
+logger = logging.getLogger(__name__)
+# Requests waiting to go to one agent; past this the caller is told the agent is busy.
+MAX_PENDING_REQUESTS = 256
+
+
+class AgentLink:
+    """One connected agent: its outgoing request queue and the replies it owes."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self.outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(MAX_PENDING_REQUESTS)
+        self.waiting: dict[int, asyncio.Future] = {}  # {rid: future of the reply}
+        self.connected_at = time.time()
+
+    def fail_all(self, reason: str) -> None:
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(AgentUnavailable(reason))
+        self.waiting.clear()
+
+
+class AgentHub:
+    def __init__(self, state: DashboardState, token: str | None = None) -> None:
+        self.state = state
+        self.token = token
+        self.links: dict[str, AgentLink] = {}  # {node_id: link}
+        self._rids = itertools.count(1)
+        self.server: grpc.aio.Server | None = None
+        self.address = ""
+
+    # -- server ----------------------------------------------------------------------------
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        handler = grpc.method_handlers_generic_handler(
+            wire.SERVICE,
+            {
+                "Connect": grpc.stream_stream_rpc_method_handler(
+                    self._connect, request_deserializer=None, response_serializer=None
+                )
+            },
+        )
+        self.server = grpc.aio.server(options=wire.CHANNEL_OPTIONS)
+        self.server.add_generic_rpc_handlers((handler,))
+        bound = self.server.add_insecure_port(f"{host}:{port}")
+        await self.server.start()
+        self.address = f"{host}:{bound}"
+        return self.address
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop(grace=0.5)
+        for link in self.links.values():
+            link.fail_all("the dashboard is stopping")
+
+    def connected_nodes(self) -> list[str]:
+        return list(self.links)
+
+    # -- one agent's stream ----------------------------------------------------------------
+    async def _connect(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+        if self.token is not None:
+            given = dict(context.invocation_metadata() or ()).get(wire.TOKEN_KEY, "")
+            if not hmac.compare_digest(str(given).encode(), self.token.encode()):
+                await context.abort(
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    "the dashboard needs the cluster token (pass --token-file to the agent)",
+                )
+        link: AgentLink | None = None
+        reader: asyncio.Task | None = None
+        try:
+            first = wire.decode(await _next(request_iterator))
+            if first.get("type") != "hello" or not first.get("node_id"):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first message: hello")
+            node_id = str(first["node_id"])
+            old = self.links.get(node_id)
+            if old is not None:
+                old.fail_all(f"the agent of node {node_id[:12]} reconnected")
+            link = self.links[node_id] = AgentLink(node_id)
+            self.state.update_node(node_id, first.get("info") or {})
+            self.state.add_event(
+                "INFO",
+                f"agent of node {node_id[:12]} connected",
+                source="dashboard",
+                node_id=node_id,
+                kind="AGENT_CONNECTED",
+            )
+            reader = asyncio.ensure_future(self._read(link, request_iterator))
+            while True:
+                get = asyncio.ensure_future(link.outbox.get())
+                done, _ = await asyncio.wait({get, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if get in done:
+                    yield wire.encode(get.result())
+                else:
+                    get.cancel()
+                    reader.result()  # re-raise what ended the reader
+                    return
+        except (asyncio.CancelledError, StopAsyncIteration):
+            pass
+        except Exception as e:
+            logger.warning("agent stream ended: %s", e)
+        finally:
+            if reader is not None and not reader.done():
+                reader.cancel()
+            if link is not None and self.links.get(link.node_id) is link:
+                del self.links[link.node_id]
+                reason = "its agent disconnected"
+                link.fail_all(f"the agent of node {link.node_id[:12]} disconnected")
+                self.state.node_lost(link.node_id, reason)
+
+    async def _read(self, link: AgentLink, request_iterator: Any) -> None:
+        async for raw in request_iterator:
+            try:
+                msg = wire.decode(raw)
+                self.ingest(link, msg)
+            except Exception as e:  # one bad message must not end the stream
+                logger.warning("bad message from the agent of %s: %s", link.node_id[:12], e)
+
+    def ingest(self, link: AgentLink, msg: dict[str, Any]) -> None:
+        st = self.state
+        kind = msg["type"]
+        if kind == "metrics":
+            if msg.get("info"):
+                st.update_node(link.node_id, msg["info"])
+            if "workers" in msg:
+                st.set_workers(link.node_id, msg["workers"])
+            if "logs" in msg:
+                st.set_log_index(link.node_id, msg["logs"])
+            st.node_metrics(link.node_id, float(msg.get("time") or time.time()), msg["sample"])
+        elif kind == "task_events":
+            st.add_task_events(
+                link.node_id,
+                str(msg.get("job_id") or ""),
+                msg["events"],
+                int(msg.get("dropped") or 0),
+            )
+        elif kind == "actors":
+            for row in msg["actors"]:
+                st.update_actor(row)
+        elif kind == "event":
+            st.add_event(
+                str(msg.get("severity", "ERROR")),
+                str(msg.get("message", "")),
+                source=str(msg.get("source", "agent")),
+                node_id=link.node_id,
+                pid=msg.get("pid"),
+                kind=str(msg.get("kind", "")),
+                detail=msg.get("detail"),
+                t=msg.get("time"),
+            )
+        elif kind == "reply":
+            fut = link.waiting.pop(int(msg["rid"]), None)
+            if fut is not None and not fut.done():
+                if msg.get("error"):
+                    fut.set_exception(AgentUnavailable(str(msg["error"])))
+                else:
+                    fut.set_result(msg.get("body"))
+        else:
+            raise ValueError(f"unknown message type {kind!r}")
+
+    # -- requests to an agent --------------------------------------------------------------
+    async def call(self, node_id: str, op: str, body: dict[str, Any], timeout: float) -> Any:
+        link = self.links.get(node_id)
+        if link is None:
+            node = self.state.nodes.get(node_id)
+            why = f" ({node.lost_reason})" if node and node.lost_reason else ""
+            raise AgentUnavailable(f"the agent of node {node_id[:12]} is not connected{why}")
+        rid = next(self._rids)
+        fut = asyncio.get_running_loop().create_future()
+        link.waiting[rid] = fut
+        try:
+            link.outbox.put_nowait({"type": "request", "rid": rid, "op": op, "body": body})
+        except asyncio.QueueFull:
+            link.waiting.pop(rid, None)
+            raise AgentUnavailable(
+                f"the agent of node {node_id[:12]} has {MAX_PENDING_REQUESTS} requests queued; "
+                "try again"
+            ) from None
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise AgentUnavailable(
+                f"the agent of node {node_id[:12]} did not answer {op!r} within {timeout:g} s"
+            ) from None
+        finally:
+            link.waiting.pop(rid, None)
+
+
+async def _next(iterator: Any) -> bytes:
+    async for item in iterator:
+        return item
+    raise StopAsyncIteration

@@ -1,0 +1,103 @@
+"""The dashboard's link to the GCS (framed transport, on the head node): actors, cluster
+status and cluster events are polled; ``kill_actor`` is forwarded. Reconnects on loss."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from ember.dashboard.state import DashboardState
+
+logger = logging.getLogger(__name__)
+POLL = 1.0
+
+
+class GcsClient:
+    def __init__(self, address: str, state: DashboardState, token: bytes | None = None) -> None:
+        self.address = address
+        self.state = state
+        self.token = token
+        self.conn: Any = None
+        self.connected = False
+        self._seen_events = 0
+
+    async def _ensure(self) -> Any:
+        if self.conn is None or self.conn.closed:
+            from ember.protocol import connection as conn_mod
+
+            self.conn = await conn_mod.connect(self.address, name="gcs", token=self.token)
+        self.connected = True
+        return self.conn
+
+    async def poll_loop(self) -> None:
+        while True:
+            try:
+                await self.poll_once()
+            except Exception as e:
+                if self.connected:
+                    logger.warning("GCS poll failed: %s", e)
+                self.connected = False
+            await asyncio.sleep(POLL)
+
+    async def poll_once(self) -> None:
+        conn = await self._ensure()
+        actors = await conn.call("list_actors", None, timeout=10.0)
+        for a in actors:
+            self.state.update_actor(_actor_row(a))
+        info = await conn.call("cluster_info", None, timeout=10.0)
+        self.state.cluster = _hexify(info)
+        events = await conn.call("get_events", None, timeout=10.0)
+        if len(events) < self._seen_events:
+            self._seen_events = 0  # the GCS trimmed its list
+        for ev in events[self._seen_events :]:
+            self.state.add_event(
+                ev.get("severity", "INFO"),
+                ev.get("message", ""),
+                source="gcs",
+                kind="CLUSTER",
+                t=ev.get("time"),
+            )
+        self._seen_events = len(events)
+
+    async def put_kv(self, key: str, value: str) -> None:
+        conn = await self._ensure()
+        await conn.call(
+            "kv_put",
+            {
+                "namespace": "dashboard",
+                "key": key.encode(),
+                "value": value.encode(),
+                "overwrite": True,
+            },
+            timeout=10.0,
+        )
+
+    async def kill_actor(self, actor_id: str, no_restart: bool = True) -> dict[str, Any]:
+        conn = await self._ensure()
+        reply = await conn.call(
+            "kill_actor",
+            {
+                "actor_id": bytes.fromhex(actor_id),
+                "no_restart": no_restart,
+                "reason": "killed from the dashboard",
+            },
+            timeout=10.0,
+        )
+        return reply if isinstance(reply, dict) else {"ok": bool(reply)}
+
+
+def _actor_row(a: dict[str, Any]) -> dict[str, Any]:
+    row = _hexify(a)
+    row["pending_reason"] = row.get("pending_reason") or None
+    return row
+
+
+def _hexify(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, dict):
+        return {(k.hex() if isinstance(k, bytes) else k): _hexify(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_hexify(x) for x in v]
+    return v

@@ -1,0 +1,113 @@
+"""Starting the dashboard (head only) and the node's agent: the one place ``LocalNode`` and
+``ember start`` call. Both are children spawned through ``spawn(name, argv)``, the node's own
+spawner (which ties them to the driver, waits for their ready line and stops them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+# spawn(name, argv) -> the ready line; the node's spawner (LocalNode.spawn_ready).
+Spawner = Callable[[str, list[str]], str]
+
+
+def start_dashboard(
+    spawn: Spawner,
+    *,
+    session_dir: str,
+    gcs_address: str,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    url_prefix: str = "",
+    token_file: str | None = None,
+) -> tuple[str, str]:
+    """Starts the dashboard; returns (its URL, the gRPC address agents stream to)."""
+    from ember.dashboard.config import DEFAULT_PORT
+
+    argv = [
+        "-m",
+        "ember.dashboard.server",
+        "--session-dir",
+        session_dir,
+        "--host",
+        host,
+        "--port",
+        str(DEFAULT_PORT if port is None else port),
+        "--gcs-address",
+        gcs_address,
+    ]
+    if url_prefix:
+        argv += ["--url-prefix", url_prefix]
+    if token_file:
+        argv += ["--token-file", token_file]
+    url, agent_address = spawn("dashboard", argv).split()
+    return url, agent_address
+
+
+def start_node_agent(
+    spawn: Spawner,
+    *,
+    node_id: str,
+    session_dir: str,
+    raylet_address: str,
+    gcs_address: str = "",
+    dashboard_address: str = "",
+    node_ip: str = "127.0.0.1",
+    head: bool = False,
+    components: dict[str, Any] | None = None,
+    token_file: str | None = None,
+) -> str:
+    """Starts the agent under its supervisor; returns its socket address. Without a dashboard
+    address it looks the head's up in the GCS (worker nodes of a cluster)."""
+    argv = [
+        "-m",
+        "ember.dashboard.agent_supervisor",
+        "--node-id",
+        node_id,
+        "--session-dir",
+        session_dir,
+        "--raylet-address",
+        raylet_address,
+        "--gcs-address",
+        gcs_address,
+        "--node-ip",
+        node_ip,
+    ]
+    if dashboard_address:
+        argv += ["--dashboard-address", dashboard_address]
+    if head:
+        argv.append("--head")
+    if components:
+        argv += ["--components", ",".join(f"{k}={v}" for k, v in components.items())]
+    if token_file:
+        argv += ["--token-file", token_file]
+    return spawn("agent", argv)
+
+
+def start_node_agents_for(node: Any) -> str:
+    """``LocalNode.start``'s one call: the dashboard on the head (unless disabled), then the
+    agent; returns the dashboard's URL ('' without one)."""
+    url, agent_address = "", ""
+    if node.dashboard["include"]:
+        url, agent_address = start_dashboard(
+            node.spawn_ready,
+            session_dir=node.session_dir,
+            gcs_address=node.gcs_address,
+            host=node.dashboard["host"],
+            port=node.dashboard["port"],
+        )
+    components = {name: p.pid for name, p in node.procs.items() if name not in ("agent",)}
+    if node.tied_to:
+        components["driver"] = node.tied_to
+    start_node_agent(
+        node.spawn_ready,
+        node_id=node.node_id.hex(),
+        session_dir=node.session_dir,
+        raylet_address=node.raylet_address,
+        gcs_address=node.gcs_address,
+        dashboard_address=agent_address,
+        node_ip=node.node_ip,
+        head=node.head,
+        components=components,
+    )
+    return url

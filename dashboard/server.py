@@ -1,0 +1,169 @@
+"""The dashboard process (head node): uvicorn serving the FastAPI app, the gRPC server the
+agents stream to, and the GCS poller, all on one asyncio loop (so the state needs no locks).
+
+It binds ``--port`` (8265 by default) or, when taken, the next free port and says so; it tells
+the process that started it ``<url> <agent gRPC address>`` on the ready pipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import logging
+import os
+import secrets
+import signal
+import socket
+
+from ember.dashboard.agent_hub import AgentHub
+from ember.dashboard.app import DashboardContext, create_app
+from ember.dashboard.auth import is_loopback
+from ember.dashboard.config import DEFAULT_PORT
+from ember.dashboard.gcs_client import GcsClient
+from ember.dashboard.routes.frontend import default_frontend_dir
+from ember.dashboard.state import DashboardState
+
+logger = logging.getLogger("ember.dashboard")
+PORT_TRIES = 100
+
+
+def bind_port(host: str, port: int) -> tuple[socket.socket, int]:
+    """A listening socket on ``port``, or the next free one above it (port 0: any)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    last: OSError | None = None
+    for candidate in [port] if port == 0 else range(port, port + PORT_TRIES):
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, candidate))
+        except OSError as e:
+            sock.close()
+            last = e
+            if e.errno != errno.EADDRINUSE:
+                raise
+            continue
+        sock.listen(512)
+        sock.set_inheritable(False)
+        return sock, sock.getsockname()[1]
+    raise OSError(
+        f"ports {port}-{port + PORT_TRIES - 1} on {host} are all taken ({last}); "
+        "pass dashboard_port="
+    )
+
+
+def load_token(host: str, session_dir: str, token_file: str | None) -> str | None:
+    """Loopback: no token. Otherwise the cluster token (file or EMBER_CLUSTER_TOKEN), or a new
+    one written to ``<session_dir>/dashboard_token`` (mode 0600)."""
+    if is_loopback(host):
+        return None
+    if token_file:
+        with open(token_file) as f:
+            return f.read().strip()
+    if os.environ.get("EMBER_CLUSTER_TOKEN"):
+        return os.environ["EMBER_CLUSTER_TOKEN"]
+    token = secrets.token_urlsafe(24)
+    path = os.path.join(session_dir, "dashboard_token")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+async def serve(args: argparse.Namespace) -> None:
+    import uvicorn
+    from ember.process_util import signal_ready
+
+    token = load_token(args.host, args.session_dir, args.token_file)
+    state = DashboardState()
+    hub = AgentHub(state, token)
+    agent_address = await hub.start(args.host, args.agent_port)
+    gcs = (
+        GcsClient(args.gcs_address, state, token.encode() if token else None)
+        if args.gcs_address
+        else None
+    )
+    ctx = DashboardContext(
+        state=state,
+        hub=hub,
+        gcs=gcs,
+        host=args.host,
+        prefix=args.url_prefix,
+        session_dir=args.session_dir,
+        frontend_dir=default_frontend_dir(),
+    )
+    sock, port = bind_port(args.host, args.port)
+    ctx.port = port
+    if args.port and port != args.port:
+        logger.warning("port %d is taken; the dashboard uses %d", args.port, port)
+    app = create_app(ctx, token)
+    config = uvicorn.Config(
+        app,
+        loop="asyncio",
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
+        ws_max_size=1 << 20,
+        timeout_keep_alive=30,
+    )
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # we own SIGTERM below
+    shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    url = f"http://{shown}:{port}{ctx.prefix.rstrip('/')}"
+    tasks = []
+    if gcs is not None:
+        try:
+            await gcs.put_kv("agent_address", agent_address)
+            await gcs.put_kv("url", url)
+        except Exception as e:
+            logger.warning("could not publish the dashboard's address in the GCS: %s", e)
+        tasks.append(asyncio.ensure_future(gcs.poll_loop()))
+    serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+    while not server.started and not serving.done():
+        await asyncio.sleep(0.02)
+    if serving.done():
+        serving.result()
+    signal_ready(args.ready_fd, f"{url} {agent_address}")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await asyncio.wait(
+        {asyncio.ensure_future(stop.wait()), serving}, return_when=asyncio.FIRST_COMPLETED
+    )
+    server.should_exit = True
+    for t in tasks:
+        t.cancel()
+    await hub.stop()
+    try:
+        await asyncio.wait_for(serving, 3.0)
+    except (TimeoutError, asyncio.CancelledError):
+        pass
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="ember-dashboard")
+    p.add_argument("--session-dir", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0: any free port")
+    p.add_argument("--agent-port", type=int, default=0, help="gRPC port the agents stream to")
+    p.add_argument("--gcs-address", default="")
+    p.add_argument("--url-prefix", default="")
+    p.add_argument("--token-file", default=None)
+    p.add_argument("--ready-fd", type=int, default=-1)
+    p.add_argument("--parent-pid", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    from ember.process_util import die_with_parent, setup_process_logging
+
+    setup_process_logging(os.path.join(args.session_dir, "logs", "dashboard.log"))
+    if args.parent_pid:
+        die_with_parent(args.parent_pid)
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()
