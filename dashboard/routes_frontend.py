@@ -17,11 +17,10 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query
-
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.query import MAX_LIMIT, check_sort, page
 from ember.dashboard.state import ACTOR_FIELDS
+from fastapi import APIRouter, Depends, Query
 
 router = APIRouter(tags=["frontend"])
 
@@ -44,11 +43,17 @@ def _matches(row: dict[str, Any], needle: str) -> bool:
 @router.get("/api/frontend/actors")
 def frontend_actors(
     q: Annotated[str, Query(max_length=200, description="substring of id, class, name, node")] = "",
-    state: Annotated[str, Query(max_length=20, description="ALIVE, PENDING, RESTARTING, DEAD")] = "",
+    state: Annotated[
+        str, Query(max_length=20, description="ALIVE, PENDING, RESTARTING, DEAD")
+    ] = "",
     pid: Annotated[int | None, Query(ge=1, le=2**22)] = None,
     node_id: Annotated[str, Query(max_length=64)] = "",
-    view: Annotated[Literal["list", "tree"], Query(description="flat list or creator tree")] = "list",
-    collapsed: Annotated[str, Query(max_length=20_000, description="tree: comma-separated ids")] = "",
+    view: Annotated[
+        Literal["list", "tree"], Query(description="flat list or creator tree")
+    ] = "list",
+    collapsed: Annotated[
+        str, Query(max_length=20_000, description="tree: comma-separated ids")
+    ] = "",
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
     offset: Annotated[int, Query(ge=0, le=100_000_000)] = 0,
     sort_by: Annotated[str | None, Query(max_length=64)] = None,
@@ -79,12 +84,23 @@ def frontend_actors(
 
     if view == "list":
         out = page(
-            (r for r in rows if keep(r)), sort_by=sort_by, descending=descending,
-            limit=limit, offset=offset,
+            (r for r in rows if keep(r)),
+            sort_by=sort_by,
+            descending=descending,
+            limit=limit,
+            offset=offset,
         )
     else:
-        out = _tree_page(rows, children, keep, set(filter(None, collapsed.split(","))),
-                         sort_by, descending, limit, offset)
+        out = _tree_page(
+            rows,
+            children,
+            keep,
+            set(filter(None, collapsed.split(","))),
+            sort_by,
+            descending,
+            limit,
+            offset,
+        )
     out["counts"] = counts
     return out
 
@@ -138,8 +154,12 @@ def _tree_page(
         flat.append(r)
         if r["actor_id"] not in collapsed:
             stack.extend((k, depth + 1) for k in reversed(children.get(r["actor_id"], ())))
-    return {"total": len(flat), "offset": offset, "limit": limit,
-            "items": flat[offset : offset + limit]}
+    return {
+        "total": len(flat),
+        "offset": offset,
+        "limit": limit,
+        "items": flat[offset : offset + limit],
+    }
 
 
 def _key(field: str) -> Any:
@@ -165,8 +185,12 @@ def frontend_nodes(
         row["metrics"] = st.nodes[nid].metrics
         rows.append(row)
     rows.sort(key=lambda r: (not r["is_head"], r.get("state") != "ALIVE", r.get("hostname") or ""))
-    return {"total": len(rows), "offset": offset, "limit": limit,
-            "items": rows[offset : offset + limit]}
+    return {
+        "total": len(rows),
+        "offset": offset,
+        "limit": limit,
+        "items": rows[offset : offset + limit],
+    }
 
 
 @router.get("/api/frontend/throughput")
@@ -214,7 +238,9 @@ def throughput(
 
 @router.get("/api/frontend/object_groups")
 async def object_groups(
-    by: Annotated[Literal["node_id", "pid"], Query(description="group by node or by process")] = "node_id",
+    by: Annotated[
+        Literal["node_id", "pid"], Query(description="group by node or by process")
+    ] = "node_id",
     max_age: Annotated[float, Query(ge=0, le=3600, description="reuse rows this fresh (s)")] = 2.0,
     ctx: DashboardContext = Depends(get_ctx),
 ) -> dict[str, Any]:
@@ -232,8 +258,14 @@ async def object_groups(
             key = f"{node_id}/{pid}" if by == "pid" else node_id
             g = groups.get(key)
             if g is None:
-                g = groups[key] = {"key": key, "node_id": node_id, "pid": pid, "count": 0,
-                                   "bytes": 0, "types": {}}
+                g = groups[key] = {
+                    "key": key,
+                    "node_id": node_id,
+                    "pid": pid,
+                    "count": 0,
+                    "bytes": 0,
+                    "types": {},
+                }
             g["count"] += 1
             g["bytes"] += r.get("object_size") or 0
             t = r.get("reference_type") or ""

@@ -9,6 +9,7 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 
 setup() {
+  setup_frontend
   if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
   fi
@@ -18,6 +19,25 @@ setup() {
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -e '.[test]'
     touch "$stamp"
+  fi
+}
+
+# The browser app (frontend/) and the browser its tests drive. Idempotent: npm ci only when the
+# lock file changed, the build only when a source is newer than it, apt only when missing.
+setup_frontend() {
+  if ! command -v chromium >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+      echo "dev.sh: chromium is missing (the browser tests need Debian's chromium): apt-get install chromium" >&2
+    fi
+  fi
+  command -v npm >/dev/null 2>&1 || { echo "dev.sh: npm is missing; the dashboard's browser app cannot be built" >&2; return 1; }
+  if [ ! -f frontend/node_modules/.package-lock.json ] || [ frontend/package-lock.json -nt frontend/node_modules/.package-lock.json ]; then
+    (cd frontend && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+  if [ ! -f frontend/dist/index.html ] || [ -n "$(find frontend/src frontend/index.html frontend/package-lock.json frontend/vite.config.ts frontend/tsconfig.json -newer frontend/dist/index.html 2>/dev/null | head -1)" ]; then
+    (cd frontend && npm run --silent build >/dev/null)
   fi
 }
 

@@ -48,6 +48,7 @@ export function Chart(p: {
             label: s.label,
             stroke: s.color ?? PALETTE[i % PALETTE.length],
             width: 1.5,
+            points: { show: false },
             value: s.fmt ? (_u: uPlot, v: number | null) => (v === null ? "–" : s.fmt!(v)) : undefined,
           })),
         ],

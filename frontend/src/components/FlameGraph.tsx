@@ -27,14 +27,15 @@ export interface FlameNode {
   children: Map<string, FlameNode>;
 }
 
-export function buildTree(p: Speedscope): FlameNode {
-  const root: FlameNode = { name: "all", file: "", value: 0, children: new Map() };
+export function buildTree(p: Speedscope): FlameNode & { samples: number } {
+  const root = { name: "all", file: "", value: 0, children: new Map<string, FlameNode>(), samples: 0 };
   for (const prof of p.profiles) {
     if (prof.type !== "sampled" || !prof.samples) continue;
+    root.samples += prof.samples.length;
     prof.samples.forEach((stack, i) => {
       const w = prof.weights?.[i] ?? 1;
       root.value += w;
-      let node = root;
+      let node: FlameNode = root;
       for (const fi of stack) {
         const f = p.shared.frames[fi] ?? { name: `?${fi}` };
         const key = `${f.name}\u0000${f.file ?? ""}:${f.line ?? ""}`;
@@ -130,14 +131,14 @@ export function FlameGraph({ profile }: { profile: Speedscope }) {
     return boxes.current.find((b) => x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + ROW);
   };
 
-  if (root.value === 0) return <div class="empty" data-testid="flamegraph-empty">The profile holds no samples (the worker was idle or exited).</div>;
+  if (root.samples === 0) return <div class="empty" data-testid="flamegraph-empty">The profile holds no samples (the worker was idle or exited).</div>;
   return (
-    <div class="flame" data-testid="flamegraph" data-samples={root.value}>
+    <div class="flame" data-testid="flamegraph" data-samples={root.samples}>
       <canvas
         ref={canvas}
         onMouseMove={(e) => {
           const b = hit(e);
-          setTip(b ? { x: e.offsetX, y: e.offsetY, text: `${b.n.name} ${b.n.file} — ${((100 * b.n.value) / root.value).toFixed(1)}% (${b.n.value} samples)` } : null);
+          setTip(b ? { x: e.offsetX, y: e.offsetY, text: `${b.n.name} ${b.n.file} — ${((100 * b.n.value) / root.value).toFixed(1)}%` } : null);
         }}
         onMouseLeave={() => setTip(null)}
         onClick={(e) => {

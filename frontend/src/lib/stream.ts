@@ -12,12 +12,17 @@ export interface StreamMessage {
 type Handler = (msg: StreamMessage) => void;
 
 const RESYNC = "__resync__";
+// The stream's message types (docs/dashboard-api.md); SSE delivers each as a named event.
+const SSE_TYPES = ["node_metrics", "node", "actor", "tasks", "event", "log", "dropped"];
 
 class LiveStream {
   status: StreamStatus = "connecting";
   downSince = 0;
   attempts = 0;
   private ws: WebSocket | null = null;
+  private es: EventSource | null = null;
+  /** WebSocket first; server-sent events when WebSockets do not get through. */
+  transport: "ws" | "sse" = "ws";
   private handlers = new Map<string, Set<Handler>>();
   private statusListeners = new Set<(s: StreamStatus) => void>();
   private retryTimer = 0;
@@ -37,38 +42,69 @@ class LiveStream {
 
   private connect(): void {
     clearTimeout(this.retryTimer);
+    if (this.transport === "sse") this.connectSse();
+    else this.connectWs();
+  }
+
+  private opened(): void {
+    const reconnected = this.everOpened;
+    this.everOpened = true;
+    this.attempts = 0;
+    this.setStatus("open");
+    if (reconnected) this.dispatch({ type: RESYNC });
+  }
+
+  private receive(data: string): void {
+    let msg: StreamMessage | StreamMessage[];
+    try {
+      msg = JSON.parse(data);
+    } catch {
+      return; // the server only sends JSON; anything else is not ours to guess at
+    }
+    // The WebSocket sends {"type": "batch", "messages": [...]}: whatever queued since the last send.
+    const list = Array.isArray(msg) ? msg : msg.type === "batch" && Array.isArray(msg.messages) ? (msg.messages as StreamMessage[]) : [msg];
+    for (const m of list) if (m && typeof m.type === "string") this.dispatch(m);
+  }
+
+  private connectWs(): void {
     let ws: WebSocket;
+    let didOpen = false;
     try {
       ws = new WebSocket(this.url());
     } catch {
+      this.transport = "sse";
       this.scheduleRetry();
       return;
     }
     this.ws = ws;
     ws.onopen = () => {
-      const reconnected = this.everOpened;
-      this.everOpened = true;
-      this.attempts = 0;
-      this.setStatus("open");
-      if (reconnected) this.dispatch({ type: RESYNC });
+      didOpen = true;
+      this.opened();
     };
-    ws.onmessage = (ev) => {
-      let msg: StreamMessage | StreamMessage[];
-      try {
-        msg = JSON.parse(ev.data as string);
-      } catch {
-        return; // the server only sends JSON; anything else is not ours to guess at
-      }
-      // The server sends {"type": "batch", "messages": [...]}: whatever queued since the last send.
-      const list = Array.isArray(msg) ? msg : msg.type === "batch" && Array.isArray(msg.messages) ? (msg.messages as StreamMessage[]) : [msg];
-      for (const m of list) if (m && typeof m.type === "string") this.dispatch(m);
-    };
+    ws.onmessage = (ev) => this.receive(ev.data as string);
     ws.onclose = () => {
       if (this.ws !== ws) return;
       this.ws = null;
+      // A WebSocket refused outright (a proxy or server without WebSocket support) while the
+      // dashboard still answers: use server-sent events from now on.
+      if (!didOpen) this.transport = "sse";
       if (!this.stopped) this.scheduleRetry();
     };
     ws.onerror = () => ws.close();
+  }
+
+  private connectSse(): void {
+    const es = new EventSource(new URL("api/stream/sse", document.baseURI).toString());
+    this.es = es;
+    es.onopen = () => this.opened();
+    for (const t of SSE_TYPES) es.addEventListener(t, (ev) => this.receive((ev as MessageEvent).data as string));
+    es.onerror = () => {
+      // EventSource would retry on its own at its own pace; we retry with our backoff and banner.
+      if (this.es !== es) return;
+      es.close();
+      this.es = null;
+      if (!this.stopped) this.scheduleRetry();
+    };
   }
 
   private scheduleRetry(): void {
@@ -87,7 +123,8 @@ class LiveStream {
 
   /** Closes the socket as a network failure would; used by the tests' "dropped stream" case. */
   drop(): void {
-    this.ws?.close();
+    if (this.ws) this.ws.close();
+    else if (this.es) this.es.onerror?.(new Event("error"));
   }
 
   private setStatus(s: StreamStatus): void {

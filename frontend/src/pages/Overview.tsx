@@ -72,7 +72,7 @@ export function Overview(_: { params: URLSearchParams }) {
         <Chart title="CPU" series={[{ label: "CPU %", fmt: (v) => `${v.toFixed(0)}%` }]} data={cpu} yMax={100} testId="chart-cpu" />
         <Chart title="Memory" series={[{ label: "used", fmt: bytes }, { label: "total", fmt: bytes }]} data={mem} testId="chart-memory" />
         <Chart title="Object store" series={[{ label: "used", fmt: bytes }, { label: "capacity", fmt: bytes }]} data={store} testId="chart-store" />
-        <Chart title="Task throughput" series={[{ label: "finished/s", fmt: (v) => v.toFixed(1) }, { label: "failed/s", color: "#fa5252", fmt: (v) => v.toFixed(1) }]} data={thr} testId="chart-throughput" />
+        <Chart title="Task throughput" series={[{ label: "finished/s", color: "#2b8a3e", fmt: (v) => v.toFixed(1) }, { label: "failed/s", color: "#fa5252", fmt: (v) => v.toFixed(1) }]} data={thr} testId="chart-throughput" />
       </div>
       <h2>Recent errors</h2>
       <ErrorBox error={errors.error} />
