@@ -122,6 +122,8 @@ async def record(pid: int, duration: int, fmt: str) -> dict[str, Any]:
             "--output",
             out,
             "--nonblocking",
+            # Idle threads too: a worker blocked in get() or sleeping is what one wants to see.
+            "--idle",
         ]
         code, _, err = await _run(args, duration + 20)
         if code != 0 or not os.path.exists(out):

@@ -140,6 +140,8 @@ class DashboardState:
         self.actors: dict[str, dict[str, Any]] = {}  # {actor_id: row}
         self._actor_calls: dict[str, list[int]] = {}  # {actor_id: [submitted, finished]}
         self._actor_by_worker: dict[str, str] = {}  # {worker_id: actor_id}, for creators
+        # {worker_id: node_id} of every worker seen; bounded by forgetting a node's on loss.
+        self._worker_node: dict[str, str] = {}
         self.tasks = TaskTable(self.caps.max_tasks)
         self.objects: dict[str, list[dict[str, Any]]] = {}  # {node_id: [memory rows]}
         self.objects_time: dict[str, float] = {}
@@ -188,7 +190,8 @@ class DashboardState:
 
     def forget_node(self, node_id: str) -> None:
         self.nodes.pop(node_id, None)
-        self.workers.pop(node_id, None)
+        for w in self.workers.pop(node_id, {}).values():
+            self._worker_node.pop(w.get("worker_id") or "", None)
         self.objects.pop(node_id, None)
         self.history.forget(node_id)
 
@@ -245,6 +248,8 @@ class DashboardState:
         for w in workers:
             w["node_id"] = node_id
             table[w["pid"]] = w
+            if w.get("worker_id"):
+                self._worker_node[w["worker_id"]] = node_id
         self.workers[node_id] = table
 
     def all_workers(self) -> list[dict[str, Any]]:
@@ -309,7 +314,8 @@ class DashboardState:
         for task_id, state, t, attempt, extra in events:
             if state == "PROFILE":
                 continue  # profile spans are the timeline's (part B), not the task table's
-            rec = tasks.apply(task_id, state, t, attempt, extra, job_id=job_id, node_id=node_id)
+            ran_on = self._where(node_id, extra) if extra else None
+            rec = tasks.apply(task_id, state, t, attempt, extra, job_id=job_id, node_id=ran_on)
             if rec.actor_id:
                 calls = self._actor_calls.setdefault(rec.actor_id, [0, 0])
                 if state == "PENDING_ARGS_AVAIL":
@@ -340,6 +346,19 @@ class DashboardState:
                     "counts": dict(tasks.counts["state"]),
                 }
             )
+
+    def _where(self, owner_node: str, extra: dict[str, Any]) -> str | None:
+        """The node a task ran on: its worker's, its actor's, or the owner node's pid."""
+        wid = extra.get("worker_id")
+        if wid and wid in self._worker_node:
+            return self._worker_node[wid]
+        aid = extra.get("actor_id")
+        if aid and aid in self.actors:
+            return self.actors[aid].get("node_id")
+        pid = extra.get("pid")
+        if pid and pid in self.workers.get(owner_node, ()):
+            return owner_node
+        return None
 
     # -- objects, logs, events -------------------------------------------------------------
     def set_objects(self, node_id: str, rows: list[dict[str, Any]]) -> None:

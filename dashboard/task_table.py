@@ -151,6 +151,7 @@ class TaskTable:
         job_id: str = "",
         node_id: str | None = None,
     ) -> TaskRecord:
+        """Applies one event; ``node_id`` is where the task ran, when the caller knows it."""
         rec = self.tasks.get(task_id)
         if rec is None:
             rec = self._insert(task_id, job_id)
@@ -189,7 +190,7 @@ class TaskTable:
             rec.t_scheduled = t
         elif state in TERMINAL and rec.t_end is None:
             rec.t_end = t
-        if rec.node_id is None and node_id and state in TERMINAL and rec.pid is None:
+        if rec.node_id is None and node_id:
             rec.node_id = node_id
         self._recount(rec, old)
         return rec

@@ -27,6 +27,7 @@ from typing import Any
 from ember import config, global_state
 from ember.call_site import user_call_site
 from ember.core_worker.actor_submitter import ActorSubmitter
+from ember.core_worker.event_export import EventExporter
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.reference_counter import Ref, ReferenceCounter
 from ember.core_worker.task_spec import ACTOR_TASK, ARG_INLINE, ARG_REF, TaskSpec
@@ -207,6 +208,9 @@ class CoreWorker:
                     "entrypoint": " ".join(sys.argv),
                 },
             )
+        # Task events to the node's agent, for the dashboard (event_export.py says how).
+        self.event_exporter = EventExporter(self)
+        self.event_exporter.start()
 
     def shutdown(self) -> None:
         if self.shutting_down:
@@ -224,6 +228,9 @@ class CoreWorker:
 
     async def _close_all(self) -> None:
         self.task_submitter.release_all()
+        exporter = getattr(self, "event_exporter", None)
+        if exporter is not None:
+            await exporter.stop()  # flushes: a short driver's last events reach the agent
         if self.mode == DRIVER and self.gcs is not None and not self.gcs.closed:
             try:
                 await self.gcs.call("job_finished", {"job_id": self.job_id}, timeout=2.0)
@@ -763,7 +770,9 @@ class CoreWorker:
                 self.inline_small_args(spec)
         if getattr(self.current, "submission_holds", None):
             self.drop_submission_holds()
-        self.record_event(spec, "PENDING_ARGS_AVAIL")
+        self.record_event(
+            spec, "PENDING_ARGS_AVAIL", name=spec.display_name(), actor_id=spec.actor_id
+        )
         return refs
 
     def drop_submission_holds(self) -> None:
@@ -836,6 +845,7 @@ class CoreWorker:
                 "timings": reply.get("timings"),
                 "pid": reply.get("pid"),
                 "function": spec.display_name(),
+                "error": reply.get("message"),
             },
         )
 

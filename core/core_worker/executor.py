@@ -242,7 +242,13 @@ class Executor:
     def _error_reply(self, spec: TaskSpec, error: BaseException, app: bool) -> dict:
         ser = serialize_error(error)
         loc = ("inline", ser.meta, ser.data, [])
-        return {"returns": [loc] * spec.num_returns, "error": True, "app_error": app}
+        # The text (with the remote traceback) rides along for the dashboard's task table.
+        return {
+            "returns": [loc] * spec.num_returns,
+            "error": True,
+            "app_error": app,
+            "message": str(error)[:8000],
+        }
 
     def _load(self, spec: TaskSpec):
         if spec.kind == ACTOR_TASK:

@@ -1,0 +1,173 @@
+"""The REST API in-process: paging, filtering before the limit, errors, token, prefix, stream."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import NODE, TestClient, fill
+from ember.dashboard.app import DashboardContext, create_app
+from ember.dashboard.state import DashboardState
+
+
+def test_lists_page_and_report_total(client):
+    out = client.get("/api/tasks", params={"limit": 10, "offset": 5}).json()
+    assert out["total"] == 300 and len(out["items"]) == 10 and out["offset"] == 5
+    # newest first
+    assert out["items"][0]["task_id"] == f"{294:032x}"
+
+
+def test_filter_before_limit_finds_rare_rows(client):
+    # Ray #33547: a cap before the filter returns nothing; here the 3 rare ones come back.
+    out = client.get("/api/tasks", params={"filter": "name=rare", "limit": 100}).json()
+    assert out["total"] == 3 and {r["state"] for r in out["items"]} == {"FAILED"}
+    out = client.get("/api/tasks", params=[("filter", "state=FAILED"), ("filter", "name=rare")])
+    assert out.json()["total"] == 3
+
+
+def test_actor_list_filters_and_sorts(client):
+    out = client.get(
+        "/api/actors", params={"filter": "state=DEAD", "sort_by": "pid", "descending": "true"}
+    ).json()
+    assert out["total"] == 3 and [r["pid"] for r in out["items"]] == [1029, 1019, 1009]
+    out = client.get("/api/actors", params={"filter": "class_name!=Counter", "limit": 2}).json()
+    assert out["total"] == 10 and len(out["items"]) == 2
+
+
+def test_detail_endpoints(client):
+    node = client.get(f"/api/nodes/{NODE[:8]}").json()  # a prefix works
+    assert node["node_id"] == NODE and node["workers"][0]["pid"] == 11
+    assert node["metrics"]["cpu_percent"] == 12.0
+    task = client.get(f"/api/tasks/{7:032x}").json()
+    assert task["state"] == "FAILED" and task["error"] == "boom"
+    assert [e["state"] for e in task["events"]][0] == "PENDING_ARGS_AVAIL"
+    actor = client.get("/api/actors/c5").json()  # a live actor's name works
+    assert actor["actor_id"] == f"{5:032x}"
+    summary = client.get("/api/tasks/summary").json()
+    assert summary["by_state"] == {"FINISHED": 297, "FAILED": 3}
+    status = client.get("/api/cluster_status").json()
+    assert status["tasks"]["FAILED"] == 3 and status["actors"] == {"ALIVE": 27, "DEAD": 3}
+    hist = client.get("/api/history", params={"node_id": NODE}).json()
+    assert hist["samples"][0]["cpu_percent"] == 12.0 and hist["window_s"] == 1800
+
+
+def test_unknown_ids_are_404_naming_the_id(client):
+    for path, ident in [
+        ("/api/nodes/ffffffff", "ffffffff"),
+        ("/api/actors/nosuch", "nosuch"),
+        ("/api/tasks/deadbeef", "deadbeef"),
+    ]:
+        r = client.get(path)
+        assert r.status_code == 404 and ident in r.json()["detail"]
+    r = client.post("/api/actors/nosuchactor/kill")
+    assert r.status_code == 404 and "nosuchactor" in r.json()["detail"]
+
+
+def test_malformed_parameters_are_422_naming_the_field(client):
+    r = client.get("/api/tasks", params={"limit": "many"})
+    assert r.status_code == 422 and "limit" in r.json()["message"]
+    r = client.get("/api/tasks", params={"limit": 0})
+    assert r.status_code == 422
+    r = client.get("/api/actors", params={"filter": "colour=red"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "filter"]
+    assert "colour" in r.json()["detail"][0]["msg"]
+    r = client.get("/api/actors", params={"sort_by": "colour"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "sort_by"]
+
+
+def test_killing_a_dead_actor_answers_clearly(client):
+    r = client.post(f"/api/actors/{9:032x}/kill")
+    assert r.status_code == 200
+    assert r.json()["ok"] is False and "already dead" in r.json()["message"]
+
+
+def test_agent_backed_endpoints_say_what_is_missing(client):
+    r = client.get("/api/logs/tail", params={"node_id": NODE, "name": "raylet.log"})
+    assert r.status_code == 503 and "agent" in r.json()["detail"]
+    r = client.get("/api/logs/tail", params={"node_id": NODE, "name": "nope.log"})
+    assert r.status_code in (404, 503)
+
+
+def test_token_required_off_loopback():
+    st = DashboardState()
+    fill(st, 5, 1)
+    app = create_app(DashboardContext(state=st, host="0.0.0.0"), token="s3cret")
+    with TestClient(app) as c:
+        r = c.get("/api/version")
+        assert r.status_code == 401 and "Authorization: Bearer" in r.json()["detail"]
+        assert c.get("/api/version", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert c.get("/api/version", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert c.get("/api/version?token=s3cret").status_code == 200
+        assert c.get("/api/version", headers={"Cookie": "ember_token=s3cret"}).status_code == 200
+
+
+@pytest.mark.parametrize("strip", [False, True])
+def test_url_prefix_with_and_without_a_stripping_proxy(strip):
+    st = DashboardState()
+    fill(st, 5, 1)
+    app = create_app(DashboardContext(state=st, prefix="/ember"))
+    with TestClient(app) as c:
+        path = "/api/nodes" if strip else "/ember/api/nodes"
+        assert c.get(path).json()["total"] == 1
+        docs = c.get("/ember/docs")
+        assert docs.status_code == 200 and "/ember/openapi.json" in docs.text
+
+
+def test_forwarded_prefix_header(client):
+    r = client.get("/proxy/api/version", headers={"X-Forwarded-Prefix": "/proxy"})
+    assert r.status_code == 200 and r.json()["api"] == 1
+
+
+def test_frontend_served_from_its_directory(tmp_path, state):
+    (tmp_path / "index.html").write_text("<html>ember app</html>")
+    (tmp_path / "app.js").write_text("console.log(1)")
+    app = create_app(DashboardContext(state=state, frontend_dir=str(tmp_path)))
+    with TestClient(app) as c:
+        assert "ember app" in c.get("/").text
+        assert c.get("/app.js").text == "console.log(1)"
+        assert "ember app" in c.get("/actors/123").text  # the app's own routes survive reload
+        assert c.get("/../../etc/passwd").status_code in (200, 404)
+        assert "root:" not in c.get("/%2e%2e/%2e%2e/etc/passwd").text
+        assert c.get("/api/nosuch").status_code == 404
+
+
+def test_websocket_stream_delivers_state_changes(state):
+    app = create_app(DashboardContext(state=state))
+    with TestClient(app) as c, c.websocket_connect("/api/stream?topics=actor,event") as ws:
+        hello = ws.receive_json()
+        assert hello["type"] == "hello" and hello["topics"] == ["actor", "event"]
+        state.update_actor({"actor_id": "ff" * 16, "state": "ALIVE", "class_name": "New"})
+        msg = ws.receive_json()
+        assert msg["type"] == "batch"
+        assert {
+            "type": "actor",
+            "actor_id": "ff" * 16,
+            "state": "ALIVE",
+            "class_name": "New",
+        } in msg["messages"]
+
+
+def test_openapi_lists_every_endpoint(client):
+    paths = set(client.get("/openapi.json").json()["paths"])
+    for p in [
+        "/api/version",
+        "/api/cluster_status",
+        "/api/nodes",
+        "/api/nodes/{node_id}",
+        "/api/workers",
+        "/api/actors",
+        "/api/actors/{actor_id}",
+        "/api/actors/{actor_id}/kill",
+        "/api/tasks",
+        "/api/tasks/summary",
+        "/api/objects",
+        "/api/logs",
+        "/api/logs/tail",
+        "/api/logs/follow",
+        "/api/logs/download",
+        "/api/logs/search",
+        "/api/stack",
+        "/api/profile",
+        "/api/events",
+        "/api/history",
+        "/api/stream/sse",
+    ]:
+        assert p in paths, p
