@@ -21,7 +21,13 @@ def test_overview_shows_the_cluster(page, cluster):
     page.wait_for_function(
         "Number(document.querySelector('[data-testid=stat-tasks-failed] .value').innerText) >= 3"
     )
-    page.wait_for_selector("[data-testid=recent-errors] >> text=frontend test failure")
+    errors = page.locator(
+        "[data-testid=recent-errors] tr", has_text="ValueError: frontend test failure"
+    )
+    errors.first.wait_for()
+    # Each error keeps its traceback one click away.
+    errors.first.locator("summary").click()
+    assert "Traceback" in errors.first.locator("pre").inner_text()
     # Live charts are drawn from the dashboard's own history.
     for chart in ("cpu", "memory", "store", "throughput"):
         assert page.locator(f"[data-testid=chart-{chart}] canvas").count() >= 1

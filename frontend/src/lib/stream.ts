@@ -1,7 +1,8 @@
-// The live stream: one WebSocket per page load, its messages dispatched by "type" to whoever
-// listens. A dropped connection shows a banner (via the status listeners) and reconnects with
-// a capped backoff; after a reconnect every listener is told to resync, since events were
-// missed while it was down.
+// The live stream: one connection per page load (a WebSocket, or server-sent events where
+// WebSockets do not get through), its messages dispatched by "type" to whoever listens. A
+// dropped connection shows a banner (via the status listeners) and reconnects with a capped
+// backoff; on every (re)connect each listener is told to resync, since what changed before the
+// subscription began was never sent to it.
 import { useEffect, useState } from "preact/hooks";
 
 export type StreamStatus = "connecting" | "open" | "down";
@@ -26,7 +27,6 @@ class LiveStream {
   private handlers = new Map<string, Set<Handler>>();
   private statusListeners = new Set<(s: StreamStatus) => void>();
   private retryTimer = 0;
-  private everOpened = false;
   private stopped = false;
 
   url(): string {
@@ -47,11 +47,11 @@ class LiveStream {
   }
 
   private opened(): void {
-    const reconnected = this.everOpened;
-    this.everOpened = true;
     this.attempts = 0;
     this.setStatus("open");
-    if (reconnected) this.dispatch({ type: RESYNC });
+    // Whatever changed before this subscription began (at page load, or while the connection
+    // was down) was never announced: every listener reloads once.
+    this.dispatch({ type: RESYNC });
   }
 
   private receive(data: string): void {
