@@ -44,9 +44,23 @@ def demo(num_cpus: float | None, tasks: int) -> None:
 
 
 def _register() -> None:
+    from ember.cli.dashboard_url import dashboard
+    from ember.cli.kill_actor import kill_actor
+    from ember.cli.list_state import list_state
+    from ember.cli.logs import logs
     from ember.cli.memory import memory
+    from ember.cli.stack import stack
+    from ember.cli.summary import summary
+    from ember.cli.timeline import timeline
 
     main.add_command(memory)
+    main.add_command(stack)
+    main.add_command(timeline)
+    main.add_command(logs)
+    main.add_command(list_state)
+    main.add_command(summary)
+    main.add_command(kill_actor)
+    main.add_command(dashboard)
 
 
 _register()

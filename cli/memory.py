@@ -1,5 +1,6 @@
 """``ember memory``: every ObjectRef in the cluster that pins an object, in Ray's layout
-(002 §5.3.6 and ../shared/reference/ray-2.60-cli-output.md), with call sites."""
+(002 §5.3.6 and ../shared/reference/ray-2.60-cli-output.md), with call sites; read from the
+dashboard's ``/api/objects``, which asks every node's processes through their agents."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import json
 from typing import Any
 
 import click
-from ember.cluster_address import find_gcs_address
-from ember.protocol import connection as conn_mod
+from ember.cli.api_client import address_option, resolve
 
 UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 KINDS = (
@@ -19,57 +19,46 @@ KINDS = (
     ("CAPTURED_IN_OBJECT", "Captured in Objects"),
     ("ACTOR_HANDLE", "Actor Handles"),
 )
+_KNOWN = {kind for kind, _ in KINDS}
 
 
-async def _collect(gcs_address: str) -> list[dict[str, Any]]:
-    gcs = await conn_mod.connect(gcs_address, name="gcs", timeout=5.0)
-    try:
-        nodes = await gcs.call("list_nodes", None, timeout=10.0)
-    finally:
-        gcs.close()
-    out = []
-    for node in nodes:
-        if node["state"] != "ALIVE":
-            continue
-        raylet = await conn_mod.connect(node["address"], name="raylet", timeout=5.0)
-        try:
-            out.append(await raylet.call("collect_references", None, timeout=15.0))
-        finally:
-            raylet.close()
-    return out
+def collect(api: Any) -> dict[str, Any]:
+    """The memory view from ``/api/objects`` (fresh: collected now from every node) and the
+    stores' use from each node's latest metrics."""
+    objects, last = api.list_all("/api/objects", max_age=0)
+    nodes, _ = api.list_all("/api/nodes", ["state=ALIVE"])
+    store = {}
+    for n in nodes:
+        m = api.get(f"/api/nodes/{n['node_id']}").get("metrics") or {}
+        store[n["node_id"]] = {
+            "used_bytes": m.get("object_store_used_bytes") or 0,
+            "capacity_bytes": m.get("object_store_capacity_bytes") or 0,
+            "num_objects": m.get("object_store_objects") or 0,
+        }
+    return {"objects": objects, "missing": last.get("missing") or {}, "store": store}
 
 
-def collect(gcs_address: str) -> list[dict[str, Any]]:
-    loop = conn_mod.new_event_loop()
-    try:
-        return loop.run_until_complete(_collect(gcs_address))
-    finally:
-        loop.close()
-
-
-def rows_of(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (process, object, reference kind)."""
+def rows_of(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (process, object, reference kind), in ``ray memory``'s columns."""
     rows = []
-    for node in nodes:
-        for proc in node["processes"]:
-            for ref in proc["rows"]:
-                for kind in ref["reference_types"]:
-                    if kind == "BORROWED":
-                        continue
-                    rows.append(
-                        {
-                            "node_ip": node["node_ip"],
-                            "node_id": node["node_id"],
-                            "pid": proc["pid"],
-                            "type": "Driver" if proc["is_driver"] else "Worker",
-                            "call_site": ref["call_site"] or "disabled",
-                            "status": ref["status"],
-                            "attempt": 1,
-                            "size": ref["size"],
-                            "reference_type": kind,
-                            "object_ref": ref["object_id"],
-                        }
-                    )
+    for r in data["objects"]:
+        kind = r.get("reference_type")
+        if kind not in _KNOWN:
+            continue  # BORROWED: the owner's row already lists the object
+        rows.append(
+            {
+                "node_ip": r.get("ip") or "?",
+                "node_id": r.get("node_id"),
+                "pid": r.get("pid"),
+                "type": "Driver" if r.get("is_driver") else "Worker",
+                "call_site": r.get("call_site") or "disabled",
+                "status": r.get("status"),
+                "attempt": 1,
+                "size": r.get("object_size"),
+                "reference_type": kind,
+                "object_ref": r.get("object_id"),
+            }
+        )
     return rows
 
 
@@ -79,8 +68,8 @@ def _size(n: float, units: str) -> str:
     return f"{n / UNITS[units]:.1f} {units}"
 
 
-def render(nodes: list[dict[str, Any]], group_by: str, sort_by: str, units: str) -> str:
-    rows = rows_of(nodes)
+def render(data: dict[str, Any], group_by: str, sort_by: str, units: str) -> str:
+    rows = rows_of(data)
     now = datetime.datetime.now()
     lines = [
         f"======== Object references status: {now} ========",
@@ -146,33 +135,29 @@ def render(nodes: list[dict[str, Any]], group_by: str, sort_by: str, units: str)
         lines.append("(no object references in the cluster)")
         lines.append("")
     lines.append("--- Aggregate object store stats across all nodes ---")
-    used = sum(n["store"]["used_bytes"] for n in nodes)
-    cap = sum(n["store"]["capacity_bytes"] for n in nodes) or 1
-    count = sum(n["store"]["num_objects"] for n in nodes)
+    stores = data["store"].values()
+    used = sum(n["used_bytes"] for n in stores)
+    cap = sum(n["capacity_bytes"] for n in stores) or 1
+    count = sum(n["num_objects"] for n in stores)
     lines.append(
         f"Shared-memory store usage {used / 2**20:.0f} MiB, {count} objects, "
         f"{used / cap * 100:.2f}% full"
     )
-    missing = sum(n.get("unanswered", 0) for n in nodes)
-    if missing:
-        lines.append(f"({missing} process(es) did not answer in time and are not listed)")
+    for node_id, why in sorted(data["missing"].items()):
+        lines.append(f"(node {node_id[:12]} is not listed in full: {why})")
     return "\n".join(lines)
 
 
 @click.command("memory")
-@click.option("--address", default=None, help="The cluster's GCS address (default: find it).")
+@address_option
 @click.option("--group-by", type=click.Choice(["node", "stack_trace"]), default="node")
 @click.option("--sort-by", type=click.Choice(["size", "reference_type"]), default="size")
 @click.option("--units", type=click.Choice(list(UNITS)), default="B")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
 def memory(address: str | None, group_by: str, sort_by: str, units: str, fmt: str) -> None:
     """Show every ObjectRef that pins an object, by node, process and reference type."""
-    try:
-        gcs = find_gcs_address(address)
-        nodes = collect(gcs)
-    except (TimeoutError, ConnectionError, OSError) as e:
-        raise click.ClickException(f"could not reach the cluster ({address or 'auto'}): {e}") from e
+    data = collect(resolve(address))
     if fmt == "json":
-        click.echo(json.dumps({"nodes": nodes, "rows": rows_of(nodes)}, indent=1, default=str))
+        click.echo(json.dumps({**data, "rows": rows_of(data)}, indent=1, default=str))
     else:
-        click.echo(render(nodes, group_by, sort_by, units))
+        click.echo(render(data, group_by, sort_by, units))

@@ -1,89 +1,125 @@
-"""``ember.timeline()``: the tasks this driver ran, as a Chrome trace (chrome://tracing,
-Perfetto, speedscope). A process row per node, a thread row per worker, a slice per task
-with its phases nested, as Ray draws it (../shared/reference/ray-2.60-cli-output.md)."""
+"""``ember.timeline(filename=None)``: the cluster's tasks as a Chrome trace (chrome://tracing,
+Perfetto, speedscope), laid out by ``ember.dashboard.timeline``: a process per node, a thread
+per worker, a slice per task with its phases nested, arrows between tasks.
+
+With a dashboard running (``node["dashboard_url"]``), the trace is the cluster's, streamed
+from ``/api/timeline``: every driver's tasks on every node. Without one (or when it does not
+answer), the fallback is this driver's own task events, which its bounded buffer keeps.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import sys
+import urllib.error
+import urllib.request
+from types import SimpleNamespace
 from typing import Any
 
 from ember import global_state
 
-_PHASES = (
-    ("task:deserialize_arguments", "start", "args_ready", "rail_load"),
-    ("task:execute", "args_ready", "executed", "rail_animation"),
-    ("task:store_outputs", "executed", "end", "rail_idle"),
-)
+_FIELDS = ("t_pending", "t_scheduled", "t_start", "t_args", "t_executed", "t_end")
+_TIMING_KEYS = (("start", "t_start"), ("args_ready", "t_args"), ("executed", "t_executed"))
 
 
-def chrome_events(worker: Any) -> list[dict[str, Any]]:
-    names: dict[bytes, str] = {}
-    ip = worker.node.get("node_ip", "127.0.0.1")
-    out: list[dict[str, Any]] = []
-    for task_id, state, t, _attempt, extra in list(worker.events):
-        if extra and "name" in extra and state != "PROFILE":
-            names[task_id] = extra["name"]
+def local_records(worker: Any) -> tuple[list[Any], Any]:
+    """This process's task events as timeline records plus the store of spans and flows."""
+    from ember.dashboard.timeline import TimelineStore
+
+    node_id = getattr(worker, "node_id_hex", "") or ""
+    job = worker.job_id.hex() if isinstance(getattr(worker, "job_id", None), bytes) else ""
+    records: dict[bytes, SimpleNamespace] = {}
+    store = TimelineStore()
+    for task_id, state, t, attempt, extra in list(worker.events):
         if state == "PROFILE":
-            data = extra.get("extra") or {}
-            span = {
-                "cat": extra["event_type"],
-                # "name" and "cname" in extra_data override the displayed text and colour.
-                "name": data.get("name", extra["event_type"]),
-                "pid": ip,
-                "tid": "driver"
-                if extra.get("pid") == os.getpid()
-                else f"worker:{extra.get('pid')}",
-                "ts": t * 1e6,
-                "dur": (extra["end"] - t) * 1e6,
-                "ph": "X",
-                "args": dict(data),
-            }
-            if "cname" in data:
-                span["cname"] = data["cname"]
-            out.append(span)
+            store.add_span(node_id, job, task_id.hex(), t, extra)
             continue
-        if state not in ("FINISHED", "FAILED") or not extra or not extra.get("timings"):
-            continue
-        tm = extra["timings"]
-        tid = f"worker:{extra.get('pid', '?')}"
-        fn = extra.get("function", "task")
-        out.append(
-            {
-                "cat": f"task::{fn.rsplit('.', 1)[-1]}",
-                "name": fn,
-                "pid": ip,
-                "tid": tid,
-                "ts": tm["start"] * 1e6,
-                "dur": (tm["end"] - tm["start"]) * 1e6,
-                "ph": "X",
-                "cname": "generic_work" if state == "FINISHED" else "terrible",
-                "args": {"name": fn, "task_id": task_id.hex(), "state": state},
-            }
-        )
-        for name, a, b, color in _PHASES:
-            if a in tm and b in tm:
-                out.append(
-                    {
-                        "cat": name,
-                        "name": name,
-                        "pid": ip,
-                        "tid": tid,
-                        "ts": tm[a] * 1e6,
-                        "dur": (tm[b] - tm[a]) * 1e6,
-                        "ph": "X",
-                        "cname": color,
-                        "args": {},
-                    }
+        rec = records.get(task_id)
+        if rec is None:
+            rec = records[task_id] = SimpleNamespace(
+                task_id=task_id.hex(),
+                name="",
+                state=state,
+                job_id=job,
+                node_id=node_id,
+                pid=None,
+                attempt=attempt,
+                **dict.fromkeys(_FIELDS),
+            )
+        rec.attempt = max(rec.attempt, attempt)
+        if state == "PENDING_ARGS_AVAIL" and rec.t_pending is None:
+            rec.t_pending = t
+        elif state == "SUBMITTED_TO_WORKER":
+            rec.t_scheduled = t
+        elif state in ("FINISHED", "FAILED"):
+            rec.state = state
+            extra = extra or {}
+            tm = extra.get("timings") or {}
+            rec.name = extra.get("function") or rec.name
+            rec.pid = extra.get("pid")
+            rec.node_id = extra.get("node_id") or node_id
+            for key, field in _TIMING_KEYS:
+                if key in tm:
+                    setattr(rec, field, tm[key])
+            rec.t_end = tm.get("end", t)
+            if "parent" in extra:
+                store.add_flow(
+                    rec.task_id,
+                    extra["parent"],
+                    node_id,
+                    extra.get("owner_pid"),
+                    extra.get("arg_tasks") or (),
                 )
-    return out
+    return list(records.values()), store
+
+
+def _local_trace(worker: Any, out: Any) -> None:
+    from ember.dashboard import timeline as tl
+
+    records, store = local_records(worker)
+    ip = worker.node.get("node_ip", "127.0.0.1") if isinstance(worker.node, dict) else "?"
+    labels = {getattr(worker, "node_id_hex", ""): f"node {ip}"}
+    tl.write(out, records, store=store, node_labels=labels, driver_pids=[os.getpid()])
+
+
+def fetch(url: str, out: Any, params: dict[str, Any] | None = None, timeout: float = 60.0) -> None:
+    """Streams ``/api/timeline`` of the dashboard at ``url`` into ``out`` (text)."""
+    query = "&".join(f"{k}={v}" for k, v in (params or {}).items() if v is not None)
+    full = url.rstrip("/") + "/api/timeline" + (f"?{query}" if query else "")
+    with urllib.request.urlopen(full, timeout=timeout) as resp:
+        reader = io.TextIOWrapper(resp, encoding="utf-8")
+        while True:
+            chunk = reader.read(1 << 16)
+            if not chunk:
+                break
+            out.write(chunk)
 
 
 def timeline(filename: str | None = None) -> list[dict[str, Any]] | None:
+    """The trace: written to ``filename`` (streamed; any size), or returned as a list."""
     worker = global_state.require_worker()
-    events = chrome_events(worker)
-    if filename is None:
-        return events
-    with open(filename, "w") as f:
-        json.dump(events, f)
-    return None
+    node = worker.node if isinstance(worker.node, dict) else {}
+    url = node.get("dashboard_url") or os.environ.get("EMBER_DASHBOARD_URL")
+    out: Any = open(filename, "w") if filename else io.StringIO()  # noqa: SIM115
+    try:
+        if url:
+            try:
+                fetch(url, out)
+            except (OSError, urllib.error.URLError) as e:
+                print(
+                    f"(ember) the dashboard at {url} did not answer ({e}); the timeline has "
+                    "only this driver's tasks.",
+                    file=sys.stderr,
+                )
+                out.seek(0)
+                out.truncate()
+                _local_trace(worker, out)
+        else:
+            _local_trace(worker, out)
+        if filename is None:
+            return json.loads(out.getvalue())
+        return None
+    finally:
+        out.close()

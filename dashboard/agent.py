@@ -28,6 +28,7 @@ import psutil
 from ember.dashboard import pyspy, wire
 from ember.dashboard.agent_logs import LogDir
 from ember.dashboard.agent_metrics import NodeSampler, ProcessSampler
+from ember.util.metrics import read_node_snapshots
 
 logger = logging.getLogger("ember.agent")
 PERIOD = float(os.environ.get("EMBER_AGENT_PERIOD", "2.0"))
@@ -58,6 +59,7 @@ class Agent:
         self.buffered_events = 0
         self.events_dropped = 0
         self.latest_metrics: dict[str, Any] | None = None
+        self.transfer_seq = 0  # the raylet's object transfers already shipped (timeline)
         self.wakeup = asyncio.Event()
         self.known_workers: dict[int, dict[str, Any]] = {}
         self.info = {
@@ -114,7 +116,9 @@ class Agent:
         raylet_workers: list[dict[str, Any]] = []
         if self.raylet is not None and not self.raylet.closed:
             try:
-                stats = await self.raylet.call("node_stats", None, timeout=5.0)
+                stats = await self.raylet.call(
+                    "node_stats", {"transfers_after": self.transfer_seq}, timeout=5.0
+                )
                 raylet_workers = await self.raylet.call("list_workers", None, timeout=5.0)
             except Exception as e:
                 logger.warning("raylet did not answer: %s", e)
@@ -163,13 +167,18 @@ class Agent:
         sample["num_workers"] = sum(1 for w in workers if w["kind"] == "worker")
         me = measured.get(os.getpid(), {})
         sample["agent"] = {"cpu_percent": me.get("cpu_percent"), "rss_bytes": me.get("rss_bytes")}
+        # ember.util.metrics: each process's snapshot file, shipped with the sample (part B).
+        sample["user_metrics"] = read_node_snapshots(self.session_dir)
         info = dict(self.info)
         if stats:
             info["resources_total"] = stats.get("resources_total", {})
             info["resources_available"] = stats.get("resources_available", {})
+        transfers = stats.get("transfers") or []
+        self.transfer_seq = stats.get("transfers_seq", self.transfer_seq)
         return {
             "type": "metrics",
             "time": time.time(),
+            "transfers": transfers,
             "sample": sample,
             "workers": workers,
             "logs": self.logs.index(),

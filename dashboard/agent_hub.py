@@ -145,6 +145,8 @@ class AgentHub:
             if "logs" in msg:
                 st.set_log_index(link.node_id, msg["logs"])
             st.node_metrics(link.node_id, float(msg.get("time") or time.time()), msg["sample"])
+            for transfer in msg.get("transfers") or ():
+                st.timeline.add_transfer(transfer)  # object copies between nodes (part B)
         elif kind == "task_events":
             st.add_task_events(
                 link.node_id,

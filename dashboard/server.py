@@ -110,7 +110,9 @@ async def serve(args: argparse.Namespace) -> None:
     server.install_signal_handlers = lambda: None  # we own SIGTERM below
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     url = f"http://{shown}:{port}{ctx.prefix.rstrip('/')}"
-    tasks = []
+    from ember.dashboard.prometheus import service_discovery_loop
+
+    tasks = [asyncio.ensure_future(service_discovery_loop(ctx))]  # Prometheus file SD (part B)
     if gcs is not None:
         try:
             await gcs.put_kv("agent_address", agent_address)

@@ -160,6 +160,9 @@ class DashboardState:
             "agent_task_events": 0,  # what the core workers' bounded buffers dropped
         }
         self.ingested = {"task_events": 0, "batches": 0}
+        from ember.dashboard.timeline import TimelineStore  # here: timeline imports the app
+
+        self.timeline = TimelineStore()  # parents, argument producers, profile spans (part B)
 
     # -- nodes -----------------------------------------------------------------------------
     def update_node(self, node_id: str, info: dict[str, Any]) -> NodeEntry:
@@ -335,6 +338,7 @@ class DashboardState:
             changed[state] = changed.get(state, 0) + 1
         self.dropped["tasks"] += tasks.dropped - before
         self.dropped["agent_task_events"] += dropped_at_source
+        self.timeline.ingest(node_id, job_id, events)
         self.ingested["task_events"] += len(events)
         self.ingested["batches"] += 1
         if changed:

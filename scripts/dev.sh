@@ -41,9 +41,32 @@ setup_frontend() {
   fi
 }
 
+# The diagnostics tests' outside tools: a real Prometheus server (Debian's) that scrapes
+# /metrics, and speedscope from npm with Debian's chromium to load timelines in a real
+# viewer. Idempotent: apt only for what is missing, npm ci only when the lock file changed.
+setup_diagnostics_tools() {
+  missing=""
+  command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
+  command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+  if [ -n "$missing" ]; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+      apt-get update -qq
+      # shellcheck disable=SC2086 - the list is ours, word splitting wanted
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    else
+      echo "dev.sh: missing$missing (the diagnostics tests need them): apt-get install$missing" >&2
+    fi
+  fi
+  command -v npm >/dev/null 2>&1 || { echo "dev.sh: npm is missing; the timeline viewer test cannot run" >&2; return 0; }
+  tools=tests/tools
+  if [ ! -f "$tools/node_modules/.package-lock.json" ] || [ "$tools/package-lock.json" -nt "$tools/node_modules/.package-lock.json" ]; then
+    (cd "$tools" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
+
 case "${1:-}" in
-  setup) setup ;;
-  demo) setup; shift; exec .venv/bin/ember demo "$@" ;;
-  test) setup; shift; exec .venv/bin/python -m pytest "$@" ;;
+  setup) setup; setup_diagnostics_tools ;;
+  demo) setup; setup_diagnostics_tools; shift; exec .venv/bin/ember demo "$@" ;;
+  test) setup; setup_diagnostics_tools; shift; exec .venv/bin/python -m pytest "$@" ;;
   *) echo "usage: scripts/dev.sh setup|demo|test [args]" >&2; exit 2 ;;
 esac

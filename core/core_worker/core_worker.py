@@ -41,6 +41,7 @@ from ember.exceptions import (
     WorkerCrashedError,
 )
 from ember.ids import (
+    TASK_ID_SIZE,
     new_task_id,
     new_unique_id,
     object_id_for_put,
@@ -77,6 +78,7 @@ class CoreWorker:
         self.mode = mode
         self.node = node  # {node_id, session_dir, raylet_address, gcs_address, arena_path, ...}
         self.node_id: bytes = node["node_id"]
+        self.node_id_hex = self.node_id.hex()
         self.job_id = job_id
         self.worker_id = worker_id or new_unique_id()
         self.namespace = namespace
@@ -748,7 +750,9 @@ class CoreWorker:
             if a[0] == ARG_REF and a[2] is not None and a[2][0] == self.worker_id:
                 loc = self.memory_store.get_if_ready(a[1])
                 if loc is not None and loc[0] == "inline":
-                    args[i] = (ARG_INLINE, loc[1], loc[2], loc[3])
+                    # The id rides along (ignored by the worker) so the timeline can still
+                    # draw the arrow from the object's producer to this task.
+                    args[i] = (ARG_INLINE, loc[1], loc[2], loc[3], a[1])
 
     def prepare_task(self, spec: TaskSpec) -> list[ObjectRef]:
         """Registers the task's returns as owned and pending; returns their refs."""
@@ -844,8 +848,13 @@ class CoreWorker:
             {
                 "timings": reply.get("timings"),
                 "pid": reply.get("pid"),
+                "node_id": reply.get("node_id"),
                 "function": spec.display_name(),
                 "error": reply.get("message"),
+                # For the timeline's arrows: who submitted it and whose objects it consumed.
+                "parent": spec.parent_task_id.hex(),
+                "owner_pid": os.getpid(),
+                "arg_tasks": _producer_task_ids(spec),
             },
         )
 
@@ -1066,3 +1075,16 @@ def _lost_value(object_id: bytes, owner, cls=ObjectLostError, reason: str = "") 
     err = cls(object_id.hex(), reason or "its owner died")
     ser = serialize_error(err)
     return ("inline", ser.meta, ser.data, [])
+
+
+def _producer_task_ids(spec: TaskSpec) -> list[str]:
+    """Hex ids of the tasks that produced the task's object arguments (by ref or inlined)."""
+    out = []
+    for a in spec.args:
+        if a[0] == ARG_REF:
+            out.append(a[1][:TASK_ID_SIZE].hex())
+        elif len(a) > 4:
+            out.append(a[4][:TASK_ID_SIZE].hex())
+    for object_id, _owner in spec.nested_refs or ():
+        out.append(object_id[:TASK_ID_SIZE].hex())
+    return out

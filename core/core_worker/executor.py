@@ -208,6 +208,7 @@ class Executor:
         if spans:
             reply["profile"] = spans
         reply["pid"] = os.getpid()
+        reply["node_id"] = cw.node_id_hex  # where it ran: the timeline's process row
         self.tasks_done += 1
         sys.stdout.flush()
         sys.stderr.flush()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import itertools
 import logging
 import os
@@ -102,6 +103,10 @@ class Raylet:
         self.cluster_view: list[dict] = []
         self.logs = LogForwarder(self)
         self.stopping = False
+        # Object copies pulled from other nodes, for the timeline: (seq, record), bounded;
+        # the agent asks for those after the last seq it saw (node_stats).
+        self.transfer_log: collections.deque = collections.deque(maxlen=1000)
+        self.transfer_seq = 0
         self.handlers = {
             "register_client": self.h_register_client,
             "request_lease": self.h_request_lease,
@@ -527,8 +532,30 @@ class Raylet:
         return self.resources.total_dict(), self.resources.available_dict()
 
     # -- views -----------------------------------------------------------------------------
+    def record_transfer(
+        self, object_id: bytes, from_node: bytes, size: int, start: float, end: float
+    ) -> None:
+        """One object copied here from another node (called where a pull completes)."""
+        self.transfer_seq += 1
+        self.transfer_log.append(
+            (
+                self.transfer_seq,
+                {
+                    "object_id": object_id.hex(),
+                    "from_node": from_node.hex(),
+                    "to_node": self.node_id.hex(),
+                    "size": size,
+                    "start": start,
+                    "end": end,
+                },
+            )
+        )
+
     def h_node_stats(self, conn: Connection, body: Any) -> dict:
+        after = (body or {}).get("transfers_after", 0) if isinstance(body, dict) else 0
         return {
+            "transfers": [t for seq, t in self.transfer_log if seq > after],
+            "transfers_seq": self.transfer_seq,
             "node_id": self.node_id,
             "resources_total": self.resources.total_dict(),
             "resources_available": self.resources.available_dict(),

@@ -1,7 +1,7 @@
 """``ember.util``: ActorPool, placement groups, scheduling strategies."""
 
 from ember.api import get_actor  # Ray 0.8 had it here (002 §5.3.8)
-from ember.util import scheduling_strategies
+from ember.util import metrics, scheduling_strategies
 from ember.util.placement_group import (
     PlacementGroup,
     get_placement_group,
@@ -18,6 +18,7 @@ except ImportError:  # pragma: no cover - being written
 __all__ = [
     "ActorPool",
     "get_actor",
+    "metrics",
     "PlacementGroup",
     "get_placement_group",
     "placement_group",

@@ -1,0 +1,100 @@
+"""``ember logs``: the cluster's log files through the dashboard: list them, print the last
+lines of the ones that match, or follow one as it grows."""
+
+from __future__ import annotations
+
+import fnmatch
+import sys
+from typing import Any
+
+import click
+from ember.cli.api_client import address_option, iter_sse, resolve, table
+
+
+@click.command("logs")
+@click.argument("glob", required=False)
+@click.option("--node", "node_id", default=None, help="Only this node (id or prefix).")
+@click.option("--pid", type=click.IntRange(1), default=None, help="Only this process's files.")
+@click.option("--actor", default=None, help="Only this actor's worker (id, prefix or name).")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines (one file).")
+@click.option(
+    "--tail",
+    "lines",
+    type=click.IntRange(1, 100_000),
+    default=100,
+    show_default=True,
+    help="How many of the last lines to print.",
+)
+@address_option
+def logs(
+    glob: str | None,
+    node_id: str | None,
+    pid: int | None,
+    actor: str | None,
+    follow: bool,
+    lines: int,
+    address: str | None,
+) -> None:
+    """Without GLOB, --pid or --actor: list the log files. Otherwise print the files'
+    last lines (GLOB matches file names, e.g. 'worker-*.err' or raylet.log)."""
+    api = resolve(address)
+    if actor:
+        row = api.get(f"/api/actors/{actor}")
+        if not row.get("pid"):
+            raise click.ClickException(
+                f"actor {actor} has no worker process yet ({row.get('state')})"
+            )
+        pid, node_id = row["pid"], node_id or row.get("node_id")
+    files, _ = api.list_all("/api/logs")
+    if node_id:
+        files = [f for f in files if str(f.get("node_id", "")).startswith(node_id)]
+    if pid is not None:
+        files = [f for f in files if f.get("pid") == pid]
+    if glob:
+        files = [f for f in files if fnmatch.fnmatch(f["name"], glob)]
+    if not glob and pid is None and not follow:
+        click.echo(
+            table(files, ["node_id", "name", "component", "pid", "size"])
+            if files
+            else "(no log files)"
+        )
+        return
+    if not files:
+        what = " ".join(
+            x
+            for x in (glob or "", f"pid {pid}" if pid else "", f"node {node_id}" if node_id else "")
+            if x
+        )
+        raise click.ClickException(f"no log file matches {what}; `ember logs` lists them")
+    if follow:
+        if len(files) > 1:
+            names = ", ".join(f["name"] for f in files[:8])
+            raise click.ClickException(
+                f"--follow needs one file and {len(files)} match ({names}); narrow GLOB or --node"
+            )
+        _follow(api, files[0], lines)
+        return
+    for i, f in enumerate(files):
+        if len(files) > 1:
+            click.echo(f"{'' if i == 0 else chr(10)}==> {f['name']} (node {f['node_id'][:12]}) <==")
+        res = api.get(
+            "/api/logs/tail", {"node_id": f["node_id"], "name": f["name"], "lines": lines}
+        )
+        for line in res.get("lines", []):
+            click.echo(line)
+
+
+def _follow(api: Any, f: dict[str, Any], lines: int) -> None:
+    params = {"node_id": f["node_id"], "name": f["name"], "lines": min(lines, 10_000)}
+    try:
+        # No read deadline: a quiet log is not an error; Ctrl-C ends it.
+        with api.open("GET", "/api/logs/follow", params, timeout=3600) as resp:
+            for event, data in iter_sse(resp):
+                if event in ("missing", "rotated"):
+                    click.echo(f"(ember) {f['name']}: {data.get('message')}", err=True)
+                    continue
+                for line in data.get("lines", []):
+                    click.echo(line)
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,474 @@
+"""The timeline: a Chrome trace (chrome://tracing, Perfetto, speedscope) of the cluster's tasks,
+written as a stream so a million tasks cost the writer bounded memory, and ``/api/timeline``.
+
+Layout (issue 4 §4, seed 003 §1.10): a process per node, a thread per worker (its pid), a
+slice per task with its phases nested inside (fetching args, executing, storing outputs); the
+wait for resources (submitted until pushed to a worker) as an async slice of the node, since
+it overlaps whatever that worker ran before; ``ember.profile`` spans on the thread that ran
+them; flow arrows from a task to the tasks it submitted and from an object's producer to the
+tasks that consumed it; object transfers between nodes as slices of a "transfers" thread.
+
+The writer reads task records with the attributes of ``ember.dashboard.task_table.TaskRecord``
+(task_id, name, state, job_id, node_id, pid, t_pending, t_scheduled, t_start, t_args,
+t_executed, t_end); ``TimelineStore`` keeps what the task table does not (parents, argument
+producers, profile spans, transfers), each bounded, and the trace's metadata says how much
+was dropped. Flow arrows to a producer need its location: a bounded map of the most recent
+``FLOW_WINDOW`` tasks, so an arrow whose producer is older than that is counted, not drawn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+FLOW_WINDOW = int(os.environ.get("EMBER_TIMELINE_FLOW_WINDOW", "100000"))
+MAX_FLOW_RECORDS = int(os.environ.get("EMBER_TIMELINE_MAX_FLOW_RECORDS", "200000"))
+MAX_SPANS = int(os.environ.get("EMBER_TIMELINE_MAX_SPANS", "200000"))
+MAX_TRANSFERS = int(os.environ.get("EMBER_TIMELINE_MAX_TRANSFERS", "100000"))
+TASK_ID_HEX = 32  # an object id's first 16 bytes are its producing task's id (ember.ids)
+
+# (name, start attribute, end attribute, colour) of the phases nested in a task's slice.
+PHASES = (
+    ("task:fetch_args", "t_start", "t_args", "rail_load"),
+    ("task:execute", "t_args", "t_executed", "rail_animation"),
+    ("task:store_outputs", "t_executed", "t_end", "rail_idle"),
+)
+
+
+@dataclass
+class Filters:
+    job_id: str | None = None
+    node_id: str | None = None
+    since: float | None = None  # wall-clock seconds; tasks ending before are left out
+    until: float | None = None  # tasks starting after are left out
+
+    def keeps(self, job_id: str | None, node_id: str | None, start: float, end: float) -> bool:
+        if self.job_id and (job_id or "") != self.job_id:
+            return False
+        if self.node_id and (node_id or "") != self.node_id:
+            return False
+        if self.since is not None and end < self.since:
+            return False
+        return not (self.until is not None and start > self.until)
+
+
+class TimelineStore:
+    """What the timeline needs beyond the task table, fed from the same task-event batches
+    (``ingest``): per task its parent, submitter and argument producers; profile spans;
+    object transfers. Every part is capped; the oldest goes first and is counted."""
+
+    def __init__(self) -> None:
+        # {task_id: (parent_task_id, owner_node_id, owner_pid, (producer task ids...))}
+        self.flows: OrderedDict[str, tuple] = OrderedDict()
+        self.spans: deque[dict[str, Any]] = deque(maxlen=MAX_SPANS)
+        self.transfers: deque[dict[str, Any]] = deque(maxlen=MAX_TRANSFERS)
+        self.dropped = {"flows": 0, "spans": 0, "transfers": 0}
+        self._interned: dict[str, str] = {}
+
+    def ingest(self, node_id: str, job_id: str, events: Iterable[list | tuple]) -> None:
+        """One owner's batch of task events (``[task_id, state, time, attempt, extra]``)."""
+        for task_id, state, t, _attempt, extra in events:
+            if not extra:
+                continue
+            if state == "PROFILE":
+                self.add_span(node_id, job_id, task_id, t, extra)
+            elif state in ("FINISHED", "FAILED") and "parent" in extra:
+                self.add_flow(
+                    task_id,
+                    extra.get("parent") or "",
+                    node_id,
+                    extra.get("owner_pid"),
+                    extra.get("arg_tasks") or (),
+                )
+
+    def add_flow(
+        self,
+        task_id: str,
+        parent: str,
+        owner_node: str,
+        owner_pid: int | None,
+        producers: Iterable[str],
+    ) -> None:
+        flows = self.flows
+        if task_id not in flows and len(flows) >= MAX_FLOW_RECORDS:
+            flows.popitem(last=False)
+            self.dropped["flows"] += 1
+        # Parents and submitting nodes repeat across siblings: keep one string of each.
+        parent = self._interned.setdefault(parent, parent) if parent else ""
+        if len(self._interned) > MAX_FLOW_RECORDS:
+            self._interned.clear()
+        flows[task_id] = (parent, owner_node, owner_pid, tuple(producers))
+
+    def add_span(
+        self, node_id: str, job_id: str, task_id: str, start: float, event: dict[str, Any]
+    ) -> None:
+        if len(self.spans) == self.spans.maxlen:
+            self.dropped["spans"] += 1
+        data = event.get("extra") or {}
+        self.spans.append(
+            {
+                "node_id": node_id,
+                "job_id": job_id,
+                "task_id": task_id,
+                "pid": event.get("pid"),
+                "name": str(data.get("name", event.get("event_type", "profile"))),
+                "cat": str(event.get("event_type", "profile")),
+                "start": start,
+                "end": event.get("end", start),
+                "args": {str(k): str(v) for k, v in data.items()},
+                "cname": data.get("cname"),
+            }
+        )
+
+    def add_transfer(self, transfer: dict[str, Any]) -> None:
+        """{object_id, from_node, to_node, size, start, end}: one cross-node object copy."""
+        if len(self.transfers) == self.transfers.maxlen:
+            self.dropped["transfers"] += 1
+        self.transfers.append(dict(transfer))
+
+
+class _Locations:
+    """Where recent tasks ran, for arrows to them: (process, thread, start, end), bounded."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.map: OrderedDict[str, tuple[int, int, float, float]] = OrderedDict()
+
+    def put(self, task_id: str, where: tuple[int, int, float, float]) -> None:
+        self.map[task_id] = where
+        if len(self.map) > self.cap:
+            self.map.popitem(last=False)
+
+    def get(self, task_id: str) -> tuple[int, int, float, float] | None:
+        return self.map.get(task_id)
+
+
+class TraceWriter:
+    """Chrome's JSON array format, one event per line, written as it goes."""
+
+    def __init__(self, node_labels: dict[str, str] | None = None) -> None:
+        self.node_labels = node_labels or {}
+        self._pids: dict[str, int] = {}  # node id -> the trace's process number
+        self._threads: set[tuple[int, int]] = set()
+        self._names: dict[str, str] = {}  # json-encoded names, cached (few distinct)
+        self._flow_id = 0
+        self.counts = {"tasks": 0, "spans": 0, "flows": 0, "flows_unresolved": 0, "transfers": 0}
+        self._first = True
+        # Times are whole microseconds from an origin a day before the first event: small
+        # integers add up exactly, so a phase ending with its task never ends after it in a
+        # viewer (absolute epoch microseconds lose a quarter microsecond to rounding).
+        self.origin: float | None = None
+
+    def us(self, t: float) -> int:
+        if self.origin is None:
+            self.origin = float(int(t) - 86_400)
+        return round((t - self.origin) * 1e6)
+
+    def _q(self, s: str) -> str:
+        enc = self._names.get(s)
+        if enc is None:
+            enc = json.dumps(s)
+            if len(self._names) < 100_000:
+                self._names[s] = enc
+        return enc
+
+    def _line(self, text: str) -> str:
+        if self._first:
+            self._first = False
+            return "[\n" + text
+        return ",\n" + text
+
+    def finish(self, metadata: dict[str, Any]) -> str:
+        meta = json.dumps(
+            {"name": "ember_trace_info", "ph": "M", "pid": 0, "tid": 0, "args": metadata}
+        )
+        return self._line(meta) + "\n]\n"
+
+    def process(self, node_id: str) -> tuple[int, str]:
+        """The trace's process number for a node, and its metadata lines the first time."""
+        pid = self._pids.get(node_id)
+        if pid is not None:
+            return pid, ""
+        pid = self._pids[node_id] = len(self._pids) + 1
+        label = self.node_labels.get(node_id) or f"node {node_id[:12]}"
+        text = self._line(
+            f'{{"name":"process_name","ph":"M","pid":{pid},"tid":0,'
+            f'"args":{{"name":{self._q(label)}}}}}'
+        ) + self._line(
+            f'{{"name":"process_sort_index","ph":"M","pid":{pid},"tid":0,'
+            f'"args":{{"sort_index":{pid}}}}}'
+        )
+        return pid, text
+
+    def thread(self, pid: int, tid: int, label: str) -> str:
+        if (pid, tid) in self._threads:
+            return ""
+        if len(self._threads) < 1_000_000:
+            self._threads.add((pid, tid))
+        return self._line(
+            f'{{"name":"thread_name","ph":"M","pid":{pid},"tid":{tid},'
+            f'"args":{{"name":{self._q(label)}}}}}'
+        )
+
+    def slice(
+        self,
+        pid: int,
+        tid: int,
+        name: str,
+        cat: str,
+        start: float,
+        end: float,
+        args: str = "{}",
+        cname: str | None = None,
+    ) -> str:
+        colour = f',"cname":{self._q(cname)}' if cname else ""
+        extra = f',"args":{args}' if args != "{}" else ""
+        ts = self.us(start)
+        dur = max(self.us(end) - ts, 0)
+        return self._line(
+            f'{{"ph":"X","name":{self._q(name)},"cat":{self._q(cat)},"pid":{pid},"tid":{tid},'
+            f'"ts":{ts},"dur":{dur}{colour}{extra}}}'
+        )
+
+    def async_slice(
+        self, pid: int, name: str, cat: str, ident: str, start: float, end: float
+    ) -> str:
+        head = f'"name":{self._q(name)},"cat":{self._q(cat)},"id":"{ident}","pid":{pid},"tid":0'
+        return self._line(f'{{"ph":"b",{head},"ts":{self.us(start)}}}') + self._line(
+            f'{{"ph":"e",{head},"ts":{self.us(max(end, start))}}}'
+        )
+
+    def flow(self, name: str, src: tuple[int, int, float], dst: tuple[int, int, float]) -> str:
+        self._flow_id += 1
+        self.counts["flows"] += 1
+        fid = self._flow_id
+        q = self._q(name)
+        return self._line(
+            f'{{"ph":"s","name":{q},"cat":"flow","id":{fid},"pid":{src[0]},"tid":{src[1]},'
+            f'"ts":{self.us(src[2])}}}'
+        ) + self._line(
+            f'{{"ph":"f","bp":"e","name":{q},"cat":"flow","id":{fid},"pid":{dst[0]},'
+            f'"tid":{dst[1]},"ts":{self.us(dst[2])}}}'
+        )
+
+
+def generate(
+    tasks: Iterable[Any],
+    store: TimelineStore | None = None,
+    filters: Filters | None = None,
+    node_labels: dict[str, str] | None = None,
+    driver_pids: Iterable[int] = (),
+) -> Iterator[str]:
+    """The trace as text chunks: tasks in submission order (a producer and a parent come
+    before the tasks that use them), then profile spans and transfers. ``tasks`` may be any
+    iterable of task records: nothing but a bounded window of locations is kept."""
+    filters = filters or Filters()
+    store = store or TimelineStore()
+    writer = TraceWriter(node_labels)
+    drivers = set(driver_pids)
+    recent = _Locations(FLOW_WINDOW)
+    flows = store.flows
+    chunk: list[str] = []
+
+    def thread_label(pid: int) -> str:
+        return f"driver:{pid}" if pid in drivers else f"worker:{pid}"
+
+    for rec in tasks:
+        start, end = rec.t_start, rec.t_end
+        if start is None or end is None:
+            continue  # not run yet (or still running): nothing to draw
+        node_id = rec.node_id or ""
+        if not filters.keeps(rec.job_id, node_id, start, end):
+            continue
+        pid, meta = writer.process(node_id)
+        tid = int(rec.pid or 0)
+        if meta:
+            chunk.append(meta)
+        chunk.append(writer.thread(pid, tid, thread_label(tid)))
+        failed = rec.state == "FAILED"
+        args = (
+            f'{{"task_id":"{rec.task_id}","state":"{rec.state}","job_id":"{rec.job_id or ""}",'
+            f'"attempt":{int(rec.attempt or 0)}}}'
+        )
+        chunk.append(
+            writer.slice(
+                pid,
+                tid,
+                rec.name or "task",
+                "task",
+                start,
+                end,
+                args,
+                "terrible" if failed else "generic_work",
+            )
+        )
+        for name, a, b, colour in PHASES:
+            ta, tb = getattr(rec, a), getattr(rec, b)
+            if ta is not None and tb is not None:
+                ta, tb = max(ta, start), min(tb, end)  # inside the task's slice, always
+                chunk.append(writer.slice(pid, tid, name, name, ta, tb, "{}", colour))
+        if rec.t_pending is not None:
+            ready = rec.t_scheduled if rec.t_scheduled is not None else start
+            chunk.append(
+                writer.async_slice(
+                    pid, "task:wait_for_resources", "scheduling", rec.task_id, rec.t_pending, ready
+                )
+            )
+        writer.counts["tasks"] += 1
+        recent.put(rec.task_id, (pid, tid, start, end))
+        flow = flows.get(rec.task_id)
+        if flow is not None:
+            parent, owner_node, owner_pid, producers = flow
+            submitted = rec.t_pending if rec.t_pending is not None else start
+            if owner_pid:
+                opid, meta = writer.process(owner_node)
+                if meta:
+                    chunk.append(meta)
+                chunk.append(writer.thread(opid, int(owner_pid), thread_label(int(owner_pid))))
+                chunk.append(
+                    writer.flow("submitted", (opid, int(owner_pid), submitted), (pid, tid, start))
+                )
+            for producer in producers:
+                where = recent.get(producer)
+                if where is None:
+                    writer.counts["flows_unresolved"] += 1
+                    continue
+                # The arrow leaves the producer just before its end, inside its slice.
+                src_t = max(where[3] - 1e-6, where[2])
+                chunk.append(writer.flow("object", (where[0], where[1], src_t), (pid, tid, start)))
+        if len(chunk) >= 2048:
+            yield "".join(chunk)
+            chunk.clear()
+
+    for span in list(store.spans):
+        if not filters.keeps(span["job_id"], span["node_id"], span["start"], span["end"]):
+            continue
+        pid, meta = writer.process(span["node_id"])
+        if meta:
+            chunk.append(meta)
+        tid = int(span["pid"] or 0)
+        chunk.append(writer.thread(pid, tid, thread_label(tid)))
+        chunk.append(
+            writer.slice(
+                pid,
+                tid,
+                span["name"],
+                span["cat"],
+                span["start"],
+                span["end"],
+                json.dumps(span["args"]),
+                span.get("cname"),
+            )
+        )
+        writer.counts["spans"] += 1
+        if len(chunk) >= 2048:
+            yield "".join(chunk)
+            chunk.clear()
+
+    for tr in list(store.transfers):
+        if filters.node_id and filters.node_id not in (tr.get("from_node"), tr.get("to_node")):
+            continue
+        if not filters.keeps(None, None, tr["start"], tr["end"]):
+            continue
+        pid, meta = writer.process(tr["to_node"])
+        if meta:
+            chunk.append(meta)
+        # Async slices: pulls overlap, and each gets its own track in the node's process.
+        size = tr.get("size") or 0
+        label = f"object transfer {size / 2**20:.1f} MiB from {str(tr.get('from_node'))[:8]}"
+        chunk.append(
+            writer.async_slice(
+                pid, label, "transfer", str(tr.get("object_id")), tr["start"], tr["end"]
+            )
+        )
+        writer.counts["transfers"] += 1
+
+    meta = {
+        **writer.counts,
+        "ts_origin_unix_seconds": writer.origin,
+        "dropped": dict(store.dropped),
+        "flow_window": FLOW_WINDOW,
+        "filters": {k: v for k, v in vars(filters).items() if v is not None},
+    }
+    chunk.append(writer.finish(meta))  # an empty trace is still a valid array
+    yield "".join(chunk)
+
+
+def write(out: IO[str], tasks: Iterable[Any], **kwargs: Any) -> None:
+    """Streams the trace into ``out`` chunk by chunk (see ``generate``)."""
+    for text in generate(tasks, **kwargs):
+        out.write(text)
+
+
+# -- the REST endpoint ----------------------------------------------------------------------
+
+try:  # the router exists where the dashboard's dependencies are installed
+    from fastapi import APIRouter, Depends, HTTPException, Query
+    from fastapi.responses import StreamingResponse
+except ImportError:  # pragma: no cover - a runtime-only install without the dashboard
+    APIRouter = None  # type: ignore[assignment,misc]
+
+if APIRouter is not None:
+    from typing import Annotated
+
+    from ember.dashboard.app import DashboardContext, get_ctx
+
+    router = APIRouter(tags=["timeline"])
+
+    @router.get(
+        "/api/timeline",
+        response_class=StreamingResponse,
+        responses={200: {"content": {"application/json": {}}, "description": "Chrome trace"}},
+    )
+    async def timeline(
+        job_id: Annotated[str | None, Query(max_length=64, description="only this job")] = None,
+        node_id: Annotated[str | None, Query(max_length=64, description="only this node")] = None,
+        since: Annotated[
+            float | None, Query(ge=0, description="only tasks ending after this epoch time")
+        ] = None,
+        until: Annotated[
+            float | None, Query(ge=0, description="only tasks starting before this epoch time")
+        ] = None,
+        last_seconds: Annotated[
+            float | None, Query(gt=0, le=10**9, description="only the last N seconds")
+        ] = None,
+        ctx: DashboardContext = Depends(get_ctx),
+    ) -> StreamingResponse:
+        """The cluster's tasks as a Chrome trace, streamed (no cap on the number of tasks)."""
+        import time
+
+        if node_id and node_id not in ctx.state.nodes:
+            raise HTTPException(404, f"no node {node_id!r}; GET /api/nodes lists them")
+        if last_seconds is not None:
+            since = max(since or 0.0, time.time() - last_seconds)
+        filters = Filters(job_id=job_id, node_id=node_id, since=since, until=until)
+        # A snapshot of the records (pointers only): ingestion goes on while we stream.
+        records = list(ctx.state.tasks.tasks.values())
+        labels = {
+            nid: f"node {n.info.get('node_ip', '?')} {nid[:8]}"
+            for nid, n in ctx.state.nodes.items()
+        }
+        drivers = {
+            w["pid"]
+            for w in ctx.state.all_workers()
+            if w.get("kind") == "driver" and isinstance(w.get("pid"), int)
+        }
+        chunks = generate(
+            records, ctx.state.timeline, filters, node_labels=labels, driver_pids=drivers
+        )
+
+        async def body() -> AsyncIterator[bytes]:
+            for text in chunks:
+                yield text.encode()
+                await asyncio.sleep(0)  # let the loop serve others between chunks
+
+        return StreamingResponse(
+            body(),
+            media_type="application/json",
+            headers={"Content-Disposition": 'attachment; filename="ember-timeline.json"'},
+        )

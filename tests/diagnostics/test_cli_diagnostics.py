@@ -1,0 +1,258 @@
+"""The diagnostics commands run as a user runs them: ``ember ...`` subprocesses against a
+live local node and its dashboard (issue 4 §4 and §6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import ember
+import pytest
+from ember_test_utils import wait_until
+
+EMBER = os.path.join(os.path.dirname(sys.executable), "ember")
+pytestmark = pytest.mark.timeout(240)
+
+
+def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([EMBER, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@ember.remote
+def square(x):
+    return x * x
+
+
+@ember.remote
+def boom():
+    raise ValueError("expected failure")
+
+
+@ember.remote
+def slow_marker(seconds):
+    print("slow-marker-started", flush=True)
+    time.sleep(seconds)
+    return 1
+
+
+@ember.remote
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def incr(self):
+        self.n += 1
+        return self.n
+
+    def shout(self, text):
+        print(text, flush=True)
+        return text
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One node for the module's read-only commands, with some history: tasks (one
+    failed), a named actor, an object."""
+    if ember.is_initialized():
+        ember.shutdown()
+    ctx = ember.init(num_cpus=2)
+    assert ember.get([square.remote(i) for i in range(5)]) == [0, 1, 4, 9, 16]
+    with pytest.raises(ember.exceptions.RayTaskError):
+        ember.get(boom.remote())
+    actor = Counter.options(name="diag-counter").remote()
+    assert ember.get(actor.incr.remote()) == 1
+    held = ember.put(b"x" * 300_000)
+    url = ctx.dashboard_url
+
+    def tasks_arrived() -> bool:
+        out = run("summary", "tasks", "--address", url, "--format", "json")
+        return out.returncode == 0 and json.loads(out.stdout)["total"] >= 7
+
+    wait_until(tasks_arrived, timeout=30, interval=0.3, message="the tasks on the dashboard")
+    yield ctx, actor, held
+    ember.shutdown()
+
+
+def test_list_with_filters_limit_and_formats(cluster):
+    ctx, actor, _ = cluster
+    url = ctx.dashboard_url
+    out = run("list", "tasks", "--filter", "state=FINISHED", "--limit", "2", "--address", url)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].split()[:3] == ["TASK_ID", "NAME", "STATE"]
+    assert "2 tasks (showing 2 of" in out.stdout
+    failed = json.loads(
+        run(
+            "list", "tasks", "--filter", "state=FAILED", "--format", "json", "--address", url
+        ).stdout
+    )
+    assert [t["name"].rsplit(".", 1)[-1] for t in failed] == ["boom"]
+    assert "expected failure" in failed[0]["error"]
+    actors = json.loads(run("list", "actors", "--format", "json", "--address", url).stdout)
+    assert [(a["name"], a["state"], a["class_name"]) for a in actors] == [
+        ("diag-counter", "ALIVE", "Counter")
+    ]
+    nodes = json.loads(run("list", "nodes", "--format", "json", "--address", url).stdout)
+    assert [n["node_id"] for n in nodes] == [ctx.node_id]
+    workers = json.loads(
+        run(
+            "list", "workers", "--filter", "kind=raylet", "--format", "json", "--address", url
+        ).stdout
+    )
+    assert len(workers) == 1 and workers[0]["rss_bytes"] > 0
+    objects = run("list", "objects", "--address", url)
+    assert "LOCAL_REFERENCE" in objects.stdout and "ACTOR_HANDLE" in objects.stdout
+    # Bad input: a clear one-line error naming the field, not a traceback.
+    bad = run("list", "tasks", "--filter", "colour=red", "--address", url)
+    assert bad.returncode == 1 and "colour" in bad.stderr and "Traceback" not in bad.stderr
+    assert run("list", "tasks", "--filter", "oops", "--address", url).returncode == 2
+
+
+def test_summary_tasks_and_actors(cluster):
+    ctx, _, _ = cluster
+    tasks = run("summary", "tasks", "--address", ctx.dashboard_url)
+    assert tasks.returncode == 0, tasks.stderr
+    square_line = next(line for line in tasks.stdout.splitlines() if ".square" in line)
+    assert square_line.split()[1:3] == ["5", "5"]  # total, FINISHED
+    assert "FAILED" in tasks.stdout
+    actors = json.loads(
+        run("summary", "actors", "--format", "json", "--address", ctx.dashboard_url).stdout
+    )
+    assert actors["by_class"] == [{"class_name": "Counter", "total": 1, "ALIVE": 1}]
+
+
+def test_dashboard_and_address_resolution(cluster):
+    ctx, _, _ = cluster
+    # The cluster's (GCS) address leads to the dashboard through the GCS.
+    out = run("dashboard", "--address", ctx.address)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ctx.dashboard_url
+    nothing = run("dashboard", "--address", "http://127.0.0.1:9")
+    assert nothing.returncode == 1
+    assert "could not reach the dashboard at http://127.0.0.1:9" in nothing.stderr
+
+
+def test_timeline_writes_a_trace(cluster, tmp_path):
+    ctx, _, _ = cluster
+    path = tmp_path / "trace.json"
+    out = run("timeline", "--output", str(path), "--address", ctx.dashboard_url)
+    assert out.returncode == 0, out.stderr
+    assert f"Trace file written to {path}" in out.stdout
+    events = json.loads(path.read_text())
+    names = {e["name"].rsplit(".", 1)[-1] for e in events if e.get("cat") == "task"}
+    assert {"square", "boom", "incr"} <= names
+    job = run("timeline", "-o", str(path), "--job", "ffff", "--address", ctx.dashboard_url)
+    assert "(0 tasks" in job.stdout
+    recent = run("timeline", "-o", str(path), "--since", "3600", "--address", ctx.dashboard_url)
+    assert "(0 tasks" not in recent.stdout
+    unknown = run("timeline", "-o", str(path), "--node", "feedface", "--address", ctx.dashboard_url)
+    assert unknown.returncode == 1 and "no node 'feedface'" in unknown.stderr
+
+
+def test_logs_list_tail_and_follow(cluster):
+    ctx, actor, _ = cluster
+    url = ctx.dashboard_url
+    listing = run("logs", "--address", url)
+    assert listing.returncode == 0, listing.stderr
+    assert "raylet.log" in listing.stdout and "worker-" in listing.stdout
+    assert ember.get(actor.shout.remote("hello-from-the-actor")) == "hello-from-the-actor"
+    pid = json.loads(run("list", "actors", "--format", "json", "--address", url).stdout)[0]["pid"]
+
+    def actor_log() -> str | None:
+        out = run("logs", "--actor", "diag-counter", "--tail", "20", "--address", url)
+        return out.stdout if "hello-from-the-actor" in out.stdout else None
+
+    text = wait_until(actor_log, timeout=30, interval=0.5, message="the actor's line in its log")
+    assert f"-{pid}.out" in text
+    only_out = run("logs", f"worker-*-{pid}.out", "--tail", "5", "--address", url)
+    assert "hello-from-the-actor" in only_out.stdout
+    none = run("logs", "no-such-file*", "--address", url)
+    assert none.returncode == 1 and "no log file matches no-such-file*" in none.stderr
+    many = run("logs", "worker-*", "--follow", "--address", url)
+    assert many.returncode == 1 and "--follow needs one file" in many.stderr
+
+    # --follow prints lines written after it started, until stopped.
+    follower = subprocess.Popen(
+        [EMBER, "logs", f"worker-*-{pid}.out", "--follow", "--tail", "1", "--address", url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: list[str] = []
+    reader = threading.Thread(target=lambda: seen.extend(follower.stdout), daemon=True)
+    reader.start()
+    try:
+
+        def followed() -> bool:
+            # A new line each round: the follower may have started after the previous one.
+            ember.get(actor.shout.remote("a-line-while-following"))
+            return any("a-line-while-following" in line for line in list(seen))
+
+        wait_until(followed, timeout=30, interval=0.5, message="the followed line")
+    finally:
+        follower.terminate()
+        follower.wait(timeout=10)
+        reader.join(timeout=10)
+
+
+def test_stack_shows_the_running_task(cluster):
+    ctx, _, _ = cluster
+    ref = slow_marker.remote(30)
+
+    def running_worker() -> dict | None:
+        out = run(
+            "list",
+            "workers",
+            "--filter",
+            "state=RUNNING",
+            "--format",
+            "json",
+            "--address",
+            ctx.dashboard_url,
+        )
+        rows = json.loads(out.stdout) if out.returncode == 0 else []
+        return next((w for w in rows if "slow_marker" in (w.get("current_task") or "")), None)
+
+    worker = wait_until(running_worker, timeout=30, interval=0.3, message="a RUNNING worker")
+    out = run("stack", "--pid", str(worker["pid"]), "--address", ctx.dashboard_url)
+    if "ptrace" in out.stdout + out.stderr and "Thread" not in out.stdout:
+        pytest.skip(f"py-spy cannot attach here: {out.stdout}{out.stderr}")
+    assert out.returncode == 0, out.stderr
+    assert f"pid={worker['pid']}" in out.stdout and "running" in out.stdout
+    assert "slow_marker" in out.stdout
+    whole = json.loads(run("stack", "--format", "json", "--address", ctx.dashboard_url).stdout)
+    pids = {p["pid"] for n in whole["nodes"] for p in n["processes"]}
+    assert worker["pid"] in pids
+    ember.cancel(ref, force=True)
+
+
+def test_kill_actor_by_name_then_again(ember_start):
+    ctx = ember_start(num_cpus=1)
+    victim = Counter.options(name="victim").remote()
+    assert ember.get(victim.incr.remote()) == 1
+    url = ctx.dashboard_url
+
+    def listed() -> bool:
+        out = run("list", "actors", "--filter", "name=victim", "--format", "json", "--address", url)
+        return out.returncode == 0 and len(json.loads(out.stdout)) == 1
+
+    wait_until(listed, timeout=30, interval=0.3, message="the actor on the dashboard")
+    out = run("kill-actor", "victim", "--address", url)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("killed actor ")
+    with pytest.raises(ember.exceptions.RayActorError):
+        ember.get(victim.incr.remote(), timeout=30)
+
+    def dead() -> bool:
+        out = run("list", "actors", "--filter", "name=victim", "--format", "json", "--address", url)
+        return json.loads(out.stdout)[0]["state"] == "DEAD"
+
+    wait_until(dead, timeout=30, interval=0.3, message="the actor DEAD on the dashboard")
+    again = run("kill-actor", "victim", "--address", url)
+    assert again.returncode == 0 and "is already dead" in again.stdout
+    unknown = run("kill-actor", "nobody-by-this-name", "--address", url)
+    assert unknown.returncode == 1 and "nobody-by-this-name" in unknown.stderr
+    assert "Traceback" not in unknown.stderr

@@ -1,0 +1,159 @@
+"""``/metrics`` read by Prometheus's own parser: names and units, bounded labels, the node and
+cluster scopes, the service-discovery file, and the Grafana dashboard's queries (every metric
+it plots is one ``/metrics`` serves)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+from ember.dashboard import prometheus
+from ember.dashboard.app import DashboardContext, create_app
+from ember.dashboard.state import DashboardState
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+GRAFANA = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
+NODE = "ab" * 14
+SAMPLE = {
+    "cpu_percent": 25.0,
+    "cpu_per_core": [20.0, 30.0],
+    "num_cpus": 2,
+    "load_avg": [0.5, 0.4, 0.3],
+    "mem_total_bytes": 8e9,
+    "mem_used_bytes": 2e9,
+    "mem_available_bytes": 6e9,
+    "mem_shared_bytes": 1e8,
+    "disks": [{"mount": "/", "total_bytes": 1e11, "used_bytes": 4e10, "percent": 40.0}],
+    "disk_read_bytes_per_s": 1000.0,
+    "disk_write_bytes_per_s": 2000.0,
+    "net_sent_bytes_per_s": 300.0,
+    "net_recv_bytes_per_s": 400.0,
+    "uptime_s": 1000.0,
+    "object_store_used_bytes": 1e6,
+    "object_store_capacity_bytes": 1e9,
+    "object_store_objects": 3,
+    "agent": {"cpu_percent": 1.5, "rss_bytes": 5e7},
+}
+
+
+@pytest.fixture
+def client(tmp_path):
+    state = DashboardState()
+    state.update_node(NODE, {"node_ip": "10.0.0.5", "is_head": True})
+    state.node_metrics(NODE, time.time(), SAMPLE)
+    state.set_workers(
+        NODE,
+        [
+            {"pid": 11, "kind": "worker", "cpu_percent": 50.0, "rss_bytes": 1e8, "uss_bytes": 8e7},
+            {"pid": 12, "kind": "worker", "cpu_percent": 25.0, "rss_bytes": 1e8, "uss_bytes": 8e7},
+            {"pid": 13, "kind": "raylet", "cpu_percent": 2.0, "rss_bytes": 3e7, "uss_bytes": 2e7},
+        ],
+    )
+    t = time.time()
+    events = []
+    for i in range(500):  # 500 distinct function names: more than the label bound
+        tid = f"{i:032x}"
+        events.append([tid, "PENDING_ARGS_AVAIL", t, 0, None])
+        events.append(
+            [tid, "FINISHED", t + 1, 0, {"function": f"mod.fn{i}", "pid": 11, "node_id": NODE}]
+        )
+    state.add_task_events(NODE, "01", events)
+    state.update_actor({"actor_id": "c1" * 16, "class_name": "Worker", "state": "ALIVE"})
+    state.update_actor({"actor_id": "c2" * 16, "class_name": "Worker", "state": "DEAD"})
+    state.cluster = {
+        "pending_demands": [
+            {"shape": {"CPU": 1.0}, "count": 4, "infeasible": False},
+            {"shape": {"GPU": 8.0}, "count": 1, "infeasible": True},
+        ],
+        "resources": {"total": {"CPU": 2.0}, "available": {"CPU": 0.0}},
+    }
+    ctx = DashboardContext(state=state, host="127.0.0.1", port=8265, session_dir=str(tmp_path))
+    return TestClient(create_app(ctx).fastapi), ctx
+
+
+def _families(text: str) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _value(fams: dict, name: str, **labels) -> float:
+    family = fams[name.removesuffix("_total")] if name not in fams else fams[name]
+    for s in family.samples:
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    raise AssertionError(f"no sample {name}{labels}")
+
+
+def test_metrics_parse_with_units_and_values(client):
+    c, _ = client
+    resp = c.get("/metrics")
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/plain; version=0.0.4")
+    fams = _families(resp.text)
+    assert all(name.startswith("ember_") for name in fams)
+    assert _value(fams, "ember_node_cpu_percent", node_id=NODE, ip="10.0.0.5") == 25.0
+    assert _value(fams, "ember_node_memory_used_bytes", node_id=NODE) == 2e9
+    assert _value(fams, "ember_node_disk_used_bytes", mount="/") == 4e10
+    assert _value(fams, "ember_node_cpu_core_percent", core="1") == 30.0
+    assert _value(fams, "ember_object_store_capacity_bytes") == 1e9
+    assert _value(fams, "ember_component_cpu_percent", component="worker") == 75.0
+    assert _value(fams, "ember_component_processes", component="worker") == 2
+    assert _value(fams, "ember_actors", state="ALIVE", class_name="Worker") == 1
+    assert _value(fams, "ember_pending_demands", shape="GPU:8", infeasible="true") == 1
+    assert _value(fams, "ember_pending_demands", shape="CPU:1", infeasible="false") == 4
+    assert _value(fams, "ember_agent_resident_memory_bytes") == 5e7
+    assert _value(fams, "ember_dashboard_task_events_ingested_total") == 1000
+    assert fams["ember_dashboard_dropped"].type == "counter"
+    assert _value(fams, "ember_dashboard_resident_memory_bytes") > 10 * 2**20
+
+
+def test_function_names_are_bounded(client):
+    c, _ = client
+    fams = _families(c.get("/metrics").text)
+    samples = [s for s in fams["ember_tasks"].samples if s.labels["state"] == "FINISHED"]
+    assert len(samples) == prometheus.MAX_LABEL_VALUES
+    assert sum(s.value for s in samples) == 500  # nothing lost: the tail adds up in "other"
+    other = next(s for s in samples if s.labels["name"] == prometheus.OTHER)
+    assert other.value == 500 - (prometheus.MAX_LABEL_VALUES - 1)
+
+
+def test_node_and_cluster_scopes(client):
+    c, _ = client
+    node = _families(c.get(f"/metrics?node_id={NODE}").text)
+    cluster = _families(c.get("/metrics?scope=cluster").text)
+    assert "ember_node_cpu_percent" in node and "ember_tasks" not in node
+    assert "ember_tasks" in cluster and "ember_node_cpu_percent" not in cluster
+    missing = c.get("/metrics?node_id=feedface")
+    assert missing.status_code == 404 and "feedface" in missing.json()["detail"]
+    bad = c.get("/metrics?scope=everything")
+    assert bad.status_code == 422 and "scope" in bad.text
+
+
+def test_service_discovery_file(client, tmp_path):
+    _, ctx = client
+    path = prometheus.write_service_discovery(ctx)
+    assert path == str(tmp_path / prometheus.SD_FILE)
+    groups = json.loads(Path(path).read_text())
+    assert groups[0] == {"targets": ["127.0.0.1:8265"], "labels": {"__param_scope": "cluster"}}
+    assert groups[1]["targets"] == ["127.0.0.1:8265"]
+    assert groups[1]["labels"]["__param_node_id"] == NODE
+    assert groups[1]["labels"]["ember_node_ip"] == "10.0.0.5"
+    # A dashboard bound on every interface names the head node's address instead.
+    ctx.host = "0.0.0.0"
+    assert prometheus.service_discovery(ctx)[0]["targets"] == ["10.0.0.5:8265"]
+
+
+def test_grafana_dashboard_plots_only_served_metrics(client):
+    c, _ = client
+    served = set()
+    for fam in _families(c.get("/metrics").text).values():
+        served.update(s.name for s in fam.samples)
+    dash = json.loads(GRAFANA.read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 20
+    used = {m for e in exprs for m in re.findall(r"\bember_[a-z0-9_]+", e)}
+    assert used and used <= served, used - served
+    assert {v["name"] for v in dash["templating"]["list"]} == {"datasource", "node"}

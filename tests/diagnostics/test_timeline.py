@@ -1,0 +1,278 @@
+"""The timeline (issue 4 §4): ``ember.timeline()`` through the dashboard, loaded in a real
+viewer (speedscope in chromium); its layout, arrows and filters; and a trace of many tasks
+streamed in bounded memory."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+import tracemalloc
+import urllib.error
+import urllib.request
+from types import SimpleNamespace
+
+import ember
+import pytest
+from ember.dashboard import timeline as tl
+from ember_test_utils import wait_until
+from speedscope_viewer import import_in_speedscope, require_viewer, stacks_of
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@ember.remote
+def leaf(x):
+    time.sleep(0.02)
+    return x + 1
+
+
+@ember.remote
+def parent(n):
+    with ember.profile("inner work", extra_data={"step": "setup"}):
+        time.sleep(0.02)
+    return sum(ember.get([leaf.remote(i) for i in range(n)]))
+
+
+def _run_workload() -> None:
+    produced = leaf.remote(1)
+    assert ember.get([parent.remote(3), leaf.remote(produced)]) == [6, 3]
+
+
+def _trace_with(path, n_tasks: int) -> list[dict]:
+    """Polls ember.timeline(filename) until the dashboard has every task (agents flush
+    task events about once a second)."""
+
+    def complete() -> list[dict] | None:
+        ember.timeline(filename=str(path))
+        events = json.loads(path.read_text())
+        info = events[-1]["args"]
+        return events if info["tasks"] >= n_tasks and info["spans"] >= 1 else None
+
+    return wait_until(complete, timeout=30, interval=0.3, message=f"{n_tasks} tasks in the trace")
+
+
+def test_cluster_timeline_layout_and_arrows(ember_start, tmp_path):
+    ctx = ember_start(num_cpus=2)
+    assert ctx.dashboard_url
+    _run_workload()
+    events = _trace_with(tmp_path / "trace.json", 6)
+
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    threads = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"
+    }
+    tasks = [e for e in events if e["ph"] == "X" and e["cat"] == "task"]
+    assert len(processes) == 1 and "127.0.0.1" in next(iter(processes.values()))
+    assert sorted(t["name"].rsplit(".", 1)[-1] for t in tasks) == ["leaf"] * 5 + ["parent"]
+    assert {threads[(t["pid"], t["tid"])] for t in tasks} == {f"worker:{t['tid']}" for t in tasks}
+    # Each task's phases nest inside its slice, on its thread, in order.
+    for t in tasks:
+        phases = [
+            e
+            for e in events
+            if e["ph"] == "X"
+            and e["cat"].startswith("task:")
+            and (e["pid"], e["tid"]) == (t["pid"], t["tid"])
+            and t["ts"] <= e["ts"] <= t["ts"] + t["dur"]
+        ]
+        names = [p["name"] for p in sorted(phases, key=lambda p: p["ts"])]
+        assert names[:1] == ["task:fetch_args"] and "task:execute" in names, names
+        for p in phases:
+            assert p["ts"] + p["dur"] <= t["ts"] + t["dur"]
+    # The wait for resources: one async slice per task.
+    waits = [e for e in events if e["ph"] == "b" and e["name"] == "task:wait_for_resources"]
+    assert len(waits) == 6
+    # Arrows: the driver submitted 3 tasks, parent submitted 3 leaves; one object passed.
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts.keys() == ends.keys()
+    submitted = [i for i, e in starts.items() if e["name"] == "submitted"]
+    parent_slice = next(t for t in tasks if t["name"].endswith("parent"))
+    from_parent = [
+        i
+        for i in submitted
+        if (starts[i]["pid"], starts[i]["tid"]) == (parent_slice["pid"], parent_slice["tid"])
+    ]
+    from_driver = [i for i in submitted if starts[i]["tid"] == os.getpid()]
+    assert len(from_parent) == 3 and len(from_driver) == 3
+    assert threads[(starts[from_driver[0]]["pid"], os.getpid())] == f"driver:{os.getpid()}"
+    objects = [i for i, e in starts.items() if e["name"] == "object"]
+    assert len(objects) == 1
+    src, dst = starts[objects[0]], ends[objects[0]]
+    assert src["ts"] <= dst["ts"]
+    # The profile span sits on the parent's worker thread, inside its slice.
+    span = next(e for e in events if e["ph"] == "X" and e["name"] == "inner work")
+    assert (span["pid"], span["tid"]) == (parent_slice["pid"], parent_slice["tid"])
+    assert span["args"] == {"step": "setup"}
+    assert parent_slice["ts"] <= span["ts"] <= parent_slice["ts"] + parent_slice["dur"]
+
+
+def test_speedscope_imports_the_trace(ember_start, tmp_path):
+    require_viewer()
+    ember_start(num_cpus=2)
+    _run_workload()
+    trace = tmp_path / "trace.json"
+    events = _trace_with(trace, 6)
+    workers = {e["tid"] for e in events if e["ph"] == "X" and e["cat"] == "task"}
+
+    result = import_in_speedscope(trace, tmp_path)
+    assert not result["dialogs"], result["dialogs"]  # "Unrecognized format" is an alert
+    assert "Importing as Trace Event Format profile" in result["console"]
+    # speedscope warns on the console when slices do not nest ("Tried to end ...").
+    assert not [
+        line for line in result["console"] if "Tried to end" in line or "still open" in line
+    ]
+    export = result["export"]
+    frames = export["shared"]["frames"]
+    names = {p["name"]: p for p in export["profiles"]}
+    # A profile per worker thread, named after the trace's process and thread names.
+    for tid in workers:
+        assert any(f"worker:{tid}" in n for n in names), (tid, list(names))
+    stacks = [s for p in export["profiles"] for s in stacks_of(p, frames)]
+    leaf_phases = [s for s in stacks if len(s) == 2 and _fn(s[0]) == "leaf"]
+    assert {s[1].split(" ")[0] for s in leaf_phases} >= {
+        "task:fetch_args",
+        "task:execute",
+        "task:store_outputs",
+    }
+    # The profile span nests inside parent's "execute" phase.
+    assert any(_fn(s[0]) == "parent" and s[-1].startswith("inner work") for s in stacks), stacks
+
+
+def _fn(frame: str) -> str:
+    """A task frame's function name: speedscope names frames "<name> <args json>"."""
+    return frame.split(" ", 1)[0].rsplit(".", 1)[-1]
+
+
+def test_timeline_endpoint_filters_and_errors(ember_start):
+    ctx = ember_start(num_cpus=1)
+    assert ember.get(leaf.remote(0)) == 1
+    url = ctx.dashboard_url + "/api/timeline"
+
+    def get(query: str) -> list[dict]:
+        with urllib.request.urlopen(url + query, timeout=30) as resp:
+            assert resp.headers["Content-Type"].startswith("application/json")
+            return json.loads(resp.read())
+
+    wait_until(lambda: get("")[-1]["args"]["tasks"] >= 1, timeout=30, interval=0.3)
+    assert get("?job_id=ffffffff")[-1]["args"]["tasks"] == 0
+    assert get(f"?node_id={ctx.node_id}")[-1]["args"]["tasks"] >= 1
+    assert get(f"?since={time.time() + 3600}")[-1]["args"]["tasks"] == 0
+    assert get("?last_seconds=600")[-1]["args"]["tasks"] >= 1
+    with pytest.raises(urllib.error.HTTPError) as err:
+        get("?node_id=nosuchnode")
+    assert err.value.code == 404 and "nosuchnode" in err.value.read().decode()
+    with pytest.raises(urllib.error.HTTPError) as err:
+        get("?since=yesterday")
+    assert err.value.code == 422 and "since" in err.value.read().decode()
+
+
+def _records(n: int):
+    """n synthetic finished tasks on 4 nodes x 8 workers, each consuming its predecessor's
+    object: what a million-task cluster's table holds, made on the fly."""
+    t0 = 1_800_000_000.0
+    for i in range(n):
+        t = t0 + i * 1e-3
+        yield SimpleNamespace(
+            task_id=f"{i:032x}",
+            name=f"mod.f{i % 7}",
+            state="FINISHED",
+            job_id="01",
+            node_id=f"node{i % 4}",
+            pid=1000 + i % 32,
+            attempt=0,
+            t_pending=t,
+            t_scheduled=t + 1e-4,
+            t_start=t + 2e-4,
+            t_args=t + 3e-4,
+            t_executed=t + 8e-4,
+            t_end=t + 9e-4,
+        )
+
+
+def _store(n: int) -> tl.TimelineStore:
+    store = tl.TimelineStore()
+    for i in range(1, min(n, tl.MAX_FLOW_RECORDS)):
+        store.add_flow(f"{i:032x}", f"{i - 1:032x}", "node0", 999, [f"{i - 1:032x}"])
+    return store
+
+
+class _Counting(io.TextIOBase):
+    def __init__(self) -> None:
+        self.chars = 0
+
+    def write(self, s: str) -> int:
+        self.chars += len(s)
+        return len(s)
+
+
+def _peak_bytes(n: int, store: tl.TimelineStore) -> tuple[int, int]:
+    out = _Counting()
+    tracemalloc.start()
+    try:
+        tl.write(out, _records(n), store=store)
+        return tracemalloc.get_traced_memory()[1], out.chars
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_large_trace_streams_in_bounded_memory(tmp_path, monkeypatch):
+    # Valid JSON a viewer can parse, with every task and arrow, for a small run ...
+    path = tmp_path / "small.json"
+    with open(path, "w") as f:
+        tl.write(f, _records(2_000), store=_store(2_000))
+    events = json.loads(path.read_text())
+    assert events[-1]["args"]["tasks"] == 2_000
+    assert events[-1]["args"]["flows"] == 2 * 1_999
+    # ... and the writer's memory does not grow with the number of tasks (10x more tasks,
+    # the same peak within noise): the trace goes out as it is made. Its one table, the
+    # window of recent task locations for object arrows, is made small here so that both
+    # runs pass its bound (tests/diagnostics/bench_timeline_export.py measures a million with the default).
+    monkeypatch.setattr(tl, "FLOW_WINDOW", 1_000)
+    store = tl.TimelineStore()
+    small_peak, small_chars = _peak_bytes(5_000, store)
+    big_peak, big_chars = _peak_bytes(50_000, store)
+    assert big_chars > 9 * small_chars
+    assert big_peak < 2 * small_peak + 1_000_000, (small_peak, big_peak)
+
+
+def test_object_transfers_from_the_agents_reach_the_trace():
+    """The agent ships its raylet's pulls in its metrics message; the hub hands them to the
+    timeline, which draws each as an async slice on the receiving node (pulls overlap)."""
+    import asyncio
+
+    from ember.dashboard.agent_hub import AgentHub, AgentLink
+    from ember.dashboard.state import DashboardState
+
+    state = DashboardState()
+    hub = AgentHub(state)
+    link = asyncio.run(_make_link(AgentLink, "bb" * 14))
+    now = time.time()
+    transfers = [
+        {
+            "object_id": f"{i:040x}",
+            "from_node": "aa" * 14,
+            "to_node": "bb" * 14,
+            "size": 8 * 2**20,
+            "start": now + i * 0.01,
+            "end": now + 0.05 + i * 0.01,
+        }
+        for i in range(3)
+    ]
+    hub.ingest(link, {"type": "metrics", "time": now, "sample": {}, "transfers": transfers})
+    out = io.StringIO()
+    tl.write(out, [], store=state.timeline)
+    events = json.loads(out.getvalue())
+    begins = [e for e in events if e["ph"] == "b" and e["cat"] == "transfer"]
+    assert len(begins) == 3 and events[-1]["args"]["transfers"] == 3
+    assert begins[0]["name"] == "object transfer 8.0 MiB from aaaaaaaa"
+    # Filtering by node keeps transfers into or out of it.
+    out = io.StringIO()
+    tl.write(out, [], store=state.timeline, filters=tl.Filters(node_id="cc" * 14))
+    assert json.loads(out.getvalue())[-1]["args"]["transfers"] == 0
+
+
+async def _make_link(cls, node_id):
+    return cls(node_id)  # its queue wants a running loop
