@@ -49,7 +49,7 @@ export function Timeline({ params }: { params: URLSearchParams }) {
           Window
           <select value={String(win)} onChange={(e) => setParams({ window: (e.currentTarget as HTMLSelectElement).value })} data-testid="timeline-window">
             {WINDOWS.map(([l, s]) => (
-              <option key={s} value={String(s)}>
+              <option key={s} value={String(s)} selected={s === win}>
                 last {l}
               </option>
             ))}

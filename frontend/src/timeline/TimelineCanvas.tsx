@@ -106,6 +106,7 @@ export function TimelineCanvas(p: {
     }
 
     // Rows and node headers.
+    let drawn = 0;
     lastGroup = "";
     trace.rows.forEach((r, i) => {
       if (r.group !== lastGroup) {
@@ -130,6 +131,7 @@ export function TimelineCanvas(p: {
         if (x1 - x0 < 1 && px === lastPx && s.depth === lastDepth) continue;
         lastPx = px;
         lastDepth = s.depth;
+        drawn++;
         g.fillStyle = colorFor(s, p.colorBy);
         g.fillRect(x0, tops[i] + s.depth * LANE, Math.max(1, x1 - x0 - 0.5), LANE - 2);
         if (x1 - x0 > 40) {
@@ -163,6 +165,8 @@ export function TimelineCanvas(p: {
     }
     g.fillStyle = grid;
     g.fillRect(LABEL_W - 1, AXIS_H, 1, height);
+    // What this frame drew, for the tests and the benchmark to read.
+    c.dataset.drawn = String(drawn);
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [trace, view, width, height, p.colorBy, p.showFlows]);
 
@@ -183,7 +187,7 @@ export function TimelineCanvas(p: {
   };
 
   return (
-    <div class="timeline-wrap" data-testid="timeline" data-slices={trace.count} data-rows={trace.rows.length}>
+    <div class="timeline-wrap" data-testid="timeline" data-slices={trace.count} data-rows={trace.rows.length} data-groups={[...new Set(trace.rows.map((r) => r.group))].join("|")}>
       <canvas
         ref={canvas}
         onWheel={(e) => {

@@ -52,12 +52,17 @@ export function parseTrace(raw: unknown): Trace {
   const events: TraceEvent[] = Array.isArray(raw) ? raw : ((raw as { traceEvents?: TraceEvent[] })?.traceEvents ?? []);
   const procName = new Map<string, string>();
   const threadName = new Map<string, string>();
+  // Ember's traces count microseconds from an origin (kept small for the viewers' precision)
+  // named in the ember_trace_info metadata; add it back to place slices in wall-clock time.
+  let origin = 0;
   for (const e of events) {
     if (e.ph !== "M") continue;
     const n = String(e.args?.name ?? "");
     if (e.name === "process_name") procName.set(String(e.pid), n);
     else if (e.name === "thread_name") threadName.set(`${e.pid}/${e.tid}`, n);
+    else if (e.name === "ember_trace_info" && typeof e.args?.ts_origin_unix_seconds === "number") origin = e.args.ts_origin_unix_seconds * 1e6;
   }
+  const ts = (e: TraceEvent) => (e.ts ?? 0) + origin;
   const rowIndex = new Map<string, Row>();
   const rowOf = (e: TraceEvent): Row => {
     const key = `${e.pid}/${e.tid}`;
@@ -91,7 +96,7 @@ export function parseTrace(raw: unknown): Trace {
   for (const e of events) {
     switch (e.ph) {
       case "X":
-        add(e, e.ts ?? 0, Math.max(0, e.dur ?? 0));
+        add(e, ts(e), Math.max(0, e.dur ?? 0));
         break;
       case "B": {
         const k = `${e.pid}/${e.tid}`;
@@ -101,16 +106,16 @@ export function parseTrace(raw: unknown): Trace {
       }
       case "E": {
         const b = open.get(`${e.pid}/${e.tid}`)?.pop();
-        if (b) add(b, b.ts ?? 0, (e.ts ?? 0) - (b.ts ?? 0));
+        if (b) add(b, ts(b), ts(e) - ts(b));
         break;
       }
       case "s":
-        flowStart.set(String(e.id), { key: `${e.pid}/${e.tid}`, t: e.ts ?? 0 });
+        flowStart.set(String(e.id), { key: `${e.pid}/${e.tid}`, t: ts(e) });
         rowOf(e);
         break;
       case "f":
       case "t":
-        flowEnd.push({ id: String(e.id), key: `${e.pid}/${e.tid}`, t: e.ts ?? 0 });
+        flowEnd.push({ id: String(e.id), key: `${e.pid}/${e.tid}`, t: ts(e) });
         rowOf(e);
         break;
     }
