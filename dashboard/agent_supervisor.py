@@ -1,6 +1,6 @@
 """Keeps the node's agent running: starts it, and starts it again when it dies (issue 4 §1).
 
-A separate, stdlib-only process (a few MB) so the agent can crash or be killed without taking
+A separate, stdlib-only process (about 10 MB; it must not import ``ember``) so the agent can crash or be killed without taking
 its restart logic along. Gives up after ``MAX_RESTARTS`` deaths within a minute, logging why.
 SIGTERM stops the agent and then the supervisor.
 """
@@ -17,6 +17,18 @@ MAX_RESTARTS = 5
 WINDOW = 60.0
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    # ember.process_util's, inlined: importing ember here would cost ~15 MB of modules.
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     ready_fd, parent_pid, session_dir = -1, 0, ""
@@ -28,12 +40,13 @@ def main(argv: list[str] | None = None) -> None:
         i = argv.index("--parent-pid")
         parent_pid = int(argv[i + 1])
         del argv[i : i + 2]
+    if "--process-name" in argv:
+        i = argv.index("--process-name")
+        del argv[i : i + 2]
     if "--session-dir" in argv:
         session_dir = argv[argv.index("--session-dir") + 1]
-    from ember.process_util import die_with_parent
-
     if parent_pid:
-        die_with_parent(parent_pid)
+        _die_with_parent(parent_pid)
     log = open(os.path.join(session_dir, "logs", "agent_supervisor.log"), "a", buffering=1)
     stopping = False
     child: subprocess.Popen | None = None

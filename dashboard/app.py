@@ -83,5 +83,5 @@ def create_app(ctx: DashboardContext, token: str | None = None) -> Any:
     return wrapped
 
 
-def get_ctx(request: Request) -> DashboardContext:
+async def get_ctx(request: Request) -> DashboardContext:
     return request.app.state.ctx

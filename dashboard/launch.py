@@ -4,6 +4,7 @@ spawner (which ties them to the driver, waits for their ready line and stops the
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -59,8 +60,11 @@ def start_node_agent(
 ) -> str:
     """Starts the agent under its supervisor; returns its socket address. Without a dashboard
     address it looks the head's up in the GCS (worker nodes of a cluster)."""
+    # Run as a file, not ``-m``: ``-m`` would import the ``ember`` package (~15 MB) first.
+    # ``--process-name`` keeps "ember." in its command line for ps and leak checks.
     argv = [
-        "-m",
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent_supervisor.py"),
+        "--process-name",
         "ember.dashboard.agent_supervisor",
         "--node-id",
         node_id,

@@ -30,10 +30,16 @@ class Predicate:
     negate: bool
 
     def __call__(self, row: dict[str, Any]) -> bool:
-        return (_text(row.get(self.key)) == self.value) != self.negate
+        return self.match(row.get(self.key))
+
+    def match(self, v: Any) -> bool:
+        # Most fields are text: compare without converting (a filter scans every row).
+        if v.__class__ is str:
+            return (v == self.value) != self.negate
+        return (text(v) == self.value) != self.negate
 
 
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -95,11 +101,44 @@ def page(
     descending: bool = False,
     limit: int = 100,
     offset: int = 0,
+    view: Callable[[Any], dict[str, Any]] | None = None,
+    render: Callable[[Any], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One page of ``rows``: ``{"total", "offset", "limit", "items"}``; total counts matches."""
-    matched = (r for r in rows if all(p(r) for p in predicates)) if predicates else rows
+    """One page of ``rows``: ``{"total", "offset", "limit", "items"}``; total counts matches.
+
+    ``view(row)`` is what filters and sorting see (default: the row itself) and
+    ``render(row)`` what the page shows; both run only where needed, so a page of a large
+    list costs its 100 rows, not the list's length.
+    """
+    out = _page(rows, predicates, sort_by, descending, limit, offset, view)
+    if render is not None:
+        out["items"] = [render(r) for r in out["items"]]
+    return out
+
+
+def _page(rows, predicates, sort_by, descending, limit, offset, view) -> dict[str, Any]:
+    if not predicates and sort_by is None and isinstance(rows, Sequence):
+        return {
+            "total": len(rows),
+            "offset": offset,
+            "limit": limit,
+            "items": list(rows[offset : offset + limit]),
+        }
+    if predicates:
+        one = predicates[0] if len(predicates) == 1 else None
+        if view is None:
+            keep = one or (lambda r: all(p(r) for p in predicates))
+        else:
+            keep = (
+                (lambda r: one(view(r)))
+                if one
+                else (lambda r: all(p(v) for v in (view(r),) for p in predicates))
+            )
+        matched: Iterable[Any] = filter(keep, rows)
+    else:
+        matched = rows
     if sort_by is None:
-        items: list[dict[str, Any]] = []
+        items: list[Any] = []
         total = 0
         for r in matched:
             if offset <= total < offset + limit:
@@ -107,7 +146,8 @@ def page(
             total += 1
         return {"total": total, "offset": offset, "limit": limit, "items": items}
     all_rows = list(matched)
-    key = _sort_key(sort_by)
+    field_key = _sort_key(sort_by)
+    key = field_key if view is None else (lambda r: field_key(view(r)))
     want = offset + limit
     # A partial sort: the first offset+limit rows only, O(n log k).
     if want < len(all_rows) // 4:
@@ -115,9 +155,4 @@ def page(
         head = pick(want, all_rows, key=key)
     else:
         head = sorted(all_rows, key=key, reverse=descending)
-    return {
-        "total": len(all_rows),
-        "offset": offset,
-        "limit": limit,
-        "items": head[offset:want],
-    }
+    return {"total": len(all_rows), "offset": offset, "limit": limit, "items": head[offset:want]}

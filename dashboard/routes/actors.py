@@ -6,32 +6,40 @@ from typing import Annotated, Any
 
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.query import page
-from ember.dashboard.routes.params import ListParams, list_params
+from ember.dashboard.routes.params import ListParams, json_response, list_params
 from ember.dashboard.state import ACTOR_FIELDS
 from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi.responses import Response
 
 router = APIRouter(tags=["actors"])
+COMPUTED = {"executed_calls", "pending_calls", "creator_actor_id"}
 
 
 @router.get("/api/actors")
-def list_actors(
+async def list_actors(
     q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
-) -> dict[str, Any]:
+) -> Response:
     preds = q.predicates(ACTOR_FIELDS)
     st = ctx.state
-    rows = (st.actor_row(a) for a in list(st.actors))
-    return page(
-        rows,
+    # Call counts and the creator are computed per row: only when a filter or sort needs them.
+    keys = {p.key for p in preds} | ({q.sort_by} if q.sort_by else set())
+    view = (lambda r: st.actor_row(r["actor_id"])) if keys & COMPUTED else None
+    out = page(
+        list(st.actors.values()),
         predicates=preds,
         sort_by=q.sort_by,
         descending=q.descending,
         limit=q.limit,
         offset=q.offset,
+        view=view,
+        render=lambda r: st.actor_row(r["actor_id"]),
     )
+    out["dropped"] = st.dropped["actors"]
+    return json_response(out)
 
 
 @router.get("/api/actors/{actor_id}")
-def get_actor(actor_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
+async def get_actor(actor_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
     actor_id = _resolve(ctx, actor_id)
     row = ctx.state.actor_row(actor_id)
     row["children"] = [

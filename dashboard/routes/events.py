@@ -14,7 +14,7 @@ router = APIRouter(tags=["events"])
 
 
 @router.get("/api/events")
-def list_events(
+async def list_events(
     q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
 ) -> dict[str, Any]:
     preds = q.predicates(EVENT_FIELDS)

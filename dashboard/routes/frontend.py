@@ -24,7 +24,7 @@ def default_frontend_dir() -> str | None:
 
 
 @router.get("/{path:path}")
-def static(path: str, request: Request, ctx: DashboardContext = Depends(get_ctx)):
+async def static(path: str, request: Request, ctx: DashboardContext = Depends(get_ctx)):
     if path.startswith("api/") or path == "api":
         raise HTTPException(
             404, f"no API endpoint /{path}; see {request.scope.get('root_path', '')}/docs"

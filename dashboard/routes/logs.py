@@ -27,7 +27,7 @@ NodeId = Annotated[str, Query(min_length=1, max_length=64, description="a node i
 
 
 @router.get("/api/logs")
-def list_logs(
+async def list_logs(
     q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
 ) -> dict[str, Any]:
     preds = q.predicates(LOG_FIELDS)

@@ -12,7 +12,7 @@ router = APIRouter(tags=["cluster"])
 
 
 @router.get("/api/version")
-def version(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
+async def version(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
     return {
         "version": VERSION,
         "api": 1,
@@ -23,7 +23,7 @@ def version(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
 
 
 @router.get("/api/cluster_status")
-def cluster_status(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
+async def cluster_status(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
     st = ctx.state
     gcs_nodes = {n["node_id"]: n for n in st.cluster.get("nodes", [])}
     total: dict[str, float] = {}

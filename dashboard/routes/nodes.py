@@ -14,7 +14,7 @@ router = APIRouter(tags=["nodes"])
 
 
 @router.get("/api/nodes")
-def list_nodes(
+async def list_nodes(
     q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
 ) -> dict[str, Any]:
     preds = q.predicates(NODE_FIELDS)
@@ -30,7 +30,7 @@ def list_nodes(
 
 
 @router.get("/api/nodes/{node_id}")
-def get_node(node_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
+async def get_node(node_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
     node_id = resolve_node(ctx, node_id)
     st = ctx.state
     row = st.node_row(node_id)
@@ -41,7 +41,7 @@ def get_node(node_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str
 
 
 @router.get("/api/workers")
-def list_workers(
+async def list_workers(
     q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
 ) -> dict[str, Any]:
     preds = q.predicates(WORKER_FIELDS)
@@ -56,7 +56,7 @@ def list_workers(
 
 
 @router.get("/api/history")
-def history(
+async def history(
     node_id: Annotated[
         str, Query(max_length=64, description="a node id, or 'cluster'")
     ] = "cluster",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from ember.dashboard.query import MAX_LIMIT, check_sort, parse_filters
 from fastapi import Query
+from fastapi.responses import Response
 
 
 @dataclass
@@ -22,7 +24,7 @@ class ListParams:
         return parse_filters(self.filters, fields)
 
 
-def list_params(
+async def list_params(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="page size")] = 100,
     offset: Annotated[int, Query(ge=0, le=100_000_000, description="rows to skip")] = 0,
     filter: Annotated[
@@ -33,3 +35,11 @@ def list_params(
     descending: Annotated[bool, Query(description="sort order")] = False,
 ) -> ListParams:
     return ListParams(limit, offset, filter or [], sort_by, descending)
+
+
+def json_response(obj: Any) -> Response:
+    """JSON straight from ``json.dumps``: a page of rows skips FastAPI's per-value encoder,
+    which costs more than the query itself at 100 rows."""
+    return Response(
+        json.dumps(obj, separators=(",", ":"), default=str), media_type="application/json"
+    )

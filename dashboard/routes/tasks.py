@@ -5,25 +5,26 @@ from __future__ import annotations
 from typing import Any
 
 from ember.dashboard.app import DashboardContext, get_ctx
-from ember.dashboard.routes.params import ListParams, list_params
+from ember.dashboard.routes.params import ListParams, json_response, list_params
 from ember.dashboard.task_table import FIELDS
 from fastapi import APIRouter, Depends, HTTPException
+from fastapi.responses import Response
 
 router = APIRouter(tags=["tasks"])
 
 
 @router.get("/api/tasks")
-def list_tasks(
+async def list_tasks(
     q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
-) -> dict[str, Any]:
+) -> Response:
     preds = q.predicates(FIELDS)
     out = ctx.state.tasks.page(preds, q.limit, q.offset, q.sort_by, q.descending)
     out["dropped"] = ctx.state.dropped["tasks"]
-    return out
+    return json_response(out)
 
 
 @router.get("/api/tasks/summary")
-def task_summary(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
+async def task_summary(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
     table = ctx.state.tasks
     return {
         "total": len(table),
@@ -34,7 +35,7 @@ def task_summary(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
 
 
 @router.get("/api/tasks/{task_id}")
-def get_task(task_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
+async def get_task(task_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
     rec = ctx.state.tasks.tasks.get(task_id.lower())
     if rec is None:
         raise HTTPException(

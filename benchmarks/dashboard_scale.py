@@ -1,0 +1,323 @@
+"""Issue 4 §5: the dashboard with 20,000 actors, 1,000,000 tasks and 100 nodes' metrics.
+
+State goes in through the agents' real ingestion path: this script opens one gRPC stream per
+simulated node to a real dashboard process (``ember.dashboard.server``) and sends what an
+agent sends (hello, metrics with workers and log index every 2 s, task-event batches of
+5,000, actor rows). Then 20 concurrent HTTP clients page ``/api/actors?limit=100`` and
+``/api/tasks?limit=100`` (plus filtered and summary variants) while metrics keep streaming.
+
+    .venv/bin/python benchmarks/dashboard_scale.py [--tasks N] [--actors N] [--nodes N]
+        [--clients 20] [--requests 50] [--json out.json]
+
+Targets: p99 < 100 ms for the two list endpoints; the dashboard under 500 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+import httpx
+import psutil
+from ember.dashboard import wire
+
+FUNCTIONS = [f"module.func_{i}" for i in range(50)]
+
+
+def start_dashboard(session_dir: str) -> tuple[subprocess.Popen, str, str]:
+    os.makedirs(os.path.join(session_dir, "logs"), exist_ok=True)
+    r, w = os.pipe()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ember.dashboard.server",
+            "--session-dir",
+            session_dir,
+            "--port",
+            "0",
+            "--ready-fd",
+            str(w),
+        ],
+        pass_fds=(w,),
+    )
+    os.close(w)
+    with os.fdopen(r) as f:
+        line = f.readline().split()
+    if len(line) != 2:
+        proc.kill()
+        raise SystemExit("the dashboard did not start; see " + session_dir + "/logs")
+    return proc, line[0], line[1]
+
+
+class FakeAgent:
+    """One simulated node's agent: the real wire protocol over a real gRPC stream."""
+
+    def __init__(self, address: str, index: int) -> None:
+        self.address = address
+        self.node_id = f"{index:08x}" + os.urandom(12).hex()
+        self.index = index
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.sent = 0
+
+    def metrics(self) -> dict:
+        workers = [
+            {
+                "pid": 10_000 * (self.index + 1) + k,
+                "worker_id": os.urandom(8).hex(),
+                "kind": "worker",
+                "state": "IDLE",
+                "cpu_percent": random.random() * 100,
+                "rss_bytes": 50_000_000,
+            }
+            for k in range(4)
+        ]
+        return {
+            "type": "metrics",
+            "time": time.time(),
+            "info": {
+                "node_ip": f"10.0.{self.index // 250}.{self.index % 250}",
+                "hostname": f"node{self.index}",
+                "is_head": self.index == 0,
+            },
+            "sample": {
+                "cpu_percent": random.random() * 100,
+                "mem_used_bytes": 4 << 30,
+                "mem_total_bytes": 16 << 30,
+                "num_workers": 4,
+                "cpu_per_core": [random.random() * 100 for _ in range(8)],
+            },
+            "workers": workers,
+            "logs": [
+                {
+                    "name": "raylet.log",
+                    "component": "raylet",
+                    "pid": None,
+                    "worker_id": None,
+                    "size": 1000,
+                    "mtime": time.time(),
+                    "stream": "log",
+                }
+            ],
+        }
+
+    async def run(self, stop: asyncio.Event) -> None:
+        async with grpc.aio.insecure_channel(self.address, options=wire.CHANNEL_OPTIONS) as ch:
+            call = ch.stream_stream(wire.METHOD)()
+            await call.write(
+                wire.encode(
+                    {"type": "hello", "node_id": self.node_id, "info": {"node_ip": "10.0.0.1"}}
+                )
+            )
+
+            async def metrics() -> None:
+                while True:
+                    self.queue.put_nowait(wire.encode(self.metrics()))
+                    await asyncio.sleep(2.0)
+
+            ticker = asyncio.ensure_future(metrics())
+            stopper = asyncio.ensure_future(stop.wait())
+            try:
+                while True:
+                    get = asyncio.ensure_future(self.queue.get())
+                    await asyncio.wait({get, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                    if not get.done():
+                        get.cancel()
+                        break
+                    await call.write(get.result())
+                    self.sent += 1
+            finally:
+                ticker.cancel()
+            await call.done_writing()
+
+
+def task_batches(n_tasks: int, batch: int = 2_500):
+    """Batches of 5,000 events: PENDING then FINISHED (1% FAILED) for ``batch`` tasks."""
+    t0 = time.time() - n_tasks * 0.001
+    for start in range(0, n_tasks, batch):
+        events = []
+        for i in range(start, min(start + batch, n_tasks)):
+            tid = f"{i:024x}" + "00000000"
+            fn = FUNCTIONS[i % len(FUNCTIONS)]
+            t = t0 + i * 0.001
+            events.append([tid, "PENDING_ARGS_AVAIL", t, 0, {"name": fn}])
+            failed = i % 100 == 0
+            events.append(
+                [
+                    tid,
+                    "FAILED" if failed else "FINISHED",
+                    t + 0.01,
+                    0,
+                    {
+                        "timings": {"start": t + 0.002, "end": t + 0.009},
+                        "pid": 4242,
+                        "error": "ValueError: injected" if failed else None,
+                    },
+                ]
+            )
+        yield wire.encode(
+            {"type": "task_events", "job_id": "01000000", "events": events, "dropped": 0}
+        )
+
+
+def actor_batches(n_actors: int, batch: int = 1_000):
+    for start in range(0, n_actors, batch):
+        rows = [
+            {
+                "actor_id": f"{i:032x}",
+                "class_name": f"Actor{i % 20}",
+                "name": "",
+                "state": "ALIVE" if i % 10 else "DEAD",
+                "pid": 20_000 + i,
+                "node_id": None,
+                "resources": {"CPU": 1.0},
+            }
+            for i in range(start, min(start + batch, n_actors))
+        ]
+        yield wire.encode({"type": "actors", "actors": rows})
+
+
+async def query_load(url: str, clients: int, requests: int) -> dict[str, list[float]]:
+    paths = [
+        "/api/actors?limit=100",
+        "/api/tasks?limit=100",
+        "/api/tasks?limit=100&filter=state=FAILED",
+        "/api/actors?limit=100&filter=state=DEAD",
+        "/api/tasks/summary",
+        "/api/nodes?limit=100",
+    ]
+    lat: dict[str, list[float]] = {p: [] for p in paths}
+
+    async def client(k: int) -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as c:
+            for j in range(requests):
+                path = paths[(k + j) % len(paths)]
+                t = time.perf_counter()
+                r = await c.get(path)
+                lat[path].append(time.perf_counter() - t)
+                if r.status_code != 200:
+                    raise SystemExit(f"{path}: {r.status_code} {r.text[:200]}")
+
+    await asyncio.gather(*(client(k) for k in range(clients)))
+    return lat
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(int(len(values) * q), len(values) - 1)] * 1000
+
+
+async def main_async(args: argparse.Namespace) -> dict:
+    session = tempfile.mkdtemp(prefix="ember-dash-bench-")
+    proc, url, agent_address = start_dashboard(session)
+    dash = psutil.Process(proc.pid)
+    try:
+        agents = [FakeAgent(agent_address, i) for i in range(args.nodes)]
+        stop = asyncio.Event()
+        runners = [asyncio.ensure_future(a.run(stop)) for a in agents]
+        t0 = time.perf_counter()
+        n = 0
+        for msg in actor_batches(args.actors):
+            agents[n % len(agents)].queue.put_nowait(msg)
+            n += 1
+        for msg in task_batches(args.tasks):
+            agents[n % len(agents)].queue.put_nowait(msg)
+            n += 1
+        want_events = args.tasks * 2
+        async with httpx.AsyncClient(base_url=url, timeout=30) as c:
+            deadline = time.monotonic() + 900
+            while True:
+                st = (await c.get("/api/cluster_status")).json()
+                if (
+                    st["ingested"]["task_events"] >= want_events
+                    and sum(st["actors"].values()) >= args.actors
+                ):
+                    break
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"ingestion did not finish: {st['ingested']}")
+                await asyncio.sleep(0.5)
+        ingest_s = time.perf_counter() - t0
+        rss_after_ingest = dash.memory_info().rss
+        # The clients run in their own process: the 100 fake agents here must not delay them.
+        load = await asyncio.create_subprocess_exec(
+            sys.executable,
+            __file__,
+            "--load-only",
+            url,
+            "--clients",
+            str(args.clients),
+            "--requests",
+            str(args.requests),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await load.communicate()
+        if load.returncode != 0:
+            raise SystemExit("the HTTP load failed")
+        lat = json.loads(out)
+        rss_peak = max(rss_after_ingest, dash.memory_info().rss)
+        stop.set()
+        await asyncio.gather(*runners, return_exceptions=True)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as c:
+            st = (await c.get("/api/cluster_status")).json()
+            nodes = (await c.get("/api/nodes?limit=1")).json()["total"]
+        return {
+            "tasks": args.tasks,
+            "actors": args.actors,
+            "nodes": nodes,
+            "clients": args.clients,
+            "ingest_seconds": round(ingest_s, 1),
+            "task_events_per_second": round(want_events / ingest_s),
+            "dashboard_rss_mb": round(rss_peak / 2**20),
+            "tasks_kept": sum(st["tasks"].values()),
+            "tasks_dropped": st["dropped"]["tasks"],
+            "latency_ms": {
+                p: {"n": len(v), "p50": round(pct(v, 0.5), 1), "p99": round(pct(v, 0.99), 1)}
+                for p, v in lat.items()
+            },
+        }
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", type=int, default=1_000_000)
+    p.add_argument("--actors", type=int, default=20_000)
+    p.add_argument("--nodes", type=int, default=100)
+    p.add_argument("--clients", type=int, default=20)
+    p.add_argument("--requests", type=int, default=50, help="per client")
+    p.add_argument("--json", default=None)
+    p.add_argument("--load-only", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.load_only:
+        print(json.dumps(asyncio.run(query_load(args.load_only, args.clients, args.requests))))
+        return
+    res = asyncio.run(main_async(args))
+    print(json.dumps(res, indent=2))
+    lists = [
+        res["latency_ms"]["/api/actors?limit=100"]["p99"],
+        res["latency_ms"]["/api/tasks?limit=100"]["p99"],
+    ]
+    print(
+        f"\nlist p99: actors {lists[0]} ms, tasks {lists[1]} ms (target < 100); "
+        f"dashboard {res['dashboard_rss_mb']} MB (target < 500)"
+    )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
