@@ -41,7 +41,7 @@ def _matches(row: dict[str, Any], needle: str) -> bool:
 
 
 @router.get("/api/frontend/actors")
-def frontend_actors(
+async def frontend_actors(
     q: Annotated[str, Query(max_length=200, description="substring of id, class, name, node")] = "",
     state: Annotated[
         str, Query(max_length=20, description="ALIVE, PENDING, RESTARTING, DEAD")
@@ -62,10 +62,19 @@ def frontend_actors(
 ) -> dict[str, Any]:
     check_sort(sort_by, ACTOR_FIELDS)
     st = ctx.state
-    rows = [st.actor_row(a) for a in list(st.actors)]
-    children: dict[str, list[dict[str, Any]]] = {}  # {creator actor id: [rows]}
+    # The stored rows, not st.actor_row() of each: 20,000 copies per request would cost more
+    # than the page. The creator link and call counts are computed for the page's rows only
+    # (and for every row when the sort needs them).
+    rows = list(st.actors.values())
+    if sort_by in _COMPUTED:
+        rows = [st.actor_row(r["actor_id"]) for r in rows]
+    by_worker = {r["worker_id"]: r["actor_id"] for r in rows if r.get("worker_id")}
+    creator = {r["actor_id"]: by_worker.get(r.get("owner_worker_id") or "") for r in rows}
+    children: dict[str, list[dict[str, Any]]] = {}  # {creator actor id or "": [rows]}
+    counts: dict[str, int] = {}  # {state: n}
     for r in rows:
-        children.setdefault(r.get("creator_actor_id") or "", []).append(r)
+        children.setdefault(creator[r["actor_id"]] or "", []).append(r)
+        counts[r.get("state") or ""] = counts.get(r.get("state") or "", 0) + 1
     needle = q.strip().lower()
 
     def keep(r: dict[str, Any]) -> bool:
@@ -76,50 +85,61 @@ def frontend_actors(
             and (not node_id or (r.get("node_id") or "").startswith(node_id))
         )
 
-    counts: dict[str, int] = {}
-    for r in rows:
-        r["num_children"] = len(children.get(r["actor_id"], ()))
-        r["infeasible"] = is_infeasible(r)
-        counts[r.get("state") or ""] = counts.get(r.get("state") or "", 0) + 1
+    def render(r: dict[str, Any], depth: int | None = None) -> dict[str, Any]:
+        out = st.actor_row(r["actor_id"])
+        out["num_children"] = len(children.get(r["actor_id"], ()))
+        out["infeasible"] = is_infeasible(out)
+        if depth is not None:  # the tree: indentation, and whether the row itself matched
+            out["depth"] = depth
+            out["matches"] = keep(r)
+        return out
 
     if view == "list":
         out = page(
-            (r for r in rows if keep(r)),
+            [r for r in rows if keep(r)],
             sort_by=sort_by,
             descending=descending,
             limit=limit,
             offset=offset,
         )
+        out["items"] = [render(r) for r in out["items"]]
     else:
-        out = _tree_page(
+        flat = _tree_order(
             rows,
             children,
+            creator,
             keep,
             set(filter(None, collapsed.split(","))),
             sort_by,
             descending,
-            limit,
-            offset,
         )
+        out = {
+            "total": len(flat),
+            "offset": offset,
+            "limit": limit,
+            "items": [render(r, d) for r, d in flat[offset : offset + limit]],
+        }
     out["counts"] = counts
     return out
 
 
-def _tree_page(
+_COMPUTED = {"executed_calls", "pending_calls", "creator_actor_id"}
+
+
+def _tree_order(
     rows: list[dict[str, Any]],
     children: dict[str, list[dict[str, Any]]],
+    creator: dict[str, str | None],
     keep: Any,
     collapsed: set[str],
     sort_by: str | None,
     descending: bool,
-    limit: int,
-    offset: int,
-) -> dict[str, Any]:
-    """Depth-first over the creator tree; a row stays when it or a descendant matches (so a
-    match is shown with its ancestors), and a collapsed row hides its descendants."""
-    ids = {r["actor_id"] for r in rows}
+) -> list[tuple[dict[str, Any], int]]:
+    """Depth-first over the creator tree, as ``(row, depth)``; a row
+    stays when it or a descendant matches (so a match is shown with its ancestors), and a
+    collapsed row hides its descendants."""
     # An actor whose creator is gone from the table (evicted) is shown as a root.
-    roots = [r for r in rows if not r.get("creator_actor_id") or r["creator_actor_id"] not in ids]
+    roots = [r for r in rows if not creator[r["actor_id"]] or creator[r["actor_id"]] not in creator]
     if sort_by:
         key = _key(sort_by)
         for lst in [roots, *children.values()]:
@@ -143,23 +163,16 @@ def _tree_page(
                 stack.extend((k, False) for k in kids if k["actor_id"] not in visible)
         return visible[r["actor_id"]]
 
-    flat: list[dict[str, Any]] = []
+    flat: list[tuple[dict[str, Any], int]] = []
     stack = [(r, 0) for r in reversed(roots)]
     while stack:
         r, depth = stack.pop()
         if not any_match(r):
             continue
-        r["depth"] = depth
-        r["matches"] = keep(r)
-        flat.append(r)
+        flat.append((r, depth))
         if r["actor_id"] not in collapsed:
             stack.extend((k, depth + 1) for k in reversed(children.get(r["actor_id"], ())))
-    return {
-        "total": len(flat),
-        "offset": offset,
-        "limit": limit,
-        "items": flat[offset : offset + limit],
-    }
+    return flat
 
 
 def _key(field: str) -> Any:
@@ -173,7 +186,7 @@ def _key(field: str) -> Any:
 
 
 @router.get("/api/frontend/nodes")
-def frontend_nodes(
+async def frontend_nodes(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 1000,
     offset: Annotated[int, Query(ge=0, le=100_000_000)] = 0,
     ctx: DashboardContext = Depends(get_ctx),
@@ -194,7 +207,7 @@ def frontend_nodes(
 
 
 @router.get("/api/frontend/throughput")
-def throughput(
+async def throughput(
     window_s: Annotated[float, Query(gt=0, le=3600)] = 600,
     bucket_s: Annotated[float, Query(ge=1, le=600)] = 5,
     ctx: DashboardContext = Depends(get_ctx),
