@@ -108,7 +108,7 @@ async def frontend_actors(
             rows,
             children,
             creator,
-            keep,
+            keep if (needle or state or pid is not None or node_id) else None,
             set(filter(None, collapsed.split(","))),
             sort_by,
             descending,
@@ -130,7 +130,7 @@ def _tree_order(
     rows: list[dict[str, Any]],
     children: dict[str, list[dict[str, Any]]],
     creator: dict[str, str | None],
-    keep: Any,
+    keep: Any,  # the filter, or None when nothing is filtered
     collapsed: set[str],
     sort_by: str | None,
     descending: bool,
@@ -148,6 +148,8 @@ def _tree_order(
     visible: dict[str, bool] = {}
 
     def any_match(r: dict[str, Any]) -> bool:
+        if keep is None:  # no filter: every row shows
+            return True
         # Iterative post-order so a 20,000-deep chain cannot overflow the stack.
         stack = [(r, False)]
         while stack:

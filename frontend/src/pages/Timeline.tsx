@@ -1,12 +1,14 @@
 // The live task stream: the Chrome trace of /api/timeline for the chosen window, drawn on a
 // canvas (a row per worker grouped by node). While "follow" is on, new tasks slide in from the
 // right as the stream announces them; zooming or panning stops following.
-import { useEffect, useMemo, useState } from "preact/hooks";
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { ErrorBox } from "../components/bits";
-import { apiUrl, type Page } from "../lib/api";
+import { apiUrl, errorText, getJSON, type Page } from "../lib/api";
 import { useApi } from "../lib/data";
 import { shortId } from "../lib/format";
 import { setParams } from "../lib/router";
+import { useStream } from "../lib/stream";
+import { TraceAccumulator } from "../timeline/live";
 import { TimelineCanvas, type ColorBy, type View } from "../timeline/TimelineCanvas";
 import { parseTrace } from "../timeline/trace";
 import type { NodeRow } from "../lib/types";
@@ -27,9 +29,77 @@ export function Timeline({ params }: { params: URLSearchParams }) {
   const job = params.get("job") ?? "";
   const [follow, setFollow] = useState(true);
   const q = { last_seconds: win, node_id: node || undefined, job_id: job || undefined };
-  const raw = useApi<unknown>("api/timeline", q, { liveTypes: follow ? ["tasks"] : [], minGapMs: 2000, pollMs: follow ? 5000 : undefined });
   const nodes = useApi<Page<NodeRow>>("api/nodes", { limit: 1000 }, { liveTypes: ["node"] });
-  const trace = useMemo(() => parseTrace(raw.data), [raw.data]);
+  const acc = useRef(new TraceAccumulator());
+  const [version, setVersion] = useState(0);
+  const [loading, setLoading] = useState(true);
+  const [error, setError] = useState<string | undefined>();
+  const busy = useRef(false);
+  const queued = useRef(false);
+  const key = JSON.stringify(q);
+
+  // The whole window once, then only what ended since the latest slice (with 5 s of overlap
+  // for events that arrive late); one fetch at a time, a burst of stream messages costs one.
+  const fetchMore = async (full: boolean) => {
+    if (busy.current) {
+      queued.current = true;
+      return;
+    }
+    busy.current = true;
+    try {
+      const a = acc.current;
+      if (full) {
+        // The last 10 s first, so the page shows the newest tasks at once, then the rest.
+        const head = Math.min(win, 10);
+        const now = Date.now() / 1000;
+        const recent = await getJSON<unknown>("api/timeline", { ...q, last_seconds: head }, undefined, 60_000);
+        a.reset();
+        a.add(recent);
+        setVersion(a.version);
+        setLoading(false);
+        if (win > head) a.add(await getJSON<unknown>("api/timeline", { ...q, last_seconds: undefined, since: now - win, until: now - head }, undefined, 60_000));
+      } else {
+        const since = a.latestEnd ? a.latestEnd / 1e6 - 5 : Date.now() / 1000 - win;
+        a.add(await getJSON<unknown>("api/timeline", { ...q, last_seconds: undefined, since }, undefined, 60_000));
+      }
+      if (follow) a.prune(Date.now() * 1000 - win * 1e6);
+      setError(undefined);
+      setVersion(a.version);
+    } catch (e) {
+      setError(errorText(e));
+    } finally {
+      busy.current = false;
+      setLoading(false);
+      if (queued.current) {
+        queued.current = false;
+        window.setTimeout(() => fetchMore(false), 1000);
+      }
+    }
+  };
+  useEffect(() => {
+    setLoading(true);
+    fetchMore(true);
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [key]);
+  const lastLive = useRef(0);
+  useStream(
+    follow ? ["tasks"] : [],
+    () => {
+      const now = Date.now();
+      if (now - lastLive.current < 2000) return;
+      lastLive.current = now;
+      fetchMore(false);
+    },
+    [follow, key],
+  );
+  useEffect(() => {
+    if (!follow) return;
+    const t = setInterval(() => fetchMore(false), 5000);
+    return () => clearInterval(t);
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [follow, key]);
+  // eslint-disable-next-line react-hooks/exhaustive-deps
+  const trace = useMemo(() => parseTrace(acc.current.events()), [version]);
   const [view, setView] = useState<View>(() => ({ t0: Date.now() * 1000 - win * 1e6, t1: Date.now() * 1000 }));
 
   // Following: the view is the last `win` seconds, moving with the clock.
@@ -94,7 +164,7 @@ export function Timeline({ params }: { params: URLSearchParams }) {
           {trace.count.toLocaleString()} slices · {trace.rows.length} workers
         </span>
       </div>
-      <ErrorBox error={raw.error && (raw.error.startsWith("404") || /no API endpoint/.test(raw.error) ? `The dashboard has no timeline endpoint (${raw.error}).` : raw.error)} />
+      <ErrorBox error={error} />
       <div class="note">Wheel to zoom, drag to pan, hover a slice for details. Open the download in chrome://tracing, Perfetto or speedscope.</div>
       <TimelineCanvas
         trace={trace}
@@ -107,7 +177,7 @@ export function Timeline({ params }: { params: URLSearchParams }) {
         showFlows={flows}
         height={240}
       />
-      {!raw.loading && trace.count === 0 && <div class="empty">No tasks ran in the last {win} s.</div>}
+      {!loading && trace.count === 0 && <div class="empty">No tasks ran in the last {win} s.</div>}
     </div>
   );
 }
