@@ -15,6 +15,7 @@ They read the same ``DashboardState`` as every router and add no state of their 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Annotated, Any, Literal
 
 from ember.dashboard.app import DashboardContext, get_ctx
@@ -68,13 +69,9 @@ async def frontend_actors(
     rows = list(st.actors.values())
     if sort_by in _COMPUTED:
         rows = [st.actor_row(r["actor_id"]) for r in rows]
-    by_worker = {r["worker_id"]: r["actor_id"] for r in rows if r.get("worker_id")}
-    creator = {r["actor_id"]: by_worker.get(r.get("owner_worker_id") or "") for r in rows}
-    children: dict[str, list[dict[str, Any]]] = {}  # {creator actor id or "": [rows]}
-    counts: dict[str, int] = {}  # {state: n}
-    for r in rows:
-        children.setdefault(creator[r["actor_id"]] or "", []).append(r)
-        counts[r.get("state") or ""] = counts.get(r.get("state") or "", 0) + 1
+    counts = Counter(r.get("state") or "" for r in rows)  # {state: n}
+    # How many actors each worker created (an actor's children are its worker's creations).
+    created = Counter(r.get("owner_worker_id") for r in rows)
     needle = q.strip().lower()
 
     def keep(r: dict[str, Any]) -> bool:
@@ -87,7 +84,7 @@ async def frontend_actors(
 
     def render(r: dict[str, Any], depth: int | None = None) -> dict[str, Any]:
         out = st.actor_row(r["actor_id"])
-        out["num_children"] = len(children.get(r["actor_id"], ()))
+        out["num_children"] = created.get(r.get("worker_id"), 0) if r.get("worker_id") else 0
         out["infeasible"] = is_infeasible(out)
         if depth is not None:  # the tree: indentation, and whether the row itself matched
             out["depth"] = depth
@@ -104,6 +101,11 @@ async def frontend_actors(
         )
         out["items"] = [render(r) for r in out["items"]]
     else:
+        by_worker = {r["worker_id"]: r["actor_id"] for r in rows if r.get("worker_id")}
+        creator = {r["actor_id"]: by_worker.get(r.get("owner_worker_id") or "") for r in rows}
+        children: dict[str, list[dict[str, Any]]] = {}  # {creator actor id or "": [rows]}
+        for r in rows:
+            children.setdefault(creator[r["actor_id"]] or "", []).append(r)
         flat = _tree_order(
             rows,
             children,
@@ -119,7 +121,7 @@ async def frontend_actors(
             "limit": limit,
             "items": [render(r, d) for r, d in flat[offset : offset + limit]],
         }
-    out["counts"] = counts
+    out["counts"] = dict(counts)
     return out
 
 
