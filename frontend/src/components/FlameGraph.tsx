@@ -147,7 +147,7 @@ export function FlameGraph({ profile }: { profile: Speedscope }) {
         }}
       />
       {tip && (
-        <div class="tip" style={{ left: `${tip.x + 12}px`, top: `${tip.y + 12}px` }}>
+        <div class="tip" style={{ left: `${Math.max(0, Math.min(tip.x + 12, (canvas.current?.clientWidth ?? 600) - 360))}px`, top: `${tip.y + 14}px` }}>
           {tip.text}
         </div>
       )}

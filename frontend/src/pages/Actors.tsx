@@ -102,7 +102,7 @@ export function Actors({ params }: { params: URLSearchParams }) {
         width: "1.6fr",
         render: (a) =>
           a.state === "PENDING" || a.infeasible ? (
-            <span class="reason">{a.pending_reason ?? "waiting to be scheduled"}</span>
+            <span class="reason" title={a.pending_reason ?? ""}>{a.pending_reason ?? "waiting to be scheduled"}</span>
           ) : a.state === "DEAD" ? (
             <span class="note">{a.death_cause ?? ""}</span>
           ) : (
