@@ -46,6 +46,9 @@ def test_machines_lists_the_node_and_its_workers(page, cluster):
     assert "node=" in page.url
     kinds = page.locator("[data-testid=workers-table] tbody").inner_text()
     assert "worker" in kinds and "raylet" in kinds
+    # The node's errors are one click away: the failed tasks' tracebacks are listed.
+    errors = page.locator("[data-testid=node-errors] .note", has_text="ValueError: frontend test")
+    errors.first.wait_for()
 
 
 def test_actors_tree_reasons_and_search(page, cluster):

@@ -4,9 +4,9 @@ import { Table, type Column } from "../components/VirtualTable";
 import { ErrorBox, StateBadge } from "../components/bits";
 import type { Page } from "../lib/api";
 import { useApi } from "../lib/data";
-import { bytes, duration, pct, shortId } from "../lib/format";
+import { bytes, duration, pct, shortId, time } from "../lib/format";
 import { href, setParams } from "../lib/router";
-import type { NodeDetail, NodeRow, WorkerRow } from "../lib/types";
+import type { EventRow, NodeDetail, NodeRow, WorkerRow } from "../lib/types";
 
 /** `{CPU: 4}` total and `{CPU: 3}` available -> "CPU: 1 / 4" (used / total). */
 export function usedOfTotal(total: Record<string, number>, avail: Record<string, number>): string {
@@ -29,6 +29,31 @@ function rootDisk(m: Record<string, any> | undefined): string {
   const disks = Array.isArray(m?.disks) ? (m!.disks as any[]) : [];
   const d = disks.find((x) => x.mount === "/") ?? disks[0];
   return d ? `${bytes(d.used_bytes)} / ${bytes(d.total_bytes)}` : "–";
+}
+
+/** The node's latest errors and events (worker crashes, failed tasks, agent restarts). */
+function NodeErrors({ id }: { id: string }) {
+  const ev = useApi<Page<EventRow>>("api/events", { filter: [`node_id=${id}`, "severity!=INFO"], limit: 10 }, { liveTypes: ["event"] });
+  const rows = ev.data?.items ?? [];
+  return (
+    <div data-testid="node-errors">
+      <h2>Errors and warnings on this node ({ev.data?.total ?? 0})</h2>
+      <ErrorBox error={ev.error} />
+      {rows.map((e, i) => (
+        <div key={`${e.time}-${i}`} class="note">
+          {time(e.time)} · {e.severity} · {e.pid ? `pid ${e.pid} · ` : ""}
+          {e.message}
+          {e.detail && (
+            <details>
+              <summary>traceback</summary>
+              <pre>{e.detail}</pre>
+            </details>
+          )}
+        </div>
+      ))}
+      {ev.data && rows.length === 0 && <div class="note">None.</div>}
+    </div>
+  );
 }
 
 function NodeMetrics({ id }: { id: string }) {
@@ -55,6 +80,8 @@ function NodeMetrics({ id }: { id: string }) {
       render: (w) => (
         <span>
           <a href={href("logs", { node: n.node_id, pid: String(w.pid) })}>logs</a>
+          {" · "}
+          <a href={href("tasks", { node: n.node_id, pid: String(w.pid), state: "FAILED" })}>errors</a>
           {" · "}
           <a href={href("actors", { pid: String(w.pid) })}>actors</a>
         </span>
@@ -99,9 +126,10 @@ function NodeMetrics({ id }: { id: string }) {
       </div>
       <h2>
         Workers and components ({n.workers.length}) · <a href={href("logs", { node: n.node_id })}>node logs</a> ·{" "}
-        <a href={href("overview")}>errors</a>
+        <a href={href("tasks", { node: n.node_id, state: "FAILED" })}>failed tasks</a>
       </h2>
       <Table columns={workerCols} rows={n.workers} rowKey={(w) => String(w.pid)} testId="workers-table" />
+      <NodeErrors id={n.node_id} />
     </div>
   );
 }

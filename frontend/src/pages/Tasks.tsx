@@ -18,6 +18,7 @@ export function Tasks({ params }: { params: URLSearchParams }) {
   const name = params.get("name") ?? "";
   const node = params.get("node") ?? "";
   const job = params.get("job") ?? "";
+  const pid = params.get("pid") ?? "";
   const sel = params.get("sel") ?? "";
   const sortBy = params.get("sort") ?? "";
   const desc = params.get("desc") === "1";
@@ -27,7 +28,7 @@ export function Tasks({ params }: { params: URLSearchParams }) {
   const [refresh, setRefresh] = useState(0);
   const [last, setLast] = useState(0);
 
-  const filters = [state && `state=${state}`, name && `name=${name}`, node && `node_id=${node}`, job && `job_id=${job}`].filter(Boolean) as string[];
+  const filters = [state && `state=${state}`, name && `name=${name}`, node && `node_id=${node}`, job && `job_id=${job}`, pid && `pid=${pid}`].filter(Boolean) as string[];
   const queryKey = JSON.stringify([filters, sortBy, desc]);
   const fetchPage = useCallback(
     (offset: number, limit: number, signal: AbortSignal) =>
@@ -135,6 +136,11 @@ export function Tasks({ params }: { params: URLSearchParams }) {
           Job
           <input value={job} placeholder="job id" size={10} onChange={(e) => setParams({ job: (e.currentTarget as HTMLInputElement).value || undefined })} data-testid="task-job" />
         </label>
+        {pid && (
+          <span>
+            pid {pid} <button onClick={() => setParams({ pid: undefined })}>×</button>
+          </span>
+        )}
         <span class="count" data-testid="task-count">
           {total === undefined ? "…" : `${total.toLocaleString()} tasks`}
         </span>
