@@ -247,6 +247,7 @@ async def main_async(args: argparse.Namespace) -> dict:
         ingest_s = time.perf_counter() - t0
         rss_after_ingest = dash.memory_info().rss
         # The clients run in their own process: the 100 fake agents here must not delay them.
+        cpu0 = sum(dash.cpu_times()[:2])
         load = await asyncio.create_subprocess_exec(
             sys.executable,
             __file__,
@@ -262,6 +263,23 @@ async def main_async(args: argparse.Namespace) -> dict:
         if load.returncode != 0:
             raise SystemExit("the HTTP load failed")
         lat = json.loads(out)
+        # The dashboard's CPU per request: the service time, whatever else runs on the machine
+        # (includes the 100 agents' metrics it ingests meanwhile, so it is an upper bound).
+        n_req = sum(len(v) for v in lat.values())
+        cpu_ms_per_request = (sum(dash.cpu_times()[:2]) - cpu0) * 1000 / max(n_req, 1)
+        seq = await asyncio.create_subprocess_exec(
+            sys.executable,
+            __file__,
+            "--load-only",
+            url,
+            "--clients",
+            "1",
+            "--requests",
+            "60",
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await seq.communicate()
+        sequential = json.loads(out)
         rss_peak = max(rss_after_ingest, dash.memory_info().rss)
         stop.set()
         await asyncio.gather(*runners, return_exceptions=True)
@@ -278,10 +296,16 @@ async def main_async(args: argparse.Namespace) -> dict:
             "dashboard_rss_mb": round(rss_peak / 2**20),
             "tasks_kept": sum(st["tasks"].values()),
             "tasks_dropped": st["dropped"]["tasks"],
+            "dashboard_cpu_ms_per_request": round(cpu_ms_per_request, 2),
             "latency_ms": {
                 p: {"n": len(v), "p50": round(pct(v, 0.5), 1), "p99": round(pct(v, 0.99), 1)}
                 for p, v in lat.items()
             },
+            "sequential_latency_ms": {
+                p: {"n": len(v), "p50": round(pct(v, 0.5), 1), "p99": round(pct(v, 0.99), 1)}
+                for p, v in sequential.items()
+            },
+            "load_average": os.getloadavg(),
         }
     finally:
         proc.terminate()

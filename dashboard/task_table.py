@@ -164,10 +164,11 @@ class TaskTable:
             name = extra.get("name") or extra.get("function")
             if name and not rec.name:
                 rec.name = sys.intern(name)
+            # Interned: a million tasks share a few thousand worker and actor ids.
             if extra.get("actor_id"):
-                rec.actor_id = extra["actor_id"]
+                rec.actor_id = sys.intern(extra["actor_id"])
             if extra.get("worker_id"):
-                rec.worker_id = extra["worker_id"]
+                rec.worker_id = sys.intern(extra["worker_id"])
             if extra.get("pid"):
                 rec.pid = extra["pid"]
             if extra.get("node_id"):

@@ -40,6 +40,7 @@ async def list_objects(
     )
     out["missing"] = missing
     out["summary"] = _summary(rows)
+    out["store"] = ctx.extra.get("object_store", {})
     return out
 
 
@@ -61,6 +62,7 @@ async def refresh_objects(ctx: DashboardContext, max_age: float) -> dict[str, st
             missing[nid] = str(res)
             continue
         st.set_objects(nid, res.get("rows", []))
+        ctx.extra.setdefault("object_store", {})[nid] = res.get("store") or {}
         if res.get("unanswered"):
             missing[nid] = f"{res['unanswered']} processes did not answer in time"
     return missing
