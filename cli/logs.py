@@ -87,14 +87,20 @@ def logs(
 def _follow(api: Any, f: dict[str, Any], lines: int) -> None:
     params = {"node_id": f["node_id"], "name": f["name"], "lines": min(lines, 10_000)}
     try:
-        # No read deadline: a quiet log is not an error; Ctrl-C ends it.
-        with api.open("GET", "/api/logs/follow", params, timeout=3600) as resp:
-            for event, data in iter_sse(resp):
-                if event in ("missing", "rotated"):
-                    click.echo(f"(ember) {f['name']}: {data.get('message')}", err=True)
-                    continue
-                for line in data.get("lines", []):
-                    click.echo(line)
-                sys.stdout.flush()
+        while True:
+            try:
+                # A quiet log is not an error: a read that times out reconnects, from the
+                # end of the file (lines=0), until Ctrl-C.
+                with api.open("GET", "/api/logs/follow", params, timeout=600) as resp:
+                    for event, data in iter_sse(resp):
+                        if event in ("missing", "rotated"):
+                            click.echo(f"(ember) {f['name']}: {data.get('message')}", err=True)
+                            continue
+                        for line in data.get("lines", []):
+                            click.echo(line)
+                        sys.stdout.flush()
+                return  # the dashboard closed the stream (it is stopping)
+            except TimeoutError:
+                params["lines"] = 0
     except KeyboardInterrupt:
         pass

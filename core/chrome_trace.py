@@ -97,6 +97,22 @@ def fetch(url: str, out: Any, params: dict[str, Any] | None = None, timeout: flo
             out.write(chunk)
 
 
+def _flush_events(worker: Any) -> None:
+    """Sends this driver's newest task events to the agent now rather than within the
+    second, so a timeline taken right after ``get`` has the tasks just finished."""
+    import asyncio
+    import concurrent.futures
+
+    exporter = getattr(worker, "event_exporter", None)
+    loop = getattr(worker, "loop", None)
+    if exporter is None or loop is None or loop.is_closed():
+        return
+    try:
+        asyncio.run_coroutine_threadsafe(exporter.flush(), loop).result(timeout=5.0)
+    except (concurrent.futures.TimeoutError, RuntimeError, OSError):
+        pass  # best effort: the periodic flush sends them anyway
+
+
 def timeline(filename: str | None = None) -> list[dict[str, Any]] | None:
     """The trace: written to ``filename`` (streamed; any size), or returned as a list."""
     worker = global_state.require_worker()
@@ -106,6 +122,7 @@ def timeline(filename: str | None = None) -> list[dict[str, Any]] | None:
     try:
         if url:
             try:
+                _flush_events(worker)
                 fetch(url, out)
             except (OSError, urllib.error.URLError) as e:
                 print(

@@ -336,7 +336,7 @@ def render(ctx: DashboardContext, node_id: str | None = None, cluster: bool = Fa
 
 
 @router.get("/metrics", response_class=Response)
-def metrics(
+async def metrics(
     node_id: Annotated[
         str | None, Query(max_length=64, description="only this node's series")
     ] = None,
@@ -345,7 +345,8 @@ def metrics(
     ] = None,
     ctx: DashboardContext = Depends(get_ctx),
 ) -> Response:
-    """Prometheus text format (exposition 0.0.4)."""
+    """Prometheus text format (exposition 0.0.4). Async on purpose: it runs on the loop that
+    owns the state (which takes no locks), never beside ingestion in a worker thread."""
     if node_id is not None and node_id not in ctx.state.nodes:
         raise HTTPException(404, f"no node {node_id!r}; GET /api/nodes lists them")
     body = render(ctx, node_id=node_id, cluster=scope == "cluster")

@@ -257,6 +257,33 @@ class TraceWriter:
         )
 
 
+LANE_STRIDE = 1 << 22  # above any Linux pid: a lane's thread id is pid + lane * stride
+MAX_LANES = 64
+LANE_MEMORY = 32  # intervals remembered per lane to test overlaps
+
+
+class _Lanes:
+    """Tasks that overlap on one worker (a threaded or async actor) go to extra thread rows
+    ("lanes"), since a viewer nests slices of one thread and overlapping ones would not nest.
+    Each lane remembers its last few intervals only (records may come out of order), so the
+    memory is bounded by workers x lanes, not by tasks."""
+
+    def __init__(self) -> None:
+        self.lanes: dict[tuple[int, int], list[deque[tuple[int, int]]]] = {}
+
+    def place(self, pid: int, tid: int, start: int, end: int) -> int:
+        lanes = self.lanes.setdefault((pid, tid), [])
+        for i, lane in enumerate(lanes):
+            if all(end <= a or start >= b for a, b in lane):
+                lane.append((start, end))
+                return i
+        if len(lanes) < MAX_LANES:
+            lanes.append(deque([(start, end)], maxlen=LANE_MEMORY))
+            return len(lanes) - 1
+        lanes[-1].append((start, end))  # past the cap: overlaps are drawn as they are
+        return len(lanes) - 1
+
+
 def generate(
     tasks: Iterable[Any],
     store: TimelineStore | None = None,
@@ -272,6 +299,7 @@ def generate(
     writer = TraceWriter(node_labels)
     drivers = set(driver_pids)
     recent = _Locations(FLOW_WINDOW)
+    lanes = _Lanes()
     flows = store.flows
     chunk: list[str] = []
 
@@ -286,10 +314,13 @@ def generate(
         if not filters.keeps(rec.job_id, node_id, start, end):
             continue
         pid, meta = writer.process(node_id)
-        tid = int(rec.pid or 0)
+        worker_pid = int(rec.pid or 0)
+        lane = lanes.place(pid, worker_pid, writer.us(start), writer.us(end))
+        tid = worker_pid + lane * LANE_STRIDE
         if meta:
             chunk.append(meta)
-        chunk.append(writer.thread(pid, tid, thread_label(tid)))
+        label = thread_label(worker_pid) + (f" (concurrent {lane})" if lane else "")
+        chunk.append(writer.thread(pid, tid, label))
         failed = rec.state == "FAILED"
         args = (
             f'{{"task_id":"{rec.task_id}","state":"{rec.state}","job_id":"{rec.job_id or ""}",'

@@ -66,7 +66,7 @@ setup_diagnostics_tools() {
 
 case "${1:-}" in
   setup) setup; setup_diagnostics_tools ;;
-  demo) setup; setup_diagnostics_tools; shift; exec .venv/bin/ember demo "$@" ;;
+  demo) setup; shift; exec .venv/bin/ember demo "$@" ;;
   test) setup; setup_diagnostics_tools; shift; exec .venv/bin/python -m pytest "$@" ;;
   *) echo "usage: scripts/dev.sh setup|demo|test [args]" >&2; exit 2 ;;
 esac

@@ -40,7 +40,7 @@ def _run_workload() -> None:
     assert ember.get([parent.remote(3), leaf.remote(produced)]) == [6, 3]
 
 
-def _trace_with(path, n_tasks: int) -> list[dict]:
+def _trace_with(path, n_tasks: int, spans: int = 1) -> list[dict]:
     """Polls ember.timeline(filename) until the dashboard has every task (agents flush
     task events about once a second)."""
 
@@ -48,7 +48,7 @@ def _trace_with(path, n_tasks: int) -> list[dict]:
         ember.timeline(filename=str(path))
         events = json.loads(path.read_text())
         info = events[-1]["args"]
-        return events if info["tasks"] >= n_tasks and info["spans"] >= 1 else None
+        return events if info["tasks"] >= n_tasks and info["spans"] >= spans else None
 
     return wait_until(complete, timeout=30, interval=0.3, message=f"{n_tasks} tasks in the trace")
 
@@ -276,3 +276,60 @@ def test_object_transfers_from_the_agents_reach_the_trace():
 
 async def _make_link(cls, node_id):
     return cls(node_id)  # its queue wants a running loop
+
+
+@ember.remote(max_concurrency=3)
+class Sleeper:
+    def nap(self, seconds):
+        time.sleep(seconds)
+        return seconds
+
+
+def test_concurrent_actor_calls_get_their_own_rows(ember_start, tmp_path):
+    """A threaded actor runs calls at once on one process: each overlapping call goes to its
+    own thread row, so every row's slices nest (a viewer cannot draw overlaps on one row)."""
+    ember_start(num_cpus=2)
+    sleeper = Sleeper.remote()
+    assert ember.get([sleeper.nap.remote(0.3) for _ in range(3)]) == [0.3] * 3
+    events = _trace_with(tmp_path / "trace.json", 3, spans=0)
+    naps = [e for e in events if e.get("cat") == "task" and e["name"].endswith("nap")]
+    assert len(naps) == 3
+    assert len({e["tid"] for e in naps}) == 3  # they overlapped: three rows
+    names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert sum("(concurrent" in names[e["tid"]] for e in naps) == 2
+    by_row: dict[tuple, list] = {}
+    for e in events:
+        if e["ph"] == "X" and e.get("cat") == "task":
+            by_row.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for row in by_row.values():
+        row.sort()
+        assert all(a[1] <= b[0] for a, b in zip(row, row[1:], strict=False)), row
+
+
+def test_without_a_dashboard_the_driver_traces_its_own_tasks(ember_start):
+    ctx = ember_start(num_cpus=2, include_dashboard=False)
+    assert not ctx.dashboard_url
+    _run_workload()
+    events = ember.timeline()  # no polling: the driver's own buffer is complete at once
+    tasks = [e for e in events if e.get("cat") == "task"]
+    # The driver's three tasks; parent's three leaves are owned (and traced) by its worker.
+    assert sorted(t["name"].rsplit(".", 1)[-1] for t in tasks) == ["leaf", "leaf", "parent"]
+    assert [e["name"] for e in events if e["ph"] == "s"].count("object") == 1
+
+
+def test_an_unreachable_dashboard_falls_back_with_a_notice(ember_start, tmp_path, capfd):
+    ember_start(num_cpus=1)
+    assert ember.get(leaf.remote(1)) == 2
+    from ember import global_state
+
+    worker = global_state.worker
+    saved = worker.node["dashboard_url"]
+    worker.node["dashboard_url"] = "http://127.0.0.1:9"  # nothing listens on port 9
+    try:
+        path = tmp_path / "trace.json"
+        assert ember.timeline(filename=str(path)) is None
+    finally:
+        worker.node["dashboard_url"] = saved
+    assert "did not answer" in capfd.readouterr().err
+    events = json.loads(path.read_text())
+    assert [e["name"].rsplit(".", 1)[-1] for e in events if e.get("cat") == "task"] == ["leaf"]
