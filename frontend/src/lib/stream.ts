@@ -23,7 +23,8 @@ class LiveStream {
   private ws: WebSocket | null = null;
   private es: EventSource | null = null;
   /** WebSocket first; server-sent events when WebSockets do not get through. */
-  transport: "ws" | "sse" = "ws";
+  // Remembered for the tab's session: a reload does not try a WebSocket that failed.
+  transport: "ws" | "sse" = sessionStorage.getItem("ember.stream") === "sse" ? "sse" : "ws";
   private handlers = new Map<string, Set<Handler>>();
   private statusListeners = new Set<(s: StreamStatus) => void>();
   private retryTimer = 0;
@@ -87,7 +88,10 @@ class LiveStream {
       this.ws = null;
       // A WebSocket refused outright (a proxy or server without WebSocket support) while the
       // dashboard still answers: use server-sent events from now on.
-      if (!didOpen) this.transport = "sse";
+      if (!didOpen) {
+        this.transport = "sse";
+        sessionStorage.setItem("ember.stream", "sse");
+      }
       if (!this.stopped) this.scheduleRetry();
     };
     ws.onerror = () => ws.close();
