@@ -30,19 +30,13 @@ import time
 
 import httpx
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+# The browser tests' chromium and flags: the same browser, set up the same way.
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "frontend"))
+from browser_utils import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
 from dashboard_scale import FakeAgent, actor_batches, start_dashboard, task_batches  # noqa: E402
 
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # The element that says each page's own data is on screen.
 PAGES = {
     "overview": "[data-testid=stat-actors] .value a",
@@ -171,10 +165,9 @@ async def inject(url: str, address: str, actors: int, tasks: int, nodes: int):
 async def measure(url: str, rounds: int) -> dict:
     from playwright.async_api import async_playwright
 
-    chromium = shutil.which("chromium") or "/usr/bin/chromium"
     res: dict = {"first_paint": {}, "scroll": {}, "filter": {}}
     async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         try:
             for name, selector in PAGES.items():
                 fcp, ready = [], []

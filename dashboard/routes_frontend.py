@@ -14,6 +14,7 @@ They read the same ``DashboardState`` as every router and add no state of their 
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from typing import Annotated, Any, Literal
@@ -297,3 +298,18 @@ async def object_groups(
     }
     ordered = sorted(groups.values(), key=lambda g: (-g["bytes"], -g["count"], g["key"]))
     return {"by": by, "groups": ordered, "missing": missing, "store": store}
+
+
+@router.get("/api/frontend/links")
+async def links() -> dict[str, str | None]:
+    """Where the Metrics page links to: ``EMBER_PROMETHEUS_HOST`` and ``EMBER_GRAFANA_HOST``
+    (Ray's ``RAY_PROMETHEUS_HOST`` / ``RAY_GRAFANA_HOST``), as set for the dashboard process;
+    null when not configured. Only http(s) URLs are passed on."""
+    out: dict[str, str | None] = {}
+    for key, env in (
+        ("prometheus_url", "EMBER_PROMETHEUS_HOST"),
+        ("grafana_url", "EMBER_GRAFANA_HOST"),
+    ):
+        url = os.environ.get(env, "").strip()
+        out[key] = url if url.startswith(("http://", "https://")) else None
+    return out

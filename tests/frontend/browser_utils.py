@@ -2,6 +2,21 @@
 
 from __future__ import annotations
 
+import shutil
+
+# Debian's chromium, never a browser Playwright downloads; the flags keep it off the network.
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
 
 def open_page(pg, url: str, route: str) -> None:
     """Loads the app at ``#/route`` and waits until its live stream is connected."""

@@ -6,25 +6,14 @@ Screenshots go to ``test-artifacts/frontend/`` (git-ignored) after each test."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import ember
 import pytest
+from browser_utils import CHROMIUM, CHROMIUM_FLAGS
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "frontend"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def _why_skip() -> str | None:
@@ -39,7 +28,9 @@ def _why_skip() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an event loop running on this thread
+# while it is started, and later tests (outside this folder) call asyncio.run().
+@pytest.fixture(scope="module")
 def browser():
     why = _why_skip()
     if why:
@@ -59,7 +50,13 @@ def cluster(_module_node_cleanup):
 
     if ember.is_initialized():
         ember.shutdown()
-    ctx = ember.init(num_cpus=2)
+    # The Metrics page links to Grafana when the dashboard is told where it is (no server
+    # needs to run there for the link).
+    os.environ["EMBER_GRAFANA_HOST"] = "http://127.0.0.1:3000"
+    try:
+        ctx = ember.init(num_cpus=2)
+    finally:
+        del os.environ["EMBER_GRAFANA_HOST"]
     url = ctx.dashboard_url.rstrip("/")
     assert url, "ember.init() started no dashboard"
     handles: dict = {}

@@ -4,6 +4,7 @@ held in the store."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import ember
@@ -61,6 +62,12 @@ class Parent:
 class Victim:
     def ping(self) -> int:
         return 1
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def say(self, text: str) -> None:
+        print(text, flush=True)
 
 
 @ember.remote(num_cpus=0, max_concurrency=2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import ember
 import pytest
 from browser_utils import open_page, text, wait_total
 from ember_test_utils import wait_until
@@ -171,8 +172,55 @@ def test_metrics_charts_per_node(page, cluster):
     open_page(page, url, "metrics")
     for key in ("cpu_percent", "mem_used_bytes", "net_sent_bytes_per_s"):
         page.wait_for_selector(f"[data-testid=metrics-{key}] canvas")
+    assert page.get_attribute("[data-testid=grafana-link]", "href") == "http://127.0.0.1:3000"
+    assert page.locator("[data-testid=prometheus-link]").count() == 0
     options = page.locator("[data-testid=metrics-node] option")
     wait_until(lambda: options.count() >= 2, message="a node in the scope selector")
     page.select_option("[data-testid=metrics-node]", index=1)
     assert "node=" in page.url
     page.wait_for_selector("[data-testid=metrics-cpu_percent] canvas")
+
+
+def test_logs_follow_new_lines_live(page, cluster):
+    url, handles = cluster
+    victim = handles["victim"]
+    pid = ember.get(victim.pid.remote())
+    files = page.request.get(f"{url}/api/logs?filter=pid={pid}&filter=stream=out").json()["items"]
+    assert files, f"no .out log file for pid {pid}"
+    f = files[0]
+    open_page(page, url, f"logs?node={f['node_id']}&file={f['name']}")
+    page.wait_for_selector("[data-testid=log-view]")
+    assert page.locator("[data-testid=log-follow]").is_checked()
+    ember.get(victim.say.remote("a line printed after the page opened"))
+    page.locator(
+        "[data-testid=log-lines]", has_text="a line printed after the page opened"
+    ).wait_for()
+
+
+def test_timeline_zoom_and_pan(page, cluster):
+    url, _ = cluster
+    open_page(page, url, "timeline?window=300")
+    page.wait_for_function(
+        "Number(document.querySelector('[data-testid=timeline]').dataset.slices) > 40"
+    )
+    canvas = page.locator("[data-testid=timeline] canvas")
+    box = canvas.bounding_box()
+    axis = page.locator("[data-testid=timeline]").get_attribute("data-view")
+    canvas.hover(position={"x": box["width"] * 0.7, "y": 60})
+    page.mouse.wheel(0, -600)  # zoom in around the cursor
+    zoomed = page.locator("[data-testid=timeline]").get_attribute("data-view")
+    assert zoomed != axis
+    assert not page.locator("[data-testid=timeline-follow]").is_checked()  # zooming stops following
+    t0, t1 = (float(v) for v in zoomed.split(","))
+    a0, a1 = (float(v) for v in axis.split(","))
+    assert t1 - t0 < a1 - a0
+    # Drag to pan: the same span, earlier.
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + 60)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.8, box["y"] + 60, steps=5)
+    page.mouse.up()
+    p0, p1 = (
+        float(v)
+        for v in page.locator("[data-testid=timeline]").get_attribute("data-view").split(",")
+    )
+    assert abs((p1 - p0) - (t1 - t0)) < 1 and p0 < t0

@@ -22,14 +22,14 @@ export function Metrics({ params }: { params: URLSearchParams }) {
   const node = params.get("node") ?? "cluster";
   const nodes = useApi<Page<NodeRow>>("api/nodes", { limit: 1000 }, { liveTypes: ["node"] });
   const hist = useApi<{ samples: HistorySample[]; window_s: number }>("api/history", { node_id: node }, { liveTypes: ["node_metrics"], minGapMs: 2000 });
-  const version = useApi<Record<string, unknown>>("api/version");
+  const links = useApi<{ prometheus_url: string | null; grafana_url: string | null }>("api/frontend/links");
   const data = useMemo(() => {
     const s = hist.data?.samples ?? [];
     const times = s.map((x) => x.time);
     return PANELS.map((p) => [times, ...p.keys.map((k) => s.map((x) => (x[k] as number | undefined) ?? (null as unknown as number)))]);
   }, [hist.data]);
-  const prom = version.data?.prometheus_url as string | undefined;
-  const grafana = version.data?.grafana_url as string | undefined;
+  const prom = links.data?.prometheus_url;
+  const grafana = links.data?.grafana_url;
   return (
     <div>
       <h1>Metrics</h1>
@@ -50,8 +50,9 @@ export function Metrics({ params }: { params: URLSearchParams }) {
         </span>
         <span class="count">
           <a href={apiUrl("metrics")} target="_blank" rel="noreferrer">Prometheus text (/metrics)</a>
-          {prom && <> · <a href={prom} target="_blank" rel="noreferrer">Prometheus</a></>}
-          {grafana && <> · <a href={grafana} target="_blank" rel="noreferrer">Grafana</a></>}
+          {prom && <> · <a href={prom} target="_blank" rel="noreferrer" data-testid="prometheus-link">Prometheus</a></>}
+          {grafana && <> · <a href={grafana} target="_blank" rel="noreferrer" data-testid="grafana-link">Grafana</a></>}
+          {!prom && !grafana && <span class="note"> · set EMBER_PROMETHEUS_HOST / EMBER_GRAFANA_HOST to link them here</span>}
         </span>
       </div>
       <ErrorBox error={hist.error} />

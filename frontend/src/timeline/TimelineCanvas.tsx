@@ -187,7 +187,7 @@ export function TimelineCanvas(p: {
   };
 
   return (
-    <div class="timeline-wrap" data-testid="timeline" data-slices={trace.count} data-rows={trace.rows.length} data-groups={[...new Set(trace.rows.map((r) => r.group))].join("|")}>
+    <div class="timeline-wrap" data-testid="timeline" data-view={`${view.t0},${view.t1}`} data-slices={trace.count} data-rows={trace.rows.length} data-groups={[...new Set(trace.rows.map((r) => r.group))].join("|")}>
       <canvas
         ref={canvas}
         onWheel={(e) => {
