@@ -78,3 +78,24 @@ export function useApi<T>(
 
   return { data, error, loading, reload: load };
 }
+
+/**
+ * A counter that grows when stream messages of `types` arrive (and on a resync), at most once
+ * per `minGapMs`: a table passes it as its refresh token to refetch the rows in view.
+ */
+export function useLiveToken(types: string[], minGapMs = 1000): number {
+  const [token, setToken] = useState(0);
+  const last = useRef(0);
+  const timer = useRef(0);
+  useStream(types, () => {
+    if (timer.current) return; // a refresh is already due
+    const wait = Math.max(0, last.current + minGapMs - Date.now());
+    timer.current = window.setTimeout(() => {
+      timer.current = 0;
+      last.current = Date.now();
+      setToken((t) => t + 1);
+    }, wait);
+  });
+  useEffect(() => () => clearTimeout(timer.current), []);
+  return token;
+}

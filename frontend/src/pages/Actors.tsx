@@ -7,10 +7,9 @@ import { FlameGraph, type Speedscope } from "../components/FlameGraph";
 import { VirtualTable, type Column } from "../components/VirtualTable";
 import { ErrorBox, Modal, SearchBox, StateBadge } from "../components/bits";
 import { errorText, getJSON, postJSON, type Page } from "../lib/api";
-import { useApi } from "../lib/data";
+import { useApi, useLiveToken } from "../lib/data";
 import { resources, shortId, time } from "../lib/format";
 import { href, setParams } from "../lib/router";
-import { useStream } from "../lib/stream";
 import type { ActorRow } from "../lib/types";
 
 type ActorItem = ActorRow & { depth?: number; matches?: boolean; resources?: Record<string, number> };
@@ -35,7 +34,6 @@ export function Actors({ params }: { params: URLSearchParams }) {
   const collapsed = params.get("collapsed") ?? "";
   const [total, setTotal] = useState<number | undefined>(undefined);
   const [counts, setCounts] = useState<Record<string, number>>({});
-  const [refresh, setRefresh] = useState(0);
 
   const query = { q, state, view, pid, collapsed, sort_by: sortBy || undefined, descending: desc || undefined };
   const queryKey = JSON.stringify(query);
@@ -50,18 +48,7 @@ export function Actors({ params }: { params: URLSearchParams }) {
   );
 
   // Actor state changes arrive on the stream: refetch the rows in view, at most once a second.
-  const [lastRefresh, setLastRefresh] = useState(0);
-  useStream(
-    ["actor"],
-    () => {
-      const now = Date.now();
-      if (now - lastRefresh < 1000) {
-        window.setTimeout(() => setRefresh((r) => r + 1), 1000 - (now - lastRefresh));
-      } else setRefresh((r) => r + 1);
-      setLastRefresh(now);
-    },
-    [lastRefresh],
-  );
+  const refresh = useLiveToken(["actor"]);
 
   const toggle = (id: string) => {
     const set = new Set(collapsed.split(",").filter(Boolean));

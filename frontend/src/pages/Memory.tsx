@@ -1,6 +1,6 @@
 // Memory: the `ember memory` view. Every ObjectRef pinning an object, grouped by node or by
 // process, sortable by size or reference type, with the store's use per node.
-import { useCallback, useState } from "preact/hooks";
+import { useCallback, useEffect, useState } from "preact/hooks";
 import { Table, VirtualTable, type Column } from "../components/VirtualTable";
 import { ErrorBox } from "../components/bits";
 import { getJSON, type Page } from "../lib/api";
@@ -34,6 +34,12 @@ export function Memory({ params }: { params: URLSearchParams }) {
   const groups = useApi<Groups>("api/frontend/object_groups", { by }, { pollMs: 5000 });
   const [total, setTotal] = useState<number | undefined>();
   const [refresh, setRefresh] = useState(0);
+  // References are collected from the processes on request, not announced on the stream:
+  // the rows in view are refetched every 5 s (the groups above poll at the same pace).
+  useEffect(() => {
+    const t = setInterval(() => setRefresh((r) => r + 1), 5000);
+    return () => clearInterval(t);
+  }, []);
 
   const filters = [type && `reference_type=${type}`, sel && (by === "pid" ? `pid=${sel.split("/")[1]}` : `node_id=${sel}`), sel && by === "pid" && `node_id=${sel.split("/")[0]}`].filter(Boolean) as string[];
   const queryKey = JSON.stringify([filters, sort]);

@@ -5,10 +5,9 @@ import { useCallback, useState } from "preact/hooks";
 import { VirtualTable, type Column } from "../components/VirtualTable";
 import { BarLegend, ErrorBox, ProgressBar, StateBadge, taskBuckets } from "../components/bits";
 import { getJSON, type Page } from "../lib/api";
-import { useApi } from "../lib/data";
+import { useApi, useLiveToken } from "../lib/data";
 import { duration, shortId, time } from "../lib/format";
 import { setParams } from "../lib/router";
-import { useStream } from "../lib/stream";
 import type { NodeRow, TaskRow, TaskSummary } from "../lib/types";
 
 const STATES = ["", "PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WORKER", "RUNNING", "RETRYING", "FINISHED", "FAILED"];
@@ -25,8 +24,7 @@ export function Tasks({ params }: { params: URLSearchParams }) {
   const summary = useApi<TaskSummary>("api/tasks/summary", {}, { liveTypes: ["tasks"], minGapMs: 1000 });
   const nodes = useApi<Page<NodeRow>>("api/nodes", { limit: 1000 }, { liveTypes: ["node"] });
   const [total, setTotal] = useState<number | undefined>();
-  const [refresh, setRefresh] = useState(0);
-  const [last, setLast] = useState(0);
+  const refresh = useLiveToken(["tasks"]);
 
   const filters = [state && `state=${state}`, name && `name=${name}`, node && `node_id=${node}`, job && `job_id=${job}`, pid && `pid=${pid}`].filter(Boolean) as string[];
   const queryKey = JSON.stringify([filters, sortBy, desc]);
@@ -36,17 +34,6 @@ export function Tasks({ params }: { params: URLSearchParams }) {
     // eslint-disable-next-line react-hooks/exhaustive-deps
     [queryKey],
   );
-  useStream(
-    ["tasks"],
-    () => {
-      const now = Date.now();
-      const wait = Math.max(0, last + 1000 - now);
-      window.setTimeout(() => setRefresh((r) => r + 1), wait);
-      setLast(now + wait);
-    },
-    [last],
-  );
-
   const cols: Column<TaskRow>[] = [
     { key: "name", title: "Function", width: "1.6fr", sortable: true },
     { key: "state", title: "State", width: "170px", sortable: true, render: (t) => <StateBadge state={t.state} /> },
