@@ -91,12 +91,15 @@ export function VirtualTable<T>(p: Props<T>) {
     setVersion((v) => v + 1);
   }, [p.queryKey]);
 
-  // Fetch whichever pages the visible window needs.
-  useEffect(() => {
-    const a = Math.floor(first / PAGE);
-    const b = Math.floor(Math.max(first, last - 1) / PAGE);
-    for (let i = a; i <= b; i++) fetchPageIdx(i, false);
-  });
+  // Fetch whichever pages a window of rows needs (none already held or on the way).
+  const ensure = (top: number) => {
+    const f = Math.max(0, Math.floor(top / rh) - OVERSCAN);
+    const l = Math.min(total ?? PAGE, Math.ceil((top + height) / rh) + OVERSCAN);
+    for (let i = Math.floor(f / PAGE); i <= Math.floor(Math.max(f, l - 1) / PAGE); i++) fetchPageIdx(i, false);
+  };
+  // After every render (the first, new totals, new queries); a layout effect runs before the
+  // frame is painted, so the request leaves a frame earlier than with a plain effect.
+  useLayoutEffect(() => ensure(scrollTop));
 
   // Live refresh: refetch the pages in view, forget the others (they are stale now).
   useEffect(() => {
@@ -154,7 +157,11 @@ export function VirtualTable<T>(p: Props<T>) {
         class="vbody"
         ref={scroller}
         style={{ height: `${height}px` }}
-        onScroll={(e) => setScrollTop((e.currentTarget as HTMLDivElement).scrollTop)}
+        onScroll={(e) => {
+          const top = (e.currentTarget as HTMLDivElement).scrollTop;
+          ensure(top); // ask for the rows now, not after the next render
+          setScrollTop(top);
+        }}
       >
         <div class="vspacer" style={{ height: `${(total ?? 0) * rh}px` }}>
           {rows}
