@@ -35,21 +35,27 @@ export function Timeline({ params }: { params: URLSearchParams }) {
   const [loading, setLoading] = useState(true);
   const [error, setError] = useState<string | undefined>();
   const busy = useRef(false);
-  const queued = useRef(false);
+  const queued = useRef<"full" | "more" | null>(null);
   const key = JSON.stringify(q);
 
+  // The latest window and filters: a fetch queued behind another runs with these, not with
+  // the ones of the render that queued it.
+  const cur = useRef({ q, win, follow, key });
+  cur.current = { q, win, follow, key };
   // The whole window once, then only what ended since the latest slice (with 5 s of overlap
   // for events that arrive late); one fetch at a time, a burst of stream messages costs one.
   const fetchMore = async (full: boolean) => {
     if (busy.current) {
-      queued.current = true;
+      // A new window or filter (full) outranks a pending incremental fetch.
+      queued.current = full || queued.current === "full" ? "full" : "more";
       return;
     }
     busy.current = true;
+    const { q, win, follow, key: started } = cur.current;
     try {
       const a = acc.current;
       if (full) {
-        // The last 10 s first, so the page shows the newest tasks at once, then the rest.
+        // The last 10 s first, so the page shows the newest tasks at once.
         const head = Math.min(win, 10);
         const now = Date.now() / 1000;
         const recent = await getJSON<unknown>("api/timeline", { ...q, last_seconds: head }, undefined, 60_000);
@@ -57,7 +63,17 @@ export function Timeline({ params }: { params: URLSearchParams }) {
         a.add(recent);
         setVersion(a.version);
         setLoading(false);
-        if (win > head) a.add(await getJSON<unknown>("api/timeline", { ...q, last_seconds: undefined, since: now - win, until: now - head }, undefined, 60_000));
+        // Then older spans, each twice the last (10 s, 20 s, 40 s, ...): the page fills in
+        // backwards, a window of any length in a few requests, each drawn as it lands.
+        let end = now - head;
+        let span = head;
+        while (end > now - win && cur.current.key === started) {
+          const start = Math.max(now - win, end - span);
+          a.add(await getJSON<unknown>("api/timeline", { ...q, last_seconds: undefined, since: start, until: end }, undefined, 60_000));
+          setVersion(a.version);
+          end = start;
+          span *= 2;
+        }
       } else {
         const since = a.latestEnd ? a.latestEnd / 1e6 - 5 : Date.now() / 1000 - win;
         a.add(await getJSON<unknown>("api/timeline", { ...q, last_seconds: undefined, since }, undefined, 60_000));
@@ -70,10 +86,10 @@ export function Timeline({ params }: { params: URLSearchParams }) {
     } finally {
       busy.current = false;
       setLoading(false);
-      if (queued.current) {
-        queued.current = false;
-        window.setTimeout(() => fetchMore(false), 1000);
-      }
+      const next = queued.current;
+      queued.current = null;
+      if (next === "full") fetchMore(true);
+      else if (next === "more") window.setTimeout(() => fetchMore(false), 1000);
     }
   };
   useEffect(() => {
