@@ -119,6 +119,8 @@ class FakeAgent:
             )
 
             async def metrics() -> None:
+                # Real agents start at different times: spread the 2 s ticks.
+                await asyncio.sleep(random.random() * 2.0)
                 while True:
                     self.queue.put_nowait(wire.encode(self.metrics()))
                     await asyncio.sleep(2.0)
@@ -198,6 +200,7 @@ async def query_load(url: str, clients: int, requests: int) -> dict[str, list[fl
 
     async def client(k: int) -> None:
         async with httpx.AsyncClient(base_url=url, timeout=30) as c:
+            await c.get("/api/version")  # connect first: the connection is not the API's time
             for j in range(requests):
                 path = paths[(k + j) % len(paths)]
                 t = time.perf_counter()

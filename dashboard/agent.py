@@ -74,8 +74,10 @@ class Agent:
 
     # -- core workers' task events ---------------------------------------------------------
     def h_task_events(self, conn: Any, body: dict[str, Any]) -> None:
+        # Only the ids are converted here; bytes inside ``extra`` (actor and worker ids) are
+        # turned into hex by the JSON encoder's default hook, in C for everything else.
         events = [
-            [tid.hex() if isinstance(tid, bytes) else tid, state, t, attempt, _jsonable(extra)]
+            [tid.hex(), state, t, attempt, extra]
             for tid, state, t, attempt, extra in body["events"]
         ]
         msg = {
@@ -474,7 +476,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_process_logging(os.path.join(args.session_dir, "logs", "agent.log"))
     if args.parent_pid:
         die_with_parent(args.parent_pid)
-    psutil.Process().nice(5)  # the agent yields to the node's work
+    psutil.Process().nice(int(os.environ.get("EMBER_AGENT_NICE", "19")))  # yields to the work
     asyncio.run(Agent(args).run())
 
 

@@ -187,6 +187,9 @@ def main(argv: list[str] | None = None) -> None:
     setup_process_logging(os.path.join(args.session_dir, "logs", "dashboard.log"))
     if args.parent_pid:
         die_with_parent(args.parent_pid)
+    # The node's tasks come first: when the CPUs are busy the dashboard (like the agent)
+    # yields, its ingestion lags a little (events are buffered), tasks do not slow down.
+    os.nice(int(os.environ.get("EMBER_DASHBOARD_NICE", "19")))
     asyncio.run(serve(args))
 
 

@@ -318,22 +318,25 @@ class DashboardState:
             if state == "PROFILE":
                 continue  # profile spans are the timeline's (part B), not the task table's
             ran_on = self._where(node_id, extra) if extra else None
-            rec = tasks.apply(task_id, state, t, attempt, extra, job_id=job_id, node_id=ran_on)
-            if rec.actor_id:
-                calls = self._actor_calls.setdefault(rec.actor_id, [0, 0])
+            slot = tasks.apply(task_id, state, t, attempt, extra, job_id=job_id, node_id=ran_on)
+            actor_id = tasks.cols["actor_id"][slot]
+            if actor_id:
+                calls = self._actor_calls.setdefault(actor_id, [0, 0])
                 if state == "PENDING_ARGS_AVAIL":
                     calls[0] += 1
                 elif state in ("FINISHED", "FAILED"):
                     calls[1] += 1
-            if state == "FAILED" and rec.error:
+            error = tasks.cols["error"][slot]
+            if state == "FAILED" and error:
                 self.add_event(
                     "ERROR",
-                    f"task {rec.name or task_id} failed: {rec.error.splitlines()[-1]}",
+                    f"task {tasks.cols['name'][slot] or task_id} failed: "
+                    f"{error.strip().splitlines()[-1] if error.strip() else ''}",
                     source="task",
-                    node_id=rec.node_id or node_id,
-                    pid=rec.pid,
+                    node_id=tasks.cols["node_id"][slot] or node_id,
+                    pid=tasks.pid[slot] or None,
                     kind="TASK_FAILED",
-                    detail=rec.error,
+                    detail=error,
                 )
             changed[state] = changed.get(state, 0) + 1
         self.dropped["tasks"] += tasks.dropped - before

@@ -1,9 +1,11 @@
-"""The task table: one compact record per task, built from the owners' task events.
+"""The task table: one row per task, built from the owners' task events, stored by column.
 
-Sized for a million tasks in a few hundred MB: a record is a ``__slots__`` object holding one
-time per phase (not a list of events), strings are interned, and the table keeps per-state,
-per-function, per-node and per-job counts so a filtered page knows its total without a scan.
-Past ``cap`` the oldest task goes first and ``dropped`` counts it.
+Sized for a million tasks in a few hundred MB: a task is a slot in a ring of columns (one
+list or typed array per field, so a time costs 8 bytes, not a 24-byte float object plus a
+pointer), strings are interned (a million tasks share a few thousand names and ids), and the
+table keeps per-state, per-function, per-node and per-job counts so a filtered page knows
+its total without a scan. Past ``cap`` the oldest task's slot is reused and ``dropped``
+counts it.
 
 Rules:
 - events may arrive out of order (owners flush independently): a terminal state
@@ -13,10 +15,11 @@ Rules:
 
 from __future__ import annotations
 
+import math
 import sys
-from collections import Counter, deque
-from collections.abc import Iterator
-from operator import attrgetter
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ember.dashboard.query import Predicate, QueryError
@@ -52,96 +55,82 @@ FIELDS = (
     "error",
 )
 _COUNTED = ("state", "name", "node_id", "job_id")
+_TEXT = ("task_id", "name", "state", "job_id", "actor_id", "node_id", "worker_id", "error")
+_TIMES = ("t_pending", "t_scheduled", "t_start", "t_args", "t_executed", "t_end")
+_NONE = math.nan  # a time not known yet
 
 
-class TaskRecord:
-    __slots__ = (
-        "task_id",
-        "name",
-        "state",
-        "job_id",
-        "actor_id",
-        "node_id",
-        "worker_id",
-        "pid",
-        "attempt",
-        "error",
-        "t_pending",
-        "t_scheduled",
-        "t_start",
-        "t_args",
-        "t_executed",
-        "t_end",
-    )
+def _t(v: float) -> float | None:
+    return None if v != v else v  # NaN is the only value not equal to itself
 
-    def __init__(self, task_id: str) -> None:
-        self.task_id = task_id
-        self.name = ""
-        self.state = "PENDING_ARGS_AVAIL"
-        self.job_id = ""
-        self.actor_id: str | None = None
-        self.node_id: str | None = None
-        self.worker_id: str | None = None
-        self.pid: int | None = None
-        self.attempt = 0
-        self.error: str | None = None
-        self.t_pending: float | None = None
-        self.t_scheduled: float | None = None
-        self.t_start: float | None = None
-        self.t_args: float | None = None
-        self.t_executed: float | None = None
-        self.t_end: float | None = None
+
+class TaskView:
+    """One task of the table, read through its slot (valid until the slot is reused)."""
+
+    __slots__ = ("_table", "slot")
+
+    def __init__(self, table: TaskTable, slot: int) -> None:
+        self._table = table
+        self.slot = slot
+
+    def __getattr__(self, name: str) -> Any:
+        return self._table.field(self.slot, name)
 
     def public(self) -> dict[str, Any]:
-        start, end = self.t_start, self.t_end
-        return {
-            "task_id": self.task_id,
-            "name": self.name,
-            "state": self.state,
-            "job_id": self.job_id,
-            "actor_id": self.actor_id,
-            "node_id": self.node_id,
-            "worker_id": self.worker_id,
-            "pid": self.pid,
-            "attempt": self.attempt,
-            "type": "ACTOR_TASK" if self.actor_id else "NORMAL_TASK",
-            "submitted_time": self.t_pending,
-            "start_time": start,
-            "end_time": end,
-            "duration_s": (end - start) if start is not None and end is not None else None,
-            "error": self.error,
-        }
+        return self._table.row(self.slot)
 
     def events(self) -> list[dict[str, Any]]:
         """The task's phases with their times (the detail view and the timeline)."""
+        tb, s = self._table, self.slot
+        state = tb.cols["state"][s]
         out = []
-        for state, t in (
-            ("PENDING_ARGS_AVAIL", self.t_pending),
-            ("SUBMITTED_TO_WORKER", self.t_scheduled),
-            ("RUNNING", self.t_start),
-            ("ARGS_FETCHED", self.t_args),
-            ("EXECUTED", self.t_executed),
-            (self.state if self.state in TERMINAL else "END", self.t_end),
+        for label, col in (
+            ("PENDING_ARGS_AVAIL", "t_pending"),
+            ("SUBMITTED_TO_WORKER", "t_scheduled"),
+            ("RUNNING", "t_start"),
+            ("ARGS_FETCHED", "t_args"),
+            ("EXECUTED", "t_executed"),
+            (state if state in TERMINAL else "END", "t_end"),
         ):
+            t = _t(tb.times[col][s])
             if t is not None:
-                out.append({"state": state, "time": t})
+                out.append({"state": label, "time": t})
         return out
-
-
-_SLOTS = frozenset(TaskRecord.__slots__)
 
 
 class TaskTable:
     def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.tasks: dict[str, TaskRecord] = {}  # {task_id hex: record}, oldest first
-        self._order: deque[str] = deque()  # ids in arrival order, for eviction
+        self.cap = max(cap, 1)
+        self.index: dict[str, int] = {}  # {task_id hex: slot}
+        self.cols: dict[str, list[Any]] = {k: [] for k in _TEXT}
+        self.times: dict[str, array] = {k: array("d") for k in _TIMES}
+        self.pid = array("i")  # 0: not known
+        self.attempt = array("i")
+        self.seq = 0  # tasks ever inserted; the newest is in slot (seq - 1) % cap
         self.dropped = 0
         self.counts: dict[str, Counter] = {k: Counter() for k in _COUNTED}
         self.by_name_state: Counter = Counter()  # {(name, state): n} for the summary
 
     def __len__(self) -> int:
-        return len(self.tasks)
+        return len(self.index)
+
+    def __contains__(self, task_id: str) -> bool:
+        return task_id in self.index
+
+    def get(self, task_id: str) -> TaskView | None:
+        slot = self.index.get(task_id)
+        return None if slot is None else TaskView(self, slot)
+
+    def field(self, slot: int, name: str) -> Any:
+        if name in self.cols:
+            return self.cols[name][slot]
+        if name in self.times:
+            return _t(self.times[name][slot])
+        if name == "pid":
+            return self.pid[slot] or None
+        if name == "attempt":
+            return self.attempt[slot]
+        raise AttributeError(name)
 
     # -- ingestion -------------------------------------------------------------------------
     def apply(
@@ -154,92 +143,152 @@ class TaskTable:
         *,
         job_id: str = "",
         node_id: str | None = None,
-    ) -> TaskRecord:
-        """Applies one event; ``node_id`` is where the task ran, when the caller knows it."""
-        rec = self.tasks.get(task_id)
-        if rec is None:
-            rec = self._insert(task_id, job_id)
-        old = (rec.state, rec.name, rec.node_id)
+    ) -> int:
+        """Applies one event and returns the task's slot; ``node_id`` is where the task ran,
+        when the caller knows it."""
+        slot = self.index.get(task_id)
+        if slot is None:
+            slot = self._insert(task_id, job_id)
+        cols, times = self.cols, self.times
+        old = (cols["state"][slot], cols["name"][slot], cols["node_id"][slot])
         if extra:
             name = extra.get("name") or extra.get("function")
-            if name and not rec.name:
-                rec.name = sys.intern(name)
+            if name and not cols["name"][slot]:
+                cols["name"][slot] = sys.intern(name)
             # Interned: a million tasks share a few thousand worker and actor ids.
             if extra.get("actor_id"):
-                rec.actor_id = sys.intern(extra["actor_id"])
+                cols["actor_id"][slot] = sys.intern(extra["actor_id"])
             if extra.get("worker_id"):
-                rec.worker_id = sys.intern(extra["worker_id"])
-            if extra.get("pid"):
-                rec.pid = extra["pid"]
+                cols["worker_id"][slot] = sys.intern(extra["worker_id"])
+            pid = extra.get("pid")
+            if pid and isinstance(pid, int) and 0 < pid < 2**31:
+                self.pid[slot] = pid
             if extra.get("node_id"):
-                rec.node_id = extra["node_id"]
+                node_id = node_id or extra["node_id"]
             if extra.get("error"):
-                rec.error = str(extra["error"])[:4000]
+                cols["error"][slot] = str(extra["error"])[:4000]
             tm = extra.get("timings")
             if tm:
-                rec.t_start = tm.get("start", rec.t_start)
-                rec.t_args = tm.get("args_ready", rec.t_args)
-                rec.t_executed = tm.get("executed", rec.t_executed)
-                rec.t_end = tm.get("end", rec.t_end)
+                for col, key in (
+                    ("t_start", "start"),
+                    ("t_args", "args_ready"),
+                    ("t_executed", "executed"),
+                    ("t_end", "end"),
+                ):
+                    v = tm.get(key)
+                    if isinstance(v, int | float):
+                        times[col][slot] = v
+        cur = cols["state"][slot]
+        cur_attempt = self.attempt[slot]
         if state == "RETRYING":
-            rec.attempt = max(rec.attempt, attempt)
-            rec.state = "RETRYING"
+            self.attempt[slot] = max(cur_attempt, attempt)
+            cols["state"][slot] = "RETRYING"
         elif state in _RANK:
-            if rec.state not in TERMINAL or attempt > rec.attempt:
-                if _RANK[state] >= _RANK.get(rec.state, 0) or attempt > rec.attempt:
-                    rec.state = state
-                    rec.attempt = max(rec.attempt, attempt)
-        if state == "PENDING_ARGS_AVAIL" and rec.t_pending is None:
-            rec.t_pending = t
+            newer = attempt > cur_attempt
+            if (cur not in TERMINAL or newer) and (_RANK[state] >= _RANK.get(cur, 0) or newer):
+                cols["state"][slot] = STATES[_RANK[state]]
+                self.attempt[slot] = max(cur_attempt, attempt)
+        if state == "PENDING_ARGS_AVAIL" and times["t_pending"][slot] != times["t_pending"][slot]:
+            times["t_pending"][slot] = t
         elif state == "SUBMITTED_TO_WORKER":
-            rec.t_scheduled = t
-        elif state in TERMINAL and rec.t_end is None:
-            rec.t_end = t
-        if rec.node_id is None and node_id:
-            rec.node_id = node_id
-        self._recount(rec, old)
-        return rec
+            times["t_scheduled"][slot] = t
+        elif state in TERMINAL and times["t_end"][slot] != times["t_end"][slot]:
+            times["t_end"][slot] = t
+        if node_id and cols["node_id"][slot] is None:
+            cols["node_id"][slot] = sys.intern(node_id)
+        self._recount(slot, old)
+        return slot
 
-    def _insert(self, task_id: str, job_id: str) -> TaskRecord:
-        if len(self.tasks) >= self.cap:
-            self._evict_oldest()
-        rec = TaskRecord(task_id)
-        rec.job_id = sys.intern(job_id) if job_id else ""
-        self.tasks[task_id] = rec
-        self._order.append(task_id)
-        self.counts["state"][rec.state] += 1
-        self.counts["name"][rec.name] += 1
-        self.counts["node_id"][rec.node_id] += 1
-        self.counts["job_id"][rec.job_id] += 1
-        self.by_name_state[(rec.name, rec.state)] += 1
-        return rec
+    def _insert(self, task_id: str, job_id: str) -> int:
+        job = sys.intern(job_id) if job_id else ""
+        if len(self.index) < self.cap and self.seq < self.cap:
+            slot = self.seq
+            for k in _TEXT:
+                self.cols[k].append(None)
+            for k in _TIMES:
+                self.times[k].append(_NONE)
+            self.pid.append(0)
+            self.attempt.append(0)
+        else:
+            slot = self.seq % self.cap
+            self._evict(slot)
+            for k in _TEXT:
+                self.cols[k][slot] = None
+            for k in _TIMES:
+                self.times[k][slot] = _NONE
+            self.pid[slot] = 0
+            self.attempt[slot] = 0
+        self.seq += 1
+        cols = self.cols
+        cols["task_id"][slot] = task_id
+        cols["name"][slot] = ""
+        cols["state"][slot] = STATES[0]
+        cols["job_id"][slot] = job
+        self.index[task_id] = slot
+        self.counts["state"][STATES[0]] += 1
+        self.counts["name"][""] += 1
+        self.counts["node_id"][None] += 1
+        self.counts["job_id"][job] += 1
+        self.by_name_state[("", STATES[0])] += 1
+        return slot
 
-    def _evict_oldest(self) -> None:
-        while self._order:
-            rec = self.tasks.pop(self._order.popleft(), None)
-            if rec is not None:
-                for key in _COUNTED:
-                    _dec(self.counts[key], getattr(rec, key))
-                _dec(self.by_name_state, (rec.name, rec.state))
-                self.dropped += 1
-                return
-
-    def _recount(self, rec: TaskRecord, old: tuple) -> None:
-        state, name, node = old
-        if (state, name, node) == (rec.state, rec.name, rec.node_id):
+    def _evict(self, slot: int) -> None:
+        cols = self.cols
+        task_id = cols["task_id"][slot]
+        if task_id is None or self.index.get(task_id) != slot:
             return
-        for key, before in (("state", state), ("name", name), ("node_id", node)):
-            after = getattr(rec, key)
+        del self.index[task_id]
+        for key in _COUNTED:
+            _dec(self.counts[key], cols[key][slot])
+        _dec(self.by_name_state, (cols["name"][slot], cols["state"][slot]))
+        self.dropped += 1
+
+    def _recount(self, slot: int, old: tuple) -> None:
+        cols = self.cols
+        state, name, node = old
+        new = (cols["state"][slot], cols["name"][slot], cols["node_id"][slot])
+        if old == new:
+            return
+        for key, before, after in zip(("state", "name", "node_id"), old, new, strict=True):
             if before != after:
                 _dec(self.counts[key], before)
                 self.counts[key][after] += 1
-        if (name, state) != (rec.name, rec.state):
+        if (name, state) != (new[1], new[0]):
             _dec(self.by_name_state, (name, state))
-            self.by_name_state[(rec.name, rec.state)] += 1
+            self.by_name_state[(new[1], new[0])] += 1
 
     # -- queries ---------------------------------------------------------------------------
-    def newest_first(self) -> Iterator[TaskRecord]:
-        return reversed(self.tasks.values())
+    def newest_slots(self) -> Iterator[int]:
+        """Slots of the kept tasks, newest first."""
+        n = len(self.index)
+        cap = self.cap
+        for seq in range(self.seq - 1, self.seq - 1 - n, -1):
+            yield seq % cap
+
+    def newest_first(self) -> Iterator[TaskView]:
+        return (TaskView(self, s) for s in self.newest_slots())
+
+    def row(self, slot: int) -> dict[str, Any]:
+        cols, times = self.cols, self.times
+        start, end = _t(times["t_start"][slot]), _t(times["t_end"][slot])
+        actor = cols["actor_id"][slot]
+        return {
+            "task_id": cols["task_id"][slot],
+            "name": cols["name"][slot],
+            "state": cols["state"][slot],
+            "job_id": cols["job_id"][slot],
+            "actor_id": actor,
+            "node_id": cols["node_id"][slot],
+            "worker_id": cols["worker_id"][slot],
+            "pid": self.pid[slot] or None,
+            "attempt": self.attempt[slot],
+            "type": "ACTOR_TASK" if actor else "NORMAL_TASK",
+            "submitted_time": _t(times["t_pending"][slot]),
+            "start_time": start,
+            "end_time": end,
+            "duration_s": (end - start) if start is not None and end is not None else None,
+            "error": cols["error"][slot],
+        }
 
     def page(
         self,
@@ -257,7 +306,7 @@ class TaskTable:
                 raise QueryError("filter", f"unknown task field {p.key!r}")
         if sort_by is not None:
             return generic_page(
-                (r.public() for r in self.newest_first()),
+                (self.row(s) for s in self.newest_slots()),
                 predicates=predicates,
                 sort_by=sort_by,
                 descending=descending,
@@ -265,25 +314,35 @@ class TaskTable:
                 offset=offset,
             )
         known_total = self._counted_total(predicates)
-        # A predicate on a stored field reads the record; others need the public row.
-        keep = _matcher(predicates)
+        keep = self._matcher(predicates)
         items: list[dict[str, Any]] = []
         seen = 0
-        for rec in self.newest_first():
-            if predicates:
-                if not keep(rec):
-                    continue
+        for slot in self.newest_slots():
+            if keep is not None and not keep(slot):
+                continue
             if seen >= offset:
-                items.append(rec.public())
+                items.append(self.row(slot))
             seen += 1
             if len(items) >= limit and known_total is not None:
                 break
         total = known_total if known_total is not None else seen
         return {"total": total, "offset": offset, "limit": limit, "items": items}
 
+    def _matcher(self, predicates: list[Predicate]) -> Callable[[int], bool] | None:
+        """A test of one slot: on its stored column when it can (no row built per task)."""
+        if not predicates:
+            return None
+        if all(p.key in self.cols for p in predicates):
+            if len(predicates) == 1:
+                p = predicates[0]
+                col = self.cols[p.key]
+                return lambda s: p.match(col[s])
+            return lambda s: all(p.match(self.cols[p.key][s]) for p in predicates)
+        return lambda s: all(p(r) for r in (self.row(s),) for p in predicates)
+
     def _counted_total(self, predicates: list[Predicate]) -> int | None:
         if not predicates:
-            return len(self.tasks)
+            return len(self.index)
         if len(predicates) == 1 and not predicates[0].negate:
             p = predicates[0]
             if p.key in self.counts:
@@ -303,17 +362,6 @@ class TaskTable:
         ]
         rows.sort(key=lambda r: (-r["total"], r["name"]))
         return rows
-
-
-def _matcher(predicates: list[Predicate]) -> Any:
-    """A test of one record: on its stored fields when it can (no row built per record)."""
-    if all(p.key in _SLOTS for p in predicates):
-        if len(predicates) == 1:
-            p = predicates[0]
-            get = attrgetter(p.key)
-            return lambda rec: p.match(get(rec))
-        return lambda rec: all(p.match(getattr(rec, p.key)) for p in predicates)
-    return lambda rec: all(p(rec.public()) for p in predicates)
 
 
 def _dec(counter: Counter, key: Any) -> None:

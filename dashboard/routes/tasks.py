@@ -36,7 +36,7 @@ async def task_summary(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, An
 
 @router.get("/api/tasks/{task_id}")
 async def get_task(task_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
-    rec = ctx.state.tasks.tasks.get(task_id.lower())
+    rec = ctx.state.tasks.get(task_id.lower())
     if rec is None:
         raise HTTPException(
             404, f"no task {task_id!r} (never seen, or dropped past the cap); GET /api/tasks"

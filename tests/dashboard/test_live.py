@@ -260,7 +260,41 @@ def test_a_killed_agent_is_restarted_and_tasks_keep_running(live):
     assert lost and "agent disconnected" in lost[0]["message"]
 
 
+def test_follow_streams_new_lines_and_reports_a_deleted_file(live):
+    node = _node(live)["node_id"]
+    path = os.path.join(live["ctx"].session_dir, "logs", "followed-by-test.log")
+    with open(path, "w") as f:
+        f.write("first line\n")
+    wait_until(
+        lambda: _get(live, "/api/logs", filter="name=followed-by-test.log")["total"], 15, 0.2
+    )
+    params = {"node_id": node, "name": "followed-by-test.log", "lines": 5}
+    seen: list[str] = []
+    with live["http"].stream("GET", "/api/logs/follow", params=params) as r:
+        assert r.status_code == 200
+        event = None
+        deadline = time.monotonic() + 20
+        for line in r.iter_lines():
+            assert time.monotonic() < deadline, f"follow stalled; saw {seen}"
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+            elif line.startswith("data:"):
+                data = json.loads(line[5:])
+                if event == "missing":
+                    assert "no longer exists" in data["message"]
+                    break
+                seen.extend(data.get("lines", []))
+                if seen == ["first line"]:
+                    with open(path, "a") as f:
+                        f.write("second line\n")
+                elif "second line" in seen:
+                    os.unlink(path)  # deleted under the follower: the stream says so
+                event = None
+    assert seen[:2] == ["first line", "second line"]
+
+
 def test_include_dashboard_false_starts_no_dashboard(ember_start):
+    # Last in the module: ember_start replaces the module's node.
     ctx = ember_start(include_dashboard=False)
     assert ctx.dashboard_url == ""
     cmds = [" ".join(p.cmdline()) for p in ember_children()]

@@ -25,7 +25,11 @@ def test_task_cap_evicts_oldest_and_counts_drops():
     assert len(st.tasks) == 100
     assert st.dropped["tasks"] == 50
     assert st.tasks.counts["state"]["FINISHED"] == 100
-    assert f"{0:032x}" not in st.tasks.tasks and f"{149:032x}" in st.tasks.tasks
+    assert f"{0:032x}" not in st.tasks and f"{149:032x}" in st.tasks
+    # Slots are reused: the newest 100 are kept, newest first, with their own fields.
+    rows = st.tasks.page([], limit=100, offset=0, sort_by=None, descending=False)["items"]
+    assert [r["task_id"] for r in rows] == [f"{i:032x}" for i in range(149, 49, -1)]
+    assert rows[0]["start_time"] == 1.5 + 149 and rows[0]["name"] == "f"
 
 
 def test_terminal_state_survives_late_earlier_event():
@@ -33,7 +37,7 @@ def test_terminal_state_survives_late_earlier_event():
     tid = "ab" * 16
     st.add_task_events("n", "j", [[tid, "FINISHED", 5.0, 0, {"function": "g"}]])
     st.add_task_events("n", "j", [[tid, "SUBMITTED_TO_WORKER", 4.0, 0, {"worker_id": "w"}]])
-    rec = st.tasks.tasks[tid]
+    rec = st.tasks.get(tid)
     assert rec.state == "FINISHED" and rec.name == "g" and rec.worker_id == "w"
     assert st.tasks.counts["state"] == {"FINISHED": 1}
 
@@ -42,7 +46,7 @@ def test_retry_reopens_a_task():
     st = DashboardState()
     tid = "cd" * 16
     st.add_task_events("n", "j", [[tid, "FAILED", 1.0, 0, None], [tid, "RETRYING", 2.0, 1, None]])
-    assert st.tasks.tasks[tid].state == "RETRYING" and st.tasks.tasks[tid].attempt == 1
+    assert st.tasks.get(tid).state == "RETRYING" and st.tasks.get(tid).attempt == 1
 
 
 def test_filter_applies_before_limit_and_total_counts_matches():
