@@ -228,21 +228,24 @@ async def throughput(
     scanned = 0
     truncated = False
     # Newest first by submission; a task submitted long before the window ended before it
-    # too, except the rare long runner (a minute of slack covers most).
-    for rec in ctx.state.tasks.newest_first():
+    # too, except the rare long runner (a minute of slack covers most). The table is
+    # columnar: read its time and state columns by slot (NaN: not known yet).
+    table = ctx.state.tasks
+    pending, ended, states = table.times["t_pending"], table.times["t_end"], table.cols["state"]
+    for slot in table.newest_slots():
         scanned += 1
         if scanned > THROUGHPUT_SCAN_CAP:
             truncated = True
             break
-        if rec.t_pending is not None and rec.t_pending < start - 60:
+        if pending[slot] < start - 60:  # False for NaN: an unknown time does not stop the scan
             break
-        end = rec.t_end
-        if end is None or end < first:
+        end = ended[slot]
+        if not end >= first:  # also skips NaN
             continue
         i = min(n - 1, int((end - first) // bucket_s))
-        if rec.state == "FAILED":
+        if states[slot] == "FAILED":
             failed[i] += 1
-        elif rec.state == "FINISHED":
+        elif states[slot] == "FINISHED":
             finished[i] += 1
     return {
         "bucket_s": bucket_s,

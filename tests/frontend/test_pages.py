@@ -29,6 +29,9 @@ def test_overview_shows_the_cluster(page, cluster):
     # Each error keeps its traceback one click away.
     errors.first.locator("summary").click()
     assert "Traceback" in errors.first.locator("pre").inner_text()
+    # The throughput chart's series counts the workload's tasks where they ended.
+    tput = page.request.get(f"{url}/api/frontend/throughput?window_s=600").json()
+    assert sum(tput["finished"]) >= 50 and sum(tput["failed"]) >= 3, tput
     # Live charts are drawn from the dashboard's own history.
     for chart in ("cpu", "memory", "store", "throughput"):
         assert page.locator(f"[data-testid=chart-{chart}] canvas").count() >= 1
