@@ -48,6 +48,9 @@ def start_dashboard(session_dir: str) -> tuple[subprocess.Popen, str, str]:
             str(w),
         ],
         pass_fds=(w,),
+        # The server's own capacity is measured: at its default nice 19 it would measure
+        # whatever else this shared machine runs (a dedicated head sets it to 0 too).
+        env={**os.environ, "EMBER_DASHBOARD_NICE": "0"},
     )
     os.close(w)
     with os.fdopen(r) as f:

@@ -274,6 +274,16 @@ class DashboardState:
         old["title"] = f"{old.get('class_name', '')}({name})" if name else old.get("class_name", "")
         if old.get("worker_id"):
             self._actor_by_worker[old["worker_id"]] = actor_id
+        if changed and old["state"] == "DEAD":
+            cause = old.get("death_cause") or "no cause given"
+            self.add_event(
+                "WARNING",
+                f"actor {old.get('title') or actor_id} died: {cause}",
+                source="gcs",
+                node_id=old.get("node_id"),
+                pid=old.get("pid"),
+                kind="ACTOR_DIED",
+            )
         if changed:
             self.pubsub.publish(
                 {

@@ -1,4 +1,5 @@
 """The live stream: node metrics, state changes (nodes, actors, task counts) and error events.
+New lines of a log file stream from ``/api/logs/follow``.
 
 ``/api/stream`` is a WebSocket; ``/api/stream/sse`` the same as server-sent events (for
 proxies that do not pass WebSockets). ``?topics=node_metrics,actor`` narrows it. A slow client
@@ -16,7 +17,7 @@ from fastapi import APIRouter, Depends, Query, Request, WebSocket, WebSocketDisc
 from fastapi.responses import StreamingResponse
 
 router = APIRouter(tags=["stream"])
-TOPICS = frozenset({"node_metrics", "node", "actor", "tasks", "event", "log"})
+TOPICS = frozenset({"node_metrics", "node", "actor", "tasks", "event"})
 
 
 def _topics(raw: str | None) -> frozenset[str] | None:

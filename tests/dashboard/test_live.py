@@ -236,6 +236,66 @@ def test_live_stream_sends_node_metrics(live):
             assert time.monotonic() < deadline, "no metrics within 15 s"
 
 
+def test_a_crashed_actor_worker_is_an_error_event_with_its_stderr(live):
+    @ember.remote
+    class Doomed:
+        def die(self):
+            import sys
+
+            print("last words before the crash", file=sys.stderr, flush=True)
+            os._exit(3)
+
+        def pid(self):
+            return os.getpid()
+
+    d = Doomed.remote()
+    pid = ember.get(d.pid.remote())
+    # The agent reports a worker that vanished while it held an actor or a task, as seen in
+    # its last 2-second sample; wait until it has seen this one.
+    wait_until(
+        lambda: any(
+            w["pid"] == pid and w["state"] == "ACTOR"
+            for w in _get(live, "/api/workers", limit=1000)["items"]
+        ),
+        15,
+        0.2,
+    )
+    d.die.remote()
+    ev = wait_until(
+        lambda: next(
+            iter(_get(live, "/api/events", filter=["kind=WORKER_DIED", f"pid={pid}"])["items"]),
+            None,
+        ),
+        20,
+        0.3,
+        "a WORKER_DIED event",
+    )
+    assert ev["severity"] == "ERROR" and "last words before the crash" in (ev["detail"] or "")
+    assert ev["pid"] == pid
+    # The GCS's view arrives too: the actor is DEAD, with an ACTOR_DIED event naming the cause.
+    wait_until(lambda: _get(live, "/api/events", filter="kind=ACTOR_DIED")["total"], 15, 0.3)
+
+
+def test_websocket_stream_on_the_real_server(live):
+    import asyncio
+
+    import websockets
+
+    url = live["ctx"].dashboard_url.replace("http://", "ws://") + "/api/stream?topics=node_metrics"
+
+    async def first_metrics() -> dict:
+        async with websockets.connect(url, open_timeout=10) as ws:
+            hello = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert hello == {"type": "hello", "topics": ["node_metrics"]}
+            while True:
+                batch = json.loads(await asyncio.wait_for(ws.recv(), 20))
+                if batch["messages"]:
+                    return batch["messages"][0]
+
+    msg = asyncio.run(first_metrics())
+    assert msg["type"] == "node_metrics" and msg["mem_total_bytes"] > 0
+
+
 def test_a_killed_agent_is_restarted_and_tasks_keep_running(live):
     node = _node(live)["node_id"]
     agent = next(w for w in _get(live, "/api/workers", filter="kind=agent")["items"])
