@@ -13,6 +13,7 @@ export interface StreamMessage {
 type Handler = (msg: StreamMessage) => void;
 
 const RESYNC = "__resync__";
+const WS_HANDSHAKE_MS = 3000;
 // The stream's message types (docs/dashboard-api.md); SSE delivers each as a named event.
 const SSE_TYPES = ["node_metrics", "node", "actor", "tasks", "event", "log", "dropped"];
 
@@ -23,8 +24,10 @@ class LiveStream {
   private ws: WebSocket | null = null;
   private es: EventSource | null = null;
   /** WebSocket first; server-sent events when WebSockets do not get through. */
-  // Remembered for the tab's session: a reload does not try a WebSocket that failed.
-  transport: "ws" | "sse" = sessionStorage.getItem("ember.stream") === "sse" ? "sse" : "ws";
+  // Server-sent events first: plain HTTP, through any proxy, and in the browser tests the
+  // steadier of the two (a WebSocket handshake was seen to stall there); a WebSocket when
+  // they fail. The choice is remembered for the tab's session.
+  transport: "ws" | "sse" = sessionStorage.getItem("ember.stream") === "ws" ? "ws" : "sse";
   private handlers = new Map<string, Set<Handler>>();
   private statusListeners = new Set<(s: StreamStatus) => void>();
   private retryTimer = 0;
@@ -73,13 +76,24 @@ class LiveStream {
     try {
       ws = new WebSocket(this.url());
     } catch {
-      this.transport = "sse";
+      this.useSse();
       this.scheduleRetry();
       return;
     }
     this.ws = ws;
+    // A handshake has a deadline: one that neither opens nor fails (a proxy holding it, a
+    // browser queueing it behind another) gives way to server-sent events.
+    const deadline = window.setTimeout(() => {
+      if (didOpen || this.ws !== ws) return;
+      this.ws = null;
+      ws.onclose = null;
+      ws.close();
+      this.useSse();
+      this.connect();
+    }, WS_HANDSHAKE_MS);
     ws.onopen = () => {
       didOpen = true;
+      clearTimeout(deadline);
       this.opened();
     };
     ws.onmessage = (ev) => this.receive(ev.data as string);
@@ -88,25 +102,36 @@ class LiveStream {
       this.ws = null;
       // A WebSocket refused outright (a proxy or server without WebSocket support) while the
       // dashboard still answers: use server-sent events from now on.
-      if (!didOpen) {
-        this.transport = "sse";
-        sessionStorage.setItem("ember.stream", "sse");
-      }
+      clearTimeout(deadline);
+      if (!didOpen) this.useSse();
       if (!this.stopped) this.scheduleRetry();
     };
     ws.onerror = () => ws.close();
   }
 
+  private useSse(): void {
+    this.transport = "sse";
+    sessionStorage.setItem("ember.stream", "sse");
+  }
+
   private connectSse(): void {
     const es = new EventSource(new URL("api/stream/sse", document.baseURI).toString());
     this.es = es;
-    es.onopen = () => this.opened();
+    let didOpen = false;
+    es.onopen = () => {
+      didOpen = true;
+      this.opened();
+    };
     for (const t of SSE_TYPES) es.addEventListener(t, (ev) => this.receive((ev as MessageEvent).data as string));
     es.onerror = () => {
       // EventSource would retry on its own at its own pace; we retry with our backoff and banner.
       if (this.es !== es) return;
       es.close();
       this.es = null;
+      if (!didOpen && navigator.onLine) {
+        this.transport = "ws"; // refused outright: try a WebSocket next
+        sessionStorage.setItem("ember.stream", "ws");
+      }
       if (!this.stopped) this.scheduleRetry();
     };
   }
