@@ -18,6 +18,7 @@ ROUTERS: list[tuple[str, str]] = [
     ("ember.dashboard.routes.stream", "router"),
     ("ember.dashboard.prometheus", "router"),
     ("ember.dashboard.timeline", "router"),
+    ("ember.dashboard.routes_frontend", "router"),  # the browser app's own queries (issue 5)
     # The frontend's catch-all goes last so every API route wins over it.
     ("ember.dashboard.routes.frontend", "router"),
 ]

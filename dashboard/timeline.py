@@ -478,8 +478,8 @@ if APIRouter is not None:
         if last_seconds is not None:
             since = max(since or 0.0, time.time() - last_seconds)
         filters = Filters(job_id=job_id, node_id=node_id, since=since, until=until)
-        # A snapshot of the records (pointers only): ingestion goes on while we stream.
-        records = list(ctx.state.tasks.tasks.values())
+        # The tasks oldest first, as views of the (now columnar) task table's slots.
+        records = list(ctx.state.tasks.newest_first())[::-1]
         labels = {
             nid: f"node {n.info.get('node_ip', '?')} {nid[:8]}"
             for nid, n in ctx.state.nodes.items()

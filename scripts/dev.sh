@@ -8,15 +8,26 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 
+# What the tests drive from Debian: iproute2 (nodes in network namespaces), prometheus (a real
+# server scraping /metrics) and chromium (the browser tests and the timeline viewer). One
+# apt-get run, only for what is missing; the demo needs none of them.
 system_packages() {
-  # iproute2: the multi-node test puts nodes in network namespaces (`ip netns`).
-  if ! command -v ip >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null
+  missing=""
+  command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
+  command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
+  command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+  [ -z "$missing" ] && return 0
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    # shellcheck disable=SC2086 - the list is ours, word splitting wanted
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  else
+    echo "dev.sh: missing$missing (the tests need them): apt-get install$missing" >&2
   fi
 }
 
 setup() {
-  system_packages
+  setup_frontend
   if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
   fi
@@ -29,22 +40,22 @@ setup() {
   fi
 }
 
-# The diagnostics tests' outside tools: a real Prometheus server (Debian's) that scrapes
-# /metrics, and speedscope from npm with Debian's chromium to load timelines in a real
-# viewer. Idempotent: apt only for what is missing, npm ci only when the lock file changed.
-setup_diagnostics_tools() {
-  missing=""
-  command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
-  command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
-  if [ -n "$missing" ]; then
-    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-      apt-get update -qq
-      # shellcheck disable=SC2086 - the list is ours, word splitting wanted
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
-    else
-      echo "dev.sh: missing$missing (the diagnostics tests need them): apt-get install$missing" >&2
-    fi
+# The browser app (frontend/), which the dashboard serves. Idempotent: npm ci only when the
+# lock file changed, the build only when a source is newer than it.
+setup_frontend() {
+  command -v npm >/dev/null 2>&1 || { echo "dev.sh: npm is missing; the dashboard's browser app cannot be built" >&2; return 1; }
+  if [ ! -f frontend/node_modules/.package-lock.json ] || [ frontend/package-lock.json -nt frontend/node_modules/.package-lock.json ]; then
+    (cd frontend && npm ci --no-audit --no-fund --loglevel=error)
   fi
+  if [ ! -f frontend/dist/index.html ] || [ -n "$(find frontend/src frontend/index.html frontend/package-lock.json frontend/vite.config.ts frontend/tsconfig.json -newer frontend/dist/index.html 2>/dev/null | head -1)" ]; then
+    (cd frontend && npm run --silent build >/dev/null)
+  fi
+}
+
+# The tests' outside tools: the Debian packages above, and speedscope from npm to load
+# timelines in a real viewer (npm ci only when the lock file changed).
+setup_test_tools() {
+  system_packages
   command -v npm >/dev/null 2>&1 || { echo "dev.sh: npm is missing; the timeline viewer test cannot run" >&2; return 0; }
   tools=tests/tools
   if [ ! -f "$tools/node_modules/.package-lock.json" ] || [ "$tools/package-lock.json" -nt "$tools/node_modules/.package-lock.json" ]; then
@@ -53,8 +64,8 @@ setup_diagnostics_tools() {
 }
 
 case "${1:-}" in
-  setup) setup; setup_diagnostics_tools ;;
+  setup) setup; setup_test_tools ;;
   demo) setup; shift; exec .venv/bin/ember demo "$@" ;;
-  test) setup; setup_diagnostics_tools; shift; exec .venv/bin/python -m pytest "$@" ;;
+  test) setup; setup_test_tools; shift; exec .venv/bin/python -m pytest "$@" ;;
   *) echo "usage: scripts/dev.sh setup|demo|test [args]" >&2; exit 2 ;;
 esac

@@ -1,0 +1,318 @@
+"""Endpoints the browser app needs beyond the shared list API (issue 5).
+
+- ``/api/frontend/actors``: the Actors page's list. Substring search (the shared filters are
+  exact), the creator tree flattened in depth-first order with each row's ``depth`` and
+  ``num_children`` (so the page can page and virtualise a tree of 20,000 actors like a list),
+  and ``infeasible`` set on pending actors no node can ever hold.
+- ``/api/frontend/nodes``: the node rows with their latest metrics sample, in one request
+  (the Machines page shows disk and network per node; ``/api/nodes/{id}`` per row would be N).
+- ``/api/frontend/throughput``: finished and failed tasks per time bucket, for the Overview's
+  throughput chart (the metric history has no task series).
+
+They read the same ``DashboardState`` as every router and add no state of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from typing import Annotated, Any, Literal
+
+from ember.dashboard.app import DashboardContext, get_ctx
+from ember.dashboard.query import MAX_LIMIT, check_sort, page
+from ember.dashboard.state import ACTOR_FIELDS
+from fastapi import APIRouter, Depends, Query
+
+router = APIRouter(tags=["frontend"])
+
+# The scan behind the throughput chart stops after this many records (newest first), so the
+# request stays bounded however many tasks the table holds.
+THROUGHPUT_SCAN_CAP = 300_000
+_SEARCHED = ("actor_id", "class_name", "name", "title", "node_id", "pid", "job_id")
+
+
+def is_infeasible(row: dict[str, Any]) -> bool:
+    """A pending actor whose reason says no node can ever hold it (the GCS's wording)."""
+    reason = (row.get("pending_reason") or "").lower()
+    return row.get("state") == "PENDING" and "infeasible" in reason
+
+
+def _matches(row: dict[str, Any], needle: str) -> bool:
+    return any(needle in str(row.get(k) or "").lower() for k in _SEARCHED)
+
+
+@router.get("/api/frontend/actors")
+async def frontend_actors(
+    q: Annotated[str, Query(max_length=200, description="substring of id, class, name, node")] = "",
+    state: Annotated[
+        str, Query(max_length=20, description="ALIVE, PENDING, RESTARTING, DEAD")
+    ] = "",
+    pid: Annotated[int | None, Query(ge=1, le=2**22)] = None,
+    node_id: Annotated[str, Query(max_length=64)] = "",
+    view: Annotated[
+        Literal["list", "tree"], Query(description="flat list or creator tree")
+    ] = "list",
+    collapsed: Annotated[
+        str, Query(max_length=20_000, description="tree: comma-separated ids")
+    ] = "",
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
+    offset: Annotated[int, Query(ge=0, le=100_000_000)] = 0,
+    sort_by: Annotated[str | None, Query(max_length=64)] = None,
+    descending: bool = False,
+    ctx: DashboardContext = Depends(get_ctx),
+) -> dict[str, Any]:
+    check_sort(sort_by, ACTOR_FIELDS)
+    st = ctx.state
+    # The stored rows, not st.actor_row() of each: 20,000 copies per request would cost more
+    # than the page. The creator link and call counts are computed for the page's rows only
+    # (and for every row when the sort needs them).
+    rows = list(st.actors.values())
+    if sort_by in _COMPUTED:
+        rows = [st.actor_row(r["actor_id"]) for r in rows]
+    counts = Counter(r.get("state") or "" for r in rows)  # {state: n}
+    # How many actors each worker created (an actor's children are its worker's creations).
+    created = Counter(r.get("owner_worker_id") for r in rows)
+    needle = q.strip().lower()
+
+    def keep(r: dict[str, Any]) -> bool:
+        return (
+            (not needle or _matches(r, needle))
+            and (not state or r.get("state") == state)
+            and (pid is None or r.get("pid") == pid)
+            and (not node_id or (r.get("node_id") or "").startswith(node_id))
+        )
+
+    def render(r: dict[str, Any], depth: int | None = None) -> dict[str, Any]:
+        out = st.actor_row(r["actor_id"])
+        out["num_children"] = created.get(r.get("worker_id"), 0) if r.get("worker_id") else 0
+        out["infeasible"] = is_infeasible(out)
+        if depth is not None:  # the tree: indentation, and whether the row itself matched
+            out["depth"] = depth
+            out["matches"] = keep(r)
+        return out
+
+    if view == "list":
+        out = page(
+            [r for r in rows if keep(r)],
+            sort_by=sort_by,
+            descending=descending,
+            limit=limit,
+            offset=offset,
+        )
+        out["items"] = [render(r) for r in out["items"]]
+    else:
+        by_worker = {r["worker_id"]: r["actor_id"] for r in rows if r.get("worker_id")}
+        creator = {r["actor_id"]: by_worker.get(r.get("owner_worker_id") or "") for r in rows}
+        children: dict[str, list[dict[str, Any]]] = {}  # {creator actor id or "": [rows]}
+        for r in rows:
+            children.setdefault(creator[r["actor_id"]] or "", []).append(r)
+        flat = _tree_order(
+            rows,
+            children,
+            creator,
+            keep if (needle or state or pid is not None or node_id) else None,
+            set(filter(None, collapsed.split(","))),
+            sort_by,
+            descending,
+        )
+        out = {
+            "total": len(flat),
+            "offset": offset,
+            "limit": limit,
+            "items": [render(r, d) for r, d in flat[offset : offset + limit]],
+        }
+    out["counts"] = dict(counts)
+    return out
+
+
+_COMPUTED = {"executed_calls", "pending_calls", "creator_actor_id"}
+
+
+def _tree_order(
+    rows: list[dict[str, Any]],
+    children: dict[str, list[dict[str, Any]]],
+    creator: dict[str, str | None],
+    keep: Any,  # the filter, or None when nothing is filtered
+    collapsed: set[str],
+    sort_by: str | None,
+    descending: bool,
+) -> list[tuple[dict[str, Any], int]]:
+    """Depth-first over the creator tree, as ``(row, depth)``; a row
+    stays when it or a descendant matches (so a match is shown with its ancestors), and a
+    collapsed row hides its descendants."""
+    # An actor whose creator is gone from the table (evicted) is shown as a root.
+    roots = [r for r in rows if not creator[r["actor_id"]] or creator[r["actor_id"]] not in creator]
+    if sort_by:
+        key = _key(sort_by)
+        for lst in [roots, *children.values()]:
+            lst.sort(key=key, reverse=descending)
+
+    visible: dict[str, bool] = {}
+
+    def any_match(r: dict[str, Any]) -> bool:
+        if keep is None:  # no filter: every row shows
+            return True
+        # Iterative post-order so a 20,000-deep chain cannot overflow the stack.
+        stack = [(r, False)]
+        while stack:
+            node, done = stack.pop()
+            aid = node["actor_id"]
+            if aid in visible:
+                continue
+            kids = children.get(aid, ())
+            if done:
+                visible[aid] = keep(node) or any(visible.get(k["actor_id"]) for k in kids)
+            else:
+                stack.append((node, True))
+                stack.extend((k, False) for k in kids if k["actor_id"] not in visible)
+        return visible[r["actor_id"]]
+
+    flat: list[tuple[dict[str, Any], int]] = []
+    stack = [(r, 0) for r in reversed(roots)]
+    while stack:
+        r, depth = stack.pop()
+        if not any_match(r):
+            continue
+        flat.append((r, depth))
+        if r["actor_id"] not in collapsed:
+            stack.extend((k, depth + 1) for k in reversed(children.get(r["actor_id"], ())))
+    return flat
+
+
+def _key(field: str) -> Any:
+    def key(row: dict[str, Any]) -> tuple:
+        v = row.get(field)
+        if v is None:
+            return (0, "")
+        return (1, v) if isinstance(v, int | float) else (2, str(v))
+
+    return key
+
+
+@router.get("/api/frontend/nodes")
+async def frontend_nodes(
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 1000,
+    offset: Annotated[int, Query(ge=0, le=100_000_000)] = 0,
+    ctx: DashboardContext = Depends(get_ctx),
+) -> dict[str, Any]:
+    st = ctx.state
+    rows = []
+    for nid in list(st.nodes):
+        row = st.node_row(nid)
+        row["metrics"] = st.nodes[nid].metrics
+        rows.append(row)
+    rows.sort(key=lambda r: (not r["is_head"], r.get("state") != "ALIVE", r.get("hostname") or ""))
+    return {
+        "total": len(rows),
+        "offset": offset,
+        "limit": limit,
+        "items": rows[offset : offset + limit],
+    }
+
+
+@router.get("/api/frontend/throughput")
+async def throughput(
+    window_s: Annotated[float, Query(gt=0, le=3600)] = 600,
+    bucket_s: Annotated[float, Query(ge=1, le=600)] = 5,
+    ctx: DashboardContext = Depends(get_ctx),
+) -> dict[str, Any]:
+    """``{"bucket_s", "times": [bucket start], "finished": [n], "failed": [n], "scanned",
+    "truncated"}``: tasks that ended in each bucket of the last ``window_s`` seconds."""
+    now = time.time()
+    start = now - window_s
+    n = int(window_s // bucket_s) + 1
+    first = now - (n - 1) * bucket_s
+    finished = [0] * n
+    failed = [0] * n
+    scanned = 0
+    truncated = False
+    # Newest first by submission; a task submitted long before the window ended before it
+    # too, except the rare long runner (a minute of slack covers most). The table is
+    # columnar: read its time and state columns by slot (NaN: not known yet).
+    table = ctx.state.tasks
+    pending, ended, states = table.times["t_pending"], table.times["t_end"], table.cols["state"]
+    for slot in table.newest_slots():
+        scanned += 1
+        if scanned > THROUGHPUT_SCAN_CAP:
+            truncated = True
+            break
+        if pending[slot] < start - 60:  # False for NaN: an unknown time does not stop the scan
+            break
+        end = ended[slot]
+        if not end >= first:  # also skips NaN
+            continue
+        i = min(n - 1, int((end - first) // bucket_s))
+        if states[slot] == "FAILED":
+            failed[i] += 1
+        elif states[slot] == "FINISHED":
+            finished[i] += 1
+    return {
+        "bucket_s": bucket_s,
+        "times": [first + i * bucket_s for i in range(n)],
+        "finished": finished,
+        "failed": failed,
+        "scanned": min(scanned, THROUGHPUT_SCAN_CAP),
+        "truncated": truncated,
+    }
+
+
+@router.get("/api/frontend/object_groups")
+async def object_groups(
+    by: Annotated[
+        Literal["node_id", "pid"], Query(description="group by node or by process")
+    ] = "node_id",
+    max_age: Annotated[float, Query(ge=0, le=3600, description="reuse rows this fresh (s)")] = 2.0,
+    ctx: DashboardContext = Depends(get_ctx),
+) -> dict[str, Any]:
+    """The Memory page's groups: ``{"by", "groups": [{"key", "node_id", "pid", "count",
+    "bytes", "types": {reference type: n}}], "missing", "store": {node_id: {used, capacity,
+    objects}}}``, largest first. The rows are the ones ``/api/objects`` serves."""
+    from ember.dashboard.routes.objects import refresh_objects
+
+    missing = await refresh_objects(ctx, max_age)
+    st = ctx.state
+    groups: dict[str, dict[str, Any]] = {}
+    for node_id, rows in st.objects.items():
+        for r in rows:
+            pid = r.get("pid") if by == "pid" else None
+            key = f"{node_id}/{pid}" if by == "pid" else node_id
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = {
+                    "key": key,
+                    "node_id": node_id,
+                    "pid": pid,
+                    "count": 0,
+                    "bytes": 0,
+                    "types": {},
+                }
+            g["count"] += 1
+            g["bytes"] += r.get("object_size") or 0
+            t = r.get("reference_type") or ""
+            g["types"][t] = g["types"].get(t, 0) + 1
+    store = {
+        nid: {
+            "used": n.metrics.get("object_store_used_bytes"),
+            "capacity": n.metrics.get("object_store_capacity_bytes"),
+            "objects": n.metrics.get("object_store_objects"),
+        }
+        for nid, n in st.nodes.items()
+    }
+    ordered = sorted(groups.values(), key=lambda g: (-g["bytes"], -g["count"], g["key"]))
+    return {"by": by, "groups": ordered, "missing": missing, "store": store}
+
+
+@router.get("/api/frontend/links")
+async def links() -> dict[str, str | None]:
+    """Where the Metrics page links to: ``EMBER_PROMETHEUS_HOST`` and ``EMBER_GRAFANA_HOST``
+    (Ray's ``RAY_PROMETHEUS_HOST`` / ``RAY_GRAFANA_HOST``), as set for the dashboard process;
+    null when not configured. Only http(s) URLs are passed on."""
+    out: dict[str, str | None] = {}
+    for key, env in (
+        ("prometheus_url", "EMBER_PROMETHEUS_HOST"),
+        ("grafana_url", "EMBER_GRAFANA_HOST"),
+    ):
+        url = os.environ.get(env, "").strip()
+        out[key] = url if url.startswith(("http://", "https://")) else None
+    return out

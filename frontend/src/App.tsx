@@ -1,0 +1,85 @@
+import { useEffect, useState } from "preact/hooks";
+import { href, useRoute } from "./lib/router";
+import { stream, useStreamStatus } from "./lib/stream";
+import { currentTheme, toggleTheme } from "./lib/theme";
+import { Overview } from "./pages/Overview";
+import { Machines } from "./pages/Machines";
+import { Actors } from "./pages/Actors";
+import { Tasks } from "./pages/Tasks";
+import { Timeline } from "./pages/Timeline";
+import { Logs } from "./pages/Logs";
+import { Memory } from "./pages/Memory";
+import { Metrics } from "./pages/Metrics";
+
+const PAGES: [string, string, (p: { params: URLSearchParams }) => preact.JSX.Element][] = [
+  ["overview", "Overview", Overview],
+  ["machines", "Machines", Machines],
+  ["actors", "Actors", Actors],
+  ["tasks", "Tasks", Tasks],
+  ["timeline", "Timeline", Timeline],
+  ["logs", "Logs", Logs],
+  ["memory", "Memory", Memory],
+  ["metrics", "Metrics", Metrics],
+];
+
+function StreamBanner() {
+  const status = useStreamStatus();
+  const [, tick] = useState(0);
+  useEffect(() => {
+    if (status !== "down") return;
+    const t = setInterval(() => tick((x) => x + 1), 1000);
+    return () => clearInterval(t);
+  }, [status]);
+  if (status !== "down") return null;
+  const secs = Math.round((Date.now() - stream.downSince) / 1000);
+  return (
+    <div class="banner" role="alert" data-testid="stream-banner">
+      Lost the live connection to the dashboard {secs > 0 ? `${secs} s ago` : "just now"}; reconnecting
+      (attempt {stream.attempts}). What you see may be stale.
+      <button onClick={() => stream.retryNow()}>Retry now</button>
+    </div>
+  );
+}
+
+export function App() {
+  const route = useRoute();
+  const [theme, setTheme] = useState(currentTheme());
+  const page = PAGES.find((p) => p[0] === route.page);
+  const status = useStreamStatus();
+  useEffect(() => {
+    document.title = `${page ? page[1] : "Not found"} · Ember`;
+  }, [page]);
+  const Page = page?.[2];
+  return (
+    <div class="shell">
+      <header class="top">
+        <a class="brand" href={href("overview")}>
+          <span class="logo">◆</span> Ember
+        </a>
+        <nav>
+          {PAGES.map(([id, title]) => (
+            <a key={id} href={href(id)} class={route.page === id ? "active" : ""} data-nav={id}>
+              {title}
+            </a>
+          ))}
+        </nav>
+        <span class={`live ${status}`} title={`live stream: ${status}`} data-testid="stream-status" data-status={status}>
+          ● {status === "open" ? "live" : status}
+        </span>
+        <button class="theme" onClick={() => setTheme(toggleTheme())} title="Switch light / dark" data-testid="theme-toggle">
+          {theme === "dark" ? "☀ Light" : "☾ Dark"}
+        </button>
+      </header>
+      <StreamBanner />
+      <main data-page={route.page}>
+        {Page ? (
+          <Page params={route.params} />
+        ) : (
+          <div class="error">
+            No page named “{route.page}”. Pick one above, or go to the <a href={href("overview")}>overview</a>.
+          </div>
+        )}
+      </main>
+    </div>
+  );
+}

@@ -1,0 +1,81 @@
+// A time-series chart (uPlot: small, fast, canvas). Data arrive as columns: [times, ...series].
+import { useEffect, useRef } from "preact/hooks";
+import uPlot from "uplot";
+import "uplot/dist/uPlot.min.css";
+import { cssVar } from "../lib/theme";
+
+export interface SeriesSpec {
+  label: string;
+  color?: string;
+  /** Formats a value on the axis and in the legend. */
+  fmt?: (v: number) => string;
+}
+
+const PALETTE = ["#e4572e", "#2e86de", "#17a589", "#f1c40f", "#8e44ad", "#d35400", "#7f8c8d", "#c0392b"];
+
+export function Chart(p: {
+  title: string;
+  series: SeriesSpec[];
+  data: number[][];
+  height?: number;
+  yMax?: number;
+  testId?: string;
+}) {
+  const host = useRef<HTMLDivElement>(null);
+  const plot = useRef<uPlot | null>(null);
+  const shape = p.series.map((s) => s.label).join("|");
+
+  useEffect(() => {
+    const el = host.current!;
+    const make = () => {
+      plot.current?.destroy();
+      const fg = cssVar("--fg-muted") || "#888";
+      const grid = cssVar("--grid") || "#8883";
+      const fmt = p.series[0]?.fmt;
+      const opts: uPlot.Options = {
+        width: Math.max(200, el.clientWidth),
+        height: p.height ?? 160,
+        legend: { show: true },
+        cursor: { drag: { x: true, y: false } },
+        scales: { x: { time: true }, y: p.yMax ? { range: [0, p.yMax] } : { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] } },
+        axes: [
+          { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid } },
+          { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, size: 60, values: fmt ? (_u, vals) => vals.map((v) => fmt(v)) : undefined },
+        ],
+        series: [
+          {},
+          ...p.series.map((s, i) => ({
+            label: s.label,
+            stroke: s.color ?? PALETTE[i % PALETTE.length],
+            width: 1.5,
+            points: { show: false },
+            value: s.fmt ? (_u: uPlot, v: number | null) => (v === null ? "–" : s.fmt!(v)) : undefined,
+          })),
+        ],
+      };
+      plot.current = new uPlot(opts, p.data as uPlot.AlignedData, el);
+    };
+    make();
+    const ro = new ResizeObserver(() => plot.current?.setSize({ width: Math.max(200, el.clientWidth), height: p.height ?? 160 }));
+    ro.observe(el);
+    window.addEventListener("ember-theme", make);
+    return () => {
+      ro.disconnect();
+      window.removeEventListener("ember-theme", make);
+      plot.current?.destroy();
+      plot.current = null;
+    };
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [shape]);
+
+  useEffect(() => {
+    plot.current?.setData(p.data as uPlot.AlignedData);
+  }, [p.data]);
+
+  return (
+    <div class="chart card" data-testid={p.testId}>
+      <div class="chart-title">{p.title}</div>
+      <div ref={host} />
+    </div>
+  );
+}

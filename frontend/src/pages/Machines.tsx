@@ -1,0 +1,176 @@
+// One row per node, expanding to its workers; logs and errors of a node or a worker one click
+// away. The expanded node is in the URL (?node=ID) so a link opens it.
+import { Table, type Column } from "../components/VirtualTable";
+import { ErrorBox, StateBadge } from "../components/bits";
+import type { Page } from "../lib/api";
+import { useApi } from "../lib/data";
+import { bytes, duration, pct, shortId, time } from "../lib/format";
+import { href, setParams } from "../lib/router";
+import type { EventRow, NodeDetail, NodeRow, WorkerRow } from "../lib/types";
+
+/** `{CPU: 4}` total and `{CPU: 3}` available -> "CPU: 1 / 4" (used / total). */
+export function usedOfTotal(total: Record<string, number>, avail: Record<string, number>): string {
+  const keys = Object.keys(total).filter((k) => !k.startsWith("node:") && !k.includes("_group_"));
+  if (!keys.length) return "–";
+  return keys
+    .sort()
+    .map((k) => {
+      const t = total[k];
+      const u = t - (avail[k] ?? 0);
+      const fmt = (v: number) => (/memory/i.test(k) ? bytes(v) : String(+v.toFixed(2)));
+      return `${k}: ${fmt(u)} / ${fmt(t)}`;
+    })
+    .join(", ");
+}
+
+type NodeWithMetrics = NodeRow & { metrics?: Record<string, any> };
+
+function rootDisk(m: Record<string, any> | undefined): string {
+  const disks = Array.isArray(m?.disks) ? (m!.disks as any[]) : [];
+  const d = disks.find((x) => x.mount === "/") ?? disks[0];
+  return d ? `${bytes(d.used_bytes)} / ${bytes(d.total_bytes)}` : "–";
+}
+
+/** The node's latest errors and events (worker crashes, failed tasks, agent restarts). */
+function NodeErrors({ id }: { id: string }) {
+  const ev = useApi<Page<EventRow>>("api/events", { filter: [`node_id=${id}`, "severity!=INFO"], limit: 10 }, { liveTypes: ["event"] });
+  const rows = ev.data?.items ?? [];
+  return (
+    <div data-testid="node-errors">
+      <h2>Errors and warnings on this node ({ev.data?.total ?? 0})</h2>
+      <ErrorBox error={ev.error} />
+      {rows.map((e, i) => (
+        <div key={`${e.time}-${i}`} class="note">
+          {time(e.time)} · {e.severity} · {e.pid ? `pid ${e.pid} · ` : ""}
+          {e.message}
+          {e.detail && (
+            <details>
+              <summary>traceback</summary>
+              <pre>{e.detail}</pre>
+            </details>
+          )}
+        </div>
+      ))}
+      {ev.data && rows.length === 0 && <div class="note">None.</div>}
+    </div>
+  );
+}
+
+function NodeMetrics({ id }: { id: string }) {
+  const d = useApi<NodeDetail>(`api/nodes/${encodeURIComponent(id)}`, {}, { liveTypes: ["node_metrics"], minGapMs: 2000 });
+  if (d.error) return <ErrorBox error={d.error} />;
+  if (!d.data) return <div class="note">Loading…</div>;
+  const n = d.data;
+  const m = n.metrics as Record<string, any>;
+  const workerCols: Column<WorkerRow>[] = [
+    { key: "pid", title: "PID", width: "80px" },
+    { key: "kind", title: "Kind" },
+    {
+      key: "state",
+      title: "State / current task",
+      render: (w) => (w.current_task ? `running ${w.current_task}` : w.actor_class ? `actor ${w.actor_class}` : (w.state ?? "–")),
+    },
+    { key: "uptime", title: "Uptime", render: (w) => (w.start_time ? duration(Date.now() / 1000 - w.start_time) : "–") },
+    { key: "cpu_percent", title: "CPU", align: "right", render: (w) => pct(w.cpu_percent) },
+    { key: "rss_bytes", title: "RSS", align: "right", render: (w) => bytes(w.rss_bytes) },
+    { key: "uss_bytes", title: "USS", align: "right", render: (w) => bytes(w.uss_bytes) },
+    {
+      key: "links",
+      title: "",
+      render: (w) => (
+        <span>
+          <a href={href("logs", { node: n.node_id, pid: String(w.pid) })}>logs</a>
+          {" · "}
+          <a href={href("tasks", { node: n.node_id, pid: String(w.pid), state: "FAILED" })}>errors</a>
+          {" · "}
+          <a href={href("actors", { pid: String(w.pid) })}>actors</a>
+        </span>
+      ),
+    },
+  ];
+  return (
+    <div data-testid={`node-detail-${n.node_id}`}>
+      <div class="cards">
+        <div class="card stat">
+          <div class="label">CPU per core</div>
+          <div class="sub">{Array.isArray(m.cpu_per_core) ? (m.cpu_per_core as number[]).map((c) => `${c.toFixed(0)}%`).join(" · ") : "–"}</div>
+          <div class="sub">load {Array.isArray(m.load_avg) ? (m.load_avg as number[]).map((v) => v.toFixed(2)).join(" ") : "–"}</div>
+        </div>
+        <div class="card stat">
+          <div class="label">Memory</div>
+          <div class="sub">
+            {bytes(m.mem_used_bytes)} used · {bytes(m.mem_available_bytes)} available · {bytes(m.mem_shared_bytes)} shared
+          </div>
+        </div>
+        <div class="card stat">
+          <div class="label">Disks</div>
+          <div class="sub">
+            {Array.isArray(m.disks) ? (m.disks as any[]).map((d) => `${d.mount} ${bytes(d.used_bytes)} / ${bytes(d.total_bytes)}`).join(" · ") : "–"}
+          </div>
+        </div>
+        <div class="card stat">
+          <div class="label">Object store</div>
+          <div class="sub">
+            {bytes(m.object_store_used_bytes)} / {bytes(m.object_store_capacity_bytes)} · {m.object_store_objects ?? "–"} objects
+          </div>
+        </div>
+        {Array.isArray(m.gpus) &&
+          (m.gpus as any[]).map((g) => (
+            <div class="card stat" key={g.index}>
+              <div class="label">GPU {g.index}: {g.name}</div>
+              <div class="sub">
+                {pct(g.utilization_percent)} · {bytes(g.memory_used_bytes)} / {bytes(g.memory_total_bytes)}
+              </div>
+            </div>
+          ))}
+      </div>
+      <h2>
+        Workers and components ({n.workers.length}) · <a href={href("logs", { node: n.node_id })}>node logs</a> ·{" "}
+        <a href={href("tasks", { node: n.node_id, state: "FAILED" })}>failed tasks</a>
+      </h2>
+      <Table columns={workerCols} rows={n.workers} rowKey={(w) => String(w.pid)} testId="workers-table" />
+      <NodeErrors id={n.node_id} />
+    </div>
+  );
+}
+
+export function Machines({ params }: { params: URLSearchParams }) {
+  const open = params.get("node") ?? "";
+  // /api/frontend/nodes: the node rows with their latest metrics sample, in one request.
+  const nodes = useApi<Page<NodeWithMetrics>>("api/frontend/nodes", { limit: 1000 }, { liveTypes: ["node", "node_metrics"], minGapMs: 2000 });
+  const cols: Column<NodeWithMetrics>[] = [
+    { key: "toggle", title: "", width: "24px", render: (n) => <span class="tree-toggle">{open === n.node_id ? "▾" : "▸"}</span> },
+    {
+      key: "host",
+      title: "Host / IP",
+      render: (n) => (
+        <span>
+          {n.hostname ?? "–"} <span class="note">{n.node_ip}</span> {n.is_head && <span class="note">(head)</span>}
+          <div class="note mono">{shortId(n.node_id, 12)}</div>
+        </span>
+      ),
+    },
+    { key: "state", title: "State", render: (n) => <span><StateBadge state={n.state} />{n.lost_reason && <div class="note">{n.lost_reason}</div>}</span> },
+    { key: "workers", title: "Workers / cores", render: (n) => `${n.num_workers} / ${n.resources_total?.CPU ?? "–"}` },
+    { key: "uptime", title: "Uptime", render: (n) => (n.start_time ? duration(Date.now() / 1000 - n.start_time) : "–") },
+    { key: "cpu", title: "CPU", align: "right", render: (n) => pct(n.cpu_percent) },
+    { key: "ram", title: "RAM", align: "right", render: (n) => `${bytes(n.mem_used_bytes)} / ${bytes(n.metrics?.mem_total_bytes)}` },
+    { key: "disk", title: "Disk", align: "right", render: (n) => rootDisk(n.metrics) },
+    { key: "net", title: "Sent / received", align: "right", render: (n) => `${bytes(n.metrics?.net_sent_bytes_per_s)}/s · ${bytes(n.metrics?.net_recv_bytes_per_s)}/s` },
+    { key: "resources", title: "Resources (used / total)", render: (n) => usedOfTotal(n.resources_total ?? {}, n.resources_available ?? {}) },
+  ];
+  return (
+    <div>
+      <h1>Machines</h1>
+      <ErrorBox error={nodes.error} />
+      <Table
+        columns={cols}
+        rows={nodes.data?.items ?? []}
+        rowKey={(n) => n.node_id}
+        testId="nodes-table"
+        onRowClick={(n) => setParams({ node: open === n.node_id ? undefined : n.node_id })}
+        expanded={(n) => (open === n.node_id ? <NodeMetrics id={n.node_id} /> : null)}
+      />
+    </div>
+  );
+}

@@ -1,0 +1,119 @@
+// Memory: the `ember memory` view. Every ObjectRef pinning an object, grouped by node or by
+// process, sortable by size or reference type, with the store's use per node.
+import { useCallback, useEffect, useState } from "preact/hooks";
+import { Table, VirtualTable, type Column } from "../components/VirtualTable";
+import { ErrorBox } from "../components/bits";
+import { getJSON, type Page } from "../lib/api";
+import { useApi } from "../lib/data";
+import { bytes, shortId } from "../lib/format";
+import { setParams } from "../lib/router";
+import type { ObjectRow } from "../lib/types";
+
+interface Group {
+  key: string;
+  node_id: string;
+  pid: number | null;
+  count: number;
+  bytes: number;
+  types: Record<string, number>;
+}
+interface Groups {
+  by: string;
+  groups: Group[];
+  missing: Record<string, string>;
+  store: Record<string, { used?: number; capacity?: number; objects?: number }>;
+}
+
+const TYPES = ["", "LOCAL_REFERENCE", "PINNED_IN_MEMORY", "USED_BY_PENDING_TASK", "CAPTURED_IN_OBJECT", "ACTOR_HANDLE"];
+
+export function Memory({ params }: { params: URLSearchParams }) {
+  const by = params.get("group") === "pid" ? "pid" : "node_id";
+  const sel = params.get("sel") ?? "";
+  const sort = params.get("sort") === "reference_type" ? "reference_type" : "object_size";
+  const type = params.get("type") ?? "";
+  const groups = useApi<Groups>("api/frontend/object_groups", { by }, { pollMs: 5000 });
+  const [total, setTotal] = useState<number | undefined>();
+  const [refresh, setRefresh] = useState(0);
+  // References are collected from the processes on request, not announced on the stream:
+  // the rows in view are refetched every 5 s (the groups above poll at the same pace).
+  useEffect(() => {
+    const t = setInterval(() => setRefresh((r) => r + 1), 5000);
+    return () => clearInterval(t);
+  }, []);
+
+  const filters = [type && `reference_type=${type}`, sel && (by === "pid" ? `pid=${sel.split("/")[1]}` : `node_id=${sel}`), sel && by === "pid" && `node_id=${sel.split("/")[0]}`].filter(Boolean) as string[];
+  const queryKey = JSON.stringify([filters, sort]);
+  const fetchPage = useCallback(
+    (offset: number, limit: number, signal: AbortSignal) =>
+      getJSON<Page<ObjectRow>>("api/objects", { filter: filters, offset, limit, sort_by: sort, descending: sort === "object_size" }, signal),
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+    [queryKey],
+  );
+
+  const groupCols: Column<Group>[] = [
+    { key: "key", title: by === "pid" ? "Process" : "Node", render: (g) => (by === "pid" ? <span class="mono">{shortId(g.node_id)} / pid {g.pid}</span> : <span class="mono">{shortId(g.node_id, 12)}</span>) },
+    { key: "count", title: "Refs", align: "right" },
+    { key: "bytes", title: "Size", align: "right", render: (g) => bytes(g.bytes) },
+    { key: "types", title: "Reference types", render: (g) => Object.entries(g.types).map(([t, n]) => `${t} ${n}`).join(" · ") },
+    ...(by === "node_id"
+      ? [{ key: "store", title: "Object store", render: (g: Group) => { const s = groups.data?.store[g.node_id]; return s ? `${bytes(s.used)} / ${bytes(s.capacity)} · ${s.objects ?? "–"} objects` : "–"; } }]
+      : []),
+  ];
+  const cols: Column<ObjectRow>[] = [
+    { key: "object_id", title: "Object", width: "1.3fr", render: (o) => <span class="mono">{shortId(o.object_id, 16)}</span> },
+    { key: "reference_type", title: "Reference type", width: "1.2fr" },
+    { key: "object_size", title: "Size", width: "90px", align: "right", render: (o) => bytes(o.object_size) },
+    { key: "status", title: "Status", width: "110px" },
+    { key: "node_id", title: "Node", width: "100px", render: (o) => <span class="mono">{shortId(o.node_id)}</span> },
+    { key: "pid", title: "PID", width: "70px", align: "right" },
+    { key: "call_site", title: "Call site", width: "2fr" },
+  ];
+
+  return (
+    <div>
+      <h1>Memory</h1>
+      <div class="toolbar">
+        <label>
+          Group by
+          <select value={by} onChange={(e) => setParams({ group: (e.currentTarget as HTMLSelectElement).value === "pid" ? "pid" : undefined, sel: undefined })} data-testid="memory-group">
+            <option value="node_id">node</option>
+            <option value="pid">process</option>
+          </select>
+        </label>
+        <label>
+          Sort by
+          <select value={sort} onChange={(e) => setParams({ sort: (e.currentTarget as HTMLSelectElement).value === "reference_type" ? "reference_type" : undefined })} data-testid="memory-sort">
+            <option value="object_size">size</option>
+            <option value="reference_type">reference type</option>
+          </select>
+        </label>
+        <label>
+          Type
+          <select value={type} onChange={(e) => setParams({ type: (e.currentTarget as HTMLSelectElement).value || undefined })}>
+            {TYPES.map((t) => (
+              <option key={t} value={t}>
+                {t || "any"}
+              </option>
+            ))}
+          </select>
+        </label>
+        <button onClick={() => { groups.reload(); setRefresh((r) => r + 1); }} data-testid="memory-refresh">Refresh</button>
+        <span class="count" data-testid="memory-count">{total === undefined ? "" : `${total.toLocaleString()} references`}</span>
+      </div>
+      <ErrorBox error={groups.error} />
+      {groups.data && Object.keys(groups.data.missing).length > 0 && (
+        <div class="note">Not answered: {Object.entries(groups.data.missing).map(([n, why]) => `${shortId(n)}: ${why}`).join("; ")}</div>
+      )}
+      <Table
+        columns={groupCols}
+        rows={groups.data?.groups ?? []}
+        rowKey={(g) => g.key}
+        rowClass={(g) => (g.key === sel ? "selected" : "")}
+        onRowClick={(g) => setParams({ sel: g.key === sel ? undefined : g.key })}
+        testId="memory-groups"
+      />
+      <h2>References {sel && <button onClick={() => setParams({ sel: undefined })}>show all</button>}</h2>
+      <VirtualTable columns={cols} fetchPage={fetchPage} queryKey={queryKey} refreshToken={refresh} rowKey={(o) => `${o.node_id}/${o.pid}/${o.object_id}/${o.reference_type}`} onTotal={setTotal} height={420} testId="memory-table" />
+    </div>
+  );
+}

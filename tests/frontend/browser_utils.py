@@ -1,0 +1,41 @@
+"""Helpers for the browser tests (imported by the test modules)."""
+
+from __future__ import annotations
+
+import shutil
+
+# Debian's chromium, never a browser Playwright downloads; the flags keep it off the network.
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def open_page(pg, url: str, route: str) -> None:
+    """Loads the app at ``#/route`` and waits until its live stream is connected."""
+    pg.goto(f"{url}/#/{route}")
+    pg.wait_for_selector("[data-testid=stream-status][data-status=open]")
+
+
+def text(pg, selector: str) -> str:
+    return pg.locator(selector).first.inner_text()
+
+
+def total(pg, table: str) -> int:
+    """The row count a virtualised table reports (its server-side total)."""
+    return int(pg.locator(f"[data-testid={table}]").get_attribute("data-total") or -1)
+
+
+def wait_total(pg, table: str, op: str, n: int, timeout: float = 20_000) -> None:
+    """Waits until the table's server-side total satisfies ``total <op> n`` (``==``, ``>=``)."""
+    pg.wait_for_function(
+        f"Number(document.querySelector('[data-testid={table}]')?.dataset.total) {op} {n}",
+        timeout=timeout,
+    )

@@ -1,0 +1,126 @@
+"""Actions and live behaviour: Kill, Profile, live updates without reload, a dropped stream
+that recovers, the URL as the view's state, a URL prefix, and the dark theme."""
+
+from __future__ import annotations
+
+import ember
+import pytest
+from browser_utils import open_page, total, wait_total
+from ember.exceptions import RayActorError
+
+pytestmark = pytest.mark.timeout(150)
+
+
+def test_kill_removes_an_actor(page, cluster):
+    url, handles = cluster
+    open_page(page, url, "actors?q=frontend_victim&state=ALIVE")
+    wait_total(page, "actors-table", "==", 1)
+    page.locator("[data-testid=actors-table] .vrow").first.click()
+    page.click("[data-testid=actor-kill]")
+    # A confirmation first; nothing is killed until it is accepted.
+    page.click("[data-testid=confirm-kill]")
+    page.wait_for_selector("[data-testid=actor-detail][data-state=DEAD]", timeout=30_000)
+    # The live list (state=ALIVE) drops it without a reload.
+    wait_total(page, "actors-table", "==", 0)
+    with pytest.raises(RayActorError):
+        ember.get(handles["victim"].ping.remote(), timeout=10)
+
+
+def test_profile_shows_a_flame_graph(page, cluster):
+    url, handles = cluster
+    spinner = handles["spinner"]
+    busy = spinner.spin_for.remote(25.0)  # keeps the actor on CPU while py-spy records
+    # The tree view (its screenshot is the README's): pick the spinner from the tree.
+    open_page(page, url, "actors?view=tree")
+    page.locator("[data-testid=actors-table] .vrow:has-text('frontend_spinner')").click()
+    page.click("[data-testid=actor-profile-10]")
+    flame = page.locator("[data-testid=flamegraph]")
+    flame.wait_for(timeout=60_000)
+    assert int(flame.get_attribute("data-samples")) > 10
+    # Hovering the frames names the function the actor spent its time in.
+    canvas = flame.locator("canvas")
+    box = canvas.bounding_box()
+    names = set()
+    for y in range(5, int(box["height"]), 18):
+        canvas.hover(position={"x": box["width"] / 2, "y": y})
+        tip = page.locator(".flame .tip")
+        if tip.count():
+            names.add(tip.inner_text().split(" ")[0])
+    assert "busy_loop_for_profile" in names or "spin_for" in names, names
+    page.mouse.move(0, 0)  # no tooltip in the screenshot
+    ember.get(busy, timeout=60)
+
+
+def test_live_updates_arrive_without_reload(page, cluster):
+    url, _ = cluster
+    from frontend_workload import square
+
+    open_page(page, url, "tasks?name=frontend_workload.square")
+    wait_total(page, "tasks-table", ">=", 40)
+    before = total(page, "tasks-table")
+    page.evaluate("window.__noReload = 1")
+    ember.get([square.remote(i) for i in range(25)])
+    wait_total(page, "tasks-table", ">=", before + 25, timeout=30_000)
+    assert page.evaluate("window.__noReload") == 1
+
+
+def test_a_dropped_stream_shows_a_banner_and_recovers(page, cluster):
+    url, _ = cluster
+    from frontend_workload import square
+
+    open_page(page, url, "tasks?name=frontend_workload.square")
+    wait_total(page, "tasks-table", ">=", 40)
+    # The network goes away: the open stream is cut and reconnects fail until it is back.
+    page.context.set_offline(True)
+    page.evaluate("window.emberStream.drop()")
+    page.wait_for_selector("[data-testid=stream-banner]")
+    assert "Lost the live connection" in page.locator("[data-testid=stream-banner]").inner_text()
+    page.context.set_offline(False)
+    page.wait_for_selector("[data-testid=stream-status][data-status=open]", timeout=30_000)
+    assert page.locator("[data-testid=stream-banner]").count() == 0
+    # And live updates flow again.
+    before = total(page, "tasks-table")
+    ember.get([square.remote(i) for i in range(5)])
+    wait_total(page, "tasks-table", ">=", before + 5, timeout=30_000)
+
+
+def test_the_url_holds_the_view_and_survives_a_reload(page, cluster):
+    url, _ = cluster
+    open_page(page, url, "actors")
+    page.select_option("[data-testid=actor-state]", "ALIVE")
+    page.select_option("[data-testid=actor-view]", "tree")
+    assert "state=ALIVE" in page.url and "view=tree" in page.url
+    page.reload()
+    page.wait_for_selector("[data-testid=actors-table] .vrow[data-row-key]")
+    assert page.locator("[data-testid=actor-state]").input_value() == "ALIVE"
+    assert page.locator("[data-testid=actor-view]").input_value() == "tree"
+
+
+def test_works_under_a_url_prefix(browser, cluster, request):
+    """Behind a proxy that forwards /ember/... with X-Forwarded-Prefix, every URL the app
+    uses is relative, so pages and the stream work under the prefix."""
+    url, _ = cluster
+    context = browser.new_context(extra_http_headers={"X-Forwarded-Prefix": "/ember"})
+    pg = context.new_page()
+    seen: list[str] = []
+    pg.on("request", lambda r: seen.append(r.url))
+    try:
+        pg.goto(f"{url}/ember/#/machines")
+        pg.wait_for_selector("[data-testid=stream-status][data-status=open]", timeout=20_000)
+        pg.wait_for_selector("[data-testid=nodes-table] tbody tr[data-row-key]", timeout=20_000)
+        api = [u for u in seen if "/api/" in u]
+        assert api and all("/ember/api/" in u for u in api), api
+    finally:
+        context.close()
+
+
+def test_dark_theme(page, cluster):
+    url, _ = cluster
+    open_page(page, url, "overview")
+    light = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    page.click("[data-testid=theme-toggle]")
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    dark = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert light != dark
+    page.reload()
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
