@@ -40,12 +40,12 @@ setup() {
   fi
 }
 
-# The browser app (frontend/), which the dashboard serves. Idempotent: npm ci only when the
+# The browser app (frontend/), which the dashboard serves. Idempotent: npm install only when the
 # lock file changed, the build only when a source is newer than it.
 setup_frontend() {
   command -v npm >/dev/null 2>&1 || { echo "dev.sh: npm is missing; the dashboard's browser app cannot be built" >&2; return 1; }
   if [ ! -f frontend/node_modules/.package-lock.json ] || [ frontend/package-lock.json -nt frontend/node_modules/.package-lock.json ]; then
-    (cd frontend && npm ci --no-audit --no-fund --loglevel=error)
+    (cd frontend && npm install --no-audit --no-fund --loglevel=error)
   fi
   if [ ! -f frontend/dist/index.html ] || [ -n "$(find frontend/src frontend/index.html frontend/package-lock.json frontend/vite.config.ts frontend/tsconfig.json -newer frontend/dist/index.html 2>/dev/null | head -1)" ]; then
     (cd frontend && npm run --silent build >/dev/null)
@@ -53,13 +53,14 @@ setup_frontend() {
 }
 
 # The tests' outside tools: the Debian packages above, and speedscope from npm to load
-# timelines in a real viewer (npm ci only when the lock file changed).
+# timelines in a real viewer (npm install only when the lock file changed;
+# not npm ci, which rejects the lock files npm writes with this registry mirror).
 setup_test_tools() {
   system_packages
   command -v npm >/dev/null 2>&1 || { echo "dev.sh: npm is missing; the timeline viewer test cannot run" >&2; return 0; }
   tools=tests/tools
   if [ ! -f "$tools/node_modules/.package-lock.json" ] || [ "$tools/package-lock.json" -nt "$tools/node_modules/.package-lock.json" ]; then
-    (cd "$tools" && npm ci --no-audit --no-fund --loglevel=error)
+    (cd "$tools" && npm install --no-audit --no-fund --loglevel=error)
   fi
 }
 
