@@ -84,4 +84,5 @@ def test_token_file_is_private_and_listeners_bind_the_node_ip(cluster):
         if c.pid in pids and c.status == psutil.CONN_LISTEN
     ]
     assert listening, "expected TCP listeners (GCS, raylets, workers)"
-    assert {c.laddr.ip for c in listening} == {"127.0.0.1"}
+    # gRPC (the agent stream) binds 127.0.0.1 through a dual-stack socket: ::ffff:127.0.0.1.
+    assert {c.laddr.ip.removeprefix("::ffff:") for c in listening} == {"127.0.0.1"}
