@@ -14,11 +14,21 @@ import sys
 import tempfile
 import textwrap
 
+import psutil
 import pytest
 from ember.cli.stop import find_ember_processes
 from ember_test_utils import wait_until
 
 EMBER = os.path.join(os.path.dirname(sys.executable), "ember")
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if text in cmd and "pytest" not in cmd:
+            out.append(cmd[:160])
+    return out
 
 
 def _free_port() -> int:
@@ -139,6 +149,13 @@ def test_start_status_join_drive_and_stop(temp_root):
     stopped = run("stop", "--temp-dir", temp_root)
     assert "Stopped" in stopped.stdout
     assert not find_ember_processes(temp_root)
+    # Seen independently of find_ember_processes: no process of this cluster is left at all
+    # (the agent's supervisor, which runs as a file, once was).
+    wait_until(
+        lambda: not _processes_mentioning(temp_root),
+        timeout=10,
+        message=f"no process of {temp_root} left after ember stop",
+    )
     again = run("stop", "--temp-dir", temp_root)
     assert "No Ember processes" in again.stdout
     gone = run("status", "--address", address, check=False)
