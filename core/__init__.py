@@ -31,7 +31,14 @@ from ember.profiling import profile
 
 __version__ = "0.1.0"
 
-from ember import actor, experimental, util  # noqa: E402  (submodules users reach as ember.actor, ember.util)
+from ember import (  # noqa: E402  (submodules users reach as ember.actor, ember.util)
+    actor,
+    experimental,
+    plain_function_hint,  # noqa: E402
+    util,
+)
+
+plain_function_hint.install()
 
 __all__ = [
     "ActorClass",

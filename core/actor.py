@@ -13,6 +13,7 @@ from typing import Any
 
 from ember import global_state, options
 from ember.core_worker.task_spec import ACTOR_CREATION_TASK, ACTOR_TASK, TaskSpec
+from ember.exceptions import RemoteUsageError
 from ember.ids import TASK_ID_SIZE, actor_handle_object_id, new_task_id, new_unique_id
 from ember.object_ref import ObjectRef
 from ember.serialization import dumps_function
@@ -76,6 +77,20 @@ class ActorClass:
             f"Actors cannot be instantiated directly. Instead of '{self._name}()', "
             f"use '{self._name}.remote()'."
         )
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for what the instance lacks, so also during unpickling (no _methods yet).
+        methods = self.__dict__.get("_methods") or {}
+        cls_name = self.__dict__.get("_name", "ActorClass")
+        if name in methods:
+            raise RemoteUsageError(
+                f"'{cls_name}.{name}' is looked up on the actor class; methods are called on "
+                f"an actor: create one first, then call the method on its handle: "
+                f"actor = {cls_name}.remote(...); actor.{name}.remote(...)",
+                name,
+                self,
+            )
+        raise AttributeError(f"actor class '{cls_name}' has no attribute {name!r}")
 
     def options(self, **opts: Any) -> _BoundActorOptions:
         merged = {**self._opts, **options.validate(opts, options.ACTOR_OPTIONS, self._name)}

@@ -192,6 +192,21 @@ class RaySystemError(EmberError):
     """An internal error of the runtime."""
 
 
+class RemoteUsageError(EmberError, TypeError, AttributeError):
+    """``.remote`` reached where there is no remote callable: a plain function, or a method
+    looked up on an actor class instead of on an actor handle.
+
+    A ``TypeError`` whose message says what to write instead; also an ``AttributeError``, so
+    ``hasattr``, ``getattr(x, name, default)`` and cloudpickle's attribute probes still see
+    "no such attribute" as they did before.
+    """
+
+    def __init__(self, message: str, name: str, obj: Any) -> None:
+        super().__init__(message)
+        self.name = name  # AttributeError's fields, for tracebacks' "did you mean" hints
+        self.obj = obj
+
+
 # Ray's names, so ``from ray.exceptions import X`` ports by changing the import only.
 RayError = EmberError
 RayTaskError = TaskError

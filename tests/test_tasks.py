@@ -180,6 +180,41 @@ def test_calling_remote_function_directly_is_a_clear_type_error():
         add(1, 2)
 
 
+def plain_square(x):
+    return x * x
+
+
+def test_remote_on_a_plain_function_is_a_type_error_naming_the_decorator():
+    with pytest.raises(TypeError, match=r"'plain_square' is a plain function.*@ember.remote"):
+        plain_square.remote(3)
+    # Still "no such attribute" to code that probes for it, and the function still works.
+    assert not hasattr(plain_square, "remote")
+    assert getattr(plain_square, "remote", None) is None
+    assert plain_square(3) == 9
+    # A function that sets its own attribute keeps it.
+    plain_square.remote = "mine"
+    try:
+        assert plain_square.remote == "mine"
+    finally:
+        del plain_square.remote
+
+
+def test_a_method_reached_through_the_actor_class_is_a_type_error(shared_node):
+    import cloudpickle
+
+    @ember.remote
+    class Adder:
+        def add(self, k):
+            return k + 1
+
+    with pytest.raises(TypeError, match=r"Adder.remote\(\.\.\.\); actor.add.remote"):
+        Adder.add.remote(1)
+    assert not hasattr(Adder, "add") and getattr(Adder, "missing", None) is None
+    # cloudpickle probes attributes by qualified name and needs AttributeError there.
+    assert cloudpickle.loads(cloudpickle.dumps(Adder))._name == Adder._name
+    assert ember.get(Adder.remote().add.remote(1), timeout=60) == 2
+
+
 @pytest.mark.parametrize(
     "opts,match",
     [
