@@ -14,6 +14,7 @@ type Handler = (msg: StreamMessage) => void;
 
 const RESYNC = "__resync__";
 const WS_HANDSHAKE_MS = 3000;
+const SSE_OPEN_MS = 5000;
 // The stream's message types (docs/dashboard-api.md); SSE delivers each as a named event.
 const SSE_TYPES = ["node_metrics", "node", "actor", "tasks", "event", "log", "dropped"];
 
@@ -118,14 +119,25 @@ class LiveStream {
     const es = new EventSource(new URL("api/stream/sse", document.baseURI).toString());
     this.es = es;
     let didOpen = false;
+    // Opening has a deadline too: a request that neither opens nor fails (held by a proxy, or
+    // queued in the browser behind other requests to the host) is dropped and retried with
+    // the banner showing, instead of leaving the page "connecting" for good.
+    const deadline = window.setTimeout(() => {
+      if (didOpen || this.es !== es) return;
+      es.close();
+      this.es = null;
+      if (!this.stopped) this.scheduleRetry();
+    }, SSE_OPEN_MS);
     es.onopen = () => {
       didOpen = true;
+      clearTimeout(deadline);
       this.opened();
     };
     for (const t of SSE_TYPES) es.addEventListener(t, (ev) => this.receive((ev as MessageEvent).data as string));
     es.onerror = () => {
       // EventSource would retry on its own at its own pace; we retry with our backoff and banner.
       if (this.es !== es) return;
+      clearTimeout(deadline);
       es.close();
       this.es = null;
       if (!didOpen && navigator.onLine) {
