@@ -35,12 +35,21 @@ def microbenchmark(filter_: str | None, quick: bool, json_path: str | None) -> N
 
 @main.command()
 @click.option("--num-cpus", type=float, default=None, help="CPUs for the local node.")
-@click.option("--tasks", type=int, default=2000, help="How many tasks the demo runs.")
-def demo(num_cpus: float | None, tasks: int) -> None:
-    """Start a local node and run a demo workload of tasks and actors."""
+@click.option(
+    "--tasks", type=click.IntRange(min=1), default=2000, help="How many tasks the demo runs."
+)
+@click.option(
+    "--hold",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds to keep the node and dashboard up after the workload (default: until "
+    "Ctrl-C when run from a terminal, 0 otherwise).",
+)
+def demo(num_cpus: float | None, tasks: int, hold: float | None) -> None:
+    """Start a local node, run a demo workload of tasks and actors, and keep its dashboard up."""
     from ember.demo import run_demo
 
-    run_demo(num_cpus=num_cpus, num_tasks=tasks)
+    run_demo(num_cpus=num_cpus, num_tasks=tasks, hold_seconds=hold)
 
 
 def _register() -> None:
