@@ -8,7 +8,10 @@ so ``hasattr(f, "remote")`` stays false and ``getattr(f, "remote", None)`` stays
 A function type's attributes are read-only from Python, so the descriptor goes into the
 type's dict through the dict object itself (CPython), then the type's attribute cache is
 invalidated. It is a non-data descriptor: a function that sets its own ``remote`` attribute
-keeps it. Where this is not CPython, nothing is installed and Python's own error stands.
+keeps it. ``dir()`` of a function leaves the name out, as before, since code that walks
+``dir()`` and reads each attribute (Hypothesis copying a test function's attributes does)
+must not meet it. Where this is not CPython, nothing is installed and Python's own error
+stands.
 """
 
 from __future__ import annotations
@@ -37,6 +40,12 @@ class _RemoteOnPlainFunction:
         )
 
 
+def _function_dir(function: Any) -> list[str]:
+    """``dir()`` of a function without the hint: what it listed before Ember was imported."""
+    own = getattr(function, "__dict__", {})
+    return [name for name in object.__dir__(function) if name != "remote" or name in own]
+
+
 def install() -> bool:
     """Give ``types.FunctionType`` the ``remote`` hint; True when it is in place."""
     type_dict = types.FunctionType.__dict__
@@ -44,8 +53,9 @@ def install() -> bool:
         return True
     referents = [r for r in gc.get_referents(type_dict) if isinstance(r, dict)]
     pythonapi = getattr(ctypes, "pythonapi", None)
-    if len(referents) != 1 or pythonapi is None or "remote" in referents[0]:
+    if len(referents) != 1 or pythonapi is None or {"remote", "__dir__"} & referents[0].keys():
         return False
     referents[0]["remote"] = _RemoteOnPlainFunction()
+    referents[0]["__dir__"] = _function_dir
     pythonapi.PyType_Modified(ctypes.py_object(types.FunctionType))
     return True

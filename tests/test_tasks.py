@@ -191,10 +191,15 @@ def test_remote_on_a_plain_function_is_a_type_error_naming_the_decorator():
     assert not hasattr(plain_square, "remote")
     assert getattr(plain_square, "remote", None) is None
     assert plain_square(3) == 9
+    # Code that reads every attribute dir() lists (Hypothesis does, on test functions) must
+    # not meet the hint.
+    assert "remote" not in dir(plain_square)
+    for name in dir(plain_square):
+        getattr(plain_square, name)  # raises if any listed attribute cannot be read
     # A function that sets its own attribute keeps it.
     plain_square.remote = "mine"
     try:
-        assert plain_square.remote == "mine"
+        assert plain_square.remote == "mine" and "remote" in dir(plain_square)
     finally:
         del plain_square.remote
 
