@@ -256,3 +256,38 @@ def test_kill_actor_by_name_then_again(ember_start):
     unknown = run("kill-actor", "nobody-by-this-name", "--address", url)
     assert unknown.returncode == 1 and "nobody-by-this-name" in unknown.stderr
     assert "Traceback" not in unknown.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping py-spy to 'nobody' needs root")
+def test_stack_where_ptrace_is_denied_says_what_to_change(ember_start, tmp_path, monkeypatch):
+    # A real denial, not a simulated message: the node's agent runs the real py-spy as the
+    # user 'nobody' (EMBER_PYSPY names the wrapper), which may not trace the root-owned workers.
+    from ember.dashboard import pyspy
+
+    wrapper = tmp_path / "py-spy-as-nobody"
+    wrapper.write_text(
+        "#!/bin/sh\nexec setpriv --reuid=nobody --regid=nogroup --clear-groups "
+        f'{pyspy.pyspy_path()} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setenv(pyspy.ENV, str(wrapper))  # the agent inherits the driver's environment
+    ctx = ember_start(num_cpus=1)
+    ref = slow_marker.remote(30)
+    url = ctx.dashboard_url
+
+    def running_pid() -> int | None:
+        out = run(
+            "list", "workers", "--filter", "state=RUNNING", "--format", "json", "--address", url
+        )
+        rows = json.loads(out.stdout) if out.returncode == 0 else []
+        return next(
+            (w["pid"] for w in rows if "slow_marker" in (w.get("current_task") or "")), None
+        )
+
+    pid = wait_until(running_pid, timeout=30, interval=0.3, message="a RUNNING worker")
+    out = run("stack", "--pid", str(pid), "--address", url)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"py-spy may not trace pid {pid}" in out.stdout
+    assert "--cap-add SYS_PTRACE" in out.stdout  # what to change
+    assert "Traceback" not in out.stderr
+    ember.cancel(ref, force=True)
