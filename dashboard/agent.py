@@ -232,10 +232,17 @@ class Agent:
 
     async def dispatch(self, op: str, body: dict[str, Any]) -> Any:
         if op == "log_tail":
-            return self.logs.tail(body["name"], int(body.get("lines", 100)))
+            try:
+                return self.logs.tail(body["name"], int(body.get("lines", 100)))
+            except FileNotFoundError:  # indexed a moment ago, deleted since
+                return {"error": f"log file {body['name']} no longer exists on this node"}
         if op == "log_read":
             return self.logs.read(
-                body["name"], int(body.get("offset", 0)), int(body.get("size", 0))
+                body["name"],
+                int(body.get("offset", 0)),
+                int(body.get("size", 0)),
+                body.get("file_id"),
+                body.get("mark"),
             )
         if op == "log_search":
             return self.logs.search(
@@ -254,7 +261,7 @@ class Agent:
         if pids is None:
             pids = [p for p, w in rows.items() if w["kind"] in ("worker", "driver")]
         if pyspy.pyspy_path() is None:
-            return {"error": "py-spy is not installed: pip install py-spy", "processes": []}
+            return {"error": pyspy.not_installed(), "processes": []}
         # Two at a time: each dump pauses its target briefly; the node keeps running.
         sem = asyncio.Semaphore(2)
 

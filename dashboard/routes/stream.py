@@ -8,6 +8,7 @@ loses its oldest messages and gets ``{"type": "dropped", "count": n}``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -57,16 +58,25 @@ async def stream_ws(websocket: WebSocket, topics: str | None = None) -> None:
 async def stream_sse(
     request: Request,
     topics: Annotated[str | None, Query(max_length=200, description="comma-separated")] = None,
+    timeout: Annotated[
+        float | None,
+        Query(gt=0, le=86_400, description="end the stream after this many seconds"),
+    ] = None,
     ctx: DashboardContext = Depends(get_ctx),
 ) -> StreamingResponse:
     wanted = _topics(topics)
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
 
     async def events() -> AsyncIterator[str]:
         sub = ctx.state.pubsub.subscribe(wanted)
         try:
             yield ": connected\n\n"
             while not await request.is_disconnected():
-                for msg in await sub.next_batch(5.0):
+                left = 5.0 if deadline is None else min(5.0, deadline - loop.time())
+                if left <= 0:
+                    return
+                for msg in await sub.next_batch(left):
                     yield f"event: {msg['type']}\ndata: {json.dumps(msg)}\n\n"
                 yield ": keep-alive\n\n"
         finally:
