@@ -198,6 +198,40 @@ def test_logs_list_tail_and_follow(cluster):
         reader.join(timeout=10)
 
 
+def test_logs_format_json_and_rotated_files_by_pid(cluster):
+    ctx, actor, _ = cluster
+    url = ctx.dashboard_url
+    pid = json.loads(run("list", "actors", "--format", "json", "--address", url).stdout)[0]["pid"]
+    live = next(
+        f
+        for f in json.loads(run("logs", "--format", "json", "--address", url).stdout)
+        if f["pid"] == pid and f["stream"] == "out"
+    )
+    assert live["component"] == "worker" and live["rotated"] is None and live["node_id"]
+    # A rotated copy beside it (as logrotate leaves one) belongs to the same worker.
+    rotated = os.path.join(ctx.session_dir, "logs", live["name"] + ".1")
+    with open(rotated, "w") as f:
+        f.write("a-line-from-before-the-rotation\n")
+    try:
+
+        def tails() -> list | None:
+            out = run("logs", "--pid", str(pid), "--format", "json", "--address", url)
+            rows = json.loads(out.stdout) if out.returncode == 0 else []
+            return rows if any(r["name"] == live["name"] + ".1" for r in rows) else None
+
+        rows = wait_until(tails, timeout=30, interval=0.5, message="the rotated file by pid")
+        old = next(r for r in rows if r["name"] == live["name"] + ".1")
+        assert old["lines"] == ["a-line-from-before-the-rotation"]
+        table = run("logs", "--format", "table", "--address", url).stdout
+        assert "ROTATED" in table.splitlines()[0] and live["name"] + ".1" in table
+        both = run("logs", "--actor", "diag-counter", "--format", "json", "--address", url)
+        assert {r["name"] for r in json.loads(both.stdout)} >= {live["name"], old["name"]}
+        bad = run("logs", "--format", "json", "--follow", "raylet.log", "--address", url)
+        assert bad.returncode == 2 and "--follow prints lines as they come" in bad.stderr
+    finally:
+        os.unlink(rotated)
+
+
 def test_stack_shows_the_running_task(cluster):
     ctx, _, _ = cluster
     ref = slow_marker.remote(30)
