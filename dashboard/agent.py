@@ -135,12 +135,14 @@ class Agent:
             if not w.get("pid"):
                 continue
             title = w.get("title") or ""
+            state = _STATE.get(w.get("state", ""), w.get("state", ""))
             by_pid[w["pid"]] = {
                 "pid": w["pid"],
                 "worker_id": w.get("worker_id"),
                 "kind": "worker",
                 "component": "worker",
-                "state": _STATE.get(w.get("state", ""), w.get("state", "")),
+                "state": state,
+                "activity": _activity(state, title),
                 "current_task": title if w.get("state") == "LEASED" else None,
                 "actor_id": w.get("actor_id"),
                 "actor_class": title if w.get("state") == "ACTOR" else None,
@@ -437,6 +439,16 @@ class Agent:
         logger.error(
             "could not reach the raylet at %s; serving without it", self.args.raylet_address
         )
+
+
+def _activity(state: str, title: str) -> str:
+    """A worker's state as the issue words it: ``running <function>``, ``actor <Class>``,
+    ``idle`` (else the state itself, lower-case: ``starting``)."""
+    if state == "RUNNING":
+        return f"running {title or 'a task'}"
+    if state == "ACTOR":
+        return f"actor {title or '(unknown class)'}"
+    return state.lower()
 
 
 def _hex(v: Any) -> str:

@@ -136,10 +136,12 @@ class ProcessSampler:
                     proc = self._procs[pid] = psutil.Process(pid)
                     proc.cpu_percent()  # primes; the first real reading comes next sample
                 with proc.oneshot():
+                    started = proc.create_time()
                     row: dict[str, Any] = {
                         "cpu_percent": proc.cpu_percent(),
                         "rss_bytes": proc.memory_info().rss,
-                        "start_time": proc.create_time(),
+                        "start_time": started,
+                        "uptime_s": max(time.time() - started, 0.0),
                     }
                     if full:
                         row["uss_bytes"] = _uss(proc)
