@@ -4,11 +4,14 @@ lines of the ones that match, or follow one as it grows."""
 from __future__ import annotations
 
 import fnmatch
+import json
 import sys
 from typing import Any
 
 import click
-from ember.cli.api_client import address_option, iter_sse, resolve, table
+from ember.cli.api_client import address_option, format_option, iter_sse, resolve, table
+
+LIST_COLUMNS = ["node_id", "name", "component", "pid", "size", "rotated"]
 
 
 @click.command("logs")
@@ -26,6 +29,7 @@ from ember.cli.api_client import address_option, iter_sse, resolve, table
     help="How many of the last lines to print.",
 )
 @address_option
+@format_option
 def logs(
     glob: str | None,
     node_id: str | None,
@@ -34,9 +38,16 @@ def logs(
     follow: bool,
     lines: int,
     address: str | None,
+    fmt: str,
 ) -> None:
     """Without GLOB, --pid or --actor: list the log files. Otherwise print the files'
-    last lines (GLOB matches file names, e.g. 'worker-*.err' or raylet.log)."""
+    last lines (GLOB matches file names, e.g. 'worker-*.err' or raylet.log; rotated files,
+    'raylet.log.1', belong to the same component and pid as the live one).
+
+    --format json prints the listing as a JSON array of files, and the last lines as a JSON
+    array of {node_id, name, lines}."""
+    if follow and fmt == "json":
+        raise click.UsageError("--follow prints lines as they come; it takes no --format json")
     api = resolve(address)
     if actor:
         row = api.get(f"/api/actors/{actor}")
@@ -53,11 +64,10 @@ def logs(
     if glob:
         files = [f for f in files if fnmatch.fnmatch(f["name"], glob)]
     if not glob and pid is None and not follow:
-        click.echo(
-            table(files, ["node_id", "name", "component", "pid", "size"])
-            if files
-            else "(no log files)"
-        )
+        if fmt == "json":
+            click.echo(json.dumps(files, indent=1))
+        else:
+            click.echo(table(files, LIST_COLUMNS) if files else "(no log files)")
         return
     if not files:
         what = " ".join(
@@ -74,14 +84,20 @@ def logs(
             )
         _follow(api, files[0], lines)
         return
+    tails = []
     for i, f in enumerate(files):
-        if len(files) > 1:
-            click.echo(f"{'' if i == 0 else chr(10)}==> {f['name']} (node {f['node_id'][:12]}) <==")
         res = api.get(
             "/api/logs/tail", {"node_id": f["node_id"], "name": f["name"], "lines": lines}
         )
+        if fmt == "json":
+            tails.append({"node_id": f["node_id"], "name": f["name"], "lines": res["lines"]})
+            continue
+        if len(files) > 1:
+            click.echo(f"{'' if i == 0 else chr(10)}==> {f['name']} (node {f['node_id'][:12]}) <==")
         for line in res.get("lines", []):
             click.echo(line)
+    if fmt == "json":
+        click.echo(json.dumps(tails, indent=1))
 
 
 def _follow(api: Any, f: dict[str, Any], lines: int) -> None:

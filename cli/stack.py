@@ -23,7 +23,7 @@ def stack(node_id: str | None, pid: int | None, address: str | None, fmt: str) -
         errors = [n.get("error") for n in data["nodes"]] + [
             p.get("error") for n in data["nodes"] for p in n.get("processes", [])
         ]
-        if any(errors):
+        if any(errors) or data.get("missing"):
             raise SystemExit(1)
 
 
@@ -54,6 +54,9 @@ def render(data: dict[str, Any]) -> str:
                         f"    {frame.get('function')} ({frame.get('file')}:{frame.get('line')})"
                     )
             lines.append("")
-    if not data["nodes"]:
+    for node_id, why in (data.get("missing") or {}).items():
+        lines.append(f"======== Node {node_id}: not reached ========")
+        lines.append(f"  (no stacks: {why})")
+    if not data["nodes"] and not data.get("missing"):
         lines.append("(no nodes: no agent is connected to the dashboard)")
     return "\n".join(lines).rstrip()

@@ -34,6 +34,9 @@ logger = logging.getLogger("ember.agent")
 PERIOD = float(os.environ.get("EMBER_AGENT_PERIOD", "2.0"))
 # Task events held while the dashboard is unreachable; past this the oldest batches go.
 MAX_BUFFERED_EVENTS = int(os.environ.get("EMBER_AGENT_MAX_BUFFERED_EVENTS", "200000"))
+# Below this much free space on the disk holding the session's logs, the agent sends an error
+# event (once, until space comes back): processes writing logs there will soon fail.
+LOG_DISK_MIN_FREE = int(os.environ.get("EMBER_AGENT_LOG_DISK_MIN_FREE", str(100 * 2**20)))
 _STATE = {"LEASED": "RUNNING", "ACTOR": "ACTOR", "IDLE": "IDLE", "STARTING": "STARTING"}
 
 
@@ -62,6 +65,7 @@ class Agent:
         self.transfer_seq = 0  # the raylet's object transfers already shipped (timeline)
         self.wakeup = asyncio.Event()
         self.known_workers: dict[int, dict[str, Any]] = {}
+        self.log_disk_low = False  # an event said the logs' disk is (nearly) full
         self.info = {
             "node_ip": args.node_ip,
             "hostname": socket.gethostname(),
@@ -135,12 +139,14 @@ class Agent:
             if not w.get("pid"):
                 continue
             title = w.get("title") or ""
+            state = _STATE.get(w.get("state", ""), w.get("state", ""))
             by_pid[w["pid"]] = {
                 "pid": w["pid"],
                 "worker_id": w.get("worker_id"),
                 "kind": "worker",
                 "component": "worker",
-                "state": _STATE.get(w.get("state", ""), w.get("state", "")),
+                "state": state,
+                "activity": _activity(state, title),
                 "current_task": title if w.get("state") == "LEASED" else None,
                 "actor_id": w.get("actor_id"),
                 "actor_class": title if w.get("state") == "ACTOR" else None,
@@ -171,6 +177,7 @@ class Agent:
         sample["agent"] = {"cpu_percent": me.get("cpu_percent"), "rss_bytes": me.get("rss_bytes")}
         # ember.util.metrics: each process's snapshot file, shipped with the sample (part B).
         sample["user_metrics"] = read_node_snapshots(self.session_dir)
+        sample["log_disk"] = self._check_log_disk()
         info = dict(self.info)
         if stats:
             info["resources_total"] = stats.get("resources_total", {})
@@ -186,6 +193,66 @@ class Agent:
             "logs": self.logs.index(),
             "info": info,
         }
+
+    def _check_log_disk(self) -> dict[str, Any]:
+        """Free space where the session's logs go; an ERROR event when it falls below
+        ``LOG_DISK_MIN_FREE`` (or it has no free inodes left), an INFO one when
+        it is back above. The log endpoints keep serving either way: they only read."""
+        path = self.logs.path
+        try:
+            usage = psutil.disk_usage(path)
+        except OSError as e:
+            return {"path": path, "error": str(e)}
+        mount = _mount_of(path)
+        low = usage.free < LOG_DISK_MIN_FREE or self._enospc_seen()
+        if low and not self.log_disk_low:
+            self.events.append(
+                {
+                    "type": "event",
+                    "severity": "ERROR",
+                    "kind": "LOG_DISK_FULL",
+                    "source": "agent",
+                    "time": time.time(),
+                    "message": (
+                        f"the disk holding this node's logs ({mount}) is nearly full: "
+                        f"{_mb(usage.free)} free of {_mb(usage.total)} (below "
+                        f"{_mb(LOG_DISK_MIN_FREE)}, EMBER_AGENT_LOG_DISK_MIN_FREE); logs may "
+                        f"be truncated; free space on {mount} or move temp_dir "
+                        "(ember start --temp-dir, ember.init(temp_dir=...)) to a larger disk"
+                    ),
+                    "detail": f"logs: {path}",
+                }
+            )
+        elif not low and self.log_disk_low:
+            self.events.append(
+                {
+                    "type": "event",
+                    "severity": "INFO",
+                    "kind": "LOG_DISK_OK",
+                    "source": "agent",
+                    "time": time.time(),
+                    "message": f"the disk holding this node's logs ({mount}) has "
+                    f"{_mb(usage.free)} free again",
+                }
+            )
+        self.log_disk_low = low
+        return {
+            "path": path,
+            "mount": mount,
+            "free_bytes": usage.free,
+            "total_bytes": usage.total,
+            "min_free_bytes": LOG_DISK_MIN_FREE,
+            "low": low,
+        }
+
+    def _enospc_seen(self) -> bool:
+        """Whether creating a file there would fail with ENOSPC for want of inodes (a disk
+        can run out of them with bytes to spare; many small worker logs do that)."""
+        try:
+            st = os.statvfs(self.logs.path)
+        except OSError:
+            return False
+        return st.f_files > 0 and st.f_favail == 0
 
     def _report_exits(self, current: dict[int, dict[str, Any]]) -> None:
         """A worker gone while running a task or an actor crashed: an error event with the
@@ -232,10 +299,17 @@ class Agent:
 
     async def dispatch(self, op: str, body: dict[str, Any]) -> Any:
         if op == "log_tail":
-            return self.logs.tail(body["name"], int(body.get("lines", 100)))
+            try:
+                return self.logs.tail(body["name"], int(body.get("lines", 100)))
+            except FileNotFoundError:  # indexed a moment ago, deleted since
+                return {"error": f"log file {body['name']} no longer exists on this node"}
         if op == "log_read":
             return self.logs.read(
-                body["name"], int(body.get("offset", 0)), int(body.get("size", 0))
+                body["name"],
+                int(body.get("offset", 0)),
+                int(body.get("size", 0)),
+                body.get("file_id"),
+                body.get("mark"),
             )
         if op == "log_search":
             return self.logs.search(
@@ -254,7 +328,7 @@ class Agent:
         if pids is None:
             pids = [p for p, w in rows.items() if w["kind"] in ("worker", "driver")]
         if pyspy.pyspy_path() is None:
-            return {"error": "py-spy is not installed: pip install py-spy", "processes": []}
+            return {"error": pyspy.not_installed(), "processes": []}
         # Two at a time: each dump pauses its target briefly; the node keeps running.
         sem = asyncio.Semaphore(2)
 
@@ -430,6 +504,31 @@ class Agent:
         logger.error(
             "could not reach the raylet at %s; serving without it", self.args.raylet_address
         )
+
+
+def _mount_of(path: str) -> str:
+    """The mount point of the filesystem holding ``path``."""
+    path = os.path.realpath(path)
+    while not os.path.ismount(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _mb(n: float) -> str:
+    return f"{n / 2**20:.0f} MiB"
+
+
+def _activity(state: str, title: str) -> str:
+    """A worker's state as the issue words it: ``running <function>``, ``actor <Class>``,
+    ``idle`` (else the state itself, lower-case: ``starting``)."""
+    if state == "RUNNING":
+        return f"running {title or 'a task'}"
+    if state == "ACTOR":
+        return f"actor {title or '(unknown class)'}"
+    return state.lower()
 
 
 def _hex(v: Any) -> str:

@@ -4,6 +4,19 @@ Names come from the session's ``logs/`` directory (``worker-<id>-<pid>.err``,
 ``raylet.log``, ...). Every read names a file from the index, never a path from the request,
 so nothing outside ``logs/`` can be read. Reads are bounded (a tail of at most 100,000 lines,
 chunks of at most 4 MB, a search stops at ``max_matches``).
+
+Rotation. A rotated file (``raylet.log.1``, ``worker-<id>-<pid>.err.1``,
+``raylet.log.2024-05-01``, ``raylet.log.2024-05-01_10-00-00``) is indexed under the same
+component, worker and pid as the live file, with ``rotated`` set to its suffix. A follower
+reads with the identity of the file it was reading (``file_id``: device and inode) and a
+``mark`` (the bytes just before its offset), so ``read`` tells every kind of rotation apart:
+
+- renamed away (``logrotate``, ``RotatingFileHandler``): the live name is another inode; the
+  rest of the old inode is read first (found by its inode under its new name), then the new
+  file from its start, so no line is lost even when the new file already grew past the
+  follower's offset;
+- truncated in place (``copytruncate``): the same inode, but shorter than the offset or with
+  other bytes before it; read again from the start.
 """
 
 from __future__ import annotations
@@ -14,7 +27,14 @@ from collections import deque
 from typing import Any
 
 _WORKER = re.compile(r"^(worker|driver)-([0-9a-f]+)-(\d+)\.(out|err|log)$")
+# What rotation appends to a name: a number (.1), or a date with an optional time
+# (.2024-05-01, .20240501, -20240501, .2024-05-01_10-00-00), as logrotate and Python's
+# rotating handlers write them.
+_ROTATED = re.compile(
+    r"^(?P<live>.+?)(?P<suffix>\.\d{1,4}|[.-]\d{4}-?\d{2}-?\d{2}(?:[_T.-]?\d{2}(?:[-:.]?\d{2}){0,2})?)$"
+)
 MAX_CHUNK = 4 * 1024 * 1024
+MARK_BYTES = 32  # how much of the text before a follower's offset identifies it
 
 
 class LogDir:
@@ -54,35 +74,72 @@ class LogDir:
                 pos -= step
                 f.seek(pos)
                 data = f.read(step) + data
+            file_id = _file_id(os.fstat(f.fileno()))
         text = data.decode("utf-8", "replace").splitlines()
-        return {"name": name, "lines": text[-lines:], "size": size}
-
-    def read(self, name: str, offset: int, size: int) -> dict[str, Any]:
-        try:
-            path = self._path(name)
-            with open(path, "rb") as f:
-                end = f.seek(0, os.SEEK_END)
-                truncated = offset > end
-                if truncated:
-                    offset = 0  # rotated or truncated under the reader: start again
-                f.seek(offset)
-                data = f.read(max(0, min(size, MAX_CHUNK)))
-        except FileNotFoundError:
-            return {
-                "name": name,
-                "data": "",
-                "next_offset": offset,
-                "eof": True,
-                "error": f"log file {name} no longer exists on this node",
-            }
-        nxt = offset + len(data)
         return {
             "name": name,
-            "data": data.decode("utf-8", "replace"),
-            "next_offset": nxt,
-            "eof": nxt >= end,
-            "truncated": truncated,
+            "lines": text[-lines:],
+            "size": size,
+            "file_id": file_id,
+            "mark": data[-MARK_BYTES:].hex(),
         }
+
+    def read(
+        self,
+        name: str,
+        offset: int,
+        size: int,
+        file_id: str | None = None,
+        mark: str | None = None,
+    ) -> dict[str, Any]:
+        """Up to ``size`` bytes of ``name`` from ``offset``. A follower passes back the
+        ``file_id`` and ``mark`` of its previous read; ``rotated`` then says whether the file
+        was ``renamed`` or ``truncated`` since (see the module doc)."""
+        size = max(0, min(size, MAX_CHUNK))
+        try:
+            path = self._path(name)
+            cur = _file_id(os.stat(path))
+        except FileNotFoundError:
+            cur = None
+            path = ""
+        if file_id and cur != file_id:
+            # Renamed away (or deleted): the old inode may hold lines not read yet.
+            old = self._find(file_id)
+            if old is not None:
+                res = _read_at(os.path.join(self.path, old), offset, size, mark)
+                if not res["shrunk"] and res["data"]:
+                    # Not at the end yet, as far as the follower is concerned: the new file
+                    # waits behind this one.
+                    return {**_answer(name, res, None), "from_file": old, "eof": False}
+            if cur is None:
+                return _gone(name, offset)
+            offset, mark, rotated = 0, None, "renamed"  # the old one is done: the new one
+        elif cur is None:
+            return _gone(name, offset)
+        else:
+            rotated = None
+        try:
+            res = _read_at(path, offset, size, mark)
+            if res["shrunk"]:
+                rotated = rotated or "truncated"
+                res = _read_at(path, 0, size)
+        except FileNotFoundError:
+            return _gone(name, offset)
+        return _answer(name, res, rotated)
+
+    def _find(self, file_id: str) -> str | None:
+        """The name a file with this identity has now (after a rename), if still here."""
+        try:
+            entries = list(os.scandir(self.path))
+        except OSError:
+            return None
+        for e in entries:
+            try:
+                if e.is_file() and _file_id(e.stat()) == file_id:
+                    return e.name
+            except OSError:
+                continue
+        return None
 
     def search(self, pattern: str, name: str | None, max_matches: int) -> dict[str, Any]:
         names = [name] if name else sorted(f["name"] for f in self.index())
@@ -104,9 +161,74 @@ class LogDir:
         return {"matches": list(matches), "truncated": truncated}
 
 
+def _file_id(st: os.stat_result) -> str:
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def _read_at(path: str, offset: int, size: int, mark: str | None = None) -> dict[str, Any]:
+    """Reads ``path`` from ``offset``; ``shrunk`` when the file is shorter than ``offset`` or
+    the bytes before it are not ``mark`` (truncated, then written again)."""
+    with open(path, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        shrunk = offset > end
+        if not shrunk and mark:
+            want = bytes.fromhex(mark)
+            f.seek(max(offset - len(want), 0))
+            shrunk = f.read(len(want)) != want
+        if shrunk:
+            return {"shrunk": True}
+        f.seek(offset)
+        data = f.read(size)
+        nxt = offset + len(data)
+        before = data[-MARK_BYTES:]
+        if len(before) < MARK_BYTES and nxt > len(before):
+            f.seek(max(nxt - MARK_BYTES, 0))
+            before = f.read(nxt - max(nxt - MARK_BYTES, 0))
+        ident = _file_id(os.fstat(f.fileno()))
+    return {
+        "shrunk": False,
+        "data": data.decode("utf-8", "replace"),
+        "next_offset": nxt,
+        "eof": nxt >= end,
+        "mark": before.hex(),
+        "id": ident,
+    }
+
+
+def _answer(name: str, res: dict[str, Any], rotated: str | None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "data": res["data"],
+        "next_offset": res["next_offset"],
+        "eof": res["eof"],
+        "file_id": res["id"],
+        "mark": res["mark"],
+        "rotated": rotated,
+        "truncated": rotated is not None,  # the field older followers read
+    }
+
+
+def _gone(name: str, offset: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "data": "",
+        "next_offset": offset,
+        "eof": True,
+        "error": f"log file {name} no longer exists on this node",
+    }
+
+
 def describe(name: str) -> dict[str, Any]:
-    """Component, pid and worker id from a file name."""
-    m = _WORKER.match(name)
+    """Component, pid and worker id from a file name; a rotated file is described as its
+    live file, with ``rotated`` set to the suffix rotation added."""
+    rotated = None
+    m = _ROTATED.match(name)
+    if m and (_WORKER.match(m.group("live")) or "." in m.group("live")):
+        rotated = m.group("suffix").lstrip(".-")
+        live = m.group("live")
+    else:
+        live = name
+    m = _WORKER.match(live)
     if m:
         return {
             "name": name,
@@ -114,12 +236,14 @@ def describe(name: str) -> dict[str, Any]:
             "worker_id": m.group(2),
             "pid": int(m.group(3)),
             "stream": m.group(4),
+            "rotated": rotated,
         }
-    base, _, ext = name.rpartition(".")
+    base, _, ext = live.rpartition(".")
     return {
         "name": name,
-        "component": base or name,
+        "component": base or live,
         "worker_id": None,
         "pid": None,
         "stream": ext if base else "",
+        "rotated": rotated,
     }

@@ -47,8 +47,9 @@ class NodeSampler:
             "uptime_s": time.time() - psutil.boot_time(),
         }
         self._last_t, self._last_disk, self._last_net = now, disk, net
-        if self._gpus is not None:
-            out["gpus"] = self._gpus()
+        gpus = self._gpus() if self._gpus is not None else None
+        if gpus is not None:
+            out["gpus"] = gpus
         return out
 
 
@@ -89,7 +90,9 @@ def _disks() -> list[dict[str, Any]]:
 
 
 def _nvml() -> Any:
-    """GPU utilisation through NVML when the library and a GPU exist; else None (absent)."""
+    """GPU utilisation and memory through NVML (``pynvml``, from the ``gpu`` extra:
+    ``pip install 'ember[gpu]'``) when the library and a GPU exist; else None, and the sample
+    has no ``gpus`` key (absent, not zero)."""
     try:
         import pynvml  # type: ignore[import-not-found]
 
@@ -100,21 +103,27 @@ def _nvml() -> Any:
     if not count:
         return None
 
-    def read() -> list[dict[str, Any]]:
+    def read() -> list[dict[str, Any]] | None:
         gpus = []
-        for i in range(count):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            util = pynvml.nvmlDeviceGetUtilizationRates(h)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            gpus.append(
-                {
-                    "index": i,
-                    "name": str(pynvml.nvmlDeviceGetName(h)),
-                    "utilization_percent": util.gpu,
-                    "memory_used_bytes": mem.used,
-                    "memory_total_bytes": mem.total,
-                }
-            )
+        try:
+            for i in range(count):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                util = pynvml.nvmlDeviceGetUtilizationRates(h)
+                mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+                name = pynvml.nvmlDeviceGetName(h)
+                gpus.append(
+                    {
+                        "index": i,
+                        "name": name.decode() if isinstance(name, bytes) else str(name),
+                        "utilization_percent": util.gpu,
+                        "memory_used_bytes": mem.used,
+                        "memory_total_bytes": mem.total,
+                    }
+                )
+        except Exception:
+            # A GPU fallen off the bus, a driver reloaded: this sample has no GPU figures
+            # rather than none at all (the rest of the sample still goes out).
+            return None
         return gpus
 
     return read
@@ -136,10 +145,12 @@ class ProcessSampler:
                     proc = self._procs[pid] = psutil.Process(pid)
                     proc.cpu_percent()  # primes; the first real reading comes next sample
                 with proc.oneshot():
+                    started = proc.create_time()
                     row: dict[str, Any] = {
                         "cpu_percent": proc.cpu_percent(),
                         "rss_bytes": proc.memory_info().rss,
-                        "start_time": proc.create_time(),
+                        "start_time": started,
+                        "uptime_s": max(time.time() - started, 0.0),
                     }
                     if full:
                         row["uss_bytes"] = _uss(proc)

@@ -22,6 +22,7 @@ from fastapi.responses import StreamingResponse
 router = APIRouter(tags=["logs"])
 LOG_FIELDS = ("node_id", "name", "component", "pid", "worker_id", "size", "mtime", "stream")
 CHUNK = 256 * 1024
+POLL = 0.5  # seconds between reads of a followed file that has nothing new
 FileName = Annotated[str, Query(min_length=1, max_length=255, description="a name from /api/logs")]
 NodeId = Annotated[str, Query(min_length=1, max_length=64, description="a node id (or prefix)")]
 
@@ -42,8 +43,12 @@ async def list_logs(
     )
 
 
-def _hub(ctx: DashboardContext, node_id: str) -> str:
+def _hub(ctx: DashboardContext, node_id: str, name: str | None) -> str:
+    """The node's full id once the node and the file (when named) are known; an unknown one
+    is a 404 whether or not its agent is connected, a missing agent a 503."""
     node_id = resolve_node(ctx, node_id)
+    if name is not None:
+        _check_file(ctx, node_id, name)
     if ctx.hub is None:
         raise HTTPException(503, "no agents are connected to this dashboard")
     return node_id
@@ -53,7 +58,9 @@ def _check_file(ctx: DashboardContext, node_id: str, name: str) -> None:
     files = ctx.state.logs.get(node_id, [])
     if not any(f["name"] == name for f in files):
         raise HTTPException(
-            404, f"no log file {name!r} on node {node_id[:12]}; GET /api/logs?filter=node_id=..."
+            404,
+            f"no log file {name!r} on node {node_id[:12]}; "
+            f"GET /api/logs?filter=node_id={node_id} lists them",
         )
 
 
@@ -64,9 +71,11 @@ async def tail(
     lines: Annotated[int, Query(ge=1, le=100_000)] = 100,
     ctx: DashboardContext = Depends(get_ctx),
 ) -> dict[str, Any]:
-    node_id = _hub(ctx, node_id)
-    _check_file(ctx, node_id, name)
-    return await ctx.hub.call(node_id, "log_tail", {"name": name, "lines": lines}, timeout=10)
+    node_id = _hub(ctx, node_id, name)
+    res = await ctx.hub.call(node_id, "log_tail", {"name": name, "lines": lines}, timeout=10)
+    if res.get("error"):  # listed a moment ago, deleted since
+        raise HTTPException(404, res["error"])
+    return res
 
 
 @router.get("/api/logs/search")
@@ -79,9 +88,7 @@ async def search(
     max_matches: Annotated[int, Query(ge=1, le=10_000)] = 500,
     ctx: DashboardContext = Depends(get_ctx),
 ) -> dict[str, Any]:
-    node_id = _hub(ctx, node_id)
-    if name is not None:
-        _check_file(ctx, node_id, name)
+    node_id = _hub(ctx, node_id, name)
     body = {"pattern": pattern, "name": name, "max_matches": max_matches}
     return await ctx.hub.call(node_id, "log_search", body, timeout=30)
 
@@ -90,26 +97,36 @@ async def search(
 async def download(
     node_id: NodeId, name: FileName, ctx: DashboardContext = Depends(get_ctx)
 ) -> StreamingResponse:
-    node_id = _hub(ctx, node_id)
-    _check_file(ctx, node_id, name)
+    node_id = _hub(ctx, node_id, name)
     first = await ctx.hub.call(
         node_id, "log_read", {"name": name, "offset": 0, "size": CHUNK}, timeout=10
     )
 
     async def chunks() -> AsyncIterator[bytes]:
-        res, offset = first, 0
+        # The file's identity goes with each read: a file rotated by rename is read to its end
+        # under its new name; one truncated mid-download ends it, with a note saying so.
+        res = first
         while True:
+            if res.get("rotated") == "truncated":
+                yield b"\n[ember: the file was truncated during the download]\n"
+                return
+            if res.get("rotated"):  # the renamed file is done; the new one is another file
+                return
             data = res.get("data", "").encode("utf-8", "surrogateescape")
             if data:
                 yield data
-            offset = res["next_offset"]
             if res.get("eof") or res.get("error"):
                 if res.get("error"):
                     yield f"\n[ember: download stopped: {res['error']}]\n".encode()
                 return
-            res = await ctx.hub.call(
-                node_id, "log_read", {"name": name, "offset": offset, "size": CHUNK}, timeout=10
-            )
+            body = {
+                "name": name,
+                "offset": res["next_offset"],
+                "size": CHUNK,
+                "file_id": res.get("file_id"),
+                "mark": res.get("mark"),
+            }
+            res = await ctx.hub.call(node_id, "log_read", body, timeout=10)
 
     return StreamingResponse(
         chunks(),
@@ -124,40 +141,107 @@ async def follow(
     node_id: NodeId,
     name: FileName,
     lines: Annotated[int, Query(ge=0, le=10_000, description="start with the last N lines")] = 50,
+    timeout: Annotated[
+        float | None,
+        Query(gt=0, le=86_400, description="end the stream after this many seconds"),
+    ] = None,
     ctx: DashboardContext = Depends(get_ctx),
 ) -> StreamingResponse:
-    """Server-sent events: ``data: {"lines": [...]}`` as the file grows; ``event: missing``
+    """Server-sent events: ``data: {"lines": [...]}`` as the file grows; ``event: rotated``
+    when it was renamed away or truncated (following goes on, no line lost); ``event: missing``
     when the file is deleted or the agent goes away (the stream keeps trying)."""
-    node_id = _hub(ctx, node_id)
-    _check_file(ctx, node_id, name)
-    start = await ctx.hub.call(node_id, "log_tail", {"name": name, "lines": lines}, timeout=10)
+    node_id = _hub(ctx, node_id, name)
+    follower = LogFollower(ctx.hub, node_id, name)
+    first = await follower.start(lines)
+    deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
 
     async def events() -> AsyncIterator[str]:
-        yield _sse({"lines": start.get("lines", [])})
-        offset = start.get("size", 0)
+        yield _sse({"lines": first})
         while not await request.is_disconnected():
-            await asyncio.sleep(0.5)
-            try:
-                res = await ctx.hub.call(
-                    node_id,
-                    "log_read",
-                    {"name": name, "offset": offset, "size": CHUNK},
-                    timeout=10,
-                )
-            except Exception as e:  # the agent went away: say so, keep the stream
-                yield _sse({"message": str(e)}, event="missing")
-                continue
-            if res.get("error"):
-                yield _sse({"message": res["error"]}, event="missing")
-                continue
-            if res.get("truncated"):
-                yield _sse({"message": "the file was truncated or rotated"}, event="rotated")
-            offset = res["next_offset"]
-            text = res.get("data", "")
-            if text:
-                yield _sse({"lines": text.splitlines()})
+            out, more = await follower.poll()
+            for event, data in out:
+                yield _sse(data, event=None if event == "lines" else event)
+            left = None if deadline is None else deadline - asyncio.get_running_loop().time()
+            if left is not None and left <= 0:
+                return
+            if not more:
+                await asyncio.sleep(POLL if left is None else min(POLL, left))
 
     return StreamingResponse(events(), media_type="text/event-stream")
+
+
+class LogFollower:
+    """One file of one node, followed through its agent's ``log_read`` (``/api/logs/follow``
+    and the live stream's ``log`` topic). It passes back the file's identity and mark on each
+    read, so a file rotated by rename or truncated loses no line (``agent_logs``); it holds
+    a last line without its newline until the line ends or the file goes quiet; it says
+    ``missing`` once per outage, not on every poll."""
+
+    def __init__(self, hub: Any, node_id: str, name: str, chunk: int = CHUNK) -> None:
+        self.hub, self.node_id, self.name, self.chunk = hub, node_id, name, chunk
+        self.offset = 0
+        self.file_id: str | None = None
+        self.mark: str | None = None
+        self.partial = ""
+        self.missing: str | None = None
+
+    async def start(self, lines: int) -> list[str]:
+        """The last ``lines`` lines, and the position to follow from (their end)."""
+        res = await self.hub.call(
+            self.node_id, "log_tail", {"name": self.name, "lines": max(lines, 1)}, timeout=10
+        )
+        if res.get("error"):
+            raise HTTPException(404, res["error"])
+        self.offset = int(res.get("size") or 0)
+        self.file_id, self.mark = res.get("file_id"), res.get("mark")
+        return list(res.get("lines", []))[-lines:] if lines else []
+
+    async def poll(self) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
+        """One read: the ``(event, data)`` pairs to send (``lines``, ``rotated``, ``missing``)
+        and whether more is waiting to be read at once."""
+        body = {
+            "name": self.name,
+            "offset": self.offset,
+            "size": self.chunk,
+            "file_id": self.file_id,
+            "mark": self.mark,
+        }
+        try:
+            res = await self.hub.call(self.node_id, "log_read", body, timeout=10)
+        except Exception as e:  # the agent went away: say so once, keep following
+            return self._missing(str(e)), False
+        if res.get("error"):
+            return self._missing(str(res["error"])), False
+        out: list[tuple[str, dict[str, Any]]] = []
+        if self.missing is not None:
+            self.missing = None
+            out.append(("resumed", {"message": f"{self.name} is readable again"}))
+        if res.get("rotated"):
+            if self.partial:  # the old file's last line, which will get no newline now
+                out.append(("lines", {"lines": [self.partial]}))
+                self.partial = ""
+            how = "renamed away (rotated)" if res["rotated"] == "renamed" else "truncated"
+            out.append(
+                ("rotated", {"message": f"{self.name} was {how}; following it from its start"})
+            )
+        self.offset = int(res["next_offset"])
+        self.file_id = res.get("file_id", self.file_id)
+        self.mark = res.get("mark", self.mark)
+        data = res.get("data", "")
+        parts = (self.partial + data).split("\n")
+        self.partial = parts.pop()
+        if not data and self.partial:  # the file is quiet: the line is as long as it gets
+            parts.append(self.partial)
+            self.partial = ""
+        if parts:
+            out.append(("lines", {"lines": [p.rstrip("\r") for p in parts]}))
+        return out, not res.get("eof", True)
+
+    def _missing(self, message: str) -> list[tuple[str, dict[str, Any]]]:
+        if message == self.missing:
+            return []
+        self.missing = message
+        return [("missing", {"message": message})]
 
 
 def _sse(data: Any, event: str | None = None) -> str:

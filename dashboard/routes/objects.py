@@ -1,8 +1,9 @@
 """``/api/objects``: the memory view (every ObjectRef pinning an object, as ``ember memory``).
 
 Collecting references asks every process of a node, so it runs on demand, not on a timer:
-each agent is asked at most once per ``max_age`` seconds; a node whose agent does not answer
-is listed in ``missing`` with the reason, and the rest is served.
+each agent is asked at most once per ``max_age`` seconds. Only rows of nodes that answered are
+served: a node whose agent did not answer, is disconnected, or never connected is listed in
+``missing`` (``{node_id: why}``) and its older rows are left out, not served as current.
 """
 
 from __future__ import annotations
@@ -44,10 +45,36 @@ async def list_objects(
     return out
 
 
+def unreachable_nodes(ctx: DashboardContext) -> dict[str, str]:
+    """``{node_id: why}`` of the cluster's nodes whose agents cannot be asked right now: known
+    to the dashboard but disconnected, or alive in the GCS with no agent connected yet."""
+    connected = set(ctx.hub.connected_nodes()) if ctx.hub is not None else set()
+    out: dict[str, str] = {}
+    for nid, node in ctx.state.nodes.items():
+        if nid not in connected:
+            why = node.lost_reason or "not connected"
+            out[nid] = f"the agent of node {nid[:12]} is not connected ({why})"
+    for n in ctx.state.cluster.get("nodes", []):
+        nid = str(n.get("node_id") or "")
+        if nid and n.get("state") == "ALIVE" and nid not in connected and nid not in out:
+            out[nid] = f"node {nid[:12]} is alive but its agent never connected to the dashboard"
+    return out
+
+
 async def refresh_objects(ctx: DashboardContext, max_age: float) -> dict[str, str]:
-    if ctx.hub is None:
-        return {}
+    """Asks every connected agent whose rows are older than ``max_age``; returns ``missing``.
+
+    The rows of a node in ``missing`` (unless only some of its processes were late) are
+    dropped: they describe a past moment and would be read as current."""
     st = ctx.state
+    if ctx.hub is None:
+        missing = {nid: "no agents are connected to this dashboard" for nid in st.nodes}
+    else:
+        missing = unreachable_nodes(ctx)
+    for nid in missing:
+        _forget(ctx, nid)
+    if ctx.hub is None:
+        return missing
     now = time.time()
     stale = [
         nid for nid in ctx.hub.connected_nodes() if now - st.objects_time.get(nid, 0) > max_age
@@ -56,16 +83,22 @@ async def refresh_objects(ctx: DashboardContext, max_age: float) -> dict[str, st
         *(ctx.hub.call(nid, "objects", {}, timeout=10.0) for nid in stale),
         return_exceptions=True,
     )
-    missing = {}
     for nid, res in zip(stale, results, strict=True):
         if isinstance(res, BaseException):
             missing[nid] = str(res)
+            _forget(ctx, nid)
             continue
         st.set_objects(nid, res.get("rows", []))
         ctx.extra.setdefault("object_store", {})[nid] = res.get("store") or {}
         if res.get("unanswered"):
             missing[nid] = f"{res['unanswered']} processes did not answer in time"
     return missing
+
+
+def _forget(ctx: DashboardContext, node_id: str) -> None:
+    ctx.state.objects.pop(node_id, None)
+    ctx.state.objects_time.pop(node_id, None)
+    ctx.extra.get("object_store", {}).pop(node_id, None)
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -83,7 +83,7 @@ def test_agent_backed_endpoints_say_what_is_missing(client):
     r = client.get("/api/logs/tail", params={"node_id": NODE, "name": "raylet.log"})
     assert r.status_code == 503 and "agent" in r.json()["detail"]
     r = client.get("/api/logs/tail", params={"node_id": NODE, "name": "nope.log"})
-    assert r.status_code in (404, 503)
+    assert r.status_code == 404 and "nope.log" in r.json()["detail"]
 
 
 def test_token_required_off_loopback():
@@ -171,3 +171,44 @@ def test_openapi_lists_every_endpoint(client):
         "/api/stream/sse",
     ]:
         assert p in paths, p
+
+
+# ---- agent4: bad input to the agent-backed endpoints is a 4xx whatever the agents' state ----
+
+
+def test_unknown_log_file_is_404_naming_it_even_without_agents(client):
+    for path in ("/api/logs/tail", "/api/logs/follow", "/api/logs/download"):
+        r = client.get(path, params={"node_id": NODE, "name": "nope.log"})
+        assert r.status_code == 404, (path, r.status_code)
+        assert "nope.log" in r.json()["detail"] and "GET /api/logs" in r.json()["detail"]
+    r = client.get("/api/logs/search", params={"node_id": NODE, "pattern": "x", "name": "nope.log"})
+    assert r.status_code == 404
+    r = client.get("/api/logs/tail", params={"node_id": "ffffffff", "name": "raylet.log"})
+    assert r.status_code == 404 and "ffffffff" in r.json()["detail"]
+
+
+def test_stream_timeouts_are_validated(client):
+    for path in ("/api/logs/follow", "/api/stream/sse"):
+        r = client.get(path, params={"node_id": NODE, "name": "raylet.log", "timeout": -1})
+        assert r.status_code == 422 and "timeout" in r.json()["message"]
+
+
+class _Hub:
+    """Stands in for the agents' hub: connected, never asked (the checks come first)."""
+
+    def connected_nodes(self) -> list[str]:
+        return [NODE]
+
+    async def call(self, *args, **kwargs):
+        raise AssertionError(f"the agent must not be asked: {args}")
+
+
+def test_only_ember_processes_are_sampled(state):
+    app = create_app(DashboardContext(state=state, hub=_Hub()))
+    with TestClient(app) as c:
+        r = c.get("/api/profile", params={"pid": 1, "node_id": NODE, "duration": 1})
+        assert r.status_code == 404 and "no Ember process with pid 1" in r.json()["detail"]
+        r = c.get("/api/profile", params={"pid": 1, "duration": 1})
+        assert r.status_code == 404 and "pid 1" in r.json()["detail"]
+        r = c.get("/api/stack", params={"pid": 1})
+        assert r.status_code == 404 and "pid 1" in r.json()["detail"]

@@ -198,6 +198,40 @@ def test_logs_list_tail_and_follow(cluster):
         reader.join(timeout=10)
 
 
+def test_logs_format_json_and_rotated_files_by_pid(cluster):
+    ctx, actor, _ = cluster
+    url = ctx.dashboard_url
+    pid = json.loads(run("list", "actors", "--format", "json", "--address", url).stdout)[0]["pid"]
+    live = next(
+        f
+        for f in json.loads(run("logs", "--format", "json", "--address", url).stdout)
+        if f["pid"] == pid and f["stream"] == "out"
+    )
+    assert live["component"] == "worker" and live["rotated"] is None and live["node_id"]
+    # A rotated copy beside it (as logrotate leaves one) belongs to the same worker.
+    rotated = os.path.join(ctx.session_dir, "logs", live["name"] + ".1")
+    with open(rotated, "w") as f:
+        f.write("a-line-from-before-the-rotation\n")
+    try:
+
+        def tails() -> list | None:
+            out = run("logs", "--pid", str(pid), "--format", "json", "--address", url)
+            rows = json.loads(out.stdout) if out.returncode == 0 else []
+            return rows if any(r["name"] == live["name"] + ".1" for r in rows) else None
+
+        rows = wait_until(tails, timeout=30, interval=0.5, message="the rotated file by pid")
+        old = next(r for r in rows if r["name"] == live["name"] + ".1")
+        assert old["lines"] == ["a-line-from-before-the-rotation"]
+        table = run("logs", "--format", "table", "--address", url).stdout
+        assert "ROTATED" in table.splitlines()[0] and live["name"] + ".1" in table
+        both = run("logs", "--actor", "diag-counter", "--format", "json", "--address", url)
+        assert {r["name"] for r in json.loads(both.stdout)} >= {live["name"], old["name"]}
+        bad = run("logs", "--format", "json", "--follow", "raylet.log", "--address", url)
+        assert bad.returncode == 2 and "--follow prints lines as they come" in bad.stderr
+    finally:
+        os.unlink(rotated)
+
+
 def test_stack_shows_the_running_task(cluster):
     ctx, _, _ = cluster
     ref = slow_marker.remote(30)
@@ -256,3 +290,38 @@ def test_kill_actor_by_name_then_again(ember_start):
     unknown = run("kill-actor", "nobody-by-this-name", "--address", url)
     assert unknown.returncode == 1 and "nobody-by-this-name" in unknown.stderr
     assert "Traceback" not in unknown.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping py-spy to 'nobody' needs root")
+def test_stack_where_ptrace_is_denied_says_what_to_change(ember_start, tmp_path, monkeypatch):
+    # A real denial, not a simulated message: the node's agent runs the real py-spy as the
+    # user 'nobody' (EMBER_PYSPY names the wrapper), which may not trace the root-owned workers.
+    from ember.dashboard import pyspy
+
+    wrapper = tmp_path / "py-spy-as-nobody"
+    wrapper.write_text(
+        "#!/bin/sh\nexec setpriv --reuid=nobody --regid=nogroup --clear-groups "
+        f'{pyspy.pyspy_path()} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setenv(pyspy.ENV, str(wrapper))  # the agent inherits the driver's environment
+    ctx = ember_start(num_cpus=1)
+    ref = slow_marker.remote(30)
+    url = ctx.dashboard_url
+
+    def running_pid() -> int | None:
+        out = run(
+            "list", "workers", "--filter", "state=RUNNING", "--format", "json", "--address", url
+        )
+        rows = json.loads(out.stdout) if out.returncode == 0 else []
+        return next(
+            (w["pid"] for w in rows if "slow_marker" in (w.get("current_task") or "")), None
+        )
+
+    pid = wait_until(running_pid, timeout=30, interval=0.3, message="a RUNNING worker")
+    out = run("stack", "--pid", str(pid), "--address", url)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"py-spy may not trace pid {pid}" in out.stdout
+    assert "--cap-add SYS_PTRACE" in out.stdout  # what to change
+    assert "Traceback" not in out.stderr
+    ember.cancel(ref, force=True)

@@ -1,0 +1,110 @@
+"""What the agent measures (issue 4 §1), read back from a real node's dashboard: the node
+sample's fields and each worker's, with the state worded as the issue words it."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import ember
+import httpx
+import pytest
+from ember_test_utils import assert_no_ember_children, wait_until
+
+
+@pytest.fixture(scope="module")
+def live():
+    if ember.is_initialized():
+        ember.shutdown()
+    ctx = ember.init(num_cpus=2, dashboard_port=0)
+    http = httpx.Client(base_url=ctx.dashboard_url, timeout=60)
+    yield ctx, http
+    http.close()
+    ember.shutdown()
+    assert_no_ember_children()
+
+
+def _get(http: httpx.Client, path: str, **params) -> dict:
+    r = http.get(path, params=params)
+    assert r.status_code == 200, (path, r.status_code, r.text[:300])
+    return r.json()
+
+
+@ember.remote
+def busy_in_a_named_function(seconds: float) -> int:
+    end = time.time() + seconds
+    while time.time() < end:
+        pass
+    return os.getpid()
+
+
+@ember.remote
+class Holder:
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_node_sample_has_every_field_the_issue_lists(live):
+    _, http = live
+    node = wait_until(lambda: _get(http, "/api/nodes")["items"], 15, 0.2, "the node")[0]
+
+    # Rates are differences between two samples: wait for the second one.
+    def sample() -> dict | None:
+        m = _get(http, f"/api/nodes/{node['node_id']}")["metrics"]
+        return m if "disk_read_bytes_per_s" in m and m.get("num_workers") is not None else None
+
+    m = wait_until(sample, 15, 0.2, "a node sample")
+    assert len(m["load_avg"]) == 3 and all(x >= 0 for x in m["load_avg"])
+    assert 0 < m["mem_available_bytes"] <= m["mem_total_bytes"]
+    assert 0 <= m["mem_shared_bytes"] <= m["mem_total_bytes"]
+    for key in (
+        "disk_read_bytes_per_s",
+        "disk_write_bytes_per_s",
+        "net_sent_bytes_per_s",
+        "net_recv_bytes_per_s",
+    ):
+        assert isinstance(m[key], int | float) and m[key] >= 0, key
+    assert m["uptime_s"] > 0 and abs(m["boot_time"] + m["uptime_s"] - time.time()) < 60
+    assert "gpus" not in m  # no NVML on this machine: absent, not empty or zero
+
+
+def test_workers_have_their_costs_and_their_state_in_words(live):
+    _, http = live
+    holder = Holder.options(name="agent-live-holder").remote()
+    actor_pid = ember.get(holder.pid.remote())
+
+    def workers() -> dict[int, dict]:
+        return {w["pid"]: w for w in _get(http, "/api/workers", limit=1000)["items"]}
+
+    idle = wait_until(
+        lambda: [w for w in workers().values() if w.get("state") == "IDLE"], 30, 0.3, "idle"
+    )
+    assert all(w["activity"] == "idle" for w in idle)
+    ref = busy_in_a_named_function.remote(30)
+
+    def busy() -> tuple | None:
+        by_pid = workers()
+        running = [
+            w
+            for w in by_pid.values()
+            if (w.get("current_task") or "").endswith("busy_in_a_named_function")
+            and w.get("cpu_percent")
+        ]
+        actor = by_pid.get(actor_pid)
+        return (actor, running[0], by_pid) if actor and running else None
+
+    actor, running, by_pid = wait_until(busy, 30, 0.3, "the actor and the busy worker")
+    assert actor["state"] == "ACTOR" and actor["actor_class"].endswith("Holder")
+    assert actor["activity"] == f"actor {actor['actor_class']}"
+    assert running["state"] == "RUNNING" and running["cpu_percent"] > 0  # it spins
+    assert running["activity"] == f"running {running['current_task']}"
+    for w in by_pid.values():  # workers and Ember's own processes alike
+        assert w["rss_bytes"] > 0 and w["num_open_files"] > 0, w
+        assert w["uss_bytes"] is not None and 0 < w["uss_bytes"] <= w["rss_bytes"], w
+        assert w["cpu_percent"] is not None and w["cpu_percent"] >= 0, w
+        assert 0 <= w["uptime_s"] < 3600, w
+        assert abs(time.time() - w["start_time"] - w["uptime_s"]) < 10, w
+    kinds = {w["kind"] for w in by_pid.values()}
+    assert {"raylet", "gcs_server", "agent", "worker", "driver"} <= kinds
+    ember.cancel(ref, force=True)
+    ember.kill(holder)
