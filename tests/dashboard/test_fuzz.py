@@ -70,10 +70,6 @@ def test_no_server_errors(live_url):
             case.call_and_validate(base_url=live_url, checks=[not_a_server_error], timeout=90)
             calls.append((case.operation.method, case.operation.path))
 
-        # hypothesis copies the test's public attributes, and ``getattr(f, "remote")`` on a
-        # plain function raises Ember's "decorate it with @ember.remote" hint; an attribute of
-        # its own spares it.
-        fuzz.remote = None
         given(case=op.as_strategy())(
             settings(
                 max_examples=25,
