@@ -21,8 +21,10 @@ def start_dashboard(
     port: int | None = None,
     url_prefix: str = "",
     token_file: str | None = None,
+    agent_host: str = "",
 ) -> tuple[str, str]:
-    """Starts the dashboard; returns (its URL, the gRPC address agents stream to)."""
+    """Starts the dashboard; returns (its URL, the gRPC address agents stream to).
+    ``agent_host``: where the agents' hub listens (default: ``host``)."""
     from ember.dashboard.config import DEFAULT_PORT
 
     argv = [
@@ -41,6 +43,8 @@ def start_dashboard(
         argv += ["--url-prefix", url_prefix]
     if token_file:
         argv += ["--token-file", token_file]
+    if agent_host:
+        argv += ["--agent-host", agent_host]
     url, agent_address = spawn("dashboard", argv).split()
     return url, agent_address
 
@@ -104,7 +108,12 @@ def start_node_agents_for(node: Any) -> str:
             gcs_address=gcs_address,
             host=options.host,
             port=options.port,
+            url_prefix=getattr(options, "url_prefix", ""),
             token_file=token_file,
+            # A cluster's agents on other machines stream to the hub: it listens on the node
+            # IP (with the cluster token, see server.py), like the node's other TCP listeners;
+            # the embedded node's hub stays on loopback. The HTTP port keeps --dashboard-host.
+            agent_host=node.node_ip if node.cluster else "127.0.0.1",
         )
     components = {name: p.pid for name, p in node.procs.items() if name not in ("agent",)}
     if node.tied_to:

@@ -80,11 +80,19 @@ async def serve(args: argparse.Namespace) -> None:
     from ember.process_util import signal_ready
 
     token = load_token(args.host, args.session_dir, args.token_file)
+    # The agents' hub may listen elsewhere than the HTTP port: a cluster head's hub binds the
+    # node IP, since the agents of other machines stream to it, while the browser's port stays
+    # on loopback. Reachable from other hosts, it demands the token whatever the HTTP side does.
+    agent_host = args.agent_host or args.host
+    hub_token = None
+    if not is_loopback(agent_host):
+        hub_token = token or load_token(agent_host, args.session_dir, args.token_file)
     state = DashboardState()
-    hub = AgentHub(state, token)
-    agent_address = await hub.start(args.host, args.agent_port)
+    hub = AgentHub(state, hub_token)
+    agent_address = await hub.start(agent_host, args.agent_port)
+    gcs_token = token or hub_token
     gcs = (
-        GcsClient(args.gcs_address, state, token.encode() if token else None)
+        GcsClient(args.gcs_address, state, gcs_token.encode() if gcs_token else None)
         if args.gcs_address
         else None
     )
@@ -93,7 +101,8 @@ async def serve(args: argparse.Namespace) -> None:
         hub=hub,
         gcs=gcs,
         host=args.host,
-        prefix=args.url_prefix,
+        # "ember", "/ember/" and "/ember" are one prefix; the URL printed must carry "/ember".
+        prefix="/" + args.url_prefix.strip("/") if args.url_prefix.strip("/") else "",
         session_dir=args.session_dir,
         frontend_dir=default_frontend_dir(),
     )
@@ -171,6 +180,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--session-dir", required=True)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0: any free port")
+    p.add_argument(
+        "--agent-host",
+        default="",
+        help="where the agents' gRPC hub listens (default: --host); off loopback it needs the token",
+    )
     p.add_argument("--agent-port", type=int, default=0, help="gRPC port the agents stream to")
     p.add_argument("--gcs-address", default="")
     p.add_argument("--url-prefix", default="")

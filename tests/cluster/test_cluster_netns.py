@@ -3,6 +3,7 @@ joined by a veth pair (issue 3 §7), started with ``ember start`` as on two mach
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -59,6 +60,94 @@ def in_ns(ns: str, *cmd: str, timeout: float = 90) -> subprocess.CompletedProces
     return subprocess.run(
         ["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True, timeout=timeout
     )
+
+
+# Run inside a namespace: the listening TCP sockets of the Ember processes under a temp dir.
+# (psutil reads /proc/net of the namespace it runs in, so it must run there.)
+LISTENERS = textwrap.dedent(
+    """
+    import json, sys, psutil
+    from ember.cli.stop import find_ember_processes, _module_of
+    rows = []
+    for p in find_ember_processes(sys.argv[1]):
+        try:
+            conns = p.net_connections("inet")
+            module = _module_of(p.cmdline())
+        except psutil.Error:
+            continue
+        for c in conns:
+            if c.status == psutil.CONN_LISTEN:
+                rows.append([module, c.laddr.ip.removeprefix("::ffff:"), c.laddr.port])
+    print(json.dumps(rows))
+    """
+)
+
+# Run in the head's namespace: polls the dashboard (HTTP on the head's loopback) until the
+# node at IP sys.argv[2] is ALIVE with metrics its agent streamed from the other namespace.
+DASHBOARD_SEES = textwrap.dedent(
+    """
+    import json, sys, time, urllib.request
+    url, ip = sys.argv[1], sys.argv[2]
+    def get(path):
+        with urllib.request.urlopen(url + path, timeout=10) as r:
+            return json.loads(r.read())
+    deadline = time.monotonic() + 60
+    while True:
+        nodes = get("/api/nodes")["items"]
+        row = next((n for n in nodes if n["node_ip"] == ip and n["state"] == "ALIVE"), None)
+        if row is not None and row["mem_used_bytes"]:
+            detail = get("/api/nodes/" + row["node_id"])
+            if detail["metrics"].get("mem_total_bytes"):
+                break
+        if time.monotonic() > deadline:
+            sys.exit(f"no metrics from the node at {ip} within 60 s: {nodes}")
+        time.sleep(0.5)
+    print(json.dumps({"nodes": nodes, "node": detail}))
+    """
+)
+
+# Run in the worker's namespace (another host): the hub's address from the GCS, then a stream
+# without the token and one with a wrong token; prints the status codes the hub answered.
+HUB_WITHOUT_TOKEN = textwrap.dedent(
+    """
+    import asyncio, json, sys, grpc
+    from ember.dashboard import wire
+    from ember.protocol import connection as conn_mod
+    gcs, token = sys.argv[1], sys.argv[2].encode()
+    async def hub_address():
+        conn = await conn_mod.connect(gcs, name="gcs", token=token, timeout=10)
+        try:
+            value = await conn.call(
+                "kv_get", {"namespace": "dashboard", "key": b"agent_address"}, timeout=10
+            )
+        finally:
+            conn.close()
+        return value.decode()
+    async def attempt(address, metadata):
+        async with grpc.aio.insecure_channel(address) as channel:
+            call = channel.stream_stream(wire.METHOD)(metadata=metadata, timeout=10)
+            hello = {"type": "hello", "node_id": "intruder" * 5, "info": {"node_ip": "6.6.6.6"}}
+            try:
+                await call.write(wire.encode(hello))
+                async for _ in call:
+                    return "ANSWERED"
+                return (await call.code()).name
+            except grpc.aio.AioRpcError as e:
+                return e.code().name + ": " + (e.details() or "")
+    async def main():
+        address = await hub_address()
+        none = await attempt(address, None)
+        wrong = await attempt(address, ((wire.TOKEN_KEY, "0" * 64),))
+        print(json.dumps({"address": address, "none": none, "wrong": wrong}))
+    asyncio.run(main())
+    """
+)
+
+
+def _listeners(ns: str, temp_dir: str) -> list[list]:
+    out = in_ns(ns, sys.executable, "-c", LISTENERS, temp_dir)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
 
 
 def test_nodes_in_two_network_namespaces(two_namespaces):
@@ -126,6 +215,36 @@ def test_nodes_in_two_network_namespaces(two_namespaces):
         status = in_ns(ns_b, EMBER, "status", f"--address={ip_a}:6380", "--temp-dir", f"{root}/b")
         assert status.returncode == 0, status.stderr
         assert f"({ip_a}, head)" in status.stdout and f"({ip_b})" in status.stdout
+        # The worker's agent reached the head's dashboard across the link (it once dialled
+        # its own loopback): the head's dashboard lists that node, alive, with its metrics.
+        dashboard_url = head.stdout.split("Dashboard: ")[1].split()[0]
+        seen = in_ns(ns_a, sys.executable, "-c", DASHBOARD_SEES, dashboard_url, ip_b, timeout=120)
+        assert seen.returncode == 0, seen.stderr
+        seen = json.loads(seen.stdout)
+        assert seen["node"]["node_ip"] == ip_b and not seen["node"]["is_head"]
+        assert seen["node"]["metrics"]["mem_total_bytes"] > 0
+        assert {n["node_ip"] for n in seen["nodes"]} == {ip_a, ip_b}
+        # From the other host, a stream without the token (or with a wrong one) is refused.
+        hub = in_ns(ns_b, sys.executable, "-c", HUB_WITHOUT_TOKEN, f"tcp:{ip_a}:6380", token)
+        assert hub.returncode == 0, hub.stderr
+        hub = json.loads(hub.stdout)
+        assert hub["address"].startswith(f"{ip_a}:")
+        assert hub["none"].startswith("UNAUTHENTICATED") and "token" in hub["none"]
+        assert hub["wrong"].startswith("UNAUTHENTICATED")
+        again = in_ns(ns_a, sys.executable, "-c", DASHBOARD_SEES, dashboard_url, ip_b)
+        assert "6.6.6.6" not in again.stdout and "intruder" not in again.stdout  # never ingested
+        # Every listener binds its node's IP: the head's (and, for the browser only, the
+        # dashboard's HTTP port on loopback), the worker's; never 0.0.0.0 or another IP.
+        dashboard_port = int(dashboard_url.rsplit(":", 1)[1].split("/")[0])
+        head_listens = _listeners(ns_a, f"{root}/a")
+        assert {ip for _, ip, _ in head_listens} == {ip_a, "127.0.0.1"}, head_listens
+        on_loopback = [(m, port) for m, ip, port in head_listens if ip == "127.0.0.1"]
+        assert on_loopback == [("ember.dashboard.server", dashboard_port)], head_listens
+        hub_port = int(hub["address"].rsplit(":", 1)[1])
+        assert ["ember.dashboard.server", ip_a, hub_port] in head_listens
+        assert ["ember.gcs.server", ip_a, 6380] in head_listens
+        worker_listens = _listeners(ns_b, f"{root}/b")
+        assert worker_listens and {ip for _, ip, _ in worker_listens} == {ip_b}, worker_listens
     finally:
         subprocess.run(
             [EMBER, "stop", "--force", "--temp-dir", root], capture_output=True, timeout=60
