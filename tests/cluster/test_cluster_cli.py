@@ -144,6 +144,11 @@ def test_start_status_join_drive_and_stop(temp_root):
     )
     assert len(summary["active_nodes"]) == 2
     assert summary["usage"]["CPU"] == {"used": 0.0, "total": 3.0}
+    # Per node, the same shape as cluster-wide.
+    per_node = {n["node_ip"] + str(n["is_head"]): n["usage"] for n in summary["active_nodes"]}
+    assert per_node["127.0.0.1False"]["CPU"] == {"used": 0.0, "total": 2.0}
+    assert per_node["127.0.0.1True"]["CPU"] == {"used": 0.0, "total": 1.0}
+    assert all(set(use) == {"used", "total"} for n in per_node.values() for use in n.values())
     assert out.stdout.split()[1] in {n["node_id"] for n in summary["active_nodes"]}
     # Stop: everything of this temp dir goes; a second stop has nothing to do.
     stopped = run("stop", "--temp-dir", temp_root)
@@ -260,3 +265,46 @@ def test_stop_without_temp_dir_stops_every_ember_process_of_the_user():
     finally:
         assert not find_ember_processes(root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_status_summary_shapes_and_feasibility_against_live_nodes():
+    """Usage has one shape everywhere; task and actor demands print alike; an actor's
+    infeasible flag is decided against the nodes alive now, not the GCS's queued reason."""
+    from ember.cli.status import render, summarize
+
+    def node(node_id: str, total: dict, avail: dict, demands=()) -> dict:
+        return {
+            "node_id": node_id,
+            "node_ip": "10.0.0.1",
+            "state": "ALIVE",
+            "resources_total": total,
+            "resources_available": avail,
+            "pending_demands": list(demands),
+        }
+
+    info = {
+        "nodes": [
+            node("a" * 32, {"CPU": 2.0}, {"CPU": 1.0}, [{"shape": {"CPU": 1.0}, "count": 3}]),
+            # This node joined after the actor below was queued as infeasible.
+            node("b" * 32, {"CPU": 1.0, "accel": 1.0}, {"CPU": 1.0, "accel": 1.0}),
+        ],
+        "pending_actors": [
+            {
+                "class_name": "Stale",
+                "reason": "infeasible: no node has {accel: 1}",
+                "resources": {"accel": 1, "CPU": 0},
+            },
+            {"class_name": "Huge", "reason": "waiting", "resources": {"CPU": 64}},
+        ],
+    }
+    summary = summarize(info)
+    assert summary["usage"]["CPU"] == {"used": 1.0, "total": 3.0}
+    assert summary["active_nodes"][0]["usage"]["CPU"] == {"used": 1.0, "total": 2.0}
+    demands = {d.get("actor", "tasks"): d for d in summary["pending_demands"]}
+    assert demands["tasks"] == {"shape": {"CPU": 1.0}, "count": 3, "infeasible": False}
+    assert demands["Stale"]["shape"] == {"accel": 1.0} and not demands["Stale"]["infeasible"]
+    assert demands["Huge"]["shape"] == {"CPU": 64.0} and demands["Huge"]["infeasible"]
+    text = render(summary)
+    assert " {'accel': 1.0}: 1+ pending actor Stale\n" in text + "\n"
+    assert " {'CPU': 64.0}: 1+ pending actor Huge (infeasible" in text
+    assert " 1.0/2.0 CPU" in text and " 1.0/3.0 CPU" in text
