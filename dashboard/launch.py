@@ -61,6 +61,7 @@ def start_node_agent(
     head: bool = False,
     components: dict[str, Any] | None = None,
     token_file: str | None = None,
+    watch_pid: int = 0,
 ) -> str:
     """Starts the agent under its supervisor; returns its socket address. Without a dashboard
     address it looks the head's up in the GCS (worker nodes of a cluster)."""
@@ -89,6 +90,8 @@ def start_node_agent(
         argv += ["--components", ",".join(f"{k}={v}" for k, v in components.items())]
     if token_file:
         argv += ["--token-file", token_file]
+    if watch_pid:
+        argv += ["--watch-pid", str(watch_pid)]
     return spawn("agent", argv)
 
 
@@ -129,5 +132,10 @@ def start_node_agents_for(node: Any) -> str:
         head=node.head,
         components=components,
         token_file=token_file,
+        # A daemon node (ember start) has no parent process to tie the agent to: its
+        # supervisor watches the raylet, so a raylet that shuts down (its head gone) takes it.
+        watch_pid=node.procs["raylet"].pid
+        if node.tied_to is None and "raylet" in node.procs
+        else 0,
     )
     return url

@@ -163,12 +163,34 @@ def test_start_status_join_drive_and_stop(temp_root):
     )
     again = run("stop", "--temp-dir", temp_root)
     assert "No Ember processes" in again.stdout
+    for _ in range(2):  # --force with nothing left: idempotent too
+        forced = run("stop", "--force", "--temp-dir", temp_root)
+        assert forced.returncode == 0 and "No Ember processes to stop" in forced.stdout
     gone = run("status", "--address", address, check=False)
     assert gone.returncode == 1
     assert gone.stderr.count("\n") == 1 and address in gone.stderr
 
 
-def test_block_stays_in_the_foreground_until_sigterm(temp_root):
+def _read_until(proc: subprocess.Popen, text: str, timeout: float) -> str:
+    """What ``proc`` printed, up to the line containing ``text``; fails at the deadline."""
+    import select
+    import time
+
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while text not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0 or proc.poll() is not None:
+            pytest.fail(f"no {text!r} from ember start within {timeout} s; it printed:\n{seen}")
+        # Straight from the pipe: a buffered reader would hide what it read ahead from select.
+        ready, _, _ = select.select([proc.stdout], [], [], min(left, 0.5))
+        if ready:
+            seen += os.read(proc.stdout.fileno(), 65536).decode(errors="replace")
+    return seen
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_block_stays_in_the_foreground_until_sigterm_or_ctrl_c(temp_root, sig):
     port = _free_port()
     proc = subprocess.Popen(
         [
@@ -192,23 +214,119 @@ def test_block_stays_in_the_foreground_until_sigterm(temp_root):
         text=True,
     )
     try:
-        wait_until(
-            lambda: (
-                run(
-                    "status", "--address", f"127.0.0.1:{port}", "--temp-dir", temp_root, check=False
-                ).returncode
-                == 0
-            ),
-            timeout=30,
-        )
+        # It says so once its signal handlers are in place; only then is a signal its to handle.
+        _read_until(proc, "--block: staying in the foreground", timeout=60)
+        status = run("status", "--address", f"127.0.0.1:{port}", "--temp-dir", temp_root)
+        assert " 1 node_" in status.stdout
         assert proc.poll() is None
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         assert proc.wait(30) == 0
+        assert f"Stopping the node ({sig.name})" in proc.stdout.read()
         assert not find_ember_processes(temp_root)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_start_gpus_memory_and_no_dashboard(temp_root):
+    port = _free_port()
+    head = run(
+        "start",
+        "--head",
+        "--port",
+        str(port),
+        "--num-cpus",
+        "1",
+        "--num-gpus",
+        "2",
+        "--memory",
+        str(500 * 1024**2),
+        "--include-dashboard",
+        "false",
+        "--node-ip-address",
+        "127.0.0.1",
+        "--temp-dir",
+        temp_root,
+        "--object-store-memory",
+        str(64 * 1024**2),
+    )
+    assert "Dashboard" not in head.stdout
+    summary = json.loads(run("status", "--address", f"127.0.0.1:{port}", "--format", "json").stdout)
+    assert summary["usage"]["GPU"] == {"used": 0.0, "total": 2.0}
+    assert summary["usage"]["memory"] == {"used": 0.0, "total": float(500 * 1024**2)}
+    assert summary["dashboard_url"] == ""
+    modules = {" ".join(p.cmdline()) for p in find_ember_processes(temp_root)}
+    assert not any("ember.dashboard.server" in m for m in modules)
+    assert any("ember.dashboard.agent_supervisor" in m for m in modules)  # agents: every node
+
+
+def test_dashboard_host_port_taken_and_url_prefix(temp_root):
+    """--dashboard-port taken: the next free port, and `ember start` says so. --dashboard-host
+    off loopback: the token is required. --dashboard-url-prefix: the API and app under it."""
+    import httpx
+    from ember.node import node_ip_for
+
+    host = node_ip_for()  # this machine's address on its network, when it has one
+    held = socket.socket()
+    held.bind((host, 0))
+    held.listen(1)
+    taken = held.getsockname()[1]
+    try:
+        head = run(
+            "start",
+            "--head",
+            "--port",
+            str(_free_port()),
+            "--num-cpus",
+            "1",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--dashboard-host",
+            host,
+            "--dashboard-port",
+            str(taken),
+            "--dashboard-url-prefix",
+            "ember/",
+            "--temp-dir",
+            temp_root,
+            "--object-store-memory",
+            str(64 * 1024**2),
+        )
+    finally:
+        held.close()
+    line = next(ln for ln in head.stdout.splitlines() if "Dashboard:" in ln)
+    prefix = f"Dashboard: port {taken} is taken; using "
+    assert prefix in line, head.stdout
+    url = line.split(": ")[-1]
+    used = int(line.split(prefix)[1].split(":")[0])
+    assert url == f"http://{host}:{used}/ember" and taken < used < taken + 100
+    token = head.stdout.split("--token=")[1].split()[0]
+    auth = {"Authorization": f"Bearer {token}"}
+    if host != "127.0.0.1":  # off loopback the dashboard demands the cluster token
+        refused = httpx.get(f"{url}/api/version", timeout=30)
+        assert refused.status_code == 401 and "token" in refused.json()["detail"]
+    version = httpx.get(f"{url}/api/version", headers=auth, timeout=30)
+    assert version.status_code == 200 and version.json()["api"] == 1
+    index = httpx.get(f"{url}/", headers=auth, timeout=30)
+    assert index.status_code == 200 and "<title>Ember dashboard</title>" in index.text
+
+
+def test_node_ip_address_of_every_interface_is_refused(temp_root):
+    refused = run(
+        "start",
+        "--head",
+        "--node-ip-address",
+        "0.0.0.0",
+        "--temp-dir",
+        temp_root,
+        check=False,
+    )
+    assert refused.returncode == 2
+    assert "--node-ip-address" in refused.stderr and "never every interface" in refused.stderr
+    assert not find_ember_processes(temp_root)
 
 
 def test_stop_without_temp_dir_stops_every_ember_process_of_the_user():
