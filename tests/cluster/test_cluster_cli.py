@@ -50,6 +50,25 @@ def run(*args: str, check: bool = True, env: dict | None = None) -> subprocess.C
     return proc
 
 
+def head_args(port: int, temp_dir: str, *extra: str) -> list[str]:
+    """``ember start --head`` on loopback with one CPU and a small store, plus ``extra``."""
+    return [
+        "start",
+        "--head",
+        "--port",
+        str(port),
+        "--num-cpus",
+        "1",
+        "--node-ip-address",
+        "127.0.0.1",
+        "--temp-dir",
+        temp_dir,
+        "--object-store-memory",
+        str(64 * 1024**2),
+        *extra,
+    ]
+
+
 @pytest.fixture
 def temp_root():
     root = tempfile.mkdtemp(prefix="emb-cli-", dir="/tmp")  # short: Unix socket paths
@@ -63,17 +82,7 @@ def test_start_status_join_drive_and_stop(temp_root):
     port = _free_port()
     address = f"127.0.0.1:{port}"
     common = ["--node-ip-address", "127.0.0.1", "--object-store-memory", str(128 * 1024**2)]
-    head = run(
-        "start",
-        "--head",
-        "--port",
-        str(port),
-        "--num-cpus",
-        "1",
-        "--temp-dir",
-        f"{temp_root}/head",
-        *common,
-    )
+    head = run(*head_args(port, f"{temp_root}/head"))
     assert f"ember start --address='{address}'" in head.stdout
     assert "ember.init(address='auto')" in head.stdout
     # A wrong token is refused, and no node starts.
@@ -193,22 +202,7 @@ def _read_until(proc: subprocess.Popen, text: str, timeout: float) -> str:
 def test_block_stays_in_the_foreground_until_sigterm_or_ctrl_c(temp_root, sig):
     port = _free_port()
     proc = subprocess.Popen(
-        [
-            EMBER,
-            "start",
-            "--head",
-            "--block",
-            "--port",
-            str(port),
-            "--num-cpus",
-            "1",
-            "--node-ip-address",
-            "127.0.0.1",
-            "--temp-dir",
-            temp_root,
-            "--object-store-memory",
-            str(64 * 1024**2),
-        ],
+        [EMBER, *head_args(port, temp_root, "--block")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -234,24 +228,16 @@ def test_block_stays_in_the_foreground_until_sigterm_or_ctrl_c(temp_root, sig):
 def test_start_gpus_memory_and_no_dashboard(temp_root):
     port = _free_port()
     head = run(
-        "start",
-        "--head",
-        "--port",
-        str(port),
-        "--num-cpus",
-        "1",
-        "--num-gpus",
-        "2",
-        "--memory",
-        str(500 * 1024**2),
-        "--include-dashboard",
-        "false",
-        "--node-ip-address",
-        "127.0.0.1",
-        "--temp-dir",
-        temp_root,
-        "--object-store-memory",
-        str(64 * 1024**2),
+        *head_args(
+            port,
+            temp_root,
+            "--num-gpus",
+            "2",
+            "--memory",
+            str(500 * 1024**2),
+            "--include-dashboard",
+            "false",
+        )
     )
     assert "Dashboard" not in head.stdout
     summary = json.loads(run("status", "--address", f"127.0.0.1:{port}", "--format", "json").stdout)
@@ -276,24 +262,16 @@ def test_dashboard_host_port_taken_and_url_prefix(temp_root):
     taken = held.getsockname()[1]
     try:
         head = run(
-            "start",
-            "--head",
-            "--port",
-            str(_free_port()),
-            "--num-cpus",
-            "1",
-            "--node-ip-address",
-            "127.0.0.1",
-            "--dashboard-host",
-            host,
-            "--dashboard-port",
-            str(taken),
-            "--dashboard-url-prefix",
-            "ember/",
-            "--temp-dir",
-            temp_root,
-            "--object-store-memory",
-            str(64 * 1024**2),
+            *head_args(
+                _free_port(),
+                temp_root,
+                "--dashboard-host",
+                host,
+                "--dashboard-port",
+                str(taken),
+                "--dashboard-url-prefix",
+                "ember/",
+            )
         )
     finally:
         held.close()
