@@ -55,11 +55,40 @@ def test_wrong_or_missing_token_is_refused_and_nothing_runs(cluster):
     assert cluster.gcs_call("ping") == "pong"
 
 
+def _raylet_call(address: str, token: bytes, op: str, body: object) -> object:
+    loop = conn_mod.new_event_loop()
+
+    async def call() -> object:
+        conn = await conn_mod.connect(address, name="raylet", token=token, timeout=5)
+        try:
+            return await conn.call(op, body, timeout=10)
+        finally:
+            conn.close()
+
+    try:
+        return loop.run_until_complete(call())
+    finally:
+        loop.close()
+
+
 def test_raylet_and_data_ports_demand_the_token_too(cluster):
     node = cluster.add_node(num_cpus=1)
     info = next(n for n in cluster.gcs_call("list_nodes") if n["node_id"] == node.node_id)
-    answer = _raw_send(info["tcp_address"], [b"EMBER-AUTH1" + new_token(), b"x"])
+    raylet = info["tcp_address"]
+
+    def set_resource(name: str) -> bytes:
+        body = {"name": name, "capacity": 7.0}
+        return pickle.dumps((conn_mod.REQUEST, "set_resource", 1, body))
+
+    # Requests that would add a resource to the node, behind a wrong token and behind none.
+    answer = _raw_send(raylet, [b"EMBER-AUTH1" + new_token(), set_resource("pwned1")])
     assert b"wrong cluster token" in answer
+    answer = _raw_send(raylet, [set_resource("pwned2")])
+    assert b"no cluster token sent" in answer
+    # With the token the same request does take effect; the refused ones never ran.
+    total, _ = _raylet_call(raylet, cluster.token, "set_resource", {"name": "ok", "capacity": 7.0})
+    assert total["ok"] == 7.0
+    assert "pwned1" not in total and "pwned2" not in total
     host, port = info["data_address"][4:].rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5) as s:
         frame = b"EMBER-AUTH1" + new_token()
