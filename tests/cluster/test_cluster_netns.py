@@ -14,6 +14,7 @@ import textwrap
 
 import pytest
 from ember.cli.stop import find_ember_processes
+from ember.session import DEFAULT_TEMP_DIR
 
 EMBER = os.path.join(os.path.dirname(sys.executable), "ember")
 
@@ -56,9 +57,11 @@ def two_namespaces():
         _ip("netns", "del", b)
 
 
-def in_ns(ns: str, *cmd: str, timeout: float = 90) -> subprocess.CompletedProcess:
+def in_ns(
+    ns: str, *cmd: str, timeout: float = 90, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True, timeout=timeout
+        ["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True, timeout=timeout, env=env
     )
 
 
@@ -173,6 +176,29 @@ def test_nodes_in_two_network_namespaces(two_namespaces):
         )
         assert head.returncode == 0, head.stderr
         token = head.stdout.split("--token=")[1].split()[0]
+        # Joining from another host without the token: a clear error, and nothing starts. The
+        # namespaces share this machine's files, so a private mount namespace hides the head's
+        # note in /tmp/ember/heads, as another machine's disk would.
+        no_token = in_ns(
+            ns_b,
+            "unshare",
+            "--mount",
+            "sh",
+            "-c",
+            f'mkdir -p {DEFAULT_TEMP_DIR} && mount -t tmpfs none {DEFAULT_TEMP_DIR} && exec "$@"',
+            "sh",
+            EMBER,
+            "start",
+            f"--address={ip_a}:6380",
+            "--temp-dir",
+            f"{root}/no-token",
+            *store,
+            env={k: v for k, v in os.environ.items() if k != "EMBER_TOKEN"},
+        )
+        assert no_token.returncode == 1, no_token.stdout + no_token.stderr
+        assert "needs the cluster token: pass --token or set EMBER_TOKEN" in no_token.stderr
+        assert no_token.stderr.count("\n") == 1
+        assert not find_ember_processes(f"{root}/no-token")
         # The worker node is told only the head's address and token, as on another host;
         # its own IP is the one its route to the head uses.
         join = in_ns(
