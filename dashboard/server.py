@@ -63,8 +63,7 @@ def load_token(host: str, session_dir: str, token_file: str | None) -> str | Non
     if is_loopback(host):
         return None
     if token_file:
-        with open(token_file) as f:
-            return f.read().strip()
+        return read_token_file(token_file)
     if os.environ.get("EMBER_CLUSTER_TOKEN"):
         return os.environ["EMBER_CLUSTER_TOKEN"]
     token = secrets.token_urlsafe(24)
@@ -75,6 +74,11 @@ def load_token(host: str, session_dir: str, token_file: str | None) -> str | Non
     return token
 
 
+def read_token_file(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
+
+
 async def serve(args: argparse.Namespace) -> None:
     import uvicorn
     from ember.process_util import signal_ready
@@ -82,11 +86,15 @@ async def serve(args: argparse.Namespace) -> None:
     token = load_token(args.host, args.session_dir, args.token_file)
     # The agents' hub may listen elsewhere than the HTTP port: a cluster head's hub binds the
     # node IP, since the agents of other machines stream to it, while the browser's port stays
-    # on loopback. Reachable from other hosts, it demands the token whatever the HTTP side does.
+    # on loopback. A cluster's hub (it has the token file) always demands the token, even on
+    # loopback, which other users of the machine share: every agent of a cluster has it, and
+    # what the hub ingests is shown as the cluster's state. Off loopback it demands one anyway.
     agent_host = args.agent_host or args.host
     hub_token = None
-    if not is_loopback(agent_host):
-        hub_token = token or load_token(agent_host, args.session_dir, args.token_file)
+    if args.token_file:
+        hub_token = token or read_token_file(args.token_file)
+    elif not is_loopback(agent_host):
+        hub_token = token or load_token(agent_host, args.session_dir, None)
     state = DashboardState()
     hub = AgentHub(state, hub_token)
     agent_address = await hub.start(agent_host, args.agent_port)

@@ -13,6 +13,7 @@ import psutil
 import pytest
 from ember.cluster_token import new_token
 from ember.protocol import connection as conn_mod
+from ember_test_utils import wait_until
 
 
 def _raw_send(address: str, frames: list[bytes]) -> bytes:
@@ -115,3 +116,26 @@ def test_token_file_is_private_and_listeners_bind_the_node_ip(cluster):
     assert listening, "expected TCP listeners (GCS, raylets, workers)"
     # gRPC (the agent stream) binds 127.0.0.1 through a dual-stack socket: ::ffff:127.0.0.1.
     assert {c.laddr.ip.removeprefix("::ffff:") for c in listening} == {"127.0.0.1"}
+
+
+def test_the_dashboards_agent_hub_demands_the_token_even_on_loopback(cluster):
+    """A cluster's hub ingests what agents send as the cluster's state: a stream without the
+    token (or with a wrong one) is refused, and its made-up node never shows."""
+    import asyncio
+
+    import httpx
+    from hub_probe import INTRUDER_NODE, probe
+
+    node = cluster.add_node(num_cpus=1)
+    answers = asyncio.run(probe(cluster.head_node.gcs_address, cluster.token))
+    assert answers["none"].startswith("UNAUTHENTICATED") and "token" in answers["none"]
+    assert answers["wrong"].startswith("UNAUTHENTICATED")
+    # The real agents, which have the token, are connected: both nodes show, the intruder not.
+    url = cluster.head_node.dashboard_url
+
+    def nodes() -> set[str]:
+        return {n["node_id"] for n in httpx.get(f"{url}/api/nodes", timeout=10).json()["items"]}
+
+    want = {cluster.head_node.node_id.hex(), node.node_id.hex()}
+    wait_until(lambda: want <= nodes(), timeout=30, message="both nodes' agents connected")
+    assert INTRUDER_NODE not in nodes()
