@@ -48,7 +48,7 @@ def _parse_resources(raw: str | None) -> dict[str, float] | None:
 @click.option("--dashboard-host", default="127.0.0.1", show_default=True)
 @click.option(
     "--dashboard-port",
-    type=int,
+    type=click.IntRange(0, 65535),
     default=8265,
     show_default=True,
     help="The dashboard's HTTP port; the next free one when taken.",
@@ -96,11 +96,6 @@ def start(
             f"Dashboard: --dashboard-host {dashboard_host} listens on every interface; "
             "requests need the cluster token",
             err=True,
-        )
-    if not 0 <= dashboard_port <= 65535:
-        raise click.BadParameter(
-            f"{dashboard_port} is not a TCP port (0-65535; 0 picks any free port)",
-            param_hint="--dashboard-port",
         )
     dashboard = DashboardOptions(
         include_dashboard, dashboard_host, dashboard_port, dashboard_url_prefix

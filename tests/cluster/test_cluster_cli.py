@@ -404,3 +404,18 @@ def test_status_summary_shapes_and_feasibility_against_live_nodes():
     assert " {'accel': 1.0}: 1+ pending actor Stale\n" in text + "\n"
     assert " {'CPU': 64.0}: 1+ pending actor Huge (infeasible" in text
     assert " 1.0/2.0 CPU" in text and " 1.0/3.0 CPU" in text
+
+
+def test_dashboard_on_every_interface_is_said_and_needs_the_token(temp_root):
+    import httpx
+
+    head = run(*head_args(_free_port(), temp_root, "--dashboard-host", "0.0.0.0"))
+    assert "--dashboard-host 0.0.0.0 listens on every interface" in head.stderr
+    url = head.stdout.split("Dashboard: ")[1].split()[0]
+    refused = httpx.get(f"{url}/api/version", timeout=30)
+    assert refused.status_code == 401
+    token = head.stdout.split("--token=")[1].split()[0]
+    ok = httpx.get(f"{url}/api/version", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert ok.status_code == 200
+    bad_port = run(*head_args(_free_port(), temp_root, "--dashboard-port", "70000"), check=False)
+    assert bad_port.returncode == 2 and "--dashboard-port" in bad_port.stderr
