@@ -111,7 +111,7 @@ def start_node_agents_for(node: Any) -> str:
             gcs_address=gcs_address,
             host=options.host,
             port=options.port,
-            url_prefix=getattr(options, "url_prefix", ""),
+            url_prefix=options.url_prefix,
             token_file=token_file,
             # A cluster's agents on other machines stream to the hub: it listens on the node
             # IP (with the cluster token, see server.py), like the node's other TCP listeners;
