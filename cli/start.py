@@ -46,7 +46,18 @@ def _parse_resources(raw: str | None) -> dict[str, float] | None:
 @click.option("--block", is_flag=True, help="Stay in the foreground; stop on SIGTERM/Ctrl-C.")
 @click.option("--include-dashboard", type=bool, default=None, help="Start the dashboard.")
 @click.option("--dashboard-host", default="127.0.0.1", show_default=True)
-@click.option("--dashboard-port", type=int, default=8265, show_default=True)
+@click.option(
+    "--dashboard-port",
+    type=click.IntRange(0, 65535),
+    default=8265,
+    show_default=True,
+    help="The dashboard's HTTP port; the next free one when taken.",
+)
+@click.option(
+    "--dashboard-url-prefix",
+    default="",
+    help="Serve the dashboard under this path too (behind a reverse proxy), e.g. /ember.",
+)
 def start(
     head: bool,
     address: str | None,
@@ -63,6 +74,7 @@ def start(
     include_dashboard: bool | None,
     dashboard_host: str,
     dashboard_port: int,
+    dashboard_url_prefix: str,
 ) -> None:
     """Start Ember's processes on this machine."""
     from ember.cluster_address import normalize_address, token_for
@@ -78,7 +90,16 @@ def start(
             param_hint="--node-ip-address",
         )
     custom = _parse_resources(resources)
-    dashboard = DashboardOptions(include_dashboard, dashboard_host, dashboard_port)
+    if dashboard_host in ("0.0.0.0", "::"):
+        # Allowed (the dashboard then demands the cluster token), but never silently.
+        click.echo(
+            f"Dashboard: --dashboard-host {dashboard_host} listens on every interface; "
+            "requests need the cluster token",
+            err=True,
+        )
+    dashboard = DashboardOptions(
+        include_dashboard, dashboard_host, dashboard_port, dashboard_url_prefix
+    )
     common = {
         "num_cpus": num_cpus,
         "num_gpus": num_gpus,
@@ -164,11 +185,21 @@ def _print_started(node, head: bool) -> None:
         click.echo("    ember.init(address='auto')")
         click.echo("")
         if node.dashboard_url:
-            click.echo(f"  Dashboard: {node.dashboard_url}")
+            click.echo(f"  {_dashboard_line(node.dashboard_url, node.dashboard.port)}")
         click.echo("  To see the cluster:   ember status")
         click.echo("  To stop this machine's Ember processes:   ember stop")
     else:
         click.echo(f"Joined the cluster at {addr}. To stop it: ember stop")
+
+
+def _dashboard_line(url: str, asked: int) -> str:
+    """The dashboard's URL, saying so when the asked port was taken and it moved."""
+    from urllib.parse import urlsplit
+
+    port = urlsplit(url).port
+    if asked and port is not None and port != asked:
+        return f"Dashboard: port {asked} is taken; using {port}: {url}"
+    return f"Dashboard: {url}"
 
 
 def _block(node) -> None:

@@ -46,49 +46,47 @@ def fetch(address: str | None, temp_dir: str | None) -> dict[str, Any]:
 
 
 def summarize(info: dict[str, Any], recent_seconds: float = 3600.0) -> dict[str, Any]:
-    """The figures ``ember status`` shows, as plain data (the JSON output)."""
+    """The figures ``ember status`` shows, as plain data (the JSON output). Every usage, cluster
+    -wide or per node, is ``{"used": x, "total": y}``; every demand shape maps resource names
+    to floats; a demand is infeasible when no node alive now could ever hold it."""
     now = info.get("now") or datetime.datetime.now().timestamp()
     alive, dead = [], []
-    totals: dict[str, list[float]] = {}
+    totals: dict[str, dict[str, float]] = {}
     demands: dict[tuple, dict] = {}
+
+    def demand(shape: dict[str, float], actor: str | None) -> dict:
+        shape = {k: float(v) for k, v in shape.items() if v}
+        key = tuple(sorted(shape.items())) + ((("actor", actor),) if actor is not None else ())
+        fresh = {"shape": shape, "count": 0, "infeasible": False}
+        if actor is not None:
+            fresh["actor"] = actor
+        return demands.setdefault(key, fresh)
+
     for n in info["nodes"]:
         row = _node_row(n)
         if n["state"] == "ALIVE":
             alive.append(row)
-            for name, (used, total) in row["usage"].items():
-                acc = totals.setdefault(name, [0.0, 0.0])
-                acc[0] += used
-                acc[1] += total
+            for name, use in row["usage"].items():
+                acc = totals.setdefault(name, {"used": 0.0, "total": 0.0})
+                acc["used"] += use["used"]
+                acc["total"] += use["total"]
             for d in n.get("pending_demands") or ():
-                key = tuple(sorted(d["shape"].items()))
-                agg = demands.setdefault(
-                    key, {"shape": dict(d["shape"]), "count": 0, "infeasible": True}
-                )
-                agg["count"] += d["count"]
+                demand(d["shape"], None)["count"] += d["count"]
         elif n.get("end_time") and now - n["end_time"] < recent_seconds:
             dead.append(row)
-    for agg in demands.values():  # infeasible means no live node could ever hold it
-        agg["infeasible"] = not any(_fits(agg["shape"], n["total"]) for n in alive)
     for actor in info.get("pending_actors") or ():
-        shape = {k: v for k, v in (actor.get("resources") or {}).items() if v}
-        key = tuple(sorted(shape.items())) + (("actor", actor.get("class_name", "")),)
-        agg = demands.setdefault(
-            key,
-            {
-                "shape": shape,
-                "count": 0,
-                "infeasible": actor.get("reason", "").startswith("infeasible"),
-                "actor": actor.get("class_name", ""),
-            },
-        )
-        agg["count"] += 1
+        demand(actor.get("resources") or {}, actor.get("class_name", ""))["count"] += 1
+    # Decided here, for tasks and actors alike, against the nodes alive now: a reason the GCS
+    # noted when the actor was queued may predate the node that could hold it.
+    for agg in demands.values():
+        agg["infeasible"] = not any(_fits(agg["shape"], n["total"]) for n in alive)
     return {
         "time": datetime.datetime.now().isoformat(sep=" "),
         "gcs_address": info.get("gcs_address", ""),
         "dashboard_url": info.get("dashboard_url", ""),
         "active_nodes": alive,
         "dead_nodes": dead,
-        "usage": {k: {"used": v[0], "total": v[1]} for k, v in sorted(totals.items())},
+        "usage": dict(sorted(totals.items())),
         "pending_demands": sorted(demands.values(), key=lambda d: -d["count"]),
     }
 
@@ -96,14 +94,17 @@ def summarize(info: dict[str, Any], recent_seconds: float = 3600.0) -> dict[str,
 def _node_row(n: dict) -> dict[str, Any]:
     total = n.get("resources_total") or {}
     avail = n.get("resources_available") or {}
-    usage: dict[str, tuple[float, float]] = {}
+    usage: dict[str, dict[str, float]] = {}
     for name, amount in total.items():
         if _hidden(name):
             continue
-        usage[name] = (max(amount - avail.get(name, amount), 0.0), amount)
+        usage[name] = {"used": max(amount - avail.get(name, amount), 0.0), "total": float(amount)}
     store = n.get("store_stats") or {}
     if "capacity_bytes" in store:
-        usage["object_store_memory"] = (float(store["used_bytes"]), float(store["capacity_bytes"]))
+        usage["object_store_memory"] = {
+            "used": float(store["used_bytes"]),
+            "total": float(store["capacity_bytes"]),
+        }
     return {
         "node_id": n["node_id"].hex() if isinstance(n["node_id"], bytes) else n["node_id"],
         "node_ip": n.get("node_ip", ""),
@@ -135,20 +136,13 @@ def _bytes(n: float) -> str:
     return f"{int(n)}B"
 
 
-def _usage_lines(usage: dict[str, Any], indent: str) -> list[str]:
+def _usage_lines(usage: dict[str, dict[str, float]], indent: str) -> list[str]:
     def order(name: str) -> tuple:
         return (name not in ("CPU", "GPU"), name in _BYTE_RESOURCES, name)
 
     lines = []
     for name in sorted(usage, key=order):
-        used, total = (
-            usage[name]
-            if isinstance(usage[name], tuple)
-            else (
-                usage[name]["used"],
-                usage[name]["total"],
-            )
-        )
+        used, total = usage[name]["used"], usage[name]["total"]
         lines.append(f"{indent}{_amount(name, used)}/{_amount(name, total)} {name}")
     return lines
 

@@ -64,6 +64,7 @@ def init(
     include_dashboard: bool | None = None,
     dashboard_host: str = "127.0.0.1",
     dashboard_port: int | None = None,
+    dashboard_url_prefix: str = "",
     runtime_env: dict | None = None,
     configure_logging: bool = True,
     lru_evict: bool = False,
@@ -114,6 +115,7 @@ def init(
                 include_dashboard=include_dashboard,
                 dashboard_host=dashboard_host,
                 dashboard_port=dashboard_port,
+                dashboard_url_prefix=dashboard_url_prefix,
             )
             node.start()
             _node = node

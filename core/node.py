@@ -77,11 +77,13 @@ def _detect_gpus() -> int:
 
 @dataclass
 class DashboardOptions:
-    """``--include-dashboard``, ``--dashboard-host``, ``--dashboard-port`` of ``ember start``."""
+    """``--include-dashboard``, ``--dashboard-host``, ``--dashboard-port`` and
+    ``--dashboard-url-prefix`` of ``ember start``."""
 
     include: bool | None = None  # None: the default (on where the dashboard is installed)
     host: str = "127.0.0.1"
     port: int = 8265
+    url_prefix: str = ""  # served under this path too, for a reverse proxy (Ray #35269)
 
 
 def node_ip_for(target_host: str | None = None) -> str:
@@ -123,6 +125,7 @@ class LocalNode:
         include_dashboard: bool | None = None,
         dashboard_host: str = "127.0.0.1",
         dashboard_port: int | None = None,
+        dashboard_url_prefix: str = "",
     ) -> None:
         self.object_store_memory = int(object_store_memory or default_object_store_memory())
         self.resources = build_resources(
@@ -151,6 +154,7 @@ class LocalNode:
                 include=include_dashboard,
                 host=dashboard_host,
                 port=dashboard_port if dashboard_port is not None else DashboardOptions.port,
+                url_prefix=dashboard_url_prefix,
             )
         # The dashboard runs on the head unless include=False; the agent runs on every node.
         self.dashboard = dashboard
@@ -285,6 +289,7 @@ class LocalNode:
                 "include": self.dashboard.include,
                 "host": self.dashboard.host,
                 "port": self.dashboard.port,
+                "url_prefix": self.dashboard.url_prefix,
                 "url": self.dashboard_url,
             },
         }

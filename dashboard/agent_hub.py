@@ -61,9 +61,10 @@ class AgentHub:
         )
         self.server = grpc.aio.server(options=wire.CHANNEL_OPTIONS)
         self.server.add_generic_rpc_handlers((handler,))
-        bound = self.server.add_insecure_port(f"{host}:{port}")
+        where = f"[{host}]" if ":" in host else host  # an IPv6 address needs its brackets
+        bound = self.server.add_insecure_port(f"{where}:{port}")
         await self.server.start()
-        self.address = f"{host}:{bound}"
+        self.address = f"{where}:{bound}"
         return self.address
 
     async def stop(self) -> None:

@@ -43,6 +43,11 @@ def main(argv: list[str] | None = None) -> None:
     if "--process-name" in argv:
         i = argv.index("--process-name")
         del argv[i : i + 2]
+    watch_pid = 0  # the node's raylet: a daemon node's agent ends with it (no parent ties them)
+    if "--watch-pid" in argv:
+        i = argv.index("--watch-pid")
+        watch_pid = int(argv[i + 1])
+        del argv[i : i + 2]
     if "--session-dir" in argv:
         session_dir = argv[argv.index("--session-dir") + 1]
     if parent_pid:
@@ -73,7 +78,10 @@ def main(argv: list[str] | None = None) -> None:
         if first and ready_fd >= 0:
             os.close(ready_fd)
         first = False
-        code = child.wait()
+        code = _wait(child, watch_pid)
+        if code is None:  # the raylet is gone: so is the node
+            print(f"{time.ctime()} the raylet (pid {watch_pid}) exited; stopping", file=log)
+            stop(signal.SIGTERM, None)
         if stopping:
             break
         now = time.time()
@@ -93,6 +101,25 @@ def main(argv: list[str] | None = None) -> None:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+
+
+def _wait(child: subprocess.Popen, watch_pid: int) -> int | None:
+    """The child's exit code, or None as soon as ``watch_pid`` has exited."""
+    while True:
+        try:
+            return child.wait(1.0 if watch_pid else None)
+        except subprocess.TimeoutExpired:
+            if not _alive(watch_pid):
+                return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")  # a zombie has exited; only its parent has not reaped it
 
 
 if __name__ == "__main__":

@@ -21,8 +21,10 @@ def start_dashboard(
     port: int | None = None,
     url_prefix: str = "",
     token_file: str | None = None,
+    agent_host: str = "",
 ) -> tuple[str, str]:
-    """Starts the dashboard; returns (its URL, the gRPC address agents stream to)."""
+    """Starts the dashboard; returns (its URL, the gRPC address agents stream to).
+    ``agent_host``: where the agents' hub listens (default: ``host``)."""
     from ember.dashboard.config import DEFAULT_PORT
 
     argv = [
@@ -41,6 +43,8 @@ def start_dashboard(
         argv += ["--url-prefix", url_prefix]
     if token_file:
         argv += ["--token-file", token_file]
+    if agent_host:
+        argv += ["--agent-host", agent_host]
     url, agent_address = spawn("dashboard", argv).split()
     return url, agent_address
 
@@ -57,6 +61,7 @@ def start_node_agent(
     head: bool = False,
     components: dict[str, Any] | None = None,
     token_file: str | None = None,
+    watch_pid: int = 0,
 ) -> str:
     """Starts the agent under its supervisor; returns its socket address. Without a dashboard
     address it looks the head's up in the GCS (worker nodes of a cluster)."""
@@ -85,6 +90,8 @@ def start_node_agent(
         argv += ["--components", ",".join(f"{k}={v}" for k, v in components.items())]
     if token_file:
         argv += ["--token-file", token_file]
+    if watch_pid:
+        argv += ["--watch-pid", str(watch_pid)]
     return spawn("agent", argv)
 
 
@@ -104,7 +111,12 @@ def start_node_agents_for(node: Any) -> str:
             gcs_address=gcs_address,
             host=options.host,
             port=options.port,
+            url_prefix=options.url_prefix,
             token_file=token_file,
+            # A cluster's agents on other machines stream to the hub: it listens on the node
+            # IP (with the cluster token, see server.py), like the node's other TCP listeners;
+            # the embedded node's hub stays on loopback. The HTTP port keeps --dashboard-host.
+            agent_host=node.node_ip if node.cluster else "127.0.0.1",
         )
     components = {name: p.pid for name, p in node.procs.items() if name not in ("agent",)}
     if node.tied_to:
@@ -120,5 +132,10 @@ def start_node_agents_for(node: Any) -> str:
         head=node.head,
         components=components,
         token_file=token_file,
+        # A daemon node (ember start) has no parent process to tie the agent to: its
+        # supervisor watches the raylet, so a raylet that shuts down (its head gone) takes it.
+        watch_pid=node.procs["raylet"].pid
+        if node.tied_to is None and "raylet" in node.procs
+        else 0,
     )
     return url

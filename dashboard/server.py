@@ -63,8 +63,7 @@ def load_token(host: str, session_dir: str, token_file: str | None) -> str | Non
     if is_loopback(host):
         return None
     if token_file:
-        with open(token_file) as f:
-            return f.read().strip()
+        return read_token_file(token_file)
     if os.environ.get("EMBER_CLUSTER_TOKEN"):
         return os.environ["EMBER_CLUSTER_TOKEN"]
     token = secrets.token_urlsafe(24)
@@ -75,16 +74,33 @@ def load_token(host: str, session_dir: str, token_file: str | None) -> str | Non
     return token
 
 
+def read_token_file(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
+
+
 async def serve(args: argparse.Namespace) -> None:
     import uvicorn
     from ember.process_util import signal_ready
 
     token = load_token(args.host, args.session_dir, args.token_file)
+    # The agents' hub may listen elsewhere than the HTTP port: a cluster head's hub binds the
+    # node IP, since the agents of other machines stream to it, while the browser's port stays
+    # on loopback. A cluster's hub (it has the token file) always demands the token, even on
+    # loopback, which other users of the machine share: every agent of a cluster has it, and
+    # what the hub ingests is shown as the cluster's state. Off loopback it demands one anyway.
+    agent_host = args.agent_host or args.host
+    hub_token = None
+    if args.token_file:
+        hub_token = token or read_token_file(args.token_file)
+    elif not is_loopback(agent_host):
+        hub_token = token or load_token(agent_host, args.session_dir, None)
     state = DashboardState()
-    hub = AgentHub(state, token)
-    agent_address = await hub.start(args.host, args.agent_port)
+    hub = AgentHub(state, hub_token)
+    agent_address = await hub.start(agent_host, args.agent_port)
+    gcs_token = token or hub_token
     gcs = (
-        GcsClient(args.gcs_address, state, token.encode() if token else None)
+        GcsClient(args.gcs_address, state, gcs_token.encode() if gcs_token else None)
         if args.gcs_address
         else None
     )
@@ -93,7 +109,8 @@ async def serve(args: argparse.Namespace) -> None:
         hub=hub,
         gcs=gcs,
         host=args.host,
-        prefix=args.url_prefix,
+        # "ember", "/ember/" and "/ember" are one prefix; the URL printed must carry "/ember".
+        prefix="/" + args.url_prefix.strip("/") if args.url_prefix.strip("/") else "",
         session_dir=args.session_dir,
         frontend_dir=default_frontend_dir(),
     )
@@ -171,6 +188,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--session-dir", required=True)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0: any free port")
+    p.add_argument(
+        "--agent-host",
+        default="",
+        help="where the agents' gRPC hub listens (default: --host); off loopback it needs the token",
+    )
     p.add_argument("--agent-port", type=int, default=0, help="gRPC port the agents stream to")
     p.add_argument("--gcs-address", default="")
     p.add_argument("--url-prefix", default="")
@@ -188,9 +210,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.parent_pid:
         die_with_parent(args.parent_pid)
     # Slightly below the tasks, not at the bottom: a busy node is when its user opens the
-    # dashboard. At nice 19 it got ~1.5% of a core beside two busy workers and pages took tens
-    # of seconds; at 5 a request still waits its turn but answers. The agent, whose event
-    # pipeline can lag (its buffers are bounded), stays at 19.
+    # dashboard. At nice 19 the scheduler's weights give it ~1.5% of a core beside one busy
+    # worker; at 5 about a third. The agent, whose event pipeline can lag (its buffers are
+    # bounded), stays at 19.
     os.nice(int(os.environ.get("EMBER_DASHBOARD_NICE", "5")))
     asyncio.run(serve(args))
 

@@ -50,6 +50,25 @@ def run(*args: str, check: bool = True, env: dict | None = None) -> subprocess.C
     return proc
 
 
+def head_args(port: int, temp_dir: str, *extra: str) -> list[str]:
+    """``ember start --head`` on loopback with one CPU and a small store, plus ``extra``."""
+    return [
+        "start",
+        "--head",
+        "--port",
+        str(port),
+        "--num-cpus",
+        "1",
+        "--node-ip-address",
+        "127.0.0.1",
+        "--temp-dir",
+        temp_dir,
+        "--object-store-memory",
+        str(64 * 1024**2),
+        *extra,
+    ]
+
+
 @pytest.fixture
 def temp_root():
     root = tempfile.mkdtemp(prefix="emb-cli-", dir="/tmp")  # short: Unix socket paths
@@ -63,17 +82,7 @@ def test_start_status_join_drive_and_stop(temp_root):
     port = _free_port()
     address = f"127.0.0.1:{port}"
     common = ["--node-ip-address", "127.0.0.1", "--object-store-memory", str(128 * 1024**2)]
-    head = run(
-        "start",
-        "--head",
-        "--port",
-        str(port),
-        "--num-cpus",
-        "1",
-        "--temp-dir",
-        f"{temp_root}/head",
-        *common,
-    )
+    head = run(*head_args(port, f"{temp_root}/head"))
     assert f"ember start --address='{address}'" in head.stdout
     assert "ember.init(address='auto')" in head.stdout
     # A wrong token is refused, and no node starts.
@@ -144,6 +153,11 @@ def test_start_status_join_drive_and_stop(temp_root):
     )
     assert len(summary["active_nodes"]) == 2
     assert summary["usage"]["CPU"] == {"used": 0.0, "total": 3.0}
+    # Per node, the same shape as cluster-wide.
+    per_node = {n["node_ip"] + str(n["is_head"]): n["usage"] for n in summary["active_nodes"]}
+    assert per_node["127.0.0.1False"]["CPU"] == {"used": 0.0, "total": 2.0}
+    assert per_node["127.0.0.1True"]["CPU"] == {"used": 0.0, "total": 1.0}
+    assert all(set(use) == {"used", "total"} for n in per_node.values() for use in n.values())
     assert out.stdout.split()[1] in {n["node_id"] for n in summary["active_nodes"]}
     # Stop: everything of this temp dir goes; a second stop has nothing to do.
     stopped = run("stop", "--temp-dir", temp_root)
@@ -158,52 +172,139 @@ def test_start_status_join_drive_and_stop(temp_root):
     )
     again = run("stop", "--temp-dir", temp_root)
     assert "No Ember processes" in again.stdout
+    for _ in range(2):  # --force with nothing left: idempotent too
+        forced = run("stop", "--force", "--temp-dir", temp_root)
+        assert forced.returncode == 0 and "No Ember processes to stop" in forced.stdout
     gone = run("status", "--address", address, check=False)
     assert gone.returncode == 1
     assert gone.stderr.count("\n") == 1 and address in gone.stderr
 
 
-def test_block_stays_in_the_foreground_until_sigterm(temp_root):
+def _read_until(proc: subprocess.Popen, text: str, timeout: float) -> str:
+    """What ``proc`` printed, up to the line containing ``text``; fails at the deadline."""
+    import select
+    import time
+
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while text not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0 or proc.poll() is not None:
+            pytest.fail(f"no {text!r} from ember start within {timeout} s; it printed:\n{seen}")
+        # Straight from the pipe: a buffered reader would hide what it read ahead from select.
+        ready, _, _ = select.select([proc.stdout], [], [], min(left, 0.5))
+        if ready:
+            seen += os.read(proc.stdout.fileno(), 65536).decode(errors="replace")
+    return seen
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_block_stays_in_the_foreground_until_sigterm_or_ctrl_c(temp_root, sig):
     port = _free_port()
     proc = subprocess.Popen(
-        [
-            EMBER,
-            "start",
-            "--head",
-            "--block",
-            "--port",
-            str(port),
-            "--num-cpus",
-            "1",
-            "--node-ip-address",
-            "127.0.0.1",
-            "--temp-dir",
-            temp_root,
-            "--object-store-memory",
-            str(64 * 1024**2),
-        ],
+        [EMBER, *head_args(port, temp_root, "--block")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        wait_until(
-            lambda: (
-                run(
-                    "status", "--address", f"127.0.0.1:{port}", "--temp-dir", temp_root, check=False
-                ).returncode
-                == 0
-            ),
-            timeout=30,
-        )
+        # It says so once its signal handlers are in place; only then is a signal its to handle.
+        _read_until(proc, "--block: staying in the foreground", timeout=60)
+        status = run("status", "--address", f"127.0.0.1:{port}", "--temp-dir", temp_root)
+        assert " 1 node_" in status.stdout
         assert proc.poll() is None
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         assert proc.wait(30) == 0
+        assert f"Stopping the node ({sig.name})" in proc.stdout.read()
         assert not find_ember_processes(temp_root)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_start_gpus_memory_and_no_dashboard(temp_root):
+    port = _free_port()
+    head = run(
+        *head_args(
+            port,
+            temp_root,
+            "--num-gpus",
+            "2",
+            "--memory",
+            str(500 * 1024**2),
+            "--include-dashboard",
+            "false",
+        )
+    )
+    assert "Dashboard" not in head.stdout
+    summary = json.loads(run("status", "--address", f"127.0.0.1:{port}", "--format", "json").stdout)
+    assert summary["usage"]["GPU"] == {"used": 0.0, "total": 2.0}
+    assert summary["usage"]["memory"] == {"used": 0.0, "total": float(500 * 1024**2)}
+    assert summary["dashboard_url"] == ""
+    modules = {" ".join(p.cmdline()) for p in find_ember_processes(temp_root)}
+    assert not any("ember.dashboard.server" in m for m in modules)
+    assert any("ember.dashboard.agent_supervisor" in m for m in modules)  # agents: every node
+
+
+def test_dashboard_host_port_taken_and_url_prefix(temp_root):
+    """--dashboard-port taken: the next free port, and `ember start` says so. --dashboard-host
+    off loopback: the token is required. --dashboard-url-prefix: the API and app under it."""
+    import httpx
+    from ember.node import node_ip_for
+
+    host = node_ip_for()  # this machine's address on its network, when it has one
+    held = socket.socket()
+    held.bind((host, 0))
+    held.listen(1)
+    taken = held.getsockname()[1]
+    try:
+        head = run(
+            *head_args(
+                _free_port(),
+                temp_root,
+                "--dashboard-host",
+                host,
+                "--dashboard-port",
+                str(taken),
+                "--dashboard-url-prefix",
+                "ember/",
+            )
+        )
+    finally:
+        held.close()
+    line = next(ln for ln in head.stdout.splitlines() if "Dashboard:" in ln)
+    prefix = f"Dashboard: port {taken} is taken; using "
+    assert prefix in line, head.stdout
+    url = line.split(": ")[-1]
+    used = int(line.split(prefix)[1].split(":")[0])
+    assert url == f"http://{host}:{used}/ember" and taken < used < taken + 100
+    token = head.stdout.split("--token=")[1].split()[0]
+    auth = {"Authorization": f"Bearer {token}"}
+    if host != "127.0.0.1":  # off loopback the dashboard demands the cluster token
+        refused = httpx.get(f"{url}/api/version", timeout=30)
+        assert refused.status_code == 401 and "token" in refused.json()["detail"]
+    version = httpx.get(f"{url}/api/version", headers=auth, timeout=30)
+    assert version.status_code == 200 and version.json()["api"] == 1
+    index = httpx.get(f"{url}/", headers=auth, timeout=30)
+    assert index.status_code == 200 and "<title>Ember dashboard</title>" in index.text
+
+
+def test_node_ip_address_of_every_interface_is_refused(temp_root):
+    refused = run(
+        "start",
+        "--head",
+        "--node-ip-address",
+        "0.0.0.0",
+        "--temp-dir",
+        temp_root,
+        check=False,
+    )
+    assert refused.returncode == 2
+    assert "--node-ip-address" in refused.stderr and "never every interface" in refused.stderr
+    assert not find_ember_processes(temp_root)
 
 
 def test_stop_without_temp_dir_stops_every_ember_process_of_the_user():
@@ -260,3 +361,61 @@ def test_stop_without_temp_dir_stops_every_ember_process_of_the_user():
     finally:
         assert not find_ember_processes(root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_status_summary_shapes_and_feasibility_against_live_nodes():
+    """Usage has one shape everywhere; task and actor demands print alike; an actor's
+    infeasible flag is decided against the nodes alive now, not the GCS's queued reason."""
+    from ember.cli.status import render, summarize
+
+    def node(node_id: str, total: dict, avail: dict, demands=()) -> dict:
+        return {
+            "node_id": node_id,
+            "node_ip": "10.0.0.1",
+            "state": "ALIVE",
+            "resources_total": total,
+            "resources_available": avail,
+            "pending_demands": list(demands),
+        }
+
+    info = {
+        "nodes": [
+            node("a" * 32, {"CPU": 2.0}, {"CPU": 1.0}, [{"shape": {"CPU": 1.0}, "count": 3}]),
+            # This node joined after the actor below was queued as infeasible.
+            node("b" * 32, {"CPU": 1.0, "accel": 1.0}, {"CPU": 1.0, "accel": 1.0}),
+        ],
+        "pending_actors": [
+            {
+                "class_name": "Stale",
+                "reason": "infeasible: no node has {accel: 1}",
+                "resources": {"accel": 1, "CPU": 0},
+            },
+            {"class_name": "Huge", "reason": "waiting", "resources": {"CPU": 64}},
+        ],
+    }
+    summary = summarize(info)
+    assert summary["usage"]["CPU"] == {"used": 1.0, "total": 3.0}
+    assert summary["active_nodes"][0]["usage"]["CPU"] == {"used": 1.0, "total": 2.0}
+    demands = {d.get("actor", "tasks"): d for d in summary["pending_demands"]}
+    assert demands["tasks"] == {"shape": {"CPU": 1.0}, "count": 3, "infeasible": False}
+    assert demands["Stale"]["shape"] == {"accel": 1.0} and not demands["Stale"]["infeasible"]
+    assert demands["Huge"]["shape"] == {"CPU": 64.0} and demands["Huge"]["infeasible"]
+    text = render(summary)
+    assert " {'accel': 1.0}: 1+ pending actor Stale\n" in text + "\n"
+    assert " {'CPU': 64.0}: 1+ pending actor Huge (infeasible" in text
+    assert " 1.0/2.0 CPU" in text and " 1.0/3.0 CPU" in text
+
+
+def test_dashboard_on_every_interface_is_said_and_needs_the_token(temp_root):
+    import httpx
+
+    head = run(*head_args(_free_port(), temp_root, "--dashboard-host", "0.0.0.0"))
+    assert "--dashboard-host 0.0.0.0 listens on every interface" in head.stderr
+    url = head.stdout.split("Dashboard: ")[1].split()[0]
+    refused = httpx.get(f"{url}/api/version", timeout=30)
+    assert refused.status_code == 401
+    token = head.stdout.split("--token=")[1].split()[0]
+    ok = httpx.get(f"{url}/api/version", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert ok.status_code == 200
+    bad_port = run(*head_args(_free_port(), temp_root, "--dashboard-port", "70000"), check=False)
+    assert bad_port.returncode == 2 and "--dashboard-port" in bad_port.stderr

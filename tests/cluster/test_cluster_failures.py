@@ -103,18 +103,45 @@ def NodeAffinity(node_hex: str, soft: bool = False):
     return NodeAffinitySchedulingStrategy(node_hex, soft=soft)
 
 
-def test_silent_node_is_declared_dead_and_rejoins_as_new(cluster):
+def _node_of_pid(pid: int, nodes) -> object | None:
+    """The node whose raylet ``pid`` descends from (its workers are forked by its zygote)."""
+    import psutil
+
+    try:
+        parents = {p.pid for p in psutil.Process(pid).parents()}
+    except psutil.Error:
+        return None
+    return next((n for n in nodes if n.procs["raylet"].pid in parents), None)
+
+
+def _running(marks: str, wanted: int) -> list[tuple[int, int]]:
+    """The (task, pid) marker files once ``wanted`` tasks have started (else empty)."""
+    found = [tuple(map(int, f.split("-"))) for f in os.listdir(marks)]
+    return found if len(found) >= wanted else []
+
+
+def test_silent_node_is_declared_dead_and_rejoins_as_new(cluster, tmp_path):
     quiet = cluster.add_node(num_cpus=1, resources={"pool": 1})
-    cluster.add_node(num_cpus=1, resources={"pool": 1})
+    other = cluster.add_node(num_cpus=1, resources={"pool": 1})
     cluster.connect()
-    first = [slow.options(resources={"pool": 1}, max_retries=2).remote(i, 1.0) for i in range(2)]
-    time.sleep(0.3)  # both tasks are running, one on each node
+    marks = str(tmp_path)
+    first = [
+        marked.options(resources={"pool": 1}, max_retries=2).remote(i, marks, 3.0) for i in range(2)
+    ]
+    # Both tasks are running, one on each node (each node has one "pool").
+    started = wait_until(lambda: _running(marks, 2), timeout=30, message="both tasks running")
+    on_quiet = [i for i, pid in started if _node_of_pid(pid, [quiet, other]) is quiet]
+    assert len(on_quiet) == 1, started
     pgid = quiet.procs["raylet"].pid
     os.killpg(pgid, signal.SIGSTOP)  # the node and its workers freeze: sockets stay open
     try:
         wait_until(lambda: quiet.node_id not in cluster.alive_node_ids(), timeout=20)
         # Its task is retried on the other node.
-        assert sorted(r[0] for r in ember.get(first, timeout=30)) == [0, 1]
+        results = dict(ember.get(first, timeout=30))
+        assert sorted(results) == [0, 1]
+        assert results[on_quiet[0]] == other.node_id.hex()
+        # Started twice: once on the frozen node, then again (the retry).
+        assert sum(1 for i, _ in _running(marks, 0) if i == on_quiet[0]) == 2
     finally:
         os.killpg(pgid, signal.SIGCONT)
 
@@ -128,13 +155,32 @@ def test_silent_node_is_declared_dead_and_rejoins_as_new(cluster):
     assert len(ember.get(refs, timeout=30)) == 4
 
 
-def test_head_loss_gives_a_clear_error_within_seconds(cluster):
+def test_head_loss_gives_a_clear_error_within_seconds(cluster, tmp_path):
     worker = cluster.add_node(num_cpus=1)
     cluster.connect(node=worker)  # the driver lives on the worker node
-    ref = slow.remote(0, 60.0)
-    time.sleep(0.3)
+    marks = str(tmp_path)
+    ref = marked.remote(0, marks, 60.0)
+    wait_until(lambda: _running(marks, 1), timeout=30, message="the task running")
     start = time.monotonic()
     cluster.remove_node(cluster.head_node, allow_graceful=False)
     with pytest.raises(ObjectLostError, match="head node is gone"):
         ember.get(ref, timeout=30)
     assert time.monotonic() - start < 10
+
+
+def test_worker_node_shuts_down_and_says_why_when_the_head_goes(cluster):
+    worker = cluster.add_node(num_cpus=1)
+    import psutil
+
+    raylet = psutil.Process(worker.procs["raylet"].pid)
+    procs = [psutil.Process(p.pid) for p in worker.procs.values()]
+    procs += raylet.children(recursive=True)  # its zygote and workers
+    assert len(procs) >= 3
+    cluster.remove_node(cluster.head_node, allow_graceful=False)
+    # Every process of the worker node exits on its own (the test stops nothing of it).
+    gone, alive = psutil.wait_procs(procs, timeout=20)
+    assert not alive, [(p.pid, p.name()) for p in alive]
+    log = os.path.join(worker.session_dir, "logs", "raylet.log")
+    with open(log, errors="replace") as f:
+        text = f.read()
+    assert "lost the GCS" in text and "the node shuts down" in text, text[-2000:]

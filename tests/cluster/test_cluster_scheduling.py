@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from ember.exceptions import TaskUnschedulableError
 from ember.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ember_test_utils import wait_until
 
 
 @ember.remote
@@ -39,12 +40,24 @@ def test_tasks_spill_over_and_custom_resources_place_them(cluster):
     assert ember.get(a.where.remote(), timeout=30) == worker.node_id.hex()
 
 
-def test_spread_uses_every_node(cluster):
-    cluster.add_node(num_cpus=1)
-    cluster.add_node(num_cpus=1)
+def test_spread_uses_every_node(cluster_factory):
+    # Every node could hold all four tasks: by default they pack onto the driver's node (the
+    # head), so only SPREAD puts them on all three nodes.
+    cluster = cluster_factory(num_cpus=4)
+    cluster.add_node(num_cpus=4)
+    cluster.add_node(num_cpus=4)
     cluster.connect()
-    refs = [node_of.options(scheduling_strategy="SPREAD").remote(0.5) for _ in range(3)]
-    assert len(set(ember.get(refs, timeout=30))) == 3
+    packed = ember.get([node_of.remote(0.5) for _ in range(4)], timeout=30)
+    assert set(packed) == {cluster.head_node.node_id.hex()}
+    head = cluster.head_node.node_id
+
+    def head_cpus_free() -> bool:  # the packed tasks' leases are back (they idle briefly)
+        node = next(n for n in cluster.gcs_call("list_nodes") if n["node_id"] == head)
+        return node["resources_available"].get("CPU") == 4.0
+
+    wait_until(head_cpus_free, timeout=20, message="the head's CPUs to be free again")
+    spread = [node_of.options(scheduling_strategy="SPREAD").remote(0.5) for _ in range(4)]
+    assert set(ember.get(spread, timeout=30)) == {n.node_id.hex() for n in cluster.list_all_nodes()}
 
 
 def test_node_affinity_hard_soft_and_gone(cluster):
@@ -63,25 +76,61 @@ def test_node_affinity_hard_soft_and_gone(cluster):
     assert ember.get(head_only.remote(), timeout=30) == other.node_id.hex()
     # Hard affinity to a node that is gone fails with a clear error.
     cluster.remove_node(worker)
-    from ember_test_utils import wait_until
-
     wait_until(lambda: worker.node_id not in cluster.alive_node_ids(), timeout=20)
     with pytest.raises(TaskUnschedulableError, match="not alive"):
         ember.get(node_of.options(scheduling_strategy=hard).remote(), timeout=30)
 
 
-def test_infeasible_until_a_capable_node_joins(cluster, capsys):
-    cluster.connect()
-    ref = node_of.options(resources={"bigmem": 1}).remote()
-    ready, _ = ember.wait([ref], timeout=1.5)
-    assert not ready
+def _pending_demand(cluster, wanted) -> dict | None:
+    """The first pending demand `ember status` shows for which ``wanted(demand)`` holds."""
+    from ember.cli.status import summarize
+
+    rows = summarize(cluster.gcs_call("cluster_info"))["pending_demands"]
+    return next((d for d in rows if wanted(d)), None)
+
+
+def test_infeasible_until_a_capable_node_joins(cluster):
     from ember.cli.status import render, summarize
 
+    cluster.connect()
+    ref = node_of.options(resources={"bigmem": 1}).remote()
+
+    def demand() -> dict | None:
+        return _pending_demand(cluster, lambda d: "bigmem" in d["shape"])
+
+    # The raylet reports it with its next heartbeat; `ember status` flags it infeasible.
+    pending = wait_until(demand, timeout=20, message="the task's pending demand")
+    assert pending["infeasible"] and pending["shape"] == {"CPU": 1.0, "bigmem": 1.0}
+    assert not ember.wait([ref], timeout=0)[0]
     text = render(summarize(cluster.gcs_call("cluster_info")))
     demands = text.split("Pending Demands:")[1]
     assert "'bigmem': 1.0" in demands and "infeasible" in demands
     node = cluster.add_node(num_cpus=1, resources={"bigmem": 1})
     assert ember.get(ref, timeout=30) == node.node_id.hex()
+    wait_until(lambda: demand() is None, timeout=20, message="the demand to leave the status")
+
+
+def test_actor_infeasible_until_a_capable_node_joins(cluster):
+    cluster.connect()
+
+    @ember.remote(resources={"bigbox": 1})
+    class Big:
+        def where(self) -> str:
+            return ember.get_runtime_context().get_node_id()
+
+    actor = Big.remote()
+    call = actor.where.remote()
+
+    def demand() -> dict | None:
+        return _pending_demand(cluster, lambda d: d.get("actor", "").endswith("Big"))
+
+    # Pending, and `ember status` flags it infeasible: no node alive has "bigbox".
+    pending = wait_until(demand, timeout=20, message="the actor's pending demand")
+    assert pending["infeasible"] and pending["shape"] == {"bigbox": 1.0}
+    assert not ember.wait([call], timeout=0)[0]
+    node = cluster.add_node(num_cpus=1, resources={"bigbox": 1})
+    assert ember.get(call, timeout=30) == node.node_id.hex()
+    wait_until(lambda: demand() is None, timeout=20, message="the demand to leave the status")
 
 
 def test_large_arguments_pull_work_to_their_data(cluster):
@@ -120,8 +169,6 @@ def test_worker_output_reaches_a_driver_on_another_node(cluster, capfd):
     def printed() -> bool:
         seen.append(capfd.readouterr().out)
         return "hello from the far node" in "".join(seen)
-
-    from ember_test_utils import wait_until
 
     wait_until(printed, timeout=10, message="the far worker's output in the driver")
 

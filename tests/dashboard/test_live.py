@@ -353,6 +353,24 @@ def test_follow_streams_new_lines_and_reports_a_deleted_file(live):
     assert seen[:2] == ["first line", "second line"]
 
 
+def test_url_prefix_from_init_serves_the_api_and_the_app(ember_start):
+    # Near the end of the module: ember_start replaces the module's node.
+    ctx = ember_start(dashboard_url_prefix="/proxied/ember/")
+    assert ctx.dashboard_url.endswith("/proxied/ember")
+    with httpx.Client(timeout=60) as http:
+        version = http.get(f"{ctx.dashboard_url}/api/version")
+        assert version.status_code == 200 and version.json()["api"] == 1
+        index = http.get(f"{ctx.dashboard_url}/")
+        assert index.status_code == 200 and "<title>Ember dashboard</title>" in index.text
+        # The app's assets, referenced relative to the index, load under the prefix too.
+        asset = index.text.split('src="./', 1)[1].split('"', 1)[0]
+        script = http.get(f"{ctx.dashboard_url}/{asset}")
+        assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+        # So does the API's own documentation, whose links carry the prefix.
+        docs = http.get(f"{ctx.dashboard_url}/docs")
+        assert docs.status_code == 200 and "/proxied/ember/openapi.json" in docs.text
+
+
 def test_include_dashboard_false_starts_no_dashboard(ember_start):
     # Last in the module: ember_start replaces the module's node.
     ctx = ember_start(include_dashboard=False)
