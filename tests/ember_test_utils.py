@@ -39,3 +39,13 @@ def assert_no_ember_children(timeout: float = 10.0) -> None:
             left = [(p.pid, " ".join(p.cmdline())[:120]) for p in ember_children()]
             pytest.fail(f"Ember processes left behind: {left}")
         time.sleep(0.05)
+
+
+def dashboard_url_in(output: str) -> str:
+    """The URL on ``ember start``'s "Dashboard: ..." line (which also says when the asked-for
+    port was taken and another used)."""
+    import re
+
+    m = re.search(r"^\s*Dashboard: .*?(https?://\S+)", output, re.MULTILINE)
+    assert m, f"no dashboard URL in: {output!r}"
+    return m.group(1).rstrip("/")

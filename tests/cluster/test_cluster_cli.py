@@ -17,7 +17,7 @@ import textwrap
 import psutil
 import pytest
 from ember.cli.stop import find_ember_processes
-from ember_test_utils import wait_until
+from ember_test_utils import dashboard_url_in, wait_until
 
 EMBER = os.path.join(os.path.dirname(sys.executable), "ember")
 
@@ -411,7 +411,7 @@ def test_dashboard_on_every_interface_is_said_and_needs_the_token(temp_root):
 
     head = run(*head_args(_free_port(), temp_root, "--dashboard-host", "0.0.0.0"))
     assert "--dashboard-host 0.0.0.0 listens on every interface" in head.stderr
-    url = head.stdout.split("Dashboard: ")[1].split()[0]
+    url = dashboard_url_in(head.stdout)
     refused = httpx.get(f"{url}/api/version", timeout=30)
     assert refused.status_code == 401
     token = head.stdout.split("--token=")[1].split()[0]

@@ -15,6 +15,7 @@ import textwrap
 import pytest
 from ember.cli.stop import find_ember_processes
 from ember.session import DEFAULT_TEMP_DIR
+from ember_test_utils import dashboard_url_in
 
 EMBER = os.path.join(os.path.dirname(sys.executable), "ember")
 
@@ -209,7 +210,7 @@ def test_nodes_in_two_network_namespaces(two_namespaces):
         assert f"({ip_a}, head)" in status.stdout and f"({ip_b})" in status.stdout
         # The worker's agent reached the head's dashboard across the link (it once dialled
         # its own loopback): the head's dashboard lists that node, alive, with its metrics.
-        dashboard_url = head.stdout.split("Dashboard: ")[1].split()[0]
+        dashboard_url = dashboard_url_in(head.stdout)
         seen = in_ns(ns_a, sys.executable, "-c", DASHBOARD_SEES, dashboard_url, ip_b, timeout=120)
         assert seen.returncode == 0, seen.stderr
         seen = json.loads(seen.stdout)
