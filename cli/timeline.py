@@ -56,10 +56,34 @@ def timeline(
         f"Trace file written to {output} ({info.get('tasks', '?')} tasks, "
         f"{info.get('spans', 0)} profile spans, {info.get('flows', 0)} arrows)."
     )
-    dropped = {k: v for k, v in (info.get("dropped") or {}).items() if v}
-    if dropped:
-        click.echo(f"The dashboard's bounded buffers dropped older entries: {dropped}", err=True)
+    for line in loss_warnings(info):
+        click.echo(line, err=True)
     click.echo("Open it in chrome://tracing, https://ui.perfetto.dev or speedscope.")
+
+
+def loss_warnings(info: dict) -> list[str]:
+    """What the trace lacks because the dashboard's bounded stores let it go, from its
+    metadata (``ember_trace_info``): one line per kind, saying how to keep more."""
+    dropped = {k: v for k, v in (info.get("dropped") or {}).items() if v}
+    lines = []
+    evicted = dropped.pop("tasks", 0)
+    if evicted:
+        cap = info.get("max_tasks")
+        kept = f"the newest {cap:,}" if isinstance(cap, int) else "a bounded number of"
+        lines.append(
+            f"Warning: the dashboard keeps {kept} tasks (max_tasks); {evicted:,} older tasks "
+            "were evicted and are not in this trace. Set EMBER_DASHBOARD_MAX_TASKS on the head "
+            "to keep more."
+        )
+    during = dropped.pop("tasks_during_export", 0)
+    if during:
+        lines.append(
+            f"Warning: {during:,} tasks were evicted while the trace was written (the cluster "
+            "runs tasks faster than the export reads them); they are not in this trace."
+        )
+    if dropped:
+        lines.append(f"Warning: the dashboard's bounded buffers dropped older entries: {dropped}")
+    return lines
 
 
 def _trace_info(path: str) -> dict:
