@@ -33,6 +33,7 @@ import time
 import grpc
 import httpx
 import psutil
+from ember.cli.timeline import trace_info
 from ember.dashboard import wire
 
 FUNCTIONS = [f"module.func_{i}" for i in range(50)]
@@ -267,17 +268,6 @@ async def export_timeline(url: str, dash: psutil.Process, path: str) -> dict:
         "dashboard_rss_mb_peak": round(max(samples + [rss_before]) / 2**20),
         "rss_samples": len(samples),
     }
-
-
-def trace_info(path: str) -> dict:
-    """The trace's metadata: its last event (``ember_trace_info``)."""
-    with open(path, "rb") as f:
-        f.seek(max(os.path.getsize(path) - 65536, 0))
-        tail = f.read().decode("utf-8", "replace")
-    for line in reversed(tail.splitlines()):
-        if "ember_trace_info" in line:
-            return json.loads(line.lstrip(",").strip())["args"]
-    return {}
 
 
 def pct(values: list[float], q: float) -> float:

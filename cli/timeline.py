@@ -51,7 +51,7 @@ def timeline(
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    info = _trace_info(output)
+    info = trace_info(output)
     click.echo(
         f"Trace file written to {output} ({info.get('tasks', '?')} tasks, "
         f"{info.get('spans', 0)} profile spans, {info.get('flows', 0)} arrows)."
@@ -86,7 +86,7 @@ def loss_warnings(info: dict) -> list[str]:
     return lines
 
 
-def _trace_info(path: str) -> dict:
+def trace_info(path: str) -> dict:
     """The trace's last event carries its counts (``ember_trace_info``)."""
     with open(path, "rb") as f:
         f.seek(max(os.path.getsize(path) - 8192, 0))

@@ -161,8 +161,23 @@ def timeline(filename: str | None = None) -> list[dict[str, Any]] | None:
                 _local_trace(worker, out)
         else:
             _local_trace(worker, out)
-        if filename is None:
-            return json.loads(out.getvalue())
-        return None
+        events = json.loads(out.getvalue()) if filename is None else None
     finally:
         out.close()
+    _warn_losses(events[-1].get("args", {}) if events else _file_info(filename))
+    return events
+
+
+def _file_info(path: str | None) -> dict[str, Any]:
+    from ember.cli.timeline import trace_info
+
+    return trace_info(path) if path else {}
+
+
+def _warn_losses(info: dict[str, Any]) -> None:
+    """The trace lacks what the dashboard's bounded stores let go (tasks evicted past its
+    ``max_tasks``...): say so, as ``ember timeline`` does."""
+    from ember.cli.timeline import loss_warnings
+
+    for line in loss_warnings(info):
+        warnings.warn(f"ember.timeline(): {line}", RuntimeWarning, stacklevel=4)

@@ -14,6 +14,7 @@ import time
 import tracemalloc
 import urllib.error
 import urllib.request
+import warnings
 from types import SimpleNamespace
 
 import ember
@@ -560,7 +561,6 @@ def test_timeline_sends_the_cluster_token(tmp_path, monkeypatch):
     import socket
     import subprocess
     import sys
-    import warnings
 
     ember_cli = os.path.join(os.path.dirname(sys.executable), "ember")
     root = tempfile.mkdtemp(prefix="emb-tl-", dir="/tmp")  # short: Unix socket paths
@@ -619,3 +619,22 @@ def test_timeline_sends_the_cluster_token(tmp_path, monkeypatch):
             [ember_cli, "stop", "--force", "--temp-dir", root], capture_output=True, timeout=90
         )
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_timeline_warns_when_the_dashboard_evicted_tasks(ember_start, monkeypatch, tmp_path):
+    monkeypatch.setenv("EMBER_DASHBOARD_MAX_TASKS", "10")  # the dashboard process reads it
+    ember_start(num_cpus=2)
+    assert ember.get([leaf.remote(i) for i in range(30)]) == list(range(1, 31))
+
+    def evicted() -> dict | None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ember.timeline(filename=str(tmp_path / "t.json"))
+        info = json.loads((tmp_path / "t.json").read_text())[-1]["args"]
+        return {"info": info, "caught": caught} if info["dropped"]["tasks"] >= 20 else None
+
+    got = wait_until(evicted, timeout=30, interval=0.3, message="20 tasks evicted")
+    assert got["info"]["tasks"] == 10 and got["info"]["max_tasks"] == 10
+    messages = [str(w.message) for w in got["caught"]]
+    assert any("older tasks were evicted" in m and "newest 10 tasks" in m for m in messages)
+    assert all(w.filename == __file__ for w in got["caught"])
