@@ -273,29 +273,33 @@ class _Lanes:
 
     def __init__(self) -> None:
         self.lanes: dict[tuple[int, int], list[deque[tuple[int, int]]]] = {}
-        # Per worker, per lane: the latest end of any interval it was given. A task starting
-        # at or after it overlaps nothing remembered: the common case (tasks in order) costs
-        # one comparison instead of a pass over the lane's intervals.
-        self.busy_until: dict[tuple[int, int], list[int]] = {}
+        # Per worker, per lane: the interval with the latest end it was given. A task starting
+        # at or after that end overlaps nothing remembered, and one that overlaps that interval
+        # cannot go there: in the common case (tasks in order) a lane costs one or two
+        # comparisons, not a pass over its intervals.
+        self.latest: dict[tuple[int, int], list[tuple[int, int]]] = {}
 
     def place(self, pid: int, tid: int, start: int, end: int) -> int:
         key = (pid, tid)
         lanes = self.lanes.get(key)
         if lanes is None:
             lanes = self.lanes[key] = []
-            self.busy_until[key] = []
-        busy = self.busy_until[key]
+            self.latest[key] = []
+        latest = self.latest[key]
         for i, lane in enumerate(lanes):
-            if start >= busy[i] or all(end <= a or start >= b for a, b in lane):
+            a, b = latest[i]
+            if start >= b or (end <= a and all(end <= x or start >= y for x, y in lane)):
                 lane.append((start, end))
-                busy[i] = max(busy[i], end)
+                if end > b:
+                    latest[i] = (start, end)
                 return i
         if len(lanes) < MAX_LANES:
             lanes.append(deque([(start, end)], maxlen=LANE_MEMORY))
-            busy.append(end)
+            latest.append((start, end))
             return len(lanes) - 1
         lanes[-1].append((start, end))  # past the cap: overlaps are drawn as they are
-        busy[-1] = max(busy[-1], end)
+        if end > latest[-1][1]:
+            latest[-1] = (start, end)
         return len(lanes) - 1
 
 

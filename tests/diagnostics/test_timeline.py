@@ -638,3 +638,21 @@ def test_timeline_warns_when_the_dashboard_evicted_tasks(ember_start, monkeypatc
     messages = [str(w.message) for w in got["caught"]]
     assert any("older tasks were evicted" in m and "newest 10 tasks" in m for m in messages)
     assert all(w.filename == __file__ for w in got["caught"])
+
+
+def test_lanes_never_overlap_in_or_out_of_order():
+    import random
+
+    lanes = tl._Lanes()
+    rnd = random.Random(3)
+    placed: dict[int, list[tuple[int, int]]] = {}
+    # Seven tasks in flight at a time, in start order, then a few late records out of order.
+    intervals = [(i * 10, i * 10 + 70) for i in range(500)]
+    intervals += [(s, s + rnd.randrange(1, 40)) for s in rnd.sample(range(0, 5000), 50)]
+    for start, end in intervals:
+        placed.setdefault(lanes.place(1, 7, start, end), []).append((start, end))
+    assert len(placed) <= 9  # seven overlap at once; the late ones find room in a few lanes
+    for row in placed.values():
+        recent = sorted(row[-tl.LANE_MEMORY :])
+        assert all(a[1] <= b[0] for a, b in zip(recent, recent[1:], strict=False)), recent
+    assert lanes.place(1, 7, 10_000, 10_001) == 0  # after everything: the first lane again
