@@ -19,7 +19,12 @@ CHUNK = 1 << 16
     "--output", "-o", default=None, help="The file to write (default: a new file in the temp dir)."
 )
 @click.option("--job", "job_id", default=None, help="Only this job's tasks (hex id).")
-@click.option("--node", "node_id", default=None, help="Only tasks that ran on this node.")
+@click.option(
+    "--node",
+    "node_id",
+    default=None,
+    help="Only tasks that ran on this node (its id or a unique prefix, as `ember list` prints).",
+)
 @click.option(
     "--since",
     type=click.FloatRange(min=0, min_open=True),
