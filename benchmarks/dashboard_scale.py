@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -402,6 +403,7 @@ async def main_async(args: argparse.Namespace) -> dict:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        shutil.rmtree(session, ignore_errors=True)  # its logs and the exported trace
 
 
 def main() -> None:
