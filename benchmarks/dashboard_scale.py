@@ -3,13 +3,19 @@
 State goes in through the agents' real ingestion path: this script opens one gRPC stream per
 simulated node to a real dashboard process (``ember.dashboard.server``) and sends what an
 agent sends (hello, metrics with workers and log index every 2 s, task-event batches of
-5,000, actor rows). Then 20 concurrent HTTP clients page ``/api/actors?limit=100`` and
-``/api/tasks?limit=100`` (plus filtered and summary variants) while metrics keep streaming.
+5,000, actor rows). Then, while metrics keep streaming:
+
+- 20 concurrent HTTP clients page ``/api/actors?limit=100`` and ``/api/tasks?limit=100``
+  (plus filtered and summary variants);
+- 20 concurrent clients scrape ``/metrics`` (100 nodes' series);
+- one client downloads the whole ``/api/timeline`` (every task) into a file, while the
+  dashboard's RSS is sampled every 0.2 s (the export must stream in flat memory).
 
     .venv/bin/python benchmarks/dashboard_scale.py [--tasks N] [--actors N] [--nodes N]
-        [--clients 20] [--requests 50] [--json out.json]
+        [--clients 20] [--requests 50] [--metrics-requests 10] [--json out.json]
 
-Targets: p99 < 100 ms for the two list endpoints; the dashboard under 500 MB.
+Targets (issue 4 §5): p99 < 100 ms for the two list endpoints, < 300 ms for ``/metrics``; the
+1,000,000-task timeline in < 60 s with flat memory; the dashboard under 500 MB throughout.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +34,7 @@ import time
 import grpc
 import httpx
 import psutil
+from ember.cli.timeline import trace_info
 from ember.dashboard import wire
 
 FUNCTIONS = [f"module.func_{i}" for i in range(50)]
@@ -190,15 +198,19 @@ def actor_batches(n_actors: int, batch: int = 1_000):
         yield wire.encode({"type": "actors", "actors": rows})
 
 
-async def query_load(url: str, clients: int, requests: int) -> dict[str, list[float]]:
-    paths = [
-        "/api/actors?limit=100",
-        "/api/tasks?limit=100",
-        "/api/tasks?limit=100&filter=state=FAILED",
-        "/api/actors?limit=100&filter=state=DEAD",
-        "/api/tasks/summary",
-        "/api/nodes?limit=100",
-    ]
+LIST_PATHS = [
+    "/api/actors?limit=100",
+    "/api/tasks?limit=100",
+    "/api/tasks?limit=100&filter=state=FAILED",
+    "/api/actors?limit=100&filter=state=DEAD",
+    "/api/tasks/summary",
+    "/api/nodes?limit=100",
+]
+
+
+async def query_load(
+    url: str, clients: int, requests: int, paths: list[str] = LIST_PATHS
+) -> dict[str, list[float]]:
     lat: dict[str, list[float]] = {p: [] for p in paths}
 
     async def client(k: int) -> None:
@@ -214,6 +226,49 @@ async def query_load(url: str, clients: int, requests: int) -> dict[str, list[fl
 
     await asyncio.gather(*(client(k) for k in range(clients)))
     return lat
+
+
+async def export_timeline(url: str, dash: psutil.Process, path: str) -> dict:
+    """Downloads the whole ``/api/timeline`` into ``path``, sampling the dashboard's RSS."""
+    samples: list[int] = []
+    stop = asyncio.Event()
+
+    async def sample() -> None:
+        while not stop.is_set():
+            samples.append(dash.memory_info().rss)
+            try:
+                await asyncio.wait_for(stop.wait(), 0.2)
+            except TimeoutError:
+                pass
+
+    rss_before = dash.memory_info().rss
+    sampler = asyncio.ensure_future(sample())
+    t = time.perf_counter()
+    size = 0
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=600) as c:
+            async with c.stream("GET", "/api/timeline") as r:
+                if r.status_code != 200:
+                    raise SystemExit(f"/api/timeline: {r.status_code}")
+                with open(path, "wb") as f:
+                    async for chunk in r.aiter_bytes(1 << 20):
+                        f.write(chunk)
+                        size += len(chunk)
+    finally:
+        stop.set()
+        await sampler
+    seconds = time.perf_counter() - t
+    info = trace_info(path)
+    return {
+        "seconds": round(seconds, 1),
+        "tasks": info.get("tasks"),
+        "dropped": info.get("dropped"),
+        "bytes": size,
+        "bytes_per_task": round(size / max(info.get("tasks") or 1, 1)),
+        "dashboard_rss_mb_before": round(rss_before / 2**20),
+        "dashboard_rss_mb_peak": round(max(samples + [rss_before]) / 2**20),
+        "rss_samples": len(samples),
+    }
 
 
 def pct(values: list[float], q: float) -> float:
@@ -287,6 +342,29 @@ async def main_async(args: argparse.Namespace) -> dict:
         out, _ = await seq.communicate()
         sequential = json.loads(out)
         rss_peak = max(rss_after_ingest, dash.memory_info().rss)
+        # /metrics under 20 concurrent scrapers (a Prometheus per client, as a worst case).
+        scrape = await asyncio.create_subprocess_exec(
+            sys.executable,
+            __file__,
+            "--load-only",
+            url,
+            "--clients",
+            str(args.clients),
+            "--requests",
+            str(args.metrics_requests),
+            "--paths",
+            "/metrics",
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await scrape.communicate()
+        if scrape.returncode != 0:
+            raise SystemExit("the /metrics load failed")
+        metrics_lat = json.loads(out)["/metrics"]
+        rss_peak = max(rss_peak, dash.memory_info().rss)
+        # The whole timeline into a file, the dashboard's memory sampled meanwhile.
+        timeline = await export_timeline(url, dash, os.path.join(session, "timeline.json"))
+        os.unlink(os.path.join(session, "timeline.json"))
+        rss_peak = max(rss_peak, timeline["dashboard_rss_mb_peak"] * 2**20)
         stop.set()
         await asyncio.gather(*runners, return_exceptions=True)
         async with httpx.AsyncClient(base_url=url, timeout=30) as c:
@@ -311,6 +389,12 @@ async def main_async(args: argparse.Namespace) -> dict:
                 p: {"n": len(v), "p50": round(pct(v, 0.5), 1), "p99": round(pct(v, 0.99), 1)}
                 for p, v in sequential.items()
             },
+            "metrics_latency_ms": {
+                "n": len(metrics_lat),
+                "p50": round(pct(metrics_lat, 0.5), 1),
+                "p99": round(pct(metrics_lat, 0.99), 1),
+            },
+            "timeline_export": timeline,
             "load_average": os.getloadavg(),
         }
     finally:
@@ -319,6 +403,7 @@ async def main_async(args: argparse.Namespace) -> dict:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        shutil.rmtree(session, ignore_errors=True)  # its logs and the exported trace
 
 
 def main() -> None:
@@ -328,11 +413,15 @@ def main() -> None:
     p.add_argument("--nodes", type=int, default=100)
     p.add_argument("--clients", type=int, default=20)
     p.add_argument("--requests", type=int, default=50, help="per client")
+    p.add_argument("--metrics-requests", type=int, default=10, help="/metrics scrapes per client")
     p.add_argument("--json", default=None)
     p.add_argument("--load-only", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--paths", default=None, help=argparse.SUPPRESS)  # with --load-only
     args = p.parse_args()
     if args.load_only:
-        print(json.dumps(asyncio.run(query_load(args.load_only, args.clients, args.requests))))
+        paths = args.paths.split(",") if args.paths else LIST_PATHS
+        lat = asyncio.run(query_load(args.load_only, args.clients, args.requests, paths))
+        print(json.dumps(lat))
         return
     res = asyncio.run(main_async(args))
     print(json.dumps(res, indent=2))
@@ -340,9 +429,13 @@ def main() -> None:
         res["latency_ms"]["/api/actors?limit=100"]["p99"],
         res["latency_ms"]["/api/tasks?limit=100"]["p99"],
     ]
+    tl = res["timeline_export"]
     print(
         f"\nlist p99: actors {lists[0]} ms, tasks {lists[1]} ms (target < 100); "
-        f"dashboard {res['dashboard_rss_mb']} MB (target < 500)"
+        f"/metrics p99 {res['metrics_latency_ms']['p99']} ms (target < 300); "
+        f"timeline of {tl['tasks']} tasks in {tl['seconds']} s (target < 60), dashboard RSS "
+        f"{tl['dashboard_rss_mb_before']} -> peak {tl['dashboard_rss_mb_peak']} MB during it; "
+        f"dashboard peak {res['dashboard_rss_mb']} MB (target < 500)"
     )
     if args.json:
         with open(args.json, "w") as f:

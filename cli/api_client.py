@@ -6,7 +6,8 @@ dashboard, calling it with a deadline, turning its errors into one-line messages
 (``host:port``, a socket path, ``auto``); from a GCS address the dashboard's URL is read from
 the GCS (the dashboard publishes it there when it starts). Default: ``EMBER_DASHBOARD_URL``,
 then ``EMBER_ADDRESS``, then the newest local session. The token of a dashboard bound to a
-non-loopback address comes from ``EMBER_DASHBOARD_TOKEN`` or the session's token file.
+non-loopback address comes from ``EMBER_DASHBOARD_TOKEN`` or the session's token files
+(``dashboard_token``, also used by ``ember.timeline()``).
 """
 
 from __future__ import annotations
@@ -100,19 +101,40 @@ def _http_error(e: urllib.error.HTTPError) -> str:
 
 def resolve(address: str | None) -> Api:
     """The dashboard to talk to, from ``--address`` and the environment."""
-    token = os.environ.get("EMBER_DASHBOARD_TOKEN")
     url = address if address and address.startswith(("http://", "https://")) else None
     if url is None and not address:
         url = os.environ.get("EMBER_DASHBOARD_URL")
+    session_dir = None
     if url is None:
-        url, token_file = _from_gcs(address)
-        if token is None and token_file and os.path.exists(token_file):
-            with open(token_file) as f:
-                token = f.read().strip() or None
-    return Api(url, token)
+        url, session_dir = _from_gcs(address)
+    return Api(url, dashboard_token(session_dir))
+
+
+def dashboard_token(session_dir: str | None = None, token_file: str | None = None) -> str | None:
+    """The token a dashboard off loopback wants (``dashboard.server.load_token`` picks it):
+    ``EMBER_DASHBOARD_TOKEN``; else the cluster token (``token_file``, or the session's
+    ``cluster_token``), which a cluster's dashboard uses; else the one a dashboard of a
+    non-cluster session wrote to ``<session_dir>/dashboard_token``; else
+    ``EMBER_CLUSTER_TOKEN``. None when there is none (a loopback dashboard needs none)."""
+    token = os.environ.get("EMBER_DASHBOARD_TOKEN")
+    if token:
+        return token.strip()
+    files = [token_file] if token_file else []
+    if session_dir:
+        files += [os.path.join(session_dir, n) for n in ("cluster_token", "dashboard_token")]
+    for path in files:
+        try:
+            with open(path) as f:
+                token = f.read().strip()
+        except OSError:
+            continue  # not this kind of session, or not readable by this user
+        if token:
+            return token
+    return os.environ.get("EMBER_CLUSTER_TOKEN") or None
 
 
 def _from_gcs(address: str | None) -> tuple[str, str | None]:
+    """The dashboard's URL the GCS publishes, and the local session's dir if it is one."""
     from ember.cluster_address import find_gcs_address
     from ember.protocol import connection as conn_mod
 
@@ -144,11 +166,10 @@ def _from_gcs(address: str | None) -> tuple[str, str | None]:
             f"the cluster at {gcs_address} runs no dashboard (ember.init(include_dashboard="
             "False)?); the diagnostics commands need it"
         )
-    token_file = None
+    session = None
     if gcs_address.startswith("unix:"):  # a local session: its dir holds the token
         session = os.path.dirname(os.path.dirname(gcs_address[5:]))
-        token_file = os.path.join(session, "dashboard_token")
-    return url.decode() if isinstance(url, bytes) else str(url), token_file
+    return url.decode() if isinstance(url, bytes) else str(url), session
 
 
 # -- options and output shared by the commands ----------------------------------------------

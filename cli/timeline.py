@@ -19,7 +19,12 @@ CHUNK = 1 << 16
     "--output", "-o", default=None, help="The file to write (default: a new file in the temp dir)."
 )
 @click.option("--job", "job_id", default=None, help="Only this job's tasks (hex id).")
-@click.option("--node", "node_id", default=None, help="Only tasks that ran on this node.")
+@click.option(
+    "--node",
+    "node_id",
+    default=None,
+    help="Only tasks that ran on this node (its id or a unique prefix, as `ember list` prints).",
+)
 @click.option(
     "--since",
     type=click.FloatRange(min=0, min_open=True),
@@ -51,18 +56,42 @@ def timeline(
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    info = _trace_info(output)
+    info = trace_info(output)
     click.echo(
         f"Trace file written to {output} ({info.get('tasks', '?')} tasks, "
         f"{info.get('spans', 0)} profile spans, {info.get('flows', 0)} arrows)."
     )
-    dropped = {k: v for k, v in (info.get("dropped") or {}).items() if v}
-    if dropped:
-        click.echo(f"The dashboard's bounded buffers dropped older entries: {dropped}", err=True)
+    for line in loss_warnings(info):
+        click.echo(line, err=True)
     click.echo("Open it in chrome://tracing, https://ui.perfetto.dev or speedscope.")
 
 
-def _trace_info(path: str) -> dict:
+def loss_warnings(info: dict) -> list[str]:
+    """What the trace lacks because the dashboard's bounded stores let it go, from its
+    metadata (``ember_trace_info``): one line per kind, saying how to keep more."""
+    dropped = {k: v for k, v in (info.get("dropped") or {}).items() if v}
+    lines = []
+    evicted = dropped.pop("tasks", 0)
+    if evicted:
+        cap = info.get("max_tasks")
+        kept = f"the newest {cap:,}" if isinstance(cap, int) else "a bounded number of"
+        lines.append(
+            f"Warning: the dashboard keeps {kept} tasks (max_tasks); {evicted:,} older tasks "
+            "were evicted and are not in this trace. Set EMBER_DASHBOARD_MAX_TASKS on the head "
+            "to keep more."
+        )
+    during = dropped.pop("tasks_during_export", 0)
+    if during:
+        lines.append(
+            f"Warning: {during:,} tasks were evicted while the trace was written (the cluster "
+            "runs tasks faster than the export reads them); they are not in this trace."
+        )
+    if dropped:
+        lines.append(f"Warning: the dashboard's bounded buffers dropped older entries: {dropped}")
+    return lines
+
+
+def trace_info(path: str) -> dict:
     """The trace's last event carries its counts (``ember_trace_info``)."""
     with open(path, "rb") as f:
         f.seek(max(os.path.getsize(path) - 8192, 0))

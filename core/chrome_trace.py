@@ -3,8 +3,9 @@ Perfetto, speedscope), laid out by ``ember.dashboard.timeline``: a process per n
 per worker, a slice per task with its phases nested, arrows between tasks.
 
 With a dashboard running (``node["dashboard_url"]``), the trace is the cluster's, streamed
-from ``/api/timeline``: every driver's tasks on every node. Without one (or when it does not
-answer), the fallback is this driver's own task events, which its bounded buffer keeps.
+from ``/api/timeline`` with the cluster token: every driver's tasks on every node. Without
+one, the trace is this driver's own task events, which its bounded buffer keeps; when the
+dashboard does not answer or refuses, the same, with a warning naming its error.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from __future__ import annotations
 import io
 import json
 import os
-import sys
 import urllib.error
+import urllib.parse
 import urllib.request
+import warnings
 from types import SimpleNamespace
 from typing import Any
 
@@ -84,17 +86,37 @@ def _local_trace(worker: Any, out: Any) -> None:
     tl.write(out, records, store=store, node_labels=labels, driver_pids=[os.getpid()])
 
 
-def fetch(url: str, out: Any, params: dict[str, Any] | None = None, timeout: float = 60.0) -> None:
-    """Streams ``/api/timeline`` of the dashboard at ``url`` into ``out`` (text)."""
-    query = "&".join(f"{k}={v}" for k, v in (params or {}).items() if v is not None)
-    full = url.rstrip("/") + "/api/timeline" + (f"?{query}" if query else "")
-    with urllib.request.urlopen(full, timeout=timeout) as resp:
+def fetch(
+    url: str,
+    out: Any,
+    params: dict[str, Any] | None = None,
+    timeout: float = 60.0,
+    token: str | None = None,
+) -> None:
+    """Streams ``/api/timeline`` of the dashboard at ``url`` into ``out`` (text), with the
+    cluster token when there is one (a dashboard off loopback answers 401 without it)."""
+    query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
+    req = urllib.request.Request(url.rstrip("/") + "/api/timeline" + (f"?{query}" if query else ""))
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
         reader = io.TextIOWrapper(resp, encoding="utf-8")
         while True:
             chunk = reader.read(1 << 16)
             if not chunk:
                 break
             out.write(chunk)
+
+
+def _why(url: str, e: Exception) -> str:
+    """The dashboard's error in words: its status and ``detail`` for an HTTP error."""
+    if isinstance(e, urllib.error.HTTPError):
+        try:
+            detail = json.loads(e.read() or b"{}").get("detail")
+        except (ValueError, AttributeError, OSError):
+            detail = None
+        return f"the dashboard at {url} refused the request (HTTP {e.code}: {detail or e.reason})"
+    return f"the dashboard at {url} did not answer ({getattr(e, 'reason', e)})"
 
 
 def _flush_events(worker: Any) -> None:
@@ -121,22 +143,41 @@ def timeline(filename: str | None = None) -> list[dict[str, Any]] | None:
     out: Any = open(filename, "w") if filename else io.StringIO()  # noqa: SIM115
     try:
         if url:
+            from ember.cli.api_client import dashboard_token
+
+            token = dashboard_token(node.get("session_dir"), node.get("token_file"))
             try:
                 _flush_events(worker)
-                fetch(url, out)
+                fetch(url, out, token=token)
             except (OSError, urllib.error.URLError) as e:
-                print(
-                    f"(ember) the dashboard at {url} did not answer ({e}); the timeline has "
-                    "only this driver's tasks.",
-                    file=sys.stderr,
+                warnings.warn(
+                    f"ember.timeline(): {_why(url, e)}; the timeline has only this driver's "
+                    "own tasks.",
+                    RuntimeWarning,
+                    stacklevel=3,  # the caller of ember.timeline (through ember.api)
                 )
                 out.seek(0)
                 out.truncate()
                 _local_trace(worker, out)
         else:
             _local_trace(worker, out)
-        if filename is None:
-            return json.loads(out.getvalue())
-        return None
+        events = json.loads(out.getvalue()) if filename is None else None
     finally:
         out.close()
+    _warn_losses(events[-1].get("args", {}) if events else _file_info(filename))
+    return events
+
+
+def _file_info(path: str | None) -> dict[str, Any]:
+    from ember.cli.timeline import trace_info
+
+    return trace_info(path) if path else {}
+
+
+def _warn_losses(info: dict[str, Any]) -> None:
+    """The trace lacks what the dashboard's bounded stores let go (tasks evicted past its
+    ``max_tasks``...): say so, as ``ember timeline`` does."""
+    from ember.cli.timeline import loss_warnings
+
+    for line in loss_warnings(info):
+        warnings.warn(f"ember.timeline(): {line}", RuntimeWarning, stacklevel=4)

@@ -8,8 +8,9 @@ and ip, component, state, function or class name, mount, resource shape; functio
 shape values are capped per metric (``MAX_LABEL_VALUES``) and the rest are summed under
 ``"other"``, so a program with a million distinct lambdas cannot blow up Prometheus.
 
-``/metrics?node_id=ID`` serves one node's series; ``/metrics?scope=cluster`` the cluster-wide
-ones (tasks, actors, demands, the dashboard's own cost). The service-discovery file lists one
+``/metrics?node_id=ID`` (or a unique prefix of it) serves one node's series;
+``/metrics?scope=cluster`` the cluster-wide ones (tasks, actors, demands, the dashboard's own
+cost). The service-discovery file lists one
 target per node with that parameter, so Prometheus labels each node's series by target while
 a plain ``/metrics`` scrape still gets everything.
 """
@@ -26,8 +27,9 @@ from typing import Annotated, Any
 
 import psutil
 from ember.dashboard.app import DashboardContext, get_ctx
+from ember.dashboard.routes.nodes import resolve_node
 from ember.util.metrics import merge_snapshots
-from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, Query, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -347,8 +349,8 @@ async def metrics(
 ) -> Response:
     """Prometheus text format (exposition 0.0.4). Async on purpose: it runs on the loop that
     owns the state (which takes no locks), never beside ingestion in a worker thread."""
-    if node_id is not None and node_id not in ctx.state.nodes:
-        raise HTTPException(404, f"no node {node_id!r}; GET /api/nodes lists them")
+    if node_id is not None:
+        node_id = resolve_node(ctx, node_id)  # a unique prefix works, as everywhere
     body = render(ctx, node_id=node_id, cluster=scope == "cluster")
     return Response(content=body, media_type=CONTENT_TYPE)
 

@@ -101,6 +101,18 @@ OBJECT_FIELDS = (
 EVENT_FIELDS = ("time", "severity", "source", "node_id", "pid", "kind", "message")
 
 
+MIN_NODE_PREFIX = 4
+
+
+class NodeIdError(LookupError):
+    """A node id that names no node (``status`` 404) or a prefix of several (400)."""
+
+    def __init__(self, status: int, message: str, candidates: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.candidates = candidates or []
+
+
 class NodeEntry:
     """What the dashboard knows of one node: identity, liveness and the latest metrics."""
 
@@ -240,6 +252,36 @@ class DashboardState:
 
     def node_row(self, node_id: str) -> dict[str, Any]:
         return self.nodes[node_id].public(len(self.workers.get(node_id, ())))
+
+    def resolve_node_id(self, node_id: str) -> str:
+        """The full id of a node given in full or by a unique prefix of at least
+        ``MIN_NODE_PREFIX`` characters (the CLI prints 16), any case. Every endpoint that takes
+        a node id resolves it here; ``NodeIdError`` says why not (the routes answer 404 for an
+        unknown id, 400 for an ambiguous prefix, naming the candidates)."""
+        key = node_id.strip().lower()
+        if key in self.nodes:
+            return key
+        matches = (
+            sorted(n for n in self.nodes if n.startswith(key))
+            if len(key) >= MIN_NODE_PREFIX
+            else []
+        )
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            shown = ", ".join(matches[:10]) + (", ..." if len(matches) > 10 else "")
+            raise NodeIdError(
+                400,
+                f"node id prefix {node_id!r} matches {len(matches)} nodes ({shown}); "
+                "give more characters",
+                matches,
+            )
+        short = (
+            f" (a prefix needs at least {MIN_NODE_PREFIX} characters)"
+            if len(key) < MIN_NODE_PREFIX
+            else ""
+        )
+        raise NodeIdError(404, f"no node {node_id!r}{short}; GET /api/nodes lists the nodes")
 
     # -- workers ---------------------------------------------------------------------------
     def set_workers(self, node_id: str, workers: list[dict[str, Any]]) -> None:

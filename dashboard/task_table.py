@@ -7,6 +7,13 @@ table keeps per-state, per-function, per-node and per-job counts so a filtered p
 its total without a scan. Past ``cap`` the oldest task's slot is reused and ``dropped``
 counts it.
 
+Slots are in insertion order (a task's first event), so a time window is found without a
+scan: per block of ``BLOCK`` consecutive insertions the table keeps the latest end and the
+earliest start of its tasks, and ``scan`` skips blocks wholly outside the window. A scan
+copies one block at a time into ``TaskRecord`` tuples, so it holds a bounded amount whatever
+the table's size, and it notices slots reused by ingestion between two blocks (it skips them
+and counts them) instead of reading a newer task in an older one's place.
+
 Rules:
 - events may arrive out of order (owners flush independently): a terminal state
   (FINISHED, FAILED) is never overwritten by an earlier phase;
@@ -20,7 +27,7 @@ import sys
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from ember.dashboard.query import Predicate, QueryError
 
@@ -58,10 +65,29 @@ _COUNTED = ("state", "name", "node_id", "job_id")
 _TEXT = ("task_id", "name", "state", "job_id", "actor_id", "node_id", "worker_id", "error")
 _TIMES = ("t_pending", "t_scheduled", "t_start", "t_args", "t_executed", "t_end")
 _NONE = math.nan  # a time not known yet
+BLOCK = 1024  # insertions per block of the time index (and per chunk a scan copies)
 
 
 def _t(v: float) -> float | None:
     return None if v != v else v  # NaN is the only value not equal to itself
+
+
+class TaskRecord(NamedTuple):
+    """A copy of one task's fields for the timeline (times are None when not known)."""
+
+    task_id: str
+    name: str
+    state: str
+    job_id: str
+    node_id: str | None
+    pid: int | None
+    attempt: int
+    t_pending: float | None
+    t_scheduled: float | None
+    t_start: float | None
+    t_args: float | None
+    t_executed: float | None
+    t_end: float | None
 
 
 class TaskView:
@@ -110,6 +136,12 @@ class TaskTable:
         self.dropped = 0
         self.counts: dict[str, Counter] = {k: Counter() for k in _COUNTED}
         self.by_name_state: Counter = Counter()  # {(name, state): n} for the summary
+        # The time index: per block of BLOCK insertions (block = seq // BLOCK, stored at
+        # block % n), the latest end and the earliest start of its tasks. The kept tasks span
+        # at most cap // BLOCK + 1 blocks, so the ring never reuses a kept block's entry.
+        self._blocks = self.cap // BLOCK + 2
+        self._blk_end = array("d", [-math.inf]) * self._blocks
+        self._blk_start = array("d", [math.inf]) * self._blocks
 
     def __len__(self) -> int:
         return len(self.index)
@@ -151,6 +183,7 @@ class TaskTable:
             slot = self._insert(task_id, job_id)
         cols, times = self.cols, self.times
         old = (cols["state"][slot], cols["name"][slot], cols["node_id"][slot])
+        tm = None
         if extra:
             name = extra.get("name") or extra.get("function")
             if name and not cols["name"][slot]:
@@ -194,13 +227,29 @@ class TaskTable:
             times["t_scheduled"][slot] = t
         elif state in TERMINAL and times["t_end"][slot] != times["t_end"][slot]:
             times["t_end"][slot] = t
+        if tm or state in TERMINAL:
+            self._index_times(slot)
         if node_id and cols["node_id"][slot] is None:
             cols["node_id"][slot] = sys.intern(node_id)
         self._recount(slot, old)
         return slot
 
+    def _index_times(self, slot: int) -> None:
+        """Widens the time index's block of ``slot`` to cover its task's start and end."""
+        seq = slot + self.cap * ((self.seq - 1 - slot) // self.cap)  # the slot's insertion
+        b = (seq // BLOCK) % self._blocks
+        start, end = self.times["t_start"][slot], self.times["t_end"][slot]
+        if end > self._blk_end[b]:  # NaN (not known) compares false: left out
+            self._blk_end[b] = end
+        if start < self._blk_start[b]:
+            self._blk_start[b] = start
+
     def _insert(self, task_id: str, job_id: str) -> int:
         job = sys.intern(job_id) if job_id else ""
+        if self.seq % BLOCK == 0:  # a new block of the time index starts empty
+            b = (self.seq // BLOCK) % self._blocks
+            self._blk_end[b] = -math.inf
+            self._blk_start[b] = math.inf
         if len(self.index) < self.cap and self.seq < self.cap:
             slot = self.seq
             for k in _TEXT:
@@ -267,6 +316,16 @@ class TaskTable:
 
     def newest_first(self) -> Iterator[TaskView]:
         return (TaskView(self, s) for s in self.newest_slots())
+
+    def scan(
+        self,
+        since: float | None = None,
+        until: float | None = None,
+        job_id: str | None = None,
+        node_id: str | None = None,
+    ) -> TaskScan:
+        """The kept tasks oldest first (see ``TaskScan``), those that ran in the window."""
+        return TaskScan(self, since, until, job_id, node_id)
 
     def row(self, slot: int) -> dict[str, Any]:
         cols, times = self.cols, self.times
@@ -362,6 +421,97 @@ class TaskTable:
         ]
         rows.sort(key=lambda r: (-r["total"], r["name"]))
         return rows
+
+
+class TaskScan:
+    """One pass over the tasks kept when it starts, oldest first (insertion order), as
+    ``TaskRecord`` copies of the tasks that ran (start and end known) in the window: ending
+    at or after ``since``, starting at or before ``until``, of the job and node if given.
+
+    Costs the blocks of the time index plus the tasks of the blocks that overlap the window,
+    not the table. Holds at most one block of copies: the table may change between two blocks
+    (the dashboard ingests between two chunks of a streamed response); slots reused since the
+    scan started are skipped and counted in ``overwritten``, and tasks added since are left
+    out. ``evicted`` is how many older tasks the table had dropped past its cap by the end."""
+
+    def __init__(
+        self,
+        table: TaskTable,
+        since: float | None,
+        until: float | None,
+        job_id: str | None,
+        node_id: str | None,
+    ) -> None:
+        self.table = table
+        self.since, self.until = since, until
+        self.job_id, self.node_id = job_id, node_id
+        self.end_seq = table.seq  # tasks inserted after this are not part of the scan
+        self.first_seq = max(0, table.seq - table.cap)
+        self.overwritten = 0
+        self.blocks_read = 0
+
+    @property
+    def evicted(self) -> int:
+        return self.table.dropped
+
+    def __iter__(self) -> Iterator[TaskRecord]:
+        seq = self.first_seq
+        while seq < self.end_seq:
+            hi = min((seq // BLOCK + 1) * BLOCK, self.end_seq)
+            chunk, seq = self._copy(seq, hi), hi
+            yield from chunk  # the table may change while these are consumed: copies
+
+    def _copy(self, lo: int, hi: int) -> list[TaskRecord]:
+        tb = self.table
+        oldest = tb.seq - tb.cap  # insertions before this have had their slot reused
+        if lo < oldest:
+            self.overwritten += min(hi, oldest) - lo
+            lo = oldest
+        if lo >= hi:
+            return []
+        b = (lo // BLOCK) % tb._blocks
+        since, until = self.since, self.until
+        if since is not None and tb._blk_end[b] < since:
+            return []
+        if until is not None and tb._blk_start[b] > until:
+            return []
+        self.blocks_read += 1
+        cols, times, cap = tb.cols, tb.times, tb.cap
+        t_start, t_end = times["t_start"], times["t_end"]
+        job_col, node_col = cols["job_id"], cols["node_id"]
+        job, node = self.job_id, self.node_id
+        out: list[TaskRecord] = []
+        for s in range(lo, hi):
+            slot = s % cap
+            start, end = t_start[slot], t_end[slot]
+            if start != start or end != end:
+                continue  # not run yet, or still running: nothing to draw
+            if since is not None and end < since:
+                continue
+            if until is not None and start > until:
+                continue
+            if job and (job_col[slot] or "") != job:
+                continue
+            if node and (node_col[slot] or "") != node:
+                continue
+            out.append(
+                TaskRecord(
+                    cols["task_id"][slot],
+                    cols["name"][slot],
+                    cols["state"][slot],
+                    job_col[slot],
+                    node_col[slot],
+                    tb.pid[slot] or None,
+                    tb.attempt[slot],
+                    _t(times["t_pending"][slot]),
+                    _t(times["t_scheduled"][slot]),
+                    start,
+                    _t(times["t_args"][slot]),
+                    _t(times["t_executed"][slot]),
+                    end,
+                )
+            )
+        return out
 
 
 def _dec(counter: Counter, key: Any) -> None:

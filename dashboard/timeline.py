@@ -22,7 +22,7 @@ import asyncio
 import json
 import os
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -32,7 +32,9 @@ MAX_SPANS = int(os.environ.get("EMBER_TIMELINE_MAX_SPANS", "200000"))
 MAX_TRANSFERS = int(os.environ.get("EMBER_TIMELINE_MAX_TRANSFERS", "100000"))
 TASK_ID_HEX = 32  # an object id's first 16 bytes are its producing task's id (ember.ids)
 
-# (name, start attribute, end attribute, colour) of the phases nested in a task's slice.
+# (name, start attribute, end attribute, colour) of the phases nested in a task's slice; their
+# category is one for all (the name says which phase).
+PHASE_CAT = "phase"
 PHASES = (
     ("task:fetch_args", "t_start", "t_args", "rail_load"),
     ("task:execute", "t_args", "t_executed", "rail_animation"),
@@ -157,6 +159,7 @@ class TraceWriter:
         self._threads: set[tuple[int, int]] = set()
         self._names: dict[str, str] = {}  # json-encoded names, cached (few distinct)
         self._flow_id = 0
+        self.async_id = 0  # ids of the wait-for-resources pairs
         self.counts = {"tasks": 0, "spans": 0, "flows": 0, "flows_unresolved": 0, "transfers": 0}
         self._first = True
         # Times are whole microseconds from an origin a day before the first event: small
@@ -270,17 +273,33 @@ class _Lanes:
 
     def __init__(self) -> None:
         self.lanes: dict[tuple[int, int], list[deque[tuple[int, int]]]] = {}
+        # Per worker, per lane: the interval with the latest end it was given. A task starting
+        # at or after that end overlaps nothing remembered, and one that overlaps that interval
+        # cannot go there: in the common case (tasks in order) a lane costs one or two
+        # comparisons, not a pass over its intervals.
+        self.latest: dict[tuple[int, int], list[tuple[int, int]]] = {}
 
     def place(self, pid: int, tid: int, start: int, end: int) -> int:
-        lanes = self.lanes.setdefault((pid, tid), [])
+        key = (pid, tid)
+        lanes = self.lanes.get(key)
+        if lanes is None:
+            lanes = self.lanes[key] = []
+            self.latest[key] = []
+        latest = self.latest[key]
         for i, lane in enumerate(lanes):
-            if all(end <= a or start >= b for a, b in lane):
+            a, b = latest[i]
+            if start >= b or (end <= a and all(end <= x or start >= y for x, y in lane)):
                 lane.append((start, end))
+                if end > b:
+                    latest[i] = (start, end)
                 return i
         if len(lanes) < MAX_LANES:
             lanes.append(deque([(start, end)], maxlen=LANE_MEMORY))
+            latest.append((start, end))
             return len(lanes) - 1
         lanes[-1].append((start, end))  # past the cap: overlaps are drawn as they are
+        if end > latest[-1][1]:
+            latest[-1] = (start, end)
         return len(lanes) - 1
 
 
@@ -290,10 +309,15 @@ def generate(
     filters: Filters | None = None,
     node_labels: dict[str, str] | None = None,
     driver_pids: Iterable[int] = (),
+    table_losses: Callable[[], dict[str, int]] | None = None,
+    info: dict[str, Any] | None = None,
 ) -> Iterator[str]:
     """The trace as text chunks: tasks in submission order (a producer and a parent come
     before the tasks that use them), then profile spans and transfers. ``tasks`` may be any
-    iterable of task records: nothing but a bounded window of locations is kept."""
+    iterable of task records: nothing but a bounded window of locations is kept.
+    ``table_losses``, asked once at the end, gives the tasks the source lost (the task
+    table's evictions past its cap) for the metadata's ``dropped``; ``info`` goes into the
+    metadata as it is."""
     filters = filters or Filters()
     store = store or TimelineStore()
     writer = TraceWriter(node_labels)
@@ -322,9 +346,12 @@ def generate(
         label = thread_label(worker_pid) + (f" (concurrent {lane})" if lane else "")
         chunk.append(writer.thread(pid, tid, label))
         failed = rec.state == "FAILED"
+        # Bytes per task matter (a million tasks; the browser page parses each window): the
+        # attempt only when it is a retry, no colour unless failed (viewers colour by name).
+        attempt = int(rec.attempt or 0)
         args = (
-            f'{{"task_id":"{rec.task_id}","state":"{rec.state}","job_id":"{rec.job_id or ""}",'
-            f'"attempt":{int(rec.attempt or 0)}}}'
+            f'{{"task_id":"{rec.task_id}","state":"{rec.state}","job_id":"{rec.job_id or ""}"'
+            + (f',"attempt":{attempt}}}' if attempt else "}")
         )
         chunk.append(
             writer.slice(
@@ -335,19 +362,26 @@ def generate(
                 start,
                 end,
                 args,
-                "terrible" if failed else "generic_work",
+                "terrible" if failed else None,
             )
         )
         for name, a, b, colour in PHASES:
             ta, tb = getattr(rec, a), getattr(rec, b)
             if ta is not None and tb is not None:
                 ta, tb = max(ta, start), min(tb, end)  # inside the task's slice, always
-                chunk.append(writer.slice(pid, tid, name, name, ta, tb, "{}", colour))
+                chunk.append(writer.slice(pid, tid, name, PHASE_CAT, ta, tb, "{}", colour))
         if rec.t_pending is not None:
             ready = rec.t_scheduled if rec.t_scheduled is not None else start
+            # A short id: pairs only need one unique within the trace (the slice names the task).
+            writer.async_id += 1
             chunk.append(
                 writer.async_slice(
-                    pid, "task:wait_for_resources", "scheduling", rec.task_id, rec.t_pending, ready
+                    pid,
+                    "task:wait_for_resources",
+                    "scheduling",
+                    f"w{writer.async_id:x}",
+                    rec.t_pending,
+                    ready,
                 )
             )
         writer.counts["tasks"] += 1
@@ -422,9 +456,10 @@ def generate(
     meta = {
         **writer.counts,
         "ts_origin_unix_seconds": writer.origin,
-        "dropped": dict(store.dropped),
+        "dropped": {**store.dropped, **(table_losses() if table_losses else {})},
         "flow_window": FLOW_WINDOW,
         "filters": {k: v for k, v in vars(filters).items() if v is not None},
+        **(info or {}),
     }
     chunk.append(writer.finish(meta))  # an empty trace is still a valid array
     yield "".join(chunk)
@@ -439,7 +474,7 @@ def write(out: IO[str], tasks: Iterable[Any], **kwargs: Any) -> None:
 # -- the REST endpoint ----------------------------------------------------------------------
 
 try:  # the router exists where the dashboard's dependencies are installed
-    from fastapi import APIRouter, Depends, HTTPException, Query
+    from fastapi import APIRouter, Depends, Query
     from fastapi.responses import StreamingResponse
 except ImportError:  # pragma: no cover - a runtime-only install without the dashboard
     APIRouter = None  # type: ignore[assignment,misc]
@@ -448,6 +483,7 @@ if APIRouter is not None:
     from typing import Annotated
 
     from ember.dashboard.app import DashboardContext, get_ctx
+    from ember.dashboard.routes.nodes import resolve_node
 
     router = APIRouter(tags=["timeline"])
 
@@ -470,27 +506,43 @@ if APIRouter is not None:
         ] = None,
         ctx: DashboardContext = Depends(get_ctx),
     ) -> StreamingResponse:
-        """The cluster's tasks as a Chrome trace, streamed (no cap on the number of tasks)."""
+        """The cluster's tasks as a Chrome trace, streamed (no cap on the number of tasks;
+        the dashboard keeps the newest ``max_tasks``, and ``dropped.tasks`` in the trace's
+        metadata counts the older ones it evicted). ``node_id`` takes a unique prefix."""
         import time
 
-        if node_id and node_id not in ctx.state.nodes:
-            raise HTTPException(404, f"no node {node_id!r}; GET /api/nodes lists them")
+        st = ctx.state
+        if node_id:
+            node_id = resolve_node(ctx, node_id)
         if last_seconds is not None:
             since = max(since or 0.0, time.time() - last_seconds)
         filters = Filters(job_id=job_id, node_id=node_id, since=since, until=until)
-        # The tasks oldest first, as views of the (now columnar) task table's slots.
-        records = list(ctx.state.tasks.newest_first())[::-1]
+        # The tasks oldest first, a block at a time: the window's blocks only, copied as they
+        # go, so the response costs the tasks in the window and holds a bounded number.
+        scan = st.tasks.scan(since=since, until=until, job_id=job_id, node_id=node_id)
+
+        def losses() -> dict[str, int]:
+            return {
+                "tasks": scan.evicted,
+                "tasks_during_export": scan.overwritten,
+            }
+
         labels = {
-            nid: f"node {n.info.get('node_ip', '?')} {nid[:8]}"
-            for nid, n in ctx.state.nodes.items()
+            nid: f"node {n.info.get('node_ip', '?')} {nid[:8]}" for nid, n in st.nodes.items()
         }
         drivers = {
             w["pid"]
-            for w in ctx.state.all_workers()
+            for w in st.all_workers()
             if w.get("kind") == "driver" and isinstance(w.get("pid"), int)
         }
         chunks = generate(
-            records, ctx.state.timeline, filters, node_labels=labels, driver_pids=drivers
+            scan,
+            st.timeline,
+            filters,
+            node_labels=labels,
+            driver_pids=drivers,
+            table_losses=losses,
+            info={"max_tasks": st.tasks.cap},
         )
 
         async def body() -> AsyncIterator[bytes]:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.query import page
 from ember.dashboard.routes.params import ListParams, list_params
-from ember.dashboard.state import NODE_FIELDS, WORKER_FIELDS
+from ember.dashboard.state import NODE_FIELDS, WORKER_FIELDS, NodeIdError
 from fastapi import APIRouter, Depends, HTTPException, Query
 
 router = APIRouter(tags=["nodes"])
@@ -72,13 +72,9 @@ async def history(
 
 
 def resolve_node(ctx: DashboardContext, node_id: str) -> str:
-    """A full id or a unique prefix of one (as the CLI prints 12 characters); else 404."""
-    nodes = ctx.state.nodes
-    if node_id in nodes:
-        return node_id
-    matches = [n for n in nodes if n.startswith(node_id.lower())] if len(node_id) >= 4 else []
-    if len(matches) == 1:
-        return matches[0]
-    if len(matches) > 1:
-        raise HTTPException(400, f"node id prefix {node_id!r} matches {len(matches)} nodes")
-    raise HTTPException(404, f"no node {node_id!r}; GET /api/nodes lists the nodes")
+    """A full id or a unique prefix of one (``DashboardState.resolve_node_id``, the one
+    resolver every endpoint taking a node id uses); else 404, or 400 naming the candidates."""
+    try:
+        return ctx.state.resolve_node_id(node_id)
+    except NodeIdError as e:
+        raise HTTPException(e.status, str(e)) from None

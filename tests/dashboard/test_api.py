@@ -212,3 +212,52 @@ def test_only_ember_processes_are_sampled(state):
         assert r.status_code == 404 and "pid 1" in r.json()["detail"]
         r = c.get("/api/stack", params={"pid": 1})
         assert r.status_code == 404 and "pid 1" in r.json()["detail"]
+
+
+# -- node ids: one resolver of prefixes for every endpoint that takes one (timeline4) --------
+
+TWIN = "aa" * 4 + "cc" * 12  # shares its first 8 characters with NODE
+
+
+def _two_nodes() -> DashboardState:
+    from ember.dashboard.agent_hub import AgentHub, AgentLink
+
+    st = DashboardState()
+    fill(st, 20, 1)
+    AgentHub(st).ingest(
+        AgentLink(TWIN),
+        {"type": "metrics", "time": 100.0, "info": {"node_ip": "10.0.0.2"}, "sample": {}},
+    )
+    return st
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/api/nodes/{}", "/api/history?node_id={}", "/api/timeline?node_id={}", "/metrics?node_id={}"],
+)
+def test_node_id_prefixes_resolve_the_same_everywhere(path):
+    with TestClient(create_app(DashboardContext(state=_two_nodes()))) as c:
+        # The 16 characters `ember list` prints, the full id, either case.
+        for given in (NODE[:16], NODE, NODE.upper(), TWIN[:16].upper()):
+            assert c.get(path.format(given)).status_code == 200, given
+        # A prefix of both nodes: 400 naming each candidate.
+        r = c.get(path.format(NODE[:8]))
+        assert r.status_code == 400, r.text
+        detail = r.json()["detail"]
+        assert NODE in detail and TWIN in detail and NODE[:8] in detail
+        # No such node: 404 naming the id.
+        r = c.get(path.format("cafe1234"))
+        assert r.status_code == 404 and "cafe1234" in r.json()["detail"]
+        # Too short to be a prefix: 404 saying so.
+        r = c.get(path.format("aa"))
+        assert r.status_code == 404 and "at least 4 characters" in r.json()["detail"]
+
+
+def test_prefix_resolution_reaches_the_payloads():
+    with TestClient(create_app(DashboardContext(state=_two_nodes()))) as c:
+        assert c.get(f"/api/nodes/{TWIN[:16]}").json()["node_id"] == TWIN
+        body = c.get("/metrics", params={"node_id": TWIN[:16]}).text
+        assert f'node_id="{TWIN}"' in body and f'node_id="{NODE}"' not in body
+        trace = c.get("/api/timeline", params={"node_id": NODE[:16]}).json()
+        info = trace[-1]["args"]
+        assert info["filters"]["node_id"] == NODE and info["tasks"] == 20

@@ -4,13 +4,17 @@ streamed in bounded memory."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
+import shutil
+import tempfile
 import time
 import tracemalloc
 import urllib.error
 import urllib.request
+import warnings
 from types import SimpleNamespace
 
 import ember
@@ -73,7 +77,7 @@ def test_cluster_timeline_layout_and_arrows(ember_start, tmp_path):
             e
             for e in events
             if e["ph"] == "X"
-            and e["cat"].startswith("task:")
+            and e["cat"] == tl.PHASE_CAT
             and (e["pid"], e["tid"]) == (t["pid"], t["tid"])
             and t["ts"] <= e["ts"] <= t["ts"] + t["dur"]
         ]
@@ -317,7 +321,7 @@ def test_without_a_dashboard_the_driver_traces_its_own_tasks(ember_start):
     assert [e["name"] for e in events if e["ph"] == "s"].count("object") == 1
 
 
-def test_an_unreachable_dashboard_falls_back_with_a_notice(ember_start, tmp_path, capfd):
+def test_an_unreachable_dashboard_falls_back_with_a_notice(ember_start, tmp_path):
     ember_start(num_cpus=1)
     assert ember.get(leaf.remote(1)) == 2
     from ember import global_state
@@ -327,9 +331,328 @@ def test_an_unreachable_dashboard_falls_back_with_a_notice(ember_start, tmp_path
     worker.node["dashboard_url"] = "http://127.0.0.1:9"  # nothing listens on port 9
     try:
         path = tmp_path / "trace.json"
-        assert ember.timeline(filename=str(path)) is None
+        with pytest.warns(RuntimeWarning, match="did not answer") as caught:
+            assert ember.timeline(filename=str(path)) is None
     finally:
         worker.node["dashboard_url"] = saved
-    assert "did not answer" in capfd.readouterr().err
+    assert "127.0.0.1:9" in str(caught[0].message)
+    assert caught[0].filename == __file__  # points at the caller's line
     events = json.loads(path.read_text())
     assert [e["name"].rsplit(".", 1)[-1] for e in events if e.get("cat") == "task"] == ["leaf"]
+
+
+# -- the dashboard's export: bounded memory, time windows, evictions (issue 4 §4, §5) ----------
+
+
+def _ingest(state, n: int, t0: float = 1_800_000_000.0, step: float = 1e-3) -> None:
+    """n finished tasks through the agents' ingestion call, 5,000 events a batch, each with
+    its parent and an object argument (so the trace has arrows, as a real one does)."""
+    from ember.dashboard.agent_hub import AgentHub, AgentLink
+
+    hub = AgentHub(state)
+    link = asyncio.run(_make_link(AgentLink, "ab" * 16))
+    hub.ingest(link, {"type": "metrics", "time": t0, "info": {"node_ip": "10.0.0.2"}, "sample": {}})
+    for lo in range(0, n, 2_500):
+        events = []
+        for i in range(lo, min(lo + 2_500, n)):
+            t = t0 + i * step
+            events.append([f"{i:032x}", "PENDING_ARGS_AVAIL", t, 0, {"name": f"mod.f{i % 7}"}])
+            extra = {
+                "pid": 1000 + i % 16,
+                "node_id": "ab" * 16,
+                "timings": {"start": t + 2e-4, "executed": t + 6e-4, "end": t + 8e-4},
+                "parent": f"{i - 1:032x}" if i else "",
+                "owner_pid": 999,
+                "arg_tasks": [f"{i - 1:032x}"] if i else [],
+            }
+            events.append([f"{i:032x}", "FINISHED", t + 9e-4, 0, extra])
+        hub.ingest(
+            link, {"type": "task_events", "job_id": "01000000", "events": events, "dropped": 0}
+        )
+
+
+async def _asgi_get(app, path: str, query: str = "") -> tuple[int, int, bytes]:
+    """GET through the ASGI app itself, counting the streamed body instead of keeping it (a
+    test client would buffer it): (status, bytes, the last 64 KB)."""
+    done = asyncio.Event()
+    status, size, tail = 0, 0, b""
+    sent_request = False
+
+    async def receive() -> dict:
+        nonlocal sent_request
+        if not sent_request:
+            sent_request = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await done.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(msg: dict) -> None:
+        nonlocal status, size, tail
+        if msg["type"] == "http.response.start":
+            status = msg["status"]
+        elif msg["type"] == "http.response.body":
+            body = msg.get("body", b"")
+            size += len(body)
+            tail = (tail + body)[-65536:]
+            if not msg.get("more_body"):
+                done.set()
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": query.encode(),
+        "headers": [(b"host", b"test")],
+        "server": ("test", 80),
+        "client": ("127.0.0.1", 5000),
+    }
+    await app(scope, receive, send)
+    return status, size, tail
+
+
+def _trace_info(tail: bytes) -> dict:
+    line = tail.decode().rstrip().rstrip("]").rstrip().splitlines()[-1]
+    return json.loads(line.lstrip(","))["args"]
+
+
+def _export_peak(n: int) -> tuple[int, int, dict]:
+    """(tracemalloc peak during one /api/timeline export of n tasks, bytes sent, metadata)."""
+    from ember.dashboard.app import DashboardContext, create_app
+    from ember.dashboard.state import DashboardState
+
+    state = DashboardState()
+    _ingest(state, n)
+    app = create_app(DashboardContext(state=state))
+    tracemalloc.start()
+    try:
+        status, size, tail = asyncio.run(_asgi_get(app, "/api/timeline"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert status == 200
+    return peak, size, _trace_info(tail)
+
+
+def test_the_endpoint_exports_in_flat_memory(monkeypatch):
+    # The window of recent task locations (for object arrows) is the export's one table; it
+    # has its own cap (EMBER_TIMELINE_FLOW_WINDOW), made small here so both sizes pass it.
+    monkeypatch.setattr(tl, "FLOW_WINDOW", 1_000)
+    # (tracemalloc slows the export ~9x: 10k and 100k tasks keep the test near 20 s.)
+    small_peak, small_bytes, small = _export_peak(10_000)
+    big_peak, big_bytes, big = _export_peak(100_000)
+    assert (small["tasks"], big["tasks"]) == (10_000, 100_000)
+    assert big["flows"] == 100_000 + 99_999  # submitted + object arrows: all there
+    assert big_bytes > 9 * small_bytes
+    # The table holds 10x more tasks; the export's peak stays where it was (a block of
+    # copies and a chunk of text), not 10x (the trace itself is ~90 MB).
+    assert big_peak < 1.5 * small_peak + 2_000_000, (small_peak, big_peak)
+    assert big_peak < 8_000_000, big_peak
+
+
+def test_a_window_costs_its_blocks_not_the_table():
+    from ember.dashboard.task_table import BLOCK, TaskTable
+
+    table = TaskTable(50_000)
+    t0 = 1_000.0
+    for i in range(50_000):
+        tid = f"{i:032x}"
+        table.apply(tid, "PENDING_ARGS_AVAIL", t0 + i, 0, {"name": "f"})
+        if i != 10:  # task 10 runs long: submitted early, ends at the very end
+            table.apply(tid, "FINISHED", t0 + i + 0.5, 0, {"timings": {"start": t0 + i + 0.1}})
+    table.apply(f"{10:032x}", "FINISHED", t0 + 60_000, 0, {"timings": {"start": t0 + 10.1}})
+
+    def brute(since: float | None, until: float | None) -> list[str]:
+        out = []
+        for slot in reversed(list(table.newest_slots())):
+            start, end = table.field(slot, "t_start"), table.field(slot, "t_end")
+            if (since is None or end >= since) and (until is None or start <= until):
+                out.append(table.field(slot, "task_id"))
+        return out
+
+    for since, until in [(None, None), (t0 + 45_000, None), (t0 + 20_000, t0 + 22_000)]:
+        scan = table.scan(since=since, until=until)
+        assert [r.task_id for r in scan] == brute(since, until)
+    scan = table.scan(since=t0 + 49_000)
+    got = [r.task_id for r in scan]
+    assert got[0] == f"{10:032x}" and len(got) == 1 + 1_000  # the long task is found
+    # Its block, plus the one or two holding the last thousand tasks: not all 49.
+    assert scan.blocks_read <= 3 and 50_000 // BLOCK > 40
+
+
+def test_a_scan_skips_slots_reused_while_it_runs():
+    from ember.dashboard.task_table import BLOCK, TaskTable
+
+    table = TaskTable(4 * BLOCK)
+    for i in range(4 * BLOCK):
+        table.apply(f"{i:032x}", "FINISHED", 2.0 + i, 0, {"timings": {"start": 1.0 + i}})
+    scan = table.scan()
+    it = iter(scan)
+    first = next(it)  # the first block is copied now
+    for i in range(4 * BLOCK, 6 * BLOCK):  # ingestion between two chunks: 2 blocks reused
+        table.apply(f"{i:032x}", "FINISHED", 2.0 + i, 0, {"timings": {"start": 1.0 + i}})
+    rest = list(it)
+    ids = [first.task_id] + [r.task_id for r in rest]
+    # The copied block comes out whole; the overwritten second block is skipped and counted,
+    # never read as the newer tasks now in its slots; tasks added since are not in the scan.
+    assert ids == [f"{i:032x}" for i in (*range(BLOCK), *range(2 * BLOCK, 4 * BLOCK))]
+    assert scan.overwritten == BLOCK and scan.evicted == 2 * BLOCK
+
+
+def test_evicted_tasks_are_in_the_metadata_and_the_cli_warns(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+    from ember.cli import timeline as cli_timeline
+    from ember.dashboard.app import DashboardContext, create_app
+    from ember.dashboard.config import Caps
+    from ember.dashboard.state import DashboardState
+
+    state = DashboardState(Caps(max_tasks=1_000))
+    _ingest(state, 3_000)
+    app = create_app(DashboardContext(state=state))
+    status, _, tail = asyncio.run(_asgi_get(app, "/api/timeline"))
+    info = _trace_info(tail)
+    assert status == 200 and info["tasks"] == 1_000 and info["max_tasks"] == 1_000
+    assert info["dropped"]["tasks"] == 2_000 and info["dropped"]["tasks_during_export"] == 0
+
+    class FakeApi:  # the CLI's client, answered by the app above
+        def open(self, method, path, params, timeout=None):
+            query = "&".join(f"{k}={v}" for k, v in params.items() if v is not None)
+            status, _, body = asyncio.run(_asgi_get(app, path, query))
+            assert status == 200
+            return io.BytesIO(body)  # 3,000 small tasks fit in the tail kept
+
+    monkeypatch.setattr(cli_timeline, "resolve", lambda address: FakeApi())
+    monkeypatch.setattr(tl, "FLOW_WINDOW", 10)
+    out = tmp_path / "t.json"
+    res = CliRunner().invoke(cli_timeline.timeline, ["--output", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "2,000 older tasks were evicted" in res.stderr
+    assert "newest 1,000 tasks" in res.stderr and "EMBER_DASHBOARD_MAX_TASKS" in res.stderr
+    assert "older tasks were evicted" not in res.stdout and "(1000 tasks" in res.stdout
+    # Nothing evicted: no warning.
+    assert cli_timeline.loss_warnings({"dropped": {"tasks": 0, "flows": 0}}) == []
+
+
+def test_the_endpoint_window_and_prefix(monkeypatch):
+    from ember.dashboard.app import DashboardContext, create_app
+    from ember.dashboard.state import DashboardState
+
+    state = DashboardState()
+    t0 = 1_800_000_000.0
+    _ingest(state, 5_000, t0=t0)
+    app = create_app(DashboardContext(state=state))
+    q = f"since={t0 + 4.0}&until={t0 + 4.5}&node_id={'ab' * 4}"
+    status, _, tail = asyncio.run(_asgi_get(app, "/api/timeline", q))
+    info = _trace_info(tail)
+    # Tasks every ms ending 0.8 ms after they start: those that overlap [4.0, 4.5] s.
+    assert status == 200 and info["tasks"] == 500
+    assert info["filters"]["node_id"] == "ab" * 16  # the prefix, resolved
+    status, _, tail = asyncio.run(_asgi_get(app, "/api/timeline", "node_id=cdcdcdcd"))
+    assert status == 404 and b"cdcdcdcd" in tail
+
+
+def test_timeline_sends_the_cluster_token(tmp_path, monkeypatch):
+    """A cluster whose dashboard listens off loopback wants the cluster token: the driver's
+    ember.timeline() sends it (no 401, no fallback); a wrong one falls back, saying why."""
+    import socket
+    import subprocess
+    import sys
+
+    ember_cli = os.path.join(os.path.dirname(sys.executable), "ember")
+    root = tempfile.mkdtemp(prefix="emb-tl-", dir="/tmp")  # short: Unix socket paths
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    head = subprocess.run(
+        [
+            ember_cli,
+            "start",
+            "--head",
+            "--port",
+            str(port),
+            "--num-cpus",
+            "1",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--object-store-memory",
+            str(128 * 2**20),
+            "--dashboard-host",
+            "0.0.0.0",
+            "--dashboard-port",
+            "0",
+            "--temp-dir",
+            root,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    try:
+        assert head.returncode == 0, head.stderr
+        ctx = ember.init(address=f"127.0.0.1:{port}", temp_dir=root)
+        with pytest.raises(urllib.error.HTTPError) as err:  # the dashboard wants a token
+            urllib.request.urlopen(ctx.dashboard_url + "/api/version", timeout=10)
+        assert err.value.code == 401
+        assert ember.get(leaf.remote(1)) == 2
+
+        def traced() -> list | None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # a fallback warning fails the test
+                events = ember.timeline()
+            return events if events[-1]["args"]["tasks"] >= 1 else None
+
+        events = wait_until(traced, timeout=30, interval=0.3, message="the task in the trace")
+        assert [e["name"].rsplit(".", 1)[-1] for e in events if e.get("cat") == "task"] == ["leaf"]
+        monkeypatch.setenv("EMBER_DASHBOARD_TOKEN", "wrong")
+        with pytest.warns(RuntimeWarning, match="HTTP 401") as caught:
+            events = ember.timeline()
+        assert "cluster token" in str(caught[0].message)  # the dashboard's own words
+        assert "only this driver's own tasks" in str(caught[0].message)
+        assert [e for e in events if e.get("cat") == "task"]  # the driver's own leaf
+    finally:
+        ember.shutdown()
+        subprocess.run(
+            [ember_cli, "stop", "--force", "--temp-dir", root], capture_output=True, timeout=90
+        )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_timeline_warns_when_the_dashboard_evicted_tasks(ember_start, monkeypatch, tmp_path):
+    monkeypatch.setenv("EMBER_DASHBOARD_MAX_TASKS", "10")  # the dashboard process reads it
+    ember_start(num_cpus=2)
+    assert ember.get([leaf.remote(i) for i in range(30)]) == list(range(1, 31))
+
+    def evicted() -> dict | None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ember.timeline(filename=str(tmp_path / "t.json"))
+        info = json.loads((tmp_path / "t.json").read_text())[-1]["args"]
+        return {"info": info, "caught": caught} if info["dropped"]["tasks"] >= 20 else None
+
+    got = wait_until(evicted, timeout=30, interval=0.3, message="20 tasks evicted")
+    assert got["info"]["tasks"] == 10 and got["info"]["max_tasks"] == 10
+    messages = [str(w.message) for w in got["caught"]]
+    assert any("older tasks were evicted" in m and "newest 10 tasks" in m for m in messages)
+    assert all(w.filename == __file__ for w in got["caught"])
+
+
+def test_lanes_never_overlap_in_or_out_of_order():
+    import random
+
+    lanes = tl._Lanes()
+    rnd = random.Random(3)
+    placed: dict[int, list[tuple[int, int]]] = {}
+    # Seven tasks in flight at a time, in start order, then a few late records out of order.
+    intervals = [(i * 10, i * 10 + 70) for i in range(500)]
+    intervals += [(s, s + rnd.randrange(1, 40)) for s in rnd.sample(range(0, 5000), 50)]
+    for start, end in intervals:
+        placed.setdefault(lanes.place(1, 7, start, end), []).append((start, end))
+    assert len(placed) <= 9  # seven overlap at once; the late ones find room in a few lanes
+    for row in placed.values():
+        recent = sorted(row[-tl.LANE_MEMORY :])
+        assert all(a[1] <= b[0] for a, b in zip(recent, recent[1:], strict=False)), recent
+    assert lanes.place(1, 7, 10_000, 10_001) == 0  # after everything: the first lane again
