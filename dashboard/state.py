@@ -85,6 +85,8 @@ WORKER_FIELDS = (
     "uss_bytes",
     "num_open_files",
     "start_time",
+    "uptime_s",
+    "activity",
     "component",
 )
 OBJECT_FIELDS = (

@@ -106,5 +106,11 @@ def test_workers_have_their_costs_and_their_state_in_words(live):
         assert abs(time.time() - w["start_time"] - w["uptime_s"]) < 10, w
     kinds = {w["kind"] for w in by_pid.values()}
     assert {"raylet", "gcs_server", "agent", "worker", "driver"} <= kinds
+    # The words filter and sort on the server like any other field.
+    mine = _get(http, "/api/workers", filter=f"activity={actor['activity']}")["items"]
+    assert [w["pid"] for w in mine] == [actor_pid]
+    oldest = _get(http, "/api/workers", sort_by="uptime_s", descending="true", limit=1000)
+    ups = [w["uptime_s"] for w in oldest["items"]]
+    assert ups == sorted(ups, reverse=True)
     ember.cancel(ref, force=True)
     ember.kill(holder)
