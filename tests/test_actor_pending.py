@@ -4,11 +4,10 @@ a running task gives the resources back."""
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 
 import ember
+import httpx
 from ember_test_utils import wait_until
 
 
@@ -30,13 +29,8 @@ class TooBig:
         return 1
 
 
-def _get(url: str, path: str) -> dict:
-    with urllib.request.urlopen(f"{url}{path}", timeout=10) as r:
-        return json.load(r)
-
-
 def _reason(url: str, name: str) -> str:
-    items = _get(url, f"/api/actors?filter=name={name}")["items"]
+    items = httpx.get(f"{url}/api/actors?filter=name={name}", timeout=10).json()["items"]
     return (items[0].get("pending_reason") or "") if items else ""
 
 
@@ -46,7 +40,8 @@ def test_pending_reason_and_start_when_a_task_frees_the_cpu(ember_start):
     busy = hold_cpu.remote(4.0)  # one of the two CPUs, for a few seconds
     # The GCS places actors by what the node last reported free: wait until that shows the
     # task's CPU as taken (the dashboard serves the GCS's view).
-    wait_until(lambda: _get(url, "/api/cluster_status")["resources"]["available"]["CPU"] <= 1)
+    status = f"{url}/api/cluster_status"
+    wait_until(lambda: httpx.get(status, timeout=10).json()["resources"]["available"]["CPU"] <= 1)
     waiter = TwoCpus.options(name="two_cpus").remote()
     big = TooBig.options(name="too_big").remote()
     reason = wait_until(lambda: _reason(url, "two_cpus"), timeout=20, message="a reason")
