@@ -20,6 +20,8 @@ def test_overview_shows_the_cluster(page, cluster):
         "document.querySelector('[data-testid=stat-nodes] .value').innerText === '1'"
     )
     assert re.search(r"\d+(\.\d+)? / 2", text(page, "[data-testid=stat-cpus] .value"))
+    # The actor counts follow the table: the waiter and the infeasible actor are pending.
+    page.locator("[data-testid=stat-actors] .sub", has_text="2 pending").wait_for()
     page.wait_for_function(
         "Number(document.querySelector('[data-testid=stat-tasks-failed] .value').innerText) >= 3"
     )
@@ -241,15 +243,16 @@ def test_logs_browse_search_and_download(page, cluster):
     open_page(page, url, f"logs?q={LOG_MARKER}")
     page.wait_for_selector("[data-testid=log-files] a[data-log-file$='.out']")
     # Open any file, search every file of its node, then open the worker file the search
-    # found: its lines show the marker highlighted.
+    # found (a click on the match): its lines show the marker highlighted.
     page.locator("[data-testid=log-files] a[data-log-file]").first.click()
     page.click("[data-testid=log-search-all]")
-    found = page.locator("[data-testid=log-matches] pre")
-    found.wait_for()
-    names = re.findall(rf"^(worker\S*\.out):\d+: .*{LOG_MARKER}", found.inner_text(), re.M)
-    assert names, found.inner_text()
-    page.click(f"[data-testid=log-files] a[data-log-file='{names[0]}']")
-    page.locator("[data-testid=log-view]", has_text=names[0]).wait_for()
+    match = page.locator("[data-testid=log-matches] a[data-log-match^='worker']").first
+    match.wait_for()
+    name = match.get_attribute("data-log-match")
+    assert name.endswith(".out") and LOG_MARKER in page.inner_text("[data-testid=log-matches]")
+    match.click()
+    assert f"file={name}" in page.url
+    page.locator("[data-testid=log-view]", has_text=name).wait_for()
     page.wait_for_selector("[data-testid=log-lines] mark")
     assert page.locator("[data-testid=log-lines] mark").first.inner_text() == LOG_MARKER
     href = page.locator("[data-testid=log-download]").get_attribute("href")

@@ -14,6 +14,8 @@ type Handler = (msg: StreamMessage) => void;
 
 const RESYNC = "__resync__";
 const WS_HANDSHAKE_MS = 3000;
+// An event stream that has not opened by then is started again (see connectSse).
+const SSE_OPEN_MS = 5000;
 // The stream's message types (docs/dashboard-api.md); SSE delivers each as a named event.
 const SSE_TYPES = ["node_metrics", "node", "actor", "tasks", "event", "log", "dropped"];
 
@@ -118,13 +120,23 @@ class LiveStream {
     const es = new EventSource(new URL("api/stream/sse", document.baseURI).toString());
     this.es = es;
     let didOpen = false;
+    // An open that neither succeeds nor fails (the request queued or held somewhere; seen in
+    // the browser tests) would leave the page "connecting" for good: start over instead.
+    const deadline = window.setTimeout(() => {
+      if (didOpen || this.es !== es) return;
+      es.close();
+      this.es = null;
+      if (!this.stopped) this.scheduleRetry();
+    }, SSE_OPEN_MS);
     es.onopen = () => {
       didOpen = true;
+      clearTimeout(deadline);
       this.opened();
     };
     for (const t of SSE_TYPES) es.addEventListener(t, (ev) => this.receive((ev as MessageEvent).data as string));
     es.onerror = () => {
       // EventSource would retry on its own at its own pace; we retry with our backoff and banner.
+      clearTimeout(deadline);
       if (this.es !== es) return;
       es.close();
       this.es = null;

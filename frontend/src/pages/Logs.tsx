@@ -6,7 +6,7 @@ import { ErrorBox, NodeSelect, SearchBox } from "../components/bits";
 import { apiUrl, errorText, getJSON, type Page } from "../lib/api";
 import { useApi } from "../lib/data";
 import { bytes, shortId } from "../lib/format";
-import { href, setParams } from "../lib/router";
+import { href, parseHash, setParams } from "../lib/router";
 import type { LogFile } from "../lib/types";
 
 const MAX_LINES = 20_000; // lines kept in the page while following; older ones are dropped
@@ -238,7 +238,17 @@ function LogView({ node, file, q }: { node: string; file: string; q: string }) {
           <div class="note">
             {matches.length} matches across the node's files <button onClick={() => setMatches(undefined)}>close</button>
           </div>
-          <pre>{matches.map((m) => [`${m.name}:${m.line_no}: `, highlight(m.line, q), "\n"])}</pre>
+          <pre>
+            {matches.map((m) => [
+              // A match opens its file (the other filters stay).
+              <a href={href("logs", { ...Object.fromEntries(parseHash().params), file: m.name })} data-log-match={m.name}>
+                {m.name}:{m.line_no}
+              </a>,
+              ": ",
+              highlight(m.line, q),
+              "\n",
+            ])}
+          </pre>
         </div>
       )}
       <div
