@@ -181,7 +181,9 @@ def task_batches(n_tasks: int, batch: int = 2_500):
         )
 
 
-def actor_batches(n_actors: int, batch: int = 1_000):
+def actor_batches(n_actors: int, batch: int = 1_000, fanout: int = 0):
+    """Actor rows in batches; with ``fanout``, actor i was created by actor (i - 1) // fanout
+    (through its worker), so the creator tree has that many children per actor."""
     for start in range(0, n_actors, batch):
         rows = [
             {
@@ -192,6 +194,14 @@ def actor_batches(n_actors: int, batch: int = 1_000):
                 "pid": 20_000 + i,
                 "node_id": None,
                 "resources": {"CPU": 1.0},
+                **(
+                    {
+                        "worker_id": f"w{i}",
+                        "owner_worker_id": f"w{(i - 1) // fanout}" if i else None,
+                    }
+                    if fanout
+                    else {}
+                ),
             }
             for i in range(start, min(start + batch, n_actors))
         ]

@@ -1,7 +1,7 @@
 """Endpoints the browser app needs beyond the shared list API (issue 5).
 
 - ``/api/frontend/actors``: the Actors page's list. Substring search (the shared filters are
-  exact), the creator tree flattened in depth-first order with each row's ``depth`` and
+  exact), filters by state, node, class and job, the creator tree flattened in depth-first order with each row's ``depth`` and
   ``num_children`` (so the page can page and virtualise a tree of 20,000 actors like a list),
   and ``infeasible`` set on pending actors no node can ever hold.
 - ``/api/frontend/nodes``: the node rows with their latest metrics sample, in one request
@@ -9,14 +9,18 @@
 - ``/api/frontend/throughput``: finished and failed tasks per time bucket, for the Overview's
   throughput chart (the metric history has no task series).
 
-They read the same ``DashboardState`` as every router and add no state of their own.
+They read the same ``DashboardState`` as every router. The only state of their own is a cache
+of the Actors page's ordered views (a few, keyed by ``DashboardState.actors_version`` and the
+query), so scrolling a 20,000-actor tree does not rebuild the tree for every page of rows.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from ember.dashboard.app import DashboardContext, get_ctx
@@ -49,7 +53,9 @@ async def frontend_actors(
         str, Query(max_length=20, description="ALIVE, PENDING, RESTARTING, DEAD")
     ] = "",
     pid: Annotated[int | None, Query(ge=1, le=2**22)] = None,
-    node_id: Annotated[str, Query(max_length=64)] = "",
+    node_id: Annotated[str, Query(max_length=64, description="a node id or its prefix")] = "",
+    class_name: Annotated[str, Query(max_length=200, description="exact class name")] = "",
+    job_id: Annotated[str, Query(max_length=64, description="a job id or its prefix")] = "",
     view: Annotated[
         Literal["list", "tree"], Query(description="flat list or creator tree")
     ] = "list",
@@ -62,18 +68,108 @@ async def frontend_actors(
     descending: bool = False,
     ctx: DashboardContext = Depends(get_ctx),
 ) -> dict[str, Any]:
+    """One page of the actors matching every filter (applied before the limit), with the
+    whole table's ``counts`` by state and its ``classes`` and ``jobs`` (the filters' choices)."""
     check_sort(sort_by, ACTOR_FIELDS)
     st = ctx.state
-    # The stored rows, not st.actor_row() of each: 20,000 copies per request would cost more
-    # than the page. The creator link and call counts are computed for the page's rows only
-    # (and for every row when the sort needs them).
+    needle = q.strip().lower()
+    filters = (needle, state, pid, node_id, class_name, job_id)
+    # Call counts change with task events, not with the actor table: a view sorted by them is
+    # reused for at most a second (the page refreshes live at that pace anyway).
+    clock = int(time.monotonic()) if sort_by in _CALL_COUNTS else 0
+    tree_collapsed = collapsed if view == "tree" else ""
+    key = (st.actors_version, clock, view, filters, tree_collapsed, sort_by, descending)
+    views: OrderedDict[tuple, _ActorView] = ctx.extra.setdefault(
+        "frontend_actor_views", OrderedDict()
+    )
+    built = views.get(key)
+    if built is None:
+        # The summary is the whole table's: one per table version, whatever the filters.
+        summary = ctx.extra.get("frontend_actor_summary")
+        if summary is None or summary[0] != st.actors_version:
+            summary = (st.actors_version, _summary(list(st.actors.values())))
+            ctx.extra["frontend_actor_summary"] = summary
+        built = _build_actor_view(
+            st, view, filters, tree_collapsed, sort_by, descending, summary[1]
+        )
+        views[key] = built
+        while len(views) > _VIEW_CACHE:
+            views.popitem(last=False)
+    else:
+        views.move_to_end(key)
+
+    def render(r: dict[str, Any], depth: int | None) -> dict[str, Any]:
+        out = st.actor_row(r["actor_id"])
+        wid = r.get("worker_id")
+        out["num_children"] = built.summary.created.get(wid, 0) if wid else 0
+        out["infeasible"] = is_infeasible(out)
+        if depth is not None:  # the tree: indentation, and whether the row itself matched
+            out["depth"] = depth
+            out["matches"] = built.keep(r)
+        return out
+
+    return {
+        "total": len(built.rows),
+        "offset": offset,
+        "limit": limit,
+        "items": [render(r, d) for r, d in built.rows[offset : offset + limit]],
+        "counts": built.summary.counts,
+        "classes": built.summary.classes,
+        "jobs": built.summary.jobs,
+    }
+
+
+# Views kept per dashboard: a few filters and sorts in use at once (each holds one list of
+# references to the table's rows, not copies).
+_VIEW_CACHE = 8
+_CALL_COUNTS = {"executed_calls", "pending_calls"}
+# The class and job choices sent with each page: the most common ones.
+_CHOICES = 200
+
+
+@dataclass
+class _Summary:
+    counts: dict[str, int]  # {state: n}
+    created: Counter  # {worker id: actors it created}
+    classes: dict[str, int]  # {class name: n}, the most common
+    jobs: dict[str, int]  # {job id: n}, the most common
+
+
+@dataclass
+class _ActorView:
+    """The matching actors in display order, as ``(row, depth)`` (depth None in the list)."""
+
+    rows: list[tuple[dict[str, Any], int | None]]
+    keep: Callable[[dict[str, Any]], bool]
+    summary: _Summary
+
+
+def _summary(rows: list[dict[str, Any]]) -> _Summary:
+    return _Summary(
+        counts=dict(Counter(r.get("state") or "" for r in rows)),
+        # An actor's children are its worker's creations.
+        created=Counter(r.get("owner_worker_id") for r in rows),
+        classes=dict(Counter(r.get("class_name") or "" for r in rows).most_common(_CHOICES)),
+        jobs=dict(Counter(r.get("job_id") or "" for r in rows).most_common(_CHOICES)),
+    )
+
+
+def _build_actor_view(
+    st: Any,
+    view: str,
+    filters: tuple[str, str, int | None, str, str, str],
+    collapsed: str,
+    sort_by: str | None,
+    descending: bool,
+    summary: _Summary,
+) -> _ActorView:
+    needle, state, pid, node_id, class_name, job_id = filters
+    # The stored rows, not st.actor_row() of each: 20,000 copies cost more than the page. The
+    # creator link and call counts are computed for the page's rows only (and for every row
+    # when the sort needs them).
     rows = list(st.actors.values())
     if sort_by in _COMPUTED:
         rows = [st.actor_row(r["actor_id"]) for r in rows]
-    counts = Counter(r.get("state") or "" for r in rows)  # {state: n}
-    # How many actors each worker created (an actor's children are its worker's creations).
-    created = Counter(r.get("owner_worker_id") for r in rows)
-    needle = q.strip().lower()
 
     def keep(r: dict[str, Any]) -> bool:
         return (
@@ -81,49 +177,37 @@ async def frontend_actors(
             and (not state or r.get("state") == state)
             and (pid is None or r.get("pid") == pid)
             and (not node_id or (r.get("node_id") or "").startswith(node_id))
+            and (not class_name or r.get("class_name") == class_name)
+            and (not job_id or (r.get("job_id") or "").startswith(job_id))
         )
 
-    def render(r: dict[str, Any], depth: int | None = None) -> dict[str, Any]:
-        out = st.actor_row(r["actor_id"])
-        out["num_children"] = created.get(r.get("worker_id"), 0) if r.get("worker_id") else 0
-        out["infeasible"] = is_infeasible(out)
-        if depth is not None:  # the tree: indentation, and whether the row itself matched
-            out["depth"] = depth
-            out["matches"] = keep(r)
-        return out
-
+    filtered = any(f not in ("", None) for f in filters)
     if view == "list":
         out = page(
-            [r for r in rows if keep(r)],
+            [r for r in rows if keep(r)] if filtered else rows,
             sort_by=sort_by,
             descending=descending,
-            limit=limit,
-            offset=offset,
+            limit=len(rows) or 1,
         )
-        out["items"] = [render(r) for r in out["items"]]
+        flat: list[tuple[dict[str, Any], int | None]] = [(r, None) for r in out["items"]]
     else:
         by_worker = {r["worker_id"]: r["actor_id"] for r in rows if r.get("worker_id")}
         creator = {r["actor_id"]: by_worker.get(r.get("owner_worker_id") or "") for r in rows}
         children: dict[str, list[dict[str, Any]]] = {}  # {creator actor id or "": [rows]}
         for r in rows:
             children.setdefault(creator[r["actor_id"]] or "", []).append(r)
-        flat = _tree_order(
-            rows,
-            children,
-            creator,
-            keep if (needle or state or pid is not None or node_id) else None,
-            set(filter(None, collapsed.split(","))),
-            sort_by,
-            descending,
+        flat = list(
+            _tree_order(
+                rows,
+                children,
+                creator,
+                keep if filtered else None,
+                set(filter(None, collapsed.split(","))),
+                sort_by,
+                descending,
+            )
         )
-        out = {
-            "total": len(flat),
-            "offset": offset,
-            "limit": limit,
-            "items": [render(r, d) for r, d in flat[offset : offset + limit]],
-        }
-    out["counts"] = dict(counts)
-    return out
+    return _ActorView(rows=flat, keep=keep, summary=summary)
 
 
 _COMPUTED = {"executed_calls", "pending_calls", "creator_actor_id"}
@@ -288,7 +372,7 @@ async def object_groups(
                     "types": {},
                 }
             g["count"] += 1
-            g["bytes"] += r.get("object_size") or 0
+            g["bytes"] += max(r.get("object_size") or 0, 0)  # -1: size not known (a handle)
             t = r.get("reference_type") or ""
             g["types"][t] = g["types"].get(t, 0) + 1
     store = {

@@ -152,6 +152,9 @@ class DashboardState:
         self.nodes: dict[str, NodeEntry] = {}
         self.workers: dict[str, dict[int, dict[str, Any]]] = {}  # {node_id: {pid: worker}}
         self.actors: dict[str, dict[str, Any]] = {}  # {actor_id: row}
+        # Grows whenever an actor row changes or goes, so a view built from the table (the
+        # Actors page's creator tree) can be reused until it does.
+        self.actors_version = 0
         self._actor_calls: dict[str, list[int]] = {}  # {actor_id: [submitted, finished]}
         self._actor_by_worker: dict[str, str] = {}  # {worker_id: actor_id}, for creators
         # {worker_id: node_id} of every worker seen; bounded by forgetting a node's on loss.
@@ -313,6 +316,13 @@ class DashboardState:
                 self._evict_actor()
             old = self.actors[actor_id] = {"actor_id": actor_id}
         changed = old.get("state") != row["state"]
+        # What a waiting actor lacks changes as resources come and go: news for the pages too.
+        news = changed or old.get("pending_reason") != row.get(
+            "pending_reason", old.get("pending_reason")
+        )
+        # The GCS poll repeats every row each second: only a real change counts.
+        if any(old.get(k) != v for k, v in row.items()):
+            self.actors_version += 1
         old.update(row)
         name = old.get("name") or ""
         old["title"] = f"{old.get('class_name', '')}({name})" if name else old.get("class_name", "")
@@ -328,7 +338,7 @@ class DashboardState:
                 pid=old.get("pid"),
                 kind="ACTOR_DIED",
             )
-        if changed:
+        if news:
             self.pubsub.publish(
                 {
                     "type": "actor",
@@ -344,6 +354,7 @@ class DashboardState:
         if victim is None:
             victim = next(iter(self.actors))
         self.actors.pop(victim)
+        self.actors_version += 1
         self._actor_calls.pop(victim, None)
         self.dropped["actors"] += 1
 

@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ember import config
@@ -222,7 +223,11 @@ class GcsServer:
 
     def _heartbeat(self, node: NodeInfo, body: dict) -> None:
         node.last_heartbeat = time.monotonic()
-        node.available = body["available"]
+        before, node.available = node.available, body["available"]
+        # Resources came free (tasks ended, leases went back): an actor waiting for them may
+        # fit now. Without this it waited for the next node join or worker death.
+        if self.pending_actors and any(v > before.get(k, 0.0) for k, v in node.available.items()):
+            self._schedule_pending_actors()
         node.total = body.get("total", node.total)
         node.pending_demands = body.get("pending_demands", [])
         if "store_stats" in body:
@@ -413,15 +418,22 @@ class GcsServer:
         self._publish(actor)
 
     def _why_pending(self, actor: ActorInfo) -> str:
+        """What the actor asked for against what exists (infeasible) or is free now (pending):
+        the Actors page and ``ember status`` show this to say why it is not placed."""
         shape = actor.spec.resources
         nodes = self.alive_nodes()
-        if not any(fits(shape, n.total) for n in nodes):
-            return (
-                f"infeasible: no node has {_fmt_shape(shape)} (nodes have: "
-                + "; ".join(_fmt_shape(n.total) for n in nodes)
-                + ")"
-            )
-        return f"waiting for resources {_fmt_shape(shape)} to be free"
+        able = [n for n in nodes if fits(shape, n.total)]
+        if not able:
+            have = _per_node(nodes, lambda n: _fmt_shape(n.total))
+            return f"infeasible: no node has {_fmt_shape(shape)} (nodes have: {have})"
+
+        # Only the resources asked for: a node's other resources do not explain the wait.
+        def free(n: NodeInfo) -> str:
+            now = _fmt_shape({k: n.available.get(k, 0.0) for k in shape})
+            total = _fmt_shape({k: n.total.get(k, 0.0) for k in shape})
+            return f"{now} of {total} on node {n.node_id.hex()[:8]}"
+
+        return f"waiting for resources {_fmt_shape(shape)} to be free (free now: {_per_node(able, free)})"
 
     def _schedule_pending_actors(self) -> None:
         pending, self.pending_actors = self.pending_actors, []
@@ -645,6 +657,18 @@ class GcsServer:
 
 def _fmt_shape(shape: dict[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(shape.items())) + "}" if shape else "{}"
+
+
+# A pending reason names at most this many nodes, so a 1,000-node cluster keeps it short.
+_REASON_NODES = 5
+
+
+def _per_node(nodes: list[NodeInfo], fmt: Callable[[NodeInfo], str]) -> str:
+    """``fmt(node)`` for the first nodes, ``"; "``-joined, with how many were left out."""
+    text = "; ".join(fmt(n) for n in nodes[:_REASON_NODES])
+    if len(nodes) > _REASON_NODES:
+        text += f"; and {len(nodes) - _REASON_NODES} more nodes"
+    return text
 
 
 async def serve(args: argparse.Namespace) -> None:

@@ -4,6 +4,7 @@ frontend issue's build output), or ``EMBER_DASHBOARD_FRONTEND_DIR``. Unknown pat
 
 from __future__ import annotations
 
+import html
 import os
 
 from ember.dashboard.app import DashboardContext, get_ctx
@@ -13,14 +14,19 @@ from fastapi.responses import FileResponse, HTMLResponse
 router = APIRouter(include_in_schema=False)
 
 
-def default_frontend_dir() -> str | None:
+def _expected_dir() -> str:
+    """Where the built app is looked for: the env override, or ``frontend/dist`` beside
+    ``dashboard/`` in the source tree (editable installs, CI)."""
     env = os.environ.get("EMBER_DASHBOARD_FRONTEND_DIR")
     if env:
         return env
-    # dashboard/ sits beside frontend/ in the source tree (editable installs, CI).
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.normpath(os.path.join(here, "..", "..", "frontend", "dist"))
-    return path if os.path.isdir(path) else None
+    return os.path.normpath(os.path.join(here, "..", "..", "frontend", "dist"))
+
+
+def default_frontend_dir() -> str | None:
+    path = _expected_dir()
+    return path if os.environ.get("EMBER_DASHBOARD_FRONTEND_DIR") or os.path.isdir(path) else None
 
 
 @router.get("/{path:path}")
@@ -29,13 +35,19 @@ async def static(path: str, request: Request, ctx: DashboardContext = Depends(ge
         raise HTTPException(
             404, f"no API endpoint /{path}; see {request.scope.get('root_path', '')}/docs"
         )
-    root = ctx.frontend_dir
+    # Looked for again on each request without one: a build made after the dashboard
+    # started is served at the next reload.
+    root = ctx.frontend_dir or default_frontend_dir()
     if not root or not os.path.isdir(root):
         prefix = request.scope.get("root_path", "")
         return HTMLResponse(
             "<!doctype html><title>Ember dashboard</title><h1>Ember dashboard</h1>"
-            "<p>The browser app is not built (no frontend/dist). The REST API is at "
-            f'<a href="{prefix}/docs">{prefix}/docs</a>.</p>'
+            f"<p>The browser app is not built (no {html.escape(root or _expected_dir())}). Build it "
+            "from the source tree with <code>scripts/dev.sh setup</code> (or "
+            "<code>cd frontend &amp;&amp; npm install &amp;&amp; npm run build</code>), then "
+            "reload this page; or point <code>EMBER_DASHBOARD_FRONTEND_DIR</code> at a built "
+            f'copy. The REST API is at <a href="{prefix}/docs">{prefix}/docs</a>.</p>',
+            status_code=503,
         )
     full = os.path.realpath(os.path.join(root, path))
     if not full.startswith(os.path.realpath(root) + os.sep) and full != os.path.realpath(root):

@@ -39,3 +39,11 @@ def wait_total(pg, table: str, op: str, n: int, timeout: float = 20_000) -> None
         f"Number(document.querySelector('[data-testid={table}]')?.dataset.total) {op} {n}",
         timeout=timeout,
     )
+
+
+def wait_chart_points(pg, testid: str, n: int, timeout: float = 20_000) -> None:
+    """Waits until the chart holds at least ``n`` data points (its ``data-points``)."""
+    pg.wait_for_function(
+        f"Number(document.querySelector('[data-testid={testid}]')?.dataset.points) >= {n}",
+        timeout=timeout,
+    )

@@ -16,25 +16,47 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "frontend"
 
 
-def _why_skip() -> str | None:
+def _missing() -> str | None:
+    """What the browser tests lack, or None when they can run."""
     if not os.path.exists(CHROMIUM):
-        return "Debian's chromium is not installed (scripts/dev.sh setup installs it)"
+        return f"Debian's chromium is not installed (no {CHROMIUM})"
     if not (ROOT / "frontend" / "dist" / "index.html").exists():
-        return "the browser app is not built (scripts/dev.sh setup runs npm ci and the build)"
+        return "the browser app is not built (no frontend/dist/index.html)"
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        return "playwright is not installed (pip install -e '.[test]')"
+        return "playwright is not installed"
     return None
+
+
+def browser_required() -> bool:
+    """In CI (``CI=true``) or with ``EMBER_REQUIRE_BROWSER=1`` a missing piece fails the tests:
+    a skip there would pass a run that checked no page."""
+    return (
+        os.environ.get("CI", "").lower() in ("true", "1")
+        or os.environ.get("EMBER_REQUIRE_BROWSER") == "1"
+    )
+
+
+def check_browser_setup() -> None:
+    """Skips (on a developer's machine) or fails (CI) when a piece is missing, naming the fix."""
+    missing = _missing()
+    if missing is None:
+        return
+    fix = (
+        "run scripts/dev.sh setup (it installs chromium, runs npm install and the build in "
+        "frontend/, and pip installs playwright)"
+    )
+    if browser_required():
+        pytest.fail(f"browser tests cannot run: {missing}; {fix}", pytrace=False)
+    pytest.skip(f"{missing}; {fix}")
 
 
 # Module scope, not session: Playwright's sync API keeps an event loop running on this thread
 # while it is started, and later tests (outside this folder) call asyncio.run().
 @pytest.fixture(scope="module")
 def browser():
-    why = _why_skip()
-    if why:
-        pytest.skip(why)
+    check_browser_setup()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -60,7 +82,7 @@ def cluster(_module_node_cleanup):
     url = ctx.dashboard_url.rstrip("/")
     assert url, "ember.init() started no dashboard"
     handles: dict = {}
-    workload.start(handles)
+    workload.start(handles, url)
     yield url, handles
     handles.clear()
 

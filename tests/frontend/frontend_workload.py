@@ -1,6 +1,6 @@
 """The workload the browser tests look at: tasks that finish and fail, a tree of actors
-(Parent -> Child -> Grandchild), a busy actor to profile, an infeasible actor, and objects
-held in the store."""
+(Parent -> Child -> Grandchild), a busy actor to profile, an infeasible actor, an actor
+waiting for CPU another one holds, and objects held in the store."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import os
 import time
 
 import ember
+import httpx
+from ember_test_utils import wait_until
 
 LOG_MARKER = "ember-frontend-log-marker"
 
@@ -102,7 +104,37 @@ class Infeasible:
         return 1
 
 
-def start(handles: dict) -> None:
+# On the tests' 2-CPU node: the holder keeps 1 CPU, so the waiter (1.5) fits the node but not
+# what is free, and stays pending (yellow) while one CPU is left for the tests' tasks.
+@ember.remote(num_cpus=1)
+class CpuHolder:
+    def ping(self) -> int:
+        return 1
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+@ember.remote(num_cpus=1.5)
+class CpuWaiter:
+    def ping(self) -> int:
+        return 1
+
+
+def _holder_counted(dashboard_url: str) -> bool:
+    """Whether the GCS counts the holder's CPU as taken, as the dashboard's poll reads it. The
+    poll lists the actors before it reads the nodes, so a snapshot that shows the holder
+    alive was read after its lease: what it says is free cannot predate the lease and go back
+    up to 2 later."""
+    alive = "/api/actors?filter=name=frontend_cpu_holder&filter=state=ALIVE"
+    if httpx.get(f"{dashboard_url}{alive}", timeout=10).json()["total"] != 1:
+        return False
+    status = httpx.get(f"{dashboard_url}/api/cluster_status", timeout=10).json()
+    free = status["resources"]["available"]
+    return free.get("CPU", 0.0) <= 1
+
+
+def start(handles: dict, dashboard_url: str) -> None:
     """Runs the workload; keeps handles (and so the actors and objects) in ``handles``."""
     ember.get([square.remote(i) for i in range(40)])
     ember.get([slow_step.remote(i) for i in range(8)])
@@ -118,11 +150,23 @@ def start(handles: dict) -> None:
     ember.get(victim.ping.remote())
     spinner = Spinner.options(name="frontend_spinner").remote()
     ember.get(spinner.ping.remote())
+    holder = CpuHolder.options(name="frontend_cpu_holder").remote()
+    ember.get(holder.ping.remote())
+    # The GCS places actors by the free resources the node last reported: create the waiter
+    # once the holder's CPU shows as taken, or it would be sent to the node to wait there.
+    wait_until(
+        lambda: _holder_counted(dashboard_url),
+        timeout=30,
+        message="the CPU holder's CPU to show as taken",
+    )
+    waiter = CpuWaiter.options(name="frontend_cpu_waiter").remote()
     handles.update(
         parent=parent,
         victim=victim,
         spinner=spinner,
         infeasible=Infeasible.remote(),
+        holder=holder,
+        waiter=waiter,
         big=ember.put(b"x" * (2 * 1024 * 1024)),
         small=ember.put(12345),
     )

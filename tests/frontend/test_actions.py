@@ -17,7 +17,14 @@ def test_kill_removes_an_actor(page, cluster):
     wait_total(page, "actors-table", "==", 1)
     page.locator("[data-testid=actors-table] .vrow").first.click()
     page.click("[data-testid=actor-kill]")
-    # A confirmation first; nothing is killed until it is accepted.
+    # A confirmation first; Cancel kills nothing.
+    page.get_by_role("dialog").get_by_role("button", name="Cancel").click()
+    assert page.get_by_role("dialog").count() == 0
+    assert ember.get(handles["victim"].ping.remote(), timeout=10) == 1
+    assert page.get_attribute("[data-testid=actor-detail]", "data-state") == "ALIVE"
+    assert page.locator("[data-testid=kill-result]").count() == 0
+    # Then Kill, accepted.
+    page.click("[data-testid=actor-kill]")
     page.click("[data-testid=confirm-kill]")
     page.wait_for_selector("[data-testid=actor-detail][data-state=DEAD]", timeout=30_000)
     # The live list (state=ALIVE) drops it without a reload.
@@ -89,29 +96,34 @@ def test_the_url_holds_the_view_and_survives_a_reload(page, cluster):
     open_page(page, url, "actors")
     page.select_option("[data-testid=actor-state]", "ALIVE")
     page.select_option("[data-testid=actor-view]", "tree")
+    page.locator("[data-testid=actor-node] option").nth(1).wait_for(state="attached")
+    page.select_option("[data-testid=actor-node]", index=1)
+    node = page.locator("[data-testid=actor-node]").input_value()
+    page.locator("[data-testid=actor-job] option").nth(1).wait_for(state="attached")
+    page.select_option("[data-testid=actor-job]", index=1)
+    job = page.locator("[data-testid=actor-job]").input_value()
     assert "state=ALIVE" in page.url and "view=tree" in page.url
+    assert f"node={node}" in page.url and f"job={job}" in page.url
     page.reload()
     page.wait_for_selector("[data-testid=actors-table] .vrow[data-row-key]")
     assert page.locator("[data-testid=actor-state]").input_value() == "ALIVE"
     assert page.locator("[data-testid=actor-view]").input_value() == "tree"
+    assert page.locator("[data-testid=actor-node]").input_value() == node
+    assert page.locator("[data-testid=actor-job]").input_value() == job
 
 
-def test_works_under_a_url_prefix(browser, cluster, request):
+def test_works_under_a_url_prefix(page, cluster):
     """Behind a proxy that forwards /ember/... with X-Forwarded-Prefix, every URL the app
     uses is relative, so pages and the stream work under the prefix."""
     url, _ = cluster
-    context = browser.new_context(extra_http_headers={"X-Forwarded-Prefix": "/ember"})
-    pg = context.new_page()
+    page.set_extra_http_headers({"X-Forwarded-Prefix": "/ember"})
     seen: list[str] = []
-    pg.on("request", lambda r: seen.append(r.url))
-    try:
-        pg.goto(f"{url}/ember/#/machines")
-        pg.wait_for_selector("[data-testid=stream-status][data-status=open]", timeout=20_000)
-        pg.wait_for_selector("[data-testid=nodes-table] tbody tr[data-row-key]", timeout=20_000)
-        api = [u for u in seen if "/api/" in u]
-        assert api and all("/ember/api/" in u for u in api), api
-    finally:
-        context.close()
+    page.on("request", lambda r: seen.append(r.url))
+    page.goto(f"{url}/ember/#/machines")
+    page.wait_for_selector("[data-testid=stream-status][data-status=open]")
+    page.wait_for_selector("[data-testid=nodes-table] tbody tr[data-row-key]")
+    api = [u for u in seen if "/api/" in u]
+    assert api and all("/ember/api/" in u for u in api), api
 
 
 def test_dark_theme(page, cluster):

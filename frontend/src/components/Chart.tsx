@@ -1,5 +1,5 @@
 // A time-series chart (uPlot: small, fast, canvas). Data arrive as columns: [times, ...series].
-import { useEffect, useRef } from "preact/hooks";
+import { useEffect, useMemo, useRef } from "preact/hooks";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { cssVar } from "../lib/theme";
@@ -72,8 +72,22 @@ export function Chart(p: {
     plot.current?.setData(p.data as uPlot.AlignedData);
   }, [p.data]);
 
+  // What the chart holds, for tests and for a glance in the inspector: uPlot draws an empty
+  // canvas without data, so a canvas alone proves nothing.
+  const { points, max } = useMemo(() => {
+    let n = 0;
+    let m = -Infinity;
+    for (const col of p.data.slice(1))
+      for (const v of col)
+        if (typeof v === "number" && Number.isFinite(v)) {
+          n++;
+          if (v > m) m = v;
+        }
+    return { points: n, max: n ? m : 0 };
+  }, [p.data]);
+
   return (
-    <div class="chart card" data-testid={p.testId}>
+    <div class="chart card" data-testid={p.testId} data-points={points} data-max={max}>
       <div class="chart-title">{p.title}</div>
       <div ref={host} />
     </div>

@@ -131,7 +131,7 @@ export function VirtualTable<T>(p: Props<T>) {
         onClick={() => p.onRowClick?.(row)}
       >
         {p.columns.map((c) => (
-          <div class={`cell ${c.align === "right" ? "num" : ""}`} key={c.key}>
+          <div class={`cell ${c.align === "right" ? "num" : ""}`} key={c.key} data-col={c.key}>
             {c.render ? c.render(row) : fmtCell((row as Record<string, unknown>)[c.key])}
           </div>
         ))}
@@ -146,6 +146,8 @@ export function VirtualTable<T>(p: Props<T>) {
           <div
             key={c.key}
             class={`cell ${c.sortable && p.onSort ? "sortable" : ""} ${c.align === "right" ? "num" : ""}`}
+            data-col={c.key}
+            aria-sort={p.sort?.by === c.key ? (p.sort.desc ? "descending" : "ascending") : c.sortable ? "none" : undefined}
             onClick={() => c.sortable && p.onSort?.(c.key)}
           >
             {c.title}
@@ -211,7 +213,7 @@ export function Table<T>(p: {
               onClick={() => p.onRowClick?.(r)}
             >
               {p.columns.map((c) => (
-                <td key={c.key} class={c.align === "right" ? "num" : ""}>
+                <td key={c.key} class={c.align === "right" ? "num" : ""} data-col={c.key}>
                   {c.render ? c.render(r) : fmtCell((r as Record<string, unknown>)[c.key])}
                 </td>
               ))}

@@ -1,6 +1,10 @@
 // Small pieces every page uses.
 import type { ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
+import type { Page } from "../lib/api";
+import { useApi } from "../lib/data";
+import { shortId } from "../lib/format";
+import type { NodeRow } from "../lib/types";
 
 export function StateBadge({ state }: { state: string | null | undefined }) {
   return <span class={`state state-${state ?? ""}`}>{state ?? "–"}</span>;
@@ -88,5 +92,25 @@ export function SearchBox(p: { value: string; placeholder: string; onChange: (v:
         timer.current = window.setTimeout(() => p.onChange(v), 200);
       }}
     />
+  );
+}
+
+/** A filter on one node (the live node list), or any; a node no longer listed stays shown. */
+export function NodeSelect(p: { value: string; onChange: (v: string | undefined) => void; testId?: string; anyLabel?: string }) {
+  const nodes = useApi<Page<NodeRow>>("api/nodes", { limit: 1000 }, { liveTypes: ["node"] });
+  const items = nodes.data?.items ?? [];
+  return (
+    <label>
+      Node
+      <select value={p.value} onChange={(e) => p.onChange((e.currentTarget as HTMLSelectElement).value || undefined)} data-testid={p.testId}>
+        <option value="">{p.anyLabel ?? "any"}</option>
+        {items.map((n) => (
+          <option key={n.node_id} value={n.node_id}>
+            {n.hostname ?? ""} {shortId(n.node_id, 12)}
+          </option>
+        ))}
+        {p.value && !items.some((n) => n.node_id === p.value) && <option value={p.value}>{shortId(p.value, 12)}</option>}
+      </select>
+    </label>
   );
 }

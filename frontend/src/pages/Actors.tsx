@@ -5,7 +5,7 @@
 import { useCallback, useMemo, useState } from "preact/hooks";
 import { FlameGraph, type Speedscope } from "../components/FlameGraph";
 import { VirtualTable, type Column } from "../components/VirtualTable";
-import { ErrorBox, Modal, SearchBox, StateBadge } from "../components/bits";
+import { ErrorBox, Modal, NodeSelect, SearchBox, StateBadge } from "../components/bits";
 import { errorText, getJSON, postJSON, type Page } from "../lib/api";
 import { useApi, useLiveToken } from "../lib/data";
 import { resources, shortId, time } from "../lib/format";
@@ -13,9 +13,28 @@ import { href, setParams } from "../lib/router";
 import type { ActorRow } from "../lib/types";
 
 type ActorItem = ActorRow & { depth?: number; matches?: boolean; resources?: Record<string, number> };
-type ActorPage = Page<ActorItem> & { counts: Record<string, number> };
+type ActorPage = Page<ActorItem> & { counts: Record<string, number>; classes: Record<string, number>; jobs: Record<string, number> };
 
 const STATES = ["", "ALIVE", "PENDING", "RESTARTING", "DEAD"];
+
+/** A filter choosing one of `options` ({value: count}, from the server), or any. */
+function ChoiceSelect(p: { label: string; value: string; options: Record<string, number>; onChange: (v: string | undefined) => void; testId: string }) {
+  const keys = Object.keys(p.options).filter(Boolean).sort();
+  return (
+    <label>
+      {p.label}
+      <select value={p.value} onChange={(e) => p.onChange((e.currentTarget as HTMLSelectElement).value || undefined)} data-testid={p.testId}>
+        <option value="">any</option>
+        {keys.map((k) => (
+          <option key={k} value={k}>
+            {k} ({p.options[k]})
+          </option>
+        ))}
+        {p.value && !(p.value in p.options) && <option value={p.value}>{p.value}</option>}
+      </select>
+    </label>
+  );
+}
 
 export function actorRowClass(a: ActorItem): string {
   if (a.infeasible) return "row-infeasible";
@@ -32,15 +51,20 @@ export function Actors({ params }: { params: URLSearchParams }) {
   const sortBy = params.get("sort") ?? "";
   const desc = params.get("desc") === "1";
   const collapsed = params.get("collapsed") ?? "";
+  const node = params.get("node") ?? "";
+  const cls = params.get("class") ?? "";
+  const job = params.get("job") ?? "";
   const [total, setTotal] = useState<number | undefined>(undefined);
-  const [counts, setCounts] = useState<Record<string, number>>({});
+  // The whole table's states, classes and jobs (every page carries them): the filters' choices.
+  const [choices, setChoices] = useState<Pick<ActorPage, "counts" | "classes" | "jobs">>({ counts: {}, classes: {}, jobs: {} });
+  const counts = choices.counts;
 
-  const query = { q, state, view, pid, collapsed, sort_by: sortBy || undefined, descending: desc || undefined };
+  const query = { q, state, view, pid, node_id: node, class_name: cls, job_id: job, collapsed, sort_by: sortBy || undefined, descending: desc || undefined };
   const queryKey = JSON.stringify(query);
   const fetchPage = useCallback(
     async (offset: number, limit: number, signal: AbortSignal) => {
       const p = await getJSON<ActorPage>("api/frontend/actors", { ...query, offset, limit }, signal);
-      setCounts(p.counts);
+      setChoices({ counts: p.counts, classes: p.classes, jobs: p.jobs });
       return p;
     },
     // eslint-disable-next-line react-hooks/exhaustive-deps
@@ -121,6 +145,9 @@ export function Actors({ params }: { params: URLSearchParams }) {
             ))}
           </select>
         </label>
+        <NodeSelect value={node} onChange={(v) => setParams({ node: v })} testId="actor-node" />
+        <ChoiceSelect label="Class" value={cls} options={choices.classes} onChange={(v) => setParams({ class: v })} testId="actor-class" />
+        <ChoiceSelect label="Job" value={job} options={choices.jobs} onChange={(v) => setParams({ job: v })} testId="actor-job" />
         <label>
           View
           <select value={view} onChange={(e) => setParams({ view: (e.currentTarget as HTMLSelectElement).value === "tree" ? "tree" : undefined })} data-testid="actor-view">

@@ -2,11 +2,11 @@
 // search (this file, highlighted; or every file of the node, on the server) and download.
 import type { ComponentChild } from "preact";
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
-import { ErrorBox, SearchBox } from "../components/bits";
+import { ErrorBox, NodeSelect, SearchBox } from "../components/bits";
 import { apiUrl, errorText, getJSON, type Page } from "../lib/api";
 import { useApi } from "../lib/data";
 import { bytes, shortId } from "../lib/format";
-import { href, setParams } from "../lib/router";
+import { href, parseHash, setParams } from "../lib/router";
 import type { LogFile } from "../lib/types";
 
 const MAX_LINES = 20_000; // lines kept in the page while following; older ones are dropped
@@ -33,6 +33,18 @@ export function Logs({ params }: { params: URLSearchParams }) {
   const component = params.get("component") ?? "";
   const filters = [node && `node_id=${node}`, pid && `pid=${pid}`, component && `component=${component}`].filter(Boolean) as string[];
   const files = useApi<Page<LogFile>>("api/logs", { filter: filters, limit: 2000 }, { pollMs: 10_000 });
+  // The worker picker's choices: every process with files on the chosen node (and component),
+  // whichever one is picked; without a pick that is the list above, so no second request.
+  const procFilters = [node && `node_id=${node}`, component && `component=${component}`].filter(Boolean) as string[];
+  const procFiles = useApi<Page<LogFile>>(pid ? "api/logs" : null, { filter: procFilters, limit: 2000 }, { pollMs: 10_000 });
+  const procs = useMemo(() => {
+    const seen = new Map<string, LogFile>();
+    for (const f of (pid ? procFiles.data : files.data)?.items ?? []) {
+      if (f.pid) seen.set(`${f.node_id}/${f.pid}`, f);
+    }
+    return [...seen.entries()].sort(([, a], [, b]) => (a.component ?? "").localeCompare(b.component ?? "") || (a.pid ?? 0) - (b.pid ?? 0));
+  }, [pid, procFiles.data, files.data]);
+  const procKey = pid ? `${node}/${pid}` : "";
 
   // The files grouped by node, then component.
   const groups = useMemo(() => {
@@ -60,7 +72,7 @@ export function Logs({ params }: { params: URLSearchParams }) {
       <div class="toolbar">
         <label>
           Component
-          <select value={component} onChange={(e) => setParams({ component: (e.currentTarget as HTMLSelectElement).value || undefined })}>
+          <select value={component} onChange={(e) => setParams({ component: (e.currentTarget as HTMLSelectElement).value || undefined })} data-testid="log-component">
             <option value="">any</option>
             {["worker", "driver", "raylet", "gcs_server", "agent", "dashboard", "zygote"].map((c) => (
               <option key={c} value={c}>
@@ -69,12 +81,32 @@ export function Logs({ params }: { params: URLSearchParams }) {
             ))}
           </select>
         </label>
+        <NodeSelect value={node} onChange={(v) => setParams({ node: v, pid: undefined, file: undefined })} testId="log-node" />
+        <label>
+          Worker
+          <select
+            value={procKey}
+            onChange={(e) => {
+              const v = (e.currentTarget as HTMLSelectElement).value;
+              const [nid, p] = v ? v.split("/") : [node, ""];
+              setParams({ node: nid || undefined, pid: p || undefined, file: undefined });
+            }}
+            data-testid="log-worker"
+          >
+            <option value="">any</option>
+            {procs.map(([k, f]) => (
+              <option key={k} value={k}>
+                {f.component ?? "process"} pid {f.pid}
+                {node ? "" : ` · node ${shortId(f.node_id)}`}
+              </option>
+            ))}
+            {procKey && !procs.some(([k]) => k === procKey) && <option value={procKey}>pid {pid}</option>}
+          </select>
+        </label>
         {(pid || node) && (
-          <span>
-            {node && `node ${shortId(node)} `}
-            {pid && `pid ${pid} `}
-            <button onClick={() => setParams({ pid: undefined, node: undefined, file: undefined })}>×</button>
-          </span>
+          <button onClick={() => setParams({ pid: undefined, node: undefined, file: undefined })} title="show every node's files">
+            clear
+          </button>
         )}
         <span class="count">{files.data ? `${files.data.total} files` : ""}</span>
       </div>
@@ -94,6 +126,7 @@ export function Logs({ params }: { params: URLSearchParams }) {
                       class={file === f.name && node === nid ? "active" : ""}
                       title={`${f.name} · ${bytes(f.size)}`}
                       data-log-file={f.name}
+                      data-pid={f.pid ?? ""}
                     >
                       {f.name} <span class="note">{bytes(f.size)}</span>
                     </a>
@@ -186,7 +219,7 @@ function LogView({ node, file, q }: { node: string; file: string; q: string }) {
         <b class="mono">{file}</b>
         <SearchBox value={q} placeholder="Search (highlights)" onChange={(v) => setParams({ q: v || undefined })} testId="log-search" />
         {q && <span class="note" data-testid="log-hits">{hits} matching lines here</span>}
-        <button onClick={serverSearch} disabled={!q}>
+        <button onClick={serverSearch} disabled={!q} data-testid="log-search-all">
           Search all files of this node
         </button>
         <label>
@@ -205,7 +238,17 @@ function LogView({ node, file, q }: { node: string; file: string; q: string }) {
           <div class="note">
             {matches.length} matches across the node's files <button onClick={() => setMatches(undefined)}>close</button>
           </div>
-          <pre>{matches.map((m) => [`${m.name}:${m.line_no}: `, highlight(m.line, q), "\n"])}</pre>
+          <pre>
+            {matches.map((m) => [
+              // A match opens its file (the other filters stay).
+              <a href={href("logs", { ...Object.fromEntries(parseHash().params), file: m.name })} data-log-match={m.name}>
+                {m.name}:{m.line_no}
+              </a>,
+              ": ",
+              highlight(m.line, q),
+              "\n",
+            ])}
+          </pre>
         </div>
       )}
       <div

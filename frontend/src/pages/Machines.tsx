@@ -151,7 +151,10 @@ export function Machines({ params }: { params: URLSearchParams }) {
       ),
     },
     { key: "state", title: "State", render: (n) => <span><StateBadge state={n.state} />{n.lost_reason && <div class="note">{n.lost_reason}</div>}</span> },
-    { key: "workers", title: "Workers / cores", render: (n) => `${n.num_workers} / ${n.resources_total?.CPU ?? "–"}` },
+    // Cores are the machine's (the agent's psutil count), not the CPU resource it advertises.
+    // Workers are worker processes only (the agent counts them; the node row counts every
+    // process it lists, the raylet and agent too).
+    { key: "workers", title: "Workers / cores", render: (n) => `${n.metrics?.num_workers ?? n.num_workers} / ${n.metrics?.num_cpus ?? "–"}` },
     { key: "uptime", title: "Uptime", render: (n) => (n.start_time ? duration(Date.now() / 1000 - n.start_time) : "–") },
     { key: "cpu", title: "CPU", align: "right", render: (n) => pct(n.cpu_percent) },
     { key: "ram", title: "RAM", align: "right", render: (n) => `${bytes(n.mem_used_bytes)} / ${bytes(n.metrics?.mem_total_bytes)}` },

@@ -1,5 +1,5 @@
 // Memory: the `ember memory` view. Every ObjectRef pinning an object, grouped by node or by
-// process, sortable by size or reference type, with the store's use per node.
+// process, sortable by any column of the reference table, with the store's use per node.
 import { useCallback, useEffect, useState } from "preact/hooks";
 import { Table, VirtualTable, type Column } from "../components/VirtualTable";
 import { ErrorBox } from "../components/bits";
@@ -24,12 +24,15 @@ interface Groups {
   store: Record<string, { used?: number; capacity?: number; objects?: number }>;
 }
 
+const SORTABLE = new Set(["object_id", "reference_type", "object_size", "status", "node_id", "pid", "call_site"]);
 const TYPES = ["", "LOCAL_REFERENCE", "PINNED_IN_MEMORY", "USED_BY_PENDING_TASK", "CAPTURED_IN_OBJECT", "ACTOR_HANDLE"];
 
 export function Memory({ params }: { params: URLSearchParams }) {
   const by = params.get("group") === "pid" ? "pid" : "node_id";
   const sel = params.get("sel") ?? "";
-  const sort = params.get("sort") === "reference_type" ? "reference_type" : "object_size";
+  // Sorted on the server by any column header; sizes largest first unless told otherwise.
+  const sort = SORTABLE.has(params.get("sort") ?? "") ? params.get("sort")! : "object_size";
+  const desc = params.has("desc") ? params.get("desc") === "1" : sort === "object_size";
   const type = params.get("type") ?? "";
   const groups = useApi<Groups>("api/frontend/object_groups", { by }, { pollMs: 5000 });
   const [total, setTotal] = useState<number | undefined>();
@@ -42,10 +45,10 @@ export function Memory({ params }: { params: URLSearchParams }) {
   }, []);
 
   const filters = [type && `reference_type=${type}`, sel && (by === "pid" ? `pid=${sel.split("/")[1]}` : `node_id=${sel}`), sel && by === "pid" && `node_id=${sel.split("/")[0]}`].filter(Boolean) as string[];
-  const queryKey = JSON.stringify([filters, sort]);
+  const queryKey = JSON.stringify([filters, sort, desc]);
   const fetchPage = useCallback(
     (offset: number, limit: number, signal: AbortSignal) =>
-      getJSON<Page<ObjectRow>>("api/objects", { filter: filters, offset, limit, sort_by: sort, descending: sort === "object_size" }, signal),
+      getJSON<Page<ObjectRow>>("api/objects", { filter: filters, offset, limit, sort_by: sort, descending: desc }, signal),
     // eslint-disable-next-line react-hooks/exhaustive-deps
     [queryKey],
   );
@@ -60,13 +63,13 @@ export function Memory({ params }: { params: URLSearchParams }) {
       : []),
   ];
   const cols: Column<ObjectRow>[] = [
-    { key: "object_id", title: "Object", width: "1.3fr", render: (o) => <span class="mono">{shortId(o.object_id, 16)}</span> },
-    { key: "reference_type", title: "Reference type", width: "1.2fr" },
-    { key: "object_size", title: "Size", width: "90px", align: "right", render: (o) => bytes(o.object_size) },
-    { key: "status", title: "Status", width: "110px" },
-    { key: "node_id", title: "Node", width: "100px", render: (o) => <span class="mono">{shortId(o.node_id)}</span> },
-    { key: "pid", title: "PID", width: "70px", align: "right" },
-    { key: "call_site", title: "Call site", width: "2fr" },
+    { key: "object_id", title: "Object", width: "1.3fr", sortable: true, render: (o) => <span class="mono">{shortId(o.object_id, 16)}</span> },
+    { key: "reference_type", title: "Reference type", width: "1.2fr", sortable: true },
+    { key: "object_size", title: "Size", width: "90px", align: "right", sortable: true, render: (o) => ((o.object_size ?? -1) >= 0 ? bytes(o.object_size) : "–") },
+    { key: "status", title: "Status", width: "110px", sortable: true },
+    { key: "node_id", title: "Node", width: "100px", sortable: true, render: (o) => <span class="mono">{shortId(o.node_id)}</span> },
+    { key: "pid", title: "PID", width: "70px", align: "right", sortable: true },
+    { key: "call_site", title: "Call site", width: "2fr", sortable: true },
   ];
 
   return (
@@ -78,13 +81,6 @@ export function Memory({ params }: { params: URLSearchParams }) {
           <select value={by} onChange={(e) => setParams({ group: (e.currentTarget as HTMLSelectElement).value === "pid" ? "pid" : undefined, sel: undefined })} data-testid="memory-group">
             <option value="node_id">node</option>
             <option value="pid">process</option>
-          </select>
-        </label>
-        <label>
-          Sort by
-          <select value={sort} onChange={(e) => setParams({ sort: (e.currentTarget as HTMLSelectElement).value === "reference_type" ? "reference_type" : undefined })} data-testid="memory-sort">
-            <option value="object_size">size</option>
-            <option value="reference_type">reference type</option>
           </select>
         </label>
         <label>
@@ -113,7 +109,19 @@ export function Memory({ params }: { params: URLSearchParams }) {
         testId="memory-groups"
       />
       <h2>References {sel && <button onClick={() => setParams({ sel: undefined })}>show all</button>}</h2>
-      <VirtualTable columns={cols} fetchPage={fetchPage} queryKey={queryKey} refreshToken={refresh} rowKey={(o) => `${o.node_id}/${o.pid}/${o.object_id}/${o.reference_type}`} onTotal={setTotal} height={420} testId="memory-table" />
+      <VirtualTable
+        columns={cols}
+        fetchPage={fetchPage}
+        queryKey={queryKey}
+        refreshToken={refresh}
+        rowKey={(o) => `${o.node_id}/${o.pid}/${o.object_id}/${o.reference_type}`}
+        sort={{ by: sort, desc }}
+        // The same column again flips the order; a new one starts ascending, sizes largest first.
+        onSort={(by) => setParams({ sort: by, desc: (by === sort ? !desc : by === "object_size") ? "1" : "0" })}
+        onTotal={setTotal}
+        height={420}
+        testId="memory-table"
+      />
     </div>
   );
 }

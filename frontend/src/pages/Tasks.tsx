@@ -3,12 +3,12 @@
 // selecting a task shows its phases and, for a failed one, its traceback.
 import { useCallback, useState } from "preact/hooks";
 import { VirtualTable, type Column } from "../components/VirtualTable";
-import { BarLegend, ErrorBox, ProgressBar, StateBadge, taskBuckets } from "../components/bits";
+import { BarLegend, ErrorBox, NodeSelect, ProgressBar, StateBadge, taskBuckets } from "../components/bits";
 import { getJSON, type Page } from "../lib/api";
 import { useApi, useLiveToken } from "../lib/data";
 import { duration, shortId, time } from "../lib/format";
 import { setParams } from "../lib/router";
-import type { NodeRow, TaskRow, TaskSummary } from "../lib/types";
+import type { TaskRow, TaskSummary } from "../lib/types";
 
 const STATES = ["", "PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WORKER", "RUNNING", "RETRYING", "FINISHED", "FAILED"];
 
@@ -22,7 +22,6 @@ export function Tasks({ params }: { params: URLSearchParams }) {
   const sortBy = params.get("sort") ?? "";
   const desc = params.get("desc") === "1";
   const summary = useApi<TaskSummary>("api/tasks/summary", {}, { liveTypes: ["tasks"], minGapMs: 1000 });
-  const nodes = useApi<Page<NodeRow>>("api/nodes", { limit: 1000 }, { liveTypes: ["node"] });
   const [total, setTotal] = useState<number | undefined>();
   const refresh = useLiveToken(["tasks"]);
 
@@ -108,17 +107,7 @@ export function Tasks({ params }: { params: URLSearchParams }) {
             {name && !summary.data?.by_function.some((f) => f.name === name) && <option value={name}>{name}</option>}
           </select>
         </label>
-        <label>
-          Node
-          <select value={node} onChange={(e) => setParams({ node: (e.currentTarget as HTMLSelectElement).value || undefined })} data-testid="task-node">
-            <option value="">any</option>
-            {(nodes.data?.items ?? []).map((n) => (
-              <option key={n.node_id} value={n.node_id}>
-                {n.hostname ?? ""} {shortId(n.node_id, 12)}
-              </option>
-            ))}
-          </select>
-        </label>
+        <NodeSelect value={node} onChange={(v) => setParams({ node: v })} testId="task-node" />
         <label>
           Job
           <input value={job} placeholder="job id" size={10} onChange={(e) => setParams({ job: (e.currentTarget as HTMLInputElement).value || undefined })} data-testid="task-job" />

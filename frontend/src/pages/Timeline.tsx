@@ -2,16 +2,13 @@
 // canvas (a row per worker grouped by node). While "follow" is on, new tasks slide in from the
 // right as the stream announces them; zooming or panning stops following.
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
-import { ErrorBox } from "../components/bits";
-import { apiUrl, errorText, getJSON, type Page } from "../lib/api";
-import { useApi } from "../lib/data";
-import { shortId } from "../lib/format";
+import { ErrorBox, NodeSelect } from "../components/bits";
+import { apiUrl, errorText, getJSON } from "../lib/api";
 import { setParams } from "../lib/router";
 import { useStream } from "../lib/stream";
 import { TraceAccumulator } from "../timeline/live";
 import { TimelineCanvas, type ColorBy, type View } from "../timeline/TimelineCanvas";
 import { parseTrace } from "../timeline/trace";
-import type { NodeRow } from "../lib/types";
 
 const WINDOWS: [string, number][] = [
   ["30 s", 30],
@@ -29,7 +26,6 @@ export function Timeline({ params }: { params: URLSearchParams }) {
   const job = params.get("job") ?? "";
   const [follow, setFollow] = useState(true);
   const q = { last_seconds: win, node_id: node || undefined, job_id: job || undefined };
-  const nodes = useApi<Page<NodeRow>>("api/nodes", { limit: 1000 }, { liveTypes: ["node"] });
   const acc = useRef(new TraceAccumulator());
   const [version, setVersion] = useState(0);
   const [loading, setLoading] = useState(true);
@@ -152,17 +148,7 @@ export function Timeline({ params }: { params: URLSearchParams }) {
           <input type="checkbox" checked={flows} onChange={(e) => setParams({ flows: (e.currentTarget as HTMLInputElement).checked ? "1" : undefined })} data-testid="timeline-flows" />
           flow edges ({trace.flows.length})
         </label>
-        <label>
-          Node
-          <select value={node} onChange={(e) => setParams({ node: (e.currentTarget as HTMLSelectElement).value || undefined })}>
-            <option value="">all</option>
-            {(nodes.data?.items ?? []).map((n) => (
-              <option key={n.node_id} value={n.node_id}>
-                {n.hostname ?? ""} {shortId(n.node_id, 12)}
-              </option>
-            ))}
-          </select>
-        </label>
+        <NodeSelect value={node} onChange={(v) => setParams({ node: v })} anyLabel="all" testId="timeline-node" />
         <label>
           <input type="checkbox" checked={follow} onChange={(e) => setFollow((e.currentTarget as HTMLInputElement).checked)} data-testid="timeline-follow" />
           follow live
