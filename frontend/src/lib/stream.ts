@@ -195,7 +195,13 @@ export const stream = new LiveStream();
 
 export function useStreamStatus(): StreamStatus {
   const [s, set] = useState(stream.status);
-  useEffect(() => stream.onStatus(set), []);
+  useEffect(() => {
+    const off = stream.onStatus(set);
+    // Effects run after the first paint: a change between that render and this subscription
+    // (the stream opening, on a busy machine) was announced to nobody. Read it now.
+    set(stream.status);
+    return off;
+  }, []);
   return s;
 }
 
