@@ -215,18 +215,66 @@ def test_a_method_reached_through_the_actor_class_is_a_type_error(shared_node):
     assert ember.get(Adder.remote().add.remote(1), timeout=60) == 2
 
 
+# (options, the words the error must contain: the option, the value given, what is allowed)
+BAD_TASK_OPTIONS = [
+    ({"num_cpus": -1}, ["'num_cpus'", "-1", "non-negative number"]),
+    ({"num_gpus": -0.5}, ["'num_gpus'", "-0.5", "non-negative number"]),
+    ({"memory": -1}, ["'memory'", "-1", "non-negative"]),
+    ({"object_store_memory": -1}, ["'object_store_memory'", "-1", "non-negative"]),
+    ({"max_calls": -1}, ["'max_calls'", "-1", "integer >= 0"]),
+    ({"max_retries": -5}, ["'max_retries'", "-5", "integer >= -1"]),
+    ({"num_returns": -1}, ["'num_returns'", "-1", "integer >= 0"]),
+    ({"num_return_vals": -2}, ["'num_returns'", "-2", "integer >= 0"]),
+    ({"num_returns": 1.5}, ["'num_returns'", "1.5", "float", "integer >= 0"]),
+    ({"num_cpus": "2"}, ["'num_cpus'", "'2'", "str", "non-negative number"]),
+    ({"num_cpus": True}, ["'num_cpus'", "True", "bool"]),
+    ({"name": 7}, ["'name'", "7", "int", "a string"]),
+    ({"retry_exceptions": "yes"}, ["'retry_exceptions'", "'yes'", "list or tuple"]),
+    ({"retry_exceptions": [ValueError, 3]}, ["'retry_exceptions'", "3", "exception classes"]),
+    ({"scheduling_strategy": "SOMEWHERE"}, ["'scheduling_strategy'", "'SOMEWHERE'", "SPREAD"]),
+    ({"resources": {"GPU": 1}}, ["num_gpus"]),
+    ({"resources": {"custom": -1}}, ["'resources'", "-1", "non-negative"]),
+    ({"resources": ["custom"]}, ["'resources'", "list", "a dict"]),
+    ({"bogus_option": 1}, ["Invalid option 'bogus_option'", "max_retries"]),
+]
+
+
+@pytest.mark.parametrize("opts,words", BAD_TASK_OPTIONS)
+def test_bad_options_fail_at_decoration(opts, words):
+    with pytest.raises(ValueError) as info:
+        ember.remote(**opts)(lambda: None)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+@pytest.mark.parametrize("opts,words", BAD_TASK_OPTIONS)
+def test_bad_options_fail_in_dot_options(opts, words):
+    with pytest.raises(ValueError) as info:
+        add.options(**opts)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_wrong_option_type_is_also_a_type_error():
+    # Ray raises TypeError for a wrong type; Ember's error is both, so either except works.
+    with pytest.raises(TypeError, match="'name'"):
+        add.options(name=["x"])
+
+
 @pytest.mark.parametrize(
-    "opts,match",
+    "opts",
     [
-        ({"num_cpus": -1}, "non-negative"),
-        ({"bogus_option": 1}, "Invalid option 'bogus_option'"),
-        ({"max_retries": -5}, "max_retries"),
-        ({"resources": {"CPU": 1}}, "num_cpus"),
+        {"max_retries": -1},  # Ray: retry forever
+        {"max_retries": 0, "retry_exceptions": [ValueError, KeyError]},
+        {"retry_exceptions": (OSError,)},
+        {"num_returns": 0},
+        {"num_gpus": 0.25, "memory": 0, "max_calls": 0, "name": None},
+        {"scheduling_strategy": "SPREAD"},
     ],
 )
-def test_bad_options_fail_at_decoration(opts, match):
-    with pytest.raises(ValueError, match=match):
-        ember.remote(**opts)(lambda: None)
+def test_good_options_are_accepted(opts):
+    assert ember.remote(**opts)(lambda: None) is not None
+    assert add.options(**opts) is not None
 
 
 def test_unpicklable_argument_names_type_and_path(shared_node):
