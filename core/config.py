@@ -53,3 +53,8 @@ locality_min_bytes: int = _env("locality_min_bytes", 100 * 1024)
 # long a get waits for such a rebuild.
 max_lineage_entries: int = _env("max_lineage_entries", 1_000)
 reconstruction_timeout: float = _env("reconstruction_timeout", 600.0)
+# A worker whose holder saw it die is killed this long later if still alive; until then its
+# real exit (code or signal) can be seen and reported.
+worker_death_grace: float = _env("worker_death_grace", 0.5)
+# How many recent worker exits (and why) a raylet remembers for WorkerCrashedError messages.
+worker_exit_reasons_kept: int = _env("worker_exit_reasons_kept", 1_000)

@@ -10,6 +10,7 @@ import ember
 import numpy as np
 import pytest
 from ember.exceptions import TaskError, WorkerCrashedError
+from ember_test_utils import wait_until
 
 
 @ember.remote
@@ -130,7 +131,39 @@ def test_worker_crash_without_retries_raises_worker_crashed(shared_node):
 
     with pytest.raises(WorkerCrashedError) as info:
         ember.get(dies.remote(), timeout=60)
-    assert "exit" in str(info.value) or "died" in str(info.value)
+    msg = str(info.value)
+    assert "dies()" in msg and "exited with code 3" in msg and "max_retries=0" in msg
+
+
+def test_worker_sigkilled_on_every_attempt_raises_worker_crashed(shared_node, tmp_path):
+    pids_file = tmp_path / "pids"
+
+    @ember.remote(max_retries=1)
+    def report_pid_and_wait(path):
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(60)
+        return "not killed"
+
+    def started_pids(n):
+        # Only whole lines: a pid is complete once its newline is written.
+        text = pids_file.read_text() if pids_file.exists() else ""
+        pids = [int(p) for p in text.split("\n")[:-1]]
+        return pids if len(pids) >= n else None
+
+    t0 = time.monotonic()
+    ref = report_pid_and_wait.remote(str(pids_file))
+    for attempt in (1, 2):  # the first run and its one retry
+        pids = wait_until(lambda n=attempt: started_pids(n), 30, message=f"attempt {attempt}")
+        os.kill(pids[attempt - 1], signal.SIGKILL)
+    with pytest.raises(WorkerCrashedError) as info:
+        ember.get(ref, timeout=60)
+    assert time.monotonic() - t0 < 30  # never waits out the 60 s sleep
+    msg = str(info.value)
+    assert "report_pid_and_wait()" in msg and "max_retries=1" in msg and "tried 2 time" in msg
+    # How the worker died, with the likely culprit of a SIGKILL nobody in Ember sent.
+    assert "signal 9 (SIGKILL)" in msg and "out-of-memory killer" in msg, msg
+    assert len(started_pids(2)) == 2  # no third attempt
 
 
 def test_retry_exceptions(shared_node, tmp_path):

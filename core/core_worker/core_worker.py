@@ -932,19 +932,37 @@ class CoreWorker:
         else:
             self.record_event(spec, state)
 
-    def on_worker_crashed(self, spec: TaskSpec, worker_id: bytes, reason: str, retry) -> None:
+    def on_worker_crashed(
+        self, spec: TaskSpec, worker_id: bytes, reason: str, retry, raylet: Connection | None
+    ) -> None:
+        """The worker running ``spec`` went away: retry, or fail with WorkerCrashedError
+        saying how it died (exit code or signal), which ``raylet``, its node's, knows."""
         if spec.max_retries == -1 or spec.attempt < spec.max_retries:
             spec.attempt += 1
             self.record_event(spec, "RETRYING")
             retry(spec)
             return
-        self.fail_task(
-            spec,
-            WorkerCrashedError(
-                f"The worker running {spec.display_name()}() died unexpectedly ({reason}); "
-                f"the task was tried {spec.attempt + 1} time(s) (max_retries={spec.max_retries})."
-            ),
-        )
+
+        def fail(how: str) -> None:
+            self.fail_task(
+                spec,
+                WorkerCrashedError(
+                    f"The worker running {spec.display_name()}() died unexpectedly ({how}); "
+                    f"the task was tried {spec.attempt + 1} time(s) "
+                    f"(max_retries={spec.max_retries})."
+                ),
+            )
+
+        if raylet is None or raylet.closed:
+            fail(reason)
+            return
+
+        def on_reason(fut: asyncio.Future) -> None:
+            # The raylet answers within its own deadline, or its connection fails the future.
+            how = None if fut.cancelled() or fut.exception() else fut.result()
+            fail(how or reason)
+
+        raylet.request("worker_exit_reason", {"worker_id": worker_id}).add_done_callback(on_reason)
 
     def cancelled_error(self, spec: TaskSpec) -> TaskCancelledError:
         return TaskCancelledError(spec.task_id.hex())
