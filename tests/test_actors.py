@@ -653,6 +653,7 @@ def test_kill_then_calls_raise_actor_died(shared_node):
     with pytest.raises(ActorDiedError) as info:
         ember.get(c.incr.remote(), timeout=30)
     assert isinstance(info.value, RayActorError)
+    assert "ember.kill() was called" in str(info.value)  # the cause, not just the type
     wait_until(lambda: process_gone(pid), 15, message="the killed actor's process to exit")
     ember.kill(c)  # killing a dead actor is not an error
     with pytest.raises(RayActorError):
@@ -674,9 +675,10 @@ def test_call_running_when_killed_fails(shared_node, tmp_path):
     wait_until(marker.exists, 30, message="the call to start")
     t0 = time.monotonic()
     ember.kill(s)
-    with pytest.raises(ActorDiedError):
+    with pytest.raises(ActorDiedError) as info:
         ember.get(ref, timeout=30)
     assert time.monotonic() - t0 < 20
+    assert "ember.kill() was called" in str(info.value)
 
 
 def test_exit_actor(shared_node):
@@ -690,11 +692,14 @@ def test_exit_actor(shared_node):
 
     q = Quitter.remote()
     pid = ember.get(q.pid.remote())
-    with pytest.raises(RayActorError):
+    with pytest.raises(RayActorError) as info:
         ember.get(q.quit.remote(), timeout=30)  # as in Ray: the exiting call raises too
+    assert "exit_actor() was called" in str(info.value)
     wait_until(lambda: process_gone(pid), 15, message="the actor's process to exit")
-    with pytest.raises(ActorDiedError):
+    with pytest.raises(ActorDiedError) as info:
         ember.get(q.pid.remote(), timeout=30)
+    assert "exit_actor() was called" in str(info.value)
+    assert "ember.kill()" not in str(info.value)
     ember.kill(q)  # already dead: no error
 
 
@@ -709,11 +714,13 @@ def test_exit_actor_in_async_actor(shared_node):
 
     q = AsyncQuitter.remote()
     pid = ember.get(q.pid.remote())
-    with pytest.raises(RayActorError):
+    with pytest.raises(RayActorError) as info:
         ember.get(q.quit.remote(), timeout=30)
+    assert "exit_actor() was called" in str(info.value)
     wait_until(lambda: process_gone(pid), 15, message="the async actor's process to exit")
-    with pytest.raises(ActorDiedError):
+    with pytest.raises(ActorDiedError) as info:
         ember.get(q.pid.remote(), timeout=30)
+    assert "exit_actor() was called" in str(info.value)
 
 
 def test_exit_actor_outside_an_actor_raises(shared_node):
