@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -31,7 +32,19 @@ def test_decorator_with_options_and_options_override(shared_node):
 
     a, b = two.remote()
     assert ember.get([a, b]) == [1, 2]
-    x, y, z = two.options(num_returns=3).remote() if False else (None, None, None)
+
+    @ember.remote(num_returns=2)
+    def values(*xs):
+        return xs
+
+    # .options(num_returns=3) gives three refs for that call; the decorator's 2 stays default.
+    refs = values.options(num_returns=3).remote("x", "y", "z")
+    assert isinstance(refs, list) and len(refs) == 3
+    assert all(isinstance(r, ember.ObjectRef) for r in refs)
+    assert ember.get(refs) == ["x", "y", "z"]
+    assert ember.get(values.remote(1, 2)) == [1, 2]
+    one = values.options(num_returns=1).remote(7, 8)
+    assert isinstance(one, ember.ObjectRef) and ember.get(one) == (7, 8)
 
     # The seed's old spelling still works.
     @ember.remote(num_return_vals=3)
@@ -39,7 +52,26 @@ def test_decorator_with_options_and_options_override(shared_node):
         return "a", "b", "c"
 
     assert ember.get(three.remote()) == ["a", "b", "c"]
-    assert ember.get(add.options(num_cpus=0.5, name="renamed").remote(2)) == 2
+
+
+def test_name_option_names_the_task_in_its_events(shared_node):
+    renamed = add.options(num_cpus=0.5, name="renamed").remote(2)
+    plain = add.remote(3)
+    assert ember.get([renamed, plain]) == [2, 3]
+
+    def finished_names():
+        # The timeline is built from the task events: one slice per finished task.
+        names = {}
+        for e in ember.timeline():
+            args = e.get("args") or {}
+            if e.get("cat") == "task" and args.get("state") == "FINISHED":
+                names[args["task_id"]] = e["name"]
+        ids = (renamed.task_id().hex(), plain.task_id().hex())
+        return names if all(i in names for i in ids) else None
+
+    names = wait_until(finished_names, 30, message="both tasks in the timeline")
+    assert names[renamed.task_id().hex()] == "renamed"
+    assert names[plain.task_id().hex()].endswith("add")  # unnamed: the function's name
 
 
 def test_top_level_refs_resolved_nested_refs_stay_refs(shared_node):
@@ -190,22 +222,43 @@ def test_get_timeout(shared_node):
         ember.get(slow.remote(), timeout=0.2)
 
 
-def test_cancel_queued_and_running(shared_node):
+def test_cancel_queued_and_running(shared_node, tmp_path):
     @ember.remote
-    def sleeper():
-        time.sleep(30)
-        return 1
+    def occupy(started, release):
+        open(started, "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return "released"
 
-    ref = sleeper.remote()
-    time.sleep(0.5)
-    ember.cancel(ref)
+    @ember.remote
+    def queued(ran):
+        open(ran, "w").close()
+        return "ran"
+
+    release = str(tmp_path / "release")
+    started = [tmp_path / f"started{i}" for i in range(2)]
+    ran = tmp_path / "ran"
+    # Both CPUs of the node busy: the next task can only wait in the queue.
+    busy = [occupy.remote(str(p), release) for p in started]
+    wait_until(lambda: all(p.exists() for p in started), 30, message="both CPUs to be busy")
+    waiting = queued.remote(str(ran))
+    ready, _ = ember.wait([waiting], timeout=0.5)
+    assert not ready and not ran.exists()
+    ember.cancel(waiting)
     with pytest.raises(ember.exceptions.TaskCancelledError):
-        ember.get(ref, timeout=20)
-    ref = sleeper.remote()
-    time.sleep(0.5)
-    ember.cancel(ref, force=True)
-    with pytest.raises(ember.exceptions.TaskCancelledError):
-        ember.get(ref, timeout=20)
+        ember.get(waiting, timeout=20)
+
+    # Running tasks: cancel() interrupts one, cancel(force=True) kills the other's worker.
+    ember.cancel(busy[0])
+    ember.cancel(busy[1], force=True)
+    for ref in busy:
+        with pytest.raises(ember.exceptions.TaskCancelledError):
+            ember.get(ref, timeout=20)
+    # The CPUs are free again, and the cancelled task never ran.
+    assert ember.get(add.remote(1, 1), timeout=30) == 2
+    assert not ran.exists()
+    open(release, "w").close()
 
 
 def test_calling_remote_function_directly_is_a_clear_type_error():
@@ -349,18 +402,21 @@ def test_infeasible_task_warns_and_stays_pending(ember_start, capfd):
         return 1
 
     ref = huge.remote()
-    ready, _ = ember.wait([ref], timeout=2)
-    assert not ready
+    err = []
 
     def warned():
-        return "requires" in capfd.readouterr().err
+        err.append(capfd.readouterr().err)
+        return "requires" in "".join(err)
 
-    deadline = time.monotonic() + 10
-    seen = False
-    while time.monotonic() < deadline and not seen:
-        seen = warned()
-        time.sleep(0.1)
-    assert seen, "the infeasible task was not reported"
+    wait_until(warned, 10, message="the infeasible task to be reported")
+    msg = "".join(err)
+    # It names the task, the shape it asks for and what the node has.
+    task = "test_infeasible_task_warns_and_stays_pending.<locals>.huge"
+    assert f"{task} requires {{CPU: 8}}, which no node in the cluster has" in msg, msg
+    assert re.search(r"this node has \{CPU: 1\b", msg), msg
+    # And it stays pending, as in Ray.
+    ready, _ = ember.wait([ref], timeout=1)
+    assert not ready
 
 
 def test_max_calls_recycles_workers(shared_node):
