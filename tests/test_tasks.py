@@ -426,3 +426,36 @@ def test_max_calls_recycles_workers(shared_node):
 
     pids = [ember.get(pid.remote(), timeout=30) for _ in range(3)]
     assert len(set(pids)) == 3
+
+
+def test_task_event_buffer_is_bounded_and_reports_what_it_dropped(ember_start, monkeypatch):
+    import json
+    import urllib.request
+
+    from ember import global_state
+
+    # The driver's buffer (config.task_events_buffer_size, EMBER_TASK_EVENTS_BUFFER_SIZE) is
+    # read when its core worker starts: a tiny one, then far more events than it holds.
+    monkeypatch.setattr(ember.config, "task_events_buffer_size", 50)
+    ember_start(num_cpus=2)
+    worker = global_state.worker
+    assert ember.get([add.remote(i) for i in range(300)], timeout=120) == list(range(300))
+    # At least three events per task (pending, submitted to a worker, finished).
+    assert worker.events.maxlen == 50 and len(worker.events) == 50
+    assert worker.events_dropped >= 3 * 300 - 50
+
+    # The flush to the agent reports what fell out unsent: what the dashboard received plus
+    # what it was told was dropped adds up to every event the driver recorded.
+    recorded = worker.events_dropped + len(worker.events)
+    url = worker.node["dashboard_url"].rstrip("/") + "/api/cluster_status"
+
+    def accounted():
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            status = json.load(resp)
+        got = status["ingested"]["task_events"]
+        lost = status["dropped"]["agent_task_events"]
+        return (got, lost) if got + lost == recorded else None
+
+    got, lost = wait_until(accounted, 30, interval=0.2, message="the events to be accounted for")
+    assert lost > 0 and got >= 50  # the last 50, at least, reached the agent
+    assert worker.event_exporter.reported_dropped == lost

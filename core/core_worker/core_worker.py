@@ -863,7 +863,7 @@ class CoreWorker:
         # Bookkeeping first, values last: storing a value wakes the user's thread, which then
         # needs the GIL this thread holds until it goes back to waiting for input.
         for start, event in reply.get("profile") or ():
-            self.events.append((spec.task_id, "PROFILE", start, 0, event))
+            self._append_event((spec.task_id, "PROFILE", start, 0, event))
         self._task_done(
             spec,
             "FAILED" if reply.get("error") else "FINISHED",
@@ -1061,10 +1061,15 @@ class CoreWorker:
         return rows
 
     def record_event(self, spec: TaskSpec, state: str, **extra: Any) -> None:
+        self._append_event((spec.task_id, state, time.time(), spec.attempt, extra or None))
+
+    def _append_event(self, event: tuple) -> None:
+        """Into the bounded buffer; the oldest event falls out and is counted as dropped
+        (the exporter reports the count to the agent with its next batch)."""
         events = self.events
         if len(events) == events.maxlen:
             self.events_dropped += 1
-        events.append((spec.task_id, state, time.time(), spec.attempt, extra or None))
+        events.append(event)
 
     def is_actor_task(self, spec: TaskSpec) -> bool:
         return spec.kind == ACTOR_TASK
@@ -1092,7 +1097,7 @@ class CoreWorker:
             spans.append((start, event))
             return
         task_id = getattr(self.current, "task_id", None) or self.root_task_id
-        self.events.append((task_id, "PROFILE", start, 0, event))
+        self._append_event((task_id, "PROFILE", start, 0, event))
 
     def current_actor_hex(self) -> str:
         return self.actor_id.hex() if self.actor_id else ""
