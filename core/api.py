@@ -86,7 +86,7 @@ def init(
                 "'ember.init()'."
             )
         if configure_logging:
-            logging.getLogger("ember").setLevel(logging_level)
+            logging.getLogger("ember").setLevel(logging_level)  # a bad level fails here
         if local_mode:
             from ember.local_mode import LocalModeWorker
 
@@ -114,6 +114,10 @@ def init(
                 include_dashboard=include_dashboard,
                 dashboard_host=dashboard_host,
                 dashboard_port=dashboard_port,
+                # The node's processes (and the workers they start) log at the same level.
+                env={"EMBER_LOGGING_LEVEL": _level_name(logging_level)}
+                if configure_logging
+                else None,
             )
             node.start()
             _node = node
@@ -140,6 +144,14 @@ def init(
             raise
         _register_exit_hooks()
         return _context()
+
+
+def _level_name(level: int | str) -> str:
+    """``logging_level`` as the environment carries it: a name where there is one."""
+    if isinstance(level, str):
+        return level.upper()
+    name = logging.getLevelName(level)
+    return name if isinstance(name, str) and not name.startswith("Level ") else str(level)
 
 
 def _context() -> EmberContext:

@@ -78,6 +78,8 @@ class CoreWorker:
         register_extra: dict | None = None,
     ) -> None:
         self.mode = mode
+        if mode == WORKER:
+            config.apply_logging_level()  # the level ember.init() gave the node
         self.node = node  # {node_id, session_dir, raylet_address, gcs_address, arena_path, ...}
         self.node_id: bytes = node["node_id"]
         self.node_id_hex = self.node_id.hex()
