@@ -280,7 +280,12 @@ def wait(
     timeout: float | None = None,
     fetch_local: bool = True,
 ) -> tuple[list[ObjectRef], list[ObjectRef]]:
-    """Returns (ready, not_ready) once ``num_returns`` refs are ready or ``timeout`` passed."""
+    """Returns (ready, not_ready) once ``num_returns`` refs are ready or ``timeout`` passed.
+
+    With ``fetch_local`` (the default, as in Ray) a ref is ready once its object is on this
+    node: one in another node's shared memory is pulled here first. With False it is ready
+    as soon as it exists anywhere in the cluster, and nothing is pulled.
+    """
     if isinstance(object_refs, ObjectRef):
         raise TypeError("wait() expected a list of ObjectRef, got a single ObjectRef")
     if not isinstance(object_refs, list | tuple):
@@ -297,7 +302,7 @@ def wait(
         raise ValueError("num_returns cannot be greater than the number of objects provided.")
     if timeout is not None and timeout < 0:
         raise ValueError("timeout must be non-negative (or None to wait forever)")
-    return _worker().wait(refs, num_returns, timeout)
+    return _worker().wait(refs, num_returns, timeout, fetch_local)
 
 
 # -- actors ----------------------------------------------------------------------------------

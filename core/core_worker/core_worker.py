@@ -678,35 +678,30 @@ class CoreWorker:
         return meta, value
 
     def wait(
-        self, refs: list[ObjectRef], num_returns: int, timeout: float | None
+        self,
+        refs: list[ObjectRef],
+        num_returns: int,
+        timeout: float | None,
+        fetch_local: bool = True,
     ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        """Ray's wait: a ref is ready once its object exists; with ``fetch_local`` only once
+        it is on this node too, so an object in another node's shared memory is pulled
+        here first (the pull starts now and finishes even if the wait times out first)."""
         store = self.memory_store
-        ready_ids = {r._id for r in refs if store.get_if_ready(r._id) is not None}
-        if len(ready_ids) < num_returns and timeout != 0:
-            event = threading.Event()
-            lock = threading.Lock()
-            state = {"n": len(ready_ids)}
-
-            def on_ready(oid, _value) -> None:
-                with lock:
-                    if oid not in ready_ids:
-                        ready_ids.add(oid)
-                        state["n"] += 1
-                        if state["n"] >= num_returns:
-                            event.set()
-
-            for r in refs:
-                if r._id not in ready_ids:
-                    self._ensure_resolving(r)
-                    store.on_ready(r._id, on_ready)
-            blocked = self._notify_blocked()
-            try:
-                event.wait(timeout)
-            finally:
-                if blocked:
-                    self._notify_unblocked()
-                for r in refs:
-                    store.remove_waiter(r._id, on_ready)
+        node_id = self.node_id
+        ready_ids: set[bytes] = set()
+        remote: list[tuple[ObjectRef, Any]] = []  # made on another node: to pull first
+        unknown: list[ObjectRef] = []
+        for r in refs:
+            loc = store.get_if_ready(r._id)
+            if loc is None:
+                unknown.append(r)
+            elif fetch_local and loc[0] == "plasma" and loc[1] != node_id:
+                remote.append((r, loc))
+            else:
+                ready_ids.add(r._id)
+        if len(ready_ids) < num_returns and (remote or (unknown and timeout != 0)):
+            self._wait_for_more(ready_ids, remote, unknown, num_returns, timeout, fetch_local)
         ready, not_ready = [], []
         for r in refs:
             if r._id in ready_ids and len(ready) < num_returns:
@@ -714,6 +709,73 @@ class CoreWorker:
             else:
                 not_ready.append(r)
         return ready, not_ready
+
+    def _wait_for_more(
+        self,
+        ready_ids: set[bytes],
+        remote: list[tuple[ObjectRef, Any]],
+        unknown: list[ObjectRef],
+        num_returns: int,
+        timeout: float | None,
+        fetch_local: bool,
+    ) -> None:
+        """wait's slow path: adds to ``ready_ids`` what becomes ready (or is pulled here)
+        before ``num_returns`` are or ``timeout`` passes."""
+        store = self.memory_store
+        event = threading.Event()
+        lock = threading.Lock()
+        done: set[bytes] = set(ready_ids)
+
+        def mark_ready(oid: bytes) -> None:
+            with lock:
+                if oid not in done:
+                    done.add(oid)
+                    if len(done) >= num_returns:
+                        event.set()
+
+        owners = {r._id: r._owner for r in unknown}
+
+        def on_ready(oid: bytes, loc: Any) -> None:
+            if fetch_local and loc[0] == "plasma" and loc[1] != self.node_id:
+                self._pull_for_wait(oid, loc, owners.get(oid), mark_ready)
+            else:
+                mark_ready(oid)
+
+        for r, loc in remote:
+            self._pull_for_wait(r._id, loc, r._owner, mark_ready)
+        waiting = []
+        if timeout != 0:
+            for r in unknown:
+                self._ensure_resolving(r)
+                store.on_ready(r._id, on_ready)
+                waiting.append(r._id)
+            blocked = self._notify_blocked()
+            try:
+                event.wait(timeout)
+            finally:
+                if blocked:
+                    self._notify_unblocked()
+        for oid in waiting:
+            store.remove_waiter(oid, on_ready)
+        with lock:
+            ready_ids.update(done)
+
+    def _pull_for_wait(self, object_id: bytes, loc: tuple, owner: Any, done) -> None:
+        """Has the local raylet copy an object from another node's store, then ``done(id)``.
+
+        The same pull as ``get``'s (every known copy, retries; its raylet call has a
+        deadline), on a thread of its own so the caller's wait can time out meanwhile. A
+        failed pull counts as done too: the object is then lost or unreadable, and ``get``
+        (which retries, or rebuilds it) says which, as Ray's wait returns lost objects."""
+
+        def pull() -> None:
+            try:
+                self.links.pull_to_local(object_id, loc[1], loc[2], owner)
+            except Exception as e:
+                logger.debug("wait(fetch_local=True): pull of %s failed: %s", object_id.hex(), e)
+            done(object_id)
+
+        _PULL_POOL.submit(pull)
 
     def object_future(self, ref: ObjectRef) -> concurrent.futures.Future:
         fut: concurrent.futures.Future = concurrent.futures.Future()
@@ -1120,6 +1182,10 @@ class CoreWorker:
 
 
 _FUTURE_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="ember-fut")
+# wait(fetch_local=True)'s pulls: as many at once as a raylet runs (more wait their turn).
+_PULL_POOL = concurrent.futures.ThreadPoolExecutor(
+    max_workers=config.max_concurrent_pulls, thread_name_prefix="ember-pull"
+)
 
 
 def _driver_code_path() -> list[str]:

@@ -579,7 +579,11 @@ class Raylet:
                 fut.set_result(None)
 
     async def h_plasma_get(self, conn: Connection, body: dict):
-        oid, client = body["object_id"], body["client"]
+        return await self._get_sealed(body["object_id"], body["client"])
+
+    async def _get_sealed(self, oid: bytes, client: Any) -> tuple[int, int] | None:
+        """The object pinned for ``client``, waiting (30 s at most) for it to be sealed if it
+        is being written: its writer's seal may trail the reply that made it known."""
         got = self.store.get(oid, client)
         if got is not None:
             return got
@@ -846,11 +850,11 @@ class Raylet:
         """A driver on another node wants its job's worker output from this node too."""
         self.logs.add_driver(conn, body.get("job_id"))
 
-    def h_export_object(self, conn: Connection, body: dict) -> int | None:
+    async def h_export_object(self, conn: Connection, body: dict) -> int | None:
         """Another raylet is about to read this object: pin it until it says it is done."""
         oid = body["object_id"]
         client = ("export", id(conn))
-        got = self.store.get(oid, client)
+        got = await self._get_sealed(oid, client)
         if got is None or self.transfer is None:
             return None
         offset, size = got
