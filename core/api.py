@@ -87,7 +87,7 @@ def init(
                 "'ember.init()'."
             )
         if configure_logging:
-            logging.getLogger("ember").setLevel(logging_level)
+            logging.getLogger("ember").setLevel(logging_level)  # a bad level fails here
         if local_mode:
             from ember.local_mode import LocalModeWorker
 
@@ -116,6 +116,10 @@ def init(
                 dashboard_host=dashboard_host,
                 dashboard_port=dashboard_port,
                 dashboard_url_prefix=dashboard_url_prefix,
+                # The node's processes (and the workers they start) log at the same level.
+                env={"EMBER_LOGGING_LEVEL": _level_name(logging_level)}
+                if configure_logging
+                else None,
             )
             node.start()
             _node = node
@@ -142,6 +146,14 @@ def init(
             raise
         _register_exit_hooks()
         return _context()
+
+
+def _level_name(level: int | str) -> str:
+    """``logging_level`` as the environment carries it: a name where there is one."""
+    if isinstance(level, str):
+        return level.upper()
+    name = logging.getLevelName(level)
+    return name if isinstance(name, str) and not name.startswith("Level ") else str(level)
 
 
 def _context() -> EmberContext:
@@ -270,7 +282,12 @@ def wait(
     timeout: float | None = None,
     fetch_local: bool = True,
 ) -> tuple[list[ObjectRef], list[ObjectRef]]:
-    """Returns (ready, not_ready) once ``num_returns`` refs are ready or ``timeout`` passed."""
+    """Returns (ready, not_ready) once ``num_returns`` refs are ready or ``timeout`` passed.
+
+    With ``fetch_local`` (the default, as in Ray) a ref is ready once its object is on this
+    node: one in another node's shared memory is pulled here first. With False it is ready
+    as soon as it exists anywhere in the cluster, and nothing is pulled.
+    """
     if isinstance(object_refs, ObjectRef):
         raise TypeError("wait() expected a list of ObjectRef, got a single ObjectRef")
     if not isinstance(object_refs, list | tuple):
@@ -287,7 +304,7 @@ def wait(
         raise ValueError("num_returns cannot be greater than the number of objects provided.")
     if timeout is not None and timeout < 0:
         raise ValueError("timeout must be non-negative (or None to wait forever)")
-    return _worker().wait(refs, num_returns, timeout)
+    return _worker().wait(refs, num_returns, timeout, fetch_local)
 
 
 # -- actors ----------------------------------------------------------------------------------

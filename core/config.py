@@ -6,6 +6,7 @@ reaches every process of a local node.
 
 from __future__ import annotations
 
+import logging
 import os
 
 
@@ -53,3 +54,18 @@ locality_min_bytes: int = _env("locality_min_bytes", 100 * 1024)
 # long a get waits for such a rebuild.
 max_lineage_entries: int = _env("max_lineage_entries", 1_000)
 reconstruction_timeout: float = _env("reconstruction_timeout", 600.0)
+# A worker whose holder saw it die is killed this long later if still alive; until then its
+# real exit (code or signal) can be seen and reported.
+worker_death_grace: float = _env("worker_death_grace", 0.5)
+# How many recent worker exits (and why) a raylet remembers for WorkerCrashedError messages.
+worker_exit_reasons_kept: int = _env("worker_exit_reasons_kept", 1_000)
+# The level of the "ember" loggers in a node's processes (GCS, raylet, agent, workers), a
+# name ("DEBUG") or a number: ember.init(logging_level=...) sets it for the node it starts.
+logging_level: str = _env("logging_level", "")
+
+
+def apply_logging_level() -> None:
+    """Sets this process's "ember" logger to ``logging_level``, if one was given."""
+    if logging_level:
+        level = int(logging_level) if logging_level.isdigit() else logging_level.upper()
+        logging.getLogger("ember").setLevel(level)

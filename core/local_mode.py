@@ -69,7 +69,7 @@ class LocalModeWorker:
             out.append(value)
         return out
 
-    def wait(self, refs, num_returns, timeout):
+    def wait(self, refs, num_returns, timeout, fetch_local=True):
         return list(refs[:num_returns]), list(refs[num_returns:])
 
     def object_future(self, ref: ObjectRef):

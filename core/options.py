@@ -55,24 +55,117 @@ ACTOR_OPTIONS = {
 
 METHOD_OPTIONS = {"num_returns", "num_return_vals", "max_task_retries", "name", "concurrency_group"}
 
-_NON_NEGATIVE = (
-    "num_cpus",
-    "num_gpus",
-    "memory",
-    "object_store_memory",
-    "max_calls",
-    "max_concurrency",
-    "num_returns",
-)
+
+class InvalidOptionTypeError(TypeError, ValueError):
+    """An option of the wrong type. Ray raises TypeError here and Ember's rule for bad options
+    is ValueError: this is both, so either ``except`` catches it."""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_exception_list(value: Any) -> bool:
+    return isinstance(value, list | tuple) and all(
+        isinstance(e, type) and issubclass(e, BaseException) for e in value
+    )
+
+
+def _is_strategy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value in ("DEFAULT", "SPREAD")
+    return value is None or callable(getattr(value, "to_wire", None))
+
+
+# {option: (type check, value check or None, what is allowed)}. The type check decides
+# between a wrong type (InvalidOptionTypeError) and a wrong value (ValueError); None is always
+# allowed and means "the default". Counts that Ray lets be -1 mean "forever / unlimited" there
+# and here.
+_RULES: dict[str, tuple[Any, Any, str]] = {
+    "num_cpus": (_is_number, lambda v: v >= 0, "a non-negative number"),
+    "num_gpus": (_is_number, lambda v: v >= 0, "a non-negative number (fractions allowed)"),
+    "memory": (_is_number, lambda v: v >= 0, "a non-negative number of bytes"),
+    "object_store_memory": (_is_number, lambda v: v >= 0, "a non-negative number of bytes"),
+    "num_returns": (_is_int, lambda v: v >= 0, "an integer >= 0"),
+    "max_calls": (_is_int, lambda v: v >= 0, "an integer >= 0 (0: no limit)"),
+    "max_retries": (_is_int, lambda v: v >= -1, "an integer >= -1 (-1: retry forever)"),
+    "max_restarts": (_is_int, lambda v: v >= -1, "an integer >= -1 (-1: restart forever)"),
+    "max_task_retries": (_is_int, lambda v: v >= -1, "an integer >= -1 (-1: retry forever)"),
+    "max_pending_calls": (_is_int, lambda v: v >= -1, "an integer >= -1 (-1: no limit)"),
+    "max_concurrency": (_is_int, lambda v: v >= 1, "an integer >= 1"),
+    "retry_exceptions": (
+        lambda v: isinstance(v, bool | list | tuple),
+        lambda v: isinstance(v, bool) or _is_exception_list(v),
+        "True, False, or a list or tuple of exception classes",
+    ),
+    "name": (lambda v: isinstance(v, str), None, "a string"),
+    "namespace": (lambda v: isinstance(v, str), None, "a string"),
+    "lifetime": (
+        lambda v: isinstance(v, str),
+        lambda v: v in ("detached", "non_detached"),
+        "None, 'detached' or 'non_detached'",
+    ),
+    "detached": (lambda v: isinstance(v, bool), None, "True or False"),
+    "get_if_exists": (lambda v: isinstance(v, bool), None, "True or False"),
+    "resources": (lambda v: isinstance(v, dict), None, "a dict of resource name to amount"),
+    "accelerator_type": (lambda v: isinstance(v, str), None, "a string"),
+    "runtime_env": (lambda v: isinstance(v, dict), None, "a dict"),
+    "_metadata": (lambda v: isinstance(v, dict), None, "a dict"),
+    "scheduling_strategy": (
+        lambda v: True,
+        _is_strategy,
+        "None, 'DEFAULT', 'SPREAD' or a scheduling strategy object",
+    ),
+    "placement_group_bundle_index": (_is_int, lambda v: v >= -1, "an integer >= -1"),
+    "placement_group_capture_child_tasks": (
+        lambda v: isinstance(v, bool),
+        None,
+        "True or False",
+    ),
+    "concurrency_groups": (lambda v: isinstance(v, dict | list), None, "a dict or list"),
+    "concurrency_group": (lambda v: isinstance(v, str), None, "a string"),
+}
+
+
+def _bad(key: str, value: Any, what: str, allowed: str, wrong_type: bool) -> ValueError:
+    cls = InvalidOptionTypeError if wrong_type else ValueError
+    got = f"{value!r} (a {type(value).__name__})" if wrong_type else repr(value)
+    return cls(f"Invalid value for option {key!r} of {what}: got {got}; allowed: {allowed}.")
+
+
+def _check(key: str, value: Any, what: str) -> None:
+    rule = _RULES.get(key)
+    if rule is None or value is None:
+        return
+    type_ok, value_ok, allowed = rule
+    if not type_ok(value):
+        raise _bad(key, value, what, allowed, wrong_type=True)
+    if value_ok is not None and not value_ok(value):
+        raise _bad(key, value, what, allowed, wrong_type=False)
 
 
 def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
-    """Returns the options with old spellings mapped to new ones; ValueError on bad ones."""
+    """Returns the options with old spellings mapped to new ones; ValueError on bad ones.
+
+    Each error names the option, the value given and what is allowed. A value of the wrong
+    type raises InvalidOptionTypeError, which is both a ValueError and a TypeError.
+    """
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise ValueError(
             f"Invalid option {unknown[0]!r} for {what}. Valid options are: "
             f"{', '.join(sorted(k for k in allowed if not k.startswith('_')))}."
+        )
+    for key, value in options.items():
+        # The old spellings follow the rules of what they stand for.
+        _check(
+            {"num_return_vals": "num_returns", "max_reconstructions": "max_restarts"}.get(key, key),
+            value,
+            what,
         )
     opts = dict(options)
     if "num_return_vals" in opts:
@@ -85,41 +178,19 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
         if not opts.get("name"):
             raise ValueError("Detached actors must be named: pass name=... with detached=True.")
         opts["lifetime"] = "detached"
-    for key in _NON_NEGATIVE:
-        value = opts.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise ValueError(f"{key} for {what} must be a number, got {value!r}")
-        if value < 0:
-            raise ValueError(f"{key} for {what} must be non-negative, got {value}")
-    if "num_returns" in opts and not isinstance(opts["num_returns"], int):
-        raise ValueError(f"num_returns for {what} must be an integer, got {opts['num_returns']!r}")
-    for key in ("max_retries", "max_restarts", "max_task_retries"):
-        value = opts.get(key)
-        if value is not None and (not isinstance(value, int) or value < -1):
+    if opts.get("get_if_exists") and not opts.get("name"):
+        raise ValueError(f"get_if_exists=True for {what} needs a name: pass name=... as well.")
+    for name, amount in (opts.get("resources") or {}).items():
+        if name in ("CPU", "GPU", "memory"):
             raise ValueError(
-                f"{key} for {what} must be an integer >= -1 (-1: forever), got {value!r}"
+                f"Use num_cpus / num_gpus / memory instead of resources={{'{name}': ...}} "
+                f"for {what}."
             )
-    if opts.get("max_concurrency") is not None and opts["max_concurrency"] < 1:
-        raise ValueError(f"max_concurrency for {what} must be at least 1")
-    res = opts.get("resources")
-    if res is not None:
-        if not isinstance(res, dict):
-            raise ValueError(f"resources for {what} must be a dict, got {type(res).__name__}")
-        for name, amount in res.items():
-            if name in ("CPU", "GPU", "memory"):
-                raise ValueError(
-                    f"Use num_cpus / num_gpus / memory instead of resources={{'{name}': ...}} "
-                    f"for {what}."
-                )
-            if not isinstance(amount, int | float) or amount < 0:
-                raise ValueError(f"resource {name!r} for {what} must be a non-negative number")
-    lifetime = opts.get("lifetime")
-    if lifetime not in (None, "detached", "non_detached"):
-        raise ValueError(
-            f"lifetime for {what} must be 'detached' or 'non_detached', got {lifetime!r}"
-        )
+        if not isinstance(name, str) or not _is_number(amount) or amount < 0:
+            raise ValueError(
+                f"Invalid value for option 'resources' of {what}: got {{{name!r}: {amount!r}}}; "
+                f"allowed: resource names (strings) mapped to non-negative numbers."
+            )
     return opts
 
 

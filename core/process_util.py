@@ -40,6 +40,11 @@ def setup_process_logging(path: str, level: int = logging.INFO) -> None:
         level=level,
         format="%(asctime)s %(levelname)s %(name)s %(process)d: %(message)s",
     )
+    from ember import config
+
+    config.apply_logging_level()  # ember.init(logging_level=...) reaches the node's processes
+    log = logging.getLogger("ember")
+    log.debug("logging to %s at level %s", path, logging.getLevelName(log.getEffectiveLevel()))
     sys.excepthook = lambda t, v, tb: logging.getLogger("ember").critical(
         "uncaught exception", exc_info=(t, v, tb)
     )

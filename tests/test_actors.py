@@ -236,6 +236,91 @@ def test_direct_calls_raise_type_error(shared_node):
     assert ember.get(c.incr.remote()) == 1
 
 
+# -- options -----------------------------------------------------------------------------------
+# (options, the words the error must contain: the option, the value given, what is allowed)
+BAD_ACTOR_OPTIONS = [
+    ({"num_cpus": -1}, ["'num_cpus'", "-1", "non-negative number"]),
+    ({"num_gpus": -1}, ["'num_gpus'", "-1", "non-negative number"]),
+    ({"memory": -10}, ["'memory'", "-10", "non-negative"]),
+    ({"max_restarts": -2}, ["'max_restarts'", "-2", "integer >= -1"]),
+    ({"max_reconstructions": -3}, ["'max_restarts'", "-3", "integer >= -1"]),
+    ({"max_task_retries": -2}, ["'max_task_retries'", "-2", "integer >= -1"]),
+    ({"max_pending_calls": -2}, ["'max_pending_calls'", "-2", "integer >= -1"]),
+    ({"max_concurrency": 0}, ["'max_concurrency'", "0", "integer >= 1"]),
+    ({"max_concurrency": -4}, ["'max_concurrency'", "-4", "integer >= 1"]),
+    ({"max_concurrency": 2.5}, ["'max_concurrency'", "2.5", "float", "integer >= 1"]),
+    ({"max_restarts": "forever"}, ["'max_restarts'", "'forever'", "str", "integer >= -1"]),
+    ({"name": 42}, ["'name'", "42", "int", "a string"]),
+    ({"namespace": b"ns"}, ["'namespace'", "b'ns'", "bytes", "a string"]),
+    ({"lifetime": "forever"}, ["'lifetime'", "'forever'", "'detached'"]),
+    ({"lifetime": True}, ["'lifetime'", "True", "bool", "'detached'"]),
+    ({"detached": "yes"}, ["'detached'", "'yes'", "True or False"]),
+    ({"get_if_exists": True}, ["get_if_exists", "name"]),
+    ({"resources": {"CPU": 1}}, ["num_cpus"]),
+    ({"max_retries": 1}, ["Invalid option 'max_retries'", "max_restarts"]),
+]
+
+BAD_METHOD_OPTIONS = [
+    ({"num_returns": -1}, ["'num_returns'", "-1", "integer >= 0"]),
+    ({"num_return_vals": -1}, ["'num_returns'", "-1", "integer >= 0"]),
+    ({"num_returns": "2"}, ["'num_returns'", "'2'", "str", "integer >= 0"]),
+    ({"max_task_retries": -2}, ["'max_task_retries'", "-2", "integer >= -1"]),
+    ({"name": 1.0}, ["'name'", "1.0", "float", "a string"]),
+    ({"concurrency_group": 3}, ["'concurrency_group'", "3", "a string"]),
+    ({"num_cpus": 1}, ["Invalid option 'num_cpus'", "num_returns"]),
+]
+
+
+def _assert_words(info, words):
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+@pytest.mark.parametrize("opts,words", BAD_ACTOR_OPTIONS)
+def test_bad_actor_options_fail_at_decoration(opts, words):
+    with pytest.raises(ValueError) as info:
+
+        @ember.remote(**opts)
+        class Bad:
+            def f(self):
+                return 1
+
+    _assert_words(info, words)
+
+
+@pytest.mark.parametrize("opts,words", BAD_ACTOR_OPTIONS)
+def test_bad_actor_options_fail_in_dot_options(opts, words):
+    with pytest.raises(ValueError) as info:
+        Counter.options(**opts)
+    _assert_words(info, words)
+
+
+@pytest.mark.parametrize("opts,words", BAD_METHOD_OPTIONS)
+def test_bad_method_options_fail_in_ember_method(opts, words):
+    with pytest.raises(ValueError) as info:
+        ember.method(**opts)
+    _assert_words(info, words)
+
+
+def test_bad_method_options_fail_in_method_dot_options(shared_node):
+    c = Counter.remote()
+    for opts, words in BAD_METHOD_OPTIONS:
+        with pytest.raises(ValueError) as info:
+            c.incr.options(**opts)
+        _assert_words(info, words)
+    # Nothing bad reached the actor: it still answers.
+    assert ember.get(c.incr.remote(), timeout=30) == 1
+    ember.kill(c)
+
+
+def test_good_actor_options_are_accepted(shared_node):
+    # Ray's -1 means "forever" / "unlimited" for these counts.
+    opts = {"max_restarts": -1, "max_task_retries": -1, "max_pending_calls": -1}
+    c = Counter.options(**opts, max_concurrency=2, lifetime=None).remote(3)
+    assert ember.get(c.incr.options(max_task_retries=-1, num_returns=1).remote(), timeout=30) == 4
+    ember.kill(c)
+
+
 # -- handles -----------------------------------------------------------------------------------
 def test_handle_passed_to_task(shared_node):
     @ember.remote
@@ -568,6 +653,7 @@ def test_kill_then_calls_raise_actor_died(shared_node):
     with pytest.raises(ActorDiedError) as info:
         ember.get(c.incr.remote(), timeout=30)
     assert isinstance(info.value, RayActorError)
+    assert "ember.kill() was called" in str(info.value)  # the cause, not just the type
     wait_until(lambda: process_gone(pid), 15, message="the killed actor's process to exit")
     ember.kill(c)  # killing a dead actor is not an error
     with pytest.raises(RayActorError):
@@ -589,9 +675,10 @@ def test_call_running_when_killed_fails(shared_node, tmp_path):
     wait_until(marker.exists, 30, message="the call to start")
     t0 = time.monotonic()
     ember.kill(s)
-    with pytest.raises(ActorDiedError):
+    with pytest.raises(ActorDiedError) as info:
         ember.get(ref, timeout=30)
     assert time.monotonic() - t0 < 20
+    assert "ember.kill() was called" in str(info.value)
 
 
 def test_exit_actor(shared_node):
@@ -605,11 +692,14 @@ def test_exit_actor(shared_node):
 
     q = Quitter.remote()
     pid = ember.get(q.pid.remote())
-    with pytest.raises(RayActorError):
+    with pytest.raises(RayActorError) as info:
         ember.get(q.quit.remote(), timeout=30)  # as in Ray: the exiting call raises too
+    assert "exit_actor() was called" in str(info.value)
     wait_until(lambda: process_gone(pid), 15, message="the actor's process to exit")
-    with pytest.raises(ActorDiedError):
+    with pytest.raises(ActorDiedError) as info:
         ember.get(q.pid.remote(), timeout=30)
+    assert "exit_actor() was called" in str(info.value)
+    assert "ember.kill()" not in str(info.value)
     ember.kill(q)  # already dead: no error
 
 
@@ -624,11 +714,13 @@ def test_exit_actor_in_async_actor(shared_node):
 
     q = AsyncQuitter.remote()
     pid = ember.get(q.pid.remote())
-    with pytest.raises(RayActorError):
+    with pytest.raises(RayActorError) as info:
         ember.get(q.quit.remote(), timeout=30)
+    assert "exit_actor() was called" in str(info.value)
     wait_until(lambda: process_gone(pid), 15, message="the async actor's process to exit")
-    with pytest.raises(ActorDiedError):
+    with pytest.raises(ActorDiedError) as info:
         ember.get(q.pid.remote(), timeout=30)
+    assert "exit_actor() was called" in str(info.value)
 
 
 def test_exit_actor_outside_an_actor_raises(shared_node):

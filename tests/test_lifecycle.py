@@ -201,6 +201,49 @@ def test_session_dir_layout_and_logs(ember_start):
     wait_until(logs_present, 10, message=f"raylet/gcs/worker log files in {session}/logs")
 
 
+def test_logging_level_reaches_the_nodes_processes(ember_start):
+    import logging
+
+    ctx = ember_start(num_cpus=2, logging_level="DEBUG")
+    assert logging.getLogger("ember").getEffectiveLevel() == logging.DEBUG  # the driver
+
+    @ember.remote
+    def worker_level():
+        return logging.getLogger("ember").getEffectiveLevel()
+
+    @ember.remote
+    class ActorLevel:
+        def level(self):
+            return logging.getLogger("ember.actor").getEffectiveLevel()
+
+    assert ember.get(worker_level.remote(), timeout=30) == logging.DEBUG
+    assert ember.get(ActorLevel.remote().level.remote(), timeout=30) == logging.DEBUG
+
+    # The GCS and the raylet log at DEBUG too (each says so in its first line).
+    def debug_lines():
+        logs = os.path.join(ctx.session_dir, "logs")
+        found = {}
+        for name in ("gcs_server.log", "raylet.log"):
+            path = os.path.join(logs, name)
+            text = open(path).read() if os.path.exists(path) else ""
+            found[name] = " DEBUG ember " in text and "at level DEBUG" in text
+        return all(found.values())
+
+    wait_until(debug_lines, 10, message="DEBUG lines in gcs_server.log and raylet.log")
+
+
+def test_default_logging_level_is_info_in_workers(ember_start):
+    import logging
+
+    ember_start(num_cpus=1)
+
+    @ember.remote
+    def worker_level():
+        return logging.getLogger("ember").getEffectiveLevel()
+
+    assert ember.get(worker_level.remote(), timeout=30) == logging.INFO
+
+
 def test_temp_dir_option_puts_the_session_there(ember_start, short_tmp):
     ctx = ember_start(num_cpus=1, temp_dir=short_tmp)
     session = ctx.session_dir

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -10,6 +11,7 @@ import ember
 import numpy as np
 import pytest
 from ember.exceptions import TaskError, WorkerCrashedError
+from ember_test_utils import wait_until
 
 
 @ember.remote
@@ -30,7 +32,19 @@ def test_decorator_with_options_and_options_override(shared_node):
 
     a, b = two.remote()
     assert ember.get([a, b]) == [1, 2]
-    x, y, z = two.options(num_returns=3).remote() if False else (None, None, None)
+
+    @ember.remote(num_returns=2)
+    def values(*xs):
+        return xs
+
+    # .options(num_returns=3) gives three refs for that call; the decorator's 2 stays default.
+    refs = values.options(num_returns=3).remote("x", "y", "z")
+    assert isinstance(refs, list) and len(refs) == 3
+    assert all(isinstance(r, ember.ObjectRef) for r in refs)
+    assert ember.get(refs) == ["x", "y", "z"]
+    assert ember.get(values.remote(1, 2)) == [1, 2]
+    one = values.options(num_returns=1).remote(7, 8)
+    assert isinstance(one, ember.ObjectRef) and ember.get(one) == (7, 8)
 
     # The seed's old spelling still works.
     @ember.remote(num_return_vals=3)
@@ -38,7 +52,26 @@ def test_decorator_with_options_and_options_override(shared_node):
         return "a", "b", "c"
 
     assert ember.get(three.remote()) == ["a", "b", "c"]
-    assert ember.get(add.options(num_cpus=0.5, name="renamed").remote(2)) == 2
+
+
+def test_name_option_names_the_task_in_its_events(shared_node):
+    renamed = add.options(num_cpus=0.5, name="renamed").remote(2)
+    plain = add.remote(3)
+    assert ember.get([renamed, plain]) == [2, 3]
+
+    def finished_names():
+        # The timeline is built from the task events: one slice per finished task.
+        names = {}
+        for e in ember.timeline():
+            args = e.get("args") or {}
+            if e.get("cat") == "task" and args.get("state") == "FINISHED":
+                names[args["task_id"]] = e["name"]
+        ids = (renamed.task_id().hex(), plain.task_id().hex())
+        return names if all(i in names for i in ids) else None
+
+    names = wait_until(finished_names, 30, message="both tasks in the timeline")
+    assert names[renamed.task_id().hex()] == "renamed"
+    assert names[plain.task_id().hex()].endswith("add")  # unnamed: the function's name
 
 
 def test_top_level_refs_resolved_nested_refs_stay_refs(shared_node):
@@ -130,7 +163,39 @@ def test_worker_crash_without_retries_raises_worker_crashed(shared_node):
 
     with pytest.raises(WorkerCrashedError) as info:
         ember.get(dies.remote(), timeout=60)
-    assert "exit" in str(info.value) or "died" in str(info.value)
+    msg = str(info.value)
+    assert "dies()" in msg and "exited with code 3" in msg and "max_retries=0" in msg
+
+
+def test_worker_sigkilled_on_every_attempt_raises_worker_crashed(shared_node, tmp_path):
+    pids_file = tmp_path / "pids"
+
+    @ember.remote(max_retries=1)
+    def report_pid_and_wait(path):
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(60)
+        return "not killed"
+
+    def started_pids(n):
+        # Only whole lines: a pid is complete once its newline is written.
+        text = pids_file.read_text() if pids_file.exists() else ""
+        pids = [int(p) for p in text.split("\n")[:-1]]
+        return pids if len(pids) >= n else None
+
+    t0 = time.monotonic()
+    ref = report_pid_and_wait.remote(str(pids_file))
+    for attempt in (1, 2):  # the first run and its one retry
+        pids = wait_until(lambda n=attempt: started_pids(n), 30, message=f"attempt {attempt}")
+        os.kill(pids[attempt - 1], signal.SIGKILL)
+    with pytest.raises(WorkerCrashedError) as info:
+        ember.get(ref, timeout=60)
+    assert time.monotonic() - t0 < 30  # never waits out the 60 s sleep
+    msg = str(info.value)
+    assert "report_pid_and_wait()" in msg and "max_retries=1" in msg and "tried 2 time" in msg
+    # How the worker died, with the likely culprit of a SIGKILL nobody in Ember sent.
+    assert "signal 9 (SIGKILL)" in msg and "out-of-memory killer" in msg, msg
+    assert len(started_pids(2)) == 2  # no third attempt
 
 
 def test_retry_exceptions(shared_node, tmp_path):
@@ -157,22 +222,43 @@ def test_get_timeout(shared_node):
         ember.get(slow.remote(), timeout=0.2)
 
 
-def test_cancel_queued_and_running(shared_node):
+def test_cancel_queued_and_running(shared_node, tmp_path):
     @ember.remote
-    def sleeper():
-        time.sleep(30)
-        return 1
+    def occupy(started, release):
+        open(started, "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return "released"
 
-    ref = sleeper.remote()
-    time.sleep(0.5)
-    ember.cancel(ref)
+    @ember.remote
+    def queued(ran):
+        open(ran, "w").close()
+        return "ran"
+
+    release = str(tmp_path / "release")
+    started = [tmp_path / f"started{i}" for i in range(2)]
+    ran = tmp_path / "ran"
+    # Both CPUs of the node busy: the next task can only wait in the queue.
+    busy = [occupy.remote(str(p), release) for p in started]
+    wait_until(lambda: all(p.exists() for p in started), 30, message="both CPUs to be busy")
+    waiting = queued.remote(str(ran))
+    ready, _ = ember.wait([waiting], timeout=0.5)
+    assert not ready and not ran.exists()
+    ember.cancel(waiting)
     with pytest.raises(ember.exceptions.TaskCancelledError):
-        ember.get(ref, timeout=20)
-    ref = sleeper.remote()
-    time.sleep(0.5)
-    ember.cancel(ref, force=True)
-    with pytest.raises(ember.exceptions.TaskCancelledError):
-        ember.get(ref, timeout=20)
+        ember.get(waiting, timeout=20)
+
+    # Running tasks: cancel() interrupts one, cancel(force=True) kills the other's worker.
+    ember.cancel(busy[0])
+    ember.cancel(busy[1], force=True)
+    for ref in busy:
+        with pytest.raises(ember.exceptions.TaskCancelledError):
+            ember.get(ref, timeout=20)
+    # The CPUs are free again, and the cancelled task never ran.
+    assert ember.get(add.remote(1, 1), timeout=30) == 2
+    assert not ran.exists()
+    open(release, "w").close()
 
 
 def test_calling_remote_function_directly_is_a_clear_type_error():
@@ -220,18 +306,66 @@ def test_a_method_reached_through_the_actor_class_is_a_type_error(shared_node):
     assert ember.get(Adder.remote().add.remote(1), timeout=60) == 2
 
 
+# (options, the words the error must contain: the option, the value given, what is allowed)
+BAD_TASK_OPTIONS = [
+    ({"num_cpus": -1}, ["'num_cpus'", "-1", "non-negative number"]),
+    ({"num_gpus": -0.5}, ["'num_gpus'", "-0.5", "non-negative number"]),
+    ({"memory": -1}, ["'memory'", "-1", "non-negative"]),
+    ({"object_store_memory": -1}, ["'object_store_memory'", "-1", "non-negative"]),
+    ({"max_calls": -1}, ["'max_calls'", "-1", "integer >= 0"]),
+    ({"max_retries": -5}, ["'max_retries'", "-5", "integer >= -1"]),
+    ({"num_returns": -1}, ["'num_returns'", "-1", "integer >= 0"]),
+    ({"num_return_vals": -2}, ["'num_returns'", "-2", "integer >= 0"]),
+    ({"num_returns": 1.5}, ["'num_returns'", "1.5", "float", "integer >= 0"]),
+    ({"num_cpus": "2"}, ["'num_cpus'", "'2'", "str", "non-negative number"]),
+    ({"num_cpus": True}, ["'num_cpus'", "True", "bool"]),
+    ({"name": 7}, ["'name'", "7", "int", "a string"]),
+    ({"retry_exceptions": "yes"}, ["'retry_exceptions'", "'yes'", "list or tuple"]),
+    ({"retry_exceptions": [ValueError, 3]}, ["'retry_exceptions'", "3", "exception classes"]),
+    ({"scheduling_strategy": "SOMEWHERE"}, ["'scheduling_strategy'", "'SOMEWHERE'", "SPREAD"]),
+    ({"resources": {"GPU": 1}}, ["num_gpus"]),
+    ({"resources": {"custom": -1}}, ["'resources'", "-1", "non-negative"]),
+    ({"resources": ["custom"]}, ["'resources'", "list", "a dict"]),
+    ({"bogus_option": 1}, ["Invalid option 'bogus_option'", "max_retries"]),
+]
+
+
+@pytest.mark.parametrize("opts,words", BAD_TASK_OPTIONS)
+def test_bad_options_fail_at_decoration(opts, words):
+    with pytest.raises(ValueError) as info:
+        ember.remote(**opts)(lambda: None)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+@pytest.mark.parametrize("opts,words", BAD_TASK_OPTIONS)
+def test_bad_options_fail_in_dot_options(opts, words):
+    with pytest.raises(ValueError) as info:
+        add.options(**opts)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_wrong_option_type_is_also_a_type_error():
+    # Ray raises TypeError for a wrong type; Ember's error is both, so either except works.
+    with pytest.raises(TypeError, match="'name'"):
+        add.options(name=["x"])
+
+
 @pytest.mark.parametrize(
-    "opts,match",
+    "opts",
     [
-        ({"num_cpus": -1}, "non-negative"),
-        ({"bogus_option": 1}, "Invalid option 'bogus_option'"),
-        ({"max_retries": -5}, "max_retries"),
-        ({"resources": {"CPU": 1}}, "num_cpus"),
+        {"max_retries": -1},  # Ray: retry forever
+        {"max_retries": 0, "retry_exceptions": [ValueError, KeyError]},
+        {"retry_exceptions": (OSError,)},
+        {"num_returns": 0},
+        {"num_gpus": 0.25, "memory": 0, "max_calls": 0, "name": None},
+        {"scheduling_strategy": "SPREAD"},
     ],
 )
-def test_bad_options_fail_at_decoration(opts, match):
-    with pytest.raises(ValueError, match=match):
-        ember.remote(**opts)(lambda: None)
+def test_good_options_are_accepted(opts):
+    assert ember.remote(**opts)(lambda: None) is not None
+    assert add.options(**opts) is not None
 
 
 def test_unpicklable_argument_names_type_and_path(shared_node):
@@ -273,18 +407,21 @@ def test_infeasible_task_warns_and_stays_pending(ember_start, capfd):
         return 1
 
     ref = huge.remote()
-    ready, _ = ember.wait([ref], timeout=2)
-    assert not ready
+    err = []
 
     def warned():
-        return "requires" in capfd.readouterr().err
+        err.append(capfd.readouterr().err)
+        return "requires" in "".join(err)
 
-    deadline = time.monotonic() + 10
-    seen = False
-    while time.monotonic() < deadline and not seen:
-        seen = warned()
-        time.sleep(0.1)
-    assert seen, "the infeasible task was not reported"
+    wait_until(warned, 10, message="the infeasible task to be reported")
+    msg = "".join(err)
+    # It names the task, the shape it asks for and what the node has.
+    task = "test_infeasible_task_warns_and_stays_pending.<locals>.huge"
+    assert f"{task} requires {{CPU: 8}}, which no node in the cluster has" in msg, msg
+    assert re.search(r"this node has \{CPU: 1\b", msg), msg
+    # And it stays pending, as in Ray.
+    ready, _ = ember.wait([ref], timeout=1)
+    assert not ready
 
 
 def test_max_calls_recycles_workers(shared_node):
@@ -294,3 +431,36 @@ def test_max_calls_recycles_workers(shared_node):
 
     pids = [ember.get(pid.remote(), timeout=30) for _ in range(3)]
     assert len(set(pids)) == 3
+
+
+def test_task_event_buffer_is_bounded_and_reports_what_it_dropped(ember_start, monkeypatch):
+    import json
+    import urllib.request
+
+    from ember import global_state
+
+    # The driver's buffer (config.task_events_buffer_size, EMBER_TASK_EVENTS_BUFFER_SIZE) is
+    # read when its core worker starts: a tiny one, then far more events than it holds.
+    monkeypatch.setattr(ember.config, "task_events_buffer_size", 50)
+    ember_start(num_cpus=2)
+    worker = global_state.worker
+    assert ember.get([add.remote(i) for i in range(300)], timeout=120) == list(range(300))
+    # At least three events per task (pending, submitted to a worker, finished).
+    assert worker.events.maxlen == 50 and len(worker.events) == 50
+    assert worker.events_dropped >= 3 * 300 - 50
+
+    # The flush to the agent reports what fell out unsent: what the dashboard received plus
+    # what it was told was dropped adds up to every event the driver recorded.
+    recorded = worker.events_dropped + len(worker.events)
+    url = worker.node["dashboard_url"].rstrip("/") + "/api/cluster_status"
+
+    def accounted():
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            status = json.load(resp)
+        got = status["ingested"]["task_events"]
+        lost = status["dropped"]["agent_task_events"]
+        return (got, lost) if got + lost == recorded else None
+
+    got, lost = wait_until(accounted, 30, interval=0.2, message="the events to be accounted for")
+    assert lost > 0 and got >= 50  # the last 50, at least, reached the agent
+    assert worker.event_exporter.reported_dropped == lost

@@ -78,6 +78,8 @@ class CoreWorker:
         register_extra: dict | None = None,
     ) -> None:
         self.mode = mode
+        if mode == WORKER:
+            config.apply_logging_level()  # the level ember.init() gave the node
         self.node = node  # {node_id, session_dir, raylet_address, gcs_address, arena_path, ...}
         self.node_id: bytes = node["node_id"]
         self.node_id_hex = self.node_id.hex()
@@ -676,35 +678,30 @@ class CoreWorker:
         return meta, value
 
     def wait(
-        self, refs: list[ObjectRef], num_returns: int, timeout: float | None
+        self,
+        refs: list[ObjectRef],
+        num_returns: int,
+        timeout: float | None,
+        fetch_local: bool = True,
     ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        """Ray's wait: a ref is ready once its object exists; with ``fetch_local`` only once
+        it is on this node too, so an object in another node's shared memory is pulled
+        here first (the pull starts now and finishes even if the wait times out first)."""
         store = self.memory_store
-        ready_ids = {r._id for r in refs if store.get_if_ready(r._id) is not None}
-        if len(ready_ids) < num_returns and timeout != 0:
-            event = threading.Event()
-            lock = threading.Lock()
-            state = {"n": len(ready_ids)}
-
-            def on_ready(oid, _value) -> None:
-                with lock:
-                    if oid not in ready_ids:
-                        ready_ids.add(oid)
-                        state["n"] += 1
-                        if state["n"] >= num_returns:
-                            event.set()
-
-            for r in refs:
-                if r._id not in ready_ids:
-                    self._ensure_resolving(r)
-                    store.on_ready(r._id, on_ready)
-            blocked = self._notify_blocked()
-            try:
-                event.wait(timeout)
-            finally:
-                if blocked:
-                    self._notify_unblocked()
-                for r in refs:
-                    store.remove_waiter(r._id, on_ready)
+        node_id = self.node_id
+        ready_ids: set[bytes] = set()
+        remote: list[tuple[ObjectRef, Any]] = []  # made on another node: to pull first
+        unknown: list[ObjectRef] = []
+        for r in refs:
+            loc = store.get_if_ready(r._id)
+            if loc is None:
+                unknown.append(r)
+            elif fetch_local and loc[0] == "plasma" and loc[1] != node_id:
+                remote.append((r, loc))
+            else:
+                ready_ids.add(r._id)
+        if len(ready_ids) < num_returns and (remote or (unknown and timeout != 0)):
+            self._wait_for_more(ready_ids, remote, unknown, num_returns, timeout, fetch_local)
         ready, not_ready = [], []
         for r in refs:
             if r._id in ready_ids and len(ready) < num_returns:
@@ -712,6 +709,73 @@ class CoreWorker:
             else:
                 not_ready.append(r)
         return ready, not_ready
+
+    def _wait_for_more(
+        self,
+        ready_ids: set[bytes],
+        remote: list[tuple[ObjectRef, Any]],
+        unknown: list[ObjectRef],
+        num_returns: int,
+        timeout: float | None,
+        fetch_local: bool,
+    ) -> None:
+        """wait's slow path: adds to ``ready_ids`` what becomes ready (or is pulled here)
+        before ``num_returns`` are or ``timeout`` passes."""
+        store = self.memory_store
+        event = threading.Event()
+        lock = threading.Lock()
+        done: set[bytes] = set(ready_ids)
+
+        def mark_ready(oid: bytes) -> None:
+            with lock:
+                if oid not in done:
+                    done.add(oid)
+                    if len(done) >= num_returns:
+                        event.set()
+
+        owners = {r._id: r._owner for r in unknown}
+
+        def on_ready(oid: bytes, loc: Any) -> None:
+            if fetch_local and loc[0] == "plasma" and loc[1] != self.node_id:
+                self._pull_for_wait(oid, loc, owners.get(oid), mark_ready)
+            else:
+                mark_ready(oid)
+
+        for r, loc in remote:
+            self._pull_for_wait(r._id, loc, r._owner, mark_ready)
+        waiting = []
+        if timeout != 0:
+            for r in unknown:
+                self._ensure_resolving(r)
+                store.on_ready(r._id, on_ready)
+                waiting.append(r._id)
+            blocked = self._notify_blocked()
+            try:
+                event.wait(timeout)
+            finally:
+                if blocked:
+                    self._notify_unblocked()
+        for oid in waiting:
+            store.remove_waiter(oid, on_ready)
+        with lock:
+            ready_ids.update(done)
+
+    def _pull_for_wait(self, object_id: bytes, loc: tuple, owner: Any, done) -> None:
+        """Has the local raylet copy an object from another node's store, then ``done(id)``.
+
+        The same pull as ``get``'s (every known copy, retries; its raylet call has a
+        deadline), on a thread of its own so the caller's wait can time out meanwhile. A
+        failed pull counts as done too: the object is then lost or unreadable, and ``get``
+        (which retries, or rebuilds it) says which, as Ray's wait returns lost objects."""
+
+        def pull() -> None:
+            try:
+                self.links.pull_to_local(object_id, loc[1], loc[2], owner)
+            except Exception as e:
+                logger.debug("wait(fetch_local=True): pull of %s failed: %s", object_id.hex(), e)
+            done(object_id)
+
+        _PULL_POOL.submit(pull)
 
     def object_future(self, ref: ObjectRef) -> concurrent.futures.Future:
         fut: concurrent.futures.Future = concurrent.futures.Future()
@@ -863,7 +927,7 @@ class CoreWorker:
         # Bookkeeping first, values last: storing a value wakes the user's thread, which then
         # needs the GIL this thread holds until it goes back to waiting for input.
         for start, event in reply.get("profile") or ():
-            self.events.append((spec.task_id, "PROFILE", start, 0, event))
+            self._append_event((spec.task_id, "PROFILE", start, 0, event))
         self._task_done(
             spec,
             "FAILED" if reply.get("error") else "FINISHED",
@@ -932,19 +996,37 @@ class CoreWorker:
         else:
             self.record_event(spec, state)
 
-    def on_worker_crashed(self, spec: TaskSpec, worker_id: bytes, reason: str, retry) -> None:
+    def on_worker_crashed(
+        self, spec: TaskSpec, worker_id: bytes, reason: str, retry, raylet: Connection | None
+    ) -> None:
+        """The worker running ``spec`` went away: retry, or fail with WorkerCrashedError
+        saying how it died (exit code or signal), which ``raylet``, its node's, knows."""
         if spec.max_retries == -1 or spec.attempt < spec.max_retries:
             spec.attempt += 1
             self.record_event(spec, "RETRYING")
             retry(spec)
             return
-        self.fail_task(
-            spec,
-            WorkerCrashedError(
-                f"The worker running {spec.display_name()}() died unexpectedly ({reason}); "
-                f"the task was tried {spec.attempt + 1} time(s) (max_retries={spec.max_retries})."
-            ),
-        )
+
+        def fail(how: str) -> None:
+            self.fail_task(
+                spec,
+                WorkerCrashedError(
+                    f"The worker running {spec.display_name()}() died unexpectedly ({how}); "
+                    f"the task was tried {spec.attempt + 1} time(s) "
+                    f"(max_retries={spec.max_retries})."
+                ),
+            )
+
+        if raylet is None or raylet.closed:
+            fail(reason)
+            return
+
+        def on_reason(fut: asyncio.Future) -> None:
+            # The raylet answers within its own deadline, or its connection fails the future.
+            how = None if fut.cancelled() or fut.exception() else fut.result()
+            fail(how or reason)
+
+        raylet.request("worker_exit_reason", {"worker_id": worker_id}).add_done_callback(on_reason)
 
     def cancelled_error(self, spec: TaskSpec) -> TaskCancelledError:
         return TaskCancelledError(spec.task_id.hex())
@@ -1043,10 +1125,15 @@ class CoreWorker:
         return rows
 
     def record_event(self, spec: TaskSpec, state: str, **extra: Any) -> None:
+        self._append_event((spec.task_id, state, time.time(), spec.attempt, extra or None))
+
+    def _append_event(self, event: tuple) -> None:
+        """Into the bounded buffer; the oldest event falls out and is counted as dropped
+        (the exporter reports the count to the agent with its next batch)."""
         events = self.events
         if len(events) == events.maxlen:
             self.events_dropped += 1
-        events.append((spec.task_id, state, time.time(), spec.attempt, extra or None))
+        events.append(event)
 
     def is_actor_task(self, spec: TaskSpec) -> bool:
         return spec.kind == ACTOR_TASK
@@ -1074,7 +1161,7 @@ class CoreWorker:
             spans.append((start, event))
             return
         task_id = getattr(self.current, "task_id", None) or self.root_task_id
-        self.events.append((task_id, "PROFILE", start, 0, event))
+        self._append_event((task_id, "PROFILE", start, 0, event))
 
     def current_actor_hex(self) -> str:
         return self.actor_id.hex() if self.actor_id else ""
@@ -1095,6 +1182,10 @@ class CoreWorker:
 
 
 _FUTURE_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="ember-fut")
+# wait(fetch_local=True)'s pulls: as many at once as a raylet runs (more wait their turn).
+_PULL_POOL = concurrent.futures.ThreadPoolExecutor(
+    max_workers=config.max_concurrent_pulls, thread_name_prefix="ember-pull"
+)
 
 
 def _driver_code_path() -> list[str]:

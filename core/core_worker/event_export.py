@@ -5,8 +5,10 @@ agent's Unix socket (``sockets/agent``, op ``task_events``) in batches of at mos
 The hot path is untouched: recording stays one ``deque.append``; the flusher finds what is
 new by the identity of the last event it sent, so it keeps no per-event state. Sends are
 one-way (no reply awaited): a slow or dead agent never stalls this process. While the agent
-is away, events wait in the same bounded buffer (``config.task_events_buffer_size``); what
-the buffer dropped is counted in ``events_dropped`` and reported with the next batch.
+is away, events wait in the same bounded buffer (``config.task_events_buffer_size``). The
+buffer counts every event that fell out (``events_dropped``), so ``events_dropped + len``
+is how many were ever recorded; the next batch reports (``dropped``) how many fell out
+before they were sent: only those are lost to the agent.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ class EventExporter:
         self.address = "unix:" + os.path.join(cw.node["session_dir"], "sockets", "agent")
         self.conn: Any = None
         self.last: tuple | None = None  # the newest event already sent
-        self.reported_dropped = 0
-        self.unseen = 0  # events evicted from the buffer before this flusher saw them
+        self.sent_upto = 0  # how many of the events ever recorded were sent or lost
+        self.reported_dropped = 0  # events lost before sending, all batches so far
         self._next_connect = 0.0
         self.task: asyncio.Future | None = None
 
@@ -43,38 +45,42 @@ class EventExporter:
             except Exception:
                 logger.debug("task event flush failed", exc_info=True)
 
-    def new_events(self) -> list[tuple]:
-        events = self.cw.events
+    def new_events(self) -> tuple[list[tuple], int, int]:
+        """(events not sent yet, how many fell out of the buffer unsent, events recorded)."""
+        cw = self.cw
+        events = cw.events
         if not events or events[-1] is self.last:
-            return []
+            return [], 0, 0
         for _ in range(3):
+            # The user thread may append meanwhile: a copy with the drop count unchanged
+            # around it is consistent with that count.
+            dropped = cw.events_dropped
             try:
-                snapshot = list(events)  # the user thread may append meanwhile
-                break
+                snapshot = list(events)
             except RuntimeError:
                 continue
+            if cw.events_dropped == dropped:
+                break
         else:
-            return []
-        start = 0
+            return [], 0, 0
+        recorded = dropped + len(snapshot)
+        oldest = recorded - len(snapshot)  # the ordinal of snapshot[0] among all recorded
         if self.last is not None:
             for i in range(len(snapshot) - 1, -1, -1):
                 if snapshot[i] is self.last:
-                    start = i + 1
-                    break
-            else:
-                # The last one sent was evicted: everything kept is new, some were lost.
-                self.unseen += 1
-        return snapshot[start:]
+                    return snapshot[i + 1 :], 0, recorded
+        # The last one sent fell out too (or none was sent): every kept event is new, and
+        # those recorded between the last sent and the oldest kept are lost.
+        return snapshot, max(0, oldest - self.sent_upto), recorded
 
     async def flush(self) -> None:
-        new = self.new_events()
+        new, lost, recorded = self.new_events()
         if not new:
             return
         conn = await self._connection()
         if conn is None:
             return  # the agent is away; the events stay in the bounded buffer
         cw = self.cw
-        dropped = cw.events_dropped + self.unseen - self.reported_dropped
         for i in range(0, len(new), BATCH):
             chunk = new[i : i + BATCH]
             conn.send(
@@ -83,10 +89,11 @@ class EventExporter:
                     "job_id": cw.job_id,
                     "worker_id": cw.worker_id,
                     "events": chunk,
-                    "dropped": dropped if i == 0 else 0,
+                    "dropped": lost if i == 0 else 0,
                 },
             )
-        self.reported_dropped += dropped
+        self.reported_dropped += lost
+        self.sent_upto = recorded
         self.last = new[-1]
 
     async def _connection(self) -> Any:

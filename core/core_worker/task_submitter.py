@@ -226,7 +226,9 @@ class TaskSubmitter:
                 self._force_cancelled.discard(spec.task_id)
                 self.cw.fail_task(spec, self.cw.cancelled_error(spec))
             elif isinstance(exc, ConnectionClosedError):
-                self.cw.on_worker_crashed(spec, lease.worker_id, str(exc), self._retry)
+                self.cw.on_worker_crashed(
+                    spec, lease.worker_id, str(exc), self._retry, lease.raylet
+                )
             else:
                 self.cw.fail_task(spec, exc)
             self._pump(cls)

@@ -3,7 +3,7 @@
 Messages it serves (framed transport, Unix socket for local processes, TCP for other nodes):
 - from core workers: ``register_client``, ``request_lease`` / ``return_lease``,
   ``worker_blocked`` / ``worker_unblocked``, ``plasma_*`` (create, seal, get, release,
-  delete), ``worker_title``;
+  delete), ``worker_title``, ``worker_exit_reason``;
 - from the GCS: ``lease_actor_worker``, ``kill_worker``, ``reserve_bundles`` /
   ``release_bundles``, ``job_finished``;
 - from tools: ``node_stats``, ``list_workers``, ``get_references``.
@@ -125,6 +125,10 @@ class Raylet:
         # the agent asks for those after the last seq it saw (node_stats).
         self.transfer_log: collections.deque = collections.deque(maxlen=1000)
         self.transfer_seq = 0
+        # Why recent workers ended ({worker_id: reason}), for holders whose task's worker
+        # died: the newest config.worker_exit_reasons_kept, older ones counted as forgotten.
+        self.exit_reasons: collections.OrderedDict[bytes, str] = collections.OrderedDict()
+        self.exit_reasons_forgotten = 0
         self.handlers = {
             "register_client": self.h_register_client,
             "request_lease": self.h_request_lease,
@@ -141,6 +145,7 @@ class Raylet:
             "lease_actor_worker": self.h_lease_actor_worker,
             "return_actor_lease": self.h_return_actor_lease,
             "kill_worker": self.h_kill_worker,
+            "worker_exit_reason": self.h_worker_exit_reason,
             "reserve_bundles": self.h_reserve_bundles,
             "release_bundles": self.h_release_bundles,
             "job_finished": self.h_job_finished,
@@ -373,14 +378,22 @@ class Raylet:
             return
         # A holder that saw the worker die (or retire after max_calls) must not get it back.
         died = body.get("worker_died", False)
-        self._end_lease(lease, kill=died, reason="its holder lost it" if died else "")
+        if died:
+            # Usually the worker is already gone: learn how (exit code, signal) rather than
+            # blaming our own kill, and kill it only if it is still there a moment later.
+            self.reap()
+            if self.leases.get(body["lease_id"]) is not lease:
+                return  # reap() ended the lease of the dead worker
+            self._end_lease(lease, True, "its holder lost it", grace=config.worker_death_grace)
+            return
+        self._end_lease(lease, kill=False, reason="")
 
     def h_return_actor_lease(self, conn: Connection, body: dict) -> None:
         lease = self.leases.get(body["lease_id"])
         if lease is not None:
             self._end_lease(lease, kill=body.get("kill", True), reason="actor lease returned")
 
-    def _end_lease(self, lease: _Lease, kill: bool, reason: str) -> None:
+    def _end_lease(self, lease: _Lease, kill: bool, reason: str, grace: float = 0.0) -> None:
         self.leases.pop(lease.lease_id, None)
         if not lease.released:
             self.resources.release(lease.shape, lease.gpu_ids)
@@ -392,7 +405,9 @@ class Raylet:
         w.lease_id = None
         w.blocked = False
         if kill or lease.is_actor:
-            if not w.dead:
+            if grace:
+                self._kill_later(w, reason or "its lease ended", grace)
+            elif not w.dead:
                 self.pool.kill(w, reason or "its lease ended")
         elif not w.dead and w.state in ("LEASED",):
             w.state = "IDLE"
@@ -442,6 +457,10 @@ class Raylet:
             self.pool.kill(w, reason)
             return
         w.kill_reason = reason
+        self._kill_later(w, reason, grace)
+
+    def _kill_later(self, w: WorkerProc, reason: str, grace: float) -> None:
+        """Kills ``w`` after ``grace`` seconds unless it has exited by then."""
 
         def kill_if_alive() -> None:
             if not w.dead and w.proc.poll() is None:
@@ -449,10 +468,35 @@ class Raylet:
 
         asyncio.get_running_loop().call_later(grace, kill_if_alive)
 
+    async def h_worker_exit_reason(self, conn: Connection, body: dict) -> str | None:
+        """How a worker ended (exit code or signal), waiting up to
+        config.worker_death_grace + 1 s for its exit to be seen; None if still unknown."""
+        wid = body["worker_id"]
+        deadline = time.monotonic() + config.worker_death_grace + 1.0
+        while True:
+            self.reap()
+            reason = self.exit_reasons.get(wid)
+            if reason is not None:
+                return reason
+            if wid not in self.pool.workers:
+                if self.exit_reasons_forgotten:
+                    return (
+                        f"unknown: the raylet keeps the last {config.worker_exit_reasons_kept} "
+                        f"worker exits and has forgotten {self.exit_reasons_forgotten}"
+                    )
+                return None
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(0.02)
+
     # -- worker deaths ---------------------------------------------------------------------
     def reap(self) -> None:
         for w in self.pool.reap():
             self.pool.forget(w)
+            self.exit_reasons[w.worker_id] = w.exit_reason
+            while len(self.exit_reasons) > config.worker_exit_reasons_kept:
+                self.exit_reasons.popitem(last=False)
+                self.exit_reasons_forgotten += 1
             if w.state == "STARTING":
                 self.pool.starting -= 1
                 logger.error("worker %s died while starting: %s", w.pid, w.exit_reason)
@@ -535,7 +579,11 @@ class Raylet:
                 fut.set_result(None)
 
     async def h_plasma_get(self, conn: Connection, body: dict):
-        oid, client = body["object_id"], body["client"]
+        return await self._get_sealed(body["object_id"], body["client"])
+
+    async def _get_sealed(self, oid: bytes, client: Any) -> tuple[int, int] | None:
+        """The object pinned for ``client``, waiting (30 s at most) for it to be sealed if it
+        is being written: its writer's seal may trail the reply that made it known."""
         got = self.store.get(oid, client)
         if got is not None:
             return got
@@ -802,11 +850,11 @@ class Raylet:
         """A driver on another node wants its job's worker output from this node too."""
         self.logs.add_driver(conn, body.get("job_id"))
 
-    def h_export_object(self, conn: Connection, body: dict) -> int | None:
+    async def h_export_object(self, conn: Connection, body: dict) -> int | None:
         """Another raylet is about to read this object: pin it until it says it is done."""
         oid = body["object_id"]
         client = ("export", id(conn))
-        got = self.store.get(oid, client)
+        got = await self._get_sealed(oid, client)
         if got is None or self.transfer is None:
             return None
         offset, size = got

@@ -89,7 +89,8 @@ def test_lost_objects_error_or_are_rebuilt_from_lineage(cluster):
     pin = NodeAffinity(node_hex, soft=True)  # there first; anywhere once it is gone
     lost = make.options(max_retries=0, scheduling_strategy=pin).remote(1)
     rebuilt = make.options(max_retries=2, scheduling_strategy=pin).remote(2)
-    ember.wait([lost, rebuilt], num_returns=2, timeout=30)
+    # fetch_local=False: made, but not copied to the head (a copy there would survive).
+    ember.wait([lost, rebuilt], num_returns=2, timeout=30, fetch_local=False)
     cluster.remove_node(node, allow_graceful=False)
     wait_until(lambda: node.node_id not in cluster.alive_node_ids(), timeout=20)
     with pytest.raises(ObjectLostError):

@@ -146,7 +146,7 @@ def test_large_arguments_pull_work_to_their_data(cluster):
         return ember.get_runtime_context().get_node_id(), int(a.sum())
 
     data = make.remote()
-    ember.wait([data], timeout=30)
+    ember.wait([data], timeout=30, fetch_local=False)  # made there, not copied here
     # The driver's own node (the head) has a free CPU, but the argument's bytes are on the
     # worker, which has a free CPU too: the work goes to the data.
     where, total = ember.get(consume.remote(data), timeout=30)
