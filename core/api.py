@@ -15,7 +15,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ember import global_state
+from ember import global_state, options
 from ember.actor import ActorClass, ActorHandle
 from ember.core_worker.core_worker import DRIVER, CoreWorker
 from ember.exceptions import GetTimeoutError
@@ -134,7 +134,9 @@ def init(
             mode=DRIVER,
             node=node_info,
             job_id=new_unique_id()[:8],
-            namespace=namespace if namespace is not None else f"anonymous-{os.getpid()}",
+            namespace=namespace
+            if namespace is not None
+            else f"{options.ANONYMOUS_NAMESPACE_PREFIX}{os.getpid()}",
             log_to_driver=log_to_driver,
         )
         try:

@@ -53,6 +53,11 @@ ACTOR_OPTIONS = {
     "_metadata",
 }
 
+# A driver that names no namespace gets its own, "anonymous-<pid>", as in modern Ray. Detached
+# actors made from one keep the seeds' global names (002 §5.3.8: "a globally unique name ...
+# accessed across different drivers"): the GCS finds them from any other anonymous namespace.
+ANONYMOUS_NAMESPACE_PREFIX = "anonymous-"
+
 METHOD_OPTIONS = {"num_returns", "num_return_vals", "max_task_retries", "name", "concurrency_group"}
 
 

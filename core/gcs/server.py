@@ -24,6 +24,7 @@ from typing import Any
 
 from ember import config
 from ember.gcs.placement_groups import PlacementGroupManager
+from ember.options import ANONYMOUS_NAMESPACE_PREFIX
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
 from ember.resources import fits
@@ -328,6 +329,15 @@ class GcsServer:
                     f"by actor {existing.hex()}. Pick another name, kill that actor first, or "
                     f"pass get_if_exists=True to get a handle to it."
                 )
+            seed_global = self._detached_from_anonymous(actor.name, actor.namespace)
+            if actor.detached and seed_global is not None:
+                other = self.actors[seed_global]
+                raise ValueError(
+                    f"The name {actor.name!r} is already taken by detached actor "
+                    f"{seed_global.hex()} (namespace {other.namespace!r}); a detached actor "
+                    f"made without a namespace has a cluster-wide name. Pick another name, "
+                    f"kill that actor first, or pass namespace=... to ember.init()."
+                )
             self.named[key] = actor.actor_id
         self.actors[actor.actor_id] = actor
         self.subscribers.setdefault(actor.actor_id, set()).add(conn)
@@ -527,8 +537,27 @@ class GcsServer:
         actor = self.actors.get(body["actor_id"])
         return None if actor is None else actor.public()
 
+    def _detached_from_anonymous(self, name: str, namespace: str) -> bytes | None:
+        """The live detached actor called ``name`` made from an anonymous namespace, when
+        ``namespace`` is anonymous too (the seeds' cluster-wide detached names); else None."""
+        if not namespace.startswith(ANONYMOUS_NAMESPACE_PREFIX):
+            return None
+        for (space, other), actor_id in self.named.items():
+            actor = self.actors[actor_id]
+            if (
+                other == name
+                and space.startswith(ANONYMOUS_NAMESPACE_PREFIX)
+                and actor.detached
+                and actor.state != "DEAD"
+            ):
+                return actor_id
+        return None
+
     def h_get_named_actor(self, conn: Connection, body: dict) -> dict | None:
-        actor_id = self.named.get((body.get("namespace", ""), body["name"]))
+        namespace = body.get("namespace", "")
+        actor_id = self.named.get((namespace, body["name"]))
+        if actor_id is None or self.actors[actor_id].state == "DEAD":
+            actor_id = self._detached_from_anonymous(body["name"], namespace)
         if actor_id is None:
             return None
         actor = self.actors[actor_id]

@@ -168,12 +168,90 @@ def test_detached_actor(ray_start: object) -> None:
     ray.kill(counter)
 
 
-@pytest.mark.skip(
-    reason="needs a cluster that outlives the driver (ray start --head) and a second driver"
-)
-def test_detached_actor_outlives_driver() -> None:
+# The two drivers of the document, run as separate processes against a cluster started with
+# `ember start --head` (the seed's `ray start --head`): the first makes the detached actor and
+# exits, the second finds it by name. Only the import line differs from the document.
+_FIRST_DRIVER = """
+import ember as ray
+
+ray.init(address="auto")
+
+
+@ray.remote
+class Counter(object):
+    def __init__(self):
+        self.counter = 0
+
+    def inc(self):
+        self.counter += 1
+
+    def get_counter(self):
+        return self.counter
+
+
+counter = Counter.options(name="CounterActor", detached=True).remote()
+ray.get(counter.inc.remote())
+"""
+
+_SECOND_DRIVER = """
+import ember as ray
+
+ray.init(address="auto")
+counter = ray.util.get_actor("CounterActor")
+print(ray.get(counter.get_counter.remote()))
+"""
+
+
+def test_detached_actor_outlives_driver(tmp_path) -> None:
     """ "The CounterActor will be kept alive even after the driver running above script
     exits. Therefore it is possible to run the following script in a different driver"."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from ember.cli.stop import find_ember_processes
+
+    ember_cli = str(Path(sys.executable).with_name("ember"))
+    root = tempfile.mkdtemp(prefix="emb-seed-", dir="/tmp")  # short: Unix socket paths
+    env = {**os.environ, "EMBER_TMPDIR": root}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    repo = Path(__file__).resolve().parents[2]  # run drivers outside /tmp (see the README)
+
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=90, env=env, cwd=repo, check=False
+        )
+
+    try:
+        head = run(
+            ember_cli, "start", "--head", "--port", str(port), "--num-cpus", "1",
+            "--node-ip-address", "127.0.0.1", "--temp-dir", root,
+            "--object-store-memory", str(64 * 1024**2), "--include-dashboard", "false",
+        )  # fmt: skip
+        assert head.returncode == 0, head.stderr
+        first = run(sys.executable, "-c", _FIRST_DRIVER)
+        assert first.returncode == 0, first.stderr
+        second = run(sys.executable, "-c", _SECOND_DRIVER)
+        assert second.returncode == 0, second.stderr
+        assert second.stdout.strip().splitlines()[-1] == "1"
+        # The name is cluster-wide among drivers that name no namespace; a driver that names
+        # one has its own names, as in modern Ray.
+        again = _FIRST_DRIVER.replace("ray.get(counter.inc.remote())", "")
+        taken = run(sys.executable, "-c", again)
+        assert taken.returncode != 0 and "cluster-wide name" in taken.stderr, taken.stderr
+        own = again.replace('ray.init(address="auto")', 'ray.init(address="auto", namespace="x")')
+        assert run(sys.executable, "-c", own).returncode == 0
+    finally:
+        run(ember_cli, "stop", "--force", "--temp-dir", root)
+        assert not find_ember_processes(root)
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.ray_init()
