@@ -146,6 +146,7 @@ class ActorClass:
                 "detached": detached,
                 "max_restarts": opts.get("max_restarts", 0),
                 "max_task_retries": opts.get("max_task_retries", 0),
+                "max_pending_calls": opts.get("max_pending_calls", -1),
                 "max_concurrency": opts.get("max_concurrency") or (1000 if self._is_async else 1),
                 "is_async": self._is_async,
                 "needs_cpu_node": opts.get("num_cpus") is None,
@@ -173,6 +174,7 @@ class ActorClass:
             self._methods,
             worker.owner_address,
             opts.get("max_task_retries", 0) or 0,
+            max_pending_calls=opts.get("max_pending_calls", -1),
         )
         return handle
 
@@ -210,12 +212,16 @@ class ActorHandle:
         owner: Any,
         max_task_retries: int = 0,
         _count: bool = True,
+        max_pending_calls: int = -1,
     ) -> None:
         self._actor_id = actor_id
         self._class_name = class_name
         self._methods = methods
         self._owner = owner
         self._max_task_retries = max_task_retries
+        # Calls this process may have pending on the actor at once (-1: no limit); past it a
+        # call raises PendingCallsLimitExceeded, as in Ray.
+        self._max_pending_calls = max_pending_calls
         # Counting this handle as a reference keeps the actor alive (see module doc).
         self._handle_ref = ObjectRef(actor_handle_object_id(actor_id), owner, _count=_count)
         worker = global_state.worker
@@ -256,12 +262,23 @@ class ActorHandle:
                 self._owner,
                 self._max_task_retries,
                 self._handle_ref,
+                self._max_pending_calls,
             ),
         )
 
 
-def _rebuild_handle(actor_id, class_name, methods, owner, max_task_retries, handle_ref):
-    handle = ActorHandle(actor_id, class_name, methods, owner, max_task_retries, _count=False)
+def _rebuild_handle(
+    actor_id, class_name, methods, owner, max_task_retries, handle_ref, max_pending_calls=-1
+):
+    handle = ActorHandle(
+        actor_id,
+        class_name,
+        methods,
+        owner,
+        max_task_retries,
+        _count=False,
+        max_pending_calls=max_pending_calls,
+    )
     handle._handle_ref = handle_ref  # the deserialized ref already counts (and borrows)
     _handle_objects[actor_handle_object_id(actor_id)] = actor_id
     worker = global_state.worker
@@ -315,6 +332,8 @@ class ActorMethod:
             nested_refs=nested,
             name=opts.get("name") or "",
         )
+        if handle._max_pending_calls > 0:
+            worker.admit_limited_call(spec, handle._max_pending_calls)
         refs = worker.submit_actor_task(spec)
         if num_returns == 1:
             return refs[0]

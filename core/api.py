@@ -367,6 +367,7 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
         info.get("methods") or {},
         owner,
         info.get("max_task_retries", 0),
+        max_pending_calls=info.get("max_pending_calls", -1),
     )
     from ember.actor import _handle_objects
 

@@ -870,3 +870,44 @@ def test_fifty_actors_on_two_cpus(ember_start):
     del actors
     gc.collect()
     wait_until(lambda: all(process_gone(p) for p in pids), 30, message="the 50 actors to exit")
+
+
+def test_max_pending_calls_limits_calls_in_flight_and_frees_as_they_finish(shared_node):
+    @ember.remote
+    class Gate:
+        def __init__(self):
+            self.open = False
+
+        def release(self):
+            self.open = True
+
+        def wait_open(self):
+            while not self.open:
+                time.sleep(0.01)
+            return "done"
+
+    gate = Gate.options(max_concurrency=4, max_pending_calls=2, name="pending-gate").remote()
+    first = gate.wait_open.remote()
+    gate.wait_open.remote()  # fire and forget: its ref is dropped, it still counts
+    with pytest.raises(ember.exceptions.PendingCallsLimitExceeded, match="max_pending_calls=2"):
+        gate.wait_open.remote()
+    # A handle found by name carries the actor's limit too.
+    with pytest.raises(ember.exceptions.PendingCallsLimitExceeded):
+        ember.get_actor("pending-gate").release.remote()
+
+    # The count is per process, as in Ray: a task's own handle has room and opens the gate.
+    @ember.remote
+    def open_gate():
+        return ember.get(ember.get_actor("pending-gate").release.remote(), timeout=30)
+
+    ember.get(open_gate.remote(), timeout=30)
+    assert ember.get(first, timeout=30) == "done"
+
+    def room_again():
+        try:
+            return ember.get(gate.wait_open.remote(), timeout=30) == "done"
+        except ember.exceptions.PendingCallsLimitExceeded:
+            return False
+
+    wait_until(room_again, timeout=30, message="the dropped call to finish and free its slot")
+    ember.kill(gate)

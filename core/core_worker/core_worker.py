@@ -38,6 +38,7 @@ from ember.exceptions import (
     GetTimeoutError,
     ObjectLostError,
     OwnerDiedError,
+    PendingCallsLimitExceeded,
     TaskCancelledError,
     TaskError,
     WorkerCrashedError,
@@ -117,6 +118,10 @@ class CoreWorker:
         self.current = threading.local()  # .task_id, .actor_id, .spec
         self.root_task_id = new_task_id()
         self.events: deque = deque(maxlen=config.task_events_buffer_size)
+        # Actor calls made on handles with max_pending_calls, until each is done.
+        self._limited_calls: dict[bytes, bytes] = {}  # {task_id: actor_id}
+        self._limited_pending: dict[bytes, int] = {}  # {actor_id: calls pending}
+        self._limited_lock = threading.Lock()
         self.events_dropped = 0
         self.shutting_down = False
         self._creation_holds: dict[bytes, list] = {}  # {actor_id: argument refs held}
@@ -987,7 +992,34 @@ class CoreWorker:
                 self.memory_store.put(oid, loc)
         self._task_done(spec, "FAILED")
 
+    def admit_limited_call(self, spec: TaskSpec, limit: int) -> None:
+        """Counts an actor call on a handle with ``max_pending_calls``; raises
+        PendingCallsLimitExceeded when this process already has ``limit`` pending there."""
+        with self._limited_lock:
+            pending = self._limited_pending.get(spec.actor_id, 0)
+            if pending >= limit:
+                raise PendingCallsLimitExceeded(
+                    f"{spec.function_name}: {pending} calls to actor {spec.actor_id.hex()} are "
+                    f"still pending from this process, its handle's max_pending_calls={limit}. "
+                    f"Wait for some (ember.get or ember.wait on their refs) before submitting "
+                    f"more, or create the actor with a larger max_pending_calls."
+                )
+            self._limited_pending[spec.actor_id] = pending + 1
+            self._limited_calls[spec.task_id] = spec.actor_id
+
+    def _release_limited_call(self, task_id: bytes) -> None:
+        with self._limited_lock:
+            actor_id = self._limited_calls.pop(task_id, None)
+            if actor_id is not None:
+                left = self._limited_pending[actor_id] - 1
+                if left:
+                    self._limited_pending[actor_id] = left
+                else:
+                    del self._limited_pending[actor_id]
+
     def _task_done(self, spec: TaskSpec, state: str, extra: dict | None = None) -> None:
+        if self._limited_calls:  # an empty dict when no handle has max_pending_calls
+            self._release_limited_call(spec.task_id)
         held = spec.arg_refs()
         if held:
             self.refs.remove_submitted(held)

@@ -565,6 +565,7 @@ class GcsServer:
         info["methods"] = (actor.spec.actor_options or {}).get("methods")
         info["spec_owner"] = actor.owner
         info["max_task_retries"] = (actor.spec.actor_options or {}).get("max_task_retries", 0)
+        info["max_pending_calls"] = (actor.spec.actor_options or {}).get("max_pending_calls", -1)
         return info
 
     def h_list_named_actors(self, conn: Connection, body: dict) -> list:
