@@ -43,6 +43,9 @@ class NodeSampler:
             "disk_write_bytes_per_s": max(disk[1] - self._last_disk[1], 0) / dt,
             "net_sent_bytes_per_s": max(net[0] - self._last_net[0], 0) / dt,
             "net_recv_bytes_per_s": max(net[1] - self._last_net[1], 0) / dt,
+            # Totals since boot too: the Machines page shows them, Prometheus takes counters.
+            "net_sent_bytes": net[0],
+            "net_recv_bytes": net[1],
             "boot_time": psutil.boot_time(),
             "uptime_s": time.time() - psutil.boot_time(),
         }

@@ -123,6 +123,17 @@ def _node_metrics(nodes: list[tuple[str, Any]]) -> Iterator[Metric]:
     gpu_mem = _g("node_gpu_memory_used_bytes", "GPU memory in use", [*labels, "gpu"])
     agent_cpu = _g("agent_cpu_percent", "CPU use of the node's agent (one core = 100)", labels)
     agent_rss = _g("agent_resident_memory_bytes", "Resident memory of the node's agent", labels)
+    # Counters since the machine booted; rate() over them is what the gauges above estimate.
+    net_totals = {
+        "net_sent_bytes": CounterMetricFamily(
+            "ember_node_network_sent_bytes", "Bytes sent by the node since boot", labels=labels
+        ),
+        "net_recv_bytes": CounterMetricFamily(
+            "ember_node_network_received_bytes",
+            "Bytes received by the node since boot",
+            labels=labels,
+        ),
+    }
     now = time.time()
     for nid, node in nodes:
         lv = [nid, str(node.info.get("node_ip") or "")]
@@ -135,6 +146,9 @@ def _node_metrics(nodes: list[tuple[str, Any]]) -> Iterator[Metric]:
             value = m.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 fam.add_metric(lv, float(value))
+        for key, fam in net_totals.items():
+            if isinstance(m.get(key), int):
+                fam.add_metric(lv, float(m[key]))
         for i, pct in enumerate(m.get("cpu_per_core") or ()):
             core.add_metric([*lv, str(i)], float(pct))
         for period, value in zip(("1m", "5m", "15m"), m.get("load_avg") or (), strict=False):
@@ -157,6 +171,7 @@ def _node_metrics(nodes: list[tuple[str, Any]]) -> Iterator[Metric]:
     yield age
     yield from families.values()
     yield from (core, load, disk_total, disk_used, gpu_util, gpu_mem, agent_cpu, agent_rss)
+    yield from net_totals.values()
 
 
 def _component_metrics(st: Any, nodes: list[tuple[str, Any]]) -> Iterator[Metric]:

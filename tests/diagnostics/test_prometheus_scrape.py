@@ -149,6 +149,8 @@ def test_prometheus_scrapes_every_node_and_the_cluster(ember_start, prometheus):
     total = float(series("ember_node_memory_total_bytes")[0]["value"][1])
     assert total > 100 * 2**20
     assert series("ember_object_store_capacity_bytes")[0]["value"][1] != "0"
+    # Network totals are counters (rate() works on them), named with _total.
+    assert float(series("ember_node_network_received_bytes_total")[0]["value"][1]) > 0
     components = {
         s["metric"]["component"] for s in series("ember_component_resident_memory_bytes", 2)
     }

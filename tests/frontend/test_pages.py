@@ -70,7 +70,12 @@ def test_machines_lists_the_node_and_its_workers(page, cluster):
     assert re.fullmatch(r"[\d.]+%", cell("cpu")), cell("cpu")
     assert re.fullmatch(r"[\d.]+ [KMGT]?B / [\d.]+ [KMGT]?B", cell("ram")), cell("ram")
     assert re.fullmatch(r"[\d.]+ [KMGT]?B / [\d.]+ [KMGT]?B", cell("disk")), cell("disk")
-    assert re.fullmatch(r"[\d.]+ [KMGT]?B/s · [\d.]+ [KMGT]?B/s", cell("net")), cell("net")
+    # Rates, then the totals since boot (which a node that talked to us has above zero).
+    net = re.fullmatch(
+        r"[\d.]+ [KMGT]?B/s · [\d.]+ [KMGT]?B/s \(([\d.]+) [KMGT]?B · ([\d.]+) [KMGT]?B\)",
+        cell("net"),
+    )
+    assert net and float(net.group(1)) > 0 and float(net.group(2)) > 0, cell("net")
     row.click()
     # Expanding shows the node's processes, and the URL names the node (shareable).
     page.wait_for_selector("[data-testid=workers-table] tbody tr >> nth=2")

@@ -159,7 +159,18 @@ export function Machines({ params }: { params: URLSearchParams }) {
     { key: "cpu", title: "CPU", align: "right", render: (n) => pct(n.cpu_percent) },
     { key: "ram", title: "RAM", align: "right", render: (n) => `${bytes(n.mem_used_bytes)} / ${bytes(n.metrics?.mem_total_bytes)}` },
     { key: "disk", title: "Disk", align: "right", render: (n) => rootDisk(n.metrics) },
-    { key: "net", title: "Sent / received", align: "right", render: (n) => `${bytes(n.metrics?.net_sent_bytes_per_s)}/s · ${bytes(n.metrics?.net_recv_bytes_per_s)}/s` },
+    {
+      key: "net",
+      title: "Sent / received",
+      align: "right",
+      // The rates, then the totals since the machine booted.
+      render: (n) => (
+        <span data-testid="node-net" title={`since boot: sent ${bytes(n.metrics?.net_sent_bytes)}, received ${bytes(n.metrics?.net_recv_bytes)}`}>
+          {`${bytes(n.metrics?.net_sent_bytes_per_s)}/s · ${bytes(n.metrics?.net_recv_bytes_per_s)}/s`}
+          <span class="note">{` (${bytes(n.metrics?.net_sent_bytes)} · ${bytes(n.metrics?.net_recv_bytes)})`}</span>
+        </span>
+      ),
+    },
     { key: "resources", title: "Resources (used / total)", render: (n) => usedOfTotal(n.resources_total ?? {}, n.resources_available ?? {}) },
   ];
   return (
