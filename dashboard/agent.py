@@ -72,9 +72,20 @@ class Agent:
             "is_head": args.head,
             "session_dir": args.session_dir,
             "agent_pid": os.getpid(),
-            "start_time": time.time(),
+            "start_time": self._node_start_time(),
         }
         self.stopping = False
+
+    def _node_start_time(self) -> float:
+        """When the node started: its raylet's start, not this agent's (a restarted agent
+        would make the node look young)."""
+        for pid, name in self.components.items():
+            if name == "raylet":
+                try:
+                    return psutil.Process(pid).create_time()
+                except psutil.Error:
+                    break
+        return time.time()
 
     # -- core workers' task events ---------------------------------------------------------
     def h_task_events(self, conn: Any, body: dict[str, Any]) -> None:
