@@ -48,6 +48,7 @@ class Filters:
     node_id: str | None = None
     since: float | None = None  # wall-clock seconds; tasks ending before are left out
     until: float | None = None  # tasks starting after are left out
+    waits: bool = True  # each task's wait for resources, as an async slice
 
     def keeps(self, job_id: str | None, node_id: str | None, start: float, end: float) -> bool:
         if self.job_id and (job_id or "") != self.job_id:
@@ -370,7 +371,7 @@ def generate(
             if ta is not None and tb is not None:
                 ta, tb = max(ta, start), min(tb, end)  # inside the task's slice, always
                 chunk.append(writer.slice(pid, tid, name, PHASE_CAT, ta, tb, "{}", colour))
-        if rec.t_pending is not None:
+        if rec.t_pending is not None and filters.waits:
             ready = rec.t_scheduled if rec.t_scheduled is not None else start
             # A short id: pairs only need one unique within the trace (the slice names the task).
             writer.async_id += 1
@@ -504,6 +505,10 @@ if APIRouter is not None:
         last_seconds: Annotated[
             float | None, Query(gt=0, le=10**9, description="only the last N seconds")
         ] = None,
+        waits: Annotated[
+            bool,
+            Query(description="include each task's wait for resources (2 of a task's 3 events)"),
+        ] = True,
         ctx: DashboardContext = Depends(get_ctx),
     ) -> StreamingResponse:
         """The cluster's tasks as a Chrome trace, streamed (no cap on the number of tasks;
@@ -516,7 +521,7 @@ if APIRouter is not None:
             node_id = resolve_node(ctx, node_id)
         if last_seconds is not None:
             since = max(since or 0.0, time.time() - last_seconds)
-        filters = Filters(job_id=job_id, node_id=node_id, since=since, until=until)
+        filters = Filters(job_id=job_id, node_id=node_id, since=since, until=until, waits=waits)
         # The tasks oldest first, a block at a time: the window's blocks only, copied as they
         # go, so the response costs the tasks in the window and holds a bounded number.
         scan = st.tasks.scan(since=since, until=until, job_id=job_id, node_id=node_id)

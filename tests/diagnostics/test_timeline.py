@@ -555,6 +555,29 @@ def test_the_endpoint_window_and_prefix(monkeypatch):
     assert status == 404 and b"cdcdcdcd" in tail
 
 
+def test_the_page_can_leave_out_the_waits_for_resources():
+    from ember.dashboard.app import DashboardContext, create_app
+    from ember.dashboard.state import DashboardState
+
+    state = DashboardState()
+    _ingest(state, 2_000)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    with TestClient(create_app(DashboardContext(state=state))) as c:
+        full = c.get("/api/timeline").json()
+        lean = c.get("/api/timeline", params={"waits": "false"}).json()
+    waits = [e for e in full if e.get("cat") == "scheduling"]
+    assert len(waits) == 2 * 2_000  # a begin and an end per task
+    assert not [e for e in lean if e.get("cat") == "scheduling"]
+    # Everything else is the same: the tasks and their phases.
+    assert len(lean) == len(full) - len(waits)
+    assert lean[-1]["args"]["tasks"] == full[-1]["args"]["tasks"] == 2_000
+
+
 def test_timeline_sends_the_cluster_token(tmp_path, monkeypatch):
     """A cluster whose dashboard listens off loopback wants the cluster token: the driver's
     ember.timeline() sends it (no 401, no fallback); a wrong one falls back, saying why."""

@@ -10,6 +10,10 @@ import { TraceAccumulator } from "../timeline/live";
 import { TimelineCanvas, type ColorBy, type View } from "../timeline/TimelineCanvas";
 import { parseTrace } from "../timeline/trace";
 
+// The page draws tasks, phases and arrows, not each task's wait for resources (two of its
+// three events): it leaves those out of its fetches. The download keeps everything.
+const DRAWN = { waits: "false" };
+
 const WINDOWS: [string, number][] = [
   ["30 s", 30],
   ["1 min", 60],
@@ -54,7 +58,7 @@ export function Timeline({ params }: { params: URLSearchParams }) {
         // The last 10 s first, so the page shows the newest tasks at once.
         const head = Math.min(win, 10);
         const now = Date.now() / 1000;
-        const recent = await getJSON<unknown>("api/timeline", { ...q, last_seconds: head }, undefined, 60_000);
+        const recent = await getJSON<unknown>("api/timeline", { ...q, ...DRAWN, last_seconds: head }, undefined, 60_000);
         a.reset();
         a.add(recent);
         setVersion(a.version);
@@ -65,14 +69,14 @@ export function Timeline({ params }: { params: URLSearchParams }) {
         let span = head;
         while (end > now - win && cur.current.key === started) {
           const start = Math.max(now - win, end - span);
-          a.add(await getJSON<unknown>("api/timeline", { ...q, last_seconds: undefined, since: start, until: end }, undefined, 60_000));
+          a.add(await getJSON<unknown>("api/timeline", { ...q, ...DRAWN, last_seconds: undefined, since: start, until: end }, undefined, 60_000));
           setVersion(a.version);
           end = start;
           span *= 2;
         }
       } else {
         const since = a.latestEnd ? a.latestEnd / 1e6 - 5 : Date.now() / 1000 - win;
-        a.add(await getJSON<unknown>("api/timeline", { ...q, last_seconds: undefined, since }, undefined, 60_000));
+        a.add(await getJSON<unknown>("api/timeline", { ...q, ...DRAWN, last_seconds: undefined, since }, undefined, 60_000));
       }
       if (follow) a.prune(Date.now() * 1000 - win * 1e6);
       setError(undefined);
