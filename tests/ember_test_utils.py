@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import psutil
@@ -49,3 +50,48 @@ def dashboard_url_in(output: str) -> str:
     m = re.search(r"^\s*Dashboard: .*?(https?://\S+)", output, re.MULTILINE)
     assert m, f"no dashboard URL in: {output!r}"
     return m.group(1).rstrip("/")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ember_cli() -> str:
+    """The ``ember`` command of this test run's environment."""
+    import sys
+    from pathlib import Path
+
+    return str(Path(sys.executable).with_name("ember"))
+
+
+@contextlib.contextmanager
+def head_cluster(*extra: str, prefix: str = "emb-head-"):
+    """``ember start --head`` as a user runs it (a subprocess) on loopback with one CPU, a small
+    store and its own temp root, plus ``extra`` options; yields ``(root, port, result)`` and
+    stops the cluster (``ember stop --force --temp-dir``), checking nothing is left."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from ember.cli.stop import find_ember_processes
+
+    root = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Unix socket paths
+    port = free_port()
+    argv = [ember_cli(), "start", "--head", "--port", str(port), "--num-cpus", "1"]
+    argv += ["--node-ip-address", "127.0.0.1", "--temp-dir", root]
+    argv += ["--object-store-memory", str(64 * 2**20), *extra]
+    try:
+        head = subprocess.run(argv, capture_output=True, text=True, timeout=90)
+        assert head.returncode == 0, head.stderr
+        yield root, port, head
+    finally:
+        subprocess.run(
+            [ember_cli(), "stop", "--force", "--temp-dir", root], capture_output=True, timeout=90
+        )
+        left = find_ember_processes(root)
+        shutil.rmtree(root, ignore_errors=True)
+        assert not left, f"ember stop left processes behind: {left}"

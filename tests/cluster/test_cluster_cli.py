@@ -17,7 +17,7 @@ import textwrap
 import psutil
 import pytest
 from ember.cli.stop import find_ember_processes
-from ember_test_utils import dashboard_url_in, wait_until
+from ember_test_utils import dashboard_url_in, free_port, wait_until
 
 EMBER = os.path.join(os.path.dirname(sys.executable), "ember")
 
@@ -29,12 +29,6 @@ def _processes_mentioning(text: str) -> list[str]:
         if text in cmd and "pytest" not in cmd:
             out.append(cmd[:160])
     return out
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(*args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -79,7 +73,7 @@ def temp_root():
 
 
 def test_start_status_join_drive_and_stop(temp_root):
-    port = _free_port()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     common = ["--node-ip-address", "127.0.0.1", "--object-store-memory", str(128 * 1024**2)]
     head = run(*head_args(port, f"{temp_root}/head"))
@@ -200,7 +194,7 @@ def _read_until(proc: subprocess.Popen, text: str, timeout: float) -> str:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_block_stays_in_the_foreground_until_sigterm_or_ctrl_c(temp_root, sig):
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [EMBER, *head_args(port, temp_root, "--block")],
         stdout=subprocess.PIPE,
@@ -226,7 +220,7 @@ def test_block_stays_in_the_foreground_until_sigterm_or_ctrl_c(temp_root, sig):
 
 
 def test_start_gpus_memory_and_no_dashboard(temp_root):
-    port = _free_port()
+    port = free_port()
     head = run(
         *head_args(
             port,
@@ -263,7 +257,7 @@ def test_dashboard_host_port_taken_and_url_prefix(temp_root):
     try:
         head = run(
             *head_args(
-                _free_port(),
+                free_port(),
                 temp_root,
                 "--dashboard-host",
                 host,
@@ -409,7 +403,7 @@ def test_status_summary_shapes_and_feasibility_against_live_nodes():
 def test_dashboard_on_every_interface_is_said_and_needs_the_token(temp_root):
     import httpx
 
-    head = run(*head_args(_free_port(), temp_root, "--dashboard-host", "0.0.0.0"))
+    head = run(*head_args(free_port(), temp_root, "--dashboard-host", "0.0.0.0"))
     assert "--dashboard-host 0.0.0.0 listens on every interface" in head.stderr
     url = dashboard_url_in(head.stdout)
     refused = httpx.get(f"{url}/api/version", timeout=30)
@@ -417,5 +411,5 @@ def test_dashboard_on_every_interface_is_said_and_needs_the_token(temp_root):
     token = head.stdout.split("--token=")[1].split()[0]
     ok = httpx.get(f"{url}/api/version", headers={"Authorization": f"Bearer {token}"}, timeout=30)
     assert ok.status_code == 200
-    bad_port = run(*head_args(_free_port(), temp_root, "--dashboard-port", "70000"), check=False)
+    bad_port = run(*head_args(free_port(), temp_root, "--dashboard-port", "70000"), check=False)
     assert bad_port.returncode == 2 and "--dashboard-port" in bad_port.stderr

@@ -8,8 +8,6 @@ import asyncio
 import io
 import json
 import os
-import shutil
-import tempfile
 import time
 import tracemalloc
 import urllib.error
@@ -581,67 +579,35 @@ def test_the_page_can_leave_out_the_waits_for_resources():
 def test_timeline_sends_the_cluster_token(tmp_path, monkeypatch):
     """A cluster whose dashboard listens off loopback wants the cluster token: the driver's
     ember.timeline() sends it (no 401, no fallback); a wrong one falls back, saying why."""
-    import socket
-    import subprocess
-    import sys
+    from ember_test_utils import head_cluster
 
-    ember_cli = os.path.join(os.path.dirname(sys.executable), "ember")
-    root = tempfile.mkdtemp(prefix="emb-tl-", dir="/tmp")  # short: Unix socket paths
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    head = subprocess.run(
-        [
-            ember_cli,
-            "start",
-            "--head",
-            "--port",
-            str(port),
-            "--num-cpus",
-            "1",
-            "--node-ip-address",
-            "127.0.0.1",
-            "--object-store-memory",
-            str(128 * 2**20),
-            "--dashboard-host",
-            "0.0.0.0",
-            "--dashboard-port",
-            "0",
-            "--temp-dir",
-            root,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    try:
-        assert head.returncode == 0, head.stderr
+    extra = ("--dashboard-host", "0.0.0.0", "--dashboard-port", "0")
+    with head_cluster(*extra, prefix="emb-tl-") as (root, port, _):
         ctx = ember.init(address=f"127.0.0.1:{port}", temp_dir=root)
-        with pytest.raises(urllib.error.HTTPError) as err:  # the dashboard wants a token
-            urllib.request.urlopen(ctx.dashboard_url + "/api/version", timeout=10)
-        assert err.value.code == 401
-        assert ember.get(leaf.remote(1)) == 2
+        try:
+            with pytest.raises(urllib.error.HTTPError) as err:  # the dashboard wants a token
+                urllib.request.urlopen(ctx.dashboard_url + "/api/version", timeout=10)
+            assert err.value.code == 401
+            assert ember.get(leaf.remote(1)) == 2
 
-        def traced() -> list | None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")  # a fallback warning fails the test
+            def traced() -> list | None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")  # a fallback warning fails the test
+                    events = ember.timeline()
+                return events if events[-1]["args"]["tasks"] >= 1 else None
+
+            events = wait_until(traced, timeout=30, interval=0.3, message="the task in the trace")
+            assert [e["name"].rsplit(".", 1)[-1] for e in events if e.get("cat") == "task"] == [
+                "leaf"
+            ]
+            monkeypatch.setenv("EMBER_DASHBOARD_TOKEN", "wrong")
+            with pytest.warns(RuntimeWarning, match="HTTP 401") as caught:
                 events = ember.timeline()
-            return events if events[-1]["args"]["tasks"] >= 1 else None
-
-        events = wait_until(traced, timeout=30, interval=0.3, message="the task in the trace")
-        assert [e["name"].rsplit(".", 1)[-1] for e in events if e.get("cat") == "task"] == ["leaf"]
-        monkeypatch.setenv("EMBER_DASHBOARD_TOKEN", "wrong")
-        with pytest.warns(RuntimeWarning, match="HTTP 401") as caught:
-            events = ember.timeline()
-        assert "cluster token" in str(caught[0].message)  # the dashboard's own words
-        assert "only this driver's own tasks" in str(caught[0].message)
-        assert [e for e in events if e.get("cat") == "task"]  # the driver's own leaf
-    finally:
-        ember.shutdown()
-        subprocess.run(
-            [ember_cli, "stop", "--force", "--temp-dir", root], capture_output=True, timeout=90
-        )
-        shutil.rmtree(root, ignore_errors=True)
+            assert "cluster token" in str(caught[0].message)  # the dashboard's own words
+            assert "only this driver's own tasks" in str(caught[0].message)
+            assert [e for e in events if e.get("cat") == "task"]  # the driver's own leaf
+        finally:
+            ember.shutdown()
 
 
 def test_timeline_warns_when_the_dashboard_evicted_tasks(ember_start, monkeypatch, tmp_path):

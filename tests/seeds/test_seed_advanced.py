@@ -202,56 +202,42 @@ print(ray.get(counter.get_counter.remote()))
 """
 
 
-def test_detached_actor_outlives_driver(tmp_path) -> None:
+def test_detached_actor_outlives_driver() -> None:
     """ "The CounterActor will be kept alive even after the driver running above script
     exits. Therefore it is possible to run the following script in a different driver"."""
     import os
-    import socket
     import subprocess
     import sys
-    import tempfile
     from pathlib import Path
 
-    from ember.cli.stop import find_ember_processes
+    from ember_test_utils import head_cluster
 
-    ember_cli = str(Path(sys.executable).with_name("ember"))
-    root = tempfile.mkdtemp(prefix="emb-seed-", dir="/tmp")  # short: Unix socket paths
-    env = {**os.environ, "EMBER_TMPDIR": root}
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     repo = Path(__file__).resolve().parents[2]  # run drivers outside /tmp (see the README)
+    with head_cluster("--include-dashboard", "false", prefix="emb-seed-") as (root, _, _):
+        env = {**os.environ, "EMBER_TMPDIR": root}
 
-    def run(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            argv, capture_output=True, text=True, timeout=90, env=env, cwd=repo, check=False
-        )
+        def driver(code: str) -> subprocess.CompletedProcess:
+            return subprocess.run(
+                [sys.executable, "-c", code],
+                capture_output=True,
+                text=True,
+                timeout=90,
+                env=env,
+                cwd=repo,
+            )
 
-    try:
-        head = run(
-            ember_cli, "start", "--head", "--port", str(port), "--num-cpus", "1",
-            "--node-ip-address", "127.0.0.1", "--temp-dir", root,
-            "--object-store-memory", str(64 * 1024**2), "--include-dashboard", "false",
-        )  # fmt: skip
-        assert head.returncode == 0, head.stderr
-        first = run(sys.executable, "-c", _FIRST_DRIVER)
+        first = driver(_FIRST_DRIVER)
         assert first.returncode == 0, first.stderr
-        second = run(sys.executable, "-c", _SECOND_DRIVER)
+        second = driver(_SECOND_DRIVER)
         assert second.returncode == 0, second.stderr
         assert second.stdout.strip().splitlines()[-1] == "1"
         # The name is cluster-wide among drivers that name no namespace; a driver that names
         # one has its own names, as in modern Ray.
         again = _FIRST_DRIVER.replace("ray.get(counter.inc.remote())", "")
-        taken = run(sys.executable, "-c", again)
+        taken = driver(again)
         assert taken.returncode != 0 and "cluster-wide name" in taken.stderr, taken.stderr
         own = again.replace('ray.init(address="auto")', 'ray.init(address="auto", namespace="x")')
-        assert run(sys.executable, "-c", own).returncode == 0
-    finally:
-        run(ember_cli, "stop", "--force", "--temp-dir", root)
-        assert not find_ember_processes(root)
-        import shutil
-
-        shutil.rmtree(root, ignore_errors=True)
+        assert driver(own).returncode == 0
 
 
 @pytest.mark.ray_init()
