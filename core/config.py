@@ -35,8 +35,10 @@ object_store_memory_cap: int = _env("object_store_memory_cap", 200 * 1024**3)
 heartbeat_interval: float = _env("heartbeat_interval", 0.5)
 # A node silent this long is marked dead by the GCS.
 node_death_timeout: float = _env("node_death_timeout", 10.0)
-# Workers the raylet starts ahead of demand (None: one per CPU, at most this cap).
-prestart_worker_cap: int = _env("prestart_worker_cap", 4)
+# Workers the raylet starts ahead of demand: one per CPU, at most this cap. 0 by default:
+# the first lease forks its worker (~15 ms, plus the fork server's start), and an idle node
+# keeps no idle workers (~23 MB each; issue 2 §7's idle-memory target).
+prestart_worker_cap: int = _env("prestart_worker_cap", 0)
 # Idle workers beyond the CPU count are stopped after this long.
 idle_worker_kill_seconds: float = _env("idle_worker_kill_seconds", 10.0)
 # Print the infeasible-task warning after this long pending (Ray warns too).

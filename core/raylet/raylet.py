@@ -1009,11 +1009,6 @@ async def serve(args: argparse.Namespace) -> None:
         servers.append(tcp_server)
         raylet.transfer = TransferServer(args.arena_path, args.node_ip, token)
     gcs_task = asyncio.ensure_future(raylet.connect_gcs())
-    zygote = raylet.pool.zygote
-    if zygote is not None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, zygote.wait_ready, config.process_start_timeout)
-        loop.add_reader(zygote.fileno(), zygote.read_messages)
     for _ in range(args.prestart):
         raylet.pool.start_worker()
     await gcs_task
@@ -1037,8 +1032,7 @@ async def serve(args: argparse.Namespace) -> None:
         srv.close()
     if raylet.transfer is not None:
         raylet.transfer.close()
-    if zygote is not None:
-        loop.remove_reader(zygote.fileno())  # stop_all reads the zygote's messages itself
+    raylet.pool.stop_reading()  # stop_all reads the zygote's messages itself
     await loop.run_in_executor(None, raylet.pool.stop_all)
     await raylet.logs.final_flush()
     if raylet.gcs is not None:
