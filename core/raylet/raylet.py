@@ -1012,6 +1012,12 @@ async def serve(args: argparse.Namespace) -> None:
     for _ in range(args.prestart):
         raylet.pool.start_worker()
     await gcs_task
+    agent = None
+    if args.agent:  # the node's agent: the raylet starts it, restarts it, and stops it
+        from ember.dashboard.agent_supervisor import AgentSupervisor
+
+        agent = AgentSupervisor(json.loads(args.agent), args.session_dir)
+        await agent.start(config.process_start_timeout)
     tasks = [
         asyncio.ensure_future(raylet.heartbeat()),
         asyncio.ensure_future(raylet.reaper()),
@@ -1026,6 +1032,8 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     raylet.stopping = True
+    if agent is not None:
+        await agent.stop()
     for t in tasks:
         t.cancel()
     for srv in servers:
@@ -1058,6 +1066,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--head", action="store_true")
     parser.add_argument("--token-file", default=None, help="the cluster token (cluster nodes)")
     parser.add_argument("--cluster-address", default=None, help="the GCS's TCP address")
+    parser.add_argument("--agent", default="", help="JSON list: the node agent's arguments")
     parser.add_argument("--ready-fd", type=int, default=-1)
     parser.add_argument("--parent-pid", type=int, default=0)
     args = parser.parse_args(argv)
