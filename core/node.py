@@ -345,7 +345,9 @@ class LocalNode:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stops the raylet (which stops its workers), then the GCS; by force if they linger."""
-        for name in ("dashboard", "raylet", "gcs_server"):  # the raylet stops the agent
+        # The raylet first: it stops the agent, whose open stream would otherwise hold the
+        # dashboard's gRPC server for its 0.5 s grace.
+        for name in ("raylet", "dashboard", "gcs_server"):
             proc = self.procs.get(name)
             if proc is None or proc.poll() is not None:
                 if proc is not None:
