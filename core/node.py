@@ -267,6 +267,11 @@ class LocalNode:
         except BaseException:
             self.stop()
             raise
+        from ember.process_util import release_startup_memory
+
+        # The driver's share of start-up's freed heap. No full collection: a user's driver
+        # may hold a large heap already, and the trim alone gives back ~1 MB here.
+        release_startup_memory(collect=False)
 
     def write_info(self) -> None:
         info = {

@@ -34,14 +34,16 @@ def signal_ready(fd: int, message: str) -> None:
         os.close(fd)
 
 
-def release_startup_memory() -> None:
+def release_startup_memory(collect: bool = True) -> None:
     """Gives the C heap's free pages back to the OS: start-up (imports, parsing, building
     tables) frees memory that glibc otherwise keeps mapped, which shows as resident memory
-    for the process's whole life (issue 2 §7 measures the idle node's RSS)."""
+    for the process's whole life (issue 2 §7 measures the idle node's RSS). ``collect``
+    first runs a full garbage collection (not in a user's driver, whose heap may be big)."""
     import ctypes
     import gc
 
-    gc.collect()
+    if collect:
+        gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: nothing to give back this way
