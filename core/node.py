@@ -136,15 +136,16 @@ class LocalNode:
         self.tied_to = tied_to
         self.node_ip = node_ip
         cpus = int(self.resources.get("CPU", 0))
-        self.prestart = min(cpus, config.prestart_worker_cap) if prestart is None else prestart
+        # A cluster node speaks TCP with a token; the embedded node only Unix sockets.
+        self.cluster = cluster or not head
+        cap = config.prestart_worker_cap if self.cluster else config.local_prestart_worker_cap
+        self.prestart = min(cpus, cap) if prestart is None else prestart
         self.node_id = new_unique_id()
         self.session_dir = ""
         self.gcs_address = gcs_address or ""
         self.raylet_address = ""
         self.arena_path = ""
         self.procs: dict[str, subprocess.Popen] = {}
-        # A cluster node speaks TCP with a token; the embedded node only Unix sockets.
-        self.cluster = cluster or not head
         self.gcs_port = gcs_port
         self.token = token
         self.token_file = ""

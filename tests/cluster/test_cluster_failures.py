@@ -169,9 +169,7 @@ def test_head_loss_gives_a_clear_error_within_seconds(cluster, tmp_path):
 
 
 def test_worker_node_shuts_down_and_says_why_when_the_head_goes(cluster):
-    # prestart=1: a node has no zygote or worker until its first lease; this one starts both
-    # up front, so the test sees them exit too.
-    worker = cluster.add_node(num_cpus=1, prestart=1)
+    worker = cluster.add_node(num_cpus=1)
     import psutil
 
     raylet = psutil.Process(worker.procs["raylet"].pid)
