@@ -36,8 +36,14 @@ object_store_memory_cap: int = _env("object_store_memory_cap", 200 * 1024**3)
 heartbeat_interval: float = _env("heartbeat_interval", 0.5)
 # A node silent this long is marked dead by the GCS.
 node_death_timeout: float = _env("node_death_timeout", 10.0)
-# Workers the raylet starts ahead of demand (None: one per CPU, at most this cap).
+# Workers a cluster node's raylet starts ahead of demand: one per CPU, at most this cap.
 prestart_worker_cap: int = _env("prestart_worker_cap", 4)
+# The same for the embedded node of ember.init(): 0, so an idle local node keeps no idle
+# workers (~23 MB each) and no fork server (issue 2 §7's idle-memory target); the first
+# lease forks its worker once the zygote is up (~0.1 s). Cluster nodes keep prestarting: a
+# raylet counts a lease's resources only once a worker takes it, so while a node starts its
+# first worker its heartbeats show it free and other raylets spill more work to it.
+local_prestart_worker_cap: int = _env("local_prestart_worker_cap", 0)
 # Idle workers beyond the CPU count are stopped after this long.
 idle_worker_kill_seconds: float = _env("idle_worker_kill_seconds", 10.0)
 # Print the infeasible-task warning after this long pending (Ray warns too).

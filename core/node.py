@@ -136,15 +136,16 @@ class LocalNode:
         self.tied_to = tied_to
         self.node_ip = node_ip
         cpus = int(self.resources.get("CPU", 0))
-        self.prestart = min(cpus, config.prestart_worker_cap) if prestart is None else prestart
+        # A cluster node speaks TCP with a token; the embedded node only Unix sockets.
+        self.cluster = cluster or not head
+        cap = config.prestart_worker_cap if self.cluster else config.local_prestart_worker_cap
+        self.prestart = min(cpus, cap) if prestart is None else prestart
         self.node_id = new_unique_id()
         self.session_dir = ""
         self.gcs_address = gcs_address or ""
         self.raylet_address = ""
         self.arena_path = ""
         self.procs: dict[str, subprocess.Popen] = {}
-        # A cluster node speaks TCP with a token; the embedded node only Unix sockets.
-        self.cluster = cluster or not head
         self.gcs_port = gcs_port
         self.token = token
         self.token_file = ""
@@ -218,6 +219,11 @@ class LocalNode:
                 ready = self._wait_ready(name, fd, time.monotonic() + config.process_start_timeout)
                 if self.cluster:
                     self.gcs_address = ready
+            # The dashboard before the raylet: the raylet starts the node's agent, which
+            # streams to the dashboard (ember.dashboard.launch).
+            from ember.dashboard.launch import agent_argv_for, start_dashboard_for
+
+            self.dashboard_url, agent_address = start_dashboard_for(self)
             waits = []
             waits.append(
                 self._spawn(
@@ -246,6 +252,8 @@ class LocalNode:
                         *(["--head"] if self.head else []),
                         *token_args,
                         *(["--cluster-address", self.gcs_address] if self.cluster else []),
+                        "--agent",
+                        json.dumps(agent_argv_for(self, agent_address)),
                         *parent,
                     ],
                 )
@@ -253,7 +261,6 @@ class LocalNode:
             deadline = time.monotonic() + config.process_start_timeout
             for name, fd in waits:
                 self._wait_ready(name, fd, deadline)
-            self.start_dashboard_and_agent()
             if self.cluster:
                 self.write_info()
                 if self.head:
@@ -261,14 +268,11 @@ class LocalNode:
         except BaseException:
             self.stop()
             raise
+        from ember.process_util import release_startup_memory
 
-    def start_dashboard_and_agent(self) -> None:
-        """The one place where the node's agent and (on the head) the dashboard start
-        (``ember.dashboard.launch``); ``self.dashboard`` carries ``init()``'s and
-        ``ember start``'s dashboard options."""
-        from ember.dashboard.launch import start_node_agents_for
-
-        self.dashboard_url = start_node_agents_for(self)
+        # The driver's share of start-up's freed heap. No full collection: a user's driver
+        # may hold a large heap already, and the trim alone gives back ~1 MB here.
+        release_startup_memory(collect=False)
 
     def write_info(self) -> None:
         info = {
@@ -329,37 +333,9 @@ class LocalNode:
         return self._wait_ready(name, fd, time.monotonic() + config.process_start_timeout)
 
     def _wait_ready(self, name: str, fd: int, deadline: float) -> str:
-        proc = self.procs[name]
-        buf = b""
-        try:
-            while b"\n" not in buf:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(
-                        f"the {name} process did not start within "
-                        f"{config.process_start_timeout:.0f} s; see "
-                        f"{self.session_dir}/logs/{name}.err"
-                    )
-                ready, _, _ = select.select([fd], [], [], min(left, 0.5))
-                if ready:
-                    chunk = os.read(fd, 4096)
-                    if not chunk:
-                        break
-                    buf += chunk
-                elif proc.poll() is not None:
-                    break
-        finally:
-            os.close(fd)
-        if b"\n" not in buf:
-            logs = os.path.join(self.session_dir, "logs")
-            # Uncaught errors go to the process's log (its excepthook), the rest to .err.
-            tail = _tail(os.path.join(logs, f"{name}.err")) or _tail(
-                os.path.join(logs, f"{name}.log"), 3
-            )
-            raise RuntimeError(
-                f"the {name} process exited during start-up (code {proc.poll()}).\n{tail}"
-            )
-        return buf.decode().strip()
+        return wait_ready_line(
+            name, self.procs[name], fd, deadline, os.path.join(self.session_dir, "logs")
+        )
 
     def kill(self) -> None:
         """Ends the node abruptly (SIGKILL), as a crashed machine would: no goodbyes."""
@@ -375,7 +351,9 @@ class LocalNode:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stops the raylet (which stops its workers), then the GCS; by force if they linger."""
-        for name in ("agent", "dashboard", "raylet", "gcs_server"):
+        # The raylet first: it stops the agent, whose open stream would otherwise hold the
+        # dashboard's gRPC server for its 0.5 s grace.
+        for name in ("raylet", "dashboard", "gcs_server"):
             proc = self.procs.get(name)
             if proc is None or proc.poll() is not None:
                 if proc is not None:
@@ -398,6 +376,42 @@ class LocalNode:
                 os.unlink(self.arena_path)
             except OSError:
                 pass
+
+
+def wait_ready_line(name: str, proc: subprocess.Popen, fd: int, deadline: float, logs: str) -> str:
+    """The ready line ``proc`` writes on ``fd`` (closed after); raises, quoting the end of its
+    ``<logs>/<name>.err`` (or ``.log``), if it exits first or stays silent past ``deadline``.
+    Blocking: the raylet calls it from a thread for the agent."""
+    buf = b""
+    try:
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"the {name} process did not start within "
+                    f"{config.process_start_timeout:.0f} s; see {logs}/{name}.err"
+                )
+            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+            if ready:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    break
+                buf += chunk
+            elif proc.poll() is not None:
+                break
+    finally:
+        os.close(fd)
+    if b"\n" not in buf:
+        try:
+            code = proc.wait(1.0)  # its pipe closed: it is exiting
+        except subprocess.TimeoutExpired:
+            code = None
+        # Uncaught errors go to the process's log (its excepthook), the rest to .err.
+        tail = _tail(os.path.join(logs, f"{name}.err")) or _tail(
+            os.path.join(logs, f"{name}.log"), 3
+        )
+        raise RuntimeError(f"the {name} process exited during start-up (code {code}).\n{tail}")
+    return buf.decode().strip()
 
 
 def _tail(path: str, n: int = 20) -> str:

@@ -25,12 +25,29 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> None:
 
 def signal_ready(fd: int, message: str) -> None:
     """Tells the process that started us we are serving (one line on an inherited pipe)."""
+    release_startup_memory()
     if fd < 0:
         return
     try:
         os.write(fd, (message + "\n").encode())
     finally:
         os.close(fd)
+
+
+def release_startup_memory(collect: bool = True) -> None:
+    """Gives the C heap's free pages back to the OS: start-up (imports, parsing, building
+    tables) frees memory that glibc otherwise keeps mapped, which shows as resident memory
+    for the process's whole life (issue 2 §7 measures the idle node's RSS). ``collect``
+    first runs a full garbage collection (not in a user's driver, whose heap may be big)."""
+    import ctypes
+    import gc
+
+    if collect:
+        gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to give back this way
+        pass
 
 
 def setup_process_logging(path: str, level: int = logging.INFO) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 import psutil
-from ember.dashboard import pyspy, wire
+from ember.dashboard import wire
 from ember.dashboard.agent_logs import LogDir
 from ember.dashboard.agent_metrics import NodeSampler, ProcessSampler
 from ember.util.metrics import read_node_snapshots
@@ -329,6 +329,8 @@ class Agent:
         if op == "stack":
             return await self.stacks(body.get("pids"))
         if op == "profile":
+            from ember.dashboard import pyspy  # on demand: shutil, tempfile, ~0.6 MB idle
+
             return await pyspy.record(int(body["pid"]), int(body["duration"]), body["format"])
         if op == "objects":
             return await self.objects()
@@ -338,6 +340,8 @@ class Agent:
         rows = {w["pid"]: w for w in self.known_workers.values()}
         if pids is None:
             pids = [p for p, w in rows.items() if w["kind"] in ("worker", "driver")]
+        from ember.dashboard import pyspy  # on demand, like profiles
+
         if pyspy.pyspy_path() is None:
             return {"error": pyspy.not_installed(), "processes": []}
         # Two at a time: each dump pauses its target briefly; the node keeps running.

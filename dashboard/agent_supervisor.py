@@ -1,126 +1,127 @@
-"""Keeps the node's agent running: starts it, and starts it again when it dies (issue 4 §1).
+"""Keeps the node's agent running (issue 4 §1), from inside the raylet: starts it, and starts
+it again when it dies, giving up after ``MAX_RESTARTS`` deaths within ``WINDOW`` seconds.
 
-A separate, stdlib-only process (about 10 MB; it must not import ``ember``) so the agent can crash or be killed without taking
-its restart logic along. Gives up after ``MAX_RESTARTS`` deaths within a minute, logging why.
-SIGTERM stops the agent and then the supervisor.
+The raylet owns the node's processes and outlives the agent, so it is the agent's parent: a
+separate supervisor process cost ~12 MB of resident memory on every idle node (issue 2 §7).
+The agent ties its life to the raylet (``--parent-pid``: ``PR_SET_PDEATHSIG``), so on a
+daemon node (``ember start``, no driver) it ends with the raylet, e.g. after the head went
+away; on an embedded node the raylet itself dies with the driver. ``stop`` (the raylet's
+SIGTERM) stops it first.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
 
+logger = logging.getLogger("ember.raylet")
 MAX_RESTARTS = 5
 WINDOW = 60.0
+POLL = 0.5  # how often the agent's exit is checked (a restart is not urgent)
+STOP_GRACE = 2.0
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    # ember.process_util's, inlined: importing ember here would cost ~15 MB of modules.
-    import ctypes
+class AgentSupervisor:
+    """The agent process of this node: ``argv`` are ``ember.dashboard.agent``'s arguments."""
 
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-    if os.getppid() != parent_pid:
-        os.kill(os.getpid(), signal.SIGTERM)
+    def __init__(self, argv: list[str], session_dir: str) -> None:
+        self.argv = _with_component(list(argv), "raylet", os.getpid())
+        self.logs = os.path.join(session_dir, "logs")
+        self.proc: subprocess.Popen | None = None
+        self.deaths: list[float] = []
+        self.stopping = False
+        self._watch: asyncio.Future | None = None
 
-
-def main(argv: list[str] | None = None) -> None:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ready_fd, parent_pid, session_dir = -1, 0, ""
-    if "--ready-fd" in argv:
-        i = argv.index("--ready-fd")
-        ready_fd = int(argv[i + 1])
-        del argv[i : i + 2]
-    if "--parent-pid" in argv:
-        i = argv.index("--parent-pid")
-        parent_pid = int(argv[i + 1])
-        del argv[i : i + 2]
-    if "--process-name" in argv:
-        i = argv.index("--process-name")
-        del argv[i : i + 2]
-    watch_pid = 0  # the node's raylet: a daemon node's agent ends with it (no parent ties them)
-    if "--watch-pid" in argv:
-        i = argv.index("--watch-pid")
-        watch_pid = int(argv[i + 1])
-        del argv[i : i + 2]
-    if "--session-dir" in argv:
-        session_dir = argv[argv.index("--session-dir") + 1]
-    if parent_pid:
-        _die_with_parent(parent_pid)
-    log = open(os.path.join(session_dir, "logs", "agent_supervisor.log"), "a", buffering=1)
-    stopping = False
-    child: subprocess.Popen | None = None
-
-    def stop(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        if child is not None and child.poll() is None:
-            child.terminate()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    deaths: list[float] = []
-    first = True
-    while not stopping:
+    def _spawn(self, ready_fd: int = -1) -> subprocess.Popen:
+        # From the loop's (main) thread: PR_SET_PDEATHSIG fires when the *thread* that
+        # started the child ends, and the main thread lives as long as the raylet.
         extra = ["--parent-pid", str(os.getpid())]
-        if first and ready_fd >= 0:
+        if ready_fd >= 0:
             extra += ["--ready-fd", str(ready_fd)]
-        child = subprocess.Popen(
-            [sys.executable, "-m", "ember.dashboard.agent", *argv, *extra],
-            pass_fds=(ready_fd,) if first and ready_fd >= 0 else (),
-            stdin=subprocess.DEVNULL,
-        )
-        if first and ready_fd >= 0:
-            os.close(ready_fd)
-        first = False
-        code = _wait(child, watch_pid)
-        if code is None:  # the raylet is gone: so is the node
-            print(f"{time.ctime()} the raylet (pid {watch_pid}) exited; stopping", file=log)
-            stop(signal.SIGTERM, None)
-        if stopping:
-            break
-        now = time.time()
-        deaths = [t for t in deaths if now - t < WINDOW] + [now]
-        print(f"{time.ctime()} agent pid {child.pid} exited with {code}", file=log)
-        if len(deaths) > MAX_RESTARTS:
-            print(
-                f"{time.ctime()} the agent died {len(deaths)} times in {WINDOW:.0f} s; "
-                "not restarting it (see agent.log / agent.err)",
-                file=log,
+        with (
+            open(os.path.join(self.logs, "agent.out"), "ab") as out,
+            open(os.path.join(self.logs, "agent.err"), "ab") as err,
+        ):
+            return subprocess.Popen(
+                [sys.executable, "-m", "ember.dashboard.agent", *self.argv, *extra],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                pass_fds=(ready_fd,) if ready_fd >= 0 else (),
+                close_fds=True,
             )
+
+    async def start(self, timeout: float) -> str:
+        """Starts the agent and returns its ready line (its socket address); raises, quoting
+        the end of its log, if it exits or stays silent for ``timeout`` seconds."""
+        from ember.node import wait_ready_line
+
+        r, w = os.pipe()
+        try:
+            self.proc = self._spawn(w)
+        finally:
+            os.close(w)
+        deadline = time.monotonic() + timeout
+        loop = asyncio.get_running_loop()
+        # A blocking wait on a pipe, in a thread: the raylet's loop keeps serving (the agent
+        # connects to it before it says it is ready).
+        line = await loop.run_in_executor(
+            None, wait_ready_line, "agent", self.proc, r, deadline, self.logs
+        )
+        self._watch = asyncio.ensure_future(self._watch_loop())
+        return line
+
+    async def _watch_loop(self) -> None:
+        while not self.stopping:
+            await asyncio.sleep(POLL)
+            proc = self.proc
+            if proc is None or proc.poll() is None or self.stopping:
+                continue
+            now = time.time()
+            self.deaths = [t for t in self.deaths if now - t < WINDOW] + [now]
+            logger.warning("the agent (pid %d) exited with %s", proc.pid, proc.returncode)
+            if len(self.deaths) > MAX_RESTARTS:
+                logger.error(
+                    "the agent died %d times in %.0f s; not restarting it (see agent.log / "
+                    "agent.err)",
+                    len(self.deaths),
+                    WINDOW,
+                )
+                self.proc = None
+                return
+            await asyncio.sleep(min(0.5 * len(self.deaths), 3.0))
+            if not self.stopping:
+                self.proc = self._spawn()
+                logger.info("restarted the agent (pid %d)", self.proc.pid)
+
+    async def stop(self) -> None:
+        """SIGTERM to the agent; SIGKILL if it is still there after ``STOP_GRACE`` seconds."""
+        self.stopping = True
+        if self._watch is not None:
+            self._watch.cancel()
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
             return
-        time.sleep(min(0.5 * len(deaths), 3.0))
-    if child is not None:
-        try:
-            child.wait(5.0)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE
+        while proc.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(2.0)
 
 
-def _wait(child: subprocess.Popen, watch_pid: int) -> int | None:
-    """The child's exit code, or None as soon as ``watch_pid`` has exited."""
-    while True:
-        try:
-            return child.wait(1.0 if watch_pid else None)
-        except subprocess.TimeoutExpired:
-            if not _alive(watch_pid):
-                return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")  # a zombie has exited; only its parent has not reaped it
-
-
-if __name__ == "__main__":
-    main()
+def _with_component(argv: list[str], name: str, pid: int) -> list[str]:
+    """``argv`` with ``name=pid`` added to its ``--components`` (the agent labels them)."""
+    item = f"{name}={pid}"
+    if "--components" in argv:
+        i = argv.index("--components") + 1
+        argv[i] = f"{argv[i]},{item}" if argv[i] else item
+    else:
+        argv += ["--components", item]
+    return argv

@@ -1,10 +1,10 @@
 """Starting the dashboard (head only) and the node's agent: the one place ``LocalNode`` and
-``ember start`` call. Both are children spawned through ``spawn(name, argv)``, the node's own
-spawner (which ties them to the driver, waits for their ready line and stops them)."""
+``ember start`` call. The dashboard is a child spawned through ``spawn(name, argv)``, the
+node's own spawner (which ties it to the driver, waits for its ready line and stops it); the
+agent's arguments go to the raylet, which starts and supervises it (``agent_supervisor``)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -49,8 +49,7 @@ def start_dashboard(
     return url, agent_address
 
 
-def start_node_agent(
-    spawn: Spawner,
+def node_agent_argv(
     *,
     node_id: str,
     session_dir: str,
@@ -61,16 +60,11 @@ def start_node_agent(
     head: bool = False,
     components: dict[str, Any] | None = None,
     token_file: str | None = None,
-    watch_pid: int = 0,
-) -> str:
-    """Starts the agent under its supervisor; returns its socket address. Without a dashboard
-    address it looks the head's up in the GCS (worker nodes of a cluster)."""
-    # Run as a file, not ``-m``: ``-m`` would import the ``ember`` package (~15 MB) first.
-    # ``--process-name`` keeps "ember." in its command line for ps and leak checks.
+) -> list[str]:
+    """The agent's arguments. The raylet starts the agent with them (its ``--agent``),
+    restarts it when it dies and stops it (``agent_supervisor``). Without a dashboard
+    address the agent looks the head's up in the GCS (worker nodes of a cluster)."""
     argv = [
-        os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent_supervisor.py"),
-        "--process-name",
-        "ember.dashboard.agent_supervisor",
         "--node-id",
         node_id,
         "--session-dir",
@@ -90,52 +84,50 @@ def start_node_agent(
         argv += ["--components", ",".join(f"{k}={v}" for k, v in components.items())]
     if token_file:
         argv += ["--token-file", token_file]
-    if watch_pid:
-        argv += ["--watch-pid", str(watch_pid)]
-    return spawn("agent", argv)
+    return argv
 
 
-def start_node_agents_for(node: Any) -> str:
-    """``LocalNode.start``'s one call: the dashboard on the head (unless disabled), then the
-    agent; returns the dashboard's URL ('' without one)."""
-    url, agent_address = "", ""
-    options = node.dashboard
+def _gcs_address_of(node: Any) -> str:
     # A cluster node's GCS speaks TCP with the cluster token; on the head the dashboard and
     # agent use its Unix socket instead, like the node's other processes.
-    gcs_address = getattr(node, "gcs_unix_address", "") or node.gcs_address
-    token_file = getattr(node, "token_file", "") or None
-    if node.head and options.include is not False:
-        url, agent_address = start_dashboard(
-            node.spawn_ready,
-            session_dir=node.session_dir,
-            gcs_address=gcs_address,
-            host=options.host,
-            port=options.port,
-            url_prefix=options.url_prefix,
-            token_file=token_file,
-            # A cluster's agents on other machines stream to the hub: it listens on the node
-            # IP (with the cluster token, see server.py), like the node's other TCP listeners;
-            # the embedded node's hub stays on loopback. The HTTP port keeps --dashboard-host.
-            agent_host=node.node_ip if node.cluster else "127.0.0.1",
-        )
-    components = {name: p.pid for name, p in node.procs.items() if name not in ("agent",)}
+    return getattr(node, "gcs_unix_address", "") or node.gcs_address
+
+
+def start_dashboard_for(node: Any) -> tuple[str, str]:
+    """``LocalNode.start``'s call before the raylet: the dashboard on the head (unless
+    disabled); returns (its URL, the gRPC address agents stream to), or ('', '')."""
+    options = node.dashboard
+    if not node.head or options.include is False:
+        return "", ""
+    return start_dashboard(
+        node.spawn_ready,
+        session_dir=node.session_dir,
+        gcs_address=_gcs_address_of(node),
+        host=options.host,
+        port=options.port,
+        url_prefix=options.url_prefix,
+        token_file=getattr(node, "token_file", "") or None,
+        # A cluster's agents on other machines stream to the hub: it listens on the node
+        # IP (with the cluster token, see server.py), like the node's other TCP listeners;
+        # the embedded node's hub stays on loopback. The HTTP port keeps --dashboard-host.
+        agent_host=node.node_ip if node.cluster else "127.0.0.1",
+    )
+
+
+def agent_argv_for(node: Any, dashboard_address: str) -> list[str]:
+    """The arguments of ``node``'s agent, which its raylet starts (the raylet adds itself to
+    the components it labels)."""
+    components = {name: p.pid for name, p in node.procs.items() if name != "raylet"}
     if node.tied_to:
         components["driver"] = node.tied_to
-    start_node_agent(
-        node.spawn_ready,
+    return node_agent_argv(
         node_id=node.node_id.hex(),
         session_dir=node.session_dir,
         raylet_address=node.raylet_address,
-        gcs_address=gcs_address,
-        dashboard_address=agent_address,
+        gcs_address=_gcs_address_of(node),
+        dashboard_address=dashboard_address,
         node_ip=node.node_ip,
         head=node.head,
         components=components,
-        token_file=token_file,
-        # A daemon node (ember start) has no parent process to tie the agent to: its
-        # supervisor watches the raylet, so a raylet that shuts down (its head gone) takes it.
-        watch_pid=node.procs["raylet"].pid
-        if node.tied_to is None and "raylet" in node.procs
-        else 0,
+        token_file=getattr(node, "token_file", "") or None,
     )
-    return url

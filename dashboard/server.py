@@ -215,6 +215,10 @@ def main(argv: list[str] | None = None) -> None:
     # bounded), stays at 19.
     os.nice(int(os.environ.get("EMBER_DASHBOARD_NICE", "5")))
     asyncio.run(serve(args))
+    # Served and stopped: skip the interpreter's teardown of ~500 modules and gRPC's, which
+    # took ~0.25 s of every shutdown(); nothing is left to flush but the log.
+    logging.shutdown()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -1057,14 +1057,15 @@ async def serve(args: argparse.Namespace) -> None:
         servers.append(tcp_server)
         raylet.transfer = TransferServer(args.arena_path, args.node_ip, token)
     gcs_task = asyncio.ensure_future(raylet.connect_gcs())
-    zygote = raylet.pool.zygote
-    if zygote is not None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, zygote.wait_ready, config.process_start_timeout)
-        loop.add_reader(zygote.fileno(), zygote.read_messages)
     for _ in range(args.prestart):
         raylet.pool.start_worker()
     await gcs_task
+    agent = None
+    if args.agent:  # the node's agent: the raylet starts it, restarts it, and stops it
+        from ember.dashboard.agent_supervisor import AgentSupervisor
+
+        agent = AgentSupervisor(json.loads(args.agent), args.session_dir)
+        await agent.start(config.process_start_timeout)
     tasks = [
         asyncio.ensure_future(raylet.heartbeat()),
         asyncio.ensure_future(raylet.reaper()),
@@ -1079,14 +1080,15 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     raylet.stopping = True
+    if agent is not None:
+        await agent.stop()
     for t in tasks:
         t.cancel()
     for srv in servers:
         srv.close()
     if raylet.transfer is not None:
         raylet.transfer.close()
-    if zygote is not None:
-        loop.remove_reader(zygote.fileno())  # stop_all reads the zygote's messages itself
+    raylet.pool.stop_reading()  # stop_all reads the zygote's messages itself
     await loop.run_in_executor(None, raylet.pool.stop_all)
     await raylet.logs.final_flush()
     if raylet.gcs is not None:
@@ -1112,6 +1114,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--head", action="store_true")
     parser.add_argument("--token-file", default=None, help="the cluster token (cluster nodes)")
     parser.add_argument("--cluster-address", default=None, help="the GCS's TCP address")
+    parser.add_argument("--agent", default="", help="JSON list: the node agent's arguments")
     parser.add_argument("--ready-fd", type=int, default=-1)
     parser.add_argument("--parent-pid", type=int, default=0)
     args = parser.parse_args(argv)

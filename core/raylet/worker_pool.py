@@ -143,17 +143,12 @@ class Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def wait_ready(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while not self.ready and time.monotonic() < deadline and self.alive():
-            self.read_messages(0.05)
-        return self.ready
-
     def spawn(self, args: list[str]) -> ForkedProc:
-        proc = ForkedProc(0, self)
-        self._pending.append(proc)
+        # Requests sent before the zygote is ready wait in its pipe until its imports are done.
         self.proc.stdin.write((json.dumps({"spawn": args}) + "\n").encode())
         self.proc.stdin.flush()
+        proc = ForkedProc(0, self)
+        self._pending.append(proc)  # after the write: a failed one leaves no orphan entry
         return proc
 
     def fileno(self) -> int:
@@ -207,11 +202,30 @@ class WorkerPool:
         self.idle: list[WorkerProc] = []
         self.starting = 0
         self.zygote: Zygote | None = None
-        if use_zygote:
+        # The fork server starts with the first worker, not with the node: an idle node
+        # does not pay its ~27 MB (issue 2 §7), and the first worker waits for its imports
+        # about as long as a fresh interpreter would (spawn requests queue in its pipe).
+        self._use_zygote = use_zygote
+        self._reader_loop: asyncio.AbstractEventLoop | None = None
+
+    def _fork_server(self) -> Zygote | None:
+        """The zygote, started (and its pipe watched on the running loop) on first use."""
+        if self.zygote is None and self._use_zygote:
+            self._use_zygote = False  # one attempt: if it cannot start, workers are exec'd
             try:
                 self.zygote = Zygote()
             except OSError as e:
                 logger.warning("no fork server (%s); workers start as new processes", e)
+                return None
+            self._reader_loop = asyncio.get_running_loop()
+            self._reader_loop.add_reader(self.zygote.fileno(), self.zygote.read_messages)
+        return self.zygote
+
+    def stop_reading(self) -> None:
+        """Stops the loop's watch of the zygote's pipe (``stop_all`` reads it itself)."""
+        if self._reader_loop is not None and self.zygote is not None:
+            self._reader_loop.remove_reader(self.zygote.fileno())
+            self._reader_loop = None
 
     def start_worker(self) -> WorkerProc:
         worker_id = new_unique_id()
@@ -241,9 +255,14 @@ class WorkerPool:
         ]
         if n.get("token_file"):  # a cluster node: the worker listens on TCP with the token
             cmd += ["--token-file", n["token_file"]]
-        if self.zygote is not None and self.zygote.alive():
-            proc = self.zygote.spawn(cmd[3:])
-        else:
+        zygote = self._fork_server()
+        proc: Any = None
+        if zygote is not None and zygote.alive():
+            try:
+                proc = zygote.spawn(cmd[3:])
+            except OSError as e:  # it died (its pipe is closed): exec this worker instead
+                logger.warning("the fork server is gone (%s); starting a new process", e)
+        if proc is None:
             proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,

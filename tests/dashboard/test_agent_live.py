@@ -72,6 +72,8 @@ def test_workers_have_their_costs_and_their_state_in_words(live):
     _, http = live
     holder = Holder.options(name="agent-live-holder").remote()
     actor_pid = ember.get(holder.pid.remote())
+    # A node starts no worker ahead of demand: one task leaves an idle one behind.
+    ember.get(busy_in_a_named_function.remote(0), timeout=30)
 
     def workers() -> dict[int, dict]:
         return {w["pid"]: w for w in _get(http, "/api/workers", limit=1000)["items"]}

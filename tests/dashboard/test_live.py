@@ -51,14 +51,25 @@ def test_dashboard_moves_to_the_next_free_port(live):
     assert _get(live, "/api/version")["api"] == 1
 
 
+@ember.remote
+def _one() -> int:
+    return 1
+
+
 def test_node_metrics_and_processes_arrive(live):
+    # A node starts its workers with its first lease: run one task so a worker is listed.
+    assert ember.get(_one.remote(), timeout=30) == 1
     node = _node(live)
     assert node["state"] == "ALIVE" and node["is_head"]
     detail = wait_until(
-        lambda: (d := _get(live, f"/api/nodes/{node['node_id']}"))["metrics"].get("num_cpus") and d,
+        lambda: (
+            (d := _get(live, f"/api/nodes/{node['node_id']}"))["metrics"].get("num_cpus")
+            and any(w["kind"] == "worker" for w in d["workers"])  # sampled after the task ran
+            and d
+        ),
         15,
         0.2,
-        "metrics",
+        "metrics and the worker",
     )
     m = detail["metrics"]
     assert m["mem_total_bytes"] > 0 and len(m["cpu_per_core"]) == m["num_cpus"]
