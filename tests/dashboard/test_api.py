@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import NODE, TestClient, fill
+from dashboard_state_fill import NODE, TestClient, fill
 from ember.dashboard.app import DashboardContext, create_app
 from ember.dashboard.state import DashboardState
 
