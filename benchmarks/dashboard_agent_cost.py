@@ -25,7 +25,6 @@ def ember_processes() -> dict[int, str]:
         except psutil.Error:
             continue
         for key, name in (
-            ("ember.dashboard.agent_supervisor", "agent_supervisor"),
             ("ember.dashboard.agent", "agent"),
             ("ember.dashboard.server", "dashboard"),
             ("ember.gcs", "gcs_server"),
@@ -74,15 +73,12 @@ def main() -> None:
         total_rss = round(sum(r["rss_mb"] for r in rows.values()) + driver_rss, 1)
     finally:
         ember.shutdown()
-    agent = rows.get("agent", {})
-    sup = rows.get("agent_supervisor", {})
+    agent = rows.get("agent", {})  # supervised by the raylet: no process of its own for that
     result = {
         "window_s": round(wall, 1),
         "by_component": rows,
-        "agent_cpu_percent_of_a_core": round(
-            agent.get("cpu_percent", 0) + sup.get("cpu_percent", 0), 2
-        ),
-        "agent_rss_mb": round(agent.get("rss_mb", 0) + sup.get("rss_mb", 0), 1),
+        "agent_cpu_percent_of_a_core": round(agent.get("cpu_percent", 0), 2),
+        "agent_rss_mb": round(agent.get("rss_mb", 0), 1),
         "node_total_rss_mb_incl_driver": total_rss,
     }
     print(json.dumps(result, indent=2))

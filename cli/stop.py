@@ -33,12 +33,10 @@ def _session_of(cmdline: list[str]) -> str | None:
 
 
 def _module_of(cmdline: list[str]) -> str | None:
-    # The agent's supervisor runs as a file and names its module with --process-name.
-    for flag in ("-m", "--process-name"):
-        if flag in cmdline:
-            i = cmdline.index(flag)
-            if i + 1 < len(cmdline) and cmdline[i + 1].startswith(_EMBER_MODULES):
-                return cmdline[i + 1]
+    if "-m" in cmdline:
+        i = cmdline.index("-m")
+        if i + 1 < len(cmdline) and cmdline[i + 1].startswith(_EMBER_MODULES):
+            return cmdline[i + 1]
     return None
 
 

@@ -654,7 +654,7 @@ class GcsServer:
                 if a in self.actors
             ],
             "placement_groups": self.placement_groups.h_list(conn, None),
-            # Put there by whoever starts the dashboard (LocalNode.start_dashboard_and_agent).
+            # Put there by whoever starts the dashboard (dashboard/launch.py, from LocalNode.start).
             "dashboard_url": (self.kv.get(DASHBOARD_URL_KEY) or b"").decode(),
         }
 
