@@ -9,13 +9,16 @@ describes itself in ``<session_dir>/node.json`` for drivers and tools of the sam
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +26,8 @@ import psutil
 from ember import config
 from ember.ids import new_unique_id
 from ember.session import create_session_dir, register_head, socket_path, write_node_info
+
+logger = logging.getLogger(__name__)
 
 
 def default_object_store_memory() -> int:
@@ -146,6 +151,7 @@ class LocalNode:
         self.raylet_address = ""
         self.arena_path = ""
         self.procs: dict[str, subprocess.Popen] = {}
+        self._stopping = False  # stop() or kill() began: a child's exit is expected
         self.gcs_port = gcs_port
         self.token = token
         self.token_file = ""
@@ -221,9 +227,22 @@ class LocalNode:
                     self.gcs_address = ready
             # The dashboard before the raylet: the raylet starts the node's agent, which
             # streams to the dashboard (ember.dashboard.launch).
-            from ember.dashboard.launch import agent_argv_for, start_dashboard_for
+            from ember.dashboard.launch import (
+                agent_argv_for,
+                hub_socket_address,
+                start_dashboard_for,
+            )
 
-            self.dashboard_url, agent_address = start_dashboard_for(self)
+            self.dashboard_url, dashboard_ready = start_dashboard_for(self)
+            agent_address = ""
+            if dashboard_ready is not None:
+                # A cluster head's hub is on TCP at a port its ready line names (ember start
+                # has no time to save); an embedded node's is a Unix socket named in advance,
+                # so init() does not wait for the dashboard's imports (see _await_dashboard).
+                if self.cluster:
+                    agent_address = dashboard_ready()
+                else:
+                    agent_address = hub_socket_address(self.session_dir)
             waits = []
             waits.append(
                 self._spawn(
@@ -261,6 +280,8 @@ class LocalNode:
             deadline = time.monotonic() + config.process_start_timeout
             for name, fd in waits:
                 self._wait_ready(name, fd, deadline)
+            if dashboard_ready is not None and not self.cluster:
+                self._await_dashboard(dashboard_ready)
             if self.cluster:
                 self.write_info()
                 if self.head:
@@ -273,6 +294,24 @@ class LocalNode:
         # The driver's share of start-up's freed heap. No full collection: a user's driver
         # may hold a large heap already, and the trim alone gives back ~1 MB here.
         release_startup_memory(collect=False)
+
+    def _await_dashboard(self, ready: Callable[[], str]) -> None:
+        """An embedded node's dashboard finishes starting while the driver goes on: its port
+        is bound (requests wait in its backlog) and its agent knows where to stream. Asked
+        for explicitly (``include_dashboard=True``), init() waits and fails as Ray's does;
+        by default a dashboard that fails to start is a warning, and tasks run without it."""
+        if self.dashboard.include is True:
+            ready()
+            return
+
+        def watch() -> None:
+            try:
+                ready()
+            except Exception as e:
+                if not self._stopping:
+                    logger.warning("the dashboard did not start (tasks run without it): %s", e)
+
+        threading.Thread(target=watch, name="ember-dashboard-start", daemon=True).start()
 
     def write_info(self) -> None:
         info = {
@@ -302,7 +341,7 @@ class LocalNode:
     def alive(self) -> bool:
         return all(p.poll() is None for p in self.procs.values())
 
-    def _spawn(self, name: str, args: list[str]) -> tuple[str, int]:
+    def _spawn(self, name: str, args: list[str], fds: tuple[int, ...] = ()) -> tuple[str, int]:
         r, w = os.pipe()
         logs = os.path.join(self.session_dir, "logs")
         out = open(os.path.join(logs, f"{name}.out"), "ab")
@@ -314,7 +353,7 @@ class LocalNode:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
-                pass_fds=(w,),
+                pass_fds=(w, *fds),
                 close_fds=True,
                 # Daemons (ember start) get their own session so a terminal's Ctrl-C spares them.
                 start_new_session=self.tied_to is None,
@@ -326,11 +365,27 @@ class LocalNode:
         self.procs[name] = proc
         return name, r
 
-    def spawn_ready(self, name: str, args: list[str]) -> str:
-        """Starts ``args`` (tied to the driver like the rest) and returns its ready line."""
+    def spawn(self, name: str, args: list[str], fds: tuple[int, ...] = ()) -> Callable[[], str]:
+        """Starts ``args`` (tied to the driver like the rest), handing it ``fds``; returns a
+        function that waits for its ready line (once; later calls return the same line)."""
         parent = ["--parent-pid", str(self.tied_to)] if self.tied_to else []
-        _, fd = self._spawn(name, [*args, *parent])
-        return self._wait_ready(name, fd, time.monotonic() + config.process_start_timeout)
+        _, fd = self._spawn(name, [*args, *parent], fds)
+        deadline = time.monotonic() + config.process_start_timeout
+        outcome: list[Any] = []  # [the line] or [the exception]
+        lock = threading.Lock()
+
+        def wait() -> str:
+            with lock:
+                if not outcome:
+                    try:
+                        outcome.append(self._wait_ready(name, fd, deadline))
+                    except Exception as e:
+                        outcome.append(e)
+                if isinstance(outcome[0], Exception):
+                    raise outcome[0]
+                return outcome[0]
+
+        return wait
 
     def _wait_ready(self, name: str, fd: int, deadline: float) -> str:
         return wait_ready_line(
@@ -339,6 +394,7 @@ class LocalNode:
 
     def kill(self) -> None:
         """Ends the node abruptly (SIGKILL), as a crashed machine would: no goodbyes."""
+        self._stopping = True
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.kill()
@@ -351,6 +407,7 @@ class LocalNode:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stops the raylet (which stops its workers), then the GCS; by force if they linger."""
+        self._stopping = True
         # The raylet first: it stops the agent, whose open stream would otherwise hold the
         # dashboard's gRPC server for its 0.5 s grace.
         for name in ("raylet", "dashboard", "gcs_server"):

@@ -11,6 +11,7 @@ import asyncio
 import hmac
 import itertools
 import logging
+import os
 import time
 from typing import Any
 
@@ -61,10 +62,17 @@ class AgentHub:
         )
         self.server = grpc.aio.server(options=wire.CHANNEL_OPTIONS)
         self.server.add_generic_rpc_handlers((handler,))
-        where = f"[{host}]" if ":" in host else host  # an IPv6 address needs its brackets
-        bound = self.server.add_insecure_port(f"{where}:{port}")
+        if host.startswith("unix:"):  # an embedded node's agent, on this machine (mode 0700 dir)
+            path = host[len("unix:") :]
+            if os.path.exists(path):
+                os.unlink(path)  # a previous dashboard's, in this session
+            self.server.add_insecure_port(host)
+            self.address = host
+        else:
+            where = f"[{host}]" if ":" in host else host  # an IPv6 address needs its brackets
+            bound = self.server.add_insecure_port(f"{where}:{port}")
+            self.address = f"{where}:{bound}"
         await self.server.start()
-        self.address = f"{where}:{bound}"
         return self.address
 
     async def stop(self) -> None:

@@ -1,15 +1,68 @@
 """Starting the dashboard (head only) and the node's agent: the one place ``LocalNode`` and
-``ember start`` call. The dashboard is a child spawned through ``spawn(name, argv)``, the
-node's own spawner (which ties it to the driver, waits for its ready line and stops it); the
-agent's arguments go to the raylet, which starts and supervises it (``agent_supervisor``)."""
+``ember start`` call. The dashboard is a child spawned through ``spawn(name, argv, fds)``, the
+node's own spawner (which ties it to the driver and stops it), which returns a function that
+waits for its ready line; the agent's arguments go to the raylet, which starts and supervises
+it (``agent_supervisor``).
+
+The node binds the dashboard's HTTP port itself and hands the socket over, so the URL is known
+at once and a request sent before the server is up waits in the socket's backlog; an embedded
+node's agents stream to a Unix socket named in advance. So ``init()`` need not wait for the
+dashboard (about 0.7 s of imports) to serve: it starts beside the rest.
+"""
 
 from __future__ import annotations
 
+import errno
+import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
-# spawn(name, argv) -> the ready line; the node's spawner (LocalNode.spawn_ready).
-Spawner = Callable[[str, list[str]], str]
+# spawn(name, argv, fds to hand over) -> wait(), which returns the ready line (LocalNode).
+Spawner = Callable[[str, list[str], tuple[int, ...]], Callable[[], str]]
+PORT_TRIES = 100
+
+
+def bind_port(host: str, port: int) -> tuple[socket.socket, int]:
+    """A listening socket on ``port``, or the next free one above it (port 0: any)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    last: OSError | None = None
+    for candidate in [port] if port == 0 else range(port, port + PORT_TRIES):
+        # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on such sockets, and
+        # without it a keep-alive client waits 40 ms (Nagle + delayed ACK) per response.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.bind((host, candidate))
+        except OSError as e:
+            sock.close()
+            last = e
+            if e.errno != errno.EADDRINUSE:
+                raise
+            continue
+        sock.listen(512)
+        sock.set_inheritable(False)
+        return sock, sock.getsockname()[1]
+    raise OSError(
+        f"ports {port}-{port + PORT_TRIES - 1} on {host} are all taken ({last}); "
+        "pass dashboard_port="
+    )
+
+
+def url_prefix_of(prefix: str) -> str:
+    """ "ember", "/ember/" and "/ember" are one prefix: "/ember" ("" for none)."""
+    return "/" + prefix.strip("/") if prefix.strip("/") else ""
+
+
+def dashboard_url(host: str, port: int, prefix: str) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    return f"http://{shown}:{port}{url_prefix_of(prefix)}"
+
+
+def hub_socket_address(session_dir: str) -> str:
+    """Where an embedded node's dashboard hears its agent: a Unix socket in the session."""
+    return "unix:" + os.path.join(session_dir, "sockets", "dashboard_hub")
 
 
 def start_dashboard(
@@ -22,11 +75,14 @@ def start_dashboard(
     url_prefix: str = "",
     token_file: str | None = None,
     agent_host: str = "",
-) -> tuple[str, str]:
-    """Starts the dashboard; returns (its URL, the gRPC address agents stream to).
-    ``agent_host``: where the agents' hub listens (default: ``host``)."""
+) -> tuple[str, Callable[[], str]]:
+    """Starts the dashboard on a port bound here (``port``, or the next free one); returns
+    (its URL, wait), where ``wait()`` waits until it serves and returns the address its agents
+    stream to. ``agent_host``: where the agents' hub listens (default: ``host``; a
+    ``unix:`` address for an embedded node)."""
     from ember.dashboard.config import DEFAULT_PORT
 
+    sock, bound = bind_port(host, DEFAULT_PORT if port is None else port)
     argv = [
         "-m",
         "ember.dashboard.server",
@@ -35,7 +91,9 @@ def start_dashboard(
         "--host",
         host,
         "--port",
-        str(DEFAULT_PORT if port is None else port),
+        str(bound),
+        "--fd",
+        str(sock.fileno()),
         "--gcs-address",
         gcs_address,
     ]
@@ -45,8 +103,15 @@ def start_dashboard(
         argv += ["--token-file", token_file]
     if agent_host:
         argv += ["--agent-host", agent_host]
-    url, agent_address = spawn("dashboard", argv).split()
-    return url, agent_address
+    try:
+        wait = spawn("dashboard", argv, (sock.fileno(),))
+    finally:
+        sock.close()  # the dashboard has its own copy
+
+    def agent_address() -> str:
+        return wait().split()[1]
+
+    return dashboard_url(host, bound, url_prefix), agent_address
 
 
 def node_agent_argv(
@@ -93,14 +158,15 @@ def _gcs_address_of(node: Any) -> str:
     return getattr(node, "gcs_unix_address", "") or node.gcs_address
 
 
-def start_dashboard_for(node: Any) -> tuple[str, str]:
+def start_dashboard_for(node: Any) -> tuple[str, Callable[[], str] | None]:
     """``LocalNode.start``'s call before the raylet: the dashboard on the head (unless
-    disabled); returns (its URL, the gRPC address agents stream to), or ('', '')."""
+    disabled); returns (its URL, wait), ``wait()`` giving the address its agents stream to
+    once it serves; or ('', None)."""
     options = node.dashboard
     if not node.head or options.include is False:
-        return "", ""
+        return "", None
     return start_dashboard(
-        node.spawn_ready,
+        node.spawn,
         session_dir=node.session_dir,
         gcs_address=_gcs_address_of(node),
         host=options.host,
@@ -109,8 +175,9 @@ def start_dashboard_for(node: Any) -> tuple[str, str]:
         token_file=getattr(node, "token_file", "") or None,
         # A cluster's agents on other machines stream to the hub: it listens on the node
         # IP (with the cluster token, see server.py), like the node's other TCP listeners;
-        # the embedded node's hub stays on loopback. The HTTP port keeps --dashboard-host.
-        agent_host=node.node_ip if node.cluster else "127.0.0.1",
+        # the embedded node's hub is a Unix socket named in advance, so its agent needs no
+        # word from the dashboard to find it. The HTTP port keeps --dashboard-host.
+        agent_host=node.node_ip if node.cluster else hub_socket_address(node.session_dir),
     )
 
 

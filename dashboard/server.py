@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
-import errno
 import gc
 import logging
 import os
@@ -23,38 +22,11 @@ from ember.dashboard.app import DashboardContext, create_app
 from ember.dashboard.auth import is_loopback
 from ember.dashboard.config import DEFAULT_PORT
 from ember.dashboard.gcs_client import GcsClient
+from ember.dashboard.launch import bind_port, dashboard_url, url_prefix_of
 from ember.dashboard.routes.frontend import default_frontend_dir
 from ember.dashboard.state import DashboardState
 
 logger = logging.getLogger("ember.dashboard")
-PORT_TRIES = 100
-
-
-def bind_port(host: str, port: int) -> tuple[socket.socket, int]:
-    """A listening socket on ``port``, or the next free one above it (port 0: any)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    last: OSError | None = None
-    for candidate in [port] if port == 0 else range(port, port + PORT_TRIES):
-        # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on such sockets, and
-        # without it a keep-alive client waits 40 ms (Nagle + delayed ACK) per response.
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            sock.bind((host, candidate))
-        except OSError as e:
-            sock.close()
-            last = e
-            if e.errno != errno.EADDRINUSE:
-                raise
-            continue
-        sock.listen(512)
-        sock.set_inheritable(False)
-        return sock, sock.getsockname()[1]
-    raise OSError(
-        f"ports {port}-{port + PORT_TRIES - 1} on {host} are all taken ({last}); "
-        "pass dashboard_port="
-    )
 
 
 def load_token(host: str, session_dir: str, token_file: str | None) -> str | None:
@@ -93,7 +65,7 @@ async def serve(args: argparse.Namespace) -> None:
     hub_token = None
     if args.token_file:
         hub_token = token or read_token_file(args.token_file)
-    elif not is_loopback(agent_host):
+    elif not agent_host.startswith("unix:") and not is_loopback(agent_host):
         hub_token = token or load_token(agent_host, args.session_dir, None)
     state = DashboardState()
     hub = AgentHub(state, hub_token)
@@ -109,15 +81,18 @@ async def serve(args: argparse.Namespace) -> None:
         hub=hub,
         gcs=gcs,
         host=args.host,
-        # "ember", "/ember/" and "/ember" are one prefix; the URL printed must carry "/ember".
-        prefix="/" + args.url_prefix.strip("/") if args.url_prefix.strip("/") else "",
+        prefix=url_prefix_of(args.url_prefix),
         session_dir=args.session_dir,
         frontend_dir=default_frontend_dir(),
     )
-    sock, port = bind_port(args.host, args.port)
+    if args.fd >= 0:  # bound by whoever started us (ember.dashboard.launch)
+        sock = socket.socket(fileno=args.fd)
+        port = sock.getsockname()[1]
+    else:
+        sock, port = bind_port(args.host, args.port)
+        if args.port and port != args.port:
+            logger.warning("port %d is taken; the dashboard uses %d", args.port, port)
     ctx.port = port
-    if args.port and port != args.port:
-        logger.warning("port %d is taken; the dashboard uses %d", args.port, port)
     app = create_app(ctx, token)
     config = uvicorn.Config(
         app,
@@ -130,8 +105,7 @@ async def serve(args: argparse.Namespace) -> None:
     )
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # we own SIGTERM below
-    shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-    url = f"http://{shown}:{port}{ctx.prefix.rstrip('/')}"
+    url = dashboard_url(args.host, port, ctx.prefix)
     from ember.dashboard.prometheus import service_discovery_loop
 
     tasks = [asyncio.ensure_future(service_discovery_loop(ctx))]  # Prometheus file SD (part B)
@@ -194,6 +168,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="where the agents' gRPC hub listens (default: --host); off loopback it needs the token",
     )
     p.add_argument("--agent-port", type=int, default=0, help="gRPC port the agents stream to")
+    p.add_argument("--fd", type=int, default=-1, help="a listening socket to serve HTTP on")
     p.add_argument("--gcs-address", default="")
     p.add_argument("--url-prefix", default="")
     p.add_argument("--token-file", default=None)

@@ -35,6 +35,7 @@ class EventExporter:
         self.sent_upto = 0  # how many of the events ever recorded were sent or lost
         self.reported_dropped = 0  # events lost before sending, all batches so far
         self._next_connect = 0.0
+        self._failures = 0  # connection attempts failed in a row
         self.task: asyncio.Future | None = None
 
     async def run(self) -> None:
@@ -104,8 +105,13 @@ class EventExporter:
             return None
         try:
             self.conn = await conn_mod.connect(self.address, name="agent", timeout=2.0)
+            self._failures = 0
         except (OSError, TimeoutError):
-            self._next_connect = loop.time() + RETRY_SECONDS
+            # Soon at first (an agent starting beside a new node is up within a second or
+            # two), then every RETRY_SECONDS (an agent that died costs a connect attempt).
+            self._failures += 1
+            delay = min(RETRY_SECONDS, 0.25 * 2**self._failures)
+            self._next_connect = loop.time() + delay
             self.conn = None
         return self.conn
 

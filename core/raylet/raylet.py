@@ -1065,7 +1065,7 @@ async def serve(args: argparse.Namespace) -> None:
         from ember.dashboard.agent_supervisor import AgentSupervisor
 
         agent = AgentSupervisor(json.loads(args.agent), args.session_dir)
-        await agent.start(config.process_start_timeout)
+        agent.launch(config.process_start_timeout)
     tasks = [
         asyncio.ensure_future(raylet.heartbeat()),
         asyncio.ensure_future(raylet.reaper()),
