@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 
@@ -39,15 +40,28 @@ def release_startup_memory(collect: bool = True) -> None:
     tables) frees memory that glibc otherwise keeps mapped, which shows as resident memory
     for the process's whole life (issue 2 §7 measures the idle node's RSS). ``collect``
     first runs a full garbage collection (not in a user's driver, whose heap may be big)."""
-    import ctypes
     import gc
 
     if collect:
         gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to give back this way
-        pass
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """glibc's malloc_trim(0): the C heap's free pages back to the OS (a no-op elsewhere)."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        import ctypes
+
+        try:
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):  # not glibc: nothing to give back this way
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim: Any = None  # libc's malloc_trim once looked up; False where there is none
 
 
 def setup_process_logging(path: str, level: int = logging.INFO) -> None:

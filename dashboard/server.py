@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import gc
 import logging
 import os
@@ -145,16 +144,13 @@ async def _freeze_gc() -> None:
     collection a pause of hundreds of ms (the p99 of every request). The records hold no
     cycles, so reference counting still frees them; ``gc.freeze`` just stops re-scanning
     the long-lived ones."""
+    from ember.process_util import trim_heap
+
     gc.set_threshold(50_000, 50, 100)
-    try:
-        trim = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        trim = None
     while True:
         await asyncio.sleep(5.0)
         gc.freeze()
-        if trim is not None:
-            trim(0)  # give back what decoded batches freed, so RSS shows the state's size
+        trim_heap()  # give back what decoded batches freed, so RSS shows the state's size
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
