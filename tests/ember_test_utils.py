@@ -95,3 +95,18 @@ def head_cluster(*extra: str, prefix: str = "emb-head-"):
         left = find_ember_processes(root)
         shutil.rmtree(root, ignore_errors=True)
         assert not left, f"ember stop left processes behind: {left}"
+
+
+def wait_for_node_agents(dashboard_url: str, nodes: int = 1, timeout: float = 30.0) -> None:
+    """Waits until the agents of ``nodes`` nodes stream to the dashboard (each has sent a
+    sample). ``init()`` returns before they do: a query in the node's first second sees the
+    node as not yet reachable (and names it in ``missing``)."""
+    import json
+    import urllib.request
+
+    def agents() -> bool:
+        url = f"{dashboard_url.rstrip('/')}/api/workers?filter=kind=agent&limit=1000"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return json.load(r)["total"] >= nodes
+
+    wait_until(agents, timeout=timeout, interval=0.1, message=f"{nodes} agent(s) to report")

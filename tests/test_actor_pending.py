@@ -39,9 +39,14 @@ def test_pending_reason_and_start_when_a_task_frees_the_cpu(ember_start):
     url = ctx.dashboard_url.rstrip("/")
     busy = hold_cpu.remote(4.0)  # one of the two CPUs, for a few seconds
     # The GCS places actors by what the node last reported free: wait until that shows the
-    # task's CPU as taken (the dashboard serves the GCS's view).
+    # task's CPU as taken (the dashboard serves the GCS's view, empty before its first poll).
     status = f"{url}/api/cluster_status"
-    wait_until(lambda: httpx.get(status, timeout=10).json()["resources"]["available"]["CPU"] <= 1)
+
+    def one_cpu_taken() -> bool:
+        available = httpx.get(status, timeout=10).json()["resources"]["available"]
+        return available.get("CPU", 2.0) <= 1
+
+    wait_until(one_cpu_taken, message="the task's CPU in the dashboard's view")
     waiter = TwoCpus.options(name="two_cpus").remote()
     big = TooBig.options(name="too_big").remote()
     reason = wait_until(lambda: _reason(url, "two_cpus"), timeout=20, message="a reason")

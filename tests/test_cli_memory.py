@@ -9,6 +9,7 @@ import sys
 
 import ember
 import numpy as np
+from ember_test_utils import wait_for_node_agents
 
 EMBER = os.path.join(os.path.dirname(sys.executable), "ember")
 
@@ -33,6 +34,7 @@ def test_memory_lists_each_reference_kind_with_call_sites(ember_start):
     gone_hex = gone.hex()
     del gone
 
+    wait_for_node_agents(ctx.dashboard_url)  # ember memory asks the node's agent
     result = _run("memory", "--address", ctx.address, "--format", "json")
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)["rows"]
