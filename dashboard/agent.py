@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 from collections import deque
 from typing import Any
@@ -30,6 +31,7 @@ from ember.dashboard.agent_logs import LogDir
 from ember.dashboard.agent_metrics import NodeSampler, ProcessSampler
 from ember.util.metrics import read_node_snapshots
 
+STOP_DEADLINE_S = 5.0  # from SIGTERM to exit, at most
 logger = logging.getLogger("ember.agent")
 PERIOD = float(os.environ.get("EMBER_AGENT_PERIOD", "2.0"))
 # Task events held while the dashboard is unreachable; past this the oldest batches go.
@@ -492,9 +494,20 @@ class Agent:
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def begin_stop() -> None:
+            stop.set()
+            # Stopping has a deadline: a stop that comes while this agent starts (its raylet
+            # gone, _connect_raylet retrying) or a task that does not end when cancelled
+            # (seen once: asyncio.run's cancellation waited for ever) must not leave an
+            # orphan behind its dead raylet.
+            watchdog = threading.Timer(STOP_DEADLINE_S, os._exit, (0,))
+            watchdog.daemon = True
+            watchdog.start()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await self._connect_raylet()
+            loop.add_signal_handler(sig, begin_stop)
+        await self._connect_raylet(stop)
         tasks = [
             asyncio.ensure_future(self.sample_loop()),
             asyncio.ensure_future(self.dashboard_loop()),
@@ -506,11 +519,11 @@ class Agent:
             t.cancel()
         server.close()
 
-    async def _connect_raylet(self) -> None:
+    async def _connect_raylet(self, stop: asyncio.Event) -> None:
         from ember.protocol import connection as conn_mod
 
         deadline = time.monotonic() + 30.0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not stop.is_set():
             try:
                 self.raylet = await conn_mod.connect(self.args.raylet_address, name="raylet")
                 return

@@ -59,3 +59,39 @@ def test_stop_ends_a_running_agent_and_it_is_not_restarted(tmp_path, monkeypatch
 
     asyncio.run(run())
     assert len(spawned) == 1 and spawned[0].wait(5) == -signal.SIGTERM
+
+
+def test_an_agent_stopped_while_starting_exits_within_its_deadline(tmp_path):
+    """Its raylet gone before it connected (the raylet no longer waits for it to start): the
+    SIGTERM its parent's death sends ends it within STOP_DEADLINE_S, leaving no orphan."""
+    import time
+
+    from ember.dashboard.agent import STOP_DEADLINE_S
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "sockets").mkdir()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ember.dashboard.agent",
+            "--node-id",
+            "ab" * 16,
+            "--session-dir",
+            str(tmp_path),
+            "--raylet-address",
+            f"unix:{tmp_path}/sockets/no-raylet",  # nothing listens: it keeps retrying
+        ]
+    )
+    try:
+        sock = tmp_path / "sockets" / "agent"
+        deadline = time.monotonic() + 30
+        while not sock.exists():  # it serves its socket, then looks for the raylet
+            assert proc.poll() is None and time.monotonic() < deadline, "the agent did not start"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(STOP_DEADLINE_S + 5) is not None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
