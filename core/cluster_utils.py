@@ -122,11 +122,11 @@ class Cluster:
     # -- the GCS's view --------------------------------------------------------------------
     def gcs_call(self, op: str, body: Any = None, timeout: float = 10.0) -> Any:
         """One call to the head's GCS over TCP, with the token (as any remote tool would)."""
+        return self._call(self.head_node.gcs_address, "gcs", op, body, timeout)
 
+    def _call(self, address: str, name: str, op: str, body: Any, timeout: float) -> Any:
         async def call() -> Any:
-            conn = await conn_mod.connect(
-                self.head_node.gcs_address, name="gcs", token=self.token, timeout=timeout
-            )
+            conn = await conn_mod.connect(address, name=name, token=self.token, timeout=timeout)
             try:
                 return await conn.call(op, body, timeout=timeout)
             finally:
@@ -148,19 +148,27 @@ class Cluster:
         return {n["node_id"] for n in self.gcs_call("list_nodes") if n["state"] == "ALIVE"}
 
     def wait_for_nodes(self, timeout: float = 30.0) -> None:
-        """Until the GCS lists exactly this cluster's running nodes as alive."""
-        want = {n.node_id for n in self.list_all_nodes()}
+        """Until the GCS lists this cluster's running nodes as alive and every raylet's view
+        (which it learns from its heartbeats) has the others, so work can be placed on them."""
+        nodes = self.list_all_nodes()
+        want = {n.node_id for n in nodes}
         deadline = time.monotonic() + timeout
         while True:
             have = self.alive_node_ids()
-            if want <= have:
+            if want <= have and all(self._sees_the_others(n, want) for n in nodes):
                 return
             if time.monotonic() > deadline:
+                missing = [n.hex()[:12] for n in want - have]
                 raise TimeoutError(
-                    f"nodes {[n.hex()[:12] for n in want - have]} did not register with the GCS "
-                    f"within {timeout:g} s"
+                    f"within {timeout:g} s, nodes {missing} did not register with the GCS"
+                    if missing
+                    else f"within {timeout:g} s, the raylets' views did not all show every node"
                 )
             time.sleep(0.05)
+
+    def _sees_the_others(self, node: LocalNode, want: set[bytes]) -> bool:
+        stats = self._call(node.raylet_address, "raylet", "node_stats", {}, 10.0)
+        return want - {node.node_id} <= set(stats.get("view_node_ids") or ())
 
     # -- drivers ---------------------------------------------------------------------------
     def connect(self, node: LocalNode | None = None, **init_kwargs: Any) -> Any:
@@ -168,6 +176,9 @@ class Cluster:
         import ember
 
         node = node or self.head_node
+        # Every node placeable from every raylet first, as a test that adds nodes and then
+        # submits work means it: a node is in a raylet's view only after a heartbeat.
+        self.wait_for_nodes()
         ctx = ember.init(
             address=self.head_node.gcs_address,
             temp_dir=os.path.dirname(node.session_dir),

@@ -698,6 +698,8 @@ class Raylet:
             "resources_available": self.resources.available_dict(),
             "store": self.store.stats(),
             "num_workers": len(self.pool.workers),
+            # The other nodes this raylet can place work on (from its last heartbeat's view).
+            "view_node_ids": list(self.view_by_id),
             "transfer_stats": dict(self.transfer_stats, limit=config.max_concurrent_pulls),
             "pending_leases": [
                 {
