@@ -317,62 +317,19 @@ async def main_async(args: argparse.Namespace) -> dict:
                 await asyncio.sleep(0.5)
         ingest_s = time.perf_counter() - t0
         rss_after_ingest = dash.memory_info().rss
-        # The clients run in their own process: the 100 fake agents here must not delay them.
         cpu0 = sum(dash.cpu_times()[:2])
-        load = await asyncio.create_subprocess_exec(
-            sys.executable,
-            __file__,
-            "--load-only",
-            url,
-            "--clients",
-            str(args.clients),
-            "--requests",
-            str(args.requests),
-            stdout=asyncio.subprocess.PIPE,
-        )
-        out, _ = await load.communicate()
-        if load.returncode != 0:
-            raise SystemExit("the HTTP load failed")
-        lat = json.loads(out)
+        lat = await load_in_subprocess(url, args.clients, args.requests, LIST_PATHS)
         # The dashboard's CPU per request: the service time, whatever else runs on the machine
         # (includes the 100 agents' metrics it ingests meanwhile, so it is an upper bound).
         n_req = sum(len(v) for v in lat.values())
         cpu_ms_per_request = (sum(dash.cpu_times()[:2]) - cpu0) * 1000 / max(n_req, 1)
-        seq = await asyncio.create_subprocess_exec(
-            sys.executable,
-            __file__,
-            "--load-only",
-            url,
-            "--clients",
-            "1",
-            "--requests",
-            "60",
-            # One scraper, as Prometheus scrapes a target: /metrics's own latency.
-            "--paths",
-            ",".join([*LIST_PATHS, "/metrics"]),
-            stdout=asyncio.subprocess.PIPE,
-        )
-        out, _ = await seq.communicate()
-        sequential = json.loads(out)
+        # One client; /metrics among the paths, as Prometheus scrapes a target: its own latency.
+        sequential = await load_in_subprocess(url, 1, 60, [*LIST_PATHS, "/metrics"])
         rss_peak = max(rss_after_ingest, dash.memory_info().rss)
         # /metrics under 20 concurrent scrapers (a Prometheus per client, as a worst case).
-        scrape = await asyncio.create_subprocess_exec(
-            sys.executable,
-            __file__,
-            "--load-only",
-            url,
-            "--clients",
-            str(args.clients),
-            "--requests",
-            str(args.metrics_requests),
-            "--paths",
-            "/metrics",
-            stdout=asyncio.subprocess.PIPE,
-        )
-        out, _ = await scrape.communicate()
-        if scrape.returncode != 0:
-            raise SystemExit("the /metrics load failed")
-        metrics_lat = json.loads(out)["/metrics"]
+        metrics_lat = (
+            await load_in_subprocess(url, args.clients, args.metrics_requests, ["/metrics"])
+        )["/metrics"]
         rss_peak = max(rss_peak, dash.memory_info().rss)
         # The whole timeline into a file, the dashboard's memory sampled meanwhile.
         timeline = await export_timeline(url, dash, os.path.join(session, "timeline.json"))
@@ -417,6 +374,30 @@ async def main_async(args: argparse.Namespace) -> dict:
         except subprocess.TimeoutExpired:
             proc.kill()
         shutil.rmtree(session, ignore_errors=True)  # its logs and the exported trace
+
+
+async def load_in_subprocess(
+    url: str, clients: int, requests: int, paths: list[str]
+) -> dict[str, list[float]]:
+    """``clients`` concurrent clients making ``requests`` each over ``paths``, in their own
+    process (the 100 fake agents here must not delay them): {path: latencies in ms}."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "--load-only",
+        url,
+        "--clients",
+        str(clients),
+        "--requests",
+        str(requests),
+        "--paths",
+        ",".join(paths),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"the HTTP load on {paths} failed ({proc.returncode})")
+    return json.loads(out)
 
 
 def main() -> None:
