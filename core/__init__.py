@@ -3,44 +3,87 @@
 ``import ember as ray`` runs a Ray program: tasks (``@ember.remote`` functions), actors
 (``@ember.remote`` classes) and objects (``put``/``get``/``wait`` on ``ObjectRef``s), on one
 machine or a cluster.
+
+The public names load on first use (``ember.lazy_exports``): the node's own processes (GCS,
+raylet, dashboard, agent) import ``ember.<component>``, which runs this file, and loading the
+whole driver API there cost each of them ~3.5 MB of resident memory they never use. A user
+sees no difference: ``ember.init``, ``from ember import remote`` and ``dir(ember)`` behave
+as if everything were imported here.
 """
 
-from ember import exceptions
-from ember.actor import ActorClass, ActorHandle
-from ember.api import (
-    available_resources,
-    cancel,
-    cluster_resources,
-    get,
-    get_actor,
-    get_gpu_ids,
-    get_runtime_context,
-    init,
-    is_initialized,
-    kill,
-    method,
-    nodes,
-    put,
-    remote,
-    shutdown,
-    timeline,
-    wait,
-)
-from ember.object_ref import ObjectID, ObjectRef
-from ember.profiling import profile
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ember import plain_function_hint
+from ember.lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
-from ember import (  # noqa: E402  (submodules users reach as ember.actor, ember.util)
-    actor,
-    experimental,
-    plain_function_hint,  # noqa: E402
-    util,
-)
+# {public name: module defining it}; a name mapped to None is a submodule of its own name.
+_PUBLIC: dict[str, str | None] = {
+    "ActorClass": "ember.actor",
+    "ActorHandle": "ember.actor",
+    "ObjectID": "ember.object_ref",
+    "ObjectRef": "ember.object_ref",
+    "available_resources": "ember.api",
+    "cancel": "ember.api",
+    "cluster_resources": "ember.api",
+    "get": "ember.api",
+    "get_actor": "ember.api",
+    "get_gpu_ids": "ember.api",
+    "get_runtime_context": "ember.api",
+    "init": "ember.api",
+    "is_initialized": "ember.api",
+    "kill": "ember.api",
+    "method": "ember.api",
+    "nodes": "ember.api",
+    "put": "ember.api",
+    "remote": "ember.api",
+    "shutdown": "ember.api",
+    "timeline": "ember.api",
+    "wait": "ember.api",
+    "profile": "ember.profiling",
+    "actor": None,
+    "exceptions": None,
+    "experimental": None,
+    "util": None,
+}
 
+# At import, not on first use: ``f.remote()`` on an undecorated function must name the fix
+# even in a program that has not touched any other ember name yet.
 plain_function_hint.install()
 
-__all__ = [
+
+__getattr__, __dir__ = lazy_exports("ember", _PUBLIC, globals())
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see
+    from ember import actor, exceptions, experimental, util
+    from ember.actor import ActorClass, ActorHandle
+    from ember.api import (
+        available_resources,
+        cancel,
+        cluster_resources,
+        get,
+        get_actor,
+        get_gpu_ids,
+        get_runtime_context,
+        init,
+        is_initialized,
+        kill,
+        method,
+        nodes,
+        put,
+        remote,
+        shutdown,
+        timeline,
+        wait,
+    )
+    from ember.object_ref import ObjectID, ObjectRef
+    from ember.profiling import profile
+
+__all__ = [  # literal, so tools see the exports (the same names as _PUBLIC)
     "ActorClass",
     "ActorHandle",
     "ObjectID",

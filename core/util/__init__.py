@@ -1,26 +1,50 @@
-"""``ember.util``: ActorPool, placement groups, scheduling strategies."""
+"""``ember.util``: ActorPool, placement groups, scheduling strategies, metrics.
 
-from ember.api import get_actor  # Ray 0.8 had it here (002 §5.3.8)
-from ember.util import metrics, scheduling_strategies
-from ember.util.placement_group import (
-    PlacementGroup,
-    get_placement_group,
-    placement_group,
-    placement_group_table,
-    remove_placement_group,
-)
+Loaded on first use, like ``ember`` itself: the agent reads ``ember.util.metrics`` and must
+not pull in the driver API with ``ActorPool`` and placement groups.
+"""
 
-try:
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ember.lazy_exports import lazy_exports
+
+# {public name: module defining it}; None: a submodule of that name.
+_PUBLIC: dict[str, str | None] = {
+    "ActorPool": "ember.util.actor_pool",
+    "get_actor": "ember.api",  # Ray 0.8 had it here (002 §5.3.8)
+    "PlacementGroup": "ember.util.placement_group",
+    "get_placement_group": "ember.util.placement_group",
+    "placement_group": "ember.util.placement_group",
+    "placement_group_table": "ember.util.placement_group",
+    "remove_placement_group": "ember.util.placement_group",
+    "metrics": None,
+    "scheduling_strategies": None,
+}
+
+
+__getattr__, __dir__ = lazy_exports("ember.util", _PUBLIC, globals())
+
+
+if TYPE_CHECKING:
+    from ember.api import get_actor
+    from ember.util import metrics, scheduling_strategies
     from ember.util.actor_pool import ActorPool
-except ImportError:  # pragma: no cover - being written
-    ActorPool = None  # type: ignore[assignment,misc]
+    from ember.util.placement_group import (
+        PlacementGroup,
+        get_placement_group,
+        placement_group,
+        placement_group_table,
+        remove_placement_group,
+    )
 
-__all__ = [
+__all__ = [  # literal, so tools see the exports (the same names as _PUBLIC)
     "ActorPool",
-    "get_actor",
-    "metrics",
     "PlacementGroup",
+    "get_actor",
     "get_placement_group",
+    "metrics",
     "placement_group",
     "placement_group_table",
     "remove_placement_group",
