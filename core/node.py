@@ -225,24 +225,11 @@ class LocalNode:
                 ready = self._wait_ready(name, fd, time.monotonic() + config.process_start_timeout)
                 if self.cluster:
                     self.gcs_address = ready
-            # The dashboard before the raylet: the raylet starts the node's agent, which
-            # streams to the dashboard (ember.dashboard.launch).
-            from ember.dashboard.launch import (
-                agent_argv_for,
-                hub_socket_address,
-                start_dashboard_for,
-            )
+            # The dashboard before the raylet: the head's agent runs in the dashboard's
+            # process, and the raylet starts an agent only where there is no dashboard.
+            from ember.dashboard.launch import agent_argv_for, start_dashboard_for
 
             self.dashboard_url, dashboard_ready = start_dashboard_for(self)
-            agent_address = ""
-            if dashboard_ready is not None:
-                # A cluster head's hub is on TCP at a port its ready line names (ember start
-                # has no time to save); an embedded node's is a Unix socket named in advance,
-                # so init() does not wait for the dashboard's imports (see _await_dashboard).
-                if self.cluster:
-                    agent_address = dashboard_ready()
-                else:
-                    agent_address = hub_socket_address(self.session_dir)
             waits = []
             waits.append(
                 self._spawn(
@@ -271,8 +258,13 @@ class LocalNode:
                         *(["--head"] if self.head else []),
                         *token_args,
                         *(["--cluster-address", self.gcs_address] if self.cluster else []),
-                        "--agent",
-                        json.dumps(agent_argv_for(self, agent_address)),
+                        # No dashboard here: the raylet runs the agent (else it is in
+                        # the dashboard's process).
+                        *(
+                            []
+                            if dashboard_ready is not None
+                            else ["--agent", json.dumps(agent_argv_for(self, ""))]
+                        ),
                         *parent,
                     ],
                 )
@@ -280,8 +272,13 @@ class LocalNode:
             deadline = time.monotonic() + config.process_start_timeout
             for name, fd in waits:
                 self._wait_ready(name, fd, deadline)
-            if dashboard_ready is not None and not self.cluster:
-                self._await_dashboard(dashboard_ready)
+            if dashboard_ready is not None:
+                if self.cluster:
+                    dashboard_ready()  # ember start reports a dashboard that did not start
+                else:
+                    # The embedded node's hub is a Unix socket named in advance, so init()
+                    # need not wait for the dashboard's imports (see _await_dashboard).
+                    self._await_dashboard(dashboard_ready)
             if self.cluster:
                 self.write_info()
                 if self.head:

@@ -9,6 +9,12 @@ down, task events wait in a bounded buffer and what overflows is counted and rep
 
 The agent's death never stops a task: core workers only ``send`` to it (no reply awaited) and
 drop their flush when it is away; the supervisor (``agent_supervisor``) starts it again.
+
+Where it runs: on a node without the dashboard, as its own process (``main``), which the
+raylet starts and restarts. On the head, inside the dashboard's process (``hub`` given): the
+same work on the dashboard's loop, its messages handed to the hub in the JSON a remote agent
+would send, with no second interpreter (~35 MB of an idle node, issue 2 §7) and no gRPC hop.
+``agent_supervisor.keep_running`` restarts it there when it fails.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -43,8 +50,10 @@ _STATE = {"LEASED": "RUNNING", "ACTOR": "ACTOR", "IDLE": "IDLE", "STARTING": "ST
 
 
 class Agent:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, hub: Any = None) -> None:
+        """``hub``: the dashboard's ``AgentHub`` when this agent runs in its process."""
         self.args = args
+        self.hub = hub
         self.node_id: str = args.node_id
         self.session_dir: str = args.session_dir
         self.logs = LogDir(os.path.join(args.session_dir, "logs"))
@@ -57,7 +66,8 @@ class Agent:
             name, _, pid = item.partition("=")
             if pid.isdigit():
                 self.components[int(pid)] = name
-        self.components[os.getpid()] = "agent"
+        # In the dashboard's process the process is the dashboard (its cost includes ours).
+        self.components[os.getpid()] = "agent" if hub is None else "dashboard"
         # Messages for the dashboard: replies first, then metrics, then task events.
         self.replies: deque[dict[str, Any]] = deque()
         self.events: deque[dict[str, Any]] = deque()
@@ -141,6 +151,10 @@ class Agent:
                 raylet_workers = await self.raylet.call("list_workers", None, timeout=5.0)
             except Exception as e:
                 logger.warning("raylet did not answer: %s", e)
+        if stats.get("pid") and stats["pid"] not in self.components:
+            # The head's agent starts before its raylet, so learns the raylet's pid here.
+            self.components[stats["pid"]] = "raylet"
+            self.info["start_time"] = self._node_start_time()
         store = stats.get("store") or {}
         sample["object_store_used_bytes"] = store.get("used", store.get("used_bytes", 0))
         sample["object_store_capacity_bytes"] = store.get(
@@ -390,6 +404,9 @@ class Agent:
 
     # -- the stream to the dashboard -------------------------------------------------------
     async def dashboard_loop(self) -> None:
+        if self.hub is not None:
+            await self._local_stream(self.hub)
+            return
         backoff = 0.2
         while not self.stopping:
             address = self.args.dashboard_address or await self._lookup_dashboard()
@@ -431,6 +448,41 @@ class Agent:
                 reader.result()
             finally:
                 reader.cancel()
+
+    async def _local_stream(self, hub: Any) -> None:
+        """The head's agent, in the dashboard's process: each message goes to the hub as the
+        JSON a remote agent would send (so both ingest the same thing), with no socket."""
+        hello = wire.decode(
+            wire.encode({"type": "hello", "node_id": self.node_id, "info": self.info})
+        )
+        link = hub.open_link(hello["node_id"], hello["info"])
+        if self.latest_metrics:
+            self.wakeup.set()
+        try:
+            while not self.stopping:
+                while not link.outbox.empty():
+                    asyncio.ensure_future(self.handle_request(link.outbox.get_nowait()))
+                msg = self._next_message()
+                if msg is None:
+                    self.wakeup.clear()
+                    waiter = asyncio.ensure_future(self.wakeup.wait())
+                    request = asyncio.ensure_future(link.outbox.get())
+                    await asyncio.wait({waiter, request}, return_when=asyncio.FIRST_COMPLETED)
+                    waiter.cancel()
+                    if request.done():
+                        asyncio.ensure_future(self.handle_request(request.result()))
+                    else:
+                        request.cancel()
+                    continue
+                try:
+                    hub.ingest(link, wire.decode(wire.encode(msg)))
+                except Exception as e:  # one bad message must not end the stream
+                    logger.warning(
+                        "the dashboard could not ingest a %s message: %s", msg["type"], e
+                    )
+                await asyncio.sleep(0)  # a burst of task events must not starve the HTTP server
+        finally:
+            hub.close_link(link)
 
     def _next_message(self) -> dict[str, Any] | None:
         if self.replies:
@@ -480,8 +532,11 @@ class Agent:
             return None
 
     # -- lifecycle -------------------------------------------------------------------------
-    async def run(self) -> None:
-        from ember.process_util import signal_ready
+    async def serve_node(
+        self, stop: asyncio.Event, on_ready: Callable[[str], None] | None = None
+    ) -> None:
+        """The agent's work until ``stop`` is set. A loop that ends on its own (a bug) ends
+        this with its exception, so the supervisor starts a new agent."""
         from ember.protocol import connection as conn_mod
 
         sock = os.path.join(self.session_dir, "sockets", "agent")
@@ -492,6 +547,34 @@ class Agent:
             {"task_events": self.h_task_events, "error_event": self.h_error},
             name="agent",
         )
+        tasks: list[asyncio.Future] = []
+        try:
+            await self._connect_raylet(stop)
+            tasks = [
+                asyncio.ensure_future(self.sample_loop()),
+                asyncio.ensure_future(self.dashboard_loop()),
+            ]
+            if on_ready is not None:
+                on_ready("unix:" + sock)
+            stopped = asyncio.ensure_future(stop.wait())
+            tasks.append(stopped)
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if stopped not in done:
+                for t in done:
+                    t.result()  # re-raises what ended it
+                raise RuntimeError("an agent loop ended by itself")
+        finally:
+            self.stopping = True
+            for t in tasks:
+                t.cancel()
+            server.close()
+            if self.raylet is not None:
+                self.raylet.close()
+
+    async def run(self) -> None:
+        """The agent as its own process: stops on SIGTERM or SIGINT, within a deadline."""
+        from ember.process_util import signal_ready
+
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
 
@@ -507,17 +590,7 @@ class Agent:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, begin_stop)
-        await self._connect_raylet(stop)
-        tasks = [
-            asyncio.ensure_future(self.sample_loop()),
-            asyncio.ensure_future(self.dashboard_loop()),
-        ]
-        signal_ready(self.args.ready_fd, "unix:" + sock)
-        await stop.wait()
-        self.stopping = True
-        for t in tasks:
-            t.cancel()
-        server.close()
+        await self.serve_node(stop, lambda address: signal_ready(self.args.ready_fd, address))
 
     async def _connect_raylet(self, stop: asyncio.Event) -> None:
         from ember.protocol import connection as conn_mod

@@ -88,6 +88,29 @@ class AgentHub:
         return list(self.links)
 
     # -- one agent's stream ----------------------------------------------------------------
+    def open_link(self, node_id: str, info: dict[str, Any]) -> AgentLink:
+        """An agent said hello (over gRPC, or in this process: the head's own agent)."""
+        old = self.links.get(node_id)
+        if old is not None:
+            old.fail_all(f"the agent of node {node_id[:12]} reconnected")
+        link = self.links[node_id] = AgentLink(node_id)
+        self.state.update_node(node_id, info)
+        self.state.add_event(
+            "INFO",
+            f"agent of node {node_id[:12]} connected",
+            source="dashboard",
+            node_id=node_id,
+            kind="AGENT_CONNECTED",
+        )
+        return link
+
+    def close_link(self, link: AgentLink) -> None:
+        """The agent's stream ended: its node is marked lost unless it reconnected since."""
+        if self.links.get(link.node_id) is link:
+            del self.links[link.node_id]
+            link.fail_all(f"the agent of node {link.node_id[:12]} disconnected")
+            self.state.node_lost(link.node_id, "its agent disconnected")
+
     async def _connect(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
         if self.token is not None:
             given = dict(context.invocation_metadata() or ()).get(wire.TOKEN_KEY, "")
@@ -102,19 +125,7 @@ class AgentHub:
             first = wire.decode(await _next(request_iterator))
             if first.get("type") != "hello" or not first.get("node_id"):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first message: hello")
-            node_id = str(first["node_id"])
-            old = self.links.get(node_id)
-            if old is not None:
-                old.fail_all(f"the agent of node {node_id[:12]} reconnected")
-            link = self.links[node_id] = AgentLink(node_id)
-            self.state.update_node(node_id, first.get("info") or {})
-            self.state.add_event(
-                "INFO",
-                f"agent of node {node_id[:12]} connected",
-                source="dashboard",
-                node_id=node_id,
-                kind="AGENT_CONNECTED",
-            )
+            link = self.open_link(str(first["node_id"]), first.get("info") or {})
             reader = asyncio.ensure_future(self._read(link, request_iterator))
             while True:
                 get = asyncio.ensure_future(link.outbox.get())
@@ -132,11 +143,8 @@ class AgentHub:
         finally:
             if reader is not None and not reader.done():
                 reader.cancel()
-            if link is not None and self.links.get(link.node_id) is link:
-                del self.links[link.node_id]
-                reason = "its agent disconnected"
-                link.fail_all(f"the agent of node {link.node_id[:12]} disconnected")
-                self.state.node_lost(link.node_id, reason)
+            if link is not None:
+                self.close_link(link)
 
     async def _read(self, link: AgentLink, request_iterator: Any) -> None:
         async for raw in request_iterator:

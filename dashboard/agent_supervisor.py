@@ -1,5 +1,6 @@
 """Keeps the node's agent running (issue 4 §1), from inside the raylet: starts it, and starts
-it again when it dies, giving up after ``MAX_RESTARTS`` deaths within ``WINDOW`` seconds.
+it again when it dies, giving up after ``MAX_RESTARTS`` deaths within ``WINDOW`` seconds. The
+head's agent runs in the dashboard's process instead, where ``keep_running`` does the same.
 
 The raylet owns the node's processes and outlives the agent, so it is the agent's parent: a
 separate supervisor process cost ~12 MB of resident memory on every idle node (issue 2 §7).
@@ -18,12 +19,53 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 
 logger = logging.getLogger("ember.raylet")
 MAX_RESTARTS = 5
 WINDOW = 60.0
 POLL = 0.5  # how often the agent's exit is checked (a restart is not urgent)
 STOP_GRACE = 2.0
+
+
+class RestartBudget:
+    """How soon to restart after a death (longer after each), or never again once there
+    were more than ``MAX_RESTARTS`` deaths within ``WINDOW`` seconds."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def died(self) -> float | None:
+        now = time.time()
+        self.times = [t for t in self.times if now - t < WINDOW] + [now]
+        if len(self.times) > MAX_RESTARTS:
+            return None
+        return min(0.5 * len(self.times), 3.0)
+
+
+async def keep_running(
+    run_once: Callable[[], Awaitable[None]],
+    stop: asyncio.Event,
+    on_death: Callable[[BaseException, bool], None],
+) -> None:
+    """The head's agent, in the dashboard's process: ``run_once()`` runs a new agent until
+    ``stop``; when it fails instead, ``on_death(error, restarting)`` is told and a new one
+    starts, within the same budget as a process's restarts."""
+    budget = RestartBudget()
+    while not stop.is_set():
+        try:
+            await run_once()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            delay = budget.died()
+            on_death(e, delay is not None)
+            if delay is None:
+                return
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+            except TimeoutError:
+                pass
 
 
 class AgentSupervisor:
@@ -33,7 +75,7 @@ class AgentSupervisor:
         self.argv = _with_component(list(argv), "raylet", os.getpid())
         self.logs = os.path.join(session_dir, "logs")
         self.proc: subprocess.Popen | None = None
-        self.deaths: list[float] = []
+        self.deaths = RestartBudget()
         self.stopping = False
         self._watch: asyncio.Future | None = None
 
@@ -91,19 +133,18 @@ class AgentSupervisor:
             proc = self.proc
             if proc is None or proc.poll() is None or self.stopping:
                 continue
-            now = time.time()
-            self.deaths = [t for t in self.deaths if now - t < WINDOW] + [now]
             logger.warning("the agent (pid %d) exited with %s", proc.pid, proc.returncode)
-            if len(self.deaths) > MAX_RESTARTS:
+            delay = self.deaths.died()
+            if delay is None:
                 logger.error(
                     "the agent died %d times in %.0f s; not restarting it (see agent.log / "
                     "agent.err)",
-                    len(self.deaths),
+                    len(self.deaths.times),
                     WINDOW,
                 )
                 self.proc = None
                 return
-            await asyncio.sleep(min(0.5 * len(self.deaths), 3.0))
+            await asyncio.sleep(delay)
             if not self.stopping:
                 self.proc = self._spawn()
                 logger.info("restarted the agent (pid %d)", self.proc.pid)

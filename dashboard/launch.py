@@ -1,8 +1,9 @@
 """Starting the dashboard (head only) and the node's agent: the one place ``LocalNode`` and
 ``ember start`` call. The dashboard is a child spawned through ``spawn(name, argv, fds)``, the
 node's own spawner (which ties it to the driver and stops it), which returns a function that
-waits for its ready line; the agent's arguments go to the raylet, which starts and supervises
-it (``agent_supervisor``).
+waits for its ready line. The head's agent runs in the dashboard's process (its arguments go
+with the dashboard's); on any other node, or a head without a dashboard, the agent's
+arguments go to the raylet, which starts and supervises it (``agent_supervisor``).
 
 The node binds the dashboard's HTTP port itself and hands the socket over, so the URL is known
 at once and a request sent before the server is up waits in the socket's backlog; an embedded
@@ -13,6 +14,7 @@ dashboard (about 0.7 s of imports) to serve: it starts beside the rest.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import socket
 from collections.abc import Callable
@@ -75,11 +77,13 @@ def start_dashboard(
     url_prefix: str = "",
     token_file: str | None = None,
     agent_host: str = "",
+    node_agent: list[str] | None = None,
 ) -> tuple[str, Callable[[], str]]:
     """Starts the dashboard on a port bound here (``port``, or the next free one); returns
     (its URL, wait), where ``wait()`` waits until it serves and returns the address its agents
     stream to. ``agent_host``: where the agents' hub listens (default: ``host``; a
-    ``unix:`` address for an embedded node)."""
+    ``unix:`` address for an embedded node). ``node_agent``: the arguments of this node's
+    agent, which then runs in the dashboard's process."""
     from ember.dashboard.config import DEFAULT_PORT
 
     sock, bound = bind_port(host, DEFAULT_PORT if port is None else port)
@@ -103,6 +107,8 @@ def start_dashboard(
         argv += ["--token-file", token_file]
     if agent_host:
         argv += ["--agent-host", agent_host]
+    if node_agent is not None:
+        argv += ["--node-agent", json.dumps(node_agent)]
     try:
         wait = spawn("dashboard", argv, (sock.fileno(),))
     finally:
@@ -178,6 +184,9 @@ def start_dashboard_for(node: Any) -> tuple[str, Callable[[], str] | None]:
         # the embedded node's hub is a Unix socket named in advance, so its agent needs no
         # word from the dashboard to find it. The HTTP port keeps --dashboard-host.
         agent_host=node.node_ip if node.cluster else hub_socket_address(node.session_dir),
+        # The head's agent runs in the dashboard's process: one interpreter less on the
+        # node (~35 MB idle), and its messages reach the hub without a gRPC hop.
+        node_agent=agent_argv_for(node, ""),
     )
 
 

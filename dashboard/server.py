@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import logging
 import os
 import secrets
@@ -116,6 +117,9 @@ async def serve(args: argparse.Namespace) -> None:
             logger.warning("could not publish the dashboard's address in the GCS: %s", e)
         tasks.append(asyncio.ensure_future(gcs.poll_loop()))
     tasks.append(asyncio.ensure_future(_freeze_gc()))
+    agent_stop = asyncio.Event()
+    if args.node_agent:  # this node's agent runs here (see ember.dashboard.agent)
+        tasks.append(asyncio.ensure_future(_run_node_agent(args.node_agent, hub, agent_stop)))
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
     while not server.started and not serving.done():
         await asyncio.sleep(0.02)
@@ -130,6 +134,8 @@ async def serve(args: argparse.Namespace) -> None:
         {asyncio.ensure_future(stop.wait()), serving}, return_when=asyncio.FIRST_COMPLETED
     )
     server.should_exit = True
+    agent_stop.set()
+    await asyncio.sleep(0)  # the agent closes its socket and its link before the cancels
     for t in tasks:
         t.cancel()
     await hub.stop()
@@ -137,6 +143,31 @@ async def serve(args: argparse.Namespace) -> None:
         await asyncio.wait_for(serving, 3.0)
     except (TimeoutError, asyncio.CancelledError):
         pass
+
+
+async def _run_node_agent(argv_json: str, hub: AgentHub, stop: asyncio.Event) -> None:
+    """The head node's agent, on this loop, restarted when it fails (within a budget); each
+    failure is an event on the dashboard, since no process exit will show it."""
+    from ember.dashboard.agent import Agent
+    from ember.dashboard.agent import parse_args as agent_args
+    from ember.dashboard.agent_supervisor import keep_running
+
+    argv = json.loads(argv_json)
+
+    async def run_once() -> None:
+        await Agent(agent_args(argv), hub=hub).serve_node(stop)
+
+    def on_death(error: BaseException, restarting: bool) -> None:
+        logger.error("the node's agent failed: %r", error, exc_info=error)
+        what = "restarting it" if restarting else "it failed too often: not restarting it"
+        hub.state.add_event(
+            "ERROR",
+            f"the head node's agent (in the dashboard's process) failed: {error!r}; {what}",
+            source="dashboard",
+            kind="AGENT_FAILED",
+        )
+
+    await keep_running(run_once, stop, on_death)
 
 
 async def _freeze_gc() -> None:
@@ -168,6 +199,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gcs-address", default="")
     p.add_argument("--url-prefix", default="")
     p.add_argument("--token-file", default=None)
+    p.add_argument(
+        "--node-agent",
+        default="",
+        help="JSON list: the arguments of this node's agent, to run in this process",
+    )
     p.add_argument("--ready-fd", type=int, default=-1)
     p.add_argument("--parent-pid", type=int, default=0)
     return p.parse_args(argv)

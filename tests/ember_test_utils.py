@@ -105,8 +105,11 @@ def wait_for_node_agents(dashboard_url: str, nodes: int = 1, timeout: float = 30
     import urllib.request
 
     def agents() -> bool:
-        url = f"{dashboard_url.rstrip('/')}/api/workers?filter=kind=agent&limit=1000"
+        # A node's CPU figure comes only from its agent's samples (the head's agent runs in
+        # the dashboard's process, the others are processes of their own).
+        url = f"{dashboard_url.rstrip('/')}/api/nodes?limit=1000"
         with urllib.request.urlopen(url, timeout=10) as r:
-            return json.load(r)["total"] >= nodes
+            items = json.load(r)["items"]
+        return sum(n["cpu_percent"] is not None for n in items) >= nodes
 
     wait_until(agents, timeout=timeout, interval=0.1, message=f"{nodes} agent(s) to report")

@@ -694,6 +694,7 @@ class Raylet:
             "transfers": [t for seq, t in self.transfer_log if seq > after],
             "transfers_seq": self.transfer_seq,
             "node_id": self.node_id,
+            "pid": os.getpid(),  # the head's agent starts before the raylet: it learns it here
             "resources_total": self.resources.total_dict(),
             "resources_available": self.resources.available_dict(),
             "store": self.store.stats(),

@@ -185,3 +185,40 @@ def test_worker_node_shuts_down_and_says_why_when_the_head_goes(cluster):
     with open(log, errors="replace") as f:
         text = f.read()
     assert "lost the GCS" in text and "the node shuts down" in text, text[-2000:]
+
+
+def test_a_killed_agent_is_restarted_and_tasks_keep_running(cluster):
+    """A worker node's agent is its own process, which its raylet restarts; the node stays
+    ALIVE with its start time, tasks on it never notice, and the dashboard says the agent
+    went away. (The head's agent runs in the dashboard's process: test_agent_supervisor.)"""
+    import httpx
+    import psutil
+
+    node = cluster.add_node(num_cpus=1, resources={"far": 1})
+    cluster.connect()
+    http = httpx.Client(base_url=cluster.head_node.dashboard_url, timeout=30)
+    node_id = node.node_id.hex()
+
+    def rows(kind: str) -> list[dict]:
+        r = http.get("/api/workers", params={"filter": [f"kind={kind}", f"node_id={node_id}"]})
+        assert r.status_code == 200, r.text
+        return r.json()["items"]
+
+    agent = wait_until(lambda: rows("agent"), timeout=30, message="the node's agent")[0]
+    raylet = wait_until(lambda: rows("raylet"), timeout=30, message="the node's raylet")[0]
+    # The node's start is its raylet's, so an agent's restart does not make it look young.
+    started = http.get(f"/api/nodes/{node_id}").json()["start_time"]
+    assert abs(started - psutil.Process(raylet["pid"]).create_time()) < 0.5
+    psutil.Process(agent["pid"]).kill()
+    on_node = slow.options(resources={"far": 1})
+    assert ember.get(on_node.remote(1, 0), timeout=30) == (1, node_id)
+    wait_until(
+        lambda: any(w["pid"] != agent["pid"] for w in rows("agent")),
+        timeout=30,
+        message="a new agent",
+    )
+    after = http.get(f"/api/nodes/{node_id}").json()
+    assert after["state"] == "ALIVE" and after["start_time"] == started
+    lost = http.get("/api/events", params={"filter": "kind=NODE_LOST"}).json()["items"]
+    assert any("agent disconnected" in e["message"] and e["node_id"] == node_id for e in lost)
+    http.close()

@@ -107,7 +107,7 @@ def test_workers_have_their_costs_and_their_state_in_words(live):
         assert 0 <= w["uptime_s"] < 3600, w
         assert abs(time.time() - w["start_time"] - w["uptime_s"]) < 10, w
     kinds = {w["kind"] for w in by_pid.values()}
-    assert {"raylet", "gcs_server", "agent", "worker", "driver"} <= kinds
+    assert {"raylet", "gcs_server", "dashboard", "worker", "driver"} <= kinds
     # The words filter and sort on the server like any other field.
     mine = _get(http, "/api/workers", filter=f"activity={actor['activity']}")["items"]
     assert [w["pid"] for w in mine] == [actor_pid]

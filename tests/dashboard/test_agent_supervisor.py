@@ -1,6 +1,7 @@
 """The raylet's supervision of the agent (``dashboard/agent_supervisor.py``): an agent that
 keeps dying is restarted at most ``MAX_RESTARTS`` times a minute, then left down; ``stop``
-ends a running one. The live restart after a SIGKILL is in test_live.py."""
+ends a running one. The head's agent, in the dashboard's process, is restarted by
+``keep_running``. The live restart after a SIGKILL is in tests/cluster/test_cluster_failures.py."""
 
 from __future__ import annotations
 
@@ -95,3 +96,107 @@ def test_an_agent_stopped_while_starting_exits_within_its_deadline(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
+
+
+def test_keep_running_restarts_a_failing_agent_then_gives_up_past_its_budget(monkeypatch):
+    from ember.dashboard.agent_supervisor import keep_running
+
+    monkeypatch.setattr(agent_supervisor, "MAX_RESTARTS", 2)
+    runs: list[int] = []
+    deaths: list[tuple[str, bool]] = []
+
+    async def run_once() -> None:
+        runs.append(1)
+        raise RuntimeError(f"failure {len(runs)}")
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        record = lambda e, restarting: deaths.append((str(e), restarting))  # noqa: E731
+        await asyncio.wait_for(keep_running(run_once, stop, record), 30)
+
+    asyncio.run(main())
+    assert deaths == [("failure 1", True), ("failure 2", True), ("failure 3", False)]
+
+
+def test_keep_running_returns_when_stopped_without_a_restart():
+    from ember.dashboard.agent_supervisor import keep_running
+
+    runs: list[int] = []
+
+    async def main() -> None:
+        stop = asyncio.Event()
+
+        async def run_once() -> None:
+            runs.append(1)
+            await stop.wait()
+
+        asyncio.get_running_loop().call_later(0.2, stop.set)
+        await asyncio.wait_for(keep_running(run_once, stop, lambda e, r: runs.append(99)), 10)
+
+    asyncio.run(main())
+    assert runs == [1]
+
+
+def test_the_heads_agent_in_the_dashboards_process_restarts_and_says_so(tmp_path, monkeypatch):
+    """The real agent on the dashboard's loop, streaming into a real hub: a failure of the
+    agent is an AGENT_FAILED event (no process exit shows it), a new agent takes over and the
+    node's metrics keep arriving. The agent runs without a raylet here, as it does when it
+    cannot reach one; its first stream fails by injection."""
+    import json
+    import time
+
+    from ember.dashboard import server
+    from ember.dashboard.agent import Agent
+    from ember.dashboard.agent_hub import AgentHub
+    from ember.dashboard.launch import node_agent_argv
+    from ember.dashboard.state import DashboardState
+
+    for sub in ("logs", "sockets"):
+        (tmp_path / sub).mkdir()
+
+    async def without_raylet(self, stop) -> None:
+        return None
+
+    streams: list[Agent] = []
+    real_loop = Agent.dashboard_loop
+
+    async def first_one_fails(self) -> None:
+        streams.append(self)
+        if len(streams) == 1:
+            raise RuntimeError("injected failure")
+        await real_loop(self)
+
+    monkeypatch.setattr(Agent, "_connect_raylet", without_raylet)
+    monkeypatch.setattr(Agent, "dashboard_loop", first_one_fails)
+    node_id = "ab" * 16
+    argv = node_agent_argv(
+        node_id=node_id,
+        session_dir=str(tmp_path),
+        raylet_address="unix:" + str(tmp_path / "sockets" / "raylet"),
+        head=True,
+    )
+
+    async def main() -> DashboardState:
+        state = DashboardState()
+        hub = AgentHub(state)
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(server._run_node_agent(json.dumps(argv), hub, stop))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            node = state.nodes.get(node_id)
+            if node is not None and node.metrics.get("mem_total_bytes") and node_id in hub.links:
+                break
+            await asyncio.sleep(0.05)
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        assert node_id not in hub.links  # the stopped agent closed its link
+        return state
+
+    state = asyncio.run(main())
+    assert len(streams) == 2
+    assert state.nodes[node_id].metrics["mem_total_bytes"] > 0
+    failed = [e for e in state.events if e.get("kind") == "AGENT_FAILED"]
+    assert len(failed) == 1 and "injected failure" in failed[0]["message"]
+    assert "restarting it" in failed[0]["message"]
+    workers = (state.workers.get(node_id) or {}).values()
+    assert any(w["kind"] == "dashboard" and w["pid"] == os.getpid() for w in workers)
