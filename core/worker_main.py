@@ -9,9 +9,8 @@ import signal
 import sys
 
 
-def _redirect_output(logs_dir: str, worker_id_hex: str) -> tuple[str, str]:
+def _redirect_output(base: str) -> tuple[str, str]:
     """stdout and stderr go to ``worker-<id>-<pid>.out/.err`` (the seeds' layout, 002 §5.4)."""
-    base = os.path.join(logs_dir, f"worker-{worker_id_hex[:16]}-{os.getpid()}")
     paths = (base + ".out", base + ".err")
     for fd, path in zip((1, 2), paths, strict=True):
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -20,6 +19,24 @@ def _redirect_output(logs_dir: str, worker_id_hex: str) -> tuple[str, str]:
     sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), line_buffering=True)
     sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", buffering=0), line_buffering=True)
     return paths
+
+
+def _log_ember_records(base: str) -> None:
+    """Ember's own log records in this worker (logger ``ember``, at the node's level: INFO,
+    or ``init(logging_level=...)``) go to ``worker-<id>-<pid>.log``, created on the first
+    record; without a handler Python dropped all but warnings. Warnings and errors also go to
+    stderr as before, so ``log_to_driver`` still shows them."""
+    import logging
+
+    log = logging.getLogger("ember")
+    to_file = logging.FileHandler(base + ".log", delay=True)
+    to_file.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s %(name)s %(process)d: %(message)s")
+    )
+    to_stderr = logging.StreamHandler(sys.stderr)
+    to_stderr.setLevel(logging.WARNING)
+    log.addHandler(to_file)
+    log.addHandler(to_stderr)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,7 +57,9 @@ def main(argv: list[str] | None = None) -> None:
 
     # A worker never outlives its raylet, whatever killed the raylet.
     die_with_parent(args.raylet_pid, signal.SIGKILL)
-    log_paths = _redirect_output(os.path.join(args.session_dir, "logs"), args.worker_id)
+    base = os.path.join(args.session_dir, "logs", f"worker-{args.worker_id[:16]}-{os.getpid()}")
+    log_paths = _redirect_output(base)
+    _log_ember_records(base)
 
     from ember.core_worker.core_worker import WORKER, CoreWorker
     from ember.core_worker.executor import Executor

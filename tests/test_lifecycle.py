@@ -219,6 +219,22 @@ def test_logging_level_reaches_the_nodes_processes(ember_start):
     assert ember.get(worker_level.remote(), timeout=30) == logging.DEBUG
     assert ember.get(ActorLevel.remote().level.remote(), timeout=30) == logging.DEBUG
 
+    @ember.remote
+    def log_from_ember_internals() -> tuple[int, str]:
+        logging.getLogger("ember.core_worker").debug("a debug record from a worker")
+        return os.getpid(), ember.get_runtime_context().get_worker_id()
+
+    # A worker's own records reach worker-<id>-<pid>.log (they were dropped: no handler).
+    pid, worker_id = ember.get(log_from_ember_internals.remote(), timeout=30)
+    worker_log = os.path.join(ctx.session_dir, "logs", f"worker-{worker_id[:16]}-{pid}.log")
+    wait_until(
+        lambda: (
+            os.path.exists(worker_log) and "a debug record from a worker" in open(worker_log).read()
+        ),
+        10,
+        message=f"the DEBUG record in {worker_log}",
+    )
+
     # The GCS and the raylet log at DEBUG too (each says so in its first line).
     def debug_lines():
         logs = os.path.join(ctx.session_dir, "logs")
