@@ -201,7 +201,13 @@ class Agent:
         self._report_exits(by_pid)
         sample["num_workers"] = sum(1 for w in workers if w["kind"] == "worker")
         me = measured.get(os.getpid(), {})
-        sample["agent"] = {"cpu_percent": me.get("cpu_percent"), "rss_bytes": me.get("rss_bytes")}
+        if self.hub is None:
+            # Its own process's cost. In the dashboard's process the two are not separable:
+            # the dashboard's own figures (ember_dashboard_*) then include this agent's.
+            sample["agent"] = {
+                "cpu_percent": me.get("cpu_percent"),
+                "rss_bytes": me.get("rss_bytes"),
+            }
         # ember.util.metrics: each process's snapshot file, shipped with the sample (part B).
         sample["user_metrics"] = read_node_snapshots(self.session_dir)
         sample["log_disk"] = self._check_log_disk()

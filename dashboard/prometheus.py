@@ -121,8 +121,14 @@ def _node_metrics(nodes: list[tuple[str, Any]]) -> Iterator[Metric]:
     age = _g("node_metrics_age_seconds", "Seconds since the node's agent last reported", labels)
     gpu_util = _g("node_gpu_utilization_percent", "GPU utilisation", [*labels, "gpu"])
     gpu_mem = _g("node_gpu_memory_used_bytes", "GPU memory in use", [*labels, "gpu"])
-    agent_cpu = _g("agent_cpu_percent", "CPU use of the node's agent (one core = 100)", labels)
-    agent_rss = _g("agent_resident_memory_bytes", "Resident memory of the node's agent", labels)
+    # Agents that run as processes of their own; the head's runs in the dashboard's process
+    # and is counted in the dashboard's figures below.
+    agent_cpu = _g(
+        "agent_cpu_percent", "CPU use of the node's agent process (one core = 100)", labels
+    )
+    agent_rss = _g(
+        "agent_resident_memory_bytes", "Resident memory of the node's agent process", labels
+    )
     # Counters since the machine booted; rate() over them is what the gauges above estimate.
     net_totals = {
         "net_sent_bytes": CounterMetricFamily(
