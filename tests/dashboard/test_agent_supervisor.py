@@ -200,3 +200,26 @@ def test_the_heads_agent_in_the_dashboards_process_restarts_and_says_so(tmp_path
     assert "restarting it" in failed[0]["message"]
     workers = (state.workers.get(node_id) or {}).values()
     assert any(w["kind"] == "dashboard" and w["pid"] == os.getpid() for w in workers)
+
+
+def test_in_process_messages_are_what_the_wire_would_deliver():
+    """The head's agent skips the JSON round trip for task events: the hub must still get
+    exactly what a remote agent's stream would decode to."""
+    import math
+
+    from ember.dashboard import wire
+    from ember.dashboard.agent import as_received
+
+    plain = [
+        ["aa" * 24, "PENDING_ARGS_AVAIL", 1.5, 0, {"name": "m.f", "actor_id": None}],
+        ("bb" * 24, "SUBMITTED_TO_WORKER", 2.5, 1, {"worker_id": b"\x01\x02"}),
+        ["cc" * 24, "FINISHED", 3.5, 0, {"pid": 7, "ok": True, "timings": {"start": 3.0}}],
+        ["dd" * 24, "FAILED", math.inf, 2, {"error": "Traceback..."}],
+        ["ee" * 24, "RUNNING", 4.5, 0, None],
+    ]
+    odd = plain + [["ff" * 24, "PROFILE", 5.0, 0, {"extra": {"k": (1, 2)}, "n": {3: "x"}}]]
+    for events in (plain, odd):
+        msg = {"type": "task_events", "job_id": "01", "worker_id": "02", "events": events}
+        assert as_received(msg) == wire.decode(wire.encode(msg))
+    other = {"type": "event", "severity": "ERROR", "detail": {"ids": {b"\x03"}}}
+    assert as_received(other) == wire.decode(wire.encode(other))
