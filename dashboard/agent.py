@@ -196,7 +196,7 @@ class Agent:
         # psutil reads a few /proc files per process (~0.7 ms each: 130 ms for 200 workers),
         # and the head's agent shares the dashboard's loop: so in a thread, as are the
         # metric snapshots. Only this coroutine uses the samplers, one call at a time.
-        measured, user_metrics = await asyncio.to_thread(self._measure, list(by_pid))
+        measured, user_metrics, log_index = await asyncio.to_thread(self._measure, list(by_pid))
         for pid, row in by_pid.items():
             if pid in measured:
                 row.update(measured[pid])
@@ -226,12 +226,16 @@ class Agent:
             "transfers": transfers,
             "sample": sample,
             "workers": workers,
-            "logs": self.logs.index(),
+            "logs": log_index,
             "info": info,
         }
 
-    def _measure(self, pids: list[int]) -> tuple[dict[int, dict[str, Any]], list[Any]]:
-        return self.procs.sample(pids), read_node_snapshots(self.session_dir)
+    def _measure(self, pids: list[int]) -> tuple[dict[int, dict[str, Any]], list[Any], list[Any]]:
+        return (
+            self.procs.sample(pids),
+            read_node_snapshots(self.session_dir),
+            self.logs.index(),
+        )
 
     def _check_log_disk(self) -> dict[str, Any]:
         """Free space where the session's logs go; an ERROR event when it falls below
@@ -337,13 +341,18 @@ class Agent:
         self.wakeup.set()
 
     async def dispatch(self, op: str, body: dict[str, Any]) -> Any:
+        # Log reads in a thread (LogDir holds no state): a search through large files must
+        # not stall the loop, which on the head is the dashboard's.
         if op == "log_tail":
             try:
-                return self.logs.tail(body["name"], int(body.get("lines", 100)))
+                return await asyncio.to_thread(
+                    self.logs.tail, body["name"], int(body.get("lines", 100))
+                )
             except FileNotFoundError:  # indexed a moment ago, deleted since
                 return {"error": f"log file {body['name']} no longer exists on this node"}
         if op == "log_read":
-            return self.logs.read(
+            return await asyncio.to_thread(
+                self.logs.read,
                 body["name"],
                 int(body.get("offset", 0)),
                 int(body.get("size", 0)),
@@ -351,8 +360,11 @@ class Agent:
                 body.get("mark"),
             )
         if op == "log_search":
-            return self.logs.search(
-                body["pattern"], body.get("name"), int(body.get("max_matches", 500))
+            return await asyncio.to_thread(
+                self.logs.search,
+                body["pattern"],
+                body.get("name"),
+                int(body.get("max_matches", 500)),
             )
         if op == "stack":
             return await self.stacks(body.get("pids"))
