@@ -25,6 +25,14 @@ logger = logging.getLogger(__name__)
 # Requests waiting to go to one agent; past this the caller is told the agent is busy.
 MAX_PENDING_REQUESTS = 256
 TRIM_EVERY_BYTES = 32 * 2**20  # received from the agents between two heap trims
+# No bandwidth-delay probing on the agents' streams: with it gRPC grows each connection's
+# receive window to megabytes, and during a burst (100 agents sending a million tasks' events
+# faster than the loop ingests them) those windows fill with undelivered messages, measured
+# with benchmarks/dashboard_scale.py: ingest peak 370-500 MB with, 210-250 MB in most runs
+# without, at the same ingestion rate (some runs still peak at 390-490 MB, held in the gRPC
+# threads' malloc arenas for another reason, not found yet). The default 64 KB windows keep
+# a 2 s metrics tick and a 5,000-event batch far from waiting on the network.
+SERVER_OPTIONS = [*wire.CHANNEL_OPTIONS, ("grpc.http2.bdp_probe", 0)]
 
 
 class AgentLink:
@@ -63,7 +71,7 @@ class AgentHub:
                 )
             },
         )
-        self.server = grpc.aio.server(options=wire.CHANNEL_OPTIONS)
+        self.server = grpc.aio.server(options=SERVER_OPTIONS)
         self.server.add_generic_rpc_handlers((handler,))
         if host.startswith("unix:"):  # an embedded node's agent, on this machine (mode 0700 dir)
             path = host[len("unix:") :]

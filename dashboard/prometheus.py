@@ -352,10 +352,60 @@ _RESERVED = frozenset(
 )
 
 
-def render(ctx: DashboardContext, node_id: str | None = None, cluster: bool = False) -> bytes:
+class _Families:
+    """A collector of metric families already built (what ``_format`` turns into text)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
+def _format(families: list[Metric]) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(EmberCollector(ctx, node_id, cluster))  # type: ignore[arg-type]
+    registry.register(_Families(families))  # type: ignore[arg-type]
     return generate_latest(registry)
+
+
+def render(ctx: DashboardContext, node_id: str | None = None, cluster: bool = False) -> bytes:
+    return _format(list(EmberCollector(ctx, node_id, cluster).collect()))
+
+
+# Renders in flight, by (context, node_id, cluster): a scrape arriving while one with the same
+# parameters renders waits for that render instead of starting its own (single flight).
+_IN_FLIGHT: dict[tuple[int, str | None, bool], asyncio.Task[bytes]] = {}
+
+
+async def render_shared(
+    ctx: DashboardContext, node_id: str | None = None, cluster: bool = False
+) -> bytes:
+    """``render``, shared by concurrent scrapes with the same parameters: 20 Prometheus
+    servers scraping at once cost one render, not 20 in a row on the loop. Nothing is kept
+    once the render is done: the next scrape renders afresh."""
+    key = (id(ctx), node_id, cluster)  # ctx is alive while its render is in the dict
+    task = _IN_FLIGHT.get(key)
+    if task is None or task.done():
+        task = asyncio.ensure_future(_render_async(ctx, node_id, cluster))
+        _IN_FLIGHT[key] = task
+        task.add_done_callback(lambda t: _finished(key, t))
+    # Shielded: a scraper that goes away does not cancel the render the others wait for.
+    return await asyncio.shield(task)
+
+
+async def _render_async(ctx: DashboardContext, node_id: str | None, cluster: bool) -> bytes:
+    # The families are read from the state here, on the loop that owns it (it takes no
+    # locks); the text is made from these copies in a worker thread, which leaves the loop
+    # free meanwhile to take the scrapes that will share this render.
+    families = list(EmberCollector(ctx, node_id, cluster).collect())
+    return await asyncio.to_thread(_format, families)
+
+
+def _finished(key: tuple[int, str | None, bool], task: asyncio.Task[bytes]) -> None:
+    if _IN_FLIGHT.get(key) is task:
+        del _IN_FLIGHT[key]
+    if not task.cancelled():
+        task.exception()  # retrieved: every scraper waiting got it (no "never retrieved" log)
 
 
 @router.get("/metrics", response_class=Response)
@@ -368,11 +418,12 @@ async def metrics(
     ] = None,
     ctx: DashboardContext = Depends(get_ctx),
 ) -> Response:
-    """Prometheus text format (exposition 0.0.4). Async on purpose: it runs on the loop that
-    owns the state (which takes no locks), never beside ingestion in a worker thread."""
+    """Prometheus text format (exposition 0.0.4). Async on purpose: the state is read on the
+    loop that owns it (which takes no locks), never beside ingestion in a worker thread;
+    concurrent scrapes with the same parameters share one render (``render_shared``)."""
     if node_id is not None:
         node_id = resolve_node(ctx, node_id)  # a unique prefix works, as everywhere
-    body = render(ctx, node_id=node_id, cluster=scope == "cluster")
+    body = await render_shared(ctx, node_id=node_id, cluster=scope == "cluster")
     return Response(content=body, media_type=CONTENT_TYPE)
 
 

@@ -1,11 +1,21 @@
 """The task table: one row per task, built from the owners' task events, stored by column.
 
-Sized for a million tasks in a few hundred MB: a task is a slot in a ring of columns (one
-list or typed array per field, so a time costs 8 bytes, not a 24-byte float object plus a
-pointer), strings are interned (a million tasks share a few thousand names and ids), and the
-table keeps per-state, per-function, per-node and per-job counts so a filtered page knows
-its total without a scan. Past ``cap`` the oldest task's slot is reused and ``dropped``
-counts it.
+Sized for a million tasks in about 100 MB (~100 bytes a task): a task is a slot in a ring of
+typed arrays, one per field, so no field costs a Python object per task:
+
+- the task id is its 16 raw bytes in one ``bytearray`` (an id hex string costs ~90 bytes
+  as a ``str`` and ~70 more as a dict key with its slot), found through an open-addressing
+  hash table of slot numbers (``array('i')``, at most half full, linear probing); an id
+  that is not 32 lowercase hex digits (tests, hand-made events) is kept in a small dict;
+- text fields with few distinct values (state, function name, job, node, worker, actor) are
+  4-byte codes into a per-column code table (``_Codes``) that counts the kept tasks holding
+  each value: a value no kept task holds gives its code back, so a long-running cluster's
+  churn of worker ids costs what the kept tasks use, not every id ever seen. Those counts are
+  also the per-state, per-function, per-node, per-job... totals a filtered page needs;
+- an error is rare: a dict {slot: text};
+- a time is 8 bytes in an ``array('d')`` (NaN: not known yet).
+
+Past ``cap`` the oldest task's slot is reused and ``dropped`` counts it.
 
 Slots are in insertion order (a task's first event), so a time window is found without a
 scan: per block of ``BLOCK`` consecutive insertions the table keeps the latest end and the
@@ -23,15 +33,15 @@ Rules:
 from __future__ import annotations
 
 import math
-import sys
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from ember.dashboard.query import Predicate, QueryError
 
-# Ember's phases, in order (Ray's TaskStatus names where they exist).
+# Ember's phases, in order (Ray's TaskStatus names where they exist). A task's state code is
+# its index here, so codes compare as phases do.
 STATES = (
     "PENDING_ARGS_AVAIL",
     "PENDING_NODE_ASSIGNMENT",
@@ -43,6 +53,8 @@ STATES = (
 )
 TERMINAL = frozenset({"FINISHED", "FAILED"})
 _RANK = {s: i for i, s in enumerate(STATES)}
+_RETRYING = _RANK["RETRYING"]
+_FIRST_TERMINAL = min(_RANK[s] for s in TERMINAL)  # codes from here on are terminal
 # Fields a task list can filter and sort on (the public row's keys).
 FIELDS = (
     "task_id",
@@ -61,15 +73,37 @@ FIELDS = (
     "duration_s",
     "error",
 )
-_COUNTED = ("state", "name", "node_id", "job_id")
-_TEXT = ("task_id", "name", "state", "job_id", "actor_id", "node_id", "worker_id", "error")
+# Coded text columns and the value a new task has (None: not known yet).
+_CODED = {
+    "state": STATES[0],
+    "name": "",
+    "job_id": "",
+    "node_id": None,
+    "worker_id": None,
+    "actor_id": None,
+}
+_TEXT = ("task_id", *_CODED, "error")
 _TIMES = ("t_pending", "t_scheduled", "t_start", "t_args", "t_executed", "t_end")
 _NONE = math.nan  # a time not known yet
 BLOCK = 1024  # insertions per block of the time index (and per chunk a scan copies)
+ID_BYTES = 16  # a task id (ember.ids.TASK_ID_SIZE), stored raw
+_NO_ID = bytes(ID_BYTES)  # the id bytes of a slot whose id is kept in the odd-ids dict
+_EMPTY = -1  # a free entry of the id hash table
 
 
 def _t(v: float) -> float | None:
     return None if v != v else v  # NaN is the only value not equal to itself
+
+
+def _id_key(task_id: Any) -> bytes | None:
+    """The 16 raw bytes of a canonical task id (32 lowercase hex digits), else None."""
+    try:
+        key = bytes.fromhex(task_id)
+    except (ValueError, TypeError):
+        return None
+    if len(key) != ID_BYTES or not (task_id.islower() or task_id.isdigit()):
+        return None  # shorter, longer, or with capitals: ``hex()`` would not give it back
+    return key
 
 
 class TaskRecord(NamedTuple):
@@ -90,6 +124,104 @@ class TaskRecord(NamedTuple):
     t_end: float | None
 
 
+class _Codes:
+    """One text column's values as small ints: ``values[code]`` is the value, ``refs[code]``
+    how many kept tasks hold it. The first ``len(fixed)`` codes are permanent (the column's
+    default, or every state); any other code is given back when no kept task holds its value
+    and reused by the next new value, so the table stays as large as the values in use."""
+
+    __slots__ = ("values", "refs", "code", "free", "fixed")
+
+    def __init__(self, fixed: tuple[Any, ...]) -> None:
+        self.values: list[Any] = list(fixed)
+        self.refs: list[int] = [0] * len(fixed)
+        self.code: dict[Any, int] = {v: i for i, v in enumerate(fixed)}
+        self.free: list[int] = []
+        self.fixed = len(fixed)
+
+    def take(self, value: Any) -> int:
+        """The code of ``value``, held once more."""
+        c = self.code.get(value)
+        if c is not None:
+            self.refs[c] += 1
+            return c
+        if self.free:
+            c = self.free.pop()
+            self.values[c] = value
+            self.refs[c] = 1
+        else:
+            c = len(self.values)
+            self.values.append(value)
+            self.refs.append(1)
+        self.code[value] = c
+        return c
+
+    def release(self, c: int) -> None:
+        n = self.refs[c] - 1
+        self.refs[c] = n
+        if n == 0 and c >= self.fixed:
+            del self.code[self.values[c]]
+            self.values[c] = None
+            self.free.append(c)
+
+    def counts(self) -> Counter:
+        """{value: kept tasks holding it}, values held by none left out."""
+        return Counter({v: n for v, n in zip(self.values, self.refs, strict=True) if n})
+
+    def matches(self, p: Predicate) -> list[bool]:
+        """Per code: does a task holding it pass ``p`` (a filter tests a code, not a text)."""
+        return [p.match(v) for v in self.values]
+
+
+class _CodedColumn:
+    """``cols[key][slot]``: a coded column read as text (the columns' public view)."""
+
+    __slots__ = ("codes", "values")
+
+    def __init__(self, codes: array, table: _Codes) -> None:
+        self.codes = codes
+        self.values = table.values  # the code table's own list: it follows changes
+
+    def __getitem__(self, slot: int) -> Any:
+        return self.values[self.codes[slot]]
+
+
+class _IdColumn:
+    __slots__ = ("table",)
+
+    def __init__(self, table: TaskTable) -> None:
+        self.table = table
+
+    def __getitem__(self, slot: int) -> str:
+        return self.table.task_id(slot)
+
+
+class _ErrorColumn:
+    __slots__ = ("errors",)
+
+    def __init__(self, errors: dict[int, str]) -> None:
+        self.errors = errors
+
+    def __getitem__(self, slot: int) -> str | None:
+        return self.errors.get(slot)
+
+
+class _Counts(Mapping):
+    """``counts[key]``: {value: kept tasks} of a coded column, read from its code table."""
+
+    def __init__(self, codes: dict[str, _Codes]) -> None:
+        self._codes = codes
+
+    def __getitem__(self, key: str) -> Counter:
+        return self._codes[key].counts()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._codes)
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+
 class TaskView:
     """One task of the table, read through its slot (valid until the slot is reused)."""
 
@@ -108,7 +240,7 @@ class TaskView:
     def events(self) -> list[dict[str, Any]]:
         """The task's phases with their times (the detail view and the timeline)."""
         tb, s = self._table, self.slot
-        state = tb.cols["state"][s]
+        state = STATES[tb.codes["state"][s]]
         out = []
         for label, col in (
             ("PENDING_ARGS_AVAIL", "t_pending"),
@@ -127,15 +259,34 @@ class TaskView:
 class TaskTable:
     def __init__(self, cap: int) -> None:
         self.cap = max(cap, 1)
-        self.index: dict[str, int] = {}  # {task_id hex: slot}
-        self.cols: dict[str, list[Any]] = {k: [] for k in _TEXT}
+        self.seq = 0  # tasks ever inserted; the newest is in slot (seq - 1) % cap
+        self.dropped = 0
+        # Task ids: raw bytes per slot, and the hash table {hash(bytes) -> slot} (at most half
+        # full: the probes stay short). Ids that are not 32 lowercase hex digits: the dicts.
+        self._ids = bytearray()
+        size = 1 << max(4, (2 * self.cap - 1).bit_length())
+        self._mask = size - 1
+        self._hashed = array("i", [_EMPTY]) * size
+        self._odd: dict[Any, int] = {}  # {odd task id: slot}
+        self._odd_at: dict[int, Any] = {}  # {slot: odd task id}
+        self._miss: tuple[bytes | None, int] = (None, _EMPTY)  # set by a ``_find`` that missed
+        # Coded text columns: {key: codes per slot} and their code tables.
+        self.code_tables: dict[str, _Codes] = {
+            k: _Codes(STATES if k == "state" else (default,)) for k, default in _CODED.items()
+        }
+        self.codes: dict[str, array] = {k: array("B" if k == "state" else "I") for k in _CODED}
+        self.errors: dict[int, str] = {}  # {slot: error text}: most tasks have none
         self.times: dict[str, array] = {k: array("d") for k in _TIMES}
         self.pid = array("i")  # 0: not known
         self.attempt = array("i")
-        self.seq = 0  # tasks ever inserted; the newest is in slot (seq - 1) % cap
-        self.dropped = 0
-        self.counts: dict[str, Counter] = {k: Counter() for k in _COUNTED}
         self.by_name_state: Counter = Counter()  # {(name, state): n} for the summary
+        # Read-only views by field name, as text (what the table's users index by slot).
+        self.cols: dict[str, Any] = {
+            k: _CodedColumn(self.codes[k], self.code_tables[k]) for k in _CODED
+        }
+        self.cols["task_id"] = _IdColumn(self)
+        self.cols["error"] = _ErrorColumn(self.errors)
+        self.counts = _Counts(self.code_tables)  # per coded column: {value: kept tasks}
         # The time index: per block of BLOCK insertions (block = seq // BLOCK, stored at
         # block % n), the latest end and the earliest start of its tasks. The kept tasks span
         # at most cap // BLOCK + 1 blocks, so the ring never reuses a kept block's entry.
@@ -144,25 +295,83 @@ class TaskTable:
         self._blk_start = array("d", [math.inf]) * self._blocks
 
     def __len__(self) -> int:
-        return len(self.index)
+        return min(self.seq, self.cap)
 
     def __contains__(self, task_id: str) -> bool:
-        return task_id in self.index
+        return self._find(task_id) >= 0
 
     def get(self, task_id: str) -> TaskView | None:
-        slot = self.index.get(task_id)
-        return None if slot is None else TaskView(self, slot)
+        slot = self._find(task_id)
+        return None if slot < 0 else TaskView(self, slot)
+
+    def task_id(self, slot: int) -> str:
+        if self._odd_at:
+            odd = self._odd_at.get(slot)
+            if odd is not None:
+                return odd
+        o = slot * ID_BYTES
+        return self._ids[o : o + ID_BYTES].hex()
 
     def field(self, slot: int, name: str) -> Any:
-        if name in self.cols:
-            return self.cols[name][slot]
+        if name in self.codes:
+            return self.code_tables[name].values[self.codes[name][slot]]
         if name in self.times:
             return _t(self.times[name][slot])
+        if name == "task_id":
+            return self.task_id(slot)
+        if name == "error":
+            return self.errors.get(slot)
         if name == "pid":
             return self.pid[slot] or None
         if name == "attempt":
             return self.attempt[slot]
         raise AttributeError(name)
+
+    # -- the id index ----------------------------------------------------------------------
+    def _find(self, task_id: Any) -> int:
+        """The slot of ``task_id``, or -1; on a miss, ``_miss`` is (key, free entry)."""
+        key = _id_key(task_id)
+        if key is None:
+            self._miss = (None, _EMPTY)
+            return self._odd.get(task_id, -1)
+        mask, hashed, ids = self._mask, self._hashed, self._ids
+        i = hash(key) & mask
+        while True:
+            s = hashed[i]
+            if s == _EMPTY:
+                self._miss = (key, i)
+                return -1
+            o = s * ID_BYTES
+            if ids[o : o + ID_BYTES] == key:
+                return s
+            i = (i + 1) & mask
+
+    def _unhash(self, slot: int) -> None:
+        """Takes ``slot``'s id out of the hash table, shifting back the entries after it
+        (linear probing's deletion without tombstones: lookups stay as short as inserts)."""
+        odd = self._odd_at.pop(slot, None) if self._odd_at else None
+        if odd is not None:
+            del self._odd[odd]
+            return
+        mask, hashed, ids = self._mask, self._hashed, self._ids
+        o = slot * ID_BYTES
+        i = hash(bytes(ids[o : o + ID_BYTES])) & mask
+        while hashed[i] != slot:
+            i = (i + 1) & mask
+        j = i
+        while True:
+            j = (j + 1) & mask
+            s = hashed[j]
+            if s == _EMPTY:
+                break
+            o = s * ID_BYTES
+            home = hash(bytes(ids[o : o + ID_BYTES])) & mask
+            # s stays unless the hole is on its probe path: its home cyclically in (i, j].
+            if (i < home <= j) if i < j else (home > i or home <= j):
+                continue
+            hashed[i] = s
+            i = j
+        hashed[i] = _EMPTY
 
     # -- ingestion -------------------------------------------------------------------------
     def apply(
@@ -178,28 +387,28 @@ class TaskTable:
     ) -> int:
         """Applies one event and returns the task's slot; ``node_id`` is where the task ran,
         when the caller knows it."""
-        slot = self.index.get(task_id)
-        if slot is None:
+        slot = self._find(task_id)
+        if slot < 0:
             slot = self._insert(task_id, job_id)
-        cols, times = self.cols, self.times
-        old = (cols["state"][slot], cols["name"][slot], cols["node_id"][slot])
+        codes, times = self.codes, self.times
+        states, names = codes["state"], codes["name"]
+        old_state, old_name = states[slot], names[slot]
         tm = None
         if extra:
             name = extra.get("name") or extra.get("function")
-            if name and not cols["name"][slot]:
-                cols["name"][slot] = sys.intern(name)
-            # Interned: a million tasks share a few thousand worker and actor ids.
+            if name and not old_name:  # code 0: no name yet
+                self._put("name", slot, name)
             if extra.get("actor_id"):
-                cols["actor_id"][slot] = sys.intern(extra["actor_id"])
+                self._put("actor_id", slot, extra["actor_id"])
             if extra.get("worker_id"):
-                cols["worker_id"][slot] = sys.intern(extra["worker_id"])
+                self._put("worker_id", slot, extra["worker_id"])
             pid = extra.get("pid")
             if pid and isinstance(pid, int) and 0 < pid < 2**31:
                 self.pid[slot] = pid
             if extra.get("node_id"):
                 node_id = node_id or extra["node_id"]
             if extra.get("error"):
-                cols["error"][slot] = str(extra["error"])[:4000]
+                self.errors[slot] = str(extra["error"])[:4000]
             tm = extra.get("timings")
             if tm:
                 for col, key in (
@@ -211,16 +420,18 @@ class TaskTable:
                     v = tm.get(key)
                     if isinstance(v, int | float):
                         times[col][slot] = v
-        cur = cols["state"][slot]
+        cur = old_state
         cur_attempt = self.attempt[slot]
         if state == "RETRYING":
             self.attempt[slot] = max(cur_attempt, attempt)
-            cols["state"][slot] = "RETRYING"
-        elif state in _RANK:
-            newer = attempt > cur_attempt
-            if (cur not in TERMINAL or newer) and (_RANK[state] >= _RANK.get(cur, 0) or newer):
-                cols["state"][slot] = STATES[_RANK[state]]
-                self.attempt[slot] = max(cur_attempt, attempt)
+            cur = _RETRYING
+        else:
+            rank = _RANK.get(state)
+            if rank is not None:
+                newer = attempt > cur_attempt
+                if (cur < _FIRST_TERMINAL or newer) and (rank >= cur or newer):
+                    cur = rank
+                    self.attempt[slot] = max(cur_attempt, attempt)
         if state == "PENDING_ARGS_AVAIL" and times["t_pending"][slot] != times["t_pending"][slot]:
             times["t_pending"][slot] = t
         elif state == "SUBMITTED_TO_WORKER":
@@ -229,10 +440,25 @@ class TaskTable:
             times["t_end"][slot] = t
         if tm or state in TERMINAL:
             self._index_times(slot)
-        if node_id and cols["node_id"][slot] is None:
-            cols["node_id"][slot] = sys.intern(node_id)
-        self._recount(slot, old)
+        if node_id and not codes["node_id"][slot]:  # code 0: not known yet
+            self._put("node_id", slot, node_id)
+        if cur != old_state:
+            states[slot] = cur
+            refs = self.code_tables["state"].refs
+            refs[old_state] -= 1
+            refs[cur] += 1
+        if cur != old_state or names[slot] != old_name:
+            name_of = self.code_tables["name"].values
+            _dec(self.by_name_state, (name_of[old_name], STATES[old_state]))
+            self.by_name_state[(name_of[names[slot]], STATES[cur])] += 1
         return slot
+
+    def _put(self, key: str, slot: int, value: Any) -> None:
+        """Sets a coded column's value for ``slot`` (the old value's code is let go)."""
+        table, col = self.code_tables[key], self.codes[key]
+        old = col[slot]
+        col[slot] = table.take(value)  # taken before the release: a same value stays coded
+        table.release(old)
 
     def _index_times(self, slot: int) -> None:
         """Widens the time index's block of ``slot`` to cover its task's start and end."""
@@ -244,72 +470,64 @@ class TaskTable:
         if start < self._blk_start[b]:
             self._blk_start[b] = start
 
-    def _insert(self, task_id: str, job_id: str) -> int:
-        job = sys.intern(job_id) if job_id else ""
+    def _insert(self, task_id: Any, job_id: str) -> int:
+        key, entry = self._miss  # what the ``_find`` that missed saw
         if self.seq % BLOCK == 0:  # a new block of the time index starts empty
             b = (self.seq // BLOCK) % self._blocks
             self._blk_end[b] = -math.inf
             self._blk_start[b] = math.inf
-        if len(self.index) < self.cap and self.seq < self.cap:
+        tables, codes = self.code_tables, self.codes
+        job = tables["job_id"].take(job_id)  # before the eviction: a same job stays coded
+        if self.seq < self.cap:
             slot = self.seq
-            for k in _TEXT:
-                self.cols[k].append(None)
-            for k in _TIMES:
-                self.times[k].append(_NONE)
+            for k, col in codes.items():
+                col.append(job if k == "job_id" else 0)
+            for col in self.times.values():
+                col.append(_NONE)
             self.pid.append(0)
             self.attempt.append(0)
+            self._ids += key or _NO_ID
         else:
             slot = self.seq % self.cap
             self._evict(slot)
-            for k in _TEXT:
-                self.cols[k][slot] = None
-            for k in _TIMES:
-                self.times[k][slot] = _NONE
+            for k, col in codes.items():
+                col[slot] = job if k == "job_id" else 0
+            for col in self.times.values():
+                col[slot] = _NONE
             self.pid[slot] = 0
             self.attempt[slot] = 0
+            o = slot * ID_BYTES
+            self._ids[o : o + ID_BYTES] = key or _NO_ID
+            if key is not None:  # the eviction may have moved entries: probe again
+                entry = hash(key) & self._mask
+                while self._hashed[entry] != _EMPTY:
+                    entry = (entry + 1) & self._mask
         self.seq += 1
-        cols = self.cols
-        cols["task_id"][slot] = task_id
-        cols["name"][slot] = ""
-        cols["state"][slot] = STATES[0]
-        cols["job_id"][slot] = job
-        self.index[task_id] = slot
-        self.counts["state"][STATES[0]] += 1
-        self.counts["name"][""] += 1
-        self.counts["node_id"][None] += 1
-        self.counts["job_id"][job] += 1
+        if key is None:
+            self._odd[task_id] = slot
+            self._odd_at[slot] = task_id
+        else:
+            self._hashed[entry] = slot
+        for k, table in tables.items():
+            if k != "job_id":
+                table.refs[0] += 1  # the defaults: first state, no name, node...
         self.by_name_state[("", STATES[0])] += 1
         return slot
 
     def _evict(self, slot: int) -> None:
-        cols = self.cols
-        task_id = cols["task_id"][slot]
-        if task_id is None or self.index.get(task_id) != slot:
-            return
-        del self.index[task_id]
-        for key in _COUNTED:
-            _dec(self.counts[key], cols[key][slot])
-        _dec(self.by_name_state, (cols["name"][slot], cols["state"][slot]))
+        self._unhash(slot)
+        name = self.code_tables["name"].values[self.codes["name"][slot]]  # before its release
+        _dec(self.by_name_state, (name, STATES[self.codes["state"][slot]]))
+        for k, table in self.code_tables.items():
+            table.release(self.codes[k][slot])
+        if self.errors:
+            self.errors.pop(slot, None)
         self.dropped += 1
-
-    def _recount(self, slot: int, old: tuple) -> None:
-        cols = self.cols
-        state, name, node = old
-        new = (cols["state"][slot], cols["name"][slot], cols["node_id"][slot])
-        if old == new:
-            return
-        for key, before, after in zip(("state", "name", "node_id"), old, new, strict=True):
-            if before != after:
-                _dec(self.counts[key], before)
-                self.counts[key][after] += 1
-        if (name, state) != (new[1], new[0]):
-            _dec(self.by_name_state, (name, state))
-            self.by_name_state[(new[1], new[0])] += 1
 
     # -- queries ---------------------------------------------------------------------------
     def newest_slots(self) -> Iterator[int]:
         """Slots of the kept tasks, newest first."""
-        n = len(self.index)
+        n = len(self)
         cap = self.cap
         for seq in range(self.seq - 1, self.seq - 1 - n, -1):
             yield seq % cap
@@ -328,17 +546,17 @@ class TaskTable:
         return TaskScan(self, since, until, job_id, node_id)
 
     def row(self, slot: int) -> dict[str, Any]:
-        cols, times = self.cols, self.times
+        codes, tables, times = self.codes, self.code_tables, self.times
         start, end = _t(times["t_start"][slot]), _t(times["t_end"][slot])
-        actor = cols["actor_id"][slot]
+        actor = tables["actor_id"].values[codes["actor_id"][slot]]
         return {
-            "task_id": cols["task_id"][slot],
-            "name": cols["name"][slot],
-            "state": cols["state"][slot],
-            "job_id": cols["job_id"][slot],
+            "task_id": self.task_id(slot),
+            "name": tables["name"].values[codes["name"][slot]],
+            "state": STATES[codes["state"][slot]],
+            "job_id": tables["job_id"].values[codes["job_id"][slot]],
             "actor_id": actor,
-            "node_id": cols["node_id"][slot],
-            "worker_id": cols["worker_id"][slot],
+            "node_id": tables["node_id"].values[codes["node_id"][slot]],
+            "worker_id": tables["worker_id"].values[codes["worker_id"][slot]],
             "pid": self.pid[slot] or None,
             "attempt": self.attempt[slot],
             "type": "ACTOR_TASK" if actor else "NORMAL_TASK",
@@ -346,7 +564,7 @@ class TaskTable:
             "start_time": start,
             "end_time": end,
             "duration_s": (end - start) if start is not None and end is not None else None,
-            "error": cols["error"][slot],
+            "error": self.errors.get(slot),
         }
 
     def page(
@@ -379,7 +597,7 @@ class TaskTable:
         for slot in self.newest_slots():
             if keep is not None and not keep(slot):
                 continue
-            if seen >= offset:
+            if seen >= offset and len(items) < limit:
                 items.append(self.row(slot))
             seen += 1
             if len(items) >= limit and known_total is not None:
@@ -388,23 +606,26 @@ class TaskTable:
         return {"total": total, "offset": offset, "limit": limit, "items": items}
 
     def _matcher(self, predicates: list[Predicate]) -> Callable[[int], bool] | None:
-        """A test of one slot: on its stored column when it can (no row built per task)."""
+        """A test of one slot: on its codes when it can (each value tested once, not once
+        per task; no row built per task)."""
         if not predicates:
             return None
+        if all(p.key in self.codes for p in predicates):
+            tests = [(self.codes[p.key], self.code_tables[p.key].matches(p)) for p in predicates]
+            if len(tests) == 1:
+                col, ok = tests[0]
+                return lambda s: ok[col[s]]
+            return lambda s: all(ok[col[s]] for col, ok in tests)
         if all(p.key in self.cols for p in predicates):
-            if len(predicates) == 1:
-                p = predicates[0]
-                col = self.cols[p.key]
-                return lambda s: p.match(col[s])
             return lambda s: all(p.match(self.cols[p.key][s]) for p in predicates)
         return lambda s: all(p(r) for r in (self.row(s),) for p in predicates)
 
     def _counted_total(self, predicates: list[Predicate]) -> int | None:
         if not predicates:
-            return len(self.index)
+            return len(self)
         if len(predicates) == 1 and not predicates[0].negate:
             p = predicates[0]
-            if p.key in self.counts:
+            if p.key in self.code_tables:
                 counter = self.counts[p.key]
                 return sum(n for k, n in counter.items() if (k or "") == p.value)
         return None
@@ -476,10 +697,19 @@ class TaskScan:
         if until is not None and tb._blk_start[b] > until:
             return []
         self.blocks_read += 1
-        cols, times, cap = tb.cols, tb.times, tb.cap
+        codes, tables, times, cap = tb.codes, tb.code_tables, tb.times, tb.cap
         t_start, t_end = times["t_start"], times["t_end"]
-        job_col, node_col = cols["job_id"], cols["node_id"]
+        t_pending, t_scheduled = times["t_pending"], times["t_scheduled"]
+        t_args, t_executed = times["t_args"], times["t_executed"]
+        job_col, node_col = codes["job_id"], codes["node_id"]
+        name_col, state_col = codes["name"], codes["state"]
+        job_of, node_of = tables["job_id"].values, tables["node_id"].values
+        name_of = tables["name"].values
+        pid, attempt = tb.pid, tb.attempt
         job, node = self.job_id, self.node_id
+        # The filters as codes, read now: codes may be reused between two blocks.
+        job_ok = tables["job_id"].matches(Predicate("job_id", job, False)) if job else None
+        node_ok = tables["node_id"].matches(Predicate("node_id", node, False)) if node else None
         out: list[TaskRecord] = []
         for s in range(lo, hi):
             slot = s % cap
@@ -490,24 +720,24 @@ class TaskScan:
                 continue
             if until is not None and start > until:
                 continue
-            if job and (job_col[slot] or "") != job:
+            if job_ok is not None and not job_ok[job_col[slot]]:
                 continue
-            if node and (node_col[slot] or "") != node:
+            if node_ok is not None and not node_ok[node_col[slot]]:
                 continue
             out.append(
                 TaskRecord(
-                    cols["task_id"][slot],
-                    cols["name"][slot],
-                    cols["state"][slot],
-                    job_col[slot],
-                    node_col[slot],
-                    tb.pid[slot] or None,
-                    tb.attempt[slot],
-                    _t(times["t_pending"][slot]),
-                    _t(times["t_scheduled"][slot]),
+                    tb.task_id(slot),
+                    name_of[name_col[slot]],
+                    STATES[state_col[slot]],
+                    job_of[job_col[slot]],
+                    node_of[node_col[slot]],
+                    pid[slot] or None,
+                    attempt[slot],
+                    _t(t_pending[slot]),
+                    _t(t_scheduled[slot]),
                     start,
-                    _t(times["t_args"][slot]),
-                    _t(times["t_executed"][slot]),
+                    _t(t_args[slot]),
+                    _t(t_executed[slot]),
                     end,
                 )
             )
