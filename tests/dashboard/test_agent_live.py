@@ -8,20 +8,7 @@ import time
 
 import ember
 import httpx
-import pytest
-from ember_test_utils import assert_no_ember_children, wait_until
-
-
-@pytest.fixture(scope="module")
-def live():
-    if ember.is_initialized():
-        ember.shutdown()
-    ctx = ember.init(num_cpus=2, dashboard_port=0)
-    http = httpx.Client(base_url=ctx.dashboard_url, timeout=60)
-    yield ctx, http
-    http.close()
-    ember.shutdown()
-    assert_no_ember_children()
+from ember_test_utils import wait_until
 
 
 def _get(http: httpx.Client, path: str, **params) -> dict:
@@ -45,7 +32,7 @@ class Holder:
 
 
 def test_node_sample_has_every_field_the_issue_lists(live):
-    _, http = live
+    _, http, _ = live
     node = wait_until(lambda: _get(http, "/api/nodes")["items"], 15, 0.2, "the node")[0]
 
     # Rates are differences between two samples: wait for the second one.
@@ -69,7 +56,7 @@ def test_node_sample_has_every_field_the_issue_lists(live):
 
 
 def test_workers_have_their_costs_and_their_state_in_words(live):
-    _, http = live
+    _, http, _ = live
     holder = Holder.options(name="agent-live-holder").remote()
     actor_pid = ember.get(holder.pid.remote())
     # A node starts no worker ahead of demand: one task leaves an idle one behind.

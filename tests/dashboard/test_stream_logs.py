@@ -13,20 +13,7 @@ import ember
 import httpx
 import pytest
 import websockets
-from ember_test_utils import assert_no_ember_children, wait_until
-
-
-@pytest.fixture(scope="module")
-def live():
-    if ember.is_initialized():
-        ember.shutdown()
-    ctx = ember.init(num_cpus=2, dashboard_port=0)
-    http = httpx.Client(base_url=ctx.dashboard_url, timeout=30)
-    node = wait_until(lambda: http.get("/api/nodes").json()["items"], 15, 0.2, "the node")[0]
-    yield ctx, http, node["node_id"]
-    http.close()
-    ember.shutdown()
-    assert_no_ember_children()
+from ember_test_utils import wait_until
 
 
 def _indexed(http: httpx.Client, name: str) -> None:
