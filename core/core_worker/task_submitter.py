@@ -176,8 +176,11 @@ class TaskSubmitter:
         try:
             conn = await self.cw.connect_to_worker(worker_id, address)
         except Exception as e:
+            if self.cw.shutting_down:
+                return  # the node is stopping: its workers are going away, say nothing
             logger.warning("could not reach leased worker %s: %s", address, e)
-            raylet.send("return_lease", {"lease_id": lease_id, "worker_died": True})
+            if not raylet.closed:
+                raylet.send("return_lease", {"lease_id": lease_id, "worker_died": True})
             self._pump(cls)
             return
         lease = _Lease(
