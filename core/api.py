@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any
 
 from ember import global_state, options
@@ -24,6 +25,7 @@ from ember.object_ref import ObjectRef
 from ember.remote_function import RemoteFunction
 
 logger = logging.getLogger("ember")
+_ref_id = attrgetter("_id")
 
 _state_lock = threading.RLock()
 _node = None  # the LocalNode this driver started, if any
@@ -295,10 +297,12 @@ def wait(
     if not isinstance(object_refs, list | tuple):
         raise TypeError(f"wait() expected a list of ObjectRef, got {type(object_refs).__name__}")
     refs = list(object_refs)
-    for r in refs:
-        if not isinstance(r, ObjectRef):
-            raise TypeError(f"wait() expected a list of ObjectRef, found a {type(r).__name__}")
-    if len(set(refs)) != len(refs):
+    # Checked with C-level passes (map, set): wait() is often called in a loop over a long
+    # list, one ready ref at a time, and a Python loop here would cost more than the wait.
+    if not all(issubclass(kind, ObjectRef) for kind in set(map(type, refs))):
+        bad = next(r for r in refs if not isinstance(r, ObjectRef))
+        raise TypeError(f"wait() expected a list of ObjectRef, found a {type(bad).__name__}")
+    if len(set(map(_ref_id, refs))) != len(refs):
         raise ValueError("Wait requires a list of unique object refs.")
     if num_returns <= 0:
         raise ValueError(f"Invalid number of objects to return {num_returns}.")

@@ -256,6 +256,44 @@ def test_wait_ready_list_keeps_input_order(shared_node, gate):
     assert ready == ordered
 
 
+def test_wait_not_ready_keeps_input_order_around_the_ready_ones(shared_node, gate):
+    slow_a = wait_for_file.remote(gate)
+    slow_b = wait_for_file.remote(gate)
+    done = [ember.put(i) for i in range(3)]
+    listed = [slow_a, done[0], slow_b, done[1], done[2]]
+    ready, not_ready = ember.wait(listed, num_returns=2, timeout=30)
+    assert ready == [done[0], done[1]]
+    assert not_ready == [slow_a, slow_b, done[2]]
+    open_gate(gate)
+
+
+def test_wait_one_at_a_time_drains_every_ref_once(shared_node):
+    refs = [identity.remote(i) for i in range(300)]
+    seen = []
+    not_ready = list(refs)
+    while not_ready:
+        ready, not_ready = ember.wait(not_ready, timeout=60)
+        assert len(ready) == 1
+        seen.append(ready[0])
+    assert sorted(seen, key=refs.index) == refs and len(set(seen)) == len(refs)
+
+
+def test_wait_names_a_non_ref_element(shared_node):
+    with pytest.raises(TypeError, match="found a str"):
+        ember.wait([ember.put(1), "not a ref"])
+
+
+@ember.remote
+def value_after(seconds, value):
+    time.sleep(seconds)  # keeps the result pending while the driver starts waiting
+    return value
+
+
+def test_get_of_a_list_with_a_pending_ref_twice(shared_node):
+    slow = value_after.remote(0.3, "late")
+    assert ember.get([slow, slow, ember.put(3)], timeout=30) == ["late", "late", 3]
+
+
 # -- ObjectRef ---------------------------------------------------------------------------
 def test_object_ref_hex_equality_hash_and_alias(shared_node):
     ref = ember.put("v")

@@ -546,7 +546,9 @@ class CoreWorker:
         if not missing:
             return locs
         event = threading.Event()
-        remaining = {"n": len(missing)}
+        # One waiter per distinct object: a ref listed twice is waited for once.
+        waiting = {refs[i]._id: refs[i] for i in missing}
+        remaining = {"n": len(waiting)}
         lock = threading.Lock()
 
         def on_ready(_oid, _value) -> None:
@@ -555,23 +557,12 @@ class CoreWorker:
                 if remaining["n"] <= 0:
                     event.set()
 
-        seen: set[bytes] = set()
-        for i in missing:
-            ref = refs[i]
-            if ref._id in seen:
-                with lock:
-                    remaining["n"] -= 1
-                continue
-            seen.add(ref._id)
-            self._ensure_resolving(ref)
-            store.on_ready(ref._id, on_ready)
-        if remaining["n"] <= 0:
-            event.set()
+        self._ensure_resolving_many(waiting.values())
+        store.on_ready_many(list(waiting), on_ready)
         blocked = self._notify_blocked()
         try:
             if not event.wait(timeout):
-                for i in missing:
-                    store.remove_waiter(refs[i]._id, on_ready)
+                store.remove_waiter_many(waiting, on_ready)
                 raise GetTimeoutError(
                     f"get() timed out after {timeout} s: {remaining['n']} of {len(refs)} "
                     f"objects were not ready (first: {refs[missing[0]].hex()})"
@@ -580,6 +571,12 @@ class CoreWorker:
             if blocked:
                 self._notify_unblocked()
         return [store.get_if_ready(r._id) for r in refs]
+
+    def _ensure_resolving_many(self, refs) -> None:
+        contains = self.memory_store.contains
+        for ref in refs:
+            if not contains(ref._id):
+                self._ensure_resolving(ref)
 
     def _ensure_resolving(self, ref: ObjectRef) -> None:
         """A ref we do not own and know nothing of: ask its owner (once)."""
@@ -692,27 +689,34 @@ class CoreWorker:
         """Ray's wait: a ref is ready once its object exists; with ``fetch_local`` only once
         it is on this node too, so an object in another node's shared memory is pulled
         here first (the pull starts now and finishes even if the wait times out first)."""
-        store = self.memory_store
+        get_if_ready = self.memory_store.get_if_ready
         node_id = self.node_id
-        ready_ids: set[bytes] = set()
+        ready_at: list[int] = []  # positions in refs of the first ready ones
         remote: list[tuple[ObjectRef, Any]] = []  # made on another node: to pull first
         unknown: list[ObjectRef] = []
-        for r in refs:
-            loc = store.get_if_ready(r._id)
+        for i, r in enumerate(refs):
+            loc = get_if_ready(r._id)
             if loc is None:
                 unknown.append(r)
             elif fetch_local and loc[0] == "plasma" and loc[1] != node_id:
                 remote.append((r, loc))
             else:
-                ready_ids.add(r._id)
-        if len(ready_ids) < num_returns and (remote or (unknown and timeout != 0)):
+                ready_at.append(i)
+                # Only the first num_returns ready refs (in list order) are returned, so the
+                # rest need no look: a loop that waits on 1,000 refs one by one stays linear.
+                if len(ready_at) >= num_returns:
+                    break
+        if len(ready_at) < num_returns and (remote or (unknown and timeout != 0)):
+            ready_ids = {refs[i]._id for i in ready_at}
             self._wait_for_more(ready_ids, remote, unknown, num_returns, timeout, fetch_local)
-        ready, not_ready = [], []
-        for r in refs:
-            if r._id in ready_ids and len(ready) < num_returns:
-                ready.append(r)
-            else:
-                not_ready.append(r)
+            ready_at = [i for i, r in enumerate(refs) if r._id in ready_ids][:num_returns]
+        ready = [refs[i] for i in ready_at]
+        not_ready: list[ObjectRef] = []
+        start = 0
+        for i in ready_at:
+            not_ready += refs[start:i]
+            start = i + 1
+        not_ready += refs[start:]
         return ready, not_ready
 
     def _wait_for_more(
@@ -748,20 +752,17 @@ class CoreWorker:
 
         for r, loc in remote:
             self._pull_for_wait(r._id, loc, r._owner, mark_ready)
-        waiting = []
         if timeout != 0:
-            for r in unknown:
-                self._ensure_resolving(r)
-                store.on_ready(r._id, on_ready)
-                waiting.append(r._id)
+            waiting = [r._id for r in unknown]
+            self._ensure_resolving_many(unknown)
+            store.on_ready_many(waiting, on_ready)
             blocked = self._notify_blocked()
             try:
                 event.wait(timeout)
             finally:
                 if blocked:
                     self._notify_unblocked()
-        for oid in waiting:
-            store.remove_waiter(oid, on_ready)
+            store.remove_waiter_many(waiting, on_ready)
         with lock:
             ready_ids.update(done)
 

@@ -82,11 +82,37 @@ class MemoryStore:
         callback(object_id, value)
         return True
 
-    def remove_waiter(self, object_id: bytes, callback: Callable) -> None:
+    def on_ready_many(
+        self, object_ids: list[bytes], callback: Callable[[bytes, Location], None]
+    ) -> None:
+        """``on_ready`` for many ids under one lock (``wait`` registers on every ref it
+        still waits for, each time it is called); the ready ones are called after it."""
+        ready = []
         with self._lock:
-            entry = self._entries.get(object_id)
-            if entry is not None and entry.waiters and callback in entry.waiters:
-                entry.waiters.remove(callback)
+            entries = self._entries
+            for object_id in object_ids:
+                entry = entries.get(object_id)
+                if entry is None:
+                    entry = entries[object_id] = _Entry()
+                if entry.value is not None:
+                    ready.append((object_id, entry.value))
+                elif entry.waiters is None:
+                    entry.waiters = [callback]
+                else:
+                    entry.waiters.append(callback)
+        for object_id, value in ready:
+            callback(object_id, value)
+
+    def remove_waiter(self, object_id: bytes, callback: Callable) -> None:
+        self.remove_waiter_many((object_id,), callback)
+
+    def remove_waiter_many(self, object_ids, callback: Callable) -> None:
+        with self._lock:
+            entries = self._entries
+            for object_id in object_ids:
+                entry = entries.get(object_id)
+                if entry is not None and entry.waiters and callback in entry.waiters:
+                    entry.waiters.remove(callback)
 
     def get_cached(self, object_id: bytes) -> Any:
         entry = self._entries.get(object_id)
