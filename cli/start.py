@@ -215,8 +215,8 @@ def _block(node) -> None:
     signal.signal(signal.SIGINT, on_signal)
     click.echo("--block: staying in the foreground; Ctrl-C or SIGTERM stops the node.")
     while not stop.wait(0.5):
-        if not node.alive():
-            dead = [name for name, p in node.procs.items() if p.poll() is not None]
+        dead = node.dead_processes()
+        if dead:
             reason["why"] = f"{', '.join(dead)} exited"
             break
     click.echo(f"Stopping the node ({reason['why']}).")

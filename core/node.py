@@ -229,7 +229,14 @@ class LocalNode:
             # process, and the raylet starts an agent only where there is no dashboard.
             from ember.dashboard.launch import agent_argv_for, start_dashboard_for
 
-            self.dashboard_url, dashboard_ready = start_dashboard_for(self)
+            dashboard = start_dashboard_for(self)
+            dashboard_ready = None
+            dashboard_args: list[str] = []
+            if dashboard is not None:
+                self.dashboard_url, dashboard_ready = dashboard.url, dashboard.wait
+                # The raylet starts the dashboard again if it dies (dashboard_supervisor).
+                restart = {**dashboard.restart, "pid": self.procs["dashboard"].pid}
+                dashboard_args = ["--dashboard", json.dumps(restart)]
             waits = []
             waits.append(
                 self._spawn(
@@ -261,7 +268,7 @@ class LocalNode:
                         # No dashboard here: the raylet runs the agent (else it is in
                         # the dashboard's process).
                         *(
-                            []
+                            dashboard_args
                             if dashboard_ready is not None
                             else ["--agent", json.dumps(agent_argv_for(self, ""))]
                         ),
@@ -336,7 +343,12 @@ class LocalNode:
         write_node_info(self.session_dir, info)
 
     def alive(self) -> bool:
-        return all(p.poll() is None for p in self.procs.values())
+        return not self.dead_processes()
+
+    def dead_processes(self) -> list[str]:
+        """The node's processes that exited; not the dashboard, which the raylet starts
+        again when it dies (dashboard_supervisor)."""
+        return [n for n, p in self.procs.items() if n != "dashboard" and p.poll() is not None]
 
     def _spawn(self, name: str, args: list[str], fds: tuple[int, ...] = ()) -> tuple[str, int]:
         r, w = os.pipe()

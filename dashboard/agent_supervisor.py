@@ -154,16 +154,20 @@ class AgentSupervisor:
         self.stopping = True
         if self._watch is not None:
             self._watch.cancel()
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE
-        while proc.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(2.0)
+        await terminate(self.proc)
+
+
+async def terminate(proc: subprocess.Popen | None) -> None:
+    """SIGTERM; SIGKILL if the process is still there after ``STOP_GRACE`` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE
+    while proc.poll() is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(2.0)
 
 
 def _with_component(argv: list[str], name: str, pid: int) -> list[str]:

@@ -18,18 +18,28 @@ import json
 import os
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 # spawn(name, argv, fds to hand over) -> wait(), which returns the ready line (LocalNode).
 Spawner = Callable[[str, list[str], tuple[int, ...]], Callable[[], str]]
 PORT_TRIES = 100
 
 
-def bind_port(host: str, port: int) -> tuple[socket.socket, int]:
-    """A listening socket on ``port``, or the next free one above it (port 0: any)."""
+class DashboardStart(NamedTuple):
+    url: str
+    wait: Callable[[], str]  # -> the address the agents stream to, once it serves
+    # ember.dashboard.server's arguments but --fd, its host and bound port: what the raylet
+    # needs to start it again on the same URL if it dies (dashboard_supervisor).
+    restart: dict[str, Any]
+
+
+def bind_port(host: str, port: int, exact: bool = False) -> tuple[socket.socket, int]:
+    """A listening socket on ``port``, or the next free one above it (port 0: any; with
+    ``exact``, that port or ``OSError``)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     last: OSError | None = None
-    for candidate in [port] if port == 0 else range(port, port + PORT_TRIES):
+    tries = 1 if exact or port == 0 else PORT_TRIES
+    for candidate in range(port, port + tries):
         # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on such sockets, and
         # without it a keep-alive client waits 40 ms (Nagle + delayed ACK) per response.
         sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -46,6 +56,8 @@ def bind_port(host: str, port: int) -> tuple[socket.socket, int]:
         sock.listen(512)
         sock.set_inheritable(False)
         return sock, sock.getsockname()[1]
+    if exact:
+        raise OSError(f"port {port} on {host} is taken ({last})")
     raise OSError(
         f"ports {port}-{port + PORT_TRIES - 1} on {host} are all taken ({last}); "
         "pass dashboard_port="
@@ -78,12 +90,13 @@ def start_dashboard(
     token_file: str | None = None,
     agent_host: str = "",
     node_agent: list[str] | None = None,
-) -> tuple[str, Callable[[], str]]:
+) -> DashboardStart:
     """Starts the dashboard on a port bound here (``port``, or the next free one); returns
-    (its URL, wait), where ``wait()`` waits until it serves and returns the address its agents
-    stream to. ``agent_host``: where the agents' hub listens (default: ``host``; a
-    ``unix:`` address for an embedded node). ``node_agent``: the arguments of this node's
-    agent, which then runs in the dashboard's process."""
+    its URL, ``wait()``, which waits until it serves and returns the address its agents
+    stream to, and how to start it again (``restart``, for the raylet's
+    ``DashboardSupervisor``). ``agent_host``: where the agents' hub listens (default:
+    ``host``; a ``unix:`` address for an embedded node). ``node_agent``: the arguments of
+    this node's agent, which then runs in the dashboard's process."""
     from ember.dashboard.config import DEFAULT_PORT
 
     sock, bound = bind_port(host, DEFAULT_PORT if port is None else port)
@@ -96,8 +109,6 @@ def start_dashboard(
         host,
         "--port",
         str(bound),
-        "--fd",
-        str(sock.fileno()),
         "--gcs-address",
         gcs_address,
     ]
@@ -109,15 +120,16 @@ def start_dashboard(
         argv += ["--agent-host", agent_host]
     if node_agent is not None:
         argv += ["--node-agent", json.dumps(node_agent)]
+    restart = {"argv": argv[2:], "host": host, "port": bound}
     try:
-        wait = spawn("dashboard", argv, (sock.fileno(),))
+        wait = spawn("dashboard", [*argv, "--fd", str(sock.fileno())], (sock.fileno(),))
     finally:
         sock.close()  # the dashboard has its own copy
 
     def agent_address() -> str:
         return wait().split()[1]
 
-    return dashboard_url(host, bound, url_prefix), agent_address
+    return DashboardStart(dashboard_url(host, bound, url_prefix), agent_address, restart)
 
 
 def node_agent_argv(
@@ -164,13 +176,12 @@ def _gcs_address_of(node: Any) -> str:
     return getattr(node, "gcs_unix_address", "") or node.gcs_address
 
 
-def start_dashboard_for(node: Any) -> tuple[str, Callable[[], str] | None]:
+def start_dashboard_for(node: Any) -> DashboardStart | None:
     """``LocalNode.start``'s call before the raylet: the dashboard on the head (unless
-    disabled); returns (its URL, wait), ``wait()`` giving the address its agents stream to
-    once it serves; or ('', None)."""
+    disabled), or None."""
     options = node.dashboard
     if not node.head or options.include is False:
-        return "", None
+        return None
     return start_dashboard(
         node.spawn,
         session_dir=node.session_dir,

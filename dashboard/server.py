@@ -38,8 +38,10 @@ def load_token(host: str, session_dir: str, token_file: str | None) -> str | Non
         return read_token_file(token_file)
     if os.environ.get("EMBER_CLUSTER_TOKEN"):
         return os.environ["EMBER_CLUSTER_TOKEN"]
-    token = secrets.token_urlsafe(24)
     path = os.path.join(session_dir, "dashboard_token")
+    if os.path.exists(path):  # a dashboard restarted in this session keeps the first's token
+        return read_token_file(path)
+    token = secrets.token_urlsafe(24)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")

@@ -113,3 +113,20 @@ def wait_for_node_agents(dashboard_url: str, nodes: int = 1, timeout: float = 30
         return sum(n["cpu_percent"] is not None for n in items) >= nodes
 
     wait_until(agents, timeout=timeout, interval=0.1, message=f"{nodes} agent(s) to report")
+
+
+def fake_spawn(monkeypatch, supervisor, code: str) -> list:
+    """Makes ``supervisor._spawn`` start ``python -c code`` instead of its process; returns
+    the list the started processes are appended to."""
+    import subprocess
+    import sys
+
+    spawned: list[subprocess.Popen] = []
+
+    def spawn(*_args) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", code])
+        spawned.append(proc)
+        return proc
+
+    monkeypatch.setattr(supervisor, "_spawn", spawn)
+    return spawned

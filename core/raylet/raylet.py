@@ -1069,6 +1069,12 @@ async def serve(args: argparse.Namespace) -> None:
 
         agent = AgentSupervisor(json.loads(args.agent), args.session_dir)
         agent.launch(config.process_start_timeout)
+    dashboard = None
+    if args.dashboard:  # the head's dashboard (and its agent): started again if it dies
+        from ember.dashboard.dashboard_supervisor import DashboardSupervisor
+
+        dashboard = DashboardSupervisor(json.loads(args.dashboard), args.session_dir)
+        dashboard.start()
     tasks = [
         asyncio.ensure_future(raylet.heartbeat()),
         asyncio.ensure_future(raylet.reaper()),
@@ -1085,6 +1091,8 @@ async def serve(args: argparse.Namespace) -> None:
     raylet.stopping = True
     if agent is not None:
         await agent.stop()
+    if dashboard is not None:
+        await dashboard.stop()
     for t in tasks:
         t.cancel()
     for srv in servers:
@@ -1118,6 +1126,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--token-file", default=None, help="the cluster token (cluster nodes)")
     parser.add_argument("--cluster-address", default=None, help="the GCS's TCP address")
     parser.add_argument("--agent", default="", help="JSON list: the node agent's arguments")
+    parser.add_argument(
+        "--dashboard",
+        default="",
+        help="JSON: how to start the head's dashboard again if it dies (dashboard_supervisor)",
+    )
     parser.add_argument("--ready-fd", type=int, default=-1)
     parser.add_argument("--parent-pid", type=int, default=0)
     args = parser.parse_args(argv)

@@ -13,19 +13,13 @@ import sys
 
 from ember.dashboard import agent_supervisor
 from ember.dashboard.agent_supervisor import AgentSupervisor
+from ember_test_utils import fake_spawn
 
 
 def _supervisor(tmp_path, monkeypatch, code: str) -> tuple[AgentSupervisor, list]:
     os.makedirs(tmp_path / "logs", exist_ok=True)
     sup = AgentSupervisor(["--components", "gcs_server=1"], str(tmp_path))
-    spawned: list[subprocess.Popen] = []
-
-    def spawn(ready_fd: int = -1) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-c", code])
-        spawned.append(proc)
-        return proc
-
-    monkeypatch.setattr(sup, "_spawn", spawn)
+    spawned = fake_spawn(monkeypatch, sup, code)
     monkeypatch.setattr(agent_supervisor, "POLL", 0.05)
     return sup, spawned
 

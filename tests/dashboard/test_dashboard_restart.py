@@ -1,0 +1,163 @@
+"""The head's dashboard, and with it the head's agent, is started again when it dies
+(``dashboard/dashboard_supervisor.py``, in the raylet): on the same URL, within the restart
+budget the agent has; a port taken meanwhile is reported and retried; tasks never notice."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+import ember
+import httpx
+import psutil
+import pytest
+from ember.dashboard import agent_supervisor, dashboard_supervisor
+from ember.dashboard.dashboard_supervisor import DashboardSupervisor
+from ember.dashboard.launch import bind_port
+from ember_test_utils import (
+    assert_no_ember_children,
+    dashboard_url_in,
+    fake_spawn,
+    head_cluster,
+    wait_for_node_agents,
+    wait_until,
+)
+
+
+def _dashboards(root: psutil.Process | None = None, session: str = "") -> list[int]:
+    """Live (not zombie) dashboard processes: under ``root`` or, for a daemon cluster, any
+    whose command line names ``session``."""
+    procs = root.children(recursive=True) if root is not None else psutil.process_iter()
+    out = []
+    for p in procs:
+        try:
+            cmd = " ".join(p.cmdline())
+            if p.status() == psutil.STATUS_ZOMBIE or "ember.dashboard.server" not in cmd:
+                continue
+        except psutil.Error:
+            continue
+        if session in cmd:
+            out.append(p.pid)
+    return out
+
+
+def _serving(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/api/version", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@ember.remote
+def plus_one(x: int) -> int:
+    return x + 1
+
+
+def test_a_killed_dashboard_comes_back_on_its_url_with_the_heads_agent():
+    if ember.is_initialized():
+        ember.shutdown()
+    ctx = ember.init(num_cpus=1, dashboard_port=0)
+    http = httpx.Client(base_url=ctx.dashboard_url, timeout=10)
+    try:
+        wait_for_node_agents(ctx.dashboard_url)
+        me = psutil.Process()
+        [first] = wait_until(lambda: _dashboards(me), 15, 0.1, "the dashboard process")
+        os.kill(first, signal.SIGKILL)
+        # Tasks do not depend on the dashboard: one runs while it is down.
+        assert ember.get(plus_one.remote(1), timeout=30) == 2
+        [second] = wait_until(
+            lambda: [p for p in _dashboards(me) if p != first], 30, 0.1, "a new dashboard"
+        )
+        wait_until(
+            lambda: _serving(ctx.dashboard_url), 30, 0.1, "the dashboard to serve on its URL again"
+        )
+        # The head's agent lives in the new process: the node is reported by it again.
+        wait_for_node_agents(ctx.dashboard_url)
+        assert http.get("/api/nodes").json()["items"][0]["state"] == "ALIVE"
+        log = open(os.path.join(ctx.session_dir, "logs", "raylet.log")).read()
+        assert f"restarted the dashboard (pid {second})" in log
+    finally:
+        http.close()
+        ember.shutdown()
+    assert_no_ember_children()
+
+
+def test_an_ember_start_head_restarts_its_dashboard_and_ember_stop_ends_it():
+    with head_cluster() as (root, _port, head):
+        url = dashboard_url_in(head.stdout)
+        wait_for_node_agents(url)
+        [first] = wait_until(lambda: _dashboards(session=root), 15, 0.1, "the dashboard")
+        os.kill(first, signal.SIGKILL)
+        wait_until(
+            lambda: [p for p in _dashboards(session=root) if p != first],
+            30,
+            0.1,
+            "a new dashboard",
+        )
+        wait_until(lambda: _serving(url), 30, 0.1, "the dashboard to serve on its URL again")
+        wait_for_node_agents(url)
+    # head_cluster's `ember stop` checked that nothing of the cluster is left, the new
+    # dashboard included.
+
+
+def _supervisor(tmp_path, monkeypatch, port: int, code: str | None):
+    """A supervisor whose first dashboard is already gone; ``code`` replaces the dashboard
+    (None: the real ``_spawn``)."""
+    os.makedirs(tmp_path / "logs", exist_ok=True)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    spec = {"argv": [], "host": "127.0.0.1", "port": port, "pid": gone.pid}
+    sup = DashboardSupervisor(spec, str(tmp_path))
+    spawned = fake_spawn(monkeypatch, sup, code) if code is not None else []
+    monkeypatch.setattr(dashboard_supervisor, "POLL", 0.05)
+    return sup, spawned
+
+
+def test_a_dashboard_that_keeps_dying_is_restarted_five_times_then_left_down(
+    tmp_path, monkeypatch, caplog
+):
+    sup, spawned = _supervisor(tmp_path, monkeypatch, 0, "raise SystemExit(3)")
+    with caplog.at_level(logging.INFO, logger="ember.raylet"):
+        asyncio.run(asyncio.wait_for(sup._watch_loop(), 60))  # returns when it gives up
+    assert len(spawned) == agent_supervisor.MAX_RESTARTS
+    assert sup.proc is None and all(p.wait(5) == 3 for p in spawned)
+    assert "not restarting it" in caplog.text
+
+
+def test_a_port_taken_meanwhile_is_reported_and_nothing_else_is_bound(
+    tmp_path, monkeypatch, caplog
+):
+    taken, port = bind_port("127.0.0.1", 0)
+    try:
+        sup, _ = _supervisor(tmp_path, monkeypatch, port, None)
+
+        async def run() -> None:
+            sup.start()
+            await asyncio.sleep(1.0)  # the first retry comes 0.5 s after the death
+            await sup.stop()
+
+        with caplog.at_level(logging.INFO, logger="ember.raylet"):
+            asyncio.run(run())
+        assert sup.proc is None
+        assert f"could not restart the dashboard: port {port} on 127.0.0.1 is taken" in caplog.text
+    finally:
+        taken.close()
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_bind_port_exact_or_the_next_free_one(exact):
+    taken, port = bind_port("127.0.0.1", 0)
+    try:
+        if exact:
+            with pytest.raises(OSError, match=f"port {port} on 127.0.0.1 is taken"):
+                bind_port("127.0.0.1", port, exact=True)
+        else:
+            sock, other = bind_port("127.0.0.1", port)
+            sock.close()
+            assert other != port
+    finally:
+        taken.close()
