@@ -19,6 +19,7 @@ from ember.protocol import connection as conn_mod
 
 INTRUDER_NODE = "1badc0de" * 4
 INTRUDER_IP = "6.6.6.6"
+VERDICT_WAIT = 3.0  # seconds: a refusing hub answers on the metadata at once
 
 
 async def hub_address(gcs_address: str, token: bytes) -> str:
@@ -33,11 +34,22 @@ async def hub_address(gcs_address: str, token: bytes) -> str:
 
 
 async def attempt(address: str, metadata: tuple | None) -> str:
-    """``ANSWERED`` if the hub kept the stream open, else its status code and message."""
+    """``ANSWERED`` if the hub kept the stream open, else its status code and message.
+
+    The hub judges the token from the call's metadata, before any message, so the probe
+    first waits for its verdict: a write racing the hub's abort can make gRPC's asyncio
+    client report ``INTERNAL: Internal error from Core`` in place of the server's status
+    (grpc/grpc#36066). A stream still open after that wait was let in, and gets the
+    intruder's hello."""
     async with grpc.aio.insecure_channel(address) as channel:
         call = channel.stream_stream(wire.METHOD)(metadata=metadata, timeout=10)
         hello = {"type": "hello", "node_id": INTRUDER_NODE, "info": {"node_ip": INTRUDER_IP}}
         try:
+            try:
+                code = await asyncio.wait_for(asyncio.shield(call.code()), VERDICT_WAIT)
+                return f"{code.name}: {await call.details()}"
+            except TimeoutError:
+                pass  # no verdict: the hub kept the stream open
             await call.write(wire.encode(hello))
             async for _ in call:
                 return "ANSWERED"
