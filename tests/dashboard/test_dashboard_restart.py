@@ -86,6 +86,75 @@ def test_a_killed_dashboard_comes_back_on_its_url_with_the_heads_agent():
     assert_no_ember_children()
 
 
+# A driver that kills its node's dashboard, waits for the raylet's new one, prints its pid
+# and then blocks (the test SIGKILLs it).
+_DRIVER = """
+import os, signal, sys, time
+import ember, psutil
+
+def dashboards():
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "ember.dashboard.server" in " ".join(p.cmdline()):
+                out.append(p.pid)
+        except psutil.Error:
+            pass
+    return out
+
+def wait_for(pred, what):
+    deadline = time.monotonic() + 30
+    while not (value := pred()):
+        if time.monotonic() > deadline:
+            sys.exit("timed out waiting for " + what)
+        time.sleep(0.05)
+    return value
+
+ember.init(num_cpus=1, dashboard_port=0)
+[first] = wait_for(dashboards, "the dashboard")
+os.kill(first, signal.SIGKILL)
+[second] = wait_for(lambda: [p for p in dashboards() if p != first], "a new dashboard")
+print(second, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_restarted_dashboard_goes_away_with_a_sigkilled_driver():
+    import select
+    import time
+
+    driver = subprocess.Popen(
+        [sys.executable, "-c", _DRIVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        readable, _, _ = select.select([driver.stdout], [], [], 90)
+        assert readable, "the driver printed nothing in 90 s"
+        line = driver.stdout.readline().strip()
+        assert line.isdigit(), (line, driver.stderr.read() if driver.poll() is not None else "")
+        second = psutil.Process(int(line))
+        driver.kill()
+        driver.wait(10)
+
+        def gone() -> bool:
+            try:
+                return second.status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                return True
+
+        deadline = time.monotonic() + 15
+        while not gone():
+            assert time.monotonic() < deadline, "the restarted dashboard outlived its driver"
+            time.sleep(0.05)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(10)
+
+
 def test_an_ember_start_head_restarts_its_dashboard_and_ember_stop_ends_it():
     with head_cluster() as (root, _port, head):
         url = dashboard_url_in(head.stdout)
