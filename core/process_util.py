@@ -64,13 +64,12 @@ def trim_heap() -> None:
 _malloc_trim: Any = None  # libc's malloc_trim once looked up; False where there is none
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(process)d: %(message)s"
+
+
 def setup_process_logging(path: str, level: int = logging.INFO) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    logging.basicConfig(
-        filename=path,
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s %(process)d: %(message)s",
-    )
+    logging.basicConfig(filename=path, level=level, format=LOG_FORMAT)
     from ember import config
 
     config.apply_logging_level()  # ember.init(logging_level=...) reaches the node's processes
@@ -79,3 +78,14 @@ def setup_process_logging(path: str, level: int = logging.INFO) -> None:
     sys.excepthook = lambda t, v, tb: logging.getLogger("ember").critical(
         "uncaught exception", exc_info=(t, v, tb)
     )
+
+
+def log_to_own_file(logger_name: str, path: str) -> None:
+    """Sends ``logger_name``'s records to ``path`` instead of the process's log: a component
+    that runs inside another's process (the head's agent in the dashboard's) keeps its own
+    log file, where ``ember logs`` and the log index look for it."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    log = logging.getLogger(logger_name)
+    log.addHandler(handler)
+    log.propagate = False

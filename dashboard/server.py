@@ -153,8 +153,10 @@ async def _run_node_agent(argv_json: str, hub: AgentHub, stop: asyncio.Event) ->
     from ember.dashboard.agent import Agent
     from ember.dashboard.agent import parse_args as agent_args
     from ember.dashboard.agent_supervisor import keep_running
+    from ember.process_util import log_to_own_file
 
     argv = json.loads(argv_json)
+    log_to_own_file("ember.agent", os.path.join(agent_args(argv).session_dir, "logs", "agent.log"))
 
     async def run_once() -> None:
         await Agent(agent_args(argv), hub=hub).serve_node(stop)

@@ -103,3 +103,39 @@ def test_workers_have_their_costs_and_their_state_in_words(live):
     assert ups == sorted(ups, reverse=True)
     ember.cancel(ref, force=True)
     ember.kill(holder)
+
+
+def test_the_heads_agent_keeps_its_own_log_file(live):
+    """The head's agent runs in the dashboard's process but logs to ``agent.log``, like every
+    other node's agent, where ``ember logs agent*`` and the log index find it."""
+    ctx, http, _ = live
+    assert os.path.exists(os.path.join(ctx.session_dir, "logs", "agent.log"))
+    files = wait_until(
+        lambda: [f for f in _get(http, "/api/logs")["items"] if f["name"] == "agent.log"],
+        15,
+        0.2,
+        "agent.log in the log index",
+    )
+    assert files
+
+
+def test_log_to_own_file_keeps_records_out_of_the_process_log(tmp_path):
+    import logging
+
+    from ember.process_util import log_to_own_file
+
+    own, shared = tmp_path / "own.log", tmp_path / "shared.log"
+    root_handler = logging.FileHandler(shared)
+    logging.getLogger().addHandler(root_handler)
+    try:
+        log_to_own_file("ember.test_component", str(own))
+        logging.getLogger("ember.test_component").warning("component-marker")
+        logging.getLogger("ember.test_other").warning("other-marker")
+    finally:
+        logging.getLogger().removeHandler(root_handler)
+        for h in logging.getLogger("ember.test_component").handlers:
+            h.close()
+        root_handler.close()
+    assert "component-marker" in own.read_text() and "WARNING" in own.read_text()
+    assert "component-marker" not in shared.read_text()
+    assert "other-marker" in shared.read_text()
