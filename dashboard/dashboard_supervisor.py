@@ -40,7 +40,8 @@ class DashboardSupervisor:
         self.deaths = RestartBudget()
         self.stopping = False
         self.proc: subprocess.Popen | None = None  # a dashboard this raylet started
-        self._first_pidfd = _pidfd(int(spec["pid"]))
+        self._first_pid = int(spec["pid"])
+        self._first_pidfd = _pidfd(self._first_pid)
         self._watch: asyncio.Future | None = None
 
     def start(self) -> None:
@@ -64,9 +65,12 @@ class DashboardSupervisor:
             await asyncio.sleep(POLL)
             if self.stopping or self._alive():
                 continue
-            pid = self.proc.pid if self.proc is not None else "first"
-            code = self.proc.returncode if self.proc is not None else "unknown status"
-            logger.warning("the dashboard (pid %s) exited with %s", pid, code)
+            if self.proc is not None:
+                logger.warning(
+                    "the dashboard (pid %d) exited with %s", self.proc.pid, self.proc.returncode
+                )
+            else:  # the node's child: its exit status is the node's to read
+                logger.warning("the dashboard (pid %d) exited", self._first_pid)
             self.proc = None
             while not self.stopping:
                 delay = self.deaths.died()

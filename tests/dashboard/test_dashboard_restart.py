@@ -79,6 +79,7 @@ def test_a_killed_dashboard_comes_back_on_its_url_with_the_heads_agent():
         wait_for_node_agents(ctx.dashboard_url)
         assert http.get("/api/nodes").json()["items"][0]["state"] == "ALIVE"
         log = open(os.path.join(ctx.session_dir, "logs", "raylet.log")).read()
+        assert f"the dashboard (pid {first}) exited" in log
         assert f"restarted the dashboard (pid {second})" in log
     finally:
         http.close()
