@@ -342,9 +342,6 @@ class LocalNode:
         }
         write_node_info(self.session_dir, info)
 
-    def alive(self) -> bool:
-        return not self.dead_processes()
-
     def dead_processes(self) -> list[str]:
         """The node's processes that exited; not the dashboard, which the raylet starts
         again when it dies (dashboard_supervisor)."""

@@ -7,7 +7,8 @@ separate supervisor process cost ~12 MB of resident memory on every idle node (i
 The agent ties its life to the raylet (``--parent-pid``: ``PR_SET_PDEATHSIG``), so on a
 daemon node (``ember start``, no driver) it ends with the raylet, e.g. after the head went
 away; on an embedded node the raylet itself dies with the driver. ``stop`` (the raylet's
-SIGTERM) stops it first.
+SIGTERM) stops it first. ``ChildSupervisor`` is that policy for any process of the raylet's;
+the head's dashboard (``dashboard_supervisor``) is the other one.
 """
 
 from __future__ import annotations
@@ -68,35 +69,113 @@ async def keep_running(
                 pass
 
 
-class AgentSupervisor:
-    """The agent process of this node: ``argv`` are ``ember.dashboard.agent``'s arguments."""
+class ChildSupervisor:
+    """A process of the node kept running by the raylet, its parent: ``_spawn()`` starts
+    it; a death is logged and followed by a new one after ``RestartBudget``'s delay until
+    the budget is spent; ``stop()`` ends it. ``name`` names it in the raylet's log and its
+    output files (``logs/<name>.out``, ``.err``)."""
 
-    def __init__(self, argv: list[str], session_dir: str) -> None:
-        self.argv = _with_component(list(argv), "raylet", os.getpid())
+    name = "process"
+
+    def __init__(self, session_dir: str) -> None:
         self.logs = os.path.join(session_dir, "logs")
         self.proc: subprocess.Popen | None = None
         self.deaths = RestartBudget()
         self.stopping = False
         self._watch: asyncio.Future | None = None
 
-    def _spawn(self, ready_fd: int = -1) -> subprocess.Popen:
-        # From the loop's (main) thread: PR_SET_PDEATHSIG fires when the *thread* that
-        # started the child ends, and the main thread lives as long as the raylet.
-        extra = ["--parent-pid", str(os.getpid())]
-        if ready_fd >= 0:
-            extra += ["--ready-fd", str(ready_fd)]
+    def _spawn(self) -> subprocess.Popen:
+        raise NotImplementedError
+
+    def _popen(self, argv: list[str], pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+        # From the loop's (main) thread: PR_SET_PDEATHSIG (the child's --parent-pid) fires
+        # when the *thread* that started the child ends, and the main thread lives as long
+        # as the raylet.
         with (
-            open(os.path.join(self.logs, "agent.out"), "ab") as out,
-            open(os.path.join(self.logs, "agent.err"), "ab") as err,
+            open(os.path.join(self.logs, f"{self.name}.out"), "ab") as out,
+            open(os.path.join(self.logs, f"{self.name}.err"), "ab") as err,
         ):
             return subprocess.Popen(
-                [sys.executable, "-m", "ember.dashboard.agent", *self.argv, *extra],
+                [sys.executable, *argv, "--parent-pid", str(os.getpid())],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
-                pass_fds=(ready_fd,) if ready_fd >= 0 else (),
+                pass_fds=pass_fds,
                 close_fds=True,
             )
+
+    def _alive(self) -> bool:
+        """False once the process being watched exited (None: nothing to watch)."""
+        return self.proc is None or self.proc.poll() is None
+
+    def _report_exit(self) -> None:
+        proc = self.proc
+        assert proc is not None
+        logger.warning("the %s (pid %d) exited with %s", self.name, proc.pid, proc.returncode)
+
+    def _restarted(self) -> str:
+        return f"restarted the {self.name} (pid {self.proc.pid})"
+
+    async def _watch_loop(self) -> None:
+        while not self.stopping:
+            await asyncio.sleep(POLL)
+            if self.stopping or self._alive():
+                continue
+            self._report_exit()
+            self.proc = None
+            if not await self._restart():
+                return
+
+    async def _restart(self) -> bool:
+        """A new process after the budget's delay; False when the budget is spent (or the
+        raylet is stopping). A start that fails (``OSError``) counts as another death."""
+        while not self.stopping:
+            delay = self.deaths.died()
+            if delay is None:
+                logger.error(
+                    "the %s died %d times in %.0f s; not restarting it (see %s.log / %s.err)",
+                    self.name,
+                    len(self.deaths.times),
+                    WINDOW,
+                    self.name,
+                    self.name,
+                )
+                return False
+            await asyncio.sleep(delay)
+            if self.stopping:
+                return False
+            try:
+                self.proc = self._spawn()
+            except OSError as e:
+                logger.error("could not restart the %s: %s", self.name, e)
+                continue
+            logger.info(self._restarted())
+            return True
+        return False
+
+    async def stop(self) -> None:
+        """SIGTERM to the process; SIGKILL if it is still there after ``STOP_GRACE`` s."""
+        self.stopping = True
+        if self._watch is not None:
+            self._watch.cancel()
+        await terminate(self.proc)
+
+
+class AgentSupervisor(ChildSupervisor):
+    """The agent process of this node: ``argv`` are ``ember.dashboard.agent``'s arguments."""
+
+    name = "agent"
+
+    def __init__(self, argv: list[str], session_dir: str) -> None:
+        super().__init__(session_dir)
+        self.argv = _with_component(list(argv), "raylet", os.getpid())
+
+    def _spawn(self, ready_fd: int = -1) -> subprocess.Popen:
+        extra = ["--ready-fd", str(ready_fd)] if ready_fd >= 0 else []
+        return self._popen(
+            ["-m", "ember.dashboard.agent", *self.argv, *extra],
+            (ready_fd,) if ready_fd >= 0 else (),
+        )
 
     def launch(self, timeout: float) -> None:
         """Starts the agent and goes on: the raylet says it is ready without waiting for the
@@ -126,35 +205,6 @@ class AgentSupervisor:
             if proc.poll() is None:
                 proc.kill()  # silent past its deadline: the watch below starts another
         await self._watch_loop()
-
-    async def _watch_loop(self) -> None:
-        while not self.stopping:
-            await asyncio.sleep(POLL)
-            proc = self.proc
-            if proc is None or proc.poll() is None or self.stopping:
-                continue
-            logger.warning("the agent (pid %d) exited with %s", proc.pid, proc.returncode)
-            delay = self.deaths.died()
-            if delay is None:
-                logger.error(
-                    "the agent died %d times in %.0f s; not restarting it (see agent.log / "
-                    "agent.err)",
-                    len(self.deaths.times),
-                    WINDOW,
-                )
-                self.proc = None
-                return
-            await asyncio.sleep(delay)
-            if not self.stopping:
-                self.proc = self._spawn()
-                logger.info("restarted the agent (pid %d)", self.proc.pid)
-
-    async def stop(self) -> None:
-        """SIGTERM to the agent; SIGKILL if it is still there after ``STOP_GRACE`` seconds."""
-        self.stopping = True
-        if self._watch is not None:
-            self._watch.cancel()
-        await terminate(self.proc)
 
 
 async def terminate(proc: subprocess.Popen | None) -> None:

@@ -23,12 +23,13 @@ from typing import Any, NamedTuple
 # spawn(name, argv, fds to hand over) -> wait(), which returns the ready line (LocalNode).
 Spawner = Callable[[str, list[str], tuple[int, ...]], Callable[[], str]]
 PORT_TRIES = 100
+DASHBOARD_MODULE = "ember.dashboard.server"
 
 
 class DashboardStart(NamedTuple):
     url: str
     wait: Callable[[], str]  # -> the address the agents stream to, once it serves
-    # ember.dashboard.server's arguments but --fd, its host and bound port: what the raylet
+    # DASHBOARD_MODULE's arguments but --fd, its host and bound port: what the raylet
     # needs to start it again on the same URL if it dies (dashboard_supervisor).
     restart: dict[str, Any]
 
@@ -102,7 +103,7 @@ def start_dashboard(
     sock, bound = bind_port(host, DEFAULT_PORT if port is None else port)
     argv = [
         "-m",
-        "ember.dashboard.server",
+        DASHBOARD_MODULE,
         "--session-dir",
         session_dir,
         "--host",
@@ -120,6 +121,8 @@ def start_dashboard(
         argv += ["--agent-host", agent_host]
     if node_agent is not None:
         argv += ["--node-agent", json.dumps(node_agent)]
+    # Without "-m <module>": the raylet's own command line carries this, and must not look
+    # like a dashboard's to anything that finds processes by their command line.
     restart = {"argv": argv[2:], "host": host, "port": bound}
     try:
         wait = spawn("dashboard", [*argv, "--fd", str(sock.fileno())], (sock.fileno(),))

@@ -155,11 +155,11 @@ async def _run_node_agent(argv_json: str, hub: AgentHub, stop: asyncio.Event) ->
     from ember.dashboard.agent_supervisor import keep_running
     from ember.process_util import log_to_own_file
 
-    argv = json.loads(argv_json)
-    log_to_own_file("ember.agent", os.path.join(agent_args(argv).session_dir, "logs", "agent.log"))
+    args = agent_args(json.loads(argv_json))
+    log_to_own_file("ember.agent", os.path.join(args.session_dir, "logs", "agent.log"))
 
     async def run_once() -> None:
-        await Agent(agent_args(argv), hub=hub).serve_node(stop)
+        await Agent(args, hub=hub).serve_node(stop)
 
     def on_death(error: BaseException, restarting: bool) -> None:
         logger.error("the node's agent failed: %r", error, exc_info=error)

@@ -15,7 +15,7 @@ import ember
 import httpx
 import psutil
 import pytest
-from ember.dashboard import agent_supervisor, dashboard_supervisor
+from ember.dashboard import agent_supervisor
 from ember.dashboard.dashboard_supervisor import DashboardSupervisor
 from ember.dashboard.launch import bind_port
 from ember_test_utils import (
@@ -183,7 +183,7 @@ def _supervisor(tmp_path, monkeypatch, port: int, code: str | None):
     spec = {"argv": [], "host": "127.0.0.1", "port": port, "pid": gone.pid}
     sup = DashboardSupervisor(spec, str(tmp_path))
     spawned = fake_spawn(monkeypatch, sup, code) if code is not None else []
-    monkeypatch.setattr(dashboard_supervisor, "POLL", 0.05)
+    monkeypatch.setattr(agent_supervisor, "POLL", 0.05)  # ChildSupervisor's poll
     return sup, spawned
 
 
