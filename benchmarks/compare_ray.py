@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run `ray microbenchmark`'s workloads on Ray and on Ember, side by side, on this machine.
 
-Both halves run the same code, ``core/microbenchmark.py``: Ray's half in its own virtual
+Both halves run the same code, ``core/tools/microbenchmark/``: Ray's half in its own virtual
 environment (``benchmarks/.ray-venv``, created on first use; Ray is never a dependency of
 Ember), Ember's half in Ember's environment. Each half is a subprocess that writes JSON;
 they run one after the other, then a table compares them::
@@ -34,7 +34,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-MODULE = REPO / "core" / "microbenchmark.py"
+MODULE = REPO / "core" / "tools" / "microbenchmark"  # a package, loaded from its folder
 RAY_VENV = HERE / ".ray-venv"
 RESULTS = HERE / "results"
 RAY_REQUIREMENT = "ray==2.60.0"
@@ -49,10 +49,14 @@ DEFAULT_TARGET = 1.0
 STARTUP_TARGET_S = 1.0
 MEMORY_TARGET = 4.0
 
-# Loads core/microbenchmark.py by path, so no directory of Ember lands on sys.path.
+# Loads the package core/tools/microbenchmark/ from its folder, so no directory of Ember lands
+# on sys.path (the Ray half runs where Ember is not installed).
 LAUNCHER = (
-    "import importlib.util, sys\n"
-    "spec = importlib.util.spec_from_file_location('ember_microbenchmark', sys.argv[1])\n"
+    "import importlib.util, os, sys\n"
+    "d = sys.argv[1]\n"
+    "spec = importlib.util.spec_from_file_location(\n"
+    "    'ember_microbenchmark', os.path.join(d, '__init__.py'), submodule_search_locations=[d]\n"
+    ")\n"
     "mod = importlib.util.module_from_spec(spec)\n"
     "sys.modules[spec.name] = mod\n"
     "spec.loader.exec_module(mod)\n"
@@ -466,7 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cmd = [
                 str(args.ember_python),
                 "-m",
-                "ember.microbenchmark",
+                "ember.tools.microbenchmark",
                 *microbenchmark_args(args, "ember", path),
             ]
             halves["ember"], leftovers["ember"], err = run_half("ember", cmd, path, args.timeout)

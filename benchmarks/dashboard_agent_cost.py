@@ -28,7 +28,7 @@ def ember_processes() -> dict[int, str]:
         except psutil.Error:
             continue
         for key, name in (
-            ("ember.dashboard.agent", "agent"),
+            ("ember.agent", "agent"),
             ("ember.dashboard.server", "dashboard"),
             ("ember.gcs", "gcs_server"),
             ("ember.raylet.raylet", "raylet"),

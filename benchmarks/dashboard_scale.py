@@ -40,8 +40,8 @@ import time
 import grpc
 import httpx
 import psutil
+from ember.agent import wire
 from ember.cli.timeline import trace_info
-from ember.dashboard import wire
 
 FUNCTIONS = [f"module.func_{i}" for i in range(50)]
 

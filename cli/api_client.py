@@ -7,7 +7,7 @@ dashboard, calling it with a deadline, turning its errors into one-line messages
 the GCS (the dashboard publishes it there when it starts). Default: ``EMBER_DASHBOARD_URL``,
 then ``EMBER_ADDRESS``, then the newest local session. The token of a dashboard bound to a
 non-loopback address comes from ``EMBER_DASHBOARD_TOKEN`` or the session's token files
-(``dashboard_token``, also used by ``ember.timeline()``).
+(``ember.cluster_token.dashboard_token``, also used by ``ember.timeline()``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
+from ember.cluster_token import dashboard_token
 
 DEFAULT_TIMEOUT = 30.0
 PAGE = 10_000  # the API's largest page
@@ -108,29 +109,6 @@ def resolve(address: str | None) -> Api:
     if url is None:
         url, session_dir = _from_gcs(address)
     return Api(url, dashboard_token(session_dir))
-
-
-def dashboard_token(session_dir: str | None = None, token_file: str | None = None) -> str | None:
-    """The token a dashboard off loopback wants (``dashboard.server.load_token`` picks it):
-    ``EMBER_DASHBOARD_TOKEN``; else the cluster token (``token_file``, or the session's
-    ``cluster_token``), which a cluster's dashboard uses; else the one a dashboard of a
-    non-cluster session wrote to ``<session_dir>/dashboard_token``; else
-    ``EMBER_CLUSTER_TOKEN``. None when there is none (a loopback dashboard needs none)."""
-    token = os.environ.get("EMBER_DASHBOARD_TOKEN")
-    if token:
-        return token.strip()
-    files = [token_file] if token_file else []
-    if session_dir:
-        files += [os.path.join(session_dir, n) for n in ("cluster_token", "dashboard_token")]
-    for path in files:
-        try:
-            with open(path) as f:
-                token = f.read().strip()
-        except OSError:
-            continue  # not this kind of session, or not readable by this user
-        if token:
-            return token
-    return os.environ.get("EMBER_CLUSTER_TOKEN") or None
 
 
 def _from_gcs(address: str | None) -> tuple[str, str | None]:

@@ -21,7 +21,7 @@ def main() -> None:
 @click.option("--json", "json_path", default=None, help="Also write the results to this file.")
 def microbenchmark(filter_: str | None, quick: bool, json_path: str | None) -> None:
     """Run the workloads of `ray microbenchmark` on a local node."""
-    from ember import microbenchmark as mb
+    from ember.tools import microbenchmark as mb
 
     argv = []
     if filter_:
@@ -47,7 +47,7 @@ def microbenchmark(filter_: str | None, quick: bool, json_path: str | None) -> N
 )
 def demo(num_cpus: float | None, tasks: int, hold: float | None) -> None:
     """Start a local node, run a demo workload of tasks and actors, and keep its dashboard up."""
-    from ember.demo import run_demo
+    from ember.tools.demo import run_demo
 
     run_demo(num_cpus=num_cpus, num_tasks=tasks, hold_seconds=hold)
 

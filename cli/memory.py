@@ -1,5 +1,5 @@
 """``ember memory``: every ObjectRef in the cluster that pins an object, in Ray's layout
-(002 §5.3.6 and ../shared/reference/ray-2.60-cli-output.md), with call sites; read from the
+(the layout of `ray memory` in Ray 2.60), with call sites; read from the
 dashboard's ``/api/objects``, which asks every node's processes through their agents."""
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ _EMBER_MODULES = (
     "ember.raylet.raylet",
     "ember.raylet.zygote",
     "ember.worker_main",
+    "ember.agent",
     "ember.dashboard",
 )
 

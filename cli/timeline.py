@@ -4,12 +4,12 @@ dashboard's ``/api/timeline`` (no cap on the number of tasks)."""
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import tempfile
 
 import click
 from ember.cli.api_client import address_option, resolve
+from ember.trace.writer import loss_warnings, trace_info
 
 CHUNK = 1 << 16
 
@@ -64,42 +64,3 @@ def timeline(
     for line in loss_warnings(info):
         click.echo(line, err=True)
     click.echo("Open it in chrome://tracing, https://ui.perfetto.dev or speedscope.")
-
-
-def loss_warnings(info: dict) -> list[str]:
-    """What the trace lacks because the dashboard's bounded stores let it go, from its
-    metadata (``ember_trace_info``): one line per kind, saying how to keep more."""
-    dropped = {k: v for k, v in (info.get("dropped") or {}).items() if v}
-    lines = []
-    evicted = dropped.pop("tasks", 0)
-    if evicted:
-        cap = info.get("max_tasks")
-        kept = f"the newest {cap:,}" if isinstance(cap, int) else "a bounded number of"
-        lines.append(
-            f"Warning: the dashboard keeps {kept} tasks (max_tasks); {evicted:,} older tasks "
-            "were evicted and are not in this trace. Set EMBER_DASHBOARD_MAX_TASKS on the head "
-            "to keep more."
-        )
-    during = dropped.pop("tasks_during_export", 0)
-    if during:
-        lines.append(
-            f"Warning: {during:,} tasks were evicted while the trace was written (the cluster "
-            "runs tasks faster than the export reads them); they are not in this trace."
-        )
-    if dropped:
-        lines.append(f"Warning: the dashboard's bounded buffers dropped older entries: {dropped}")
-    return lines
-
-
-def trace_info(path: str) -> dict:
-    """The trace's last event carries its counts (``ember_trace_info``)."""
-    with open(path, "rb") as f:
-        f.seek(max(os.path.getsize(path) - 8192, 0))
-        tail = f.read().decode("utf-8", "replace")
-    for line in reversed(tail.splitlines()):
-        if "ember_trace_info" in line:
-            try:
-                return json.loads(line.lstrip(",").strip())["args"]
-            except (ValueError, KeyError):
-                break
-    return {}

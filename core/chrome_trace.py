@@ -1,5 +1,5 @@
 """``ember.timeline(filename=None)``: the cluster's tasks as a Chrome trace (chrome://tracing,
-Perfetto, speedscope), laid out by ``ember.dashboard.timeline``: a process per node, a thread
+Perfetto, speedscope), laid out by ``ember.trace.writer``: a process per node, a thread
 per worker, a slice per task with its phases nested, arrows between tasks.
 
 With a dashboard running (``node["dashboard_url"]``), the trace is the cluster's, streamed
@@ -28,7 +28,7 @@ _TIMING_KEYS = (("start", "t_start"), ("args_ready", "t_args"), ("executed", "t_
 
 def local_records(worker: Any) -> tuple[list[Any], Any]:
     """This process's task events as timeline records plus the store of spans and flows."""
-    from ember.dashboard.timeline import TimelineStore
+    from ember.trace.store import TimelineStore
 
     node_id = getattr(worker, "node_id_hex", "") or ""
     job = worker.job_id.hex() if isinstance(getattr(worker, "job_id", None), bytes) else ""
@@ -78,7 +78,7 @@ def local_records(worker: Any) -> tuple[list[Any], Any]:
 
 
 def _local_trace(worker: Any, out: Any) -> None:
-    from ember.dashboard import timeline as tl
+    from ember.trace import writer as tl
 
     records, store = local_records(worker)
     ip = worker.node.get("node_ip", "127.0.0.1") if isinstance(worker.node, dict) else "?"
@@ -143,7 +143,7 @@ def timeline(filename: str | None = None) -> list[dict[str, Any]] | None:
     out: Any = open(filename, "w") if filename else io.StringIO()  # noqa: SIM115
     try:
         if url:
-            from ember.cli.api_client import dashboard_token
+            from ember.cluster_token import dashboard_token
 
             token = dashboard_token(node.get("session_dir"), node.get("token_file"))
             try:
@@ -169,7 +169,7 @@ def timeline(filename: str | None = None) -> list[dict[str, Any]] | None:
 
 
 def _file_info(path: str | None) -> dict[str, Any]:
-    from ember.cli.timeline import trace_info
+    from ember.trace.writer import trace_info
 
     return trace_info(path) if path else {}
 
@@ -177,7 +177,7 @@ def _file_info(path: str | None) -> dict[str, Any]:
 def _warn_losses(info: dict[str, Any]) -> None:
     """The trace lacks what the dashboard's bounded stores let go (tasks evicted past its
     ``max_tasks``...): say so, as ``ember timeline`` does."""
-    from ember.cli.timeline import loss_warnings
+    from ember.trace.writer import loss_warnings
 
     for line in loss_warnings(info):
         warnings.warn(f"ember.timeline(): {line}", RuntimeWarning, stacklevel=4)

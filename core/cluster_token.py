@@ -48,3 +48,26 @@ def normalize(token: str | bytes | None) -> bytes | None:
             "the cluster token must be the hex string from the head's cluster_token file"
         )
     return raw
+
+
+def dashboard_token(session_dir: str | None = None, token_file: str | None = None) -> str | None:
+    """The token a dashboard off loopback wants (``dashboard.server.load_token`` picks it):
+    ``EMBER_DASHBOARD_TOKEN``; else the cluster token (``token_file``, or the session's
+    ``cluster_token``), which a cluster's dashboard uses; else the one a dashboard of a
+    non-cluster session wrote to ``<session_dir>/dashboard_token``; else
+    ``EMBER_CLUSTER_TOKEN``. None when there is none (a loopback dashboard needs none)."""
+    token = os.environ.get("EMBER_DASHBOARD_TOKEN")
+    if token:
+        return token.strip()
+    files = [token_file] if token_file else []
+    if session_dir:
+        files += [os.path.join(session_dir, n) for n in ("cluster_token", "dashboard_token")]
+    for path in files:
+        try:
+            with open(path) as f:
+                token = f.read().strip()
+        except OSError:
+            continue  # not this kind of session, or not readable by this user
+        if token:
+            return token
+    return os.environ.get("EMBER_CLUSTER_TOKEN") or None

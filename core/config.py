@@ -27,7 +27,7 @@ max_tasks_in_flight_per_worker: int = _env("max_tasks_in_flight_per_worker", 4)
 # Deadlines for start-up and control calls: every wait has one.
 process_start_timeout: float = _env("process_start_timeout", 30.0)
 gcs_rpc_timeout: float = _env("gcs_rpc_timeout", 30.0)
-# Bounded event buffers (BRIEF §3): how many task events a process keeps before dropping.
+# Bounded event buffers (every buffer has a bound and counts what it dropped): how many task events a process keeps before dropping.
 task_events_buffer_size: int = _env("task_events_buffer_size", 100_000)
 # Fraction of system memory the object store takes when object_store_memory is not given.
 object_store_memory_fraction: float = _env("object_store_memory_fraction", 0.3)
@@ -39,7 +39,7 @@ node_death_timeout: float = _env("node_death_timeout", 10.0)
 # Workers a cluster node's raylet starts ahead of demand: one per CPU, at most this cap.
 prestart_worker_cap: int = _env("prestart_worker_cap", 4)
 # The same for the embedded node of ember.init(): 0, so an idle local node keeps no idle
-# workers (~23 MB each) and no fork server (issue 2 §7's idle-memory target); the first
+# workers (~23 MB each) and no fork server (an idle node holds as little memory as it can); the first
 # lease forks its worker once the zygote is up (~0.1 s). Cluster nodes keep prestarting: a
 # raylet counts a lease's resources only once a worker takes it, so while a node starts its
 # first worker its heartbeats show it free and other raylets spill more work to it.

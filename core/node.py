@@ -227,7 +227,7 @@ class LocalNode:
                     self.gcs_address = ready
             # The dashboard before the raylet: the head's agent runs in the dashboard's
             # process, and the raylet starts an agent only where there is no dashboard.
-            from ember.dashboard.launch import agent_argv_for, start_dashboard_for
+            from ember.launch import agent_argv_for, start_dashboard_for
 
             dashboard = start_dashboard_for(self)
             dashboard_ready = None

@@ -54,7 +54,7 @@ ACTOR_OPTIONS = {
 }
 
 # A driver that names no namespace gets its own, "anonymous-<pid>", as in modern Ray. Detached
-# actors made from one keep the seeds' global names (002 §5.3.8: "a globally unique name ...
+# actors made from one keep the seeds' global names (Ray 0.8's documents: "a globally unique name ...
 # accessed across different drivers"): the GCS finds them from any other anonymous namespace.
 ANONYMOUS_NAMESPACE_PREFIX = "anonymous-"
 
@@ -178,7 +178,7 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
     if "max_reconstructions" in opts:
         opts.setdefault("max_restarts", opts.pop("max_reconstructions"))
     if opts.pop("detached", False):
-        # Ray 0.8's detached actors had to be named (002 §5.3.8): keep that rule for the
+        # Ray 0.8's detached actors had to be named: keep that rule for the
         # old spelling; lifetime="detached" allows unnamed ones, as modern Ray does.
         if not opts.get("name"):
             raise ValueError("Detached actors must be named: pass name=... with detached=True.")

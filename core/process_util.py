@@ -38,7 +38,7 @@ def signal_ready(fd: int, message: str) -> None:
 def release_startup_memory(collect: bool = True) -> None:
     """Gives the C heap's free pages back to the OS: start-up (imports, parsing, building
     tables) frees memory that glibc otherwise keeps mapped, which shows as resident memory
-    for the process's whole life (issue 2 §7 measures the idle node's RSS). ``collect``
+    for the process's whole life (the idle node's resident memory is a benchmark row). ``collect``
     first runs a full garbage collection (not in a user's driver, whose heap may be big)."""
     import gc
 

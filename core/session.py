@@ -1,5 +1,5 @@
 """The session directory: ``<temp_dir>/session_<timestamp>_<pid>/`` with ``logs/`` and
-``sockets/``, and a ``session_latest`` link to the newest (Ray's layout, 002 §5.4.2)."""
+``sockets/``, and a ``session_latest`` link to the newest (Ray's layout of /tmp/ray)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 import grpc
-from ember.dashboard import wire
+from ember.agent import wire
 from ember.dashboard.app import AgentUnavailable
 from ember.dashboard.state import DashboardState
 from ember.process_util import trim_heap
@@ -181,7 +181,7 @@ class AgentHub:
                 st.set_log_index(link.node_id, msg["logs"])
             st.node_metrics(link.node_id, float(msg.get("time") or time.time()), msg["sample"])
             for transfer in msg.get("transfers") or ():
-                st.timeline.add_transfer(transfer)  # object copies between nodes (part B)
+                st.timeline.add_transfer(transfer)  # object copies between nodes
         elif kind == "task_events":
             st.add_task_events(
                 link.node_id,

@@ -79,7 +79,7 @@ def create_app(ctx: DashboardContext, token: str | None = None) -> Any:
 
     wrapped: Any = TokenMiddleware(app, token)
     wrapped = PrefixMiddleware(wrapped, ctx.prefix)
-    wrapped.fastapi = app  # tests and part B reach the FastAPI object through this
+    wrapped.fastapi = app  # tests and the Prometheus module reach the FastAPI object through this
     return wrapped
 
 

@@ -1,6 +1,6 @@
 """The dashboard's tunables, each overridable by an ``EMBER_DASHBOARD_<NAME>`` variable.
 
-Every store is bounded (BRIEF §3): these caps say how much the dashboard keeps, and the store
+Every store is bounded, so a busy cluster cannot grow the dashboard without limit: these caps say how much the dashboard keeps, and the store
 counts what it dropped past them.
 """
 
@@ -17,9 +17,6 @@ def _env(name: str, default, cast=None):
     return (cast or type(default))(raw)
 
 
-DEFAULT_PORT = 8265
-
-
 @dataclass
 class Caps:
     """Upper bounds of the in-memory state; the oldest entry goes first past a cap."""
@@ -30,7 +27,7 @@ class Caps:
     max_nodes: int = field(default_factory=lambda: _env("max_nodes", 2_000))
     max_workers_per_node: int = field(default_factory=lambda: _env("max_workers_per_node", 1_000))
     max_objects_per_node: int = field(default_factory=lambda: _env("max_objects_per_node", 100_000))
-    # Metric history: 30 minutes at the agents' 2 s period (issue 4 §2).
+    # Metric history: 30 minutes at the agents' 2 s period (the charts' window).
     history_seconds: float = field(default_factory=lambda: _env("history_seconds", 1800.0))
     history_period: float = field(default_factory=lambda: _env("history_period", 2.0))
     # Live-stream messages waiting for one slow client before the oldest are dropped.

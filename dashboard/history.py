@@ -1,4 +1,4 @@
-"""Metric history in memory (issue 4 §2): the last ``seconds`` of samples per series, so the
+"""Metric history in memory: the last ``seconds`` of samples per series, so the
 charts need no Prometheus (Ray #30660). One ring per node plus one for the cluster."""
 
 from __future__ import annotations

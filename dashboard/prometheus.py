@@ -1,4 +1,4 @@
-"""``/metrics``: the cluster's metrics in the Prometheus text format (issue 4 §3), and the
+"""``/metrics``: the cluster's metrics in the Prometheus text format, and the
 file service-discovery list of the nodes' metrics endpoints.
 
 Everything is read at scrape time from the dashboard's state (what the agents streamed), by

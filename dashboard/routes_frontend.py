@@ -1,4 +1,4 @@
-"""Endpoints the browser app needs beyond the shared list API (issue 5).
+"""Endpoints the browser app needs beyond the shared list API.
 
 - ``/api/frontend/actors``: the Actors page's list. Substring search (the shared filters are
   exact), filters by state, node, class and job, the creator tree flattened in depth-first order with each row's ``depth`` and

@@ -20,11 +20,10 @@ import socket
 from ember.dashboard.agent_hub import AgentHub
 from ember.dashboard.app import DashboardContext, create_app
 from ember.dashboard.auth import is_loopback
-from ember.dashboard.config import DEFAULT_PORT
 from ember.dashboard.gcs_client import GcsClient
-from ember.dashboard.launch import bind_port, dashboard_url, url_prefix_of
 from ember.dashboard.routes.frontend import default_frontend_dir
 from ember.dashboard.state import DashboardState
+from ember.launch import DEFAULT_PORT, bind_port, dashboard_url, url_prefix_of
 
 logger = logging.getLogger("ember.dashboard")
 
@@ -87,7 +86,7 @@ async def serve(args: argparse.Namespace) -> None:
         session_dir=args.session_dir,
         frontend_dir=default_frontend_dir(),
     )
-    if args.fd >= 0:  # bound by whoever started us (ember.dashboard.launch)
+    if args.fd >= 0:  # bound by whoever started us (ember.launch)
         sock = socket.socket(fileno=args.fd)
         port = sock.getsockname()[1]
     else:
@@ -110,7 +109,7 @@ async def serve(args: argparse.Namespace) -> None:
     url = dashboard_url(args.host, port, ctx.prefix)
     from ember.dashboard.prometheus import service_discovery_loop
 
-    tasks = [asyncio.ensure_future(service_discovery_loop(ctx))]  # Prometheus file SD (part B)
+    tasks = [asyncio.ensure_future(service_discovery_loop(ctx))]  # Prometheus file SD
     if gcs is not None:
         try:
             await gcs.put_kv("agent_address", agent_address)
@@ -120,7 +119,7 @@ async def serve(args: argparse.Namespace) -> None:
         tasks.append(asyncio.ensure_future(gcs.poll_loop()))
     tasks.append(asyncio.ensure_future(_freeze_gc()))
     agent_stop = asyncio.Event()
-    if args.node_agent:  # this node's agent runs here (see ember.dashboard.agent)
+    if args.node_agent:  # this node's agent runs here (see ember.agent)
         tasks.append(asyncio.ensure_future(_run_node_agent(args.node_agent, hub, agent_stop)))
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
     while not server.started and not serving.done():
@@ -150,10 +149,10 @@ async def serve(args: argparse.Namespace) -> None:
 async def _run_node_agent(argv_json: str, hub: AgentHub, stop: asyncio.Event) -> None:
     """The head node's agent, on this loop, restarted when it fails (within a budget); each
     failure is an event on the dashboard, since no process exit will show it."""
-    from ember.dashboard.agent import Agent
-    from ember.dashboard.agent import parse_args as agent_args
-    from ember.dashboard.agent_supervisor import keep_running
+    from ember.agent.agent import Agent
+    from ember.agent.process import parse_args as agent_args
     from ember.process_util import log_to_own_file
+    from ember.raylet.child_supervisor import keep_running
 
     args = agent_args(json.loads(argv_json))
     log_to_own_file("ember.agent", os.path.join(args.session_dir, "logs", "agent.log"))

@@ -4,7 +4,7 @@ This is the one store every router reads and every ingestion path (agent streams
 poller) writes. It does no I/O and runs on the dashboard's event loop only, so it takes no
 locks. Ids are lowercase hex strings everywhere here.
 
-Public interface (routers and part B's Prometheus/timeline modules use these):
+Public interface (the routers, Prometheus and timeline modules use these):
 - ``nodes``        {node_id: NodeEntry}          ``update_node``, ``node_metrics``, ``node_lost``
 - ``workers``      {node_id: {pid: dict}}        ``set_workers``
 - ``actors``       {actor_id: dict}              ``update_actor``
@@ -28,8 +28,9 @@ from ember.dashboard.config import Caps
 from ember.dashboard.history import History
 from ember.dashboard.pubsub import PubSub
 from ember.dashboard.task_table import TaskTable
+from ember.trace.store import TimelineStore
 
-# The GCS's actor states, as the dashboard shows them (issue 4 §2).
+# The GCS's actor states, as the dashboard shows them.
 _ACTOR_STATE = {
     "PENDING_CREATION": "PENDING",
     "DEPENDENCIES_UNREADY": "PENDING",
@@ -177,9 +178,7 @@ class DashboardState:
             "agent_task_events": 0,  # what the core workers' bounded buffers dropped
         }
         self.ingested = {"task_events": 0, "batches": 0}
-        from ember.dashboard.timeline import TimelineStore  # here: timeline imports the app
-
-        self.timeline = TimelineStore()  # parents, argument producers, profile spans (part B)
+        self.timeline = TimelineStore()  # parents, argument producers, profile spans
 
     # -- nodes -----------------------------------------------------------------------------
     def update_node(self, node_id: str, info: dict[str, Any]) -> NodeEntry:
@@ -381,7 +380,7 @@ class DashboardState:
         changed: dict[str, int] = {}
         for task_id, state, t, attempt, extra in events:
             if state == "PROFILE":
-                continue  # profile spans are the timeline's (part B), not the task table's
+                continue  # profile spans are the timeline's, not the task table's
             ran_on = self._where(node_id, extra) if extra else None
             slot = tasks.apply(task_id, state, t, attempt, extra, job_id=job_id, node_id=ran_on)
             actor_id = tasks.cols["actor_id"][slot]

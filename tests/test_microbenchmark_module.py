@@ -1,4 +1,4 @@
-"""`python -m ember.microbenchmark` runs `ray microbenchmark`'s workloads on the real runtime."""
+"""`python -m ember.tools.microbenchmark` runs `ray microbenchmark`'s workloads on the real runtime."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 import ember
 import pytest
-from ember import microbenchmark
+from ember.tools import microbenchmark
 
 RAY_ROWS = [
     "single client get calls (Plasma Store)",
@@ -36,7 +36,7 @@ runtime_built = pytest.mark.skipif(not hasattr(ember, "init"), reason="runtime n
 def _run(args: list[str], cwd: os.PathLike[str], timeout: float) -> subprocess.CompletedProcess:
     """Run the module in its own process group; on timeout end the whole group."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ember.microbenchmark", *args],
+        [sys.executable, "-m", "ember.tools.microbenchmark", *args],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

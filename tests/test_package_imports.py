@@ -20,7 +20,7 @@ def _modules_after(statement: str) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "component", ["ember.gcs.server", "ember.raylet.raylet", "ember.dashboard.agent"]
+    "component", ["ember.gcs.server", "ember.raylet.raylet", "ember.agent.agent"]
 )
 def test_node_processes_do_not_load_the_driver_api(component: str) -> None:
     loaded = _modules_after(f"import {component}")

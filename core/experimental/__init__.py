@@ -1,4 +1,4 @@
-"""``ember.experimental``: Ray 0.8's dynamic custom resources (002 §5.3.8)."""
+"""``ember.experimental``: Ray 0.8's dynamic custom resources."""
 
 from __future__ import annotations
 

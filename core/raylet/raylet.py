@@ -1065,13 +1065,13 @@ async def serve(args: argparse.Namespace) -> None:
     await gcs_task
     agent = None
     if args.agent:  # the node's agent: the raylet starts it, restarts it, and stops it
-        from ember.dashboard.agent_supervisor import AgentSupervisor
+        from ember.raylet.child_supervisor import AgentSupervisor
 
         agent = AgentSupervisor(json.loads(args.agent), args.session_dir)
         agent.launch(config.process_start_timeout)
     dashboard = None
     if args.dashboard:  # the head's dashboard (and its agent): started again if it dies
-        from ember.dashboard.dashboard_supervisor import DashboardSupervisor
+        from ember.raylet.dashboard_supervisor import DashboardSupervisor
 
         dashboard = DashboardSupervisor(json.loads(args.dashboard), args.session_dir)
         dashboard.start()

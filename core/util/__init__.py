@@ -13,7 +13,7 @@ from ember.lazy_exports import lazy_exports
 # {public name: module defining it}; None: a submodule of that name.
 _PUBLIC: dict[str, str | None] = {
     "ActorPool": "ember.util.actor_pool",
-    "get_actor": "ember.api",  # Ray 0.8 had it here (002 §5.3.8)
+    "get_actor": "ember.api",  # Ray 0.8 had it here
     "PlacementGroup": "ember.util.placement_group",
     "get_placement_group": "ember.util.placement_group",
     "placement_group": "ember.util.placement_group",

@@ -1,1 +1,1 @@
-"""One router per feature (issue 4 §2); ``ember.dashboard.routers.ROUTERS`` mounts them."""
+"""One router per feature; ``ember.dashboard.routers.ROUTERS`` mounts them."""

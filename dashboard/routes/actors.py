@@ -59,7 +59,7 @@ async def kill_actor(
     actor_id = _resolve(ctx, actor_id)
     row = ctx.state.actors[actor_id]
     if row.get("state") == "DEAD":
-        # A clear answer, not an error page (issue 4 §6).
+        # A clear answer, not an error page: the user asked about an actor that is gone.
         return {
             "ok": False,
             "actor_id": actor_id,

@@ -14,7 +14,7 @@ import json
 import sys
 
 import grpc
-from ember.dashboard import wire
+from ember.agent import wire
 from ember.protocol import connection as conn_mod
 
 INTRUDER_NODE = "1badc0de" * 4

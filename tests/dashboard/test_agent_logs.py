@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from ember.dashboard.agent_logs import LogDir, describe
+from ember.agent.logs import LogDir, describe
 from ember.dashboard.routes.logs import LogFollower
 
 NODE = "ab" * 16

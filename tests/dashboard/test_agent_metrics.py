@@ -14,8 +14,8 @@ from __future__ import annotations
 import sys
 
 import pytest
+from ember.agent.metrics import NodeSampler
 from ember.dashboard.agent_hub import AgentHub, AgentLink
-from ember.dashboard.agent_metrics import NodeSampler
 from ember.dashboard.state import DashboardState
 
 FAKE_PYNVML = '''

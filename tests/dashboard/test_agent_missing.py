@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 import httpx
-from ember.dashboard import wire
+from ember.agent import wire
 from ember.dashboard.agent_hub import AgentHub
 from ember.dashboard.app import DashboardContext, create_app
 from ember.dashboard.state import DashboardState

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from ember.dashboard import pyspy
+from ember.agent import pyspy
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The raylet's supervision of the agent (``dashboard/agent_supervisor.py``): an agent that
+"""The raylet's supervision of the agent (``core/raylet/child_supervisor.py``): an agent that
 keeps dying is restarted at most ``MAX_RESTARTS`` times a minute, then left down; ``stop``
 ends a running one. The head's agent, in the dashboard's process, is restarted by
 ``keep_running``. The live restart after a SIGKILL is in tests/cluster/test_cluster_failures.py."""
@@ -11,8 +11,8 @@ import signal
 import subprocess
 import sys
 
-from ember.dashboard import agent_supervisor
-from ember.dashboard.agent_supervisor import AgentSupervisor
+from ember.raylet import child_supervisor
+from ember.raylet.child_supervisor import AgentSupervisor
 from ember_test_utils import fake_spawn
 
 
@@ -20,7 +20,7 @@ def _supervisor(tmp_path, monkeypatch, code: str) -> tuple[AgentSupervisor, list
     os.makedirs(tmp_path / "logs", exist_ok=True)
     sup = AgentSupervisor(["--components", "gcs_server=1"], str(tmp_path))
     spawned = fake_spawn(monkeypatch, sup, code)
-    monkeypatch.setattr(agent_supervisor, "POLL", 0.05)
+    monkeypatch.setattr(child_supervisor, "POLL", 0.05)
     return sup, spawned
 
 
@@ -38,7 +38,7 @@ def test_an_agent_that_keeps_dying_is_restarted_five_times_then_left_down(tmp_pa
         await asyncio.wait_for(sup._watch_loop(), 60)  # returns when it gives up
 
     asyncio.run(run())
-    assert len(spawned) == 1 + agent_supervisor.MAX_RESTARTS
+    assert len(spawned) == 1 + child_supervisor.MAX_RESTARTS
     assert sup.proc is None and all(p.wait(5) == 3 for p in spawned)
 
 
@@ -61,7 +61,7 @@ def test_an_agent_stopped_while_starting_exits_within_its_deadline(tmp_path):
     SIGTERM its parent's death sends ends it within STOP_DEADLINE_S, leaving no orphan."""
     import time
 
-    from ember.dashboard.agent import STOP_DEADLINE_S
+    from ember.agent.agent import STOP_DEADLINE_S
 
     (tmp_path / "logs").mkdir()
     (tmp_path / "sockets").mkdir()
@@ -69,7 +69,7 @@ def test_an_agent_stopped_while_starting_exits_within_its_deadline(tmp_path):
         [
             sys.executable,
             "-m",
-            "ember.dashboard.agent",
+            "ember.agent",
             "--node-id",
             "ab" * 16,
             "--session-dir",
@@ -93,9 +93,9 @@ def test_an_agent_stopped_while_starting_exits_within_its_deadline(tmp_path):
 
 
 def test_keep_running_restarts_a_failing_agent_then_gives_up_past_its_budget(monkeypatch):
-    from ember.dashboard.agent_supervisor import keep_running
+    from ember.raylet.child_supervisor import keep_running
 
-    monkeypatch.setattr(agent_supervisor, "MAX_RESTARTS", 2)
+    monkeypatch.setattr(child_supervisor, "MAX_RESTARTS", 2)
     runs: list[int] = []
     deaths: list[tuple[str, bool]] = []
 
@@ -113,7 +113,7 @@ def test_keep_running_restarts_a_failing_agent_then_gives_up_past_its_budget(mon
 
 
 def test_keep_running_returns_when_stopped_without_a_restart():
-    from ember.dashboard.agent_supervisor import keep_running
+    from ember.raylet.child_supervisor import keep_running
 
     runs: list[int] = []
 
@@ -139,11 +139,11 @@ def test_the_heads_agent_in_the_dashboards_process_restarts_and_says_so(tmp_path
     import json
     import time
 
+    from ember.agent.agent import Agent
     from ember.dashboard import server
-    from ember.dashboard.agent import Agent
     from ember.dashboard.agent_hub import AgentHub
-    from ember.dashboard.launch import node_agent_argv
     from ember.dashboard.state import DashboardState
+    from ember.launch import node_agent_argv
 
     for sub in ("logs", "sockets"):
         (tmp_path / sub).mkdir()
@@ -201,8 +201,8 @@ def test_in_process_messages_are_what_the_wire_would_deliver():
     exactly what a remote agent's stream would decode to."""
     import math
 
-    from ember.dashboard import wire
-    from ember.dashboard.agent import as_received
+    from ember.agent import wire
+    from ember.agent.link import as_received
 
     plain = [
         ["aa" * 24, "PENDING_ARGS_AVAIL", 1.5, 0, {"name": "m.f", "actor_id": None}],

@@ -1,5 +1,5 @@
 """The head's dashboard, and with it the head's agent, is started again when it dies
-(``dashboard/dashboard_supervisor.py``, in the raylet): on the same URL, within the restart
+(``core/raylet/dashboard_supervisor.py``, in the raylet): on the same URL, within the restart
 budget the agent has; a port taken meanwhile is reported and retried; tasks never notice."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import ember
 import httpx
 import psutil
 import pytest
-from ember.dashboard import agent_supervisor
-from ember.dashboard.dashboard_supervisor import DashboardSupervisor
-from ember.dashboard.launch import bind_port
+from ember.launch import bind_port
+from ember.raylet import child_supervisor
+from ember.raylet.dashboard_supervisor import DashboardSupervisor
 from ember_test_utils import (
     assert_no_ember_children,
     dashboard_url_in,
@@ -183,7 +183,7 @@ def _supervisor(tmp_path, monkeypatch, port: int, code: str | None):
     spec = {"argv": [], "host": "127.0.0.1", "port": port, "pid": gone.pid}
     sup = DashboardSupervisor(spec, str(tmp_path))
     spawned = fake_spawn(monkeypatch, sup, code) if code is not None else []
-    monkeypatch.setattr(agent_supervisor, "POLL", 0.05)  # ChildSupervisor's poll
+    monkeypatch.setattr(child_supervisor, "POLL", 0.05)  # ChildSupervisor's poll
     return sup, spawned
 
 
@@ -193,7 +193,7 @@ def test_a_dashboard_that_keeps_dying_is_restarted_five_times_then_left_down(
     sup, spawned = _supervisor(tmp_path, monkeypatch, 0, "raise SystemExit(3)")
     with caplog.at_level(logging.INFO, logger="ember.raylet"):
         asyncio.run(asyncio.wait_for(sup._watch_loop(), 60))  # returns when it gives up
-    assert len(spawned) == agent_supervisor.MAX_RESTARTS
+    assert len(spawned) == child_supervisor.MAX_RESTARTS
     assert sup.proc is None and all(p.wait(5) == 3 for p in spawned)
     assert "not restarting it" in caplog.text
 

@@ -312,7 +312,7 @@ def test_the_heads_agent_runs_in_the_dashboards_process(live):
     logs and stacks (one interpreter less, issue 2 §7); the node's start is still its
     raylet's."""
     cmds = [" ".join(p.cmdline()) for p in ember_children()]
-    assert not any("ember.dashboard.agent" in c for c in cmds), cmds
+    assert not any("ember.agent" in c for c in cmds), cmds
     node = _node(live)
     dashboard = wait_until(
         lambda: _get(live, "/api/workers", filter="kind=dashboard")["items"], 15, 0.2, "it"
@@ -395,4 +395,4 @@ def test_include_dashboard_false_starts_no_dashboard(ember_start):
     assert ctx.dashboard_url == ""
     cmds = [" ".join(p.cmdline()) for p in ember_children()]
     assert not any("ember.dashboard.server" in c for c in cmds)
-    assert any("ember.dashboard.agent" in c for c in cmds)  # the agent runs on every node
+    assert any("ember.agent" in c for c in cmds)  # the agent runs on every node

@@ -180,7 +180,7 @@ def test_a_slow_client_holds_the_follower_back_within_its_bound(tmp_path):
     """In-process (the real follower and pubsub over the agent's real ``LogDir``, without the
     network): a client that does not read leaves at most half its queue filled with log
     messages, the file is the buffer, and once it reads it gets every line, in order."""
-    from ember.dashboard.agent_logs import LogDir
+    from ember.agent.logs import LogDir
     from ember.dashboard.app import DashboardContext
     from ember.dashboard.pubsub import PubSub
     from ember.dashboard.routes import stream

@@ -296,7 +296,7 @@ def test_kill_actor_by_name_then_again(ember_start):
 def test_stack_where_ptrace_is_denied_says_what_to_change(ember_start, tmp_path, monkeypatch):
     # A real denial, not a simulated message: the node's agent runs the real py-spy as the
     # user 'nobody' (EMBER_PYSPY names the wrapper), which may not trace the root-owned workers.
-    from ember.dashboard import pyspy
+    from ember.agent import pyspy
 
     wrapper = tmp_path / "py-spy-as-nobody"
     wrapper.write_text(

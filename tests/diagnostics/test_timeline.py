@@ -17,7 +17,8 @@ from types import SimpleNamespace
 
 import ember
 import pytest
-from ember.dashboard import timeline as tl
+from ember.trace import store as tls
+from ember.trace import writer as tl
 from ember_test_utils import wait_until
 from speedscope_viewer import import_in_speedscope, require_viewer, stacks_of
 
@@ -194,9 +195,9 @@ def _records(n: int):
         )
 
 
-def _store(n: int) -> tl.TimelineStore:
-    store = tl.TimelineStore()
-    for i in range(1, min(n, tl.MAX_FLOW_RECORDS)):
+def _store(n: int) -> tls.TimelineStore:
+    store = tls.TimelineStore()
+    for i in range(1, min(n, tls.MAX_FLOW_RECORDS)):
         store.add_flow(f"{i:032x}", f"{i - 1:032x}", "node0", 999, [f"{i - 1:032x}"])
     return store
 
@@ -210,7 +211,7 @@ class _Counting(io.TextIOBase):
         return len(s)
 
 
-def _peak_bytes(n: int, store: tl.TimelineStore) -> tuple[int, int]:
+def _peak_bytes(n: int, store: tls.TimelineStore) -> tuple[int, int]:
     out = _Counting()
     tracemalloc.start()
     try:
@@ -233,7 +234,7 @@ def test_a_large_trace_streams_in_bounded_memory(tmp_path, monkeypatch):
     # window of recent task locations for object arrows, is made small here so that both
     # runs pass its bound (tests/diagnostics/bench_timeline_export.py measures a million with the default).
     monkeypatch.setattr(tl, "FLOW_WINDOW", 1_000)
-    store = tl.TimelineStore()
+    store = tls.TimelineStore()
     small_peak, small_chars = _peak_bytes(5_000, store)
     big_peak, big_chars = _peak_bytes(50_000, store)
     assert big_chars > 9 * small_chars
@@ -272,7 +273,7 @@ def test_object_transfers_from_the_agents_reach_the_trace():
     assert begins[0]["name"] == "object transfer 8.0 MiB from aaaaaaaa"
     # Filtering by node keeps transfers into or out of it.
     out = io.StringIO()
-    tl.write(out, [], store=state.timeline, filters=tl.Filters(node_id="cc" * 14))
+    tl.write(out, [], store=state.timeline, filters=tls.Filters(node_id="cc" * 14))
     assert json.loads(out.getvalue())[-1]["args"]["transfers"] == 0
 
 

@@ -1,14 +1,14 @@
 """The timeline: a Chrome trace (chrome://tracing, Perfetto, speedscope) of the cluster's tasks,
-written as a stream so a million tasks cost the writer bounded memory, and ``/api/timeline``.
+written as a stream so a million tasks cost the writer bounded memory, read by ``ember.timeline()``, ``ember timeline`` and the dashboard's ``/api/timeline``.
 
-Layout (issue 4 §4, seed 003 §1.10): a process per node, a thread per worker (its pid), a
+Layout (as Ray's timeline: Chrome's trace format): a process per node, a thread per worker (its pid), a
 slice per task with its phases nested inside (fetching args, executing, storing outputs); the
 wait for resources (submitted until pushed to a worker) as an async slice of the node, since
 it overlaps whatever that worker ran before; ``ember.profile`` spans on the thread that ran
 them; flow arrows from a task to the tasks it submitted and from an object's producer to the
 tasks that consumed it; object transfers between nodes as slices of a "transfers" thread.
 
-The writer reads task records with the attributes of ``ember.dashboard.task_table.TaskRecord``
+The writer reads task records with the attributes of ``the dashboard's task table (``TaskRecord``)``
 (task_id, name, state, job_id, node_id, pid, t_pending, t_scheduled, t_start, t_args,
 t_executed, t_end); ``TimelineStore`` keeps what the task table does not (parents, argument
 producers, profile spans, transfers), each bounded, and the trace's metadata says how much
@@ -18,19 +18,13 @@ was dropped. Flow arrows to a producer need its location: a bounded map of the m
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
-FLOW_WINDOW = int(os.environ.get("EMBER_TIMELINE_FLOW_WINDOW", "100000"))
-MAX_FLOW_RECORDS = int(os.environ.get("EMBER_TIMELINE_MAX_FLOW_RECORDS", "200000"))
-MAX_SPANS = int(os.environ.get("EMBER_TIMELINE_MAX_SPANS", "200000"))
-MAX_TRANSFERS = int(os.environ.get("EMBER_TIMELINE_MAX_TRANSFERS", "100000"))
-TASK_ID_HEX = 32  # an object id's first 16 bytes are its producing task's id (ember.ids)
+from ember.trace.store import FLOW_WINDOW, Filters, TimelineStore
 
 # (name, start attribute, end attribute, colour) of the phases nested in a task's slice; their
 # category is one for all (the name says which phase).
@@ -40,99 +34,6 @@ PHASES = (
     ("task:execute", "t_args", "t_executed", "rail_animation"),
     ("task:store_outputs", "t_executed", "t_end", "rail_idle"),
 )
-
-
-@dataclass
-class Filters:
-    job_id: str | None = None
-    node_id: str | None = None
-    since: float | None = None  # wall-clock seconds; tasks ending before are left out
-    until: float | None = None  # tasks starting after are left out
-    waits: bool = True  # each task's wait for resources, as an async slice
-
-    def keeps(self, job_id: str | None, node_id: str | None, start: float, end: float) -> bool:
-        if self.job_id and (job_id or "") != self.job_id:
-            return False
-        if self.node_id and (node_id or "") != self.node_id:
-            return False
-        if self.since is not None and end < self.since:
-            return False
-        return not (self.until is not None and start > self.until)
-
-
-class TimelineStore:
-    """What the timeline needs beyond the task table, fed from the same task-event batches
-    (``ingest``): per task its parent, submitter and argument producers; profile spans;
-    object transfers. Every part is capped; the oldest goes first and is counted."""
-
-    def __init__(self) -> None:
-        # {task_id: (parent_task_id, owner_node_id, owner_pid, (producer task ids...))}
-        self.flows: OrderedDict[str, tuple] = OrderedDict()
-        self.spans: deque[dict[str, Any]] = deque(maxlen=MAX_SPANS)
-        self.transfers: deque[dict[str, Any]] = deque(maxlen=MAX_TRANSFERS)
-        self.dropped = {"flows": 0, "spans": 0, "transfers": 0}
-        self._interned: dict[str, str] = {}
-
-    def ingest(self, node_id: str, job_id: str, events: Iterable[list | tuple]) -> None:
-        """One owner's batch of task events (``[task_id, state, time, attempt, extra]``)."""
-        for task_id, state, t, _attempt, extra in events:
-            if not extra:
-                continue
-            if state == "PROFILE":
-                self.add_span(node_id, job_id, task_id, t, extra)
-            elif state in ("FINISHED", "FAILED") and "parent" in extra:
-                self.add_flow(
-                    task_id,
-                    extra.get("parent") or "",
-                    node_id,
-                    extra.get("owner_pid"),
-                    extra.get("arg_tasks") or (),
-                )
-
-    def add_flow(
-        self,
-        task_id: str,
-        parent: str,
-        owner_node: str,
-        owner_pid: int | None,
-        producers: Iterable[str],
-    ) -> None:
-        flows = self.flows
-        if task_id not in flows and len(flows) >= MAX_FLOW_RECORDS:
-            flows.popitem(last=False)
-            self.dropped["flows"] += 1
-        # Parents and submitting nodes repeat across siblings: keep one string of each.
-        parent = self._interned.setdefault(parent, parent) if parent else ""
-        if len(self._interned) > MAX_FLOW_RECORDS:
-            self._interned.clear()
-        flows[task_id] = (parent, owner_node, owner_pid, tuple(producers))
-
-    def add_span(
-        self, node_id: str, job_id: str, task_id: str, start: float, event: dict[str, Any]
-    ) -> None:
-        if len(self.spans) == self.spans.maxlen:
-            self.dropped["spans"] += 1
-        data = event.get("extra") or {}
-        self.spans.append(
-            {
-                "node_id": node_id,
-                "job_id": job_id,
-                "task_id": task_id,
-                "pid": event.get("pid"),
-                "name": str(data.get("name", event.get("event_type", "profile"))),
-                "cat": str(event.get("event_type", "profile")),
-                "start": start,
-                "end": event.get("end", start),
-                "args": {str(k): str(v) for k, v in data.items()},
-                "cname": data.get("cname"),
-            }
-        )
-
-    def add_transfer(self, transfer: dict[str, Any]) -> None:
-        """{object_id, from_node, to_node, size, start, end}: one cross-node object copy."""
-        if len(self.transfers) == self.transfers.maxlen:
-            self.dropped["transfers"] += 1
-        self.transfers.append(dict(transfer))
 
 
 class _Locations:
@@ -472,91 +373,40 @@ def write(out: IO[str], tasks: Iterable[Any], **kwargs: Any) -> None:
         out.write(text)
 
 
-# -- the REST endpoint ----------------------------------------------------------------------
-
-try:  # the router exists where the dashboard's dependencies are installed
-    from fastapi import APIRouter, Depends, Query
-    from fastapi.responses import StreamingResponse
-except ImportError:  # pragma: no cover - a runtime-only install without the dashboard
-    APIRouter = None  # type: ignore[assignment,misc]
-
-if APIRouter is not None:
-    from typing import Annotated
-
-    from ember.dashboard.app import DashboardContext, get_ctx
-    from ember.dashboard.routes.nodes import resolve_node
-
-    router = APIRouter(tags=["timeline"])
-
-    @router.get(
-        "/api/timeline",
-        response_class=StreamingResponse,
-        responses={200: {"content": {"application/json": {}}, "description": "Chrome trace"}},
-    )
-    async def timeline(
-        job_id: Annotated[str | None, Query(max_length=64, description="only this job")] = None,
-        node_id: Annotated[str | None, Query(max_length=64, description="only this node")] = None,
-        since: Annotated[
-            float | None, Query(ge=0, description="only tasks ending after this epoch time")
-        ] = None,
-        until: Annotated[
-            float | None, Query(ge=0, description="only tasks starting before this epoch time")
-        ] = None,
-        last_seconds: Annotated[
-            float | None, Query(gt=0, le=10**9, description="only the last N seconds")
-        ] = None,
-        waits: Annotated[
-            bool,
-            Query(description="include each task's wait for resources (2 of a task's 3 events)"),
-        ] = True,
-        ctx: DashboardContext = Depends(get_ctx),
-    ) -> StreamingResponse:
-        """The cluster's tasks as a Chrome trace, streamed (no cap on the number of tasks;
-        the dashboard keeps the newest ``max_tasks``, and ``dropped.tasks`` in the trace's
-        metadata counts the older ones it evicted). ``node_id`` takes a unique prefix."""
-        import time
-
-        st = ctx.state
-        if node_id:
-            node_id = resolve_node(ctx, node_id)
-        if last_seconds is not None:
-            since = max(since or 0.0, time.time() - last_seconds)
-        filters = Filters(job_id=job_id, node_id=node_id, since=since, until=until, waits=waits)
-        # The tasks oldest first, a block at a time: the window's blocks only, copied as they
-        # go, so the response costs the tasks in the window and holds a bounded number.
-        scan = st.tasks.scan(since=since, until=until, job_id=job_id, node_id=node_id)
-
-        def losses() -> dict[str, int]:
-            return {
-                "tasks": scan.evicted,
-                "tasks_during_export": scan.overwritten,
-            }
-
-        labels = {
-            nid: f"node {n.info.get('node_ip', '?')} {nid[:8]}" for nid, n in st.nodes.items()
-        }
-        drivers = {
-            w["pid"]
-            for w in st.all_workers()
-            if w.get("kind") == "driver" and isinstance(w.get("pid"), int)
-        }
-        chunks = generate(
-            scan,
-            st.timeline,
-            filters,
-            node_labels=labels,
-            driver_pids=drivers,
-            table_losses=losses,
-            info={"max_tasks": st.tasks.cap},
+def loss_warnings(info: dict) -> list[str]:
+    """What the trace lacks because the dashboard's bounded stores let it go, from its
+    metadata (``ember_trace_info``): one line per kind, saying how to keep more."""
+    dropped = {k: v for k, v in (info.get("dropped") or {}).items() if v}
+    lines = []
+    evicted = dropped.pop("tasks", 0)
+    if evicted:
+        cap = info.get("max_tasks")
+        kept = f"the newest {cap:,}" if isinstance(cap, int) else "a bounded number of"
+        lines.append(
+            f"Warning: the dashboard keeps {kept} tasks (max_tasks); {evicted:,} older tasks "
+            "were evicted and are not in this trace. Set EMBER_DASHBOARD_MAX_TASKS on the head "
+            "to keep more."
         )
-
-        async def body() -> AsyncIterator[bytes]:
-            for text in chunks:
-                yield text.encode()
-                await asyncio.sleep(0)  # let the loop serve others between chunks
-
-        return StreamingResponse(
-            body(),
-            media_type="application/json",
-            headers={"Content-Disposition": 'attachment; filename="ember-timeline.json"'},
+    during = dropped.pop("tasks_during_export", 0)
+    if during:
+        lines.append(
+            f"Warning: {during:,} tasks were evicted while the trace was written (the cluster "
+            "runs tasks faster than the export reads them); they are not in this trace."
         )
+    if dropped:
+        lines.append(f"Warning: the dashboard's bounded buffers dropped older entries: {dropped}")
+    return lines
+
+
+def trace_info(path: str) -> dict:
+    """The trace's last event carries its counts (``ember_trace_info``)."""
+    with open(path, "rb") as f:
+        f.seek(max(os.path.getsize(path) - 8192, 0))
+        tail = f.read().decode("utf-8", "replace")
+    for line in reversed(tail.splitlines()):
+        if "ember_trace_info" in line:
+            try:
+                return json.loads(line.lstrip(",").strip())["args"]
+            except (ValueError, KeyError):
+                break
+    return {}

@@ -3,7 +3,7 @@
 node's own spawner (which ties it to the driver and stops it), which returns a function that
 waits for its ready line. The head's agent runs in the dashboard's process (its arguments go
 with the dashboard's); on any other node, or a head without a dashboard, the agent's
-arguments go to the raylet, which starts and supervises it (``agent_supervisor``).
+arguments go to the raylet, which starts and supervises it (``ember.raylet.child_supervisor``).
 
 The node binds the dashboard's HTTP port itself and hands the socket over, so the URL is known
 at once and a request sent before the server is up waits in the socket's backlog; an embedded
@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 # spawn(name, argv, fds to hand over) -> wait(), which returns the ready line (LocalNode).
 Spawner = Callable[[str, list[str], tuple[int, ...]], Callable[[], str]]
+DEFAULT_PORT = 8265  # the dashboard's HTTP port, as Ray's
 PORT_TRIES = 100
 DASHBOARD_MODULE = "ember.dashboard.server"
 
@@ -98,8 +99,6 @@ def start_dashboard(
     ``DashboardSupervisor``). ``agent_host``: where the agents' hub listens (default:
     ``host``; a ``unix:`` address for an embedded node). ``node_agent``: the arguments of
     this node's agent, which then runs in the dashboard's process."""
-    from ember.dashboard.config import DEFAULT_PORT
-
     sock, bound = bind_port(host, DEFAULT_PORT if port is None else port)
     argv = [
         "-m",
@@ -148,7 +147,7 @@ def node_agent_argv(
     token_file: str | None = None,
 ) -> list[str]:
     """The agent's arguments. The raylet starts the agent with them (its ``--agent``),
-    restarts it when it dies and stops it (``agent_supervisor``). Without a dashboard
+    restarts it when it dies and stops it (``ember.raylet.child_supervisor``). Without a dashboard
     address the agent looks the head's up in the GCS (worker nodes of a cluster)."""
     argv = [
         "--node-id",

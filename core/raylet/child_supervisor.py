@@ -1,9 +1,9 @@
-"""Keeps the node's agent running (issue 4 §1), from inside the raylet: starts it, and starts
+"""Keeps the node's agent running, from inside the raylet: starts it, and starts
 it again when it dies, giving up after ``MAX_RESTARTS`` deaths within ``WINDOW`` seconds. The
 head's agent runs in the dashboard's process instead, where ``keep_running`` does the same.
 
 The raylet owns the node's processes and outlives the agent, so it is the agent's parent: a
-separate supervisor process cost ~12 MB of resident memory on every idle node (issue 2 §7).
+separate supervisor process cost ~12 MB of resident memory on every idle node.
 The agent ties its life to the raylet (``--parent-pid``: ``PR_SET_PDEATHSIG``), so on a
 daemon node (``ember start``, no driver) it ends with the raylet, e.g. after the head went
 away; on an embedded node the raylet itself dies with the driver. ``stop`` (the raylet's
@@ -162,7 +162,7 @@ class ChildSupervisor:
 
 
 class AgentSupervisor(ChildSupervisor):
-    """The agent process of this node: ``argv`` are ``ember.dashboard.agent``'s arguments."""
+    """The agent process of this node: ``argv`` are ``ember.agent``'s arguments."""
 
     name = "agent"
 
@@ -173,7 +173,7 @@ class AgentSupervisor(ChildSupervisor):
     def _spawn(self, ready_fd: int = -1) -> subprocess.Popen:
         extra = ["--ready-fd", str(ready_fd)] if ready_fd >= 0 else []
         return self._popen(
-            ["-m", "ember.dashboard.agent", *self.argv, *extra],
+            ["-m", "ember.agent", *self.argv, *extra],
             (ready_fd,) if ready_fd >= 0 else (),
         )
 

@@ -1,4 +1,4 @@
-"""Starts the head's dashboard again when it dies (issue 4 §1: the node's agent is restarted
+"""Starts the head's dashboard again when it dies (a node's agent is restarted
 if it dies, and the head's agent lives in the dashboard's process), from inside the raylet.
 
 The node starts the dashboard before the raylet (``init()`` does not wait for its imports),
@@ -21,8 +21,8 @@ import select
 import subprocess
 from typing import Any
 
-from ember.dashboard.agent_supervisor import ChildSupervisor
-from ember.dashboard.launch import DASHBOARD_MODULE, bind_port
+from ember.launch import DASHBOARD_MODULE, bind_port
+from ember.raylet.child_supervisor import ChildSupervisor
 
 logger = logging.getLogger("ember.raylet")
 

@@ -1,20 +1,20 @@
-"""The per-node agent (issue 4 §1): node and process metrics, logs, stacks, profiles, and the
+"""The per-node agent: node and process metrics, logs, stacks, profiles, and the
 node's task events, streamed to the dashboard over one gRPC stream.
 
 Inputs: the raylet (framed transport: ``node_stats``, ``list_workers``, ``collect_references``)
 and the node's core workers, which flush their task events to the agent's Unix socket
 (``sockets/agent``, op ``task_events``; see ``ember.core_worker.event_export``). Output: the
-stream to the dashboard (``ember.dashboard.wire``), reconnected with back-off; while it is
+stream to the dashboard (``ember.agent.wire``), reconnected with back-off; while it is
 down, task events wait in a bounded buffer and what overflows is counted and reported.
 
 The agent's death never stops a task: core workers only ``send`` to it (no reply awaited) and
-drop their flush when it is away; the supervisor (``agent_supervisor``) starts it again.
+drop their flush when it is away; the supervisor (``ember.raylet.child_supervisor``) starts it again.
 
 Where it runs: on a node without the dashboard, as its own process (``main``), which the
 raylet starts and restarts. On the head, inside the dashboard's process (``hub`` given): the
 same work on the dashboard's loop, its messages handed to the hub in the JSON a remote agent
-would send, with no second interpreter (~35 MB of an idle node, issue 2 §7) and no gRPC hop.
-``agent_supervisor.keep_running`` restarts it there when it fails.
+would send, with no second interpreter (~35 MB, the largest share of an idle node's memory) and no gRPC hop.
+``child_supervisor.keep_running`` restarts it there when it fails.
 """
 
 from __future__ import annotations
@@ -31,11 +31,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import grpc
 import psutil
-from ember.dashboard import wire
-from ember.dashboard.agent_logs import LogDir
-from ember.dashboard.agent_metrics import NodeSampler, ProcessSampler
+from ember.agent.link import DashboardStream
+from ember.agent.logs import LogDir
+from ember.agent.metrics import NodeSampler, ProcessSampler
 from ember.util.metrics import read_node_snapshots
 
 STOP_DEADLINE_S = 5.0  # from SIGTERM to exit, at most
@@ -49,7 +48,7 @@ LOG_DISK_MIN_FREE = int(os.environ.get("EMBER_AGENT_LOG_DISK_MIN_FREE", str(100 
 _STATE = {"LEASED": "RUNNING", "ACTOR": "ACTOR", "IDLE": "IDLE", "STARTING": "STARTING"}
 
 
-class Agent:
+class Agent(DashboardStream):
     def __init__(self, args: argparse.Namespace, hub: Any = None) -> None:
         """``hub``: the dashboard's ``AgentHub`` when this agent runs in its process."""
         self.args = args
@@ -211,7 +210,7 @@ class Agent:
                 "cpu_percent": me.get("cpu_percent"),
                 "rss_bytes": me.get("rss_bytes"),
             }
-        # ember.util.metrics: each process's snapshot file, shipped with the sample (part B).
+        # ember.util.metrics: each process's snapshot file, shipped with the sample.
         sample["user_metrics"] = user_metrics
         sample["log_disk"] = self._check_log_disk()
         info = dict(self.info)
@@ -369,7 +368,7 @@ class Agent:
         if op == "stack":
             return await self.stacks(body.get("pids"))
         if op == "profile":
-            from ember.dashboard import pyspy  # on demand: shutil, tempfile, ~0.6 MB idle
+            from ember.agent import pyspy  # on demand: shutil, tempfile, ~0.6 MB idle
 
             return await pyspy.record(int(body["pid"]), int(body["duration"]), body["format"])
         if op == "objects":
@@ -380,7 +379,7 @@ class Agent:
         rows = {w["pid"]: w for w in self.known_workers.values()}
         if pids is None:
             pids = [p for p, w in rows.items() if w["kind"] in ("worker", "driver")]
-        from ember.dashboard import pyspy  # on demand, like profiles
+        from ember.agent import pyspy  # on demand, like profiles
 
         if pyspy.pyspy_path() is None:
             return {"error": pyspy.not_installed(), "processes": []}
@@ -425,135 +424,6 @@ class Agent:
                         }
                     )
         return {"rows": rows, "unanswered": res.get("unanswered", 0), "store": res.get("store")}
-
-    # -- the stream to the dashboard -------------------------------------------------------
-    async def dashboard_loop(self) -> None:
-        if self.hub is not None:
-            await self._local_stream(self.hub)
-            return
-        backoff = 0.2
-        while not self.stopping:
-            address = self.args.dashboard_address or await self._lookup_dashboard()
-            if not address:
-                await asyncio.sleep(5.0)  # no dashboard (yet): look again, cheaply
-                continue
-            try:
-                await self._stream(address)
-                backoff = 0.2
-            except Exception as e:
-                logger.info("stream to the dashboard at %s ended: %s", address, e)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
-
-    async def _stream(self, address: str) -> None:
-        metadata = ((wire.TOKEN_KEY, self.token),) if self.token else None
-        async with grpc.aio.insecure_channel(address, options=wire.CHANNEL_OPTIONS) as channel:
-            call = channel.stream_stream(wire.METHOD)(metadata=metadata)
-            await call.write(
-                wire.encode({"type": "hello", "node_id": self.node_id, "info": self.info})
-            )
-            if self.latest_metrics:
-                self.wakeup.set()
-            reader = asyncio.ensure_future(self._read_requests(call))
-            try:
-                while not reader.done():
-                    msg = self._next_message()
-                    if msg is None:
-                        self.wakeup.clear()
-                        waiter = asyncio.ensure_future(self.wakeup.wait())
-                        await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
-                        waiter.cancel()
-                        continue
-                    try:
-                        await call.write(wire.encode(msg))
-                    except BaseException:
-                        self._requeue(msg)
-                        raise
-                reader.result()
-            finally:
-                reader.cancel()
-
-    async def _local_stream(self, hub: Any) -> None:
-        """The head's agent, in the dashboard's process: each message goes to the hub as the
-        JSON a remote agent would send (so both ingest the same thing), with no socket."""
-        hello = wire.decode(
-            wire.encode({"type": "hello", "node_id": self.node_id, "info": self.info})
-        )
-        link = hub.open_link(hello["node_id"], hello["info"])
-        if self.latest_metrics:
-            self.wakeup.set()
-        try:
-            while not self.stopping:
-                while not link.outbox.empty():
-                    asyncio.ensure_future(self.handle_request(link.outbox.get_nowait()))
-                msg = self._next_message()
-                if msg is None:
-                    self.wakeup.clear()
-                    waiter = asyncio.ensure_future(self.wakeup.wait())
-                    request = asyncio.ensure_future(link.outbox.get())
-                    await asyncio.wait({waiter, request}, return_when=asyncio.FIRST_COMPLETED)
-                    waiter.cancel()
-                    if request.done():
-                        asyncio.ensure_future(self.handle_request(request.result()))
-                    else:
-                        request.cancel()
-                    continue
-                try:
-                    hub.ingest(link, as_received(msg))
-                except Exception as e:  # one bad message must not end the stream
-                    logger.warning(
-                        "the dashboard could not ingest a %s message: %s", msg["type"], e
-                    )
-                await asyncio.sleep(0)  # a burst of task events must not starve the HTTP server
-        finally:
-            hub.close_link(link)
-
-    def _next_message(self) -> dict[str, Any] | None:
-        if self.replies:
-            return self.replies.popleft()
-        if self.latest_metrics is not None:
-            msg, self.latest_metrics = self.latest_metrics, None
-            return msg
-        if self.events:
-            msg = self.events.popleft()
-            if msg["type"] == "task_events":
-                self.buffered_events -= len(msg["events"])
-                if self.events_dropped:
-                    msg = dict(msg, dropped=msg["dropped"] + self.events_dropped)
-                    self.events_dropped = 0
-            return msg
-        return None
-
-    def _requeue(self, msg: dict[str, Any]) -> None:
-        if msg["type"] == "task_events":
-            self.events.appendleft(msg)
-            self.buffered_events += len(msg["events"])
-
-    async def _read_requests(self, call: Any) -> None:
-        async for raw in call:
-            msg = wire.decode(raw)
-            if msg.get("type") == "request":
-                asyncio.ensure_future(self.handle_request(msg))
-
-    async def _lookup_dashboard(self) -> str | None:
-        """A worker node finds the head's dashboard in the GCS KV (``dashboard_agent_address``)."""
-        if not self.args.gcs_address:
-            return None
-        from ember.protocol import connection as conn_mod
-
-        try:
-            gcs = await conn_mod.connect(
-                self.args.gcs_address, name="gcs", token=self.token.encode() if self.token else None
-            )
-            try:
-                value = await gcs.call(
-                    "kv_get", {"namespace": "dashboard", "key": b"agent_address"}, timeout=5.0
-                )
-            finally:
-                gcs.close()
-            return value.decode() if value else None
-        except Exception:
-            return None
 
     # -- lifecycle -------------------------------------------------------------------------
     async def serve_node(
@@ -631,45 +501,6 @@ class Agent:
         )
 
 
-_PLAIN = frozenset({str, int, float, bool, type(None)})  # exact types: JSON keeps them as they are
-
-
-class _NotPlain(Exception):
-    pass
-
-
-def as_received(msg: dict[str, Any]) -> dict[str, Any]:
-    """``msg`` as the hub would decode it from the wire (``wire.decode(wire.encode(msg))``),
-    for the head's agent, which hands its messages over in-process. Task-event batches, the
-    bulk, are converted directly (ids as hex, lists for tuples): ~0.9 µs an event where the
-    JSON round trip costs ~4.6 µs, on the dashboard's loop. A batch holding anything else
-    (a profile span's user data) takes the round trip, which is the definition."""
-    if msg["type"] == "task_events":
-        try:
-            return {**msg, "events": [_event_as_received(e) for e in msg["events"]]}
-        except _NotPlain:
-            pass
-    return wire.decode(wire.encode(msg))
-
-
-def _event_as_received(event: Any) -> list[Any]:
-    tid, state, t, attempt, extra = event
-    if extra:
-        extra = {k: _plain(v) for k, v in extra.items()}
-    return [tid, state, t, attempt, extra]
-
-
-def _plain(v: Any) -> Any:
-    t = type(v)
-    if t in _PLAIN:
-        return v
-    if t is bytes:
-        return v.hex()
-    if t is dict and all(type(k) is str and type(x) in _PLAIN for k, x in v.items()):
-        return dict(v)
-    raise _NotPlain
-
-
 def _mount_of(path: str) -> str:
     """The mount point of the filesystem holding ``path``."""
     path = os.path.realpath(path)
@@ -714,34 +545,3 @@ def _read_token(path: str | None) -> str | None:
         return os.environ.get("EMBER_CLUSTER_TOKEN") or None
     with open(path) as f:
         return f.read().strip() or None
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="ember-agent")
-    p.add_argument("--node-id", required=True, help="hex")
-    p.add_argument("--session-dir", required=True)
-    p.add_argument("--raylet-address", required=True)
-    p.add_argument("--gcs-address", default="")
-    p.add_argument("--dashboard-address", default="", help="host:port of the dashboard's gRPC")
-    p.add_argument("--node-ip", default="127.0.0.1")
-    p.add_argument("--head", action="store_true")
-    p.add_argument("--components", default="", help="name=pid,... of the node's processes")
-    p.add_argument("--token-file", default=None)
-    p.add_argument("--ready-fd", type=int, default=-1)
-    p.add_argument("--parent-pid", type=int, default=0)
-    return p.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    from ember.process_util import die_with_parent, setup_process_logging
-
-    setup_process_logging(os.path.join(args.session_dir, "logs", "agent.log"))
-    if args.parent_pid:
-        die_with_parent(args.parent_pid)
-    psutil.Process().nice(int(os.environ.get("EMBER_AGENT_NICE", "19")))  # yields to the work
-    asyncio.run(Agent(args).run())
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,1 @@
+"""Tools built on the runtime, not part of it: ``ember microbenchmark`` and ``ember demo``."""
