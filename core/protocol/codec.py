@@ -82,13 +82,21 @@ def encode_error(rid: int, exc: BaseException) -> bytes:
         pickled: bytes | None = _dumps(exc, _HIGHEST)
     except Exception:
         pickled = None
-    if isinstance(exc, RemoteError) and exc.remote_traceback:
-        tb = exc.remote_traceback  # passed on from further away: keep the original one
-    elif exc.__traceback__ is not None:
-        tb = "".join(traceback.format_exception(exc))
+    try:
+        local = "".join(traceback.format_exception(exc)) if exc.__traceback__ else ""
+    except Exception:  # a broken __str__ must not cost the reply
+        local = ""
+    # An error that itself came from another process keeps where it started.
+    earlier = getattr(exc, "remote_traceback", "") or ""
+    if earlier and local:
+        tb = f"{earlier}\nwhich was raised again here:\n{local}"
     else:
-        tb = ""
-    return _dumps((ERROR, rid, pickled, _type_name(exc), str(exc), tb), _HIGHEST)
+        tb = earlier or local
+    try:
+        message = str(exc)
+    except Exception:
+        message = f"<{type(exc).__name__} with an unprintable message>"
+    return _dumps((ERROR, rid, pickled, _type_name(exc), message, tb), _HIGHEST)
 
 
 def encode_auth(token: bytes) -> bytes:

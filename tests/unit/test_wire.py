@@ -236,3 +236,11 @@ def test_an_oversized_first_frame_is_refused_from_its_header():
             await waiter
 
     run(main())
+
+
+def test_an_error_raised_again_keeps_both_tracebacks():
+    first = codec.decode_error(pickle.loads(codec.encode_error(1, _raise(KeyError("k")))))
+    second = codec.decode_error(pickle.loads(codec.encode_error(2, _raise(first))))
+    assert type(second) is KeyError
+    assert second.remote_traceback.startswith(first.remote_traceback)
+    assert "which was raised again here" in second.remote_traceback
