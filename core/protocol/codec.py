@@ -121,7 +121,8 @@ def decode_error(msg: tuple) -> BaseException:
         except Exception:
             exc = None
     if not isinstance(exc, BaseException):
-        exc = RemoteError(f"{type_name}: {message}", type_name=type_name, remote_traceback=tb)
+        short = type_name.rsplit(".", 1)[-1]
+        exc = RemoteError(f"{short}: {message}", type_name=type_name, remote_traceback=tb)
     else:
         try:
             exc.remote_traceback = tb  # type: ignore[attr-defined]
