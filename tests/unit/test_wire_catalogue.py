@@ -191,3 +191,116 @@ def test_handler_tables_are_checked_at_start_up():
 
         class Again(Demo):
             op = "a"
+
+
+# -- fields: what senders put in a body and handlers read from it --------------------------
+def _dict_keys(node: ast.AST) -> set[str] | None:
+    if not isinstance(node, ast.Dict) or any(k is None for k in node.keys):
+        return None  # not a literal, or built with ** (checked where it is built)
+    return {k.value for k in node.keys if isinstance(k, ast.Constant)}
+
+
+def test_bodies_sent_carry_only_catalogued_fields():
+    ops_by_service = [(name, cat) for name, cat in CATALOGUES.items()]
+    wrong = []
+    checked = 0
+    for path, tree in _sources():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            pos = SENDERS.get(name)
+            if pos is None or len(node.args) <= pos + 1:
+                continue
+            op_arg, body_arg = node.args[pos], node.args[pos + 1]
+            if not (isinstance(op_arg, ast.Constant) and isinstance(op_arg.value, str)):
+                continue
+            keys = _dict_keys(body_arg)
+            if keys is None:
+                continue
+            checked += 1
+            # The op's message in some catalogue must declare every key (an op name used by
+            # two receivers is fine with either's fields; a whole-body message is open).
+            fits = [
+                cat
+                for _, cat in ops_by_service
+                if op_arg.value in cat
+                and (cat[op_arg.value].body_is or keys <= set(cat[op_arg.value]._fields))
+            ]
+            if not fits:
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: {op_arg.value} {keys}")
+    assert checked > 40  # the scan found the literal bodies
+    assert not wrong, "bodies with fields the catalogue does not declare:\n" + "\n".join(wrong)
+
+
+def _handler_methods(path: pathlib.Path) -> dict[str, str]:
+    """{op: handler method name} from a file's handler table literal."""
+    out = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        table = None
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            if getattr(node.targets[0], "attr", "") == "handlers":
+                table = node.value
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "serve":
+            table = next((a for a in node.args if isinstance(a, ast.Dict)), None)
+        for k, v in zip(table.keys, table.values, strict=True) if table else ():
+            if isinstance(k, ast.Constant) and isinstance(v, ast.Attribute):
+                out[k.value] = v.attr
+    return out
+
+
+def _fields_read(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Keys a handler reads from its body argument: ``body["k"]`` and ``body.get("k")``."""
+    params = [a.arg for a in fn.args.args]
+    if len(params) < 3:
+        return set()
+    body = params[2]
+    keys = set()
+    for n in ast.walk(fn):
+        if (
+            isinstance(n, ast.Subscript)
+            and getattr(n.value, "id", None) == body
+            and isinstance(n.slice, ast.Constant)
+        ):
+            keys.add(n.slice.value)
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and getattr(n.func.value, "id", None) == body
+            and n.func.attr == "get"
+            and n.args
+            and isinstance(n.args[0], ast.Constant)
+        ):
+            keys.add(n.args[0].value)
+    return keys
+
+
+HANDLER_FILES = {
+    "gcs": ("core/gcs/server.py", "core/gcs/placement_groups.py"),
+    "raylet": ("core/raylet/raylet.py",),
+    "worker": ("core/core_worker/core_worker.py", "core/core_worker/cluster_links.py"),
+    "agent": ("dashboard/agent.py",),
+}
+
+
+@pytest.mark.parametrize("service", sorted(HANDLER_FILES))
+def test_handlers_read_only_catalogued_fields(service):
+    files = [ROOT / f for f in HANDLER_FILES[service]]
+    methods = _handler_methods(files[0])
+    assert len(methods) >= len(CATALOGUES[service]) - 2  # a few are lambdas
+    defs = {}
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                defs.setdefault(node.name, node)
+    cat = CATALOGUES[service]
+    wrong = []
+    for op, method in methods.items():
+        msg = cat[op]
+        if msg.body_is is not None or method not in defs:
+            continue
+        extra = _fields_read(defs[method]) - set(msg._fields)
+        if extra:
+            wrong.append(f"{service}.{op} ({method}) reads {sorted(extra)}")
+    assert not wrong, "handlers read fields the catalogue does not declare:\n" + "\n".join(wrong)
