@@ -63,9 +63,9 @@ _encode_reply = codec.encode_reply
 _decode_error = codec.decode_error
 
 
-def _op_body(op: Any, body: Any) -> tuple[str, Any]:
+def _op_body(msg: Any) -> tuple[str, Any]:
     """A message object travels as its op and body (see ember.protocol.messages)."""
-    return op.op, op.to_body()
+    return msg.op, msg.to_body()
 
 
 class Connection(asyncio.Protocol):
@@ -181,13 +181,13 @@ class Connection(asyncio.Protocol):
     def send(self, op: Any, body: Any = None) -> None:
         """A one-way message. Call on the connection's loop."""
         if op.__class__ is not str:
-            op, body = _op_body(op, body)
+            op, body = _op_body(op)
         self._write(_encode_oneway(op, body))
 
     def request(self, op: Any, body: Any = None) -> asyncio.Future:
         """A request; the future gets the reply. Call on the connection's loop."""
         if op.__class__ is not str:
-            op, body = _op_body(op, body)
+            op, body = _op_body(op)
         fut = self.loop.create_future()
         if self.closed:
             fut.set_exception(
@@ -207,7 +207,7 @@ class Connection(asyncio.Protocol):
         Cheaper than ``request`` on the hot path: no Future, no extra loop iteration.
         """
         if op.__class__ is not str:
-            op, body = _op_body(op, body)
+            op, body = _op_body(op)
         if self.closed:
             callback(
                 None,
@@ -231,7 +231,7 @@ class Connection(asyncio.Protocol):
         if self.closed or self._fd < 0 or self._out:
             return False
         if op.__class__ is not str:
-            op, body = _op_body(op, body)
+            op, body = _op_body(op)
         rid = next(self._ids)
         frame = _frame(_encode_request(op, rid, body))
         with self._wlock:
