@@ -1,76 +1,71 @@
-"""The hot-path transport: length-prefixed pickled messages over Unix or TCP sockets.
+"""The asyncio side of the wire: a ``Connection`` is an ``asyncio.Protocol`` over any
+transport (Unix or TCP socket, or the in-process pair), speaking the frames of
+``ember.protocol.codec``.
 
 Rules:
-- A frame is a 4-byte little-endian length and a pickled tuple.
-- ``(REQUEST, op, req_id, body)`` expects ``(REPLY, req_id, result)`` or
-  ``(ERROR, req_id, exception)``; ``(ONEWAY, op, body)`` expects nothing.
+- ``request`` / ``request_cb`` / ``call`` send ``(REQUEST, op, req_id, body)`` and get the
+  reply, or the handler's exception raised again (see ``ember.protocol.errors``); ``send``
+  sends a one-way ``(ONEWAY, op, body)``. Where an op is given, a message object from
+  ``ember.protocol.messages`` may be given instead: it travels as its op and body.
 - Handlers are looked up by ``op`` in the table the connection was made with; a handler gets
-  ``(conn, body)`` and returns the result or an awaitable of it.
+  ``(conn, body)`` and returns the result or an awaitable of it (or ``DEFERRED``, answering
+  later through ``conn.deferred()``).
 - Messages on one connection are handled in the order they arrive (synchronous handlers run
   inline; an awaitable's reply goes out when it completes).
 - Writes made in one event-loop iteration leave in one system call.
-- A connection to a TCP listener must first send the cluster token as a raw frame, checked
-  before anything it sends is unpickled; the listener answers ``__auth_ok__`` or
-  ``__auth_refused__`` (then closes), so a client with a wrong token gets a clear error at
-  ``connect`` instead of a closed socket later. A process joins one cluster, so its token is
-  set once (``set_cluster_token``) and used by every TCP ``connect`` and ``serve``.
+- A listener made with ``expect_token`` reads the first frame raw (bounded in size) and checks
+  the token before anything is unpickled; the client side waits for the answer in
+  ``send_token``. Which listeners demand it is the transport's business
+  (``ember.protocol.transports``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import inspect
 import itertools
 import logging
 import os
-import pickle
 import select
 import socket
-import struct
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from ember.protocol import codec
+from ember.protocol.codec import (
+    AUTH_OK,
+    AUTH_REFUSED,
+    ERROR,
+    MAX_AUTH_FRAME,
+    ONEWAY,
+    REPLY,
+    REQUEST,
+    FrameError,
+)
+from ember.protocol.errors import (
+    AuthenticationError,
+    ConnectionClosedError,
+    HandlerCancelledError,
+    NoHandlerError,
+    RemoteError,
+)
+
 logger = logging.getLogger(__name__)
-
-REQUEST, REPLY, ERROR, ONEWAY = 0, 1, 2, 3
-_HEADER = struct.Struct("<I")
-_MAX_FRAME = 1 << 31
-_AUTH_MAGIC = b"EMBER-AUTH1"
-_AUTH_OK = "__auth_ok__"
-_AUTH_REFUSED = "__auth_refused__"
-_cluster_token: bytes | None = None
-
-
-def set_cluster_token(token: bytes | None) -> None:
-    """The token this process presents to, and demands from, TCP peers."""
-    global _cluster_token
-    _cluster_token = token
-
-
-def cluster_token() -> bytes | None:
-    return _cluster_token
-
-
-class AuthenticationError(ConnectionRefusedError):
-    """The peer refused our cluster token (or we had none to give)."""
-
 
 Handler = Callable[["Connection", Any], Any]
 Handlers = dict[str, Handler]
 
-_dumps = pickle.dumps
-_loads = pickle.loads
-_HIGHEST = pickle.HIGHEST_PROTOCOL
+_frame = codec.frame
+_encode_request = codec.encode_request
+_encode_oneway = codec.encode_oneway
+_encode_reply = codec.encode_reply
+_decode_error = codec.decode_error
 
 
-class ConnectionClosedError(ConnectionError):
-    """The peer went away before answering."""
-
-
-class RemoteError(Exception):
-    """A handler failed on the other side with an error that could not travel as itself."""
+def _op_body(msg: Any) -> tuple[str, Any]:
+    """A message object travels as its op and body (see ember.protocol.messages)."""
+    return msg.op, msg.to_body()
 
 
 class Connection(asyncio.Protocol):
@@ -90,7 +85,7 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.close_reason = ""
         self.state: dict[str, Any] = {}  # per-connection facts a handler may keep
-        self._buf = bytearray()
+        self._decoder = codec.Decoder()
         self._out: list[bytes] = []
         self._flush_scheduled = False
         # {req_id: Future of the reply, or a callback(result, error)}
@@ -117,31 +112,15 @@ class Connection(asyncio.Protocol):
                 pass
 
     def data_received(self, data: bytes) -> None:
-        buf = self._buf
-        buf += data
-        pos = 0
-        end = len(buf)
-        while end - pos >= 4:
-            (n,) = _HEADER.unpack_from(buf, pos)
-            if end - pos - 4 < n:
-                break
-            start = pos + 4
-            pos = start + n
-            if self._expect_token is not None:
-                if not self._check_token(bytes(buf[start:pos])):
-                    return
-                continue
-            try:
-                msg = _loads(memoryview(buf)[start:pos])
-            except Exception as e:  # a corrupt frame: nothing more on this stream is safe
-                logger.error("%s: undecodable frame (%s); closing", self.name, e)
-                self.close(f"undecodable frame: {e}")
+        if self._expect_token is not None:
+            if not self._receive_token(data):
                 return
-            self._dispatch(msg)
-            if self.closed:
-                return
-        if pos:
-            del buf[:pos]
+            data = b""  # whatever followed the token frame is still in the decoder
+        try:
+            self._decoder.feed(data, self._dispatch)
+        except FrameError as e:
+            logger.error("%s: %s; closing", self.name, e)
+            self.close(str(e))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._mark_closed(str(exc) if exc else "peer closed the connection")
@@ -150,7 +129,7 @@ class Connection(asyncio.Protocol):
     def _write(self, payload: bytes) -> None:
         if self.closed:
             raise ConnectionClosedError(f"connection {self.name} is closed: {self.close_reason}")
-        self._out.append(_HEADER.pack(len(payload)))
+        self._out.append(codec.HEADER.pack(len(payload)))
         self._out.append(payload)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -175,7 +154,7 @@ class Connection(asyncio.Protocol):
         nothing is queued ahead of it (saves a wake-up of the loop). False: use the loop."""
         if self.closed or self._fd < 0 or self._out:
             return False
-        frame = _HEADER.pack(len(payload)) + payload
+        frame = _frame(payload)
         with self._wlock:
             if self.closed or self._out or self.transport.get_write_buffer_size():
                 return False
@@ -199,12 +178,16 @@ class Connection(asyncio.Protocol):
                     return True
         return True
 
-    def send(self, op: str, body: Any = None) -> None:
+    def send(self, op: Any, body: Any = None) -> None:
         """A one-way message. Call on the connection's loop."""
-        self._write(_dumps((ONEWAY, op, body), _HIGHEST))
+        if op.__class__ is not str:
+            op, body = _op_body(op)
+        self._write(_encode_oneway(op, body))
 
-    def request(self, op: str, body: Any = None) -> asyncio.Future:
+    def request(self, op: Any, body: Any = None) -> asyncio.Future:
         """A request; the future gets the reply. Call on the connection's loop."""
+        if op.__class__ is not str:
+            op, body = _op_body(op)
         fut = self.loop.create_future()
         if self.closed:
             fut.set_exception(
@@ -213,16 +196,18 @@ class Connection(asyncio.Protocol):
             return fut
         rid = next(self._ids)
         self._pending[rid] = fut
-        self._write(_dumps((REQUEST, op, rid, body), _HIGHEST))
+        self._write(_encode_request(op, rid, body))
         return fut
 
     def request_cb(
-        self, op: str, body: Any, callback: Callable[[Any, BaseException | None], None]
+        self, op: Any, body: Any, callback: Callable[[Any, BaseException | None], None]
     ) -> None:
         """A request whose reply runs ``callback(result, error)`` as soon as it is read.
 
         Cheaper than ``request`` on the hot path: no Future, no extra loop iteration.
         """
+        if op.__class__ is not str:
+            op, body = _op_body(op)
         if self.closed:
             callback(
                 None,
@@ -231,10 +216,10 @@ class Connection(asyncio.Protocol):
             return
         rid = next(self._ids)
         self._pending[rid] = callback
-        self._write(_dumps((REQUEST, op, rid, body), _HIGHEST))
+        self._write(_encode_request(op, rid, body))
 
     def request_cb_direct(
-        self, op: str, body: Any, callback: Callable[[Any, BaseException | None], None]
+        self, op: Any, body: Any, callback: Callable[[Any, BaseException | None], None]
     ) -> bool:
         """``request_cb`` from a thread other than the loop's, written straight to the socket
         (saves waking the loop). False, having sent nothing: use the loop instead.
@@ -245,9 +230,10 @@ class Connection(asyncio.Protocol):
         """
         if self.closed or self._fd < 0 or self._out:
             return False
+        if op.__class__ is not str:
+            op, body = _op_body(op)
         rid = next(self._ids)
-        payload = _dumps((REQUEST, op, rid, body), _HIGHEST)
-        frame = _HEADER.pack(len(payload)) + payload
+        frame = _frame(_encode_request(op, rid, body))
         with self._wlock:
             if self.closed or self._out or self.transport.get_write_buffer_size():
                 return False
@@ -261,16 +247,16 @@ class Connection(asyncio.Protocol):
         """Inside a request handler: a handle to answer this request later, from any thread."""
         return Deferred(self, self._current_rid)
 
-    async def call(self, op: str, body: Any = None, timeout: float | None = None) -> Any:
+    async def call(self, op: Any, body: Any = None, timeout: float | None = None) -> Any:
         fut = self.request(op, body)
         if timeout is None:
             return await fut
         return await asyncio.wait_for(fut, timeout)
 
-    def send_threadsafe(self, op: str, body: Any = None) -> None:
+    def send_threadsafe(self, op: Any, body: Any = None) -> None:
         self.loop.call_soon_threadsafe(self._send_quiet, op, body)
 
-    def _send_quiet(self, op: str, body: Any) -> None:
+    def _send_quiet(self, op: Any, body: Any) -> None:
         if not self.closed:
             self.send(op, body)
 
@@ -281,12 +267,13 @@ class Connection(asyncio.Protocol):
         self._mark_closed(reason)
 
     # -- receiving -------------------------------------------------------------------------
-    def _dispatch(self, msg: tuple) -> None:
+    def _dispatch(self, msg: tuple) -> bool:
+        """Handles one message; True when the connection has closed (stop reading)."""
         kind = msg[0]
         if kind == REPLY:
             waiter = self._pending.pop(msg[1], None)
             if waiter is None:
-                return
+                return self.closed
             if isinstance(waiter, asyncio.Future):
                 if not waiter.done():
                     waiter.set_result(msg[2])
@@ -296,29 +283,29 @@ class Connection(asyncio.Protocol):
             op, rid, body = msg[1], msg[2], msg[3]
             handler = self.handlers.get(op)
             if handler is None:
-                self._reply_error(rid, RemoteError(f"{self.name}: no handler for {op!r}"))
-                return
+                self._reply_error(rid, NoHandlerError(f"{self.name}: no handler for {op!r}"))
+                return self.closed
             self._current_rid = rid
             try:
                 result = handler(self, body)
             except Exception as e:
                 self._reply_error(rid, e)
-                return
+                return self.closed
             if result is DEFERRED:
-                return
+                return self.closed
             if inspect.isawaitable(result):
                 task = asyncio.ensure_future(result)
                 task.add_done_callback(lambda t, rid=rid: self._reply_from_task(rid, t))
             else:
                 self._reply(rid, result)
         elif kind == ONEWAY:
-            if self._auth_waiter is not None and msg[1] in (_AUTH_OK, _AUTH_REFUSED):
+            if self._auth_waiter is not None and msg[1] in (AUTH_OK, AUTH_REFUSED):
                 self._auth_answer(msg[1], msg[2])
-                return
+                return self.closed
             handler = self.handlers.get(msg[1])
             if handler is None:
                 logger.warning("%s: no handler for one-way %r", self.name, msg[1])
-                return
+                return self.closed
             try:
                 result = handler(self, msg[2])
                 if inspect.isawaitable(result):
@@ -328,18 +315,20 @@ class Connection(asyncio.Protocol):
         elif kind == ERROR:
             waiter = self._pending.pop(msg[1], None)
             if waiter is None:
-                return
+                return self.closed
+            exc = _decode_error(msg)
             if isinstance(waiter, asyncio.Future):
                 if not waiter.done():
-                    waiter.set_exception(msg[2])
+                    waiter.set_exception(exc)
             else:
-                waiter(None, msg[2])
+                waiter(None, exc)
+        return self.closed
 
     def _reply(self, rid: int, result: Any) -> None:
         if self.closed:
             return
         try:
-            payload = _dumps((REPLY, rid, result), _HIGHEST)
+            payload = _encode_reply(rid, result)
         except Exception as e:
             self._reply_error(rid, e)
             return
@@ -360,15 +349,11 @@ class Connection(asyncio.Protocol):
     def _reply_error(self, rid: int, exc: BaseException) -> None:
         if self.closed:
             return
-        try:
-            payload = _dumps((ERROR, rid, exc), _HIGHEST)
-        except Exception:
-            payload = _dumps((ERROR, rid, RemoteError(f"{type(exc).__name__}: {exc}")), _HIGHEST)
-        self._write(payload)
+        self._write(codec.encode_error(rid, exc))
 
     def _reply_from_task(self, rid: int, task: asyncio.Task) -> None:
         if task.cancelled():
-            self._reply_error(rid, RemoteError("the handler was cancelled"))
+            self._reply_error(rid, HandlerCancelledError("the handler was cancelled"))
         elif task.exception() is not None:
             self._reply_error(rid, task.exception())
         else:
@@ -404,43 +389,49 @@ class Connection(asyncio.Protocol):
                 logger.exception("%s: on_close failed", self.name)
 
     # -- authentication --------------------------------------------------------------------
-    def _check_token(self, frame: bytes) -> bool:
-        expected = _AUTH_MAGIC + self._expect_token
-        if hmac.compare_digest(frame, expected):
-            self._expect_token = None
-            self.send(_AUTH_OK)
-            return True
+    def _receive_token(self, data: bytes) -> bool:
+        """The listener's side: True once the token frame has been accepted (later bytes are
+        then read as messages); False while it is incomplete or after refusing it."""
+        try:
+            first = self._decoder.feed_raw(data, MAX_AUTH_FRAME)
+        except FrameError:
+            self._refuse("no cluster token sent")
+            return False
+        if first is None:
+            return False
+        reason = codec.check_auth(first, self._expect_token)
+        if reason is not None:
+            self._refuse(reason)
+            return False
+        self._expect_token = None
+        self.send(AUTH_OK)
+        return True
+
+    def _refuse(self, reason: str) -> None:
         peer = self.transport.get_extra_info("peername") if self.transport else None
         logger.warning(
             "%s: refused a connection from %s: wrong or missing cluster token", self.name, peer
         )
-        reason = "wrong cluster token" if frame.startswith(_AUTH_MAGIC) else "no cluster token sent"
         # Said before closing, so the client can tell the user why; nothing else is read.
-        self.transport.write(_frame(_dumps((ONEWAY, _AUTH_REFUSED, reason), _HIGHEST)))
+        self.transport.write(codec.encode_auth_refused(reason))
         self.close(reason)
-        return False
 
     def send_token(self, token: bytes) -> asyncio.Future:
         """Presents the token; the future resolves when the listener accepts it."""
         self._auth_waiter = self.loop.create_future()
-        frame = _AUTH_MAGIC + token
-        self.transport.write(_frame(frame))
+        self.transport.write(codec.encode_auth(token))
         return self._auth_waiter
 
     def _auth_answer(self, op: str, body: Any) -> None:
         waiter, self._auth_waiter = self._auth_waiter, None
         if waiter is None or waiter.done():
             return
-        if op == _AUTH_OK:
+        if op == AUTH_OK:
             waiter.set_result(True)
         else:
             waiter.set_exception(
                 AuthenticationError(f"{self.name} refused this connection: {body}")
             )
-
-
-def _frame(payload: bytes) -> bytes:
-    return _HEADER.pack(len(payload)) + payload
 
 
 DEFERRED = object()  # a handler's return value: "I will answer through conn.deferred()"
@@ -462,7 +453,7 @@ class Deferred:
     def resolve_threadsafe(self, value: Any) -> None:
         conn = self.conn
         try:
-            payload = _dumps((REPLY, self.rid, value), _HIGHEST)
+            payload = _encode_reply(self.rid, value)
         except Exception:
             conn.loop.call_soon_threadsafe(conn._reply_now, self.rid, value)  # error reply
             return
@@ -475,106 +466,44 @@ def _log_task_error(task: asyncio.Future) -> None:
         logger.error("one-way handler failed", exc_info=task.exception())
 
 
-def parse_address(address: str) -> tuple[str, Any]:
-    """``unix:/path`` or ``tcp:host:port`` → (scheme, target)."""
-    scheme, _, rest = address.partition(":")
-    if scheme == "unix":
-        return "unix", rest
-    if scheme == "tcp":
-        host, _, port = rest.rpartition(":")
-        return "tcp", (host, int(port))
-    raise ValueError(f"unknown address {address!r}: expected unix:/path or tcp:host:port")
-
-
-async def connect(
-    address: str,
-    handlers: Handlers | None = None,
-    *,
-    name: str = "",
-    on_close: Callable[[Connection], None] | None = None,
-    token: bytes | None = None,
-    timeout: float = 10.0,
-) -> Connection:
-    loop = asyncio.get_running_loop()
-    scheme, target = parse_address(address)
-
-    def factory() -> Connection:
-        return Connection(handlers or {}, name=name or address, on_close=on_close)
-
-    if scheme == "unix":
-        coro = loop.create_unix_connection(factory, target)
-    else:
-        coro = loop.create_connection(factory, *target)
-    _, conn = await asyncio.wait_for(coro, timeout)
-    if scheme == "tcp":
-        token = token if token is not None else _cluster_token
-        if token is None:
-            conn.close("no cluster token")
-            raise AuthenticationError(
-                f"connecting to {address} needs the cluster token: pass --token or set "
-                "EMBER_TOKEN (on the head node it is found automatically)"
-            )
-        try:
-            await asyncio.wait_for(conn.send_token(token), timeout)
-        except AuthenticationError as e:
-            conn.close(str(e))
-            raise AuthenticationError(
-                f"{address} refused the cluster token ({e.args[0].rsplit(': ', 1)[-1]}): "
-                "pass the head's token with --token or EMBER_TOKEN (it is in the head's "
-                "temp dir, file cluster_token)"
-            ) from None
-        except BaseException:
-            conn.close("token check failed")
-            raise
-    return conn
-
-
-async def serve(
-    address: str,
-    handlers: Handlers,
-    *,
-    name: str = "",
-    on_connect: Callable[[Connection], None] | None = None,
-    on_close: Callable[[Connection], None] | None = None,
-    token: bytes | None = None,
-) -> tuple[asyncio.AbstractServer, str]:
-    """Listens on ``address``; returns the server and the address it really bound (port 0)."""
-    loop = asyncio.get_running_loop()
-    scheme, target = parse_address(address)
-
-    if scheme == "tcp":
-        token = token if token is not None else _cluster_token
-        if token is None:
-            raise ValueError(
-                f"refusing to listen on {address} without a cluster token: anything reachable "
-                "from other hosts must require it"
-            )
-
-    def factory() -> Connection:
-        conn = Connection(
-            handlers,
-            name=name,
-            on_close=on_close,
-            expect_token=token if scheme == "tcp" else None,
-        )
-        if on_connect is not None:
-            on_connect(conn)
-        return conn
-
-    if scheme == "unix":
-        server = await loop.create_unix_server(factory, target)
-        os.chmod(target, 0o600)
-        return server, address
-    server = await loop.create_server(factory, *target)
-    host, port = server.sockets[0].getsockname()[:2]
-    return server, f"tcp:{host}:{port}"
-
-
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop where it is installed (4x asyncio's round trip, BRIEF §3)."""
+    """uvloop where it is installed: its request/reply round trip is about 4x asyncio's."""
     try:
         import uvloop
 
         return uvloop.new_event_loop()
     except ImportError:  # pragma: no cover - uvloop is a dependency
         return asyncio.new_event_loop()
+
+
+# What other modules import from here: the transports choose a backend by address scheme.
+from ember.protocol.transports import (  # noqa: E402
+    cluster_token,
+    connect,
+    parse_address,
+    serve,
+    set_cluster_token,
+)
+
+__all__ = [
+    "AUTH_OK",
+    "AUTH_REFUSED",
+    "DEFERRED",
+    "ERROR",
+    "ONEWAY",
+    "REPLY",
+    "REQUEST",
+    "AuthenticationError",
+    "Connection",
+    "ConnectionClosedError",
+    "Deferred",
+    "Handler",
+    "Handlers",
+    "RemoteError",
+    "cluster_token",
+    "connect",
+    "new_event_loop",
+    "parse_address",
+    "serve",
+    "set_cluster_token",
+]

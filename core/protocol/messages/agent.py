@@ -1,0 +1,42 @@
+"""Messages a node's dashboard agent handles on its Unix socket (``ember.dashboard.agent``).
+
+The agent's own link to the dashboard is a gRPC stream of JSON documents (see
+``ember.dashboard.wire``), not this wire.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.protocol.messages.base import OMIT, Catalogue, Message
+
+AGENT = Catalogue("agent", "ember.dashboard.agent.Agent")
+
+
+class AgentMessage(Message):
+    catalogue = AGENT
+
+
+class TaskEvents(AgentMessage):
+    """A batch of task state changes from a core worker's bounded buffer."""
+
+    op = "task_events"
+    sent_by = "core worker (event exporter)"
+    oneway = True
+
+    events: list[tuple[bytes, str, float, int, Any]]  # (task_id, state, time, attempt, extra)
+    job_id: bytes | None = OMIT
+    worker_id: bytes | None = OMIT
+    dropped: int = OMIT  # events the buffer lost before this batch
+
+
+class ErrorEvent(AgentMessage):
+    """A cluster event for the dashboard (a crashed task's traceback); the body's keys are
+    passed on as the event's."""
+
+    op = "error_event"
+    sent_by = "core worker"
+    oneway = True
+    body_is = "event"
+
+    event: dict[str, Any]  # severity, message, kind, pid, detail

@@ -1,0 +1,337 @@
+"""Messages the GCS handles (``ember.gcs.server``, one per cluster, on the head node).
+
+Senders: raylets (registration, heartbeats, worker deaths), core workers in drivers and
+workers (jobs, actors, placement groups, the key-value store), and tools (the CLI, the
+dashboard, tests). Ids are raw ``bytes``; "ActorInfo" is the dict of
+``ActorInfo.public()`` in ``ember.gcs.server``, "NodeInfo" that of ``NodeInfo.public()``,
+"ClusterView" the per-node resource view ``GcsServer.cluster_view()`` returns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.protocol.messages.base import OMIT, Catalogue, Message
+
+GCS = Catalogue("gcs", "ember.gcs.server.GcsServer")
+
+
+class GcsMessage(Message):
+    catalogue = GCS
+
+
+# -- nodes ---------------------------------------------------------------------------------
+class RegisterNode(GcsMessage):
+    """A raylet joins the cluster (and rejoins after a GCS restart). A node id the GCS has
+    declared dead is refused (ValueError): it must rejoin under a new id."""
+
+    op = "register_node"
+    sent_by = "raylet"
+    reply = '{"ok": True, "view": ClusterView}'
+
+    node_id: bytes
+    address: str  # the raylet's unix: address
+    tcp_address: str  # tcp:host:port, for other nodes and remote drivers
+    data_address: str  # the object transfer listener ("" if none)
+    node_ip: str
+    resources: dict[str, float]
+    session_dir: str
+    arena_path: str
+    object_store_memory: int
+    hostname: str
+    is_head: bool
+    pid: int
+
+
+class Heartbeat(GcsMessage):
+    """A raylet's periodic report; the reply carries the cluster view back."""
+
+    op = "heartbeat"
+    sent_by = "raylet, every heartbeat_interval"
+    reply = '{"view": ClusterView} | {"dead": True} (this node was declared dead)'
+
+    node_id: bytes
+    available: dict[str, float]
+    total: dict[str, float] = OMIT
+    pending_demands: list[dict] = OMIT  # resource shapes waiting on this node
+    store_stats: dict[str, Any] = OMIT
+
+
+class SubscribeNodeEvents(GcsMessage):
+    """This connection wants ``node_added`` / ``node_dead`` (core workers in a cluster)."""
+
+    op = "subscribe_node_events"
+    sent_by = "core worker"
+    oneway = True
+
+
+class SetResource(GcsMessage):
+    """Sets a custom resource's capacity on a node (``ember.experimental.set_resource``);
+    forwarded to that node's raylet as its own ``set_resource``."""
+
+    op = "set_resource"
+    sent_by = "core worker (driver)"
+    reply = '{"ok": True} | {"ok": False, "message": str}'
+
+    node_id: bytes
+    name: str
+    capacity: float
+
+
+class GetClusterView(GcsMessage):
+    op = "get_cluster_view"
+    sent_by = "raylet (after a reconnect or when a spillback target is unknown)"
+    reply = "ClusterView"
+
+
+class ListNodes(GcsMessage):
+    op = "list_nodes"
+    sent_by = "core worker, CLI, tests"
+    reply = "list[NodeInfo]"
+
+
+class ClusterInfo(GcsMessage):
+    """What ``ember status`` and the dashboard show."""
+
+    op = "cluster_info"
+    sent_by = "CLI, dashboard, tests"
+    reply = (
+        '{"nodes": list[NodeInfo], "start_time": float, "pending_actors": list[dict], '
+        '"placement_groups": list[dict], "dashboard_url": str}'
+    )
+
+
+class GetEvents(GcsMessage):
+    """Cluster events (node and actor deaths), oldest first, bounded."""
+
+    op = "get_events"
+    sent_by = "dashboard"
+    reply = 'list[{"time": float, "severity": str, "message": str}]'
+
+
+class Ping(GcsMessage):
+    op = "ping"
+    sent_by = "CLI (is the GCS up?), tests"
+    reply = '"pong"'
+
+
+# -- jobs ----------------------------------------------------------------------------------
+class RegisterJob(GcsMessage):
+    op = "register_job"
+    sent_by = "core worker (driver), at connect"
+    reply = '{"ok": True}'
+
+    job_id: bytes
+    driver_worker_id: bytes
+    driver_pid: int
+    node_id: bytes
+    namespace: str
+    entrypoint: str
+
+
+class JobFinished(GcsMessage):
+    """A driver ends its job: the GCS kills the job's non-detached actors and tells every
+    raylet (``job_finished`` there)."""
+
+    op = "job_finished"
+    sent_by = "core worker (driver), at shutdown"
+    reply = '{"ok": True}'
+
+    job_id: bytes
+
+
+class ListJobs(GcsMessage):
+    op = "list_jobs"
+    sent_by = "tools"
+    reply = "list[dict] (the register_job bodies, with start_time, end_time, state)"
+
+
+# -- actors --------------------------------------------------------------------------------
+class CreateActor(GcsMessage):
+    """Creates an actor: the GCS leases a worker for it (``lease_actor_worker`` on a raylet)
+    and sends it the constructor (``create_actor`` on that worker)."""
+
+    op = "create_actor"
+    sent_by = "core worker (the actor's owner)"
+    reply = '{"ok": True}; a named actor whose name is taken raises ValueError'
+    body_is = "spec"
+
+    spec: Any  # ember.core_worker.task_spec.TaskSpec, kind ACTOR_CREATION_TASK
+
+
+class SubscribeActor(GcsMessage):
+    """Send this connection ``actor_update`` for the actor now and on every state change."""
+
+    op = "subscribe_actor"
+    sent_by = "core worker (a handle's holder)"
+    oneway = True
+
+    actor_id: bytes
+
+
+class UnsubscribeActor(GcsMessage):
+    op = "unsubscribe_actor"
+    sent_by = "core worker"
+    oneway = True
+
+    actor_id: bytes
+
+
+class GetActorInfo(GcsMessage):
+    op = "get_actor_info"
+    sent_by = "tools"
+    reply = "ActorInfo | None"
+
+    actor_id: bytes
+
+
+class GetNamedActor(GcsMessage):
+    """``ember.get_actor(name)``."""
+
+    op = "get_named_actor"
+    sent_by = "core worker"
+    reply = "ActorInfo with methods, spec_owner, max_task_retries and max_pending_calls | None"
+
+    name: str
+    namespace: str = OMIT
+
+
+class ListNamedActors(GcsMessage):
+    op = "list_named_actors"
+    sent_by = "core worker (ember.util.list_named_actors)"
+    reply = 'list[{"name": str, "namespace": str}]'
+
+    namespace: str = OMIT
+    all_namespaces: bool = OMIT
+
+
+class ListActors(GcsMessage):
+    op = "list_actors"
+    sent_by = "dashboard, tools"
+    reply = "list[ActorInfo]"
+
+
+class KillActor(GcsMessage):
+    """Ends an actor: ``ember.kill`` (a request), or its last handle going away (one-way,
+    ``graceful`` and ``only_if_not_detached``)."""
+
+    op = "kill_actor"
+    sent_by = "core worker, dashboard"
+    reply = '{"ok": True} | {"ok": False, "message": str}'
+
+    actor_id: bytes
+    no_restart: bool = OMIT
+    reason: str = OMIT
+    graceful: bool = OMIT  # let it finish the calls it has first
+    only_if_not_detached: bool = OMIT
+
+
+class ActorExited(GcsMessage):
+    """An actor's worker is exiting on purpose (``exit_actor``, or told to)."""
+
+    op = "actor_exited"
+    sent_by = "core worker (the actor's own)"
+    reply = '{"ok": True}'
+
+    actor_id: bytes
+    reason: str = OMIT
+
+
+class WorkerDied(GcsMessage):
+    """One of a raylet's workers exited; if it held an actor, the actor restarts or dies."""
+
+    op = "worker_died"
+    sent_by = "raylet"
+    oneway = True
+
+    worker_id: bytes
+    actor_id: bytes | None = OMIT
+    reason: str = OMIT
+
+
+# -- the key-value store -------------------------------------------------------------------
+class KvPut(GcsMessage):
+    op = "kv_put"
+    sent_by = "dashboard, core worker, tools"
+    reply = "bool (False: the key existed and overwrite was off)"
+
+    key: bytes
+    value: bytes
+    namespace: str = OMIT
+    overwrite: bool = OMIT
+
+
+class KvGet(GcsMessage):
+    op = "kv_get"
+    sent_by = "CLI, dashboard agent, tests"
+    reply = "bytes | None"
+
+    key: bytes
+    namespace: str = OMIT
+
+
+class KvDel(GcsMessage):
+    op = "kv_del"
+    sent_by = "tools"
+    reply = "bool (whether it was there)"
+
+    key: bytes
+    namespace: str = OMIT
+
+
+class KvKeys(GcsMessage):
+    op = "kv_keys"
+    sent_by = "tools"
+    reply = "list[bytes]"
+
+    namespace: str = OMIT
+    prefix: bytes = OMIT
+
+
+# -- placement groups ----------------------------------------------------------------------
+class CreatePlacementGroup(GcsMessage):
+    """Reserves bundles of resources; placed asynchronously (``wait_placement_group``). A bad
+    strategy or an empty bundle raises ValueError."""
+
+    op = "create_placement_group"
+    sent_by = "core worker (ember.util.placement_group)"
+    reply = '{"ok": True} (usually sent one-way)'
+
+    pg_id: bytes
+    bundles: list[dict[str, float]]
+    strategy: str  # PACK, SPREAD, STRICT_PACK or STRICT_SPREAD
+    name: str
+    job_id: bytes
+    detached: bool
+
+
+class RemovePlacementGroup(GcsMessage):
+    op = "remove_placement_group"
+    sent_by = "core worker"
+    reply = '{"ok": bool} (usually sent one-way)'
+
+    pg_id: bytes
+
+
+class WaitPlacementGroup(GcsMessage):
+    op = "wait_placement_group"
+    sent_by = "core worker (PlacementGroup.ready / wait)"
+    reply = "bool (placed within timeout)"
+
+    pg_id: bytes
+    timeout: float | None = OMIT
+
+
+class GetPlacementGroup(GcsMessage):
+    op = "get_placement_group"
+    sent_by = "core worker"
+    reply = "dict (the group, with pg_id) | None"
+
+    name: str = OMIT
+    pg_id: bytes = OMIT
+
+
+class ListPlacementGroups(GcsMessage):
+    op = "list_placement_groups"
+    sent_by = "core worker"
+    reply = "list[dict]"

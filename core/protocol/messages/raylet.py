@@ -1,0 +1,346 @@
+"""Messages a raylet handles (``ember.raylet.raylet``, one per node).
+
+Senders: the core workers of its node (leases, the shared-memory object store, blocking),
+the GCS (actor leases, placement-group bundles, node deaths), other raylets (object
+transfer) and tools (the node's dashboard agent, the CLI, tests). Ids are raw ``bytes``.
+A lease grant is ``{"lease_id", "worker_id", "address", "gpu_ids", "pid", "node_id"}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.protocol.messages.base import OMIT, Catalogue, Message
+
+RAYLET = Catalogue("raylet", "ember.raylet.raylet.Raylet")
+
+
+class RayletMessage(Message):
+    catalogue = RAYLET
+
+
+# -- clients and leases --------------------------------------------------------------------
+class RegisterClient(RayletMessage):
+    """A driver or worker of this node says who it is (first message on its connection)."""
+
+    op = "register_client"
+    sent_by = "core worker"
+    reply = '{"node_id": bytes}'
+
+    worker_id: bytes
+    pid: int
+    address: str  # where its own listener is (other workers push tasks there)
+    is_driver: bool
+    job_id: bytes | None
+    log_to_driver: bool = OMIT
+    log_paths: dict[str, str] = OMIT  # workers: their .out/.err files
+
+
+class RequestLease(RayletMessage):
+    """A worker to run tasks of one resource shape. Answered when granted, possibly long
+    after; a raylet that knows a better node answers with a spillback instead."""
+
+    op = "request_lease"
+    sent_by = "core worker (task submitter)"
+    reply = 'lease grant | {"spillback": {"node_id": bytes, "address": str}}'
+
+    resources: dict[str, float]
+    strategy: Any = OMIT  # None, "SPREAD", or a placement-group / node-affinity strategy
+    client: bytes = OMIT
+    job_id: bytes | None = OMIT
+    name: str = OMIT  # the first queued task's function name (the worker's title)
+    spilled: bool = OMIT  # already redirected once: do not spill again
+
+
+class ReturnLease(RayletMessage):
+    op = "return_lease"
+    sent_by = "core worker (task submitter)"
+    oneway = True
+
+    lease_id: int
+    worker_died: bool = OMIT
+
+
+class LeaseActorWorker(RayletMessage):
+    """A dedicated worker for an actor; the GCS then sends it ``create_actor``."""
+
+    op = "lease_actor_worker"
+    sent_by = "GCS"
+    reply = "lease grant"
+
+    actor_id: bytes
+    resources: dict[str, float]
+    job_id: bytes | None = OMIT
+    class_name: str = OMIT
+    strategy: Any = OMIT
+
+
+class ReturnActorLease(RayletMessage):
+    op = "return_actor_lease"
+    sent_by = "GCS (an actor whose creation was abandoned)"
+    oneway = True
+
+    lease_id: int
+    kill: bool = OMIT
+
+
+class WorkerBlocked(RayletMessage):
+    """A worker waits in ``ember.get``: its CPU is lent out until ``worker_unblocked``."""
+
+    op = "worker_blocked"
+    sent_by = "core worker"
+    oneway = True
+
+    worker_id: bytes
+
+
+class WorkerUnblocked(RayletMessage):
+    op = "worker_unblocked"
+    sent_by = "core worker"
+    oneway = True
+
+    worker_id: bytes
+
+
+class WorkerTitle(RayletMessage):
+    """An actor's worker names itself (its class), for listings and logs."""
+
+    op = "worker_title"
+    sent_by = "core worker (actor)"
+    oneway = True
+
+    worker_id: bytes
+    title: str
+
+
+class KillWorker(RayletMessage):
+    op = "kill_worker"
+    sent_by = "GCS (kill_actor)"
+    oneway = True
+
+    worker_id: bytes
+    reason: str = OMIT
+    grace: float = OMIT  # seconds to exit on its own first; 0: now
+
+
+class WorkerExitReason(RayletMessage):
+    """How a worker ended (exit code or signal), waiting briefly for its exit to be seen."""
+
+    op = "worker_exit_reason"
+    sent_by = "core worker (a task's worker died)"
+    reply = "str | None"
+
+    worker_id: bytes
+
+
+class ListWorkers(RayletMessage):
+    op = "list_workers"
+    sent_by = "dashboard agent"
+    reply = "list[dict] (WorkerProc.public())"
+
+
+# -- the node's shared-memory object store -------------------------------------------------
+class PlasmaCreate(RayletMessage):
+    """Room for an object in the node's arena; the writer fills it, then ``plasma_seal``.
+    An object written again (a retried task) replaces the old copy."""
+
+    op = "plasma_create"
+    sent_by = "core worker"
+    reply = "int (the offset in the arena); ObjectStoreFullError if there is no room"
+
+    object_id: bytes
+    size: int
+    owner: Any = OMIT  # (worker_id, address) of the object's owner
+    client: bytes = OMIT
+
+
+class PlasmaSeal(RayletMessage):
+    op = "plasma_seal"
+    sent_by = "core worker"
+    oneway = True
+
+    object_id: bytes
+
+
+class PlasmaGet(RayletMessage):
+    """Pins a sealed object for ``client`` (waiting up to 30 s for a pending seal)."""
+
+    op = "plasma_get"
+    sent_by = "core worker"
+    reply = "(offset, size) | None"
+
+    object_id: bytes
+    client: bytes
+
+
+class PlasmaRelease(RayletMessage):
+    op = "plasma_release"
+    sent_by = "core worker"
+    oneway = True
+
+    object_id: bytes
+    client: bytes
+
+
+class PlasmaDelete(RayletMessage):
+    op = "plasma_delete"
+    sent_by = "core worker (the owner, when the last reference goes)"
+    oneway = True
+
+    object_ids: list[bytes]
+
+
+class PlasmaAbort(RayletMessage):
+    """A created object that will never be sealed (its writer failed)."""
+
+    op = "plasma_abort"
+    sent_by = "core worker"
+    oneway = True
+
+    object_id: bytes
+
+
+# -- objects between nodes -----------------------------------------------------------------
+class PullObject(RayletMessage):
+    """Copy an object from another node into this one's store (once, however many ask)."""
+
+    op = "pull_object"
+    sent_by = "core worker"
+    reply = '{"ok": True} | {"ok": False, "reason": str[, "error": Exception]}'
+
+    object_id: bytes
+    node_id: bytes  # the node that has it
+    owner: Any = OMIT
+
+
+class ExportObject(RayletMessage):
+    """Another raylet is about to read the object over the data port: pin it until
+    ``unexport_object``."""
+
+    op = "export_object"
+    sent_by = "raylet"
+    reply = "int (its size) | None (not here)"
+
+    object_id: bytes
+
+
+class UnexportObject(RayletMessage):
+    op = "unexport_object"
+    sent_by = "raylet"
+    oneway = True
+
+    object_id: bytes
+
+
+# -- placement groups and resources --------------------------------------------------------
+class ReserveBundles(RayletMessage):
+    op = "reserve_bundles"
+    sent_by = "GCS"
+    reply = "bool (all reserved; nothing is reserved otherwise)"
+
+    pg_id: bytes
+    bundles: list[tuple[int, dict[str, float]]]  # (bundle index, shape)
+
+
+class ReleaseBundles(RayletMessage):
+    op = "release_bundles"
+    sent_by = "GCS"
+    oneway = True
+
+    pg_id: bytes
+
+
+class SetResource(RayletMessage):
+    op = "set_resource"
+    sent_by = "GCS (forwarding set_resource), tests"
+    reply = "(total: dict[str, float], available: dict[str, float])"
+
+    name: str
+    capacity: float
+
+
+# -- the cluster ---------------------------------------------------------------------------
+class JobFinished(RayletMessage):
+    """The job's workers are no longer needed (its leases and idle workers go)."""
+
+    op = "job_finished"
+    sent_by = "GCS"
+    oneway = True
+
+    job_id: bytes
+
+
+class DeclaredDead(RayletMessage):
+    """The GCS declared this node dead (missed heartbeats): it must stop."""
+
+    op = "declared_dead"
+    sent_by = "GCS"
+    oneway = True
+
+    reason: str = OMIT
+
+
+class NodeDead(RayletMessage):
+    op = "node_dead"
+    sent_by = "GCS"
+    oneway = True
+
+    node_id: bytes
+    reason: str = OMIT
+
+
+class NodeAdded(RayletMessage):
+    """Sent to every node-event subscriber; a raylet ignores it (its view comes with
+    heartbeats)."""
+
+    op = "node_added"
+    sent_by = "GCS"
+    oneway = True
+
+    node_id: bytes
+    tcp_address: str
+
+
+class SubscribeLogs(RayletMessage):
+    """A driver on another node wants its job's worker output from this node too."""
+
+    op = "subscribe_logs"
+    sent_by = "core worker (driver)"
+    oneway = True
+
+    job_id: bytes | None = OMIT
+
+
+# -- introspection -------------------------------------------------------------------------
+class NodeStats(RayletMessage):
+    op = "node_stats"
+    sent_by = "dashboard agent, core worker (ember.nodes), tests"
+    reply = (
+        '{"transfers", "transfers_seq", "node_id", "pid", "resources_total", '
+        '"resources_available", "store", "num_workers", ...}'
+    )
+
+    transfers_after: int = OMIT  # only transfers logged after this sequence number
+
+
+class CollectReferences(RayletMessage):
+    """Every local process's reference table (``ember memory``)."""
+
+    op = "collect_references"
+    sent_by = "dashboard agent"
+    reply = (
+        '{"node_id": str, "node_ip": str, "store": dict, "processes": list[get_references '
+        'reply], "unanswered": int}'
+    )
+
+
+class Shutdown(RayletMessage):
+    op = "shutdown"
+    sent_by = "tools"
+    reply = '{"ok": True}'
+
+
+class Ping(RayletMessage):
+    op = "ping"
+    sent_by = "tools"
+    reply = '"pong"'

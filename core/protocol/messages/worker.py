@@ -1,0 +1,210 @@
+"""Messages a core worker handles (``ember.core_worker.core_worker``, in every driver and
+worker process; its listener is the ``address`` it registered with its raylet).
+
+Senders: other core workers (tasks, object lookups, borrowing), the GCS (actor creation and
+updates, exit, node events), its raylet (logs, warnings, reference collection). Ids are raw
+``bytes``; an "owner" is ``(worker_id, address)``; an object "location" is
+``("inline", meta, data, buffers)`` or ``("plasma", node_id, ...)``, a stored error being an
+inline value whose meta says so. A task reply is
+``{"returns": list[location], "contained": list, "error"?: True, "worker_exiting"?: True}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.protocol.messages.base import OMIT, Catalogue, Message
+
+WORKER = Catalogue("worker", "ember.core_worker.core_worker.CoreWorker")
+
+
+class WorkerMessage(Message):
+    catalogue = WORKER
+
+
+# -- tasks (the hot path: the body is the spec itself) -------------------------------------
+class PushTask(WorkerMessage):
+    """Run a normal task on this leased worker; answered when it has run."""
+
+    op = "push_task"
+    sent_by = "core worker (task submitter, the lease holder)"
+    reply = "task reply"
+    body_is = "spec"
+
+    spec: Any  # ember.core_worker.task_spec.TaskSpec, kind NORMAL_TASK
+
+
+class PushActorTask(WorkerMessage):
+    """Run an actor method; calls from one caller run in their sequence order."""
+
+    op = "push_actor_task"
+    sent_by = "core worker (actor submitter, a handle's holder)"
+    reply = "task reply"
+    body_is = "spec"
+
+    spec: Any  # TaskSpec, kind ACTOR_TASK
+
+
+class CreateActor(WorkerMessage):
+    """Run an actor's constructor on the worker leased for it."""
+
+    op = "create_actor"
+    sent_by = "GCS"
+    reply = "task reply (an error reply: the constructor failed)"
+    body_is = "spec"
+
+    spec: Any  # TaskSpec, kind ACTOR_CREATION_TASK
+
+
+class CancelTask(WorkerMessage):
+    op = "cancel_task"
+    sent_by = "core worker (ember.cancel, by the task's submitter)"
+    oneway = True
+
+    task_id: bytes
+    force: bool = OMIT  # kill the worker rather than interrupt the task
+
+
+class GetFunction(WorkerMessage):
+    """The pickled function of a task whose spec did not carry it (the worker has not seen
+    it yet and the submitter sent only its id)."""
+
+    op = "get_function"
+    sent_by = "core worker (executor)"
+    reply = "bytes | None"
+
+    function_id: bytes
+
+
+# -- objects and references ----------------------------------------------------------------
+class GetObject(WorkerMessage):
+    """Where an object this process owns is; answered once it is ready."""
+
+    op = "get_object"
+    sent_by = "core worker (a borrower)"
+    reply = "location (a lost or freed object: an inline ObjectLostError)"
+
+    object_id: bytes
+
+
+class AddBorrower(WorkerMessage):
+    op = "add_borrower"
+    sent_by = "core worker (one that received a reference)"
+    reply = "list[bool] (per object: whether the owner still had it)"
+
+    object_ids: list[bytes]
+    borrower: bytes  # worker id
+
+
+class RemoveBorrower(WorkerMessage):
+    op = "remove_borrower"
+    sent_by = "core worker"
+    oneway = True
+
+    object_id: bytes
+    borrower: bytes
+    count: int = OMIT
+
+
+class AddLocation(WorkerMessage):
+    """A copy of an object this process owns now exists on ``node_id``."""
+
+    op = "add_location"
+    sent_by = "core worker (one that pulled a copy)"
+    oneway = True
+
+    object_id: bytes
+    node_id: bytes
+
+
+class GetReferences(WorkerMessage):
+    """This process's reference table (``ember memory``)."""
+
+    op = "get_references"
+    sent_by = "raylet (collect_references)"
+    reply = '{"pid": int, "worker_id": str, "is_driver": bool, "actor": str, "rows": list}'
+
+
+# -- peers, actors and lifetime ------------------------------------------------------------
+class Hello(WorkerMessage):
+    """The first message on a worker-to-worker connection: who is calling."""
+
+    op = "hello"
+    sent_by = "core worker"
+    oneway = True
+
+    worker_id: bytes
+
+
+class ActorUpdate(WorkerMessage):
+    """An actor's state changed (or its current state, on subscribing)."""
+
+    op = "actor_update"
+    sent_by = "GCS (to subscribe_actor subscribers)"
+    oneway = True
+    body_is = "info"
+
+    info: dict[str, Any]  # ActorInfo.public(): actor_id, state, address, death_cause, ...
+
+
+class Exit(WorkerMessage):
+    """End this actor's worker: after its queued calls, or at once with ``force``."""
+
+    op = "exit"
+    sent_by = "GCS"
+    oneway = True
+
+    reason: str = OMIT
+    force: bool = OMIT
+
+
+class MayExit(WorkerMessage):
+    """May this idle worker be stopped (it owns no objects others may still need)?"""
+
+    op = "may_exit"
+    sent_by = "raylet (idle worker reaping)"
+    reply = "bool"
+
+
+class NodeDead(WorkerMessage):
+    op = "node_dead"
+    sent_by = "GCS (to subscribe_node_events subscribers)"
+    oneway = True
+
+    node_id: bytes
+    reason: str = OMIT
+
+
+class NodeAdded(WorkerMessage):
+    op = "node_added"
+    sent_by = "GCS (to subscribe_node_events subscribers)"
+    oneway = True
+
+    node_id: bytes
+    tcp_address: str
+
+
+# -- output for the driver -----------------------------------------------------------------
+class LogLines(WorkerMessage):
+    """Worker output for the driver to print (``log_to_driver``)."""
+
+    op = "log_lines"
+    sent_by = "raylet (log forwarder)"
+    oneway = True
+
+    pid: int
+    title: str
+    stream: str  # "out" or "err"
+    lines: list[str]
+    node_ip: str
+
+
+class DriverWarning(WorkerMessage):
+    """Something the driver's user should see (an infeasible task)."""
+
+    op = "warning"
+    sent_by = "raylet"
+    oneway = True
+
+    message: str
+    kind: str = OMIT

@@ -1,0 +1,221 @@
+"""Where a connection goes: a registry of transport backends chosen by the address's scheme.
+
+- ``unix:/path``: a Unix socket. Reachable only on this host, guarded by the socket file's
+  mode (0600), so no token is asked for.
+- ``tcp:host:port`` (or ``tcp://host:port``): TCP. Reachable from other hosts, so every
+  connection presents the cluster token first and every listener demands it; a process
+  joins one cluster, so its token is set once (``set_cluster_token``).
+- ``inproc:name``: both ends in this process and event loop, joined in memory with no
+  socket (``ember.protocol.inproc``): the same frames and dispatch, for tests.
+
+``register_transport`` adds a backend; ``connect`` and ``serve`` look the scheme up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ember.protocol.errors import AuthenticationError
+
+if TYPE_CHECKING:  # connection.py re-exports this module's functions: no import cycle
+    from ember.protocol.connection import Connection, Handlers
+
+_cluster_token: bytes | None = None
+
+
+def set_cluster_token(token: bytes | None) -> None:
+    """The token this process presents to, and demands from, TCP peers."""
+    global _cluster_token
+    _cluster_token = token
+
+
+def cluster_token() -> bytes | None:
+    return _cluster_token
+
+
+ConnectionFactory = Callable[[], "Connection"]
+
+
+class Backend(Protocol):
+    """One way of carrying frames. ``needs_token``: peers must present the cluster token."""
+
+    needs_token: bool
+
+    async def open(self, target: Any, factory: ConnectionFactory, timeout: float) -> Connection: ...
+
+    async def listen(self, target: Any, factory: ConnectionFactory) -> tuple[Any, Any]:
+        """Starts listening; returns the server (with ``close()``) and the bound target."""
+        ...
+
+    def format(self, target: Any) -> str:
+        """The canonical address of a bound target."""
+        ...
+
+
+_backends: dict[str, Backend] = {}
+_parsers: dict[str, Callable[[str], Any]] = {}
+
+
+def register_transport(scheme: str, backend: Backend, parse: Callable[[str], Any]) -> None:
+    """Makes ``scheme:rest`` addresses go through ``backend``; ``parse(rest)`` gives its
+    target."""
+    _backends[scheme] = backend
+    _parsers[scheme] = parse
+
+
+def parse_address(address: str) -> tuple[str, Any]:
+    """``unix:/path``, ``tcp:host:port``, ``tcp://host:port`` or ``inproc:name`` →
+    (scheme, target)."""
+    scheme, _, rest = address.partition(":")
+    parse = _parsers.get(scheme)
+    if parse is None:
+        known = ", ".join(f"{s}:..." for s in _parsers)
+        raise ValueError(f"unknown address {address!r}: expected one of {known}")
+    return scheme, parse(rest)
+
+
+async def connect(
+    address: str,
+    handlers: Handlers | None = None,
+    *,
+    name: str = "",
+    on_close: Callable[[Connection], None] | None = None,
+    token: bytes | None = None,
+    timeout: float = 10.0,
+) -> Connection:
+    """A connection to the listener at ``address``, its token check (if the transport needs
+    one) passed."""
+    from ember.protocol.connection import Connection
+
+    scheme, target = parse_address(address)
+    backend = _backends[scheme]
+
+    def factory() -> Connection:
+        return Connection(handlers or {}, name=name or address, on_close=on_close)
+
+    conn = await backend.open(target, factory, timeout)
+    if backend.needs_token:
+        await _present_token(conn, address, token, timeout)
+    return conn
+
+
+async def _present_token(
+    conn: Connection, address: str, token: bytes | None, timeout: float
+) -> None:
+    token = token if token is not None else _cluster_token
+    if token is None:
+        conn.close("no cluster token")
+        raise AuthenticationError(
+            f"connecting to {address} needs the cluster token: pass --token or set "
+            "EMBER_TOKEN (on the head node it is found automatically)"
+        )
+    try:
+        await asyncio.wait_for(conn.send_token(token), timeout)
+    except AuthenticationError as e:
+        conn.close(str(e))
+        raise AuthenticationError(
+            f"{address} refused the cluster token ({e.args[0].rsplit(': ', 1)[-1]}): "
+            "pass the head's token with --token or EMBER_TOKEN (it is in the head's "
+            "temp dir, file cluster_token)"
+        ) from None
+    except BaseException:
+        conn.close("token check failed")
+        raise
+
+
+async def serve(
+    address: str,
+    handlers: Handlers,
+    *,
+    name: str = "",
+    on_connect: Callable[[Connection], None] | None = None,
+    on_close: Callable[[Connection], None] | None = None,
+    token: bytes | None = None,
+) -> tuple[Any, str]:
+    """Listens on ``address``; returns the server and the address it really bound (port 0)."""
+    from ember.protocol.connection import Connection
+
+    scheme, target = parse_address(address)
+    backend = _backends[scheme]
+    expect: bytes | None = None
+    if backend.needs_token:
+        expect = token if token is not None else _cluster_token
+        if expect is None:
+            raise ValueError(
+                f"refusing to listen on {address} without a cluster token: anything reachable "
+                "from other hosts must require it"
+            )
+
+    def factory() -> Connection:
+        conn = Connection(handlers, name=name, on_close=on_close, expect_token=expect)
+        if on_connect is not None:
+            on_connect(conn)
+        return conn
+
+    server, bound = await backend.listen(target, factory)
+    return server, backend.format(bound)
+
+
+# -- the socket backends -------------------------------------------------------------------
+class UnixBackend:
+    needs_token = False
+
+    async def open(self, target: str, factory: ConnectionFactory, timeout: float) -> Connection:
+        loop = asyncio.get_running_loop()
+        _, conn = await asyncio.wait_for(loop.create_unix_connection(factory, target), timeout)
+        return conn
+
+    async def listen(self, target: str, factory: ConnectionFactory) -> tuple[Any, str]:
+        server = await asyncio.get_running_loop().create_unix_server(factory, target)
+        os.chmod(target, 0o600)  # the file's mode is this listener's only guard
+        return server, target
+
+    def format(self, target: str) -> str:
+        return f"unix:{target}"
+
+
+class TcpBackend:
+    needs_token = True
+
+    async def open(
+        self, target: tuple[str, int], factory: ConnectionFactory, timeout: float
+    ) -> Connection:
+        loop = asyncio.get_running_loop()
+        _, conn = await asyncio.wait_for(loop.create_connection(factory, *target), timeout)
+        return conn
+
+    async def listen(
+        self, target: tuple[str, int], factory: ConnectionFactory
+    ) -> tuple[Any, tuple[str, int]]:
+        server = await asyncio.get_running_loop().create_server(factory, *target)
+        return server, server.sockets[0].getsockname()[:2]
+
+    def format(self, target: tuple[str, int]) -> str:
+        return f"tcp:{target[0]}:{target[1]}"
+
+
+def _parse_tcp(rest: str) -> tuple[str, int]:
+    host, _, port = rest.removeprefix("//").rpartition(":")
+    return host, int(port)
+
+
+register_transport("unix", UnixBackend(), lambda rest: rest)
+register_transport("tcp", TcpBackend(), _parse_tcp)
+
+from ember.protocol import inproc  # noqa: E402  (registers inproc:)
+
+__all__ = [
+    "Backend",
+    "TcpBackend",
+    "UnixBackend",
+    "cluster_token",
+    "connect",
+    "inproc",
+    "parse_address",
+    "register_transport",
+    "serve",
+    "set_cluster_token",
+]
