@@ -41,7 +41,7 @@ TABLES = {
     "core/gcs/server.py": "gcs",
     "core/raylet/raylet.py": "raylet",
     "core/core_worker/core_worker.py": "worker",
-    "dashboard/agent.py": "agent",
+    "core/agent/agent.py": "agent",
 }
 
 
@@ -280,7 +280,7 @@ HANDLER_FILES = {
     "gcs": ("core/gcs/server.py", "core/gcs/placement_groups.py"),
     "raylet": ("core/raylet/raylet.py",),
     "worker": ("core/core_worker/core_worker.py", "core/core_worker/cluster_links.py"),
-    "agent": ("dashboard/agent.py",),
+    "agent": ("core/agent/agent.py",),
 }
 
 

@@ -1,7 +1,7 @@
-"""Messages a node's dashboard agent handles on its Unix socket (``ember.dashboard.agent``).
+"""Messages a node's dashboard agent handles on its Unix socket (``ember.agent.agent``).
 
 The agent's own link to the dashboard is a gRPC stream of JSON documents (see
-``ember.dashboard.wire``), not this wire.
+``ember.agent.wire``), not this wire.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from ember.protocol.messages.base import OMIT, Catalogue, Message
 
-AGENT = Catalogue("agent", "ember.dashboard.agent.Agent")
+AGENT = Catalogue("agent", "ember.agent.agent.Agent")
 
 
 class AgentMessage(Message):
