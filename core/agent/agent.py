@@ -35,6 +35,8 @@ import psutil
 from ember.agent.link import DashboardStream
 from ember.agent.logs import LogDir
 from ember.agent.metrics import NodeSampler, ProcessSampler
+from ember.protocol.handler_table import handlers_from
+from ember.protocol.messages.agent import AGENT
 from ember.util.metrics import read_node_snapshots
 
 STOP_DEADLINE_S = 5.0  # from SIGTERM to exit, at most
@@ -121,7 +123,7 @@ class Agent(DashboardStream):
             self.events_dropped += len(old["events"]) + old["dropped"]
         self.wakeup.set()
 
-    def h_error(self, conn: Any, body: dict[str, Any]) -> None:
+    def h_error_event(self, conn: Any, body: dict[str, Any]) -> None:
         """A core worker's error event (a crashed task's traceback)."""
         self.events.append({"type": "event", **_jsonable(body)})
         self.wakeup.set()
@@ -438,7 +440,7 @@ class Agent(DashboardStream):
             os.unlink(sock)  # a previous agent's (this one restarted)
         server, _ = await conn_mod.serve(
             "unix:" + sock,
-            {"task_events": self.h_task_events, "error_event": self.h_error},
+            handlers_from(AGENT, self),
             name="agent",
         )
         tasks: list[asyncio.Future] = []

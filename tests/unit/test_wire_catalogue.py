@@ -94,11 +94,37 @@ def test_every_op_sent_in_the_code_base_is_catalogued():
     )
 
 
+def _built_tables(tree: ast.AST) -> dict[str, str]:
+    """{op: handler name} of tables a file builds with ``handlers_from``: its methods named
+    ``h_<op>`` / ``_h_<op>`` and the keys of the ``extra=`` literal."""
+    calls = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "handlers_from"
+    ]
+    if not calls:
+        return {}
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for prefix in ("h_", "_h_"):
+                if node.name.startswith(prefix):
+                    out.setdefault(node.name[len(prefix) :], node.name)
+    for call in calls:
+        for kw in call.keywords:
+            if kw.arg == "extra" and isinstance(kw.value, ast.Dict):
+                for k, v in zip(kw.value.keys, kw.value.values, strict=True):
+                    if isinstance(k, ast.Constant):
+                        out[k.value] = getattr(v, "attr", "")
+    return out
+
+
 def _handler_keys(path: pathlib.Path) -> set[str]:
-    """The keys of the dict literals a file builds handler tables from: ``self.handlers =
-    {...}`` and the table passed to ``serve``."""
-    keys: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    """The ops of the tables a file builds: from dict literals (``self.handlers = {...}`` and
+    the table passed to ``serve``) or with ``handlers_from``."""
+    tree = ast.parse(path.read_text())
+    keys: set[str] = set(_built_tables(tree))
+    for node in ast.walk(tree):
         table = None
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
             target = node.targets[0]
@@ -235,9 +261,10 @@ def test_bodies_sent_carry_only_catalogued_fields():
 
 
 def _handler_methods(path: pathlib.Path) -> dict[str, str]:
-    """{op: handler method name} from a file's handler table literal."""
-    out = {}
-    for node in ast.walk(ast.parse(path.read_text())):
+    """{op: handler method name} from a file's handler table (literal or built)."""
+    tree = ast.parse(path.read_text())
+    out = {op: name for op, name in _built_tables(tree).items() if name}
+    for node in ast.walk(tree):
         table = None
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
             if getattr(node.targets[0], "attr", "") == "handlers":
