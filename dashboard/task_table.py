@@ -1,4 +1,5 @@
-"""The task table: one row per task, built from the owners' task events, stored by column.
+"""The task table: one row per task, built from the owners' task events, stored by column
+(the columns and their codes: ``task_columns``; the timeline's bounded scan: ``task_scan``).
 
 Sized for a million tasks in about 100 MB (~100 bytes a task): a task is a slot in a ring of
 typed arrays, one per field, so no field costs a Python object per task:
@@ -8,7 +9,7 @@ typed arrays, one per field, so no field costs a Python object per task:
   hash table of slot numbers (``array('i')``, at most half full, linear probing); an id
   that is not 32 lowercase hex digits (tests, hand-made events) is kept in a small dict;
 - text fields with few distinct values (state, function name, job, node, worker, actor) are
-  4-byte codes into a per-column code table (``_Codes``) that counts the kept tasks holding
+  4-byte codes into a per-column code table (``Codes``) that counts the kept tasks holding
   each value: a value no kept task holds gives its code back, so a long-running cluster's
   churn of worker ids costs what the kept tasks use, not every id ever seen. Those counts are
   also the per-state, per-function, per-node, per-job... totals a filtered page needs;
@@ -35,191 +36,33 @@ from __future__ import annotations
 import math
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ember.dashboard.query import Predicate, QueryError
-
-# Ember's phases, in order (Ray's TaskStatus names where they exist). A task's state code is
-# its index here, so codes compare as phases do.
-STATES = (
-    "PENDING_ARGS_AVAIL",
-    "PENDING_NODE_ASSIGNMENT",
-    "SUBMITTED_TO_WORKER",
-    "RUNNING",
-    "RETRYING",
-    "FINISHED",
-    "FAILED",
+from ember.dashboard.task_columns import (
+    BLOCK,
+    CODED,
+    EMPTY_ENTRY,
+    FIELDS,
+    FIRST_TERMINAL,
+    ID_BYTES,
+    NO_ID,
+    RANK,
+    RETRYING_CODE,
+    STATES,
+    TERMINAL,
+    TIMES,
+    UNKNOWN_TIME,
+    CodedColumn,
+    Codes,
+    Counts,
+    ErrorColumn,
+    IdColumn,
+    id_key,
+    time_or_none,
 )
-TERMINAL = frozenset({"FINISHED", "FAILED"})
-_RANK = {s: i for i, s in enumerate(STATES)}
-_RETRYING = _RANK["RETRYING"]
-_FIRST_TERMINAL = min(_RANK[s] for s in TERMINAL)  # codes from here on are terminal
-# Fields a task list can filter and sort on (the public row's keys).
-FIELDS = (
-    "task_id",
-    "name",
-    "state",
-    "job_id",
-    "actor_id",
-    "node_id",
-    "worker_id",
-    "pid",
-    "attempt",
-    "type",
-    "submitted_time",
-    "start_time",
-    "end_time",
-    "duration_s",
-    "error",
-)
-# Coded text columns and the value a new task has (None: not known yet).
-_CODED = {
-    "state": STATES[0],
-    "name": "",
-    "job_id": "",
-    "node_id": None,
-    "worker_id": None,
-    "actor_id": None,
-}
-_TEXT = ("task_id", *_CODED, "error")
-_TIMES = ("t_pending", "t_scheduled", "t_start", "t_args", "t_executed", "t_end")
-_NONE = math.nan  # a time not known yet
-BLOCK = 1024  # insertions per block of the time index (and per chunk a scan copies)
-ID_BYTES = 16  # a task id (ember.ids.TASK_ID_SIZE), stored raw
-_NO_ID = bytes(ID_BYTES)  # the id bytes of a slot whose id is kept in the odd-ids dict
-_EMPTY = -1  # a free entry of the id hash table
-
-
-def _t(v: float) -> float | None:
-    return None if v != v else v  # NaN is the only value not equal to itself
-
-
-def _id_key(task_id: Any) -> bytes | None:
-    """The 16 raw bytes of a canonical task id (32 lowercase hex digits), else None."""
-    try:
-        key = bytes.fromhex(task_id)
-    except (ValueError, TypeError):
-        return None
-    if len(key) != ID_BYTES or not (task_id.islower() or task_id.isdigit()):
-        return None  # shorter, longer, or with capitals: ``hex()`` would not give it back
-    return key
-
-
-class TaskRecord(NamedTuple):
-    """A copy of one task's fields for the timeline (times are None when not known)."""
-
-    task_id: str
-    name: str
-    state: str
-    job_id: str
-    node_id: str | None
-    pid: int | None
-    attempt: int
-    t_pending: float | None
-    t_scheduled: float | None
-    t_start: float | None
-    t_args: float | None
-    t_executed: float | None
-    t_end: float | None
-
-
-class _Codes:
-    """One text column's values as small ints: ``values[code]`` is the value, ``refs[code]``
-    how many kept tasks hold it. The first ``len(fixed)`` codes are permanent (the column's
-    default, or every state); any other code is given back when no kept task holds its value
-    and reused by the next new value, so the table stays as large as the values in use."""
-
-    __slots__ = ("values", "refs", "code", "free", "fixed")
-
-    def __init__(self, fixed: tuple[Any, ...]) -> None:
-        self.values: list[Any] = list(fixed)
-        self.refs: list[int] = [0] * len(fixed)
-        self.code: dict[Any, int] = {v: i for i, v in enumerate(fixed)}
-        self.free: list[int] = []
-        self.fixed = len(fixed)
-
-    def take(self, value: Any) -> int:
-        """The code of ``value``, held once more."""
-        c = self.code.get(value)
-        if c is not None:
-            self.refs[c] += 1
-            return c
-        if self.free:
-            c = self.free.pop()
-            self.values[c] = value
-            self.refs[c] = 1
-        else:
-            c = len(self.values)
-            self.values.append(value)
-            self.refs.append(1)
-        self.code[value] = c
-        return c
-
-    def release(self, c: int) -> None:
-        n = self.refs[c] - 1
-        self.refs[c] = n
-        if n == 0 and c >= self.fixed:
-            del self.code[self.values[c]]
-            self.values[c] = None
-            self.free.append(c)
-
-    def counts(self) -> Counter:
-        """{value: kept tasks holding it}, values held by none left out."""
-        return Counter({v: n for v, n in zip(self.values, self.refs, strict=True) if n})
-
-    def matches(self, p: Predicate) -> list[bool]:
-        """Per code: does a task holding it pass ``p`` (a filter tests a code, not a text)."""
-        return [p.match(v) for v in self.values]
-
-
-class _CodedColumn:
-    """``cols[key][slot]``: a coded column read as text (the columns' public view)."""
-
-    __slots__ = ("codes", "values")
-
-    def __init__(self, codes: array, table: _Codes) -> None:
-        self.codes = codes
-        self.values = table.values  # the code table's own list: it follows changes
-
-    def __getitem__(self, slot: int) -> Any:
-        return self.values[self.codes[slot]]
-
-
-class _IdColumn:
-    __slots__ = ("table",)
-
-    def __init__(self, table: TaskTable) -> None:
-        self.table = table
-
-    def __getitem__(self, slot: int) -> str:
-        return self.table.task_id(slot)
-
-
-class _ErrorColumn:
-    __slots__ = ("errors",)
-
-    def __init__(self, errors: dict[int, str]) -> None:
-        self.errors = errors
-
-    def __getitem__(self, slot: int) -> str | None:
-        return self.errors.get(slot)
-
-
-class _Counts(Mapping):
-    """``counts[key]``: {value: kept tasks} of a coded column, read from its code table."""
-
-    def __init__(self, codes: dict[str, _Codes]) -> None:
-        self._codes = codes
-
-    def __getitem__(self, key: str) -> Counter:
-        return self._codes[key].counts()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._codes)
-
-    def __len__(self) -> int:
-        return len(self._codes)
+from ember.dashboard.task_scan import TaskScan
 
 
 class TaskView:
@@ -250,7 +93,7 @@ class TaskView:
             ("EXECUTED", "t_executed"),
             (state if state in TERMINAL else "END", "t_end"),
         ):
-            t = _t(tb.times[col][s])
+            t = time_or_none(tb.times[col][s])
             if t is not None:
                 out.append({"state": label, "time": t})
         return out
@@ -266,27 +109,27 @@ class TaskTable:
         self._ids = bytearray()
         size = 1 << max(4, (2 * self.cap - 1).bit_length())
         self._mask = size - 1
-        self._hashed = array("i", [_EMPTY]) * size
+        self._hashed = array("i", [EMPTY_ENTRY]) * size
         self._odd: dict[Any, int] = {}  # {odd task id: slot}
         self._odd_at: dict[int, Any] = {}  # {slot: odd task id}
-        self._miss: tuple[bytes | None, int] = (None, _EMPTY)  # set by a ``_find`` that missed
+        self._miss: tuple[bytes | None, int] = (None, EMPTY_ENTRY)  # set by a ``_find`` that missed
         # Coded text columns: {key: codes per slot} and their code tables.
-        self.code_tables: dict[str, _Codes] = {
-            k: _Codes(STATES if k == "state" else (default,)) for k, default in _CODED.items()
+        self.code_tables: dict[str, Codes] = {
+            k: Codes(STATES if k == "state" else (default,)) for k, default in CODED.items()
         }
-        self.codes: dict[str, array] = {k: array("B" if k == "state" else "I") for k in _CODED}
+        self.codes: dict[str, array] = {k: array("B" if k == "state" else "I") for k in CODED}
         self.errors: dict[int, str] = {}  # {slot: error text}: most tasks have none
-        self.times: dict[str, array] = {k: array("d") for k in _TIMES}
+        self.times: dict[str, array] = {k: array("d") for k in TIMES}
         self.pid = array("i")  # 0: not known
         self.attempt = array("i")
         self.by_name_state: Counter = Counter()  # {(name, state): n} for the summary
         # Read-only views by field name, as text (what the table's users index by slot).
         self.cols: dict[str, Any] = {
-            k: _CodedColumn(self.codes[k], self.code_tables[k]) for k in _CODED
+            k: CodedColumn(self.codes[k], self.code_tables[k]) for k in CODED
         }
-        self.cols["task_id"] = _IdColumn(self)
-        self.cols["error"] = _ErrorColumn(self.errors)
-        self.counts = _Counts(self.code_tables)  # per coded column: {value: kept tasks}
+        self.cols["task_id"] = IdColumn(self)
+        self.cols["error"] = ErrorColumn(self.errors)
+        self.counts = Counts(self.code_tables)  # per coded column: {value: kept tasks}
         # The time index: per block of BLOCK insertions (block = seq // BLOCK, stored at
         # block % n), the latest end and the earliest start of its tasks. The kept tasks span
         # at most cap // BLOCK + 1 blocks, so the ring never reuses a kept block's entry.
@@ -316,7 +159,7 @@ class TaskTable:
         if name in self.codes:
             return self.code_tables[name].values[self.codes[name][slot]]
         if name in self.times:
-            return _t(self.times[name][slot])
+            return time_or_none(self.times[name][slot])
         if name == "task_id":
             return self.task_id(slot)
         if name == "error":
@@ -330,15 +173,15 @@ class TaskTable:
     # -- the id index ----------------------------------------------------------------------
     def _find(self, task_id: Any) -> int:
         """The slot of ``task_id``, or -1; on a miss, ``_miss`` is (key, free entry)."""
-        key = _id_key(task_id)
+        key = id_key(task_id)
         if key is None:
-            self._miss = (None, _EMPTY)
+            self._miss = (None, EMPTY_ENTRY)
             return self._odd.get(task_id, -1)
         mask, hashed, ids = self._mask, self._hashed, self._ids
         i = hash(key) & mask
         while True:
             s = hashed[i]
-            if s == _EMPTY:
+            if s == EMPTY_ENTRY:
                 self._miss = (key, i)
                 return -1
             o = s * ID_BYTES
@@ -362,7 +205,7 @@ class TaskTable:
         while True:
             j = (j + 1) & mask
             s = hashed[j]
-            if s == _EMPTY:
+            if s == EMPTY_ENTRY:
                 break
             o = s * ID_BYTES
             home = hash(bytes(ids[o : o + ID_BYTES])) & mask
@@ -371,7 +214,7 @@ class TaskTable:
                 continue
             hashed[i] = s
             i = j
-        hashed[i] = _EMPTY
+        hashed[i] = EMPTY_ENTRY
 
     # -- ingestion -------------------------------------------------------------------------
     def apply(
@@ -424,12 +267,12 @@ class TaskTable:
         cur_attempt = self.attempt[slot]
         if state == "RETRYING":
             self.attempt[slot] = max(cur_attempt, attempt)
-            cur = _RETRYING
+            cur = RETRYING_CODE
         else:
-            rank = _RANK.get(state)
+            rank = RANK.get(state)
             if rank is not None:
                 newer = attempt > cur_attempt
-                if (cur < _FIRST_TERMINAL or newer) and (rank >= cur or newer):
+                if (cur < FIRST_TERMINAL or newer) and (rank >= cur or newer):
                     cur = rank
                     self.attempt[slot] = max(cur_attempt, attempt)
         if state == "PENDING_ARGS_AVAIL" and times["t_pending"][slot] != times["t_pending"][slot]:
@@ -483,24 +326,24 @@ class TaskTable:
             for k, col in codes.items():
                 col.append(job if k == "job_id" else 0)
             for col in self.times.values():
-                col.append(_NONE)
+                col.append(UNKNOWN_TIME)
             self.pid.append(0)
             self.attempt.append(0)
-            self._ids += key or _NO_ID
+            self._ids += key or NO_ID
         else:
             slot = self.seq % self.cap
             self._evict(slot)
             for k, col in codes.items():
                 col[slot] = job if k == "job_id" else 0
             for col in self.times.values():
-                col[slot] = _NONE
+                col[slot] = UNKNOWN_TIME
             self.pid[slot] = 0
             self.attempt[slot] = 0
             o = slot * ID_BYTES
-            self._ids[o : o + ID_BYTES] = key or _NO_ID
+            self._ids[o : o + ID_BYTES] = key or NO_ID
             if key is not None:  # the eviction may have moved entries: probe again
                 entry = hash(key) & self._mask
-                while self._hashed[entry] != _EMPTY:
+                while self._hashed[entry] != EMPTY_ENTRY:
                     entry = (entry + 1) & self._mask
         self.seq += 1
         if key is None:
@@ -547,7 +390,7 @@ class TaskTable:
 
     def row(self, slot: int) -> dict[str, Any]:
         codes, tables, times = self.codes, self.code_tables, self.times
-        start, end = _t(times["t_start"][slot]), _t(times["t_end"][slot])
+        start, end = time_or_none(times["t_start"][slot]), time_or_none(times["t_end"][slot])
         actor = tables["actor_id"].values[codes["actor_id"][slot]]
         return {
             "task_id": self.task_id(slot),
@@ -560,7 +403,7 @@ class TaskTable:
             "pid": self.pid[slot] or None,
             "attempt": self.attempt[slot],
             "type": "ACTOR_TASK" if actor else "NORMAL_TASK",
-            "submitted_time": _t(times["t_pending"][slot]),
+            "submitted_time": time_or_none(times["t_pending"][slot]),
             "start_time": start,
             "end_time": end,
             "duration_s": (end - start) if start is not None and end is not None else None,
@@ -642,106 +485,6 @@ class TaskTable:
         ]
         rows.sort(key=lambda r: (-r["total"], r["name"]))
         return rows
-
-
-class TaskScan:
-    """One pass over the tasks kept when it starts, oldest first (insertion order), as
-    ``TaskRecord`` copies of the tasks that ran (start and end known) in the window: ending
-    at or after ``since``, starting at or before ``until``, of the job and node if given.
-
-    Costs the blocks of the time index plus the tasks of the blocks that overlap the window,
-    not the table. Holds at most one block of copies: the table may change between two blocks
-    (the dashboard ingests between two chunks of a streamed response); slots reused since the
-    scan started are skipped and counted in ``overwritten``, and tasks added since are left
-    out. ``evicted`` is how many older tasks the table had dropped past its cap by the end."""
-
-    def __init__(
-        self,
-        table: TaskTable,
-        since: float | None,
-        until: float | None,
-        job_id: str | None,
-        node_id: str | None,
-    ) -> None:
-        self.table = table
-        self.since, self.until = since, until
-        self.job_id, self.node_id = job_id, node_id
-        self.end_seq = table.seq  # tasks inserted after this are not part of the scan
-        self.first_seq = max(0, table.seq - table.cap)
-        self.overwritten = 0
-        self.blocks_read = 0
-
-    @property
-    def evicted(self) -> int:
-        return self.table.dropped
-
-    def __iter__(self) -> Iterator[TaskRecord]:
-        seq = self.first_seq
-        while seq < self.end_seq:
-            hi = min((seq // BLOCK + 1) * BLOCK, self.end_seq)
-            chunk, seq = self._copy(seq, hi), hi
-            yield from chunk  # the table may change while these are consumed: copies
-
-    def _copy(self, lo: int, hi: int) -> list[TaskRecord]:
-        tb = self.table
-        oldest = tb.seq - tb.cap  # insertions before this have had their slot reused
-        if lo < oldest:
-            self.overwritten += min(hi, oldest) - lo
-            lo = oldest
-        if lo >= hi:
-            return []
-        b = (lo // BLOCK) % tb._blocks
-        since, until = self.since, self.until
-        if since is not None and tb._blk_end[b] < since:
-            return []
-        if until is not None and tb._blk_start[b] > until:
-            return []
-        self.blocks_read += 1
-        codes, tables, times, cap = tb.codes, tb.code_tables, tb.times, tb.cap
-        t_start, t_end = times["t_start"], times["t_end"]
-        t_pending, t_scheduled = times["t_pending"], times["t_scheduled"]
-        t_args, t_executed = times["t_args"], times["t_executed"]
-        job_col, node_col = codes["job_id"], codes["node_id"]
-        name_col, state_col = codes["name"], codes["state"]
-        job_of, node_of = tables["job_id"].values, tables["node_id"].values
-        name_of = tables["name"].values
-        pid, attempt = tb.pid, tb.attempt
-        job, node = self.job_id, self.node_id
-        # The filters as codes, read now: codes may be reused between two blocks.
-        job_ok = tables["job_id"].matches(Predicate("job_id", job, False)) if job else None
-        node_ok = tables["node_id"].matches(Predicate("node_id", node, False)) if node else None
-        out: list[TaskRecord] = []
-        for s in range(lo, hi):
-            slot = s % cap
-            start, end = t_start[slot], t_end[slot]
-            if start != start or end != end:
-                continue  # not run yet, or still running: nothing to draw
-            if since is not None and end < since:
-                continue
-            if until is not None and start > until:
-                continue
-            if job_ok is not None and not job_ok[job_col[slot]]:
-                continue
-            if node_ok is not None and not node_ok[node_col[slot]]:
-                continue
-            out.append(
-                TaskRecord(
-                    tb.task_id(slot),
-                    name_of[name_col[slot]],
-                    STATES[state_col[slot]],
-                    job_of[job_col[slot]],
-                    node_of[node_col[slot]],
-                    pid[slot] or None,
-                    attempt[slot],
-                    _t(t_pending[slot]),
-                    _t(t_scheduled[slot]),
-                    start,
-                    _t(t_args[slot]),
-                    _t(t_executed[slot]),
-                    end,
-                )
-            )
-        return out
 
 
 def _dec(counter: Counter, key: Any) -> None:
