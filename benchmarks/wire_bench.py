@@ -1,6 +1,7 @@
 """The wire's own cost, this checkout against another one's ``connection.py``, in one run.
 
-    .venv/bin/python benchmarks/wire_bench.py --other /work/main/core/protocol/connection.py
+    git show 8ef60f1:core/protocol/connection.py > /tmp/wire_before.py
+    .venv/bin/python benchmarks/wire_bench.py --other /tmp/wire_before.py
 
 Rows (each the best of ``--rounds`` interleaved rounds, so both sides see the same noise):
 - encode: ``request_cb`` of a task-sized body into a transport that keeps what it is given
@@ -11,8 +12,9 @@ Rows (each the best of ``--rounds`` interleaved rounds, so both sides see the sa
 - pipelined: ``request_cb`` with 200 in flight over a Unix socket (the task push path's
   shape: many pushes, replies handled by callback).
 
-The other side must be a self-contained ``connection.py`` (main's is); it is loaded from its
-file under another module name.
+The other side must be a self-contained ``connection.py`` (as it was before the wire was split
+into codec, stream and transports, e.g. at 8ef60f1); it is loaded from its file under another
+module name.
 """
 
 from __future__ import annotations
@@ -169,7 +171,7 @@ def _noop_dispatch(msg) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--other", default="/work/main/core/protocol/connection.py")
+    p.add_argument("--other", required=True, help="a self-contained connection.py to compare with")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("-n", type=int, default=20000)
     args = p.parse_args()

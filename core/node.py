@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -25,6 +24,7 @@ from typing import Any
 import psutil
 from ember import config
 from ember.ids import new_unique_id
+from ember.process_util import wait_ready_line
 from ember.session import create_session_dir, register_head, socket_path, write_node_info
 
 logger = logging.getLogger(__name__)
@@ -439,47 +439,3 @@ class LocalNode:
                 os.unlink(self.arena_path)
             except OSError:
                 pass
-
-
-def wait_ready_line(name: str, proc: subprocess.Popen, fd: int, deadline: float, logs: str) -> str:
-    """The ready line ``proc`` writes on ``fd`` (closed after); raises, quoting the end of its
-    ``<logs>/<name>.err`` (or ``.log``), if it exits first or stays silent past ``deadline``.
-    Blocking: the raylet calls it from a thread for the agent."""
-    buf = b""
-    try:
-        while b"\n" not in buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(
-                    f"the {name} process did not start within "
-                    f"{config.process_start_timeout:.0f} s; see {logs}/{name}.err"
-                )
-            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
-            if ready:
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    break
-                buf += chunk
-            elif proc.poll() is not None:
-                break
-    finally:
-        os.close(fd)
-    if b"\n" not in buf:
-        try:
-            code = proc.wait(1.0)  # its pipe closed: it is exiting
-        except subprocess.TimeoutExpired:
-            code = None
-        # Uncaught errors go to the process's log (its excepthook), the rest to .err.
-        tail = _tail(os.path.join(logs, f"{name}.err")) or _tail(
-            os.path.join(logs, f"{name}.log"), 3
-        )
-        raise RuntimeError(f"the {name} process exited during start-up (code {code}).\n{tail}")
-    return buf.decode().strip()
-
-
-def _tail(path: str, n: int = 20) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError:
-        return ""

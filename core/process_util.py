@@ -5,9 +5,14 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import select
 import signal
+import subprocess
 import sys
+import time
 from typing import Any
+
+from ember import config
 
 PR_SET_PDEATHSIG = 1
 
@@ -89,3 +94,47 @@ def log_to_own_file(logger_name: str, path: str) -> None:
     log = logging.getLogger(logger_name)
     log.addHandler(handler)
     log.propagate = False
+
+
+def wait_ready_line(name: str, proc: subprocess.Popen, fd: int, deadline: float, logs: str) -> str:
+    """The ready line ``proc`` writes on ``fd`` (closed after); raises, quoting the end of its
+    ``<logs>/<name>.err`` (or ``.log``), if it exits first or stays silent past ``deadline``.
+    Blocking: the raylet calls it from a thread for the agent."""
+    buf = b""
+    try:
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"the {name} process did not start within "
+                    f"{config.process_start_timeout:.0f} s; see {logs}/{name}.err"
+                )
+            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+            if ready:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    break
+                buf += chunk
+            elif proc.poll() is not None:
+                break
+    finally:
+        os.close(fd)
+    if b"\n" not in buf:
+        try:
+            code = proc.wait(1.0)  # its pipe closed: it is exiting
+        except subprocess.TimeoutExpired:
+            code = None
+        # Uncaught errors go to the process's log (its excepthook), the rest to .err.
+        tail = _tail(os.path.join(logs, f"{name}.err")) or _tail(
+            os.path.join(logs, f"{name}.log"), 3
+        )
+        raise RuntimeError(f"the {name} process exited during start-up (code {code}).\n{tail}")
+    return buf.decode().strip()
+
+
+def _tail(path: str, n: int = 20) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""

@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from ember.dashboard.state import DashboardState
+from ember.protocol import connection as conn_mod
 
 logger = logging.getLogger(__name__)
 POLL = 1.0
@@ -25,8 +26,6 @@ class GcsClient:
 
     async def _ensure(self) -> Any:
         if self.conn is None or self.conn.closed:
-            from ember.protocol import connection as conn_mod
-
             self.conn = await conn_mod.connect(self.address, name="gcs", token=self.token)
         self.connected = True
         return self.conn

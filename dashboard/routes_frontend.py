@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.query import MAX_LIMIT, check_sort, page
+from ember.dashboard.routes.objects import refresh_objects
 from ember.dashboard.state import ACTOR_FIELDS
 from fastapi import APIRouter, Depends, Query
 
@@ -352,8 +353,6 @@ async def object_groups(
     """The Memory page's groups: ``{"by", "groups": [{"key", "node_id", "pid", "count",
     "bytes", "types": {reference type: n}}], "missing", "store": {node_id: {used, capacity,
     objects}}}``, largest first. The rows are the ones ``/api/objects`` serves."""
-    from ember.dashboard.routes.objects import refresh_objects
-
     missing = await refresh_objects(ctx, max_age)
     st = ctx.state
     groups: dict[str, dict[str, Any]] = {}

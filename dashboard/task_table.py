@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ember.dashboard.query import Predicate, QueryError
+from ember.dashboard.query import page as generic_page
 from ember.dashboard.task_columns import (
     BLOCK,
     CODED,
@@ -419,8 +420,6 @@ class TaskTable:
         descending: bool,
     ) -> dict[str, Any]:
         """Newest first unless ``sort_by``; stops early when the total is known from counts."""
-        from ember.dashboard.query import page as generic_page
-
         for p in predicates:
             if p.key not in FIELDS:
                 raise QueryError("filter", f"unknown task field {p.key!r}")

@@ -35,6 +35,8 @@ import psutil
 from ember.agent.link import DashboardStream
 from ember.agent.logs import LogDir
 from ember.agent.metrics import NodeSampler, ProcessSampler
+from ember.process_util import signal_ready
+from ember.protocol import connection as conn_mod
 from ember.protocol.handler_table import handlers_from
 from ember.protocol.messages.agent import AGENT
 from ember.util.metrics import read_node_snapshots
@@ -433,8 +435,6 @@ class Agent(DashboardStream):
     ) -> None:
         """The agent's work until ``stop`` is set. A loop that ends on its own (a bug) ends
         this with its exception, so the supervisor starts a new agent."""
-        from ember.protocol import connection as conn_mod
-
         sock = os.path.join(self.session_dir, "sockets", "agent")
         if os.path.exists(sock):
             os.unlink(sock)  # a previous agent's (this one restarted)
@@ -469,8 +469,6 @@ class Agent(DashboardStream):
 
     async def run(self) -> None:
         """The agent as its own process: stops on SIGTERM or SIGINT, within a deadline."""
-        from ember.process_util import signal_ready
-
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
 
@@ -489,8 +487,6 @@ class Agent(DashboardStream):
         await self.serve_node(stop, lambda address: signal_ready(self.args.ready_fd, address))
 
     async def _connect_raylet(self, stop: asyncio.Event) -> None:
-        from ember.protocol import connection as conn_mod
-
         deadline = time.monotonic() + 30.0
         while time.monotonic() < deadline and not stop.is_set():
             try:

@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 from ember.agent import wire
+from ember.protocol import connection as conn_mod
 
 logger = logging.getLogger("ember.agent")
 
@@ -132,8 +133,6 @@ class DashboardStream:
         """A worker node finds the head's dashboard in the GCS KV (``dashboard_agent_address``)."""
         if not self.args.gcs_address:
             return None
-        from ember.protocol import connection as conn_mod
-
         try:
             gcs = await conn_mod.connect(
                 self.args.gcs_address, name="gcs", token=self.token.encode() if self.token else None

@@ -9,6 +9,7 @@ import os
 
 import psutil
 from ember.agent.agent import Agent
+from ember.process_util import die_with_parent, setup_process_logging
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -29,8 +30,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    from ember.process_util import die_with_parent, setup_process_logging
-
     setup_process_logging(os.path.join(args.session_dir, "logs", "agent.log"))
     if args.parent_pid:
         die_with_parent(args.parent_pid)

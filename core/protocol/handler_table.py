@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ember.protocol.connection import Handler, Handlers
 from ember.protocol.messages.base import Catalogue
+from ember.protocol.stream import Handler, Handlers
 
 
 class HandlerTableError(TypeError):

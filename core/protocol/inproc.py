@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ember.protocol.transports import ConnectionFactory, register_transport
 
 if TYPE_CHECKING:
-    from ember.protocol.connection import Connection
+    from ember.protocol.stream import Connection
 
 _listeners: dict[str, InprocServer] = {}
 

@@ -16,12 +16,10 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ember.protocol.errors import AuthenticationError
-
-if TYPE_CHECKING:  # connection.py re-exports this module's functions: no import cycle
-    from ember.protocol.connection import Connection, Handlers
+from ember.protocol.stream import Connection, Handlers
 
 _cluster_token: bytes | None = None
 
@@ -88,8 +86,6 @@ async def connect(
 ) -> Connection:
     """A connection to the listener at ``address``, its token check (if the transport needs
     one) passed."""
-    from ember.protocol.connection import Connection
-
     scheme, target = parse_address(address)
     backend = _backends[scheme]
 
@@ -136,8 +132,6 @@ async def serve(
     token: bytes | None = None,
 ) -> tuple[Any, str]:
     """Listens on ``address``; returns the server and the address it really bound (port 0)."""
-    from ember.protocol.connection import Connection
-
     scheme, target = parse_address(address)
     backend = _backends[scheme]
     expect: bytes | None = None
@@ -205,15 +199,12 @@ def _parse_tcp(rest: str) -> tuple[str, int]:
 register_transport("unix", UnixBackend(), lambda rest: rest)
 register_transport("tcp", TcpBackend(), _parse_tcp)
 
-from ember.protocol import inproc  # noqa: E402  (registers inproc:)
-
 __all__ = [
     "Backend",
     "TcpBackend",
     "UnixBackend",
     "cluster_token",
     "connect",
-    "inproc",
     "parse_address",
     "register_transport",
     "serve",

@@ -22,6 +22,8 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
+from ember.process_util import wait_ready_line
+
 logger = logging.getLogger("ember.raylet")
 MAX_RESTARTS = 5
 WINDOW = 60.0
@@ -191,8 +193,6 @@ class AgentSupervisor(ChildSupervisor):
         self._watch = asyncio.ensure_future(self._started_then_watch(self.proc, r, deadline))
 
     async def _started_then_watch(self, proc: subprocess.Popen, r: int, deadline: float) -> None:
-        from ember.node import wait_ready_line
-
         loop = asyncio.get_running_loop()
         try:
             # A blocking wait on a pipe, in a thread: the raylet's loop keeps serving (the
