@@ -33,6 +33,10 @@ class ActorState(Enum):
     RESTARTING = "RESTARTING"
     DEAD = "DEAD"
 
+    # Members are singletons compared by identity, so identity hashing is exact; Enum's own
+    # __hash__ is Python code, run on every lifecycle table lookup.
+    __hash__ = object.__hash__
+
 
 _P, _A, _R, _D = (
     ActorState.PENDING_CREATION,
@@ -124,7 +128,7 @@ class ActorInfo:
             "class_name": self.class_name,
             "name": self.name,
             "namespace": self.namespace,
-            "state": self.track.state.name,
+            "state": self.track.state._name_,  # the documented raw name: .name is slower
             "address": self.address,
             "worker_id": self.worker_id,
             "node_id": self.node_id,
@@ -147,28 +151,28 @@ class ActorInfo:
 # actor whose job ended does not restart.
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Registered:
     """A driver or worker asked for the actor (``create_actor``); its name is taken."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LeaseFailed:
     """The lease request to a raylet raised (the raylet went away mid-call)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LeaseGranted:
     node_id: bytes
     grant: dict  # the raylet's reply: lease_id, worker_id, address, pid, gpu_ids
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CreationSucceeded:
     address: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CreationFailed:
     """Connecting to the leased worker or sending it the constructor raised."""
 
@@ -176,12 +180,12 @@ class CreationFailed:
     job_running: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConstructorRaised:
     cause: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WorkerDied:
     """A raylet says the actor's current worker exited."""
 
@@ -189,7 +193,7 @@ class WorkerDied:
     job_running: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NodeDied:
     """The actor's node was declared dead."""
 
@@ -197,7 +201,7 @@ class NodeDied:
     job_running: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Kill:
     reason: str
     graceful: bool
@@ -205,14 +209,14 @@ class Kill:
     worker_connected: bool  # the GCS holds an open connection to the actor's worker
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JobEnded:
     """The actor's job finished: unless detached, the actor shares its job's fate."""
 
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Exited:
     """The actor's worker reports it exited on purpose (``exit_actor`` or a graceful kill)."""
 
@@ -237,35 +241,35 @@ ActorEvent = (
 # -- instructions: what the I/O shell must do ----------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Place:
     """Find a node for the actor and ask its raylet for a worker."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PushCreation:
     """Send the constructor to the leased worker."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReturnLease:
     """A worker was granted to an actor that no longer wants one: hand it back, killed."""
 
     lease_id: Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Publish:
     """Send the actor's new state to its subscribers (this is how creators and callers
     waiting on it hear that it is alive, restarting or dead)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReleaseName:
     """Free the actor's name so a new actor may take it."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Record:
     """Append a cluster event (``ember status``, the dashboard's event list)."""
 
@@ -273,7 +277,7 @@ class Record:
     message: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ExitWorker:
     """Ask the actor's worker to exit over the GCS's connection to it, if that is open.
     ``force``: run atexit and exit now rather than after the calls it has."""
@@ -282,7 +286,7 @@ class ExitWorker:
     force: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class KillWorker:
     """Ask the node's raylet to kill the actor's worker process, if the node is alive."""
 
@@ -305,59 +309,93 @@ class ActorMachine:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
+        # One method per kind of event: a dict lookup rather than a chain of isinstance
+        # checks, since actor creation runs three of these.
+        self._on: dict[type, Callable[[ActorInfo, Any], list[Instruction]]] = {
+            Registered: self._registered,
+            LeaseGranted: self._lease_granted,
+            LeaseFailed: self._lease_failed,
+            CreationSucceeded: self._creation_succeeded,
+            CreationFailed: self._creation_failed,
+            ConstructorRaised: self._constructor_raised,
+            WorkerDied: self._worker_died,
+            NodeDied: self._node_died,
+            Kill: self._killed,
+            JobEnded: self._job_ended,
+            Exited: self._exited,
+        }
 
     def handle(self, actor: ActorInfo, event: ActorEvent) -> list[Instruction]:
         """Moves ``actor`` for ``event`` and returns what the shell must do, in order.
         Raises ``TransitionError`` for an event its state does not allow."""
+        return self._on[type(event)](actor, event)
+
+    def _registered(self, actor: ActorInfo, event: Registered) -> list[Instruction]:
+        return [PLACE]
+
+    def _lease_granted(self, actor: ActorInfo, event: LeaseGranted) -> list[Instruction]:
+        grant = event.grant
+        if actor.track.state not in PLACING:  # killed or placed while the lease was in flight
+            return [ReturnLease(grant["lease_id"])]
+        actor.track.fire("lease_granted")
+        actor.lease_id = grant["lease_id"]
+        actor.worker_id = grant["worker_id"]
+        actor.node_id = event.node_id
+        actor.pid = grant.get("pid")
+        actor.spec.gpu_ids = grant.get("gpu_ids", [])
+        return [PUSH_CREATION]
+
+    def _lease_failed(self, actor: ActorInfo, event: LeaseFailed) -> list[Instruction]:
+        # The shell waited a moment first; the actor may have been killed meanwhile.
+        return [PLACE] if actor.track.state in PLACING else []
+
+    def _creation_succeeded(self, actor: ActorInfo, event: CreationSucceeded) -> list[Instruction]:
+        if actor.track.state is _D:  # killed while the constructor ran; told to exit then
+            return []
+        actor.track.fire("created")
+        actor.address = event.address
+        return [PUBLISH]
+
+    def _creation_failed(self, actor: ActorInfo, event: CreationFailed) -> list[Instruction]:
+        if actor.track.state is _D:  # killed while the constructor was on its way
+            return []
+        return self._failed(actor, event.reason, event.job_running)
+
+    def _constructor_raised(self, actor: ActorInfo, event: ConstructorRaised) -> list[Instruction]:
+        # Its calls raise the constructor's error; restarting would raise it again.
+        actor.no_restart = True
+        out = [] if actor.track.state is _D else self._die(actor, "constructor_raised", event.cause)
+        return [*out, ExitWorker("constructor failed", force=False)]
+
+    def _worker_died(self, actor: ActorInfo, event: WorkerDied) -> list[Instruction]:
         state = actor.track.state
-        match event:
-            case Registered():
-                return [PLACE]
-            case LeaseGranted(node_id, grant):
-                if state not in PLACING:  # killed or placed while the lease was in flight
-                    return [ReturnLease(grant["lease_id"])]
-                actor.track.fire("lease_granted")
-                actor.lease_id = grant["lease_id"]
-                actor.worker_id = grant["worker_id"]
-                actor.node_id = node_id
-                actor.pid = grant.get("pid")
-                actor.spec.gpu_ids = grant.get("gpu_ids", [])
-                return [PUSH_CREATION]
-            case LeaseFailed():
-                # The shell waited a moment first; the actor may have been killed meanwhile.
-                return [PLACE] if state in PLACING else []
-            case CreationSucceeded(address):
-                if state is _D:  # killed while the constructor ran; its worker was told to exit
-                    return []
-                actor.track.fire("created")
-                actor.address = address
-                return [PUBLISH]
-            case CreationFailed(reason, job_running):
-                if state is _D:  # killed while the constructor was on its way
-                    return []
-                return self._failed(actor, reason, job_running)
-            case ConstructorRaised(cause):
-                # Its calls raise the constructor's error; restarting would raise it again.
-                actor.no_restart = True
-                out = self._die(actor, "constructor_raised", cause) if state is not _D else []
-                return [*out, ExitWorker("constructor failed", force=False)]
-            case WorkerDied(reason, job_running) | NodeDied(reason, job_running):
-                # A RESTARTING actor's failure shows up as CreationFailed instead.
-                if state is not _A and state is not _P:
-                    return []
-                if type(event) is WorkerDied and actor.no_restart and actor.death_cause:
-                    reason = actor.death_cause  # it was told to exit; the exit is the cause
-                return self._failed(actor, reason, job_running)
-            case Kill(reason, graceful, restart, worker_connected):
-                return self._kill(actor, reason, graceful, restart, worker_connected)
-            case JobEnded(reason):
-                if actor.detached or state is _D:  # a detached actor outlives its job
-                    return []
-                return self._kill(actor, reason, False, False, False, edge="job_ended")
-            case Exited(reason):
-                actor.no_restart = True
-                return self._die(actor, "exited", reason) if state is not _D else []
-        raise TypeError(f"not an actor event: {event!r}")
+        # A RESTARTING actor's failure shows up as CreationFailed instead.
+        if state is not _A and state is not _P:
+            return []
+        reason = event.reason
+        if actor.no_restart and actor.death_cause:
+            reason = actor.death_cause  # it was told to exit; the exit is the cause
+        return self._failed(actor, reason, event.job_running)
+
+    def _node_died(self, actor: ActorInfo, event: NodeDied) -> list[Instruction]:
+        state = actor.track.state
+        if state is not _A and state is not _P:
+            return []
+        return self._failed(actor, event.reason, event.job_running)
+
+    def _killed(self, actor: ActorInfo, event: Kill) -> list[Instruction]:
+        return self._kill(
+            actor, event.reason, event.graceful, event.restart, event.worker_connected
+        )
+
+    def _job_ended(self, actor: ActorInfo, event: JobEnded) -> list[Instruction]:
+        if actor.detached or actor.track.state is _D:  # a detached actor outlives its job
+            return []
+        return self._kill(actor, event.reason, False, False, False, edge="job_ended")
+
+    def _exited(self, actor: ActorInfo, event: Exited) -> list[Instruction]:
+        actor.no_restart = True
+        return [] if actor.track.state is _D else self._die(actor, "exited", event.reason)
 
     def _failed(self, actor: ActorInfo, reason: str, job_running: bool) -> list[Instruction]:
         """Its worker or node failed: restart it if it may, else it is dead."""
