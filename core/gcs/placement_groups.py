@@ -3,15 +3,37 @@
 A reserved bundle turns into renamed resources on its node (``CPU_group_<pg>`` and
 ``CPU_group_<i>_<pg>``, as Ray does), so tasks and actors placed in the group simply ask for
 those names and the ordinary schedulers do the rest.
+
+A group is PENDING until every bundle is reserved (CREATED), and REMOVED when its owner
+removes it or its non-detached job ends; REMOVED is final.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from enum import Enum
 from typing import Any
 
+from ember.lifecycle import Lifecycle, Track
 from ember.resources import fits
+
+
+class PgState(Enum):
+    """Member names are the strings GCS replies carry."""
+
+    PENDING = "PENDING"
+    CREATED = "CREATED"
+    REMOVED = "REMOVED"
+
+
+PG_LIFECYCLE: Lifecycle[PgState] = Lifecycle(
+    "placement group",
+    {
+        PgState.PENDING: {"reserved": PgState.CREATED, "removed": PgState.REMOVED},
+        PgState.CREATED: {"removed": PgState.REMOVED},
+    },
+)
 
 
 class _Group:
@@ -22,11 +44,15 @@ class _Group:
         self.name: str = body.get("name", "")
         self.job_id: bytes = body.get("job_id", b"")
         self.detached: bool = body.get("detached", False)
-        self.state = "PENDING"
+        self.track: Track[PgState] = PG_LIFECYCLE.track(self.pg_id.hex(), PgState.PENDING)
         self.placement: list[bytes] = []  # node id per bundle
         self.waiters: list[asyncio.Future] = []
         self.created_at = time.time()
         self.reason = ""
+
+    @property
+    def state(self) -> PgState:
+        return self.track.state
 
     def public(self) -> dict[str, Any]:
         return {
@@ -34,15 +60,17 @@ class _Group:
             "name": self.name,
             "bundles": self.bundles,
             "strategy": self.strategy,
-            "state": self.state,
+            "state": self.track.state.name,
             "bundle_nodes": [n.hex() for n in self.placement],
             "reason": self.reason,
         }
 
 
 class PlacementGroupManager:
-    def __init__(self, gcs: Any) -> None:
-        self.gcs = gcs
+    """``nodes`` is the GCS's node table (``nodes.py``): where bundles are reserved."""
+
+    def __init__(self, nodes: Any) -> None:
+        self.nodes = nodes
         self.groups: dict[bytes, _Group] = {}  # {pg_id: _Group}
         self._placing = False
 
@@ -60,9 +88,9 @@ class PlacementGroupManager:
         return {"ok": True}
 
     async def _place(self, pg: _Group) -> None:
-        if pg.state != "PENDING":
+        if pg.state is not PgState.PENDING:
             return
-        nodes = self.gcs.alive_nodes()
+        nodes = self.nodes.alive()
         plan = _plan(pg, nodes)
         if plan is None:
             pg.reason = _why(pg, nodes)
@@ -76,7 +104,7 @@ class PlacementGroupManager:
         done: list[Any] = []
         ok = True
         for node_id, bundles in by_node.items():
-            node = self.gcs.nodes[node_id]
+            node = self.nodes.nodes[node_id]
             try:
                 if await node.conn.call("reserve_bundles", {"pg_id": pg.pg_id, "bundles": bundles}):
                     done.append(node)
@@ -86,13 +114,13 @@ class PlacementGroupManager:
                 ok = False
             if not ok:
                 break
-        if not ok or pg.state != "PENDING":
+        if not ok or pg.state is not PgState.PENDING:
             for node in done:
                 node.conn.send("release_bundles", {"pg_id": pg.pg_id})
             pg.reason = "resources were taken while reserving; will retry"
             return
         pg.placement = [n.node_id for n in plan]
-        pg.state = "CREATED"
+        pg.track.fire("reserved")
         pg.reason = ""
         for fut in pg.waiters:
             if not fut.done():
@@ -107,24 +135,25 @@ class PlacementGroupManager:
         return {"ok": True}
 
     def _remove(self, pg: _Group) -> None:
-        was_created = pg.state == "CREATED"
-        pg.state = "REMOVED"
+        was_created = pg.state is PgState.CREATED
+        if pg.state is not PgState.REMOVED:  # removing twice only wakes waiters again
+            pg.track.fire("removed")
         for fut in pg.waiters:
             if not fut.done():
                 fut.set_result(False)
         pg.waiters.clear()
         if was_created:
             for node_id in set(pg.placement):
-                node = self.gcs.nodes.get(node_id)
-                if node is not None and node.state == "ALIVE":
+                node = self.nodes.get_alive(node_id)
+                if node is not None:
                     node.conn.send("release_bundles", {"pg_id": pg.pg_id})
         self.on_node_change()
 
     async def h_wait(self, conn: Any, body: dict) -> bool:
         pg = self.groups.get(body["pg_id"])
-        if pg is None or pg.state == "REMOVED":
+        if pg is None or pg.state is PgState.REMOVED:
             return False
-        if pg.state == "CREATED":
+        if pg.state is PgState.CREATED:
             return True
         fut = asyncio.get_running_loop().create_future()
         pg.waiters.append(fut)
@@ -138,7 +167,7 @@ class PlacementGroupManager:
         pg_id = body.get("pg_id")
         if pg_id is None and body.get("name"):
             for g in self.groups.values():
-                if g.name == body["name"] and g.state != "REMOVED":
+                if g.name == body["name"] and g.state is not PgState.REMOVED:
                     return g.public() | {"pg_id": g.pg_id}
             return None
         pg = self.groups.get(pg_id)
@@ -149,12 +178,12 @@ class PlacementGroupManager:
 
     def on_node_change(self) -> None:
         for pg in list(self.groups.values()):
-            if pg.state == "PENDING":
+            if pg.state is PgState.PENDING:
                 asyncio.ensure_future(self._place(pg))
 
     def on_job_finished(self, job_id: bytes) -> None:
         for pg in list(self.groups.values()):
-            if pg.job_id == job_id and not pg.detached and pg.state != "REMOVED":
+            if pg.job_id == job_id and not pg.detached and pg.state is not PgState.REMOVED:
                 self._remove(pg)
 
 

@@ -1,0 +1,414 @@
+"""The GCS's actor manager: the I/O shell around the actor lifecycle (``actor_machine.py``).
+
+It holds the actor table, the names, the subscribers and the GCS's connections to actor
+workers. It places actors (a node whose free resources fit, then a worker leased from that
+node's raylet, then the constructor sent to that worker), feeds what happens to the pure
+``ActorMachine`` and carries out the instructions it returns. Every state change goes
+through the machine; this module never sets a state itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ember.gcs.actor_machine import (
+    ActorInfo,
+    ActorMachine,
+    ActorState,
+    ConstructorRaised,
+    CreationFailed,
+    CreationSucceeded,
+    Exited,
+    ExitWorker,
+    Instruction,
+    JobEnded,
+    Kill,
+    KillWorker,
+    LeaseFailed,
+    LeaseGranted,
+    NodeDied,
+    Place,
+    Publish,
+    Record,
+    Registered,
+    ReleaseName,
+    ReturnLease,
+    WorkerDied,
+)
+from ember.gcs.jobs import JobTable
+from ember.gcs.nodes import NodeInfo, NodeTable
+from ember.options import ANONYMOUS_NAMESPACE_PREFIX
+from ember.protocol import connection as conn_mod
+from ember.protocol.connection import Connection
+from ember.resources import fits
+from ember.scheduling import pick_node
+
+logger = logging.getLogger("ember.gcs")
+
+_DEAD = ActorState.DEAD
+
+
+class ActorManager:
+    """``connect`` opens the GCS's connection to an actor's worker (tests pass a fake);
+    ``clock`` gives death times."""
+
+    def __init__(
+        self,
+        nodes: NodeTable,
+        jobs: JobTable,
+        record: Callable[[str, str], None],
+        placement_groups: Any = None,
+        connect: Callable[..., Any] = conn_mod.connect,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.nodes = nodes
+        self.jobs = jobs
+        self.record = record
+        self.placement_groups = placement_groups
+        self.connect = connect
+        self.machine = ActorMachine(clock)
+        self.actors: dict[bytes, ActorInfo] = {}  # {actor_id: ActorInfo}
+        self.named: dict[tuple[str, str], bytes] = {}  # {(namespace, name): actor_id}
+        self.subscribers: dict[bytes, set[Connection]] = {}  # {actor_id: connections}
+        self.worker_conns: dict[bytes, Connection] = {}  # {worker_id: connection we opened}
+        self.pending: list[bytes] = []  # actor ids waiting for a node with resources
+        self._do = {
+            Place: lambda a, i: self._schedule(a),
+            Publish: lambda a, i: self._publish(a),
+            ReleaseName: self._release_name,
+            Record: lambda a, i: self.record(i.severity, i.message),
+            ExitWorker: self._exit_worker,
+            KillWorker: self._kill_worker,
+        }
+
+    # -- carrying out the machine's instructions ------------------------------------------
+    def _carry_out(self, actor: ActorInfo, instructions: list[Instruction]) -> None:
+        for ins in instructions:
+            self._do[type(ins)](actor, ins)
+
+    def _release_name(self, actor: ActorInfo, ins: ReleaseName) -> None:
+        key = (actor.namespace, actor.name)
+        if actor.name and self.named.get(key) == actor.actor_id:
+            del self.named[key]
+
+    def _exit_worker(self, actor: ActorInfo, ins: ExitWorker) -> None:
+        wconn = self.worker_conns.get(actor.worker_id) if actor.worker_id else None
+        if wconn is not None and not wconn.closed:
+            body = {"reason": ins.reason, "force": True} if ins.force else {"reason": ins.reason}
+            wconn.send("exit", body)
+
+    def _kill_worker(self, actor: ActorInfo, ins: KillWorker) -> None:
+        node = self.nodes.get_alive(actor.node_id)
+        if node is not None and actor.worker_id:
+            # With a connection it was told to exit first: give atexit a moment.
+            grace = 2.0 if actor.worker_id in self.worker_conns else 0
+            node.conn.send(
+                "kill_worker", {"worker_id": actor.worker_id, "reason": ins.reason, "grace": grace}
+            )
+
+    def _publish(self, actor: ActorInfo) -> None:
+        subs = self.subscribers.get(actor.actor_id)
+        if not subs:
+            return
+        info = actor.public()
+        for conn in list(subs):
+            if conn.closed:
+                subs.discard(conn)
+                continue
+            conn.send("actor_update", info)
+
+    # -- creation and placement -----------------------------------------------------------
+    def h_create_actor(self, conn: Connection, spec: Any) -> dict:
+        actor = ActorInfo(spec)
+        if actor.name:
+            key = (actor.namespace, actor.name)
+            existing = self.named.get(key)
+            if existing is not None and self.actors[existing].state is not _DEAD:
+                raise ValueError(
+                    f"The name {actor.name!r} (namespace {actor.namespace!r}) is already taken "
+                    f"by actor {existing.hex()}. Pick another name, kill that actor first, or "
+                    f"pass get_if_exists=True to get a handle to it."
+                )
+            seed_global = self._detached_from_anonymous(actor.name, actor.namespace)
+            if actor.detached and seed_global is not None:
+                other = self.actors[seed_global]
+                raise ValueError(
+                    f"The name {actor.name!r} is already taken by detached actor "
+                    f"{seed_global.hex()} (namespace {other.namespace!r}); a detached actor "
+                    f"made without a namespace has a cluster-wide name. Pick another name, "
+                    f"kill that actor first, or pass namespace=... to ember.init()."
+                )
+            self.named[key] = actor.actor_id
+        self.actors[actor.actor_id] = actor
+        self.subscribers.setdefault(actor.actor_id, set()).add(conn)
+        self._carry_out(actor, self.machine.handle(actor, Registered()))
+        return {"ok": True}
+
+    def _schedule(self, actor: ActorInfo) -> None:
+        asyncio.ensure_future(self._place(actor))
+
+    def _park(self, actor: ActorInfo) -> None:
+        if actor.actor_id not in self.pending:
+            self.pending.append(actor.actor_id)
+
+    def _pick_node(self, actor: ActorInfo) -> NodeInfo | None:
+        needs_cpu = (actor.spec.actor_options or {}).get("needs_cpu_node", False)
+        return pick_node(
+            self.nodes.alive(),
+            actor.spec.resources,
+            actor.spec.strategy,
+            needs_cpu_node=needs_cpu,
+            placement_groups=self.placement_groups,
+        )
+
+    async def _place(self, actor: ActorInfo) -> None:
+        node = self._pick_node(actor)
+        if node is None:
+            actor.pending_reason = self._why_pending(actor)
+            self._park(actor)
+            return
+        actor.pending_reason = ""
+        try:
+            grant = await node.conn.call(
+                "lease_actor_worker",
+                {
+                    "actor_id": actor.actor_id,
+                    "resources": actor.spec.resources,
+                    "job_id": actor.job_id,
+                    "class_name": actor.class_name,
+                    "strategy": actor.spec.strategy,
+                },
+            )
+        except Exception as e:
+            logger.warning("lease for actor %s failed: %s", actor.actor_id.hex(), e)
+            await asyncio.sleep(0.1)
+            self._carry_out(actor, self.machine.handle(actor, LeaseFailed()))
+            return
+        if grant is None:  # the node could not after all; try again later
+            if actor.wants_worker:
+                self._park(actor)
+            return
+        out = self.machine.handle(actor, LeaseGranted(node.node_id, grant))
+        if type(out[0]) is ReturnLease:
+            node.conn.send("return_actor_lease", {"lease_id": out[0].lease_id, "kill": True})
+            return
+        try:
+            wconn = await self.connect(
+                grant["address"],
+                {},
+                name=f"actor:{actor.actor_id.hex()[:8]}",
+                on_close=lambda c, a=actor: self._actor_conn_closed(a, c),
+            )
+            self.worker_conns[actor.worker_id] = wconn
+            reply = await wconn.call("create_actor", actor.spec)
+        except Exception as e:
+            event = CreationFailed(
+                f"its worker died during creation: {e}", self.jobs.running(actor.job_id)
+            )
+            self._carry_out(actor, self.machine.handle(actor, event))
+            return
+        if reply.get("error"):
+            self._carry_out(actor, self.machine.handle(actor, ConstructorRaised(_cause(reply))))
+            return
+        self._carry_out(actor, self.machine.handle(actor, CreationSucceeded(grant["address"])))
+
+    def _why_pending(self, actor: ActorInfo) -> str:
+        """What the actor asked for against what exists (infeasible) or is free now (pending):
+        the Actors page and ``ember status`` show this to say why it is not placed."""
+        shape = actor.spec.resources
+        nodes = self.nodes.alive()
+        able = [n for n in nodes if fits(shape, n.total)]
+        if not able:
+            have = _per_node(nodes, lambda n: _fmt_shape(n.total))
+            return f"infeasible: no node has {_fmt_shape(shape)} (nodes have: {have})"
+
+        # Only the resources asked for: a node's other resources do not explain the wait.
+        def free(n: NodeInfo) -> str:
+            now = _fmt_shape({k: n.available.get(k, 0.0) for k in shape})
+            total = _fmt_shape({k: n.total.get(k, 0.0) for k in shape})
+            return f"{now} of {total} on node {n.node_id.hex()[:8]}"
+
+        return f"waiting for resources {_fmt_shape(shape)} to be free (free now: {_per_node(able, free)})"
+
+    def schedule_pending(self) -> None:
+        """Tries again to place every actor waiting for resources."""
+        pending, self.pending = self.pending, []
+        for actor_id in pending:
+            actor = self.actors.get(actor_id)
+            if actor is not None and actor.wants_worker:
+                self._schedule(actor)
+
+    def on_heartbeat(self, node: NodeInfo, before: dict[str, float]) -> None:
+        # Resources came free (tasks ended, leases went back): an actor waiting for them may
+        # fit now. Without this it waited for the next node join or worker death.
+        if self.pending and any(v > before.get(k, 0.0) for k, v in node.available.items()):
+            self.schedule_pending()
+
+    def pending_view(self) -> list[dict]:
+        """The actors waiting for a node, and why (``cluster_info``)."""
+        return [
+            {
+                "actor_id": a,
+                "reason": self.actors[a].pending_reason,
+                "class_name": self.actors[a].class_name,
+                "resources": self.actors[a].spec.resources,
+            }
+            for a in self.pending
+            if a in self.actors
+        ]
+
+    # -- failures, kills and exits ----------------------------------------------------------
+    def _actor_conn_closed(self, actor: ActorInfo, conn: Connection) -> None:
+        if self.worker_conns.get(actor.worker_id) is conn:
+            del self.worker_conns[actor.worker_id]
+
+    def h_worker_died(self, conn: Connection, body: dict) -> None:
+        """From a raylet: one of its workers exited."""
+        actor_id = body.get("actor_id")
+        actor = self.actors.get(actor_id) if actor_id else None
+        if actor is not None and actor.worker_id == body["worker_id"]:
+            reason = body.get("reason", "its worker process died")
+            event = WorkerDied(reason, self.jobs.running(actor.job_id))
+            self._carry_out(actor, self.machine.handle(actor, event))
+        # Its resources are free again: an actor waiting for them may fit now.
+        self.schedule_pending()
+
+    def on_node_died(self, node_id: bytes, reason: str) -> None:
+        why = f"its node {node_id.hex()[:12]} died ({reason})"
+        for actor in list(self.actors.values()):
+            if actor.node_id == node_id:
+                event = NodeDied(why, self.jobs.running(actor.job_id))
+                self._carry_out(actor, self.machine.handle(actor, event))
+
+    def on_job_finished(self, job_id: bytes, reason: str) -> None:
+        event = JobEnded(f"its job ended ({reason})")
+        for actor in list(self.actors.values()):
+            if actor.job_id == job_id:
+                self._carry_out(actor, self.machine.handle(actor, event))
+
+    def h_kill_actor(self, conn: Connection, body: dict) -> dict:
+        actor = self.actors.get(body["actor_id"])
+        if actor is None:
+            return {"ok": False, "message": f"no actor {body['actor_id'].hex()}"}
+        if body.get("only_if_not_detached") and actor.detached:
+            return {"ok": False, "message": "detached"}
+        if actor.state is _DEAD:
+            return {"ok": False, "message": f"actor {actor.actor_id.hex()} is already dead"}
+        wconn = self.worker_conns.get(actor.worker_id) if actor.worker_id else None
+        event = Kill(
+            body.get("reason") or "killed by ember.kill()",
+            graceful=body.get("graceful", False),
+            restart=not body.get("no_restart", True),
+            worker_connected=wconn is not None and not wconn.closed,
+        )
+        self._carry_out(actor, self.machine.handle(actor, event))
+        return {"ok": True}
+
+    def h_actor_exited(self, conn: Connection, body: dict) -> dict:
+        actor = self.actors.get(body["actor_id"])
+        if actor is not None:
+            event = Exited(body.get("reason", "the actor exited"))
+            self._carry_out(actor, self.machine.handle(actor, event))
+        return {"ok": True}
+
+    # -- subscriptions and lookups ----------------------------------------------------------
+    def h_subscribe_actor(self, conn: Connection, body: dict) -> None:
+        actor_id = body["actor_id"]
+        self.subscribers.setdefault(actor_id, set()).add(conn)
+        actor = self.actors.get(actor_id)
+        if actor is not None:
+            conn.send("actor_update", actor.public())
+        else:
+            conn.send(
+                "actor_update",
+                {"actor_id": actor_id, "state": _DEAD.name, "death_cause": "no such actor"},
+            )
+
+    def h_unsubscribe_actor(self, conn: Connection, body: dict) -> None:
+        subs = self.subscribers.get(body["actor_id"])
+        if subs is not None:
+            subs.discard(conn)
+
+    def forget_connection(self, conn: Connection) -> None:
+        for subs in self.subscribers.values():
+            subs.discard(conn)
+
+    def h_get_actor_info(self, conn: Connection, body: dict) -> dict | None:
+        actor = self.actors.get(body["actor_id"])
+        return None if actor is None else actor.public()
+
+    def h_list_actors(self, conn: Connection, body: Any) -> list[dict]:
+        return [a.public() for a in self.actors.values()]
+
+    def _detached_from_anonymous(self, name: str, namespace: str) -> bytes | None:
+        """The live detached actor called ``name`` made from an anonymous namespace, when
+        ``namespace`` is anonymous too (the seeds' cluster-wide detached names); else None."""
+        if not namespace.startswith(ANONYMOUS_NAMESPACE_PREFIX):
+            return None
+        for (space, other), actor_id in self.named.items():
+            actor = self.actors[actor_id]
+            if (
+                other == name
+                and space.startswith(ANONYMOUS_NAMESPACE_PREFIX)
+                and actor.detached
+                and actor.state is not _DEAD
+            ):
+                return actor_id
+        return None
+
+    def h_get_named_actor(self, conn: Connection, body: dict) -> dict | None:
+        namespace = body.get("namespace", "")
+        actor_id = self.named.get((namespace, body["name"]))
+        if actor_id is None or self.actors[actor_id].state is _DEAD:
+            actor_id = self._detached_from_anonymous(body["name"], namespace)
+        if actor_id is None:
+            return None
+        actor = self.actors[actor_id]
+        opts = actor.spec.actor_options or {}
+        info = actor.public()
+        info["methods"] = opts.get("methods")
+        info["spec_owner"] = actor.owner
+        info["max_task_retries"] = opts.get("max_task_retries", 0)
+        info["max_pending_calls"] = opts.get("max_pending_calls", -1)
+        return info
+
+    def h_list_named_actors(self, conn: Connection, body: dict) -> list:
+        all_ns = body.get("all_namespaces", False)
+        ns = body.get("namespace", "")
+        return [
+            {"name": name, "namespace": space}
+            for (space, name), aid in self.named.items()
+            if (all_ns or space == ns) and self.actors[aid].state is not _DEAD
+        ]
+
+
+def _cause(reply: dict) -> str:
+    """The death cause for a constructor that raised: its error, as the worker sent it."""
+    from ember.serialization import deserialize
+
+    loc = reply["returns"][0]
+    try:
+        err = deserialize(loc[2], loc[3])
+        return f"the constructor raised:\n{err}"
+    except Exception as ex:
+        return f"the constructor raised an error that could not be read: {ex}"
+
+
+def _fmt_shape(shape: dict[str, float]) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(shape.items())) + "}" if shape else "{}"
+
+
+# A pending reason names at most this many nodes, so a 1,000-node cluster keeps it short.
+_REASON_NODES = 5
+
+
+def _per_node(nodes: list[NodeInfo], fmt: Callable[[NodeInfo], str]) -> str:
+    """``fmt(node)`` for the first nodes, ``"; "``-joined, with how many were left out."""
+    text = "; ".join(fmt(n) for n in nodes[:_REASON_NODES])
+    if len(nodes) > _REASON_NODES:
+        text += f"; and {len(nodes) - _REASON_NODES} more nodes"
+    return text

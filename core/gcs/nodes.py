@@ -1,0 +1,213 @@
+"""The GCS's node table: raylets register and heartbeat; a node that disconnects or stays
+silent longer than the node death timeout is declared dead, and everyone who cares is told.
+
+A dead node never comes back under its id: its raylet must rejoin with a new one, since the
+work it held was already redone elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from ember import config
+from ember.lifecycle import Lifecycle, Track
+from ember.protocol.connection import Connection
+
+logger = logging.getLogger("ember.gcs")
+
+
+class NodeState(Enum):
+    """Member names are the strings GCS replies carry."""
+
+    ALIVE = "ALIVE"
+    DEAD = "DEAD"
+
+
+NODE_LIFECYCLE: Lifecycle[NodeState] = Lifecycle(
+    "node", {NodeState.ALIVE: {"died": NodeState.DEAD}}
+)
+
+
+class NodeInfo:
+    def __init__(self, node_id: bytes, body: dict, conn: Connection, now: float) -> None:
+        self.node_id = node_id
+        self.conn = conn
+        self.address: str = body["address"]
+        self.tcp_address: str = body.get("tcp_address") or ""
+        self.data_address: str = body.get("data_address") or ""
+        self.node_ip: str = body.get("node_ip", "127.0.0.1")
+        self.total: dict[str, float] = body["resources"]
+        self.available: dict[str, float] = dict(body["resources"])
+        self.labels: dict[str, str] = body.get("labels", {})
+        self.track: Track[NodeState] = NODE_LIFECYCLE.track(node_id.hex()[:12], NodeState.ALIVE)
+        self.last_heartbeat = now  # on the node table's monotonic clock
+        self.start_time = time.time()
+        self.end_time: float | None = None
+        self.info: dict = body
+        self.pending_demands: list = []
+        self.death_reason = ""
+
+    @property
+    def state(self) -> NodeState:
+        return self.track.state
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "address": self.address,
+            "tcp_address": self.tcp_address,
+            "data_address": self.data_address,
+            "node_ip": self.node_ip,
+            "state": self.track.state.name,
+            "resources_total": self.total,
+            "resources_available": self.available,
+            "death_reason": self.death_reason,
+            "start_time": self.start_time,
+            "end_time": self.end_time,
+            "session_dir": self.info.get("session_dir"),
+            "arena_path": self.info.get("arena_path"),
+            "object_store_memory": self.info.get("object_store_memory"),
+            "hostname": self.info.get("hostname"),
+            "is_head": self.info.get("is_head", False),
+            "pending_demands": self.pending_demands,
+            "store_stats": self.info.get("store_stats", {}),
+        }
+
+
+def _nothing(*args: Any) -> None:
+    pass
+
+
+class NodeTable:
+    """Membership and failure detection. What other parts do about a node joining, dying or
+    freeing resources is wired in by the server through the ``on_*`` callbacks.
+
+    ``connections`` is the server's set of open connections (the ones that asked for node
+    events hear of joins and deaths); ``record(severity, message)`` logs a cluster event;
+    ``clock`` is monotonic seconds (tests pass a fake one to drive the death timeout).
+    """
+
+    def __init__(
+        self,
+        connections: set[Connection],
+        record: Callable[[str, str], None],
+        death_timeout: float = config.node_death_timeout,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.nodes: dict[bytes, NodeInfo] = {}  # {node_id: NodeInfo}, dead ones included
+        self.connections = connections
+        self.record = record
+        self.death_timeout = death_timeout
+        self.clock = clock
+        # A node joined or its resources changed: waiting actors and groups may fit now.
+        self.on_change: Callable[[], None] = _nothing
+        # (node_id, reason): a node was declared dead.
+        self.on_died: Callable[[bytes, str], None] = _nothing
+        # (node, available before): a heartbeat brought new availability.
+        self.on_heartbeat: Callable[[NodeInfo, dict[str, float]], None] = _nothing
+
+    def alive(self) -> list[NodeInfo]:
+        return [n for n in self.nodes.values() if n.track.state is NodeState.ALIVE]
+
+    def get_alive(self, node_id: bytes | None) -> NodeInfo | None:
+        node = self.nodes.get(node_id) if node_id else None
+        return node if node is not None and node.track.state is NodeState.ALIVE else None
+
+    def h_register_node(self, conn: Connection, body: dict) -> dict:
+        node_id = body["node_id"]
+        old = self.nodes.get(node_id)
+        if old is not None and old.track.state is NodeState.DEAD:
+            raise ValueError(f"node {node_id.hex()} was declared dead; rejoin with a new id")
+        node = NodeInfo(node_id, body, conn, self.clock())
+        self.nodes[node_id] = node
+        conn.state["node_id"] = node_id
+        conn.state["node_events"] = True
+        logger.info("node %s registered at %s", node_id.hex()[:12], node.address)
+        for c in list(self.connections):  # drivers subscribe to its workers' logs
+            if not c.closed and c is not conn and c.state.get("node_events"):
+                c.send("node_added", {"node_id": node_id, "tcp_address": node.tcp_address})
+        self.record("INFO", f"node {node_id.hex()} joined at {node.node_ip}")
+        self.on_change()
+        return {"ok": True, "view": self.cluster_view()}
+
+    def cluster_view(self) -> list[dict]:
+        """What a raylet needs to spill work and pull objects: every live node's addresses
+        and resources (as of its last heartbeat)."""
+        return [
+            {
+                "node_id": n.node_id,
+                "tcp_address": n.tcp_address,
+                "data_address": n.data_address,
+                "node_ip": n.node_ip,
+                "total": n.total,
+                "available": n.available,
+            }
+            for n in self.nodes.values()
+            if n.track.state is NodeState.ALIVE
+        ]
+
+    def h_heartbeat(self, conn: Connection, body: dict) -> dict:
+        node = self.nodes.get(body["node_id"])
+        if node is None or node.track.state is not NodeState.ALIVE:
+            return {"dead": True}
+        node.last_heartbeat = self.clock()
+        before, node.available = node.available, body["available"]
+        self.on_heartbeat(node, before)
+        node.total = body.get("total", node.total)
+        node.pending_demands = body.get("pending_demands", [])
+        if "store_stats" in body:
+            node.info["store_stats"] = body["store_stats"]
+        return {"view": self.cluster_view()}
+
+    def h_subscribe_node_events(self, conn: Connection, body: Any) -> None:
+        """A core worker wants ``node_added`` / ``node_dead`` (tools do not)."""
+        conn.state["node_events"] = True
+
+    async def h_set_resource(self, conn: Connection, body: dict) -> dict:
+        node = self.nodes.get(body["node_id"])
+        if node is None or node.track.state is not NodeState.ALIVE:
+            return {"ok": False, "message": f"no live node {body['node_id'].hex()}"}
+        node.total, node.available = await node.conn.call("set_resource", body)
+        self.on_change()
+        return {"ok": True}
+
+    def node_died(self, node_id: bytes, reason: str) -> None:
+        node = self.nodes.get(node_id)
+        if node is None or node.track.state is NodeState.DEAD:
+            return
+        node.track.fire("died")
+        node.end_time = time.time()
+        node.available = {}
+        node.death_reason = reason
+        logger.warning("node %s died: %s", node_id.hex()[:12], reason)
+        self.record("ERROR", f"node {node_id.hex()} died: {reason}")
+        # Owners retry the tasks it ran and stop reading objects from it; raylets stop
+        # spilling to it. Said to every connection: a silent node's sockets may stay open.
+        for c in list(self.connections):
+            if not c.closed and c is not node.conn and c.state.get("node_events"):
+                c.send("node_dead", {"node_id": node_id, "reason": reason})
+        if not node.conn.closed:
+            node.conn.send("declared_dead", {"reason": reason})
+        self.on_died(node_id, reason)
+
+    def check_heartbeats(self) -> None:
+        """Declares dead every live node silent for longer than the death timeout."""
+        now = self.clock()
+        for node in list(self.nodes.values()):
+            silent = now - node.last_heartbeat
+            if node.track.state is NodeState.ALIVE and silent > self.death_timeout:
+                self.node_died(
+                    node.node_id,
+                    f"no heartbeat for {silent:.1f} s (node death timeout "
+                    f"{self.death_timeout:g} s)",
+                )
+
+    async def monitor(self) -> None:
+        while True:
+            await asyncio.sleep(config.heartbeat_interval)
+            self.check_heartbeats()

@@ -1,0 +1,317 @@
+"""The GCS's own logic with fake connections: node membership and the death timeout, actor
+placement over nodes, names, jobs and placement groups. No processes or sockets; the event
+loop only runs the GCS's own coroutines against fakes."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import pytest
+from ember.core_worker.task_spec import ACTOR_CREATION_TASK, TaskSpec
+from ember.gcs.actor_machine import ActorState
+from ember.gcs.nodes import NodeState
+from ember.gcs.placement_groups import PgState
+from ember.gcs.server import GcsServer
+
+_ids = itertools.count(1)
+
+
+class FakeConn:
+    """Records what the GCS sends; answers calls from ``replies`` ({op: value or fn(body)})."""
+
+    def __init__(self, replies: dict | None = None) -> None:
+        self.state: dict = {}
+        self.closed = False
+        self.sent: list[tuple[str, Any]] = []
+        self.replies = replies or {}
+
+    def send(self, op: str, body: Any = None) -> None:
+        self.sent.append((op, body))
+
+    async def call(self, op: str, body: Any = None, timeout: float | None = None) -> Any:
+        reply = self.replies[op]
+        return reply(body) if callable(reply) else reply
+
+    def ops(self, op: str) -> list:
+        return [b for o, b in self.sent if o == op]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def node_conn() -> FakeConn:
+    """A raylet that grants every lease with a new worker and reserves every bundle."""
+
+    def lease(body: dict) -> dict:
+        n = next(_ids)
+        return {"lease_id": n, "worker_id": n.to_bytes(28, "big"), "address": f"unix:/w{n}"}
+
+    return FakeConn({"lease_actor_worker": lease, "reserve_bundles": True})
+
+
+def make_gcs() -> tuple[GcsServer, Clock, list[FakeConn]]:
+    gcs = GcsServer("/nonexistent", node_death_timeout=10.0)
+    clock = Clock()
+    gcs.node_table.clock = clock
+    workers: list[FakeConn] = []
+
+    async def connect(address: str, handlers: dict, name: str = "", on_close: Any = None):
+        w = FakeConn({"create_actor": {}})
+        w.address = address
+        workers.append(w)
+        return w
+
+    gcs.actors.connect = connect
+    return gcs, clock, workers
+
+
+def add_node(gcs: GcsServer, cpus: float = 2, **extra: float) -> tuple[bytes, FakeConn]:
+    node_id = next(_ids).to_bytes(28, "big")
+    conn = node_conn()
+    gcs.on_connect(conn)
+    body = {"node_id": node_id, "address": f"unix:/raylet{node_id[-1]}"}
+    gcs.handlers["register_node"](conn, body | {"resources": {"CPU": cpus, **extra}})
+    return node_id, conn
+
+
+def spec(job: bytes = b"job1", resources: dict | None = None, **options: Any) -> TaskSpec:
+    n = next(_ids)
+    options.setdefault("class_name", "A")
+    return TaskSpec(
+        task_id=n.to_bytes(24, "big"),
+        kind=ACTOR_CREATION_TASK,
+        actor_id=n.to_bytes(16, "big"),
+        job_id=job,
+        owner=(b"w" * 28, "unix:/owner", b""),
+        resources={"CPU": 1.0} if resources is None else resources,
+        actor_options=options,
+    )
+
+
+async def settle() -> None:
+    """Lets the GCS's placement coroutines run to completion against the fakes."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def run(test: Any) -> None:
+    asyncio.run(test())
+
+
+# -- nodes ---------------------------------------------------------------------------------
+def test_node_registration_and_the_death_timeout() -> None:
+    gcs, clock, _ = make_gcs()
+    driver = FakeConn()
+    gcs.on_connect(driver)
+    gcs.handlers["subscribe_node_events"](driver, None)
+    a, a_conn = add_node(gcs)
+    b, _ = add_node(gcs)
+    assert [n["node_id"] for n in gcs.node_table.cluster_view()] == [a, b]
+    assert [body["node_id"] for body in driver.ops("node_added")] == [a, b]
+
+    clock.now += 8
+    gcs.handlers["heartbeat"](FakeConn(), {"node_id": b, "available": {"CPU": 2.0}})
+    clock.now += 3  # a: 11 s silent, past the 10 s timeout; b: 3 s
+    gcs.node_table.check_heartbeats()
+    assert gcs.node_table.nodes[a].state is NodeState.DEAD
+    assert gcs.node_table.nodes[b].state is NodeState.ALIVE
+    assert gcs.handlers["list_nodes"](driver, None)[0]["state"] == "DEAD"
+    assert "no heartbeat for 11.0 s" in gcs.node_table.nodes[a].death_reason
+    assert driver.ops("node_dead")[0]["node_id"] == a
+    assert a_conn.ops("declared_dead")
+    # A dead node hears so on its next heartbeat and cannot rejoin under its old id.
+    assert gcs.handlers["heartbeat"](a_conn, {"node_id": a, "available": {}}) == {"dead": True}
+    with pytest.raises(ValueError, match="declared dead"):
+        gcs.handlers["register_node"](a_conn, {"node_id": a, "address": "x", "resources": {}})
+
+
+def test_a_raylet_disconnecting_is_its_nodes_death() -> None:
+    gcs, _, _ = make_gcs()
+    a, a_conn = add_node(gcs)
+    a_conn.closed = True
+    gcs.on_connection_closed(a_conn)
+    assert gcs.node_table.nodes[a].death_reason == "its raylet disconnected"
+    assert gcs.node_table.alive() == []
+
+
+# -- actors --------------------------------------------------------------------------------
+def test_actor_placement_over_nodes() -> None:
+    async def test() -> None:
+        gcs, _, workers = make_gcs()
+        small, _ = add_node(gcs, cpus=1)
+        big, big_conn = add_node(gcs, cpus=4)
+        owner = FakeConn()
+        gcs.handlers["create_actor"](owner, spec(resources={"CPU": 2.0}))
+        await settle()
+        (actor,) = gcs.actors.actors.values()
+        assert actor.state is ActorState.ALIVE and actor.node_id == big
+        assert workers[0].address == actor.address
+        assert [u["state"] for u in owner.ops("actor_update")] == ["ALIVE"]
+        # No node has a GPU: it waits, and says why.
+        gcs.handlers["create_actor"](owner, spec(resources={"GPU": 1.0}))
+        await settle()
+        (waiting,) = gcs.handlers["cluster_info"](owner, None)["pending_actors"]
+        assert waiting["reason"].startswith("infeasible: no node has {GPU: 1}")
+        # A node with one joins: it is placed there.
+        gpu_node, _ = add_node(gcs, cpus=1, GPU=1)
+        await settle()
+        placed = gcs.actors.actors[waiting["actor_id"]]
+        assert placed.state is ActorState.ALIVE and placed.node_id == gpu_node
+
+    run(test)
+
+
+def test_node_death_restarts_its_actors_elsewhere() -> None:
+    async def test() -> None:
+        gcs, clock, _ = make_gcs()
+        first, _ = add_node(gcs)
+        owner = FakeConn()
+        gcs.handlers["register_job"](owner, {"job_id": b"job1"})
+        gcs.handlers["create_actor"](owner, spec(max_restarts=1))
+        gcs.handlers["create_actor"](owner, spec())
+        await settle()
+        keeper, goner = gcs.actors.actors.values()
+        assert keeper.node_id == goner.node_id == first
+        second, _ = add_node(gcs)
+        clock.now += 9
+        gcs.handlers["heartbeat"](FakeConn(), {"node_id": second, "available": {"CPU": 2.0}})
+        clock.now += 2
+        gcs.node_table.check_heartbeats()
+        await settle()
+        assert keeper.state is ActorState.ALIVE and keeper.node_id == second
+        assert keeper.num_restarts == 1
+        assert goner.state is ActorState.DEAD and "died" in goner.death_cause
+        states = [u["state"] for u in owner.ops("actor_update")]
+        assert states == ["ALIVE", "ALIVE", "RESTARTING", "DEAD", "ALIVE"]
+
+    run(test)
+
+
+def test_a_name_is_released_on_death_and_can_be_reused() -> None:
+    async def test() -> None:
+        gcs, _, _ = make_gcs()
+        node, node_conn = add_node(gcs)
+        owner = FakeConn()
+        first = spec(name="counter", namespace="ns")
+        gcs.handlers["create_actor"](owner, first)
+        await settle()
+        found = gcs.handlers["get_named_actor"](owner, {"name": "counter", "namespace": "ns"})
+        assert found["actor_id"] == first.actor_id
+        with pytest.raises(ValueError, match="already taken"):
+            gcs.handlers["create_actor"](owner, spec(name="counter", namespace="ns"))
+        assert gcs.handlers["kill_actor"](owner, {"actor_id": first.actor_id}) == {"ok": True}
+        assert (
+            node_conn.ops("kill_worker")[0]["worker_id"]
+            == gcs.actors.actors[first.actor_id].worker_id
+        )
+        assert (
+            gcs.handlers["get_named_actor"](owner, {"name": "counter", "namespace": "ns"}) is None
+        )
+        assert gcs.handlers["list_named_actors"](owner, {"namespace": "ns"}) == []
+        second = spec(name="counter", namespace="ns")
+        gcs.handlers["create_actor"](owner, second)
+        await settle()
+        found = gcs.handlers["get_named_actor"](owner, {"name": "counter", "namespace": "ns"})
+        assert found["actor_id"] == second.actor_id and found["state"] == "ALIVE"
+        reply = gcs.handlers["kill_actor"](owner, {"actor_id": first.actor_id})
+        assert reply["ok"] is False and "already dead" in reply["message"]
+
+    run(test)
+
+
+def test_a_drivers_disconnect_ends_its_job_and_its_non_detached_actors() -> None:
+    async def test() -> None:
+        gcs, _, _ = make_gcs()
+        _, node_conn = add_node(gcs, cpus=4)
+        driver = FakeConn()
+        gcs.on_connect(driver)
+        gcs.handlers["register_job"](driver, {"job_id": b"job9"})
+        gcs.handlers["create_actor"](driver, spec(job=b"job9", max_restarts=-1))
+        gcs.handlers["create_actor"](driver, spec(job=b"job9", detached=True, name="keep"))
+        await settle()
+        plain, detached = gcs.actors.actors.values()
+        driver.closed = True
+        gcs.on_connection_closed(driver)
+        assert plain.state is ActorState.DEAD
+        assert plain.death_cause == "its job ended (the driver disconnected)"
+        assert detached.state is ActorState.ALIVE
+        (job,) = gcs.handlers["list_jobs"](driver, None)
+        assert job["state"] == "FINISHED"
+        assert node_conn.ops("job_finished") == [{"job_id": b"job9"}]
+
+    run(test)
+
+
+def test_a_worker_death_reported_by_its_raylet_restarts_the_actor() -> None:
+    async def test() -> None:
+        gcs, _, workers = make_gcs()
+        _, node_conn = add_node(gcs)
+        owner = FakeConn()
+        gcs.handlers["create_actor"](owner, spec(max_restarts=1))
+        await settle()
+        (actor,) = gcs.actors.actors.values()
+        old = actor.worker_id
+        body = {"actor_id": actor.actor_id, "worker_id": old, "reason": "exit code 1"}
+        gcs.handlers["worker_died"](node_conn, body)
+        assert actor.state is ActorState.RESTARTING and actor.death_cause == "exit code 1"
+        await settle()
+        assert actor.state is ActorState.ALIVE and actor.worker_id != old
+        # A report about a worker the actor no longer uses changes nothing.
+        gcs.handlers["worker_died"](node_conn, body)
+        assert actor.state is ActorState.ALIVE and len(workers) == 2
+
+    run(test)
+
+
+# -- placement groups ----------------------------------------------------------------------
+def test_placement_group_create_and_remove() -> None:
+    async def test() -> None:
+        gcs, _, _ = make_gcs()
+        a, a_conn = add_node(gcs, cpus=2)
+        b, b_conn = add_node(gcs, cpus=2)
+        owner = FakeConn()
+        pg_id = b"p" * 18
+        body = {"pg_id": pg_id, "bundles": [{"CPU": 2}, {"CPU": 2}], "strategy": "STRICT_SPREAD"}
+        gcs.handlers["create_placement_group"](owner, body)
+        assert await gcs.handlers["wait_placement_group"](owner, {"pg_id": pg_id, "timeout": 1})
+        info = gcs.handlers["get_placement_group"](owner, {"pg_id": pg_id})
+        assert info["state"] == "CREATED"
+        assert sorted(info["bundle_nodes"]) == sorted([a.hex(), b.hex()])
+        # One more CPU anywhere is more than there is: it stays pending, with a reason.
+        late = b"q" * 18
+        gcs.handlers["create_placement_group"](owner, {"pg_id": late, "bundles": [{"CPU": 1}]})
+        await settle()
+        assert gcs.placement_groups.groups[late].state is PgState.PENDING
+        assert gcs.handlers["remove_placement_group"](owner, {"pg_id": pg_id}) == {"ok": True}
+        assert gcs.placement_groups.groups[pg_id].state is PgState.REMOVED
+        assert a_conn.ops("release_bundles") == b_conn.ops("release_bundles") == [{"pg_id": pg_id}]
+        assert not await gcs.handlers["wait_placement_group"](owner, {"pg_id": pg_id})
+        # Removing twice is harmless.
+        assert gcs.handlers["remove_placement_group"](owner, {"pg_id": pg_id}) == {"ok": True}
+
+    run(test)
+
+
+def test_a_placement_group_is_removed_with_its_job_unless_detached() -> None:
+    async def test() -> None:
+        gcs, _, _ = make_gcs()
+        add_node(gcs, cpus=4)
+        driver = FakeConn()
+        gcs.handlers["register_job"](driver, {"job_id": b"j"})
+        for pg_id, detached in ((b"1" * 18, False), (b"2" * 18, True)):
+            body = {"pg_id": pg_id, "bundles": [{"CPU": 1}], "job_id": b"j", "detached": detached}
+            gcs.handlers["create_placement_group"](driver, body)
+        await settle()
+        gcs.handlers["job_finished"](driver, {"job_id": b"j"})
+        groups = gcs.placement_groups.groups
+        assert groups[b"1" * 18].state is PgState.REMOVED
+        assert groups[b"2" * 18].state is PgState.CREATED
+
+    run(test)
