@@ -22,6 +22,7 @@ from typing import Generic, TypeVar
 S = TypeVar("S", bound=Enum)
 
 HISTORY = 16  # moves a track remembers for the error it raises
+_NO_MOVES: dict = {}  # a terminal state's row: no dict made per refused move
 
 
 class TransitionError(RuntimeError):
@@ -76,7 +77,7 @@ class Track(Generic[S]):
 
     def fire(self, event: str) -> S:
         """Moves on ``event``; raises ``TransitionError`` if the table has no such move."""
-        nxt = self.lifecycle.table.get(self.state, {}).get(event)
+        nxt = self.lifecycle.table.get(self.state, _NO_MOVES).get(event)
         if nxt is None:
             raise TransitionError(self.lifecycle.name, self.key, self.state, event, self.history)
         self.state = nxt
@@ -87,7 +88,7 @@ class Track(Generic[S]):
         return nxt
 
     def can(self, event: str) -> bool:
-        return event in self.lifecycle.table.get(self.state, ())
+        return event in self.lifecycle.table.get(self.state, _NO_MOVES)
 
     def __repr__(self) -> str:
         return f"<{self.lifecycle.name} {self.key} {self.state.name}>"

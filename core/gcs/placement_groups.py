@@ -74,7 +74,7 @@ class PlacementGroupManager:
         self.groups: dict[bytes, _Group] = {}  # {pg_id: _Group}
         self._placing = False
 
-    def h_create(self, conn: Any, body: dict) -> dict:
+    def h_create_placement_group(self, conn: Any, body: dict) -> dict:
         pg = _Group(body)
         if pg.strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
             raise ValueError(
@@ -127,7 +127,7 @@ class PlacementGroupManager:
                 fut.set_result(True)
         pg.waiters.clear()
 
-    def h_remove(self, conn: Any, body: dict) -> dict:
+    def h_remove_placement_group(self, conn: Any, body: dict) -> dict:
         pg = self.groups.get(body["pg_id"])
         if pg is None:
             return {"ok": False}
@@ -149,7 +149,7 @@ class PlacementGroupManager:
                     node.conn.send("release_bundles", {"pg_id": pg.pg_id})
         self.on_node_change()
 
-    async def h_wait(self, conn: Any, body: dict) -> bool:
+    async def h_wait_placement_group(self, conn: Any, body: dict) -> bool:
         pg = self.groups.get(body["pg_id"])
         if pg is None or pg.state is PgState.REMOVED:
             return False
@@ -163,7 +163,7 @@ class PlacementGroupManager:
         except TimeoutError:
             return False
 
-    def h_get(self, conn: Any, body: dict) -> dict | None:
+    def h_get_placement_group(self, conn: Any, body: dict) -> dict | None:
         pg_id = body.get("pg_id")
         if pg_id is None and body.get("name"):
             for g in self.groups.values():
@@ -173,7 +173,7 @@ class PlacementGroupManager:
         pg = self.groups.get(pg_id)
         return None if pg is None else pg.public() | {"pg_id": pg.pg_id}
 
-    def h_list(self, conn: Any, body: Any) -> list[dict]:
+    def h_list_placement_groups(self, conn: Any, body: Any) -> list[dict]:
         return [g.public() for g in self.groups.values()]
 
     def on_node_change(self) -> None:

@@ -37,6 +37,8 @@ from ember.gcs.nodes import NodeInfo, NodeState, NodeTable
 from ember.gcs.placement_groups import PlacementGroupManager
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
+from ember.protocol.handler_table import handlers_from
+from ember.protocol.messages.gcs import GCS
 
 __all__ = [
     "ACTOR_STATES",
@@ -71,40 +73,21 @@ class GcsServer:
         self.node_table.on_died = self._node_died
         self.node_table.on_heartbeat = self.actors.on_heartbeat
         self.jobs.on_finished = self._job_finished
-        nodes, actors, pgs, kv = self.node_table, self.actors, self.placement_groups, self.kv
-        self.handlers = {
-            "register_node": nodes.h_register_node,
-            "heartbeat": nodes.h_heartbeat,
-            "register_job": self.jobs.h_register_job,
-            "job_finished": self.jobs.h_job_finished,
-            "create_actor": actors.h_create_actor,
-            "subscribe_actor": actors.h_subscribe_actor,
-            "unsubscribe_actor": actors.h_unsubscribe_actor,
-            "get_actor_info": actors.h_get_actor_info,
-            "get_named_actor": actors.h_get_named_actor,
-            "list_named_actors": actors.h_list_named_actors,
-            "kill_actor": actors.h_kill_actor,
-            "actor_exited": actors.h_actor_exited,
-            "worker_died": actors.h_worker_died,
-            "list_nodes": self.h_list_nodes,
-            "list_actors": actors.h_list_actors,
-            "list_jobs": self.jobs.h_list_jobs,
-            "cluster_info": self.h_cluster_info,
-            "kv_put": kv.h_kv_put,
-            "kv_get": kv.h_kv_get,
-            "kv_del": kv.h_kv_del,
-            "kv_keys": kv.h_kv_keys,
-            "create_placement_group": pgs.h_create,
-            "remove_placement_group": pgs.h_remove,
-            "wait_placement_group": pgs.h_wait,
-            "get_placement_group": pgs.h_get,
-            "list_placement_groups": pgs.h_list,
-            "get_events": self.log.h_get_events,
-            "set_resource": nodes.h_set_resource,
-            "get_cluster_view": lambda c, b: nodes.cluster_view(),
-            "subscribe_node_events": nodes.h_subscribe_node_events,
-            "ping": lambda c, b: "pong",
-        }
+        # Every op of the catalogue, from the parts' h_<op> methods (checked at start-up).
+        self.handlers = handlers_from(
+            GCS,
+            self,
+            self.node_table,
+            self.jobs,
+            self.actors,
+            self.kv,
+            self.placement_groups,
+            self.log,
+            extra={
+                "get_cluster_view": lambda c, b: self.node_table.cluster_view(),
+                "ping": lambda c, b: "pong",
+            },
+        )
 
     # -- what one part's news means to the others ------------------------------------------
     def _capacity_changed(self) -> None:
@@ -149,7 +132,7 @@ class GcsServer:
             "nodes": [n.public() for n in self.node_table.nodes.values()],
             "start_time": self.start_time,
             "pending_actors": self.actors.pending_view(),
-            "placement_groups": self.placement_groups.h_list(conn, None),
+            "placement_groups": self.placement_groups.h_list_placement_groups(conn, None),
             # Put there by whoever starts the dashboard (dashboard/launch.py, from LocalNode.start).
             "dashboard_url": (self.kv.get(DASHBOARD_URL_KEY) or b"").decode(),
         }
