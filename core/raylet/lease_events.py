@@ -14,7 +14,15 @@ if TYPE_CHECKING:
 # -- events ---------------------------------------------------------------------------------
 @dataclass(slots=True)
 class WorkerStarted:
+    """A worker the shell started on its own (prestart), not for ``StartWorkers``."""
+
     worker: Worker
+
+
+@dataclass(slots=True)
+class WorkerNotStarted:
+    """Starting one of the workers ``StartWorkers`` asked for failed before any process
+    existed."""
 
 
 @dataclass(slots=True)
@@ -137,6 +145,9 @@ class ShuttingDown:
 # -- instructions ---------------------------------------------------------------------------
 @dataclass(slots=True)
 class StartWorkers:
+    """Start ``count`` workers. The machine counts them as starting from now on, so a
+    second pass in the same event does not ask for them again."""
+
     count: int
 
 

@@ -51,6 +51,7 @@ from ember.raylet.lease_events import (
     ViewRefreshed,
     WarnInfeasible,
     WorkerBlocked,
+    WorkerNotStarted,
     WorkerRegistered,
     WorkersExited,
     WorkerStarted,
@@ -220,7 +221,7 @@ class LeaseMachine:
         self.queue: list[Request] = []
         self.leases: dict[int, Lease] = {}
         self.idle: list[Worker] = []
-        self.starting = 0  # workers in STARTING
+        self.starting = 0  # workers in STARTING, and those StartWorkers asked for
         self.spread_index = 0
         self.stopping = False
         self._next_lease_id = 1
@@ -233,6 +234,9 @@ class LeaseMachine:
     # -- workers ----------------------------------------------------------------------------
     def _on_started(self, ev: WorkerStarted, out: list) -> None:
         self.starting += 1
+
+    def _on_not_started(self, ev: WorkerNotStarted, out: list) -> None:
+        self.starting -= 1  # no dispatch: it would only ask for the same start again
 
     def _on_registered(self, ev: WorkerRegistered, out: list) -> None:
         w = ev.worker
@@ -406,7 +410,12 @@ class LeaseMachine:
         dispatch: bool = True,
     ) -> None:
         self.leases.pop(lease.lease_id, None)
-        self._release(lease)
+        if lease.released:  # its CPU was already handed back while it was blocked
+            self.resources.release(
+                {k: v for k, v in lease.shape.items() if k != "CPU"}, lease.gpu_ids
+            )
+        else:
+            self.resources.release(lease.shape, lease.gpu_ids)
         w = lease.worker
         w.lease_id = None
         w.blocked = False
@@ -472,6 +481,7 @@ class LeaseMachine:
             out.append(Grant(req, lease))
         to_start = need_workers - self.starting
         if to_start > 0:
+            self.starting += to_start
             out.append(StartWorkers(to_start))
 
     def _place_here(self, req: Request, out: list) -> bool | None:
@@ -537,6 +547,7 @@ class LeaseMachine:
 
 _ON: dict[type, Callable[[LeaseMachine, Any, list], None]] = {
     WorkerStarted: LeaseMachine._on_started,
+    WorkerNotStarted: LeaseMachine._on_not_started,
     WorkerRegistered: LeaseMachine._on_registered,
     WorkersExited: LeaseMachine._on_exited,
     LeaseRequested: LeaseMachine._on_requested,

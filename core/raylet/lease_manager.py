@@ -71,6 +71,7 @@ class LeaseManager:
 
     # -- workers ----------------------------------------------------------------------------
     def start_worker(self) -> WorkerProc:
+        """Starts a worker before anyone asks for one (prestart)."""
         w = self.pool.start_worker()
         self.handle(ev.WorkerStarted(w))
         return w
@@ -223,7 +224,12 @@ class LeaseManager:
     # -- instructions -----------------------------------------------------------------------
     def _start_workers(self, ins: ev.StartWorkers) -> None:
         for _ in range(ins.count):
-            self.start_worker()
+            try:
+                self.pool.start_worker()
+            except Exception:
+                # Tried again on the next pass over the queue (the reaper's, at the latest).
+                logger.exception("could not start a worker")
+                self.handle(ev.WorkerNotStarted())
 
     def _grant(self, ins: ev.Grant) -> None:
         lease = ins.lease
