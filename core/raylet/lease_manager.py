@@ -104,11 +104,16 @@ class LeaseManager:
     async def reaper(self) -> None:
         while True:
             await asyncio.sleep(0.2)
-            self.reap()
-            patience = config.infeasible_warning_seconds
-            if self.machine.in_cluster:
-                patience += 2 * config.heartbeat_interval
-            self.handle(ev.Tick(config.idle_worker_kill_seconds, patience))
+            try:
+                self.reap()
+                patience = config.infeasible_warning_seconds
+                if self.machine.in_cluster:
+                    patience += 2 * config.heartbeat_interval
+                self.handle(ev.Tick(config.idle_worker_kill_seconds, patience))
+            except Exception:
+                # A bug (a TransitionError names the worker and its moves) must not stop
+                # the node from ever reaping again.
+                logger.exception("the reaper's pass failed")
 
     # -- messages ---------------------------------------------------------------------------
     def h_request_lease(self, conn: Connection, body: dict) -> asyncio.Future:
