@@ -1,4 +1,5 @@
-"""The raylet's worker processes: start them, keep the idle ones, reap the dead.
+"""The raylet's worker processes: start them, signal them, reap the dead. Which worker is
+idle or leased is the lease machine's business (lease_machine.py).
 
 Workers are plain processes running ``python -m ember.worker_main``; each opens its own log
 files (``worker-<id>-<pid>.out/.err``) and registers back over the raylet's Unix socket.
@@ -18,59 +19,43 @@ import time
 from typing import Any
 
 from ember.ids import new_unique_id
+from ember.raylet.lease_machine import Worker
 
 logger = logging.getLogger("ember.raylet")
 
 
-class WorkerProc:
+class WorkerProc(Worker):
+    """A worker's process as the pool sees it; its lease state is the ``Worker`` part."""
+
     __slots__ = (
-        "worker_id",
         "proc",
         "pid",
         "conn",
         "address",
-        "state",
-        "lease_id",
-        "job_id",
-        "title",
         "started_at",
-        "registered",
-        "actor_id",
         "log_paths",
-        "blocked",
         "dead",
         "exit_reason",
-        "tasks_run",
         "kill_reason",
-        "idle_since",
     )
 
     def __init__(self, worker_id: bytes, proc: Any) -> None:
-        self.worker_id = worker_id
+        super().__init__(worker_id, time.monotonic())
         self.proc = proc  # subprocess.Popen or ForkedProc
         self.pid = proc.pid  # 0 until a forked worker's pid is known
         self.conn: Any = None
         self.address: str | None = None
-        self.state = "STARTING"  # STARTING, IDLE, LEASED, ACTOR, DEAD
-        self.lease_id: int | None = None
-        self.job_id: bytes | None = None
-        self.title = ""
         self.started_at = time.time()
-        self.registered = asyncio.get_running_loop().create_future()
-        self.actor_id: bytes | None = None
         self.log_paths: tuple[str, str] | None = None
-        self.blocked = False
-        self.dead = False
+        self.dead = False  # its exit was seen by ``WorkerPool.reap``
         self.exit_reason = ""
-        self.tasks_run = 0
         self.kill_reason = ""
-        self.idle_since = time.monotonic()
 
     def public(self) -> dict[str, Any]:
         return {
             "worker_id": self.worker_id.hex(),
             "pid": self.pid,
-            "state": self.state,
+            "state": self.track.state.value,
             "title": self.title,
             "actor_id": self.actor_id.hex() if self.actor_id else None,
             "job_id": self.job_id.hex() if self.job_id else None,
@@ -199,11 +184,9 @@ class WorkerPool:
     def __init__(self, node: dict[str, Any], use_zygote: bool = True) -> None:
         self.node = node
         self.workers: dict[bytes, WorkerProc] = {}  # {worker_id: WorkerProc}
-        self.idle: list[WorkerProc] = []
-        self.starting = 0
         self.zygote: Zygote | None = None
         # The fork server starts with the first worker, not with the node: an idle node
-        # does not pay its ~27 MB (issue 2 §7), and the first worker waits for its imports
+        # does not pay its ~27 MB (the idle node's memory budget), and the first worker waits for its imports
         # about as long as a fresh interpreter would (spawn requests queue in its pipe).
         self._use_zygote = use_zygote
         self._reader_loop: asyncio.AbstractEventLoop | None = None
@@ -272,7 +255,6 @@ class WorkerPool:
             )
         w = WorkerProc(worker_id, proc)
         self.workers[worker_id] = w
-        self.starting += 1
         return w
 
     def reap(self) -> list[WorkerProc]:
@@ -293,8 +275,6 @@ class WorkerPool:
 
     def forget(self, w: WorkerProc) -> None:
         self.workers.pop(w.worker_id, None)
-        if w in self.idle:
-            self.idle.remove(w)
 
     def kill(self, w: WorkerProc, reason: str, sig: int = signal.SIGKILL) -> None:
         w.kill_reason = reason

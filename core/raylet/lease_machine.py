@@ -1,0 +1,569 @@
+"""The raylet's worker leases as a state machine with no I/O.
+
+A lease is a worker plus the resources it holds while it runs tasks, one at a time, for the
+process that asked for it (or, for an actor lease, for the GCS). ``LeaseMachine.handle``
+takes an event (a worker registered, a lease was asked for or returned, a worker died…) and
+returns the instructions its I/O shell (``lease_manager.LeaseManager``) must carry out:
+start workers, answer a request with a grant, a spillback or an error, kill or retire a
+worker, ask the GCS for a fresh view. Nothing here touches a socket, a process or a timer,
+so tests drive it with plain objects.
+
+Every worker moves through ``WORKER_LIFECYCLE``; an event its state does not allow raises
+``TransitionError`` with the moves that led there.
+
+Lease requests wait in arrival order. One that no node can ever satisfy stays pending and its
+holder is told once, naming the task and the shapes (as Ray does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from ember.lifecycle import Lifecycle, Track
+from ember.raylet.cluster_view import ClusterView
+from ember.raylet.lease_events import (
+    ActorWorkerDied,
+    AskMayExit,
+    Cancel,
+    CheckAnswered,
+    ClientGone,
+    Grant,
+    GroupRemoved,
+    JobFinished,
+    KillRequested,
+    KillWorker,
+    LeaseEnded,
+    LeaseRequested,
+    LeaseReturned,
+    NodeDeclaredDead,
+    RefreshView,
+    ResourcesChanged,
+    RetireWorker,
+    ShuttingDown,
+    Spillback,
+    StartFailed,
+    StartWorkers,
+    Tick,
+    Unschedulable,
+    ViewChanged,
+    ViewRefreshed,
+    WarnInfeasible,
+    WorkerBlocked,
+    WorkerNotStarted,
+    WorkerRegistered,
+    WorkersExited,
+    WorkerStarted,
+    WorkerUnblocked,
+)
+from ember.resources import NodeResources, fits, fmt
+from ember.scheduling import NodeView, lease_decision
+
+
+class WorkerState(Enum):
+    STARTING = "STARTING"  # process started, not yet registered with the raylet
+    IDLE = "IDLE"  # registered, free for the next lease
+    LEASED = "LEASED"  # runs a task holder's tasks
+    ACTOR = "ACTOR"  # hosts an actor; never goes back to the pool
+    CHECKING = "CHECKING"  # idle too long: asked whether it owns objects still in use
+    EXITING = "EXITING"  # told to exit (killed or retired); waiting to see its process end
+    DEAD = "DEAD"  # its process has exited
+
+
+W = WorkerState
+WORKER_LIFECYCLE: Lifecycle[WorkerState] = Lifecycle(
+    "worker",
+    {
+        W.STARTING: {"registered": W.IDLE, "start_failed": W.DEAD, "kill": W.EXITING},
+        W.IDLE: {
+            "leased": W.LEASED,
+            "actor": W.ACTOR,
+            "idle_timeout": W.CHECKING,
+            "kill": W.EXITING,
+            "died": W.DEAD,
+        },
+        W.LEASED: {"returned": W.IDLE, "kill": W.EXITING, "died": W.DEAD},
+        W.ACTOR: {"kill": W.EXITING, "died": W.DEAD},
+        W.CHECKING: {
+            "may_exit": W.EXITING,
+            "must_stay": W.IDLE,
+            "kill": W.EXITING,
+            "died": W.DEAD,
+        },
+        # Killed before it registered: its late registration changes nothing.
+        W.EXITING: {"kill": W.EXITING, "registered": W.EXITING, "died": W.DEAD},
+    },
+)
+
+
+class Worker:
+    """What the lease machine knows of one worker. The pool's ``WorkerProc`` adds the
+    process, its pid and its connection."""
+
+    __slots__ = (
+        "worker_id",
+        "track",
+        "lease_id",
+        "job_id",
+        "actor_id",
+        "title",
+        "blocked",
+        "tasks_run",
+        "idle_since",
+    )
+
+    def __init__(self, worker_id: bytes, now: float) -> None:
+        self.worker_id = worker_id
+        self.track: Track[WorkerState] = WORKER_LIFECYCLE.track(worker_id.hex()[:12], W.STARTING)
+        self.lease_id: int | None = None
+        self.job_id: bytes | None = None
+        self.actor_id: bytes | None = None
+        self.title = ""
+        self.blocked = False  # its task waits in get(): its CPU is lent to others
+        self.tasks_run = 0
+        self.idle_since = now
+
+    @property
+    def state(self) -> WorkerState:
+        return self.track.state
+
+
+class ViewCheck(Enum):
+    """Whether a request about to fail asked the GCS for a fresh view first."""
+
+    NOT_ASKED = 1
+    PENDING = 2
+    DONE = 3
+
+
+class Request:
+    """One lease request waiting for a worker. ``reply`` is the shell's handle for answering
+    it (a future); the machine only passes it back in instructions."""
+
+    __slots__ = (
+        "reply",
+        "shape",
+        "strategy",
+        "client",
+        "job_id",
+        "name",
+        "since",
+        "warned",
+        "actor_id",
+        "spilled",
+        "view_check",
+    )
+
+    def __init__(
+        self,
+        reply: Any,
+        shape: dict[str, float],
+        strategy: Any,
+        client: Any,
+        job_id: bytes | None,
+        name: str,
+        actor_id: bytes | None = None,
+        spilled: bool = False,
+    ) -> None:
+        self.reply = reply
+        self.shape = shape
+        self.strategy = strategy
+        self.client = client  # the holder's connection; None for actor leases (the GCS's)
+        self.job_id = job_id
+        self.name = name
+        self.since = 0.0  # set when the machine queues it
+        self.warned = False
+        self.actor_id = actor_id
+        self.spilled = spilled  # sent here by another raylet: run here, never spill again
+        self.view_check = ViewCheck.NOT_ASKED
+
+
+class Lease:
+    __slots__ = ("lease_id", "worker", "shape", "gpu_ids", "client", "released", "is_actor")
+
+    def __init__(
+        self,
+        lease_id: int,
+        worker: Worker,
+        shape: dict[str, float],
+        gpu_ids: list[int],
+        client: Any,
+        is_actor: bool,
+    ) -> None:
+        self.lease_id = lease_id
+        self.worker = worker
+        self.shape = shape
+        self.gpu_ids = gpu_ids
+        self.client = client
+        self.released = False  # CPU handed back while the worker is blocked in get()
+        self.is_actor = is_actor
+
+
+class LeaseMachine:
+    """Workers, the lease queue and the node's resources; ``handle`` is the only way in."""
+
+    def __init__(
+        self,
+        node_id: bytes,
+        resources: NodeResources,
+        view: ClusterView,
+        *,
+        clock: Callable[[], float],
+        can_refresh_view: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.node_id = node_id
+        self.resources = resources
+        self.view = view
+        self.clock = clock
+        self.can_refresh_view = can_refresh_view  # is the GCS there to ask for a view?
+        self.in_cluster = False  # other nodes' views lag a heartbeat: warn later
+        self.queue: list[Request] = []
+        self.leases: dict[int, Lease] = {}
+        self.idle: list[Worker] = []
+        self.starting = 0  # workers in STARTING, and those StartWorkers asked for
+        self.spread_index = 0
+        self.stopping = False
+        self._next_lease_id = 1
+
+    def handle(self, event: Any) -> list[Any]:
+        out: list[Any] = []
+        _ON[type(event)](self, event, out)
+        return out
+
+    # -- workers ----------------------------------------------------------------------------
+    def _on_started(self, ev: WorkerStarted, out: list) -> None:
+        self.starting += 1
+
+    def _on_not_started(self, ev: WorkerNotStarted, out: list) -> None:
+        self.starting -= 1  # no dispatch: it would only ask for the same start again
+
+    def _on_registered(self, ev: WorkerRegistered, out: list) -> None:
+        w = ev.worker
+        if w.track.state is W.STARTING:
+            self.starting -= 1
+            w.track.fire("registered")
+            self.idle.append(w)
+            self._dispatch(out)
+        else:
+            w.track.fire("registered")  # killed while starting: it stays on its way out
+
+    def _on_exited(self, ev: WorkersExited, out: list) -> None:
+        for w in ev.workers:
+            track = w.track
+            if track.state is W.STARTING:
+                self.starting -= 1
+                track.fire("start_failed")
+                out.append(StartFailed(w))
+            else:
+                if track.state is W.IDLE:
+                    self.idle.remove(w)
+                track.fire("died")
+            lease = self.leases.pop(w.lease_id, None) if w.lease_id else None
+            if lease is not None:
+                self._release(lease)
+            if w.actor_id is not None:
+                out.append(ActorWorkerDied(w))
+        self._dispatch(out)
+
+    def _exiting(self, w: Worker) -> None:
+        """Moves a live worker to EXITING, out of the idle list or the starting count."""
+        state = w.track.state
+        if state is W.STARTING:
+            self.starting -= 1
+        elif state is W.IDLE:
+            self.idle.remove(w)
+        w.track.fire("kill")
+
+    def _on_kill(self, ev: KillRequested, out: list) -> None:
+        if ev.worker.track.state is W.DEAD:
+            return
+        self._exiting(ev.worker)
+        out.append(KillWorker(ev.worker, ev.reason, ev.grace))
+
+    def _on_blocked(self, ev: WorkerBlocked, out: list) -> None:
+        w = ev.worker
+        lease = self.leases.get(w.lease_id) if w.lease_id is not None else None
+        if lease is None or lease.released or not lease.shape.get("CPU"):
+            return
+        lease.released = True
+        w.blocked = True
+        self.resources.release({"CPU": lease.shape["CPU"]})
+        self._dispatch(out)
+
+    def _on_unblocked(self, ev: WorkerUnblocked, out: list) -> None:
+        w = ev.worker
+        lease = self.leases.get(w.lease_id) if w.lease_id is not None else None
+        if lease is None or not lease.released:
+            return
+        lease.released = False
+        w.blocked = False
+        # Take the CPU back even if that oversubscribes for a moment (as Ray does).
+        self.resources.acquire({"CPU": lease.shape["CPU"]})
+
+    def _on_tick(self, ev: Tick, out: list) -> None:
+        now = self.clock()
+        res = self.resources
+        for req in self.queue:
+            if not req.warned and now - req.since > ev.warn_after and not res.feasible(req.shape):
+                self._maybe_warn_infeasible(req, out)
+        # Idle workers beyond the CPU count (left from blocked-get bursts) exit after a while,
+        # unless they still own objects someone uses: those would be lost with them.
+        keep = max(int(res.total_dict().get("CPU", 1)), 1)
+        idle = self.idle
+        if len(idle) <= keep:
+            return
+        for w in idle[: len(idle) - keep]:
+            if now - w.idle_since > ev.idle_after:
+                idle.remove(w)
+                w.track.fire("idle_timeout")
+                out.append(AskMayExit(w))
+
+    def _on_check_answered(self, ev: CheckAnswered, out: list) -> None:
+        w = ev.worker
+        if w.track.state is not W.CHECKING:
+            return  # it died meanwhile
+        if ev.may_exit:
+            w.track.fire("may_exit")
+            out.append(RetireWorker(w))
+        else:
+            w.track.fire("must_stay")
+            w.idle_since = self.clock()
+            self.idle.append(w)
+            self._dispatch(out)
+
+    # -- leases -----------------------------------------------------------------------------
+    def _on_requested(self, ev: LeaseRequested, out: list) -> None:
+        ev.request.since = self.clock()
+        self.queue.append(ev.request)
+        self._dispatch(out)
+
+    def _on_returned(self, ev: LeaseReturned, out: list) -> None:
+        lease = self.leases.get(ev.lease_id)
+        if lease is not None:
+            self._end(lease, False, ev.reason, 0.0, out)
+
+    def _on_ended(self, ev: LeaseEnded, out: list) -> None:
+        lease = self.leases.get(ev.lease_id)
+        if lease is not None:
+            self._end(lease, True, ev.reason, ev.grace, out)
+
+    def _on_client_gone(self, ev: ClientGone, out: list) -> None:
+        client = ev.client
+        for req in [r for r in self.queue if r.client is client]:
+            self.queue.remove(req)
+            out.append(Cancel(req))
+        for lease in list(self.leases.values()):
+            if lease.client is client and not lease.is_actor:
+                self._end(lease, True, "the process that leased it died", 0.0, out)
+        self._dispatch(out)
+
+    def _on_job_finished(self, ev: JobFinished, out: list) -> None:
+        for lease in list(self.leases.values()):
+            if lease.worker.job_id == ev.job_id and not lease.is_actor:
+                self._end(lease, True, "its job finished", 0.0, out)
+
+    def _on_group_removed(self, ev: GroupRemoved, out: list) -> None:
+        for lease in list(self.leases.values()):
+            if any(ev.pg_hex in k for k in lease.shape):
+                self._end(lease, True, "its placement group was removed", 0.0, out)
+
+    def _on_resources_changed(self, ev: Any, out: list) -> None:
+        self._dispatch(out)
+
+    def _on_view_changed(self, ev: ViewChanged, out: list) -> None:
+        if self.queue:
+            self._dispatch(out)
+
+    def _on_view_refreshed(self, ev: ViewRefreshed, out: list) -> None:
+        for req in self.queue:
+            if req.view_check is ViewCheck.PENDING:
+                req.view_check = ViewCheck.DONE
+        self._dispatch(out)
+
+    def _on_node_dead(self, ev: NodeDeclaredDead, out: list) -> None:
+        reason = "the node was declared dead"
+        for lease in list(self.leases.values()):
+            self._end(lease, True, reason, 0.0, out, dispatch=False)
+        for w in list(self.idle):
+            self._exiting(w)
+            out.append(KillWorker(w, reason))
+        self.node_id = ev.new_node_id
+
+    def _on_shutting_down(self, ev: ShuttingDown, out: list) -> None:
+        self.stopping = True
+
+    def _release(self, lease: Lease) -> None:
+        if lease.released:  # its CPU was already handed back while it was blocked
+            shape = {k: v for k, v in lease.shape.items() if k != "CPU"}
+        else:
+            shape = lease.shape
+        self.resources.release(shape, lease.gpu_ids)
+
+    def _end(
+        self,
+        lease: Lease,
+        kill: bool,
+        reason: str,
+        grace: float,
+        out: list,
+        dispatch: bool = True,
+    ) -> None:
+        self.leases.pop(lease.lease_id, None)
+        if lease.released:  # its CPU was already handed back while it was blocked
+            self.resources.release(
+                {k: v for k, v in lease.shape.items() if k != "CPU"}, lease.gpu_ids
+            )
+        else:
+            self.resources.release(lease.shape, lease.gpu_ids)
+        w = lease.worker
+        w.lease_id = None
+        w.blocked = False
+        state = w.track.state
+        if kill or lease.is_actor:  # an actor's worker is never reused
+            if state is not W.DEAD:
+                self._exiting(w)
+                out.append(KillWorker(w, reason or "its lease ended", grace))
+        elif state is W.LEASED:
+            w.track.fire("returned")
+            w.title = ""
+            w.tasks_run += 1
+            w.idle_since = self.clock()
+            self.idle.append(w)
+        if dispatch:
+            self._dispatch(out)
+
+    # -- granting ---------------------------------------------------------------------------
+    def _dispatch(self, out: list) -> None:
+        """Grants what fits, in order; starts workers for grants that wait only for one."""
+        if self.stopping:
+            return
+        res = self.resources
+        queue = self.queue
+        idle = self.idle
+        need_workers = 0
+        i = 0
+        while i < len(queue):
+            req = queue[i]
+            if req.actor_id is None:  # actor leases come from the GCS, already placed
+                placed = self._place_here(req, out)
+                if placed is False:  # answered: spilled elsewhere or failed
+                    queue.pop(i)
+                    continue
+                if placed is None:  # held until a fresh cluster view arrives
+                    i += 1
+                    continue
+            if not res.can_fit(req.shape):
+                # In a cluster the view of other nodes lags a heartbeat: the tick warns later.
+                if not self.in_cluster and not res.feasible(req.shape):
+                    self._maybe_warn_infeasible(req, out)
+                i += 1
+                continue
+            if not idle:
+                need_workers += 1
+                i += 1
+                continue
+            queue.pop(i)
+            w = idle.pop()
+            lease_id = self._next_lease_id
+            self._next_lease_id = lease_id + 1
+            is_actor = req.actor_id is not None
+            lease = Lease(lease_id, w, req.shape, res.acquire(req.shape), req.client, is_actor)
+            self.leases[lease_id] = lease
+            w.lease_id = lease_id
+            w.job_id = req.job_id
+            w.title = req.name
+            if is_actor:
+                w.track.fire("actor")
+                w.actor_id = req.actor_id
+            else:
+                w.track.fire("leased")
+            out.append(Grant(req, lease))
+        to_start = need_workers - self.starting
+        if to_start > 0:
+            self.starting += to_start
+            out.append(StartWorkers(to_start))
+
+    def _place_here(self, req: Request, out: list) -> bool | None:
+        """Whether a task's lease request waits here (True); else answers it with the node to
+        ask instead (spillback) or an error (False), or holds it for a fresh view (None)."""
+        res = self.resources
+        here = NodeView(self.node_id, res.total_dict(), res.available_dict())
+        others = [NodeView(n["node_id"], n["total"], n["available"]) for n in self.view.nodes]
+        kind, target = lease_decision(
+            here, others, req.shape, req.strategy, spilled=req.spilled, spread=self.spread_index
+        )
+        if req.strategy == "SPREAD":
+            self.spread_index += 1
+        if kind == "local" or kind == "infeasible":
+            return True
+        if kind == "fail":
+            if req.view_check is ViewCheck.PENDING:
+                return None  # the fresh view is on its way
+            if req.view_check is ViewCheck.NOT_ASKED and self.can_refresh_view():
+                # The node may have joined since the last heartbeat: ask before failing.
+                req.view_check = ViewCheck.PENDING
+                out.append(RefreshView())
+                return None
+            out.append(Unschedulable(req, target))
+            return False
+        node = self.view.by_id[target.node_id]
+        # Count it as taken until the next view, so one pass does not send everything to the
+        # same node (as Ray does with its cluster resource view).
+        available = node["available"]
+        for k, v in req.shape.items():
+            if k in available:
+                available[k] -= v
+        out.append(Spillback(req, target.node_id, node["tcp_address"]))
+        return False
+
+    def _maybe_warn_infeasible(self, req: Request, out: list) -> None:
+        if req.warned:
+            return
+        if any(fits(req.shape, n.get("total", {})) for n in self.view.nodes):
+            return  # another node can run it
+        req.warned = True
+        what = f"actor {req.name}" if req.actor_id else f"task {req.name or '(unnamed)'}"
+        message = (
+            f"The {what} requires {fmt(req.shape)}, which no node in the cluster has "
+            f"(this node has {fmt(self.resources.total_dict())}). It stays pending until a node "
+            f"that can run it joins; to run it here, lower its resource requests."
+        )
+        out.append(WarnInfeasible(req, message))
+
+    # -- views ------------------------------------------------------------------------------
+    def pending_demands(self) -> list[dict[str, Any]]:
+        """The queue by shape, for the GCS's autoscaling view (heartbeats)."""
+        demands: dict[tuple, dict] = {}
+        for r in self.queue:
+            key = tuple(sorted(r.shape.items()))
+            d = demands.setdefault(
+                key,
+                {"shape": r.shape, "count": 0, "infeasible": not self.resources.feasible(r.shape)},
+            )
+            d["count"] += 1
+        return list(demands.values())
+
+
+_ON: dict[type, Callable[[LeaseMachine, Any, list], None]] = {
+    WorkerStarted: LeaseMachine._on_started,
+    WorkerNotStarted: LeaseMachine._on_not_started,
+    WorkerRegistered: LeaseMachine._on_registered,
+    WorkersExited: LeaseMachine._on_exited,
+    LeaseRequested: LeaseMachine._on_requested,
+    LeaseReturned: LeaseMachine._on_returned,
+    LeaseEnded: LeaseMachine._on_ended,
+    WorkerBlocked: LeaseMachine._on_blocked,
+    WorkerUnblocked: LeaseMachine._on_unblocked,
+    KillRequested: LeaseMachine._on_kill,
+    ClientGone: LeaseMachine._on_client_gone,
+    JobFinished: LeaseMachine._on_job_finished,
+    GroupRemoved: LeaseMachine._on_group_removed,
+    ResourcesChanged: LeaseMachine._on_resources_changed,
+    ViewChanged: LeaseMachine._on_view_changed,
+    ViewRefreshed: LeaseMachine._on_view_refreshed,
+    Tick: LeaseMachine._on_tick,
+    CheckAnswered: LeaseMachine._on_check_answered,
+    NodeDeclaredDead: LeaseMachine._on_node_dead,
+    ShuttingDown: LeaseMachine._on_shutting_down,
+}

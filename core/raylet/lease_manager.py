@@ -1,0 +1,321 @@
+"""The lease machine's I/O shell: turns lease messages and process exits into events for
+``LeaseMachine`` and carries out what it answers (replies, worker starts and kills, questions
+to workers and the GCS).
+
+Messages it serves: ``request_lease`` / ``return_lease`` (core workers), ``lease_actor_worker``
+/ ``return_actor_lease`` / ``kill_worker`` (the GCS), ``worker_blocked`` /
+``worker_unblocked`` / ``worker_title`` / ``worker_exit_reason`` (core workers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import signal
+import time
+from typing import TYPE_CHECKING, Any
+
+from ember import config
+from ember.protocol.connection import Connection
+from ember.raylet import lease_events as ev
+from ember.raylet import lease_machine as lm
+from ember.raylet.worker_pool import WorkerProc
+from ember.resources import apply_strategy
+
+if TYPE_CHECKING:
+    from ember.raylet.raylet import Raylet
+
+logger = logging.getLogger("ember.raylet")
+
+
+class LeaseManager:
+    def __init__(self, raylet: Raylet) -> None:
+        self.raylet = raylet
+        self.pool = raylet.pool
+        self.machine = lm.LeaseMachine(
+            raylet.node_id,
+            raylet.resources,
+            raylet.view,
+            clock=time.monotonic,
+            can_refresh_view=self._gcs_up,
+        )
+        # Why recent workers ended ({worker_id: reason}), for holders whose task's worker
+        # died: the newest config.worker_exit_reasons_kept, older ones counted as forgotten.
+        self.exit_reasons: collections.OrderedDict[bytes, str] = collections.OrderedDict()
+        self.exit_reasons_forgotten = 0
+        self._do = {
+            ev.StartWorkers: self._start_workers,
+            ev.Grant: self._grant,
+            ev.Spillback: self._spillback,
+            ev.Unschedulable: self._unschedulable,
+            ev.Cancel: self._cancel,
+            ev.WarnInfeasible: self._warn_infeasible,
+            ev.RefreshView: self._refresh_view,
+            ev.KillWorker: self._kill_worker,
+            ev.RetireWorker: self._retire_worker,
+            ev.AskMayExit: self._ask_may_exit,
+            ev.ActorWorkerDied: self._actor_worker_died,
+            ev.StartFailed: self._start_failed,
+        }
+
+    def handle(self, event: Any) -> None:
+        """Feeds one event to the machine and carries out its instructions, in order."""
+        do = self._do
+        for ins in self.machine.handle(event):
+            do[type(ins)](ins)
+
+    def _gcs_up(self) -> bool:
+        gcs = self.raylet.gcs
+        return gcs is not None and not gcs.closed
+
+    # -- workers ----------------------------------------------------------------------------
+    def start_worker(self) -> WorkerProc:
+        """Starts a worker before anyone asks for one (prestart)."""
+        w = self.pool.start_worker()
+        self.handle(ev.WorkerStarted(w))
+        return w
+
+    def worker_registered(self, w: WorkerProc, conn: Connection, body: dict) -> None:
+        w.pid = body.get("pid", w.pid)
+        w.conn = conn
+        w.address = body["address"]
+        w.log_paths = body.get("log_paths")
+        if w.log_paths:
+            self.raylet.logs.add_worker(w)
+        self.handle(ev.WorkerRegistered(w))
+
+    def client_gone(self, conn: Connection) -> None:
+        """A lease holder died: its workers may be running its tasks; stop them."""
+        self.handle(ev.ClientGone(conn))
+
+    def reap(self) -> None:
+        """Accounts for every worker process that exited since the last look."""
+        dead = self.pool.reap()
+        for w in dead:
+            self.pool.forget(w)
+            self.exit_reasons[w.worker_id] = w.exit_reason
+            while len(self.exit_reasons) > config.worker_exit_reasons_kept:
+                self.exit_reasons.popitem(last=False)
+                self.exit_reasons_forgotten += 1
+            self.raylet.logs.worker_exited(w)
+        self.handle(ev.WorkersExited(dead))
+
+    async def reaper(self) -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            try:
+                self.reap()
+                patience = config.infeasible_warning_seconds
+                if self.machine.in_cluster:
+                    patience += 2 * config.heartbeat_interval
+                self.handle(ev.Tick(config.idle_worker_kill_seconds, patience))
+            except Exception:
+                # A bug (a TransitionError names the worker and its moves) must not stop
+                # the node from ever reaping again.
+                logger.exception("the reaper's pass failed")
+
+    # -- messages ---------------------------------------------------------------------------
+    def h_request_lease(self, conn: Connection, body: dict) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        strategy = body.get("strategy")
+        req = lm.Request(
+            fut,
+            apply_strategy(body["resources"], strategy),
+            strategy,
+            conn,
+            body.get("job_id"),
+            body.get("name", ""),
+            spilled=body.get("spilled", False),
+        )
+        self.handle(ev.LeaseRequested(req))
+        return fut
+
+    def h_lease_actor_worker(self, conn: Connection, body: dict) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        strategy = body.get("strategy")
+        req = lm.Request(
+            fut,
+            apply_strategy(body["resources"], strategy),
+            strategy,
+            None,
+            body.get("job_id"),
+            body.get("class_name", ""),
+            actor_id=body["actor_id"],
+        )
+        self.handle(ev.LeaseRequested(req))
+        return fut
+
+    def h_return_lease(self, conn: Connection, body: dict) -> None:
+        lease_id = body["lease_id"]
+        if lease_id not in self.machine.leases:
+            return
+        # A holder that saw the worker die (or retire after max_calls) must not get it back.
+        if body.get("worker_died", False):
+            # Usually the worker is already gone: learn how (exit code, signal) rather than
+            # blaming our own kill, and kill it only if it is still there a moment later.
+            self.reap()  # ends the lease if its worker has exited
+            self.handle(ev.LeaseEnded(lease_id, "its holder lost it", config.worker_death_grace))
+            return
+        self.handle(ev.LeaseReturned(lease_id))
+
+    def h_return_actor_lease(self, conn: Connection, body: dict) -> None:
+        lease_id = body["lease_id"]
+        if body.get("kill", True):
+            self.handle(ev.LeaseEnded(lease_id, "actor lease returned"))
+        else:
+            # An actor's worker is killed all the same.
+            self.handle(ev.LeaseReturned(lease_id, "actor lease returned"))
+
+    def h_worker_blocked(self, conn: Connection, body: dict) -> None:
+        w = self.pool.workers.get(body["worker_id"])
+        if w is not None:
+            self.handle(ev.WorkerBlocked(w))
+
+    def h_worker_unblocked(self, conn: Connection, body: dict) -> None:
+        w = self.pool.workers.get(body["worker_id"])
+        if w is not None:
+            self.handle(ev.WorkerUnblocked(w))
+
+    def h_worker_title(self, conn: Connection, body: dict) -> None:
+        w = self.pool.workers.get(body["worker_id"])
+        if w is not None:
+            w.title = body["title"]
+
+    def h_kill_worker(self, conn: Connection, body: dict) -> None:
+        """Kills a worker now, or after ``grace`` seconds if it has not exited by then."""
+        w = self.pool.workers.get(body["worker_id"])
+        if w is None or w.dead:
+            return
+        reason = body.get("reason", "killed")
+        grace = body.get("grace", 0)
+        if grace:
+            w.kill_reason = reason  # if it exits on its own meanwhile, this is still why
+        self.handle(ev.KillRequested(w, reason, grace))
+
+    async def h_worker_exit_reason(self, conn: Connection, body: dict) -> str | None:
+        """How a worker ended (exit code or signal), waiting up to
+        config.worker_death_grace + 1 s for its exit to be seen; None if still unknown."""
+        wid = body["worker_id"]
+        deadline = time.monotonic() + config.worker_death_grace + 1.0
+        while True:
+            self.reap()
+            reason = self.exit_reasons.get(wid)
+            if reason is not None:
+                return reason
+            if wid not in self.pool.workers:
+                if self.exit_reasons_forgotten:
+                    return (
+                        f"unknown: the raylet keeps the last {config.worker_exit_reasons_kept} "
+                        f"worker exits and has forgotten {self.exit_reasons_forgotten}"
+                    )
+                return None
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(0.02)
+
+    def pending_leases(self) -> list[dict[str, Any]]:
+        feasible = self.machine.resources.feasible
+        return [
+            {
+                "shape": r.shape,
+                "name": r.name,
+                "since": r.since,
+                "infeasible": not feasible(r.shape),
+            }
+            for r in self.machine.queue
+        ]
+
+    # -- instructions -----------------------------------------------------------------------
+    def _start_workers(self, ins: ev.StartWorkers) -> None:
+        for _ in range(ins.count):
+            try:
+                self.pool.start_worker()
+            except Exception:
+                # Tried again on the next pass over the queue (the reaper's, at the latest).
+                logger.exception("could not start a worker")
+                self.handle(ev.WorkerNotStarted())
+
+    def _grant(self, ins: ev.Grant) -> None:
+        lease = ins.lease
+        w: Any = lease.worker
+        fut = ins.request.reply
+        if not fut.done():
+            fut.set_result(
+                {
+                    "lease_id": lease.lease_id,
+                    "worker_id": w.worker_id,
+                    "address": w.address,
+                    "gpu_ids": lease.gpu_ids,
+                    "pid": w.pid,
+                    "node_id": self.machine.node_id,
+                }
+            )
+
+    def _spillback(self, ins: ev.Spillback) -> None:
+        fut = ins.request.reply
+        if not fut.done():
+            fut.set_result({"spillback": {"node_id": ins.node_id, "address": ins.address}})
+
+    def _unschedulable(self, ins: ev.Unschedulable) -> None:
+        fut = ins.request.reply
+        if not fut.done():
+            fut.set_result({"error": ins.message})
+
+    def _cancel(self, ins: ev.Cancel) -> None:
+        fut = ins.request.reply
+        if not fut.done():
+            fut.set_result(None)
+
+    def _warn_infeasible(self, ins: ev.WarnInfeasible) -> None:
+        logger.warning(ins.message)
+        client = ins.request.client
+        targets = [client] if client is not None else list(self.raylet.drivers.values())
+        for c in targets:
+            if c is not None and not c.closed:
+                c.send("warning", {"message": ins.message, "kind": "infeasible"})
+
+    def _refresh_view(self, ins: ev.RefreshView) -> None:
+        asyncio.ensure_future(self.raylet.membership.refresh_view())
+
+    def _kill_worker(self, ins: ev.KillWorker) -> None:
+        w: Any = ins.worker
+        if ins.grace:
+            self._kill_later(w, ins.reason, ins.grace)
+        elif not w.dead:
+            self.pool.kill(w, ins.reason)
+
+    def _kill_later(self, w: WorkerProc, reason: str, grace: float) -> None:
+        """Kills ``w`` after ``grace`` seconds unless it has exited by then."""
+
+        def kill_if_alive() -> None:
+            if not w.dead and w.proc.poll() is None:
+                self.pool.kill(w, reason)
+
+        asyncio.get_running_loop().call_later(grace, kill_if_alive)
+
+    def _retire_worker(self, ins: ev.RetireWorker) -> None:
+        self.pool.kill(ins.worker, "idle", signal.SIGTERM)  # type: ignore[arg-type]
+
+    def _ask_may_exit(self, ins: ev.AskMayExit) -> None:
+        asyncio.ensure_future(self._may_exit(ins.worker))  # type: ignore[arg-type]
+
+    async def _may_exit(self, w: WorkerProc) -> None:
+        try:
+            may_exit = await w.conn.call("may_exit", None, timeout=5.0)
+        except Exception:
+            may_exit = False
+        self.handle(ev.CheckAnswered(w, bool(may_exit)))
+
+    def _actor_worker_died(self, ins: ev.ActorWorkerDied) -> None:
+        w: Any = ins.worker
+        gcs = self.raylet.gcs
+        if gcs is not None and not gcs.closed:
+            gcs.send(
+                "worker_died",
+                {"worker_id": w.worker_id, "actor_id": w.actor_id, "reason": w.exit_reason},
+            )
+
+    def _start_failed(self, ins: ev.StartFailed) -> None:
+        w: Any = ins.worker
+        logger.error("worker %s died while starting: %s", w.pid, w.exit_reason)

@@ -1,0 +1,170 @@
+"""This node's membership of the cluster: registering with the GCS, heartbeats (resources and
+demands out, the cluster view back), other nodes leaving, and joining again under a new node
+id when the GCS gave up on this one.
+
+Messages it serves (from the GCS): ``declared_dead``, ``node_dead``, ``node_added``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+from ember import config
+from ember.protocol import connection as conn_mod
+from ember.protocol.connection import Connection
+from ember.raylet import lease_events as ev
+
+if TYPE_CHECKING:
+    from ember.raylet.raylet import Raylet
+
+logger = logging.getLogger("ember.raylet")
+
+
+class Membership:
+    def __init__(self, raylet: Raylet) -> None:
+        self.raylet = raylet
+        self.gcs: Connection | None = None
+        self._rejoining = False
+
+    def registration(self) -> dict[str, Any]:
+        r = self.raylet
+        args = r.args
+        return {
+            "node_id": r.node_id,
+            "address": args.address,
+            "tcp_address": r.tcp_address,
+            "data_address": r.objects.transfer.address if r.objects.transfer else "",
+            "node_ip": args.node_ip,
+            "resources": r.resources.total_dict(),
+            "session_dir": r.session_dir,
+            "arena_path": args.arena_path,
+            "object_store_memory": args.object_store_memory,
+            "hostname": socket.gethostname(),
+            "is_head": args.head,
+            "pid": os.getpid(),
+        }
+
+    async def connect_gcs(self) -> None:
+        deadline = time.monotonic() + config.process_start_timeout
+        while True:
+            try:
+                self.gcs = await conn_mod.connect(
+                    self.raylet.args.gcs_address,
+                    self.raylet.handlers,
+                    name="gcs",
+                    on_close=self._gcs_closed,
+                )
+                break
+            except conn_mod.AuthenticationError:
+                raise
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+        reply = await self.gcs.call("register_node", self.registration(), timeout=30.0)
+        self.set_view(reply.get("view", []))
+
+    async def refresh_view(self) -> None:
+        """A fresh view for lease requests about to fail (a node they name may have joined
+        since the last heartbeat)."""
+        try:
+            view = await self.gcs.call("get_cluster_view", None, timeout=10.0)
+        except Exception as e:
+            logger.warning("could not refresh the cluster view: %s", e)
+            view = None
+        if view is not None:
+            self._replace_view(view)
+        self.raylet.leases.handle(ev.ViewRefreshed())
+
+    def set_view(self, view: list[dict]) -> None:
+        self._replace_view(view)
+        self.raylet.leases.handle(ev.ViewChanged())
+
+    def _replace_view(self, view: list[dict]) -> None:
+        r = self.raylet
+        r.view.replace(view, r.node_id)
+        for node_id in list(r.objects.peer_raylets):
+            if node_id not in r.view.by_id:
+                r.objects.drop_peer(node_id, "its node left the cluster")
+
+    def _gcs_closed(self, conn: Connection) -> None:
+        if not self.raylet.stopping:
+            logger.error("lost the GCS (%s); the node shuts down", conn.close_reason)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    async def heartbeat(self) -> None:
+        """Reports resources and demands; the reply is the cluster view. A GCS silent for the
+        node death timeout is gone (its socket may not say so): the node shuts down."""
+        # Count unanswered beats rather than wall time: after this process was frozen
+        # (SIGSTOP, a suspended VM) the clock jumps, yet the GCS may be fine.
+        limit = max(2, int(config.node_death_timeout / (config.heartbeat_interval * 4)) + 1)
+        unanswered = 0
+        r = self.raylet
+        while True:
+            await asyncio.sleep(config.heartbeat_interval)
+            if self.gcs is None or self.gcs.closed:
+                return
+            body = {
+                "node_id": r.node_id,
+                "available": r.resources.available_dict(),
+                "total": r.resources.total_dict(),
+                "pending_demands": r.leases.machine.pending_demands(),
+                "store_stats": r.store.stats(),
+            }
+            try:
+                reply = await self.gcs.call(
+                    "heartbeat", body, timeout=config.heartbeat_interval * 4
+                )
+            except TimeoutError:
+                unanswered += 1
+                if unanswered >= limit:
+                    logger.error(
+                        "the GCS left %d heartbeats unanswered; the node shuts down", unanswered
+                    )
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    return
+                continue
+            except Exception:
+                return  # closed: _gcs_closed handles it
+            unanswered = 0
+            if reply.get("dead"):
+                await self.rejoin_as_new("the GCS declared this node dead")
+            else:
+                self.set_view(reply.get("view", []))
+
+    def h_declared_dead(self, conn: Connection, body: dict) -> None:
+        asyncio.ensure_future(self.rejoin_as_new(body.get("reason", "declared dead")))
+
+    def h_node_dead(self, conn: Connection, body: dict) -> None:
+        node_id = body["node_id"]
+        self.raylet.view.remove(node_id)
+        self.raylet.objects.drop_peer(node_id, "its node died")
+
+    async def rejoin_as_new(self, reason: str) -> None:
+        """The cluster gave up on this node (it was silent too long) and redid its work
+        elsewhere: drop that work and join again under a new node id (Ray does the same)."""
+        r = self.raylet
+        if self._rejoining or r.stopping:
+            return
+        self._rejoining = True
+        try:
+            from ember.ids import new_unique_id
+
+            old = r.node_id
+            logger.warning("%s: rejoining as a new node (was %s)", reason, old.hex()[:12])
+            r.node_id = new_unique_id()
+            r.node["node_id"] = r.node_id
+            r.pool.node["node_id"] = r.node_id
+            r.leases.handle(ev.NodeDeclaredDead(r.node_id))
+            reply = await self.gcs.call("register_node", self.registration(), timeout=30.0)
+            self.set_view(reply.get("view", []))
+            for _ in range(r.args.prestart):
+                r.leases.start_worker()
+        finally:
+            self._rejoining = False

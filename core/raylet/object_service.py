@@ -1,0 +1,256 @@
+"""The raylet's object-store service: the local store's ``plasma_*`` messages, and copies of
+objects between nodes (``pull_object`` for a local reader, ``export_object`` /
+``unexport_object`` for another node's raylet reading from this one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from ember import config
+from ember.protocol import connection as conn_mod
+from ember.protocol.connection import Connection
+
+if TYPE_CHECKING:
+    from ember.raylet.raylet import Raylet
+
+logger = logging.getLogger("ember.raylet")
+
+
+class ObjectService:
+    def __init__(self, raylet: Raylet) -> None:
+        self.raylet = raylet
+        self.store = raylet.store
+        self.seal_waiters: dict[bytes, list[asyncio.Future]] = {}
+        self.transfer: Any = None  # TransferServer of a cluster node
+        self.pulls: dict[bytes, asyncio.Future] = {}  # {object_id: pull in progress}
+        self.pull_slots = asyncio.Semaphore(config.max_concurrent_pulls)
+        self.transfer_stats = {"active": 0, "peak": 0, "pulled": 0, "failed": 0, "bytes": 0}
+        self.peer_raylets: dict[bytes, Connection] = {}  # {node_id: TCP connection}
+        self._arena: Any = None
+        # Object copies pulled from other nodes, for the timeline: (seq, record), bounded;
+        # the agent asks for those after the last seq it saw (node_stats).
+        self.transfer_log: collections.deque = collections.deque(maxlen=1000)
+        self.transfer_seq = 0
+
+    def connection_closed(self, conn: Connection) -> None:
+        """Objects another raylet was reading through ``conn`` are no longer pinned for it."""
+        for oid in conn.state.pop("exports", ()):
+            self.transfer.unexport(oid)
+            self.store.release(oid, ("export", id(conn)))
+
+    # -- plasma ----------------------------------------------------------------------------
+    def h_plasma_create(self, conn: Connection, body: dict) -> int:
+        oid = body["object_id"]
+        if self.store.contains(oid):
+            # A re-run of the task that made it (a retry, a rebuild): the new copy replaces
+            # the old, which readers that pinned it keep until they let go.
+            logger.info("object %s is written again; replacing the old copy", oid.hex()[:16])
+            self.store.delete(oid)
+        return self.store.create(
+            body["object_id"], body["size"], body.get("client"), owner=body.get("owner")
+        )
+
+    def h_plasma_seal(self, conn: Connection, body: dict) -> None:
+        oid = body["object_id"]
+        self.store.seal(oid)
+        self._wake_readers(oid)
+
+    def _wake_readers(self, oid: bytes) -> None:
+        for fut in self.seal_waiters.pop(oid, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def h_plasma_get(self, conn: Connection, body: dict) -> tuple[int, int] | None:
+        return await self._get_sealed(body["object_id"], body["client"])
+
+    async def _get_sealed(self, oid: bytes, client: Any) -> tuple[int, int] | None:
+        """The object pinned for ``client``, waiting (30 s at most) for it to be sealed if it
+        is being written: its writer's seal may trail the reply that made it known."""
+        got = self.store.get(oid, client)
+        if got is not None:
+            return got
+        if not self._is_unsealed(oid):
+            return None
+        fut = asyncio.get_running_loop().create_future()
+        self.seal_waiters.setdefault(oid, []).append(fut)
+        try:
+            await asyncio.wait_for(fut, 30.0)
+        except TimeoutError:
+            return None
+        return self.store.get(oid, client)
+
+    def _is_unsealed(self, oid: bytes) -> bool:
+        return self.store.size_of(oid) is not None and not self.store.contains(oid)
+
+    def h_plasma_release(self, conn: Connection, body: dict) -> None:
+        self.store.release(body["object_id"], body["client"])
+
+    def h_plasma_delete(self, conn: Connection, body: dict) -> None:
+        for oid in body["object_ids"]:
+            self.store.delete(oid)
+
+    def h_plasma_abort(self, conn: Connection, body: dict) -> None:
+        self.store.abort(body["object_id"])
+
+    # -- objects across nodes --------------------------------------------------------------
+    @property
+    def arena(self) -> Any:
+        if self._arena is None:
+            from ember.object_store.arena import Arena
+
+            args = self.raylet.args
+            self._arena = Arena(args.arena_path, args.object_store_memory)
+        return self._arena
+
+    def record_transfer(
+        self, object_id: bytes, from_node: bytes, size: int, start: float, end: float
+    ) -> None:
+        """One object copied here from another node (called where a pull completes)."""
+        self.transfer_seq += 1
+        self.transfer_log.append(
+            (
+                self.transfer_seq,
+                {
+                    "object_id": object_id.hex(),
+                    "from_node": from_node.hex(),
+                    "to_node": self.raylet.node_id.hex(),
+                    "size": size,
+                    "start": start,
+                    "end": end,
+                },
+            )
+        )
+
+    async def h_pull_object(self, conn: Connection, body: dict) -> dict:
+        """A local client wants an object that lives on another node: copy it here (once,
+        however many ask), then it reads it like any local object."""
+        oid = body["object_id"]
+        if self.store.contains(oid):
+            return {"ok": True}
+        pending = self.pulls.get(oid)
+        if pending is None:
+            pending = asyncio.ensure_future(self._pull(oid, body["node_id"], body.get("owner")))
+            self.pulls[oid] = pending
+            pending.add_done_callback(lambda _f, oid=oid: self.pulls.pop(oid, None))
+        return await asyncio.shield(pending)
+
+    async def _pull(self, oid: bytes, node_id: bytes, owner: Any) -> dict:
+        view = self.raylet.view
+        node = view.by_id.get(node_id)
+        gcs = self.raylet.gcs
+        if node is None and gcs is not None and not gcs.closed:
+            # It may have joined since the last heartbeat: ask the GCS now.
+            self.raylet.membership.set_view(await gcs.call("get_cluster_view", None, timeout=10.0))
+            node = view.by_id.get(node_id)
+        if node is None:
+            return {
+                "ok": False,
+                "node_gone": True,
+                "reason": f"its node {node_id.hex()[:12]} is not alive",
+            }
+        async with self.pull_slots:  # bounded: a burst of gets cannot swamp the network
+            if self.store.contains(oid):
+                return {"ok": True}
+            stats = self.transfer_stats
+            stats["active"] += 1
+            stats["peak"] = max(stats["peak"], stats["active"])
+            try:
+                reply = await self._pull_locked(oid, node_id, node, owner)
+            finally:
+                stats["active"] -= 1
+            if reply.get("ok"):
+                stats["pulled"] += 1
+            else:
+                stats["failed"] += 1
+            return reply
+
+    async def _pull_locked(self, oid: bytes, node_id: bytes, node: dict, owner: Any) -> dict:
+        from ember.object_store.transfer import TransferError, pull_into
+
+        try:
+            peer = await self.peer_raylet(node_id)
+            size = await peer.call("export_object", {"object_id": oid}, timeout=30.0)
+        except Exception as e:
+            return {"ok": False, "reason": f"its node {node_id.hex()[:12]} is unreachable: {e}"}
+        if size is None:
+            return {"ok": False, "reason": f"node {node_id.hex()[:12]} no longer holds it"}
+        try:
+            offset = self.store.create(oid, size, ("pull", oid), owner=owner, primary=False)
+        except Exception as e:
+            peer.send("unexport_object", {"object_id": oid})
+            return {"ok": False, "reason": str(e), "error": e}
+        view = self.arena.writable_view(offset, size)
+        loop = asyncio.get_running_loop()
+        started = time.time()
+        timeout = max(30.0, size / (50 * 1024 * 1024))
+        try:
+            await loop.run_in_executor(
+                None,
+                lambda: pull_into(
+                    node["data_address"],
+                    conn_mod.cluster_token() or b"",
+                    oid,
+                    view,
+                    chunk_size=config.object_transfer_chunk_size,
+                    window=config.object_transfer_window,
+                    timeout=timeout,
+                ),
+            )
+        except (TransferError, OSError) as e:
+            self.store.abort(oid)
+            return {
+                "ok": False,
+                "reason": f"the transfer from {node_id.hex()[:12]} failed: {e}",
+            }
+        finally:
+            view.release()
+            if not peer.closed:
+                peer.send("unexport_object", {"object_id": oid})
+        self.store.seal(oid)
+        self._wake_readers(oid)
+        logger.info("pulled %s (%d bytes) from %s", oid.hex()[:16], size, node_id.hex()[:12])
+        self.transfer_stats["bytes"] += size
+        self.record_transfer(oid, node_id, size, started, time.time())  # for the timeline
+        return {"ok": True}
+
+    async def h_export_object(self, conn: Connection, body: dict) -> int | None:
+        """Another raylet is about to read this object: pin it until it says it is done."""
+        oid = body["object_id"]
+        client = ("export", id(conn))
+        got = await self._get_sealed(oid, client)
+        if got is None or self.transfer is None:
+            return None
+        offset, size = got
+        self.transfer.export(oid, offset, size)
+        conn.state.setdefault("exports", []).append(oid)
+        return size
+
+    def h_unexport_object(self, conn: Connection, body: dict) -> None:
+        oid = body["object_id"]
+        exports = conn.state.get("exports", [])
+        if oid in exports:
+            exports.remove(oid)
+            self.transfer.unexport(oid)
+            self.store.release(oid, ("export", id(conn)))
+
+    async def peer_raylet(self, node_id: bytes) -> Connection:
+        conn = self.peer_raylets.get(node_id)
+        if conn is not None and not conn.closed:
+            return conn
+        node = self.raylet.view.by_id[node_id]
+        conn = await conn_mod.connect(
+            node["tcp_address"], self.raylet.handlers, name=f"raylet:{node_id.hex()[:8]}"
+        )
+        self.peer_raylets[node_id] = conn
+        return conn
+
+    def drop_peer(self, node_id: bytes, reason: str) -> None:
+        """Closes the connection to a node that left the cluster, if there is one."""
+        peer = self.peer_raylets.pop(node_id, None)
+        if peer is not None:
+            peer.close(reason)
