@@ -16,13 +16,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
-from ember.lifecycle import Lifecycle, Track
+from ember.lifecycle import Lifecycle, LifecycleState, Track
 
 
-class ActorState(Enum):
+class ActorState(LifecycleState):
     """Member names are the strings GCS replies carry (the dashboard, CLI and API read them)."""
 
     # Never entered here: an owner resolves the constructor's arguments before it sends
@@ -32,10 +31,6 @@ class ActorState(Enum):
     ALIVE = "ALIVE"
     RESTARTING = "RESTARTING"
     DEAD = "DEAD"
-
-    # Members are singletons compared by identity, so identity hashing is exact; Enum's own
-    # __hash__ is Python code, run on every lifecycle table lookup.
-    __hash__ = object.__hash__
 
 
 _P, _A, _R, _D = (

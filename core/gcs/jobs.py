@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from enum import Enum
 from typing import Any
 
-from ember.lifecycle import Lifecycle, Track
+from ember.lifecycle import Lifecycle, LifecycleState, Track
 from ember.protocol.connection import Connection
 
 
-class JobState(Enum):
+class JobState(LifecycleState):
     """Member names are the strings ``list_jobs`` replies carry."""
 
     RUNNING = "RUNNING"

@@ -11,17 +11,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from enum import Enum
 from typing import Any
 
 from ember import config
-from ember.lifecycle import Lifecycle, Track
+from ember.lifecycle import Lifecycle, LifecycleState, Track
 from ember.protocol.connection import Connection
 
 logger = logging.getLogger("ember.gcs")
 
 
-class NodeState(Enum):
+class NodeState(LifecycleState):
     """Member names are the strings GCS replies carry."""
 
     ALIVE = "ALIVE"

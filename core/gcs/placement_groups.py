@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from enum import Enum
 from typing import Any
 
-from ember.lifecycle import Lifecycle, Track
+from ember.lifecycle import Lifecycle, LifecycleState, Track
 from ember.resources import fits
 
 
-class PgState(Enum):
+class PgState(LifecycleState):
     """Member names are the strings GCS replies carry."""
 
     PENDING = "PENDING"

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
-from ember.lifecycle import Lifecycle, Track
+from ember.lifecycle import Lifecycle, LifecycleState, Track
 from ember.raylet.cluster_view import ClusterView
 from ember.raylet.lease_events import (
     ActorWorkerDied,
@@ -61,7 +61,7 @@ from ember.resources import NodeResources, fits, fmt
 from ember.scheduling import NodeView, lease_decision
 
 
-class WorkerState(Enum):
+class WorkerState(LifecycleState):
     STARTING = "STARTING"  # process started, not yet registered with the raylet
     IDLE = "IDLE"  # registered, free for the next lease
     LEASED = "LEASED"  # runs a task holder's tasks

@@ -28,6 +28,8 @@ from ember import config
 from ember.object_store.store import ObjectStore
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
+from ember.protocol.handler_table import handlers_from
+from ember.protocol.messages.raylet import RAYLET
 from ember.raylet import lease_events as ev
 from ember.raylet.cluster_view import ClusterView
 from ember.raylet.lease_manager import LeaseManager
@@ -66,41 +68,18 @@ class Raylet:
         self.membership = Membership(self)
         self.leases = LeaseManager(self)
         self.objects = ObjectService(self)
-        leases, objects, membership = self.leases, self.objects, self.membership
-        self.handlers = {
-            "register_client": self.h_register_client,
-            "request_lease": leases.h_request_lease,
-            "return_lease": leases.h_return_lease,
-            "worker_blocked": leases.h_worker_blocked,
-            "worker_unblocked": leases.h_worker_unblocked,
-            "worker_title": leases.h_worker_title,
-            "plasma_create": objects.h_plasma_create,
-            "plasma_seal": objects.h_plasma_seal,
-            "plasma_get": objects.h_plasma_get,
-            "plasma_release": objects.h_plasma_release,
-            "plasma_delete": objects.h_plasma_delete,
-            "plasma_abort": objects.h_plasma_abort,
-            "lease_actor_worker": leases.h_lease_actor_worker,
-            "return_actor_lease": leases.h_return_actor_lease,
-            "kill_worker": leases.h_kill_worker,
-            "worker_exit_reason": leases.h_worker_exit_reason,
-            "reserve_bundles": self.h_reserve_bundles,
-            "release_bundles": self.h_release_bundles,
-            "job_finished": self.h_job_finished,
-            "node_stats": self.h_node_stats,
-            "set_resource": self.h_set_resource,
-            "list_workers": self.h_list_workers,
-            "collect_references": self.h_collect_references,
-            "pull_object": objects.h_pull_object,
-            "export_object": objects.h_export_object,
-            "unexport_object": objects.h_unexport_object,
-            "declared_dead": membership.h_declared_dead,
-            "node_dead": membership.h_node_dead,
-            "node_added": lambda c, b: None,
-            "subscribe_logs": self.h_subscribe_logs,
-            "shutdown": self.h_shutdown,
-            "ping": lambda c, b: "pong",
-        }
+        # Every op of the catalogue, from the parts' h_<op> methods (checked at start-up).
+        self.handlers = handlers_from(
+            RAYLET,
+            self,
+            self.leases,
+            self.objects,
+            self.membership,
+            extra={
+                "node_added": lambda c, b: None,  # the heartbeat's view brings new nodes
+                "ping": lambda c, b: "pong",
+            },
+        )
 
     @property
     def gcs(self) -> Connection | None:

@@ -310,7 +310,9 @@ HANDLER_FILES = {
         f"core/gcs/{m}.py"
         for m in ("server", "nodes", "jobs", "actors", "kv", "placement_groups", "events")
     ),
-    "raylet": ("core/raylet/raylet.py",),
+    "raylet": tuple(
+        f"core/raylet/{m}.py" for m in ("raylet", "lease_manager", "object_service", "membership")
+    ),
     "worker": ("core/core_worker/core_worker.py", "core/core_worker/cluster_links.py"),
     "agent": ("core/agent/agent.py",),
 }
