@@ -13,11 +13,10 @@ def set_resource(resource_name: str, capacity: float, client_id: str | None = No
         raise ValueError(f"capacity must be a non-negative number, got {capacity!r}")
     worker = global_state.require_worker()
     node_id = bytes.fromhex(client_id) if client_id else worker.node_id
-    reply = worker.call_gcs_sync(
+    # A node that is not alive is the GCS's ValueError, raised here as it was there.
+    worker.call_gcs_sync(
         "set_resource", {"node_id": node_id, "name": resource_name, "capacity": float(capacity)}
     )
-    if not reply.get("ok"):
-        raise ValueError(reply.get("message", "set_resource failed"))
 
 
 __all__ = ["set_resource"]

@@ -16,6 +16,7 @@ from typing import Any
 from ember import config
 from ember.lifecycle import Lifecycle, LifecycleState, Track
 from ember.protocol.connection import Connection
+from ember.protocol.messages.gcs import NodeDeclaredDead
 
 logger = logging.getLogger("ember.gcs")
 
@@ -153,7 +154,7 @@ class NodeTable:
     def h_heartbeat(self, conn: Connection, body: dict) -> dict:
         node = self.nodes.get(body["node_id"])
         if node is None or node.track.state is not NodeState.ALIVE:
-            return {"dead": True}
+            raise NodeDeclaredDead(f"node {body['node_id'].hex()} is not alive in the GCS")
         node.last_heartbeat = self.clock()
         before, node.available = node.available, body["available"]
         self.on_heartbeat(node, before)
@@ -170,7 +171,7 @@ class NodeTable:
     async def h_set_resource(self, conn: Connection, body: dict) -> dict:
         node = self.nodes.get(body["node_id"])
         if node is None or node.track.state is not NodeState.ALIVE:
-            return {"ok": False, "message": f"no live node {body['node_id'].hex()}"}
+            raise ValueError(f"no live node {body['node_id'].hex()}")
         node.total, node.available = await node.conn.call("set_resource", body)
         self.on_change()
         return {"ok": True}

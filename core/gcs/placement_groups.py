@@ -126,12 +126,10 @@ class PlacementGroupManager:
                 fut.set_result(True)
         pg.waiters.clear()
 
-    def h_remove_placement_group(self, conn: Any, body: dict) -> dict:
+    def h_remove_placement_group(self, conn: Any, body: dict) -> None:
         pg = self.groups.get(body["pg_id"])
-        if pg is None:
-            return {"ok": False}
-        self._remove(pg)
-        return {"ok": True}
+        if pg is not None:  # an unknown group: nothing to remove, as for a removed one
+            self._remove(pg)
 
     def _remove(self, pg: _Group) -> None:
         was_created = pg.state is PgState.CREATED

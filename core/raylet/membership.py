@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ember import config
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
+from ember.protocol.messages.gcs import NodeDeclaredDead
 from ember.raylet import lease_events as ev
 
 if TYPE_CHECKING:
@@ -130,13 +131,13 @@ class Membership:
                     os.kill(os.getpid(), signal.SIGTERM)
                     return
                 continue
+            except NodeDeclaredDead:
+                await self.rejoin_as_new("the GCS declared this node dead")
+                continue
             except Exception:
                 return  # closed: _gcs_closed handles it
             unanswered = 0
-            if reply.get("dead"):
-                await self.rejoin_as_new("the GCS declared this node dead")
-            else:
-                self.set_view(reply.get("view", []))
+            self.set_view(reply.get("view", []))
 
     def h_declared_dead(self, conn: Connection, body: dict) -> None:
         asyncio.ensure_future(self.rejoin_as_new(body.get("reason", "declared dead")))

@@ -14,6 +14,7 @@ from ember.gcs.actor_machine import ActorState
 from ember.gcs.nodes import NodeState
 from ember.gcs.placement_groups import PgState
 from ember.gcs.server import GcsServer
+from ember.protocol.messages.gcs import NodeDeclaredDead
 
 _ids = itertools.count(1)
 
@@ -127,7 +128,8 @@ def test_node_registration_and_the_death_timeout() -> None:
     assert driver.ops("node_dead")[0]["node_id"] == a
     assert a_conn.ops("declared_dead")
     # A dead node hears so on its next heartbeat and cannot rejoin under its old id.
-    assert gcs.handlers["heartbeat"](a_conn, {"node_id": a, "available": {}}) == {"dead": True}
+    with pytest.raises(NodeDeclaredDead, match="not alive"):
+        gcs.handlers["heartbeat"](a_conn, {"node_id": a, "available": {}})
     with pytest.raises(ValueError, match="declared dead"):
         gcs.handlers["register_node"](a_conn, {"node_id": a, "address": "x", "resources": {}})
 
@@ -289,12 +291,12 @@ def test_placement_group_create_and_remove() -> None:
         gcs.handlers["create_placement_group"](owner, {"pg_id": late, "bundles": [{"CPU": 1}]})
         await settle()
         assert gcs.placement_groups.groups[late].state is PgState.PENDING
-        assert gcs.handlers["remove_placement_group"](owner, {"pg_id": pg_id}) == {"ok": True}
+        assert gcs.handlers["remove_placement_group"](owner, {"pg_id": pg_id}) is None
         assert gcs.placement_groups.groups[pg_id].state is PgState.REMOVED
         assert a_conn.ops("release_bundles") == b_conn.ops("release_bundles") == [{"pg_id": pg_id}]
         assert not await gcs.handlers["wait_placement_group"](owner, {"pg_id": pg_id})
         # Removing twice is harmless.
-        assert gcs.handlers["remove_placement_group"](owner, {"pg_id": pg_id}) == {"ok": True}
+        assert gcs.handlers["remove_placement_group"](owner, {"pg_id": pg_id}) is None
 
     run(test)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ember.protocol.errors import Refused
 from ember.protocol.messages.base import OMIT, Catalogue, Message
 
 GCS = Catalogue("gcs", "ember.gcs.server.GcsServer")
@@ -18,6 +19,11 @@ GCS = Catalogue("gcs", "ember.gcs.server.GcsServer")
 
 class GcsMessage(Message):
     catalogue = GCS
+
+
+class NodeDeclaredDead(Refused):
+    """A heartbeat's answer to a node the GCS has declared dead: it must rejoin as a new node
+    (its work was already redone elsewhere)."""
 
 
 # -- nodes ---------------------------------------------------------------------------------
@@ -48,7 +54,7 @@ class Heartbeat(GcsMessage):
 
     op = "heartbeat"
     sent_by = "raylet, every heartbeat_interval"
-    reply = '{"view": ClusterView} | {"dead": True} (this node was declared dead)'
+    reply = '{"view": ClusterView}; raises NodeDeclaredDead for a node declared dead'
 
     node_id: bytes
     available: dict[str, float]
@@ -71,7 +77,7 @@ class SetResource(GcsMessage):
 
     op = "set_resource"
     sent_by = "core worker (driver)"
-    reply = '{"ok": True} | {"ok": False, "message": str}'
+    reply = '{"ok": True}; raises ValueError when the node is not alive'
 
     node_id: bytes
     name: str
@@ -308,7 +314,7 @@ class CreatePlacementGroup(GcsMessage):
 class RemovePlacementGroup(GcsMessage):
     op = "remove_placement_group"
     sent_by = "core worker"
-    reply = '{"ok": bool} (usually sent one-way)'
+    reply = "None (usually sent one-way); removing an unknown or removed group does nothing"
 
     pg_id: bytes
 
