@@ -19,6 +19,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 VERSION = "0.1.0"
+# What ``/api/version`` tells Ray's clients: the Jobs API version they expect (Ray's own
+# ``version``) and the Ray release whose state API this dashboard speaks (``ray_version``,
+# which they compare with their minimum).
+RAY_JOBS_API_VERSION = "4"
+RAY_COMPAT_VERSION = "2.60.0"
 
 
 class AgentUnavailable(RuntimeError):
@@ -73,6 +78,13 @@ def create_app(ctx: DashboardContext, token: str | None = None) -> Any:
         # FastAPI's shape, with a one-line summary naming each field at fault.
         errors = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
         names = ", ".join(".".join(str(p) for p in e["loc"]) for e in errors)
+        if "/api/v0/" in request.url.path:
+            # Ray's clients read an error from Ray's envelope, not from FastAPI's shape.
+            why = "; ".join(f"{e['loc'][-1]}: {e['msg']}" for e in errors)
+            return JSONResponse(
+                status_code=400,
+                content={"result": False, "msg": f"invalid {why}", "data": {}, "detail": errors},
+            )
         return JSONResponse(
             status_code=422, content={"detail": errors, "message": f"invalid: {names}"}
         )

@@ -76,6 +76,11 @@ class GcsClient:
             timeout=10.0,
         )
 
+    async def list_jobs(self) -> list[dict[str, Any]]:
+        """The GCS's job table, asked on demand (the state API's ``jobs``), ids as hex."""
+        conn = await self._ensure()
+        return _hexify(await conn.call("list_jobs", None, timeout=10.0))
+
     async def kill_actor(self, actor_id: str, no_restart: bool = True) -> dict[str, Any]:
         conn = await self._ensure()
         reply = await conn.call(

@@ -16,6 +16,7 @@ ROUTERS: list[tuple[str, str]] = [
     ("ember.dashboard.routes.diagnostics", "router"),
     ("ember.dashboard.routes.events", "router"),
     ("ember.dashboard.routes.stream", "router"),
+    ("ember.dashboard.routes.state_v0", "router"),  # Ray's state API, for Ray's own clients
     ("ember.dashboard.prometheus", "router"),
     ("ember.dashboard.routes.timeline", "router"),
     ("ember.dashboard.routes_frontend", "router"),  # the browser app's own queries

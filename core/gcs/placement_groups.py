@@ -62,6 +62,8 @@ class _Group:
             "state": self.track.state.name,
             "bundle_nodes": [n.hex() for n in self.placement],
             "reason": self.reason,
+            "job_id": self.job_id.hex(),
+            "detached": self.detached,
         }
 
 

@@ -58,3 +58,10 @@ async def static(path: str, request: Request, ctx: DashboardContext = Depends(ge
     if os.path.isfile(index):
         return FileResponse(index)
     raise HTTPException(404, f"{root} has no index.html")
+
+
+@router.api_route("/{path:path}", methods=["POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+async def unknown(path: str, request: Request) -> None:
+    """Any other method on a path no route has is a 404, as a GET would be (not a 405: the
+    catch-all above answers GET only, and a 405 would suggest the path exists)."""
+    raise HTTPException(404, f"no endpoint {request.method} /{path}")

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
-from ember.dashboard.app import VERSION, DashboardContext, get_ctx
+from ember.dashboard.app import (
+    RAY_COMPAT_VERSION,
+    RAY_JOBS_API_VERSION,
+    VERSION,
+    DashboardContext,
+    get_ctx,
+)
 from fastapi import APIRouter, Depends
 
 router = APIRouter(tags=["cluster"])
@@ -14,8 +21,13 @@ router = APIRouter(tags=["cluster"])
 @router.get("/api/version")
 async def version(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
     return {
-        "version": VERSION,
+        "ember_version": VERSION,
         "api": 1,
+        # Ray's clients' fields: the Jobs API version and the Ray release emulated.
+        "version": RAY_JOBS_API_VERSION,
+        "ray_version": RAY_COMPAT_VERSION,
+        "ray_commit": "",
+        "session_name": os.path.basename(ctx.session_dir.rstrip("/")),
         "session_dir": ctx.session_dir,
         "started": ctx.state.started,
         "uptime_s": time.time() - ctx.state.started,
