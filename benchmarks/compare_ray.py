@@ -34,6 +34,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+# The one place that makes a Ray environment (the tests' set-up uses it too).
+sys.path.insert(0, str(REPO / "scripts"))
+import ray_venv as _ray_venv  # noqa: E402
+
 MODULE = REPO / "core" / "tools" / "microbenchmark"  # a package, loaded from its folder
 RAY_VENV = HERE / ".ray-venv"
 RESULTS = HERE / "results"
@@ -79,25 +83,15 @@ def ray_python() -> Path:
 
 def ensure_ray_venv() -> Path:
     """Create benchmarks/.ray-venv with Ray, numpy and psutil unless it already works."""
-    py = ray_python()
-    check = [str(py), "-c", "import ray, numpy, psutil; print(ray.__version__)"]
-    if py.exists():
-        done = subprocess.run(check, capture_output=True, text=True)
-        if done.returncode == 0:
-            return py
-    if not py.exists():
-        print(f"creating {RAY_VENV} ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(RAY_VENV)], check=True)
-    pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check"]
-    print(f"installing {RAY_REQUIREMENT}, numpy and psutil into {RAY_VENV} ...", flush=True)
-    if subprocess.run([*pip, RAY_REQUIREMENT, "numpy", "psutil"]).returncode != 0:
-        print(f"{RAY_REQUIREMENT} is not available; trying {RAY_FALLBACK_REQUIREMENT}", flush=True)
-        if subprocess.run([*pip, RAY_FALLBACK_REQUIREMENT, "numpy", "psutil"]).returncode:
-            raise SetupError(f"could not install Ray into {RAY_VENV}")
-    done = subprocess.run(check, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SetupError(f"Ray does not import in {RAY_VENV}: {done.stderr.strip()}")
-    return py
+    try:
+        return _ray_venv.ensure_ray_venv(
+            RAY_VENV,
+            [RAY_REQUIREMENT, "numpy", "psutil"],
+            [RAY_FALLBACK_REQUIREMENT, "numpy", "psutil"],
+            check_imports="ray, numpy, psutil",
+        )
+    except _ray_venv.RayVenvError as e:
+        raise SetupError(str(e)) from None
 
 
 def default_ember_python() -> Path:
