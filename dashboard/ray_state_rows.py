@@ -228,19 +228,28 @@ def _node_row(
     }
 
 
-def worker_rows(st: DashboardState) -> list[dict[str, Any]]:
+def worker_rows(st: DashboardState, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every live worker and driver process the agents report (other Ember processes, the
-    raylet or the agent, are not Ray workers)."""
+    raylet or the agent, are not Ray workers). An agent knows a driver by its pid only; its
+    worker id is the one its job registered with the GCS (``jobs``, from ``list_jobs``)."""
     ips = _node_ips(st)
+    drivers = {
+        (j.get("node_id"), j.get("driver_pid")): j.get("driver_worker_id")
+        for j in jobs
+        if j.get("state") != "FINISHED"
+    }
     rows = []
     for w in st.all_workers():
         kind = w.get("kind")
-        if kind not in ("worker", "driver") or not w.get("worker_id"):
+        worker_id = w.get("worker_id")
+        if kind == "driver" and not worker_id:
+            worker_id = drivers.get((w.get("node_id"), w.get("pid")))
+        if kind not in ("worker", "driver") or not worker_id:
             continue
         start = ms(w.get("start_time"))
         rows.append(
             {
-                "worker_id": w["worker_id"],
+                "worker_id": worker_id,
                 "is_alive": True,
                 "worker_type": "DRIVER" if kind == "driver" else "WORKER",
                 "exit_type": None,

@@ -134,7 +134,8 @@ async def list_nodes(
 async def list_workers(
     q: StateQuery = Depends(state_query), ctx: DashboardContext = Depends(get_ctx)
 ) -> Response:
-    return _listing("workers", q, worker_rows(ctx.state))
+    jobs, _ = await _jobs(ctx)  # without them, drivers are left out: no warning needed
+    return _listing("workers", q, worker_rows(ctx.state, jobs))
 
 
 @router.get("/api/v0/objects", responses=_doc("objects"))
@@ -170,16 +171,18 @@ async def list_jobs(
     q: StateQuery = Depends(state_query), ctx: DashboardContext = Depends(get_ctx)
 ) -> Response:
     """The drivers' jobs, asked of the GCS."""
-    jobs: list[dict[str, Any]] = []
-    warning = ""
-    if ctx.gcs is None:
-        warning = "The dashboard is not connected to the GCS: no jobs can be listed."
-    else:
-        try:
-            jobs = await ctx.gcs.list_jobs()
-        except Exception as e:  # the GCS away or slow: the reply says so, it is not a 5xx
-            warning = f"The GCS did not list its jobs: {e}"
+    jobs, warning = await _jobs(ctx)
     return _listing("jobs", q, job_rows(ctx.state, jobs), warning=warning)
+
+
+async def _jobs(ctx: DashboardContext) -> tuple[list[dict[str, Any]], str]:
+    """The GCS's job table, or none and why."""
+    if ctx.gcs is None:
+        return [], "The dashboard is not connected to the GCS: no jobs can be listed."
+    try:
+        return await ctx.gcs.list_jobs(), ""
+    except Exception as e:  # the GCS away or slow: the reply says so, it is not a 5xx
+        return [], f"The GCS did not list its jobs: {e}"
 
 
 @router.get("/api/v0/runtime_envs", responses=_doc("runtime_envs"))
