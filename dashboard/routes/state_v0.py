@@ -12,6 +12,7 @@ dashboard's own state (``ray_state_rows``); the query's filters run before its l
 from __future__ import annotations
 
 import fnmatch
+from itertools import islice
 from typing import Annotated, Any
 
 from ember.dashboard.app import DashboardContext, get_ctx
@@ -48,6 +49,7 @@ from ember.dashboard.ray_state_summary import (
     task_summary,
     task_summary_from_table,
 )
+from ember.dashboard.ray_state_tasks import task_candidates
 from ember.dashboard.routes.objects import refresh_objects
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
@@ -106,7 +108,14 @@ async def list_tasks(
         filters = parse_filters(q, res)
     except StateApiError as e:
         return error(str(e))
-    out = Listing().take(st.tasks.newest_slots(), filters, q.limit, lambda slot: task_row(st, slot))
+    n = len(st.tasks)
+    if filters:
+        slots, rest = task_candidates(st.tasks, filters)
+        out = Listing().take(slots, rest, q.limit, lambda slot: task_row(st, slot))
+        out.total = n
+    else:
+        newest = islice(st.tasks.newest_slots(), q.limit)
+        out = Listing(total=n, num_filtered=n, rows=[task_row(st, s) for s in newest])
     if q.detail:
         # Each task's phases only for the rows shown, not for every row the filters read.
         out.rows = [{**r, "events": _events(ctx, r["task_id"])} for r in out.rows]
@@ -230,8 +239,9 @@ async def summarize_tasks(
     if not filters:
         cluster, n = task_summary_from_table(st)
         return _summary(cluster, n, n)
-    out = Listing().take(st.tasks.newest_slots(), filters, len(st.tasks), lambda s: task_row(st, s))
-    return _summary(task_summary(out.rows), out.total, out.num_filtered)
+    slots, rest = task_candidates(st.tasks, filters)
+    out = Listing().take(slots, rest, len(st.tasks), lambda s: task_row(st, s))
+    return _summary(task_summary(out.rows), len(st.tasks), out.num_filtered)
 
 
 @router.get("/api/v0/actors/summarize", responses=SUMMARY_DOC)

@@ -122,6 +122,18 @@ def test_tasks_rows_and_filters(client):
     assert out["total"] == 300 and out["num_filtered"] == 3
     assert {r["name"] for r in out["result"]} == {"rare"}
     assert {r["error_type"] for r in out["result"]} == {"TASK_EXECUTION_EXCEPTION"}
+    # A task id (any case) is looked up; other filters narrow what the columns kept.
+    task_id = f"{107:032x}"
+    (one,) = _rows(client, "/api/v0/tasks", **_filters(("task_id", "=", task_id.upper())))["result"]
+    assert one["task_id"] == task_id and one["name"] == "rare"
+    mixed = _rows(
+        client,
+        "/api/v0/tasks",
+        **_filters(("func_or_class_name", "!=", "common"), ("attempt_number", "=", "0")),
+    )
+    assert mixed["num_filtered"] == 3 and {r["state"] for r in mixed["result"]} == {"FAILED"}
+    none = _rows(client, "/api/v0/tasks", **_filters(("worker_pid", "!=", "11")))
+    assert none["num_filtered"] == 0 and none["total"] == 300
     detail = _rows(client, "/api/v0/tasks", limit=1, detail="true")["result"][0]
     assert detail["worker_pid"] == 11 and detail["end_time_ms"] is not None
     assert [e["state"] for e in detail["events"]][0] == "PENDING_ARGS_AVAIL"
