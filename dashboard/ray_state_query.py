@@ -161,14 +161,6 @@ class Listing:
         """Counts every row and every match; keeps the first ``limit`` matches. ``view``
         turns an item into its row (default: the item is the row)."""
         keep = matcher(filters)
-        if keep is None and view is not None:
-            # Nothing to test: only the rows shown are built, the rest are only counted.
-            for item in rows:
-                self.total += 1
-                if len(self.rows) < limit:
-                    self.rows.append(view(item))
-            self.num_filtered = self.total
-            return self
         for item in rows:
             self.total += 1
             row = view(item) if view is not None else item

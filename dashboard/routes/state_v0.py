@@ -73,19 +73,14 @@ SUMMARY_DOC: dict[int | str, dict[str, Any]] = {
 
 
 def _listing(
-    resource: str,
-    q: StateQuery,
-    rows: Any,
-    *,
-    view: Any = None,
-    warning: str = "",
+    resource: str, q: StateQuery, rows: list[dict[str, Any]], warning: str = ""
 ) -> Response:
     res = RESOURCES[resource]
     try:
         filters = parse_filters(q, res)
     except StateApiError as e:
         return error(str(e))
-    out = Listing(partial_failure_warning=warning).take(rows, filters, q.limit, view)
+    out = Listing(partial_failure_warning=warning).take(rows, filters, q.limit)
     return out.reply(res, q.detail)
 
 
