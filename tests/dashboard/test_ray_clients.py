@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
+import threading
 from pathlib import Path
 
 import ember
 import httpx
 import pytest
+import uvicorn
+from dashboard_state_fill import NODE, fill
+from ember.dashboard.app import DashboardContext, create_app
+from ember.dashboard.state import DashboardState
 from ember.util.placement_group import placement_group
-from ember_test_utils import assert_no_ember_children, wait_until
+from ember_test_utils import assert_no_ember_children, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY_PYTHON = ROOT / "tests" / "tools" / ".ray-venv" / "bin" / "python"
@@ -228,3 +234,40 @@ def test_the_ray_command_itself(cluster):
     )
     assert done.returncode == 0, done.stderr
     assert cluster["actor_id"] in done.stdout and "Total: 1" in done.stdout
+
+
+@pytest.fixture
+def token_dashboard():
+    """A dashboard that requires the cluster token (as one bound off loopback does), served
+    by uvicorn in a thread over a state filled as the agents fill it."""
+    _require_ray()
+    token = secrets.token_hex(16)
+    st = DashboardState()
+    fill(st, 10, 3)
+    app = create_app(DashboardContext(state=st, host="0.0.0.0"), token=token)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, 15, 0.05, "the dashboard to listen")
+        yield f"http://127.0.0.1:{server.config.port}", token
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+def test_ray_clients_pass_the_cluster_token(token_dashboard):
+    """Ray's clients send ``Authorization: Bearer`` from ``RAY_AUTH_TOKEN`` in its token mode,
+    which the dashboard takes as the cluster token."""
+    url, token = token_dashboard
+    ray = str(RAY_PYTHON.parent / "ray")
+    command = [ray, "list", "nodes", "--address", url, "--format", "json"]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60, env=_ray_env())
+    assert refused.returncode != 0 and "token authentication" in refused.stderr.lower()
+    env = {**_ray_env(), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    (node,) = json.loads(done.stdout)
+    assert node["node_id"] == NODE and node["node_ip"] == "10.0.0.1"
