@@ -55,6 +55,9 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 router = APIRouter(tags=["ray state API"])
+RAY_EVENT_STATES = frozenset(
+    {"PENDING_ARGS_AVAIL", "SUBMITTED_TO_WORKER", "RUNNING", "FINISHED", "FAILED"}
+)
 OBJECTS_MAX_AGE = 2.0  # seconds an agent's object rows are reused (as /api/objects)
 
 
@@ -121,9 +124,12 @@ def _events(ctx: DashboardContext, task_id: str) -> list[dict[str, Any]] | None:
     view = ctx.state.tasks.get(task_id)
     if view is None:
         return None
+    # Ray's clients read each event's state as one of Ray's task states: Ember's own phases
+    # in between (arguments fetched, executed) are left out.
     return [
         {"state": TASK_STATE.get(e["state"], e["state"]), "created_ms": int(e["time"] * 1000)}
         for e in view.events()
+        if e["state"] in RAY_EVENT_STATES
     ]
 
 

@@ -38,6 +38,10 @@ def main(url: str, actor_id: str) -> dict:
     run("list", "actors", "--filter", "state=ALIVE", "--format", "json")
     run("list", "actors", "--filter", "state!=ALIVE", "--format", "json")
     run("list", "tasks", "--filter", "state=FAILED", "--format", "json", "--detail")
+    failed = json.loads(
+        out["cli"]["list tasks --filter state=FAILED --format json --detail"]["output"]
+    )
+    run("get", "tasks", failed[0]["task_id"])
     run("list", "tasks", "--limit", "2", "--format", "json")
     run("get", "actors", actor_id)
     for resource in ("tasks", "actors", "objects"):

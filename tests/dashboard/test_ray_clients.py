@@ -179,6 +179,10 @@ def test_ray_list_tasks_with_states_errors_and_limit(answers):
     assert len(failed) == 1 and failed[0]["func_or_class_name"].endswith("boom")
     assert failed[0]["error_type"] == "TASK_EXECUTION_EXCEPTION"
     assert "boom on purpose" in failed[0]["error_message"]
+    phases = [e["state"] for e in failed[0]["events"]]
+    assert phases[0] == "PENDING_ARGS_AVAIL" and phases[-1] == "FAILED"
+    got = _text(answers, f"get tasks {failed[0]['task_id']}")
+    assert f"task_id: {failed[0]['task_id']}" in got and "state: FAILED" in got
     assert len(_json(answers, "list tasks --limit 2 --format json")) == 2
 
 
