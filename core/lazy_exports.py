@@ -1,7 +1,7 @@
 """A package's public names, loaded on first use (PEP 562): ``ember`` and ``ember.util``.
 
 The node's own processes import ``ember.<component>``, which runs ``ember/__init__.py``;
-importing the driver API there cost each of them ~3.5 MB of resident memory (issue 2 §7).
+importing the driver API there cost each of them ~3.5 MB of resident memory.
 """
 
 from __future__ import annotations

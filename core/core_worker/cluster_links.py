@@ -19,7 +19,9 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ember import config
+from ember.core_worker.locations import lost_location
 from ember.core_worker.task_spec import ARG_REF
+from ember.exceptions import ObjectLostError
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
 
@@ -125,8 +127,6 @@ class ClusterLinks:
                 alive_failure = reason
         if alive_failure and not all(n in self.dead_nodes for n in candidates):
             # Not lost, only unreadable now: rebuilding it would race the live copy.
-            from ember.exceptions import ObjectLostError
-
             raise ObjectLostError(object_id.hex(), f"it could not be fetched: {alive_failure}")
         return reason
 
@@ -251,16 +251,13 @@ class ClusterLinks:
         )
 
     def _fail_pending(self, msg: str) -> None:
-        from ember.core_worker.core_worker import _lost_value
-        from ember.exceptions import ObjectLostError
-
         if self.failed_all:
             return
         self.failed_all = True
         print(f"(ember) Error: {msg}", file=sys.stderr, flush=True)
         cw = self.cw
         for oid in cw.memory_store.pending_ids():
-            cw.memory_store.put(oid, _lost_value(oid, None, ObjectLostError, msg))
+            cw.memory_store.put(oid, lost_location(oid, ObjectLostError, msg))
 
     def close(self) -> None:
         for conn in self.raylets.values():

@@ -26,10 +26,12 @@ from typing import Any
 
 from ember import config, global_state
 from ember.call_site import user_call_site
+from ember.cluster_token import read_token
 from ember.core_worker.actor_submitter import ActorSubmitter
 from ember.core_worker.cluster_links import ClusterLinks
 from ember.core_worker.event_export import EventExporter
 from ember.core_worker.lineage import Lineage
+from ember.core_worker.locations import error_location, lost_location
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.reference_counter import Ref, ReferenceCounter
 from ember.core_worker.task_spec import ACTOR_TASK, ARG_INLINE, ARG_REF, TaskSpec
@@ -45,11 +47,14 @@ from ember.exceptions import (
 )
 from ember.ids import (
     TASK_ID_SIZE,
+    actor_handle_object_id,
     new_task_id,
     new_unique_id,
     object_id_for_put,
 )
+from ember.log_monitor import print_worker_lines
 from ember.object_ref import ObjectRef, counted_ref
+from ember.object_store.arena import Arena
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
 from ember.serialization import (
@@ -125,6 +130,7 @@ class CoreWorker:
         self.events_dropped = 0
         self.shutting_down = False
         self._creation_holds: dict[bytes, list] = {}  # {actor_id: argument refs held}
+        self._handle_objects: dict[bytes, bytes] = {}  # {handle object id: actor id}
         # Actors created here that outlive their handles (detached or named).
         self._unscoped_actors: set[bytes] = set()
         # {object_id: (live zero-copy views, size)}: a value backed by shared memory pins it
@@ -187,8 +193,6 @@ class CoreWorker:
     async def _connect_all(self) -> None:
         if self.node.get("token_file"):
             # A cluster node: callers on other nodes reach us over TCP, with the token.
-            from ember.cluster_token import read_token
-
             conn_mod.set_cluster_token(read_token(self.node["token_file"]))
             self.address = f"tcp:{self.node.get('node_ip', '127.0.0.1')}:0"
         self._server, self.address = await conn_mod.serve(
@@ -394,10 +398,16 @@ class CoreWorker:
         except RuntimeError:
             pass  # loop closed during interpreter shutdown
 
-    def _actor_out_of_scope(self, handle_object_id: bytes) -> None:
-        from ember.actor import actor_id_for_handle_object
+    def own_actor_handle_object(self, actor_id: bytes) -> None:
+        """A new actor created here: its handle object, whose count is the actor's handle
+        count, is owned here; when it is freed the actor ends (``_actor_out_of_scope``)."""
+        handle_oid = actor_handle_object_id(actor_id)
+        self._handle_objects[handle_oid] = actor_id
+        self.refs.add_owned(handle_oid, self.owner_address)
+        self.refs.mark_actor_handle(handle_oid)
 
-        actor_id = actor_id_for_handle_object(handle_object_id)
+    def _actor_out_of_scope(self, handle_object_id: bytes) -> None:
+        actor_id = self._handle_objects.pop(handle_object_id, None)
         if actor_id is None or self.gcs is None or self.gcs.closed:
             return
         if actor_id in self._unscoped_actors:
@@ -435,7 +445,7 @@ class CoreWorker:
                     )
                 except Exception:
                     for oid in ids:
-                        self.memory_store.put(oid, _lost_value(oid, owner, OwnerDiedError))
+                        self.memory_store.put(oid, lost_location(oid, OwnerDiedError))
 
             await asyncio.gather(*(one(o, ids) for o, ids in by_owner.values()))
 
@@ -497,8 +507,6 @@ class CoreWorker:
     @property
     def arena(self):
         if self._arena is None:
-            from ember.object_store.arena import Arena
-
             self._arena = Arena(self.node["arena_path"], self.node["arena_capacity"])
         return self._arena
 
@@ -588,7 +596,7 @@ class CoreWorker:
             if not self.owns(ref._id):
                 self.memory_store.put(
                     ref._id,
-                    _lost_value(ref._id, owner, ObjectLostError, "its owner no longer has it"),
+                    lost_location(ref._id, ObjectLostError, "its owner no longer has it"),
                 )
             return
         self.loop.call_soon_threadsafe(self._fetch_from_owner, ref._id, owner)
@@ -599,9 +607,7 @@ class CoreWorker:
                 conn = await self._owner_conn(owner)
                 loc = await conn.call("get_object", {"object_id": object_id})
             except Exception as e:
-                loc = _lost_value(
-                    object_id, owner, OwnerDiedError, f"its owner is unreachable: {e}"
-                )
+                loc = lost_location(object_id, OwnerDiedError, f"its owner is unreachable: {e}")
             self.memory_store.put(object_id, loc)
 
         asyncio.ensure_future(fetch())
@@ -612,7 +618,7 @@ class CoreWorker:
         if loc is not None:
             return self.links.best_location(object_id, loc) if self.links.dead_nodes else loc
         if not self.refs.has(object_id):
-            return _lost_value(object_id, self.owner_address, ObjectLostError, "it was freed")
+            return lost_location(object_id, ObjectLostError, "it was freed")
         fut = self.loop.create_future()
 
         def on_ready(_oid, value) -> None:
@@ -986,8 +992,7 @@ class CoreWorker:
 
     def fail_task(self, spec: TaskSpec, error: BaseException) -> None:
         """The task will not run (again): every return holds ``error``."""
-        ser = serialize_error(error)
-        loc = ("inline", ser.meta, ser.data, [])
+        loc = error_location(error)
         for oid in spec.return_ids():
             if self.refs.has(oid):
                 self.memory_store.put(oid, loc)
@@ -1092,8 +1097,6 @@ class CoreWorker:
         self.actor_submitter.on_actor_update(info)
 
     def _h_log_lines(self, conn: Connection, body: dict) -> None:
-        from ember.log_monitor import print_worker_lines
-
         print_worker_lines(body)
 
     def _h_warning(self, conn: Connection, body: dict) -> None:
@@ -1114,7 +1117,7 @@ class CoreWorker:
 
     # -- introspection ---------------------------------------------------------------------
     def reference_table(self) -> list[dict]:
-        """This process's refs for ``ember memory`` (002 §5.3.6)."""
+        """This process's refs for ``ember memory`` (Ray 0.8's ``ray memory`` table)."""
         rows = []
         snapshot = self.refs.snapshot()
         listed = {object_id for object_id, _ in snapshot}
@@ -1233,12 +1236,6 @@ def _driver_code_path() -> list[str]:
 def _set_result(fut: asyncio.Future, value: Any) -> None:
     if not fut.done():
         fut.set_result(value)
-
-
-def _lost_value(object_id: bytes, owner, cls=ObjectLostError, reason: str = "") -> tuple:
-    err = cls(object_id.hex(), reason or "its owner died")
-    ser = serialize_error(err)
-    return ("inline", ser.meta, ser.data, [])
 
 
 def _producer_task_ids(spec: TaskSpec) -> list[str]:

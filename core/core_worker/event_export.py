@@ -1,4 +1,4 @@
-"""Task events, from this process's bounded buffer to the node's agent (issue 4 §1).
+"""Task events, from this process's bounded buffer to the node's agent (for the dashboard).
 
 Every ``PERIOD`` seconds the I/O loop sends the events recorded since the last flush to the
 agent's Unix socket (``sockets/agent``, op ``task_events``) in batches of at most ``BATCH``.

@@ -9,10 +9,12 @@ as coroutines on its own event loop, at most ``max_concurrency`` at once.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import ctypes
 import inspect
 import logging
 import os
+import pickle
 import queue
 import signal
 import sys
@@ -28,19 +30,21 @@ from ember.core_worker.task_spec import (
     ARG_INLINE,
     TaskSpec,
 )
-from ember.exceptions import ActorDiedError, TaskCancelledError, TaskError, format_exception
+from ember.exceptions import (
+    ActorDiedError,
+    ActorExit,
+    TaskCancelledError,
+    TaskError,
+    format_exception,
+)
 from ember.object_ref import ObjectRef
-from ember.protocol.connection import DEFERRED, Deferred
+from ember.protocol.connection import DEFERRED, Deferred, new_event_loop
 from ember.serialization import META_ERROR, deserialize, serialize, serialize_error
 
 if TYPE_CHECKING:
     from ember.core_worker.core_worker import CoreWorker
 
 logger = logging.getLogger(__name__)
-
-
-class ActorExit(SystemExit):
-    """Raised by ``ember.actor.exit_actor()``; ends the actor after the current call."""
 
 
 class Executor:
@@ -88,8 +92,6 @@ class Executor:
         called"); the raylet kills the process if that takes too long.
         """
         if body.get("force"):
-            import atexit
-
             try:
                 atexit._run_exitfuncs()
             finally:
@@ -225,8 +227,6 @@ class Executor:
     def _task_error(self, spec: TaskSpec, e: BaseException) -> TaskError:
         tb = format_exception(e)
         try:
-            import pickle
-
             pickle.loads(cloudpickle.dumps(e))
             cause = e
         except Exception:
@@ -387,8 +387,6 @@ class Executor:
             self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="ember-actor")
 
     def _start_async_loop(self, concurrency: int) -> None:
-        from ember.protocol.connection import new_event_loop
-
         loop = new_event_loop()
         started = threading.Event()
 

@@ -1,5 +1,5 @@
-"""Lineage reconstruction (the seeds' 003 §1.23.2): re-running the task that made an object
-whose every shared-memory copy died with its node.
+"""Lineage reconstruction, as in Ray: re-running the task that made an object whose every
+shared-memory copy died with its node.
 
 The owner keeps the specs of finished normal tasks that returned shared-memory objects and
 may still be retried, on cluster nodes only (on one node the store dies with everything

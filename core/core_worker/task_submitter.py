@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember import config
 from ember.core_worker.task_spec import ARG_REF, TaskSpec
+from ember.exceptions import TaskUnschedulableError
 from ember.protocol.connection import Connection, ConnectionClosedError
 
 if TYPE_CHECKING:
@@ -168,8 +169,6 @@ class TaskSubmitter:
             self._pump(cls)
             return
         if "error" in grant or "spillback" in grant:
-            from ember.exceptions import TaskUnschedulableError
-
             self._fail_queue(cls, TaskUnschedulableError(grant.get("error", "no node took it")))
             return
         lease_id, worker_id, address = grant["lease_id"], grant["worker_id"], grant["address"]
