@@ -34,6 +34,7 @@ from ember.core_worker.lineage import Lineage
 from ember.core_worker.locations import error_location, lost_location
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.reference_counter import Ref, ReferenceCounter
+from ember.core_worker.task_attempts import should_retry_app_error
 from ember.core_worker.task_spec import ACTOR_TASK, ARG_INLINE, ARG_REF, TaskSpec
 from ember.core_worker.task_submitter import TaskSubmitter
 from ember.exceptions import (
@@ -41,9 +42,7 @@ from ember.exceptions import (
     ObjectLostError,
     OwnerDiedError,
     PendingCallsLimitExceeded,
-    TaskCancelledError,
     TaskError,
-    WorkerCrashedError,
 )
 from ember.ids import (
     TASK_ID_SIZE,
@@ -927,15 +926,17 @@ class CoreWorker:
 
     # -- replies ---------------------------------------------------------------------------
     def handle_task_reply(self, spec: TaskSpec, reply: dict, retry) -> None:
-        if (
-            reply.get("error")
-            and reply.get("app_error")
-            and self._should_retry_exception(spec, reply)
-        ):
+        """An actor call's reply: retried (``retry(spec)``) if its ``retry_exceptions`` say
+        so, else final. (Normal tasks decide this in task_attempts.py.)"""
+        if reply.get("error") and reply.get("app_error") and should_retry_app_error(spec, reply):
             spec.attempt += 1
             self.record_event(spec, "RETRYING")
             retry(spec)
             return
+        self.complete_task(spec, reply)
+
+    def complete_task(self, spec: TaskSpec, reply: dict) -> None:
+        """A task's final reply: its results (or its error) go where its refs can read them."""
         # Bookkeeping first, values last: storing a value wakes the user's thread, which then
         # needs the GIL this thread holds until it goes back to waiting for input.
         for start, event in reply.get("profile") or ():
@@ -973,22 +974,6 @@ class CoreWorker:
                 for inner_id, inner_owner in inner or ():
                     if inner_owner[0] != self.worker_id:
                         self._send_remove_borrower(inner_id, inner_owner)
-
-    def _should_retry_exception(self, spec: TaskSpec, reply: dict) -> bool:
-        if spec.attempt >= spec.max_retries and spec.max_retries != -1:
-            return False
-        allowed = spec.retry_exceptions
-        if allowed is True:
-            return True
-        if not allowed:
-            return False
-        try:
-            loc = reply["returns"][0]
-            err = deserialize(loc[2], loc[3])
-            cause = getattr(err, "cause", err)
-            return isinstance(cause, tuple(allowed))
-        except Exception:
-            return False
 
     def fail_task(self, spec: TaskSpec, error: BaseException) -> None:
         """The task will not run (again): every return holds ``error``."""
@@ -1033,41 +1018,6 @@ class CoreWorker:
             self.record_event(spec, state, **extra)
         else:
             self.record_event(spec, state)
-
-    def on_worker_crashed(
-        self, spec: TaskSpec, worker_id: bytes, reason: str, retry, raylet: Connection | None
-    ) -> None:
-        """The worker running ``spec`` went away: retry, or fail with WorkerCrashedError
-        saying how it died (exit code or signal), which ``raylet``, its node's, knows."""
-        if spec.max_retries == -1 or spec.attempt < spec.max_retries:
-            spec.attempt += 1
-            self.record_event(spec, "RETRYING")
-            retry(spec)
-            return
-
-        def fail(how: str) -> None:
-            self.fail_task(
-                spec,
-                WorkerCrashedError(
-                    f"The worker running {spec.display_name()}() died unexpectedly ({how}); "
-                    f"the task was tried {spec.attempt + 1} time(s) "
-                    f"(max_retries={spec.max_retries})."
-                ),
-            )
-
-        if raylet is None or raylet.closed:
-            fail(reason)
-            return
-
-        def on_reason(fut: asyncio.Future) -> None:
-            # The raylet answers within its own deadline, or its connection fails the future.
-            how = None if fut.cancelled() or fut.exception() else fut.result()
-            fail(how or reason)
-
-        raylet.request("worker_exit_reason", {"worker_id": worker_id}).add_done_callback(on_reason)
-
-    def cancelled_error(self, spec: TaskSpec) -> TaskCancelledError:
-        return TaskCancelledError(spec.task_id.hex())
 
     def cancel(self, ref: ObjectRef, force: bool) -> None:
         task_id = ref.task_id()

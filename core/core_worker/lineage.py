@@ -72,7 +72,7 @@ class Lineage:
             box.append(value)
             done.set()
 
-        cw.loop.call_soon_threadsafe(cw.task_submitter.submit, spec)
+        cw.loop.call_soon_threadsafe(cw.task_submitter.resubmit, spec)
         cw.memory_store.on_ready(object_id, on_ready)
         if not done.wait(config.reconstruction_timeout):
             cw.memory_store.remove_waiter(object_id, on_ready)

@@ -15,6 +15,20 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ember import config
+from ember.core_worker.task_attempts import (
+    DEQUEUE,
+    ENQUEUE,
+    FAIL,
+    FAIL_CRASHED,
+    FINISH,
+    PUSH,
+    RETRY,
+    SEND_CANCEL,
+    WAIT_ARGS,
+    TaskAttempts,
+    TaskState,
+    crashed_error,
+)
 from ember.core_worker.task_spec import ARG_REF, TaskSpec
 from ember.exceptions import TaskUnschedulableError
 from ember.protocol.connection import Connection, ConnectionClosedError
@@ -29,6 +43,7 @@ MAX_PENDING_LEASES_PER_CLASS = 16
 
 class _Lease:
     __slots__ = (
+        "cls",
         "lease_id",
         "worker_id",
         "address",
@@ -42,8 +57,9 @@ class _Lease:
     )
 
     def __init__(
-        self, lease_id, worker_id, address, conn, raylet, gpu_ids=(), node_id=None
+        self, cls, lease_id, worker_id, address, conn, raylet, gpu_ids=(), node_id=None
     ) -> None:
+        self.cls: _Class = cls  # the scheduling class it was leased for
         self.gpu_ids = list(gpu_ids)
         self.node_id = node_id
         self.lease_id = lease_id
@@ -70,49 +86,82 @@ class _Class:
 
 
 class TaskSubmitter:
+    """The I/O shell of ``TaskAttempts``: it feeds the state machine what happens (arguments
+    ready, leases, replies, deaths, cancels) and carries out what it answers."""
+
     def __init__(self, cw: CoreWorker) -> None:
         self.cw = cw
+        self.attempts = TaskAttempts()
         self._classes: dict[Any, _Class] = {}
-        self._running: dict[bytes, _Lease] = {}  # {task_id: lease running it}
-        self._cancelled: set[bytes] = set()
-        self._force_cancelled: set[bytes] = set()  # killed on purpose: not a crash to retry
 
     # -- entry -----------------------------------------------------------------------------
     def submit(self, spec: TaskSpec) -> None:
-        """On the I/O thread: wait for owned arguments, then queue for a lease."""
-        pending = [
+        """On the I/O thread: a new task (its arguments may still be pending)."""
+        self._run(self.attempts.handle(("submit", spec, self._waiting_on(spec))))
+
+    def resubmit(self, spec: TaskSpec) -> None:
+        """On the I/O thread: a finished task runs again to rebuild a lost result."""
+        self._run(self.attempts.handle(("reconstruct", spec, self._waiting_on(spec))))
+
+    def _waiting_on(self, spec: TaskSpec) -> list[bytes]:
+        """The task's owned argument objects whose values are not ready yet."""
+        cw = self.cw
+        return [
             a[1]
             for a in spec.args
-            if a[0] == ARG_REF
-            and self.cw.owns(a[1])
-            and not self.cw.memory_store.get_if_ready(a[1])
+            if a[0] == ARG_REF and cw.owns(a[1]) and not cw.memory_store.get_if_ready(a[1])
         ]
-        if not pending:
-            self._enqueue(spec)
-            return
-        remaining = {"n": len(pending)}
+
+    def _run(self, instructions: list[tuple]) -> None:
+        """Carries out the state machine's instructions (task_attempts.py lists them)."""
+        for ins in instructions:
+            op = ins[0]
+            if op == ENQUEUE:
+                self._enqueue(ins[1])
+            elif op == PUSH:
+                self._push(ins[2], ins[1])
+            elif op == FINISH:
+                self.cw.complete_task(ins[1], ins[2])
+            elif op == RETRY:
+                self.cw.record_event(ins[1], "RETRYING")
+                self._enqueue(ins[1])
+            elif op == FAIL:
+                self.cw.fail_task(ins[1], ins[2])
+            elif op == WAIT_ARGS:
+                self._wait_args(ins[1], ins[2])
+            elif op == DEQUEUE:
+                self._class_of(ins[1]).queue.remove(ins[1])
+            elif op == SEND_CANCEL:
+                ins[2].conn.send("cancel_task", {"task_id": ins[1].task_id, "force": ins[3]})
+            elif op == FAIL_CRASHED:
+                self._fail_crashed(ins[1], ins[2], str(ins[3]))
+            else:
+                raise AssertionError(f"unknown instruction {ins!r}")
+
+    def _wait_args(self, spec: TaskSpec, object_ids: list[bytes]) -> None:
+        remaining = {"n": len(object_ids)}
 
         def on_ready(_oid, _value) -> None:
             remaining["n"] -= 1
             if remaining["n"] == 0:
-                self.cw.loop.call_soon_threadsafe(self._resolved, spec)
+                self.cw.loop.call_soon_threadsafe(self._args_ready, spec)
 
-        for oid in pending:
+        for oid in object_ids:
             self.cw.memory_store.on_ready(oid, on_ready)
 
-    def _resolved(self, spec: TaskSpec) -> None:
+    def _args_ready(self, spec: TaskSpec) -> None:
         self.cw.inline_small_args(spec)
-        self._enqueue(spec)
+        self._run(self.attempts.handle(("args_ready", spec.task_id)))
 
-    def _enqueue(self, spec: TaskSpec) -> None:
-        if spec.task_id in self._cancelled:
-            self._cancelled.discard(spec.task_id)
-            self.cw.fail_task(spec, self.cw.cancelled_error(spec))
-            return
+    def _class_of(self, spec: TaskSpec) -> _Class:
         key = (tuple(sorted(spec.resources.items())), _strategy_key(spec.strategy))
         cls = self._classes.get(key)
         if cls is None:
             cls = self._classes[key] = _Class(key, spec.resources, spec.strategy)
+        return cls
+
+    def _enqueue(self, spec: TaskSpec) -> None:
+        cls = self._class_of(spec)
         cls.queue.append(spec)
         self.cw.record_event(spec, "PENDING_NODE_ASSIGNMENT")
         self._pump(cls)
@@ -124,7 +173,7 @@ class TaskSubmitter:
             if lease.idle_handle is not None:
                 lease.idle_handle.cancel()
                 lease.idle_handle = None
-            self._push(cls, lease, cls.queue.popleft())
+            self._dispatch(lease, cls.queue.popleft())
         wanted = len(cls.queue) - cls.pending_leases
         while wanted > 0 and cls.pending_leases < MAX_PENDING_LEASES_PER_CLASS:
             cls.pending_leases += 1
@@ -183,6 +232,7 @@ class TaskSubmitter:
             self._pump(cls)
             return
         lease = _Lease(
+            cls,
             lease_id,
             worker_id,
             address,
@@ -193,7 +243,7 @@ class TaskSubmitter:
         )
         cls.leases.add(lease)
         if cls.queue:
-            self._push(cls, lease, cls.queue.popleft())
+            self._dispatch(lease, cls.queue.popleft())
         else:
             self._return_lease(cls, lease)
 
@@ -206,46 +256,59 @@ class TaskSubmitter:
                 "return_lease", {"lease_id": lease.lease_id, "worker_died": worker_died}
             )
 
-    def _push(self, cls: _Class, lease: _Lease, spec: TaskSpec) -> None:
+    def _dispatch(self, lease: _Lease, spec: TaskSpec) -> None:
+        """``spec``, just taken off its class's queue, gets ``lease``'s worker."""
+        self._run(self.attempts.handle(("lease_granted", spec, lease)))
+
+    def _push(self, lease: _Lease, spec: TaskSpec) -> None:
         lease.busy = True
         lease.spec = spec
         spec.gpu_ids = lease.gpu_ids
-        self._running[spec.task_id] = lease
         self.cw.attach_function(spec, lease.conn)
         self.cw.record_event(spec, "SUBMITTED_TO_WORKER", worker_id=lease.worker_id)
         lease.conn.request_cb(
-            "push_task", spec, lambda reply, exc: self._on_reply(cls, lease, spec, reply, exc)
+            "push_task", spec, lambda reply, exc: self._on_reply(lease, spec, reply, exc)
         )
 
-    def _on_reply(self, cls: _Class, lease: _Lease, spec: TaskSpec, reply, exc) -> None:
+    def _on_reply(self, lease: _Lease, spec: TaskSpec, reply, exc) -> None:
         lease.busy = False
         lease.spec = None
-        self._running.pop(spec.task_id, None)
+        cls = lease.cls
         if exc is not None:
             # The worker went away mid-task: the lease is gone; retry or fail the task.
             self._return_lease(cls, lease, worker_died=True)
-            if spec.task_id in self._force_cancelled:
-                self._force_cancelled.discard(spec.task_id)
-                self.cw.fail_task(spec, self.cw.cancelled_error(spec))
-            elif isinstance(exc, ConnectionClosedError):
-                self.cw.on_worker_crashed(
-                    spec, lease.worker_id, str(exc), self._retry, lease.raylet
-                )
-            else:
-                self.cw.fail_task(spec, exc)
+            crashed = isinstance(exc, ConnectionClosedError)
+            self._run(self.attempts.handle(("worker_died", spec.task_id, exc, crashed)))
             self._pump(cls)
             return
-        self.cw.handle_task_reply(spec, reply, self._retry)
+        self._run(self.attempts.handle(("reply", spec.task_id, reply)))
         if reply.get("worker_exiting"):
             self._return_lease(cls, lease, worker_died=True)
             self._pump(cls)
             return
         if cls.queue:
-            self._push(cls, lease, cls.queue.popleft())
+            self._dispatch(lease, cls.queue.popleft())
             return
         cls.idle.append(lease)
         lease.idle_handle = self.cw.loop.call_later(
             config.lease_idle_seconds, self._idle_expired, cls, lease
+        )
+
+    def _fail_crashed(self, spec: TaskSpec, lease: _Lease, reason: str) -> None:
+        """Fails a task whose worker died, saying how it died (exit code or signal), which
+        the raylet that leased the worker knows (else ``reason``)."""
+        raylet = lease.raylet
+        if raylet is None or raylet.closed:
+            self.cw.fail_task(spec, crashed_error(spec, reason))
+            return
+
+        def on_reason(fut: asyncio.Future) -> None:
+            # The raylet answers within its own deadline, or its connection fails the future.
+            how = None if fut.cancelled() or fut.exception() else fut.result()
+            self.cw.fail_task(spec, crashed_error(spec, how or reason))
+
+        raylet.request("worker_exit_reason", {"worker_id": lease.worker_id}).add_done_callback(
+            on_reason
         )
 
     def _idle_expired(self, cls: _Class, lease: _Lease) -> None:
@@ -253,31 +316,14 @@ class TaskSubmitter:
         if lease in cls.idle and not lease.busy:
             self._return_lease(cls, lease)
 
-    def _retry(self, spec: TaskSpec) -> None:
-        self._enqueue(spec)
-
     def _fail_queue(self, cls: _Class, error: BaseException) -> None:
         while cls.queue:
-            self.cw.fail_task(cls.queue.popleft(), error)
+            self._run(self.attempts.handle(("unschedulable", cls.queue.popleft(), error)))
 
     # -- cancel ----------------------------------------------------------------------------
-    def cancel(self, task_id: bytes, force: bool) -> bool:
+    def cancel(self, task_id: bytes, force: bool) -> None:
         """Cancels a queued task, or interrupts (force: kills) the worker running it."""
-        for cls in self._classes.values():
-            for spec in cls.queue:
-                if spec.task_id == task_id:
-                    cls.queue.remove(spec)
-                    self.cw.fail_task(spec, self.cw.cancelled_error(spec))
-                    return True
-        lease = self._running.get(task_id)
-        if lease is not None:
-            if force:
-                self._force_cancelled.add(task_id)
-            lease.conn.send("cancel_task", {"task_id": task_id, "force": force})
-            return True
-        # Not queued here yet (waiting for arguments): cancel when it gets here.
-        self._cancelled.add(task_id)
-        return False
+        self._run(self.attempts.handle(("cancel", task_id, force)))
 
     def on_node_dead(self, node_id: bytes) -> None:
         """A node was declared dead: its workers' tasks are lost even if their sockets stay
@@ -297,7 +343,7 @@ class TaskSubmitter:
         return {
             "queued": sum(len(c.queue) for c in self._classes.values()),
             "leases": sum(len(c.leases) for c in self._classes.values()),
-            "running": len(self._running),
+            "running": self.attempts.count(TaskState.SUBMITTED_TO_WORKER),
         }
 
 
