@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ember import config
+from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.task_attempts import (
     DEQUEUE,
     ENQUEUE,
@@ -32,9 +33,6 @@ from ember.core_worker.task_attempts import (
 from ember.core_worker.task_spec import ARG_REF, TaskSpec
 from ember.exceptions import TaskUnschedulableError
 from ember.protocol.connection import Connection, ConnectionClosedError
-
-if TYPE_CHECKING:
-    from ember.core_worker.core_worker import CoreWorker
 
 logger = logging.getLogger(__name__)
 
@@ -85,12 +83,38 @@ class _Class:
         self.pending_leases = 0
 
 
+class _Links(Protocol):
+    async def raylet_for_node(self, node_id: bytes, address: str | None = None) -> Connection: ...
+    def locality_node(self, spec: Any) -> bytes | None: ...
+    def local_node_lost(self) -> bool: ...
+
+
+class TaskSubmitterHost(Protocol):
+    """What the task submitter needs of the rest of the core worker."""
+
+    worker_id: bytes
+    job_id: bytes
+    raylet: Connection
+    shutting_down: bool
+    loop: asyncio.AbstractEventLoop
+    memory_store: MemoryStore
+    links: _Links
+
+    def owns(self, object_id: bytes) -> bool: ...
+    def inline_small_args(self, spec: TaskSpec) -> None: ...
+    def attach_function(self, spec: TaskSpec, conn: Connection) -> None: ...
+    def record_event(self, spec: TaskSpec, state: str, **extra: Any) -> None: ...
+    def complete_task(self, spec: TaskSpec, reply: dict) -> None: ...
+    def fail_task(self, spec: TaskSpec, error: BaseException) -> None: ...
+    async def connect_to_worker(self, worker_id: bytes | None, address: str) -> Connection: ...
+
+
 class TaskSubmitter:
     """The I/O shell of ``TaskAttempts``: it feeds the state machine what happens (arguments
     ready, leases, replies, deaths, cancels) and carries out what it answers."""
 
-    def __init__(self, cw: CoreWorker) -> None:
-        self.cw = cw
+    def __init__(self, host: TaskSubmitterHost) -> None:
+        self.host = host
         self.attempts = TaskAttempts()
         self._classes: dict[Any, _Class] = {}
 
@@ -105,11 +129,11 @@ class TaskSubmitter:
 
     def _waiting_on(self, spec: TaskSpec) -> list[bytes]:
         """The task's owned argument objects whose values are not ready yet."""
-        cw = self.cw
+        host = self.host
         return [
             a[1]
             for a in spec.args
-            if a[0] == ARG_REF and cw.owns(a[1]) and not cw.memory_store.get_if_ready(a[1])
+            if a[0] == ARG_REF and host.owns(a[1]) and not host.memory_store.get_if_ready(a[1])
         ]
 
     def _run(self, instructions: list[tuple]) -> None:
@@ -121,12 +145,12 @@ class TaskSubmitter:
             elif op == PUSH:
                 self._push(ins[2], ins[1])
             elif op == FINISH:
-                self.cw.complete_task(ins[1], ins[2])
+                self.host.complete_task(ins[1], ins[2])
             elif op == RETRY:
-                self.cw.record_event(ins[1], "RETRYING")
+                self.host.record_event(ins[1], "RETRYING")
                 self._enqueue(ins[1])
             elif op == FAIL:
-                self.cw.fail_task(ins[1], ins[2])
+                self.host.fail_task(ins[1], ins[2])
             elif op == WAIT_ARGS:
                 self._wait_args(ins[1], ins[2])
             elif op == DEQUEUE:
@@ -144,13 +168,13 @@ class TaskSubmitter:
         def on_ready(_oid, _value) -> None:
             remaining["n"] -= 1
             if remaining["n"] == 0:
-                self.cw.loop.call_soon_threadsafe(self._args_ready, spec)
+                self.host.loop.call_soon_threadsafe(self._args_ready, spec)
 
         for oid in object_ids:
-            self.cw.memory_store.on_ready(oid, on_ready)
+            self.host.memory_store.on_ready(oid, on_ready)
 
     def _args_ready(self, spec: TaskSpec) -> None:
-        self.cw.inline_small_args(spec)
+        self.host.inline_small_args(spec)
         self._run(self.attempts.handle(("args_ready", spec.task_id)))
 
     def _class_of(self, spec: TaskSpec) -> _Class:
@@ -163,7 +187,7 @@ class TaskSubmitter:
     def _enqueue(self, spec: TaskSpec) -> None:
         cls = self._class_of(spec)
         cls.queue.append(spec)
-        self.cw.record_event(spec, "PENDING_NODE_ASSIGNMENT")
+        self.host.record_event(spec, "PENDING_NODE_ASSIGNMENT")
         self._pump(cls)
 
     # -- leases ----------------------------------------------------------------------------
@@ -184,32 +208,32 @@ class TaskSubmitter:
         body = {
             "resources": cls.resources,
             "strategy": cls.strategy,
-            "client": self.cw.worker_id,
-            "job_id": self.cw.job_id,
+            "client": self.host.worker_id,
+            "job_id": self.host.job_id,
             "name": cls.queue[0].function_name if cls.queue else "",
         }
-        raylet = self.cw.raylet
+        raylet = self.host.raylet
         try:
             # Large arguments pull the work toward their data (Ray's locality-aware leasing).
-            near = self.cw.links.locality_node(cls.queue[0]) if cls.queue else None
+            near = self.host.links.locality_node(cls.queue[0]) if cls.queue else None
             if near is not None:
-                raylet = await self.cw.links.raylet_for_node(near)
+                raylet = await self.host.links.raylet_for_node(near)
             for _ in range(8):  # each hop is a raylet that knows a better node
                 grant = await raylet.call("request_lease", body)
                 if not grant or "spillback" not in grant:
                     break
                 target = grant["spillback"]
-                raylet = await self.cw.links.raylet_for_node(target["node_id"], target["address"])
+                raylet = await self.host.links.raylet_for_node(target["node_id"], target["address"])
                 body["spilled"] = True
         except Exception as e:
             cls.pending_leases -= 1
-            if isinstance(e, OSError | TimeoutError) and not self.cw.raylet.closed:
+            if isinstance(e, OSError | TimeoutError) and not self.host.raylet.closed:
                 # Another node's raylet went away (or never answered): ask ours again; the
                 # cluster view it spills by learns of the death within a heartbeat.
                 logger.info("lease request to another node failed (%s); retrying here", e)
-                self.cw.loop.call_later(0.1, self._pump, cls)
+                self.host.loop.call_later(0.1, self._pump, cls)
                 return
-            if self.cw.links.local_node_lost():
+            if self.host.links.local_node_lost():
                 return  # the driver fails everything pending, saying why (on_node_lost)
             self._fail_queue(cls, e)
             return
@@ -222,9 +246,9 @@ class TaskSubmitter:
             return
         lease_id, worker_id, address = grant["lease_id"], grant["worker_id"], grant["address"]
         try:
-            conn = await self.cw.connect_to_worker(worker_id, address)
+            conn = await self.host.connect_to_worker(worker_id, address)
         except Exception as e:
-            if self.cw.shutting_down:
+            if self.host.shutting_down:
                 return  # the node is stopping: its workers are going away, say nothing
             logger.warning("could not reach leased worker %s: %s", address, e)
             if not raylet.closed:
@@ -264,8 +288,8 @@ class TaskSubmitter:
         lease.busy = True
         lease.spec = spec
         spec.gpu_ids = lease.gpu_ids
-        self.cw.attach_function(spec, lease.conn)
-        self.cw.record_event(spec, "SUBMITTED_TO_WORKER", worker_id=lease.worker_id)
+        self.host.attach_function(spec, lease.conn)
+        self.host.record_event(spec, "SUBMITTED_TO_WORKER", worker_id=lease.worker_id)
         lease.conn.request_cb(
             "push_task", spec, lambda reply, exc: self._on_reply(lease, spec, reply, exc)
         )
@@ -290,7 +314,7 @@ class TaskSubmitter:
             self._dispatch(lease, cls.queue.popleft())
             return
         cls.idle.append(lease)
-        lease.idle_handle = self.cw.loop.call_later(
+        lease.idle_handle = self.host.loop.call_later(
             config.lease_idle_seconds, self._idle_expired, cls, lease
         )
 
@@ -299,13 +323,13 @@ class TaskSubmitter:
         the raylet that leased the worker knows (else ``reason``)."""
         raylet = lease.raylet
         if raylet is None or raylet.closed:
-            self.cw.fail_task(spec, crashed_error(spec, reason))
+            self.host.fail_task(spec, crashed_error(spec, reason))
             return
 
         def on_reason(fut: asyncio.Future) -> None:
             # The raylet answers within its own deadline, or its connection fails the future.
             how = None if fut.cancelled() or fut.exception() else fut.result()
-            self.cw.fail_task(spec, crashed_error(spec, how or reason))
+            self.host.fail_task(spec, crashed_error(spec, how or reason))
 
         raylet.request("worker_exit_reason", {"worker_id": lease.worker_id}).add_done_callback(
             on_reason
