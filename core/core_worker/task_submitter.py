@@ -5,6 +5,10 @@ scheduling strategy; tasks of one class share leases. A leased worker runs one t
 (pipelining could queue a task behind one blocked in ``get`` on its result, a deadlock), and
 an idle lease is kept for ``lease_idle_seconds`` so a loop of sync calls costs one round trip
 to the worker per task, not two.
+
+What happens to each task (queue it, push it, retry it, fail it) is decided by the state
+machine in ``task_attempts.py``; this module is its I/O shell: it owns the scheduling
+classes, leases and connections, tells the machine what happened and does what it says.
 """
 
 from __future__ import annotations
@@ -129,6 +133,8 @@ class TaskSubmitter:
 
     def _waiting_on(self, spec: TaskSpec) -> list[bytes]:
         """The task's owned argument objects whose values are not ready yet."""
+        if not spec.args:
+            return []
         host = self.host
         return [
             a[1]
