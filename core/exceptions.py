@@ -133,6 +133,11 @@ class ActorUnavailableError(ActorError):
     """The actor is restarting; the call may be retried."""
 
 
+class ActorExit(SystemExit):
+    """Raised by ``ember.actor.exit_actor()``: the actor's worker ends it after the current
+    call. A SystemExit so that user code catching Exception does not swallow it."""
+
+
 class GetTimeoutError(EmberError, TimeoutError):
     """``get`` reached its timeout before the objects were ready."""
 

@@ -7,12 +7,14 @@ through pickling so a program sees the same copy semantics as on a cluster.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import os
 import threading
 from typing import Any
 
-from ember.exceptions import GetTimeoutError, TaskError, format_exception
+from ember.actor_handle import ActorHandle
+from ember.exceptions import ActorDiedError, GetTimeoutError, TaskError, format_exception
 from ember.ids import new_task_id, new_unique_id, object_id_for_put, object_id_for_return
 from ember.object_ref import ObjectRef
 from ember.serialization import deserialize, serialize
@@ -73,8 +75,6 @@ class LocalModeWorker:
         return list(refs[:num_returns]), list(refs[num_returns:])
 
     def object_future(self, ref: ObjectRef):
-        import concurrent.futures
-
         fut: concurrent.futures.Future = concurrent.futures.Future()
         try:
             fut.set_result(self.get([ref])[0])
@@ -114,8 +114,6 @@ class LocalModeWorker:
         )
 
     def create_local_actor(self, actor_class: Any, args: tuple, kwargs: dict, opts: dict) -> Any:
-        from ember.actor import ActorHandle
-
         a, kw = self._resolve(args, kwargs)
         instance = actor_class._cls(*a, **kw)
         actor_id = new_unique_id()
@@ -130,8 +128,6 @@ class LocalModeWorker:
     def call_local_actor(self, handle, name, args, kwargs, opts, meta) -> Any:
         instance = self._actors.get(handle._actor_id)
         if instance is None:
-            from ember.exceptions import ActorDiedError
-
             raise ActorDiedError(handle._actor_id.hex(), "the actor was killed")
         num_returns = opts.get("num_returns", meta.get("num_returns", 1))
         return self._run(

@@ -13,6 +13,7 @@ from typing import Any
 
 from ember import global_state
 from ember.ids import task_id_of
+from ember.serialization import record_contained_ref
 
 # (worker_id, address, node_id): where the owner's core worker listens.
 OwnerAddress = tuple[bytes, str, bytes]
@@ -70,8 +71,6 @@ class ObjectRef:
     def __reduce__(self):
         # Serialising a ref inside a value: the serialiser records it (for reference counting
         # and `ember memory`'s CAPTURED_IN_OBJECT) and the receiver rebuilds it as a borrower.
-        from ember.serialization import record_contained_ref
-
         record_contained_ref(self._id, self._owner)
         return (_rebuild_object_ref, (self._id, self._owner))
 
@@ -87,7 +86,7 @@ class ObjectRef:
     def as_future(self) -> asyncio.Future:
         return asyncio.wrap_future(self.future())
 
-    # -- the asyncio.Future protocol, so ``await asyncio.wait([ref])`` works (002 §5.3.3) ---
+    # -- the asyncio.Future protocol, so ``await asyncio.wait([ref])`` works as in Ray ------
     def _async_future(self) -> asyncio.Future:
         if self._afut is None:
             self._afut = asyncio.wrap_future(self.future())
@@ -138,7 +137,7 @@ def _rebuild_object_ref(object_id: bytes, owner: OwnerAddress | None) -> ObjectR
     return ObjectRef(object_id, owner)
 
 
-# The seeds' name for it (Ray 0.8).
+# Ray 0.8's name for it.
 ObjectID = ObjectRef
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ember.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
 TASK_OPTIONS = {
     "num_returns",
     "num_return_vals",  # Ray 0.8 spelling
@@ -54,8 +56,8 @@ ACTOR_OPTIONS = {
 }
 
 # A driver that names no namespace gets its own, "anonymous-<pid>", as in modern Ray. Detached
-# actors made from one keep the seeds' global names (Ray 0.8's documents: "a globally unique name ...
-# accessed across different drivers"): the GCS finds them from any other anonymous namespace.
+# actors made from one keep Ray 0.8's global names ("a globally unique name ... accessed
+# across different drivers"): the GCS finds them from any other anonymous namespace.
 ANONYMOUS_NAMESPACE_PREFIX = "anonymous-"
 
 METHOD_OPTIONS = {"num_returns", "num_return_vals", "max_task_retries", "name", "concurrency_group"}
@@ -214,3 +216,19 @@ def resource_shape(opts: dict[str, Any], default_cpus: float) -> dict[str, float
         if amount:
             shape[name] = float(amount)
     return shape
+
+
+def scheduling_strategy(opts: dict[str, Any]) -> Any:
+    """The strategy as it travels to the raylet: None, "SPREAD" or a tuple. A
+    ``placement_group`` option stands for a PlacementGroupSchedulingStrategy."""
+    strategy = opts.get("scheduling_strategy")
+    if opts.get("placement_group") not in (None, "default"):
+        strategy = PlacementGroupSchedulingStrategy(
+            opts["placement_group"], opts.get("placement_group_bundle_index", -1)
+        )
+    if strategy is None or isinstance(strategy, str):
+        return None if strategy in (None, "DEFAULT") else strategy
+    to_wire = getattr(strategy, "to_wire", None)
+    if to_wire is None:
+        raise ValueError(f"unknown scheduling_strategy {strategy!r}")
+    return to_wire()

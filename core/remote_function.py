@@ -7,10 +7,11 @@ from typing import Any
 
 from ember import global_state, options
 from ember.core_worker.task_spec import NORMAL_TASK, TaskSpec
+from ember.driver import current_worker
 from ember.ids import new_task_id
 from ember.serialization import dumps_function
 
-# The seeds' default (002 §5.37: "The default number of retries is 4").
+# Ray's default for remote functions: a task is retried up to 4 times if its worker dies.
 DEFAULT_MAX_RETRIES = 4
 
 
@@ -55,23 +56,14 @@ class RemoteFunction:
             self._registered_with = worker
 
     def _submit(self, args: tuple, kwargs: dict, opts: dict) -> Any:
-        worker = global_state.worker
+        worker = global_state.worker  # read inline: this is the hot path of every .remote()
         if worker is None:
-            from ember.api import auto_init
-
-            worker = auto_init()
+            worker = current_worker()
         if worker.local_mode:
             return worker.run_local(self._function, args, kwargs, opts)
         self._ensure_exported(worker)
         num_returns = opts.get("num_returns", 1)
         encoded, kw_names, nested = worker.encode_args(args, kwargs, self._name)
-        strategy = opts.get("scheduling_strategy")
-        if opts.get("placement_group") not in (None, "default"):
-            from ember.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-            strategy = PlacementGroupSchedulingStrategy(
-                opts["placement_group"], opts.get("placement_group_bundle_index", -1)
-            )
         spec = TaskSpec(
             task_id=new_task_id(),
             kind=NORMAL_TASK,
@@ -84,7 +76,7 @@ class RemoteFunction:
             max_retries=opts.get("max_retries", DEFAULT_MAX_RETRIES),
             retry_exceptions=opts.get("retry_exceptions", False),
             name=opts.get("name") or "",
-            strategy=_strategy_value(strategy),
+            strategy=options.scheduling_strategy(opts),
             nested_refs=nested,
             actor_options={"max_calls": opts["max_calls"]} if opts.get("max_calls") else None,
         )
@@ -104,13 +96,3 @@ class _BoundOptions:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self._fn(*args, **kwargs)
-
-
-def _strategy_value(strategy: Any) -> Any:
-    """Strategies travel as plain data: None, "DEFAULT", "SPREAD" or a tuple."""
-    if strategy is None or isinstance(strategy, str):
-        return None if strategy in (None, "DEFAULT") else strategy
-    to_wire = getattr(strategy, "to_wire", None)
-    if to_wire is None:
-        raise ValueError(f"unknown scheduling_strategy {strategy!r}")
-    return to_wire()

@@ -1,8 +1,33 @@
-"""``ember.get_runtime_context()``: the ids of the job, node, task, actor and worker."""
+"""What the current process is running: ``ember.get_runtime_context()`` (the ids of the job,
+node, task, actor and worker) and ``ember.get_gpu_ids()``."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+from ember.core_worker.core_worker import DRIVER
+from ember.driver import current_worker
+
+
+def get_runtime_context() -> RuntimeContext:
+    return RuntimeContext(current_worker())
+
+
+def get_gpu_ids() -> list[int]:
+    """The GPU ids assigned to the current task or actor (the driver: all it may see)."""
+    worker = current_worker()
+    spec = getattr(worker.current, "spec", None) if not worker.local_mode else None
+    if spec is not None and spec.gpu_ids:
+        return list(spec.gpu_ids)
+    executor = getattr(worker, "executor", None)
+    actor_spec = getattr(executor, "actor_spec", None)
+    if actor_spec is not None and actor_spec.gpu_ids:
+        return list(actor_spec.gpu_ids)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if getattr(worker, "mode", DRIVER) == DRIVER and visible:
+        return [int(x) for x in visible.split(",") if x.strip().isdigit()]
+    return []
 
 
 class RuntimeContext:
@@ -66,14 +91,10 @@ class RuntimeContext:
         return dict(spec.resources) if spec is not None else {}
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
-        from ember.api import get_gpu_ids
-
         return {"GPU": [str(g) for g in get_gpu_ids()]}
 
     @property
     def current_actor(self) -> Any:
-        from ember.api import get_actor  # noqa: F401  (a handle to self needs the GCS)
-
         actor_id = getattr(self._worker, "actor_id", None)
         if actor_id is None:
             raise RuntimeError("This method is only available in an actor.")

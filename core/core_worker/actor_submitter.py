@@ -20,14 +20,12 @@ import functools
 import logging
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.task_spec import ARG_REF, TaskSpec
 from ember.exceptions import ActorDiedError
 from ember.protocol.connection import Connection
-
-if TYPE_CHECKING:
-    from ember.core_worker.core_worker import CoreWorker
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +78,24 @@ def _locked(method):
     return run
 
 
+class ActorSubmitterHost(Protocol):
+    """What the actor submitter needs of the rest of the core worker."""
+
+    gcs: Connection
+    loop: asyncio.AbstractEventLoop
+    memory_store: MemoryStore
+
+    def owns(self, object_id: bytes) -> bool: ...
+    def inline_small_args(self, spec: TaskSpec) -> None: ...
+    def attach_function(self, spec: TaskSpec, conn: Connection) -> None: ...
+    def handle_task_reply(self, spec: TaskSpec, reply: dict, retry: Any) -> None: ...
+    def fail_task(self, spec: TaskSpec, error: BaseException) -> None: ...
+    async def connect_to_worker(self, worker_id: bytes | None, address: str) -> Connection: ...
+
+
 class ActorSubmitter:
-    def __init__(self, cw: CoreWorker) -> None:
-        self.cw = cw
+    def __init__(self, host: ActorSubmitterHost) -> None:
+        self.host = host
         self._actors: dict[bytes, _Actor] = {}  # {actor_id: _Actor}
         # Reentrant: a reply handled under it may retry a call, which takes it again.
         self._lock = threading.RLock()
@@ -93,7 +106,7 @@ class ActorSubmitter:
             st = self._actors.setdefault(actor_id, _Actor(actor_id))
         if not st.subscribed:
             st.subscribed = True
-            self.cw.gcs.send("subscribe_actor", {"actor_id": actor_id})
+            self.host.gcs.send("subscribe_actor", {"actor_id": actor_id})
         return st
 
     @_locked
@@ -133,11 +146,11 @@ class ActorSubmitter:
         """Our own argument refs whose values are not ready yet."""
         if not spec.args:
             return []
-        cw = self.cw
+        host = self.host
         return [
             a[1]
             for a in spec.args
-            if a[0] == ARG_REF and cw.owns(a[1]) and not cw.memory_store.get_if_ready(a[1])
+            if a[0] == ARG_REF and host.owns(a[1]) and not host.memory_store.get_if_ready(a[1])
         ]
 
     def submit(self, spec: TaskSpec) -> None:
@@ -149,7 +162,7 @@ class ActorSubmitter:
 
     def _submit_locked(self, st: _Actor, spec: TaskSpec) -> None:
         if st.state == "DEAD":
-            self.cw.fail_task(spec, self._died(st))
+            self.host.fail_task(spec, self._died(st))
             return
         pending = self._args_pending(spec)
         # Order matters for actors: a call waiting for arguments holds back the ones after it.
@@ -161,16 +174,16 @@ class ActorSubmitter:
             def on_ready(_oid, _value) -> None:
                 remaining["n"] -= 1
                 if remaining["n"] == 0:
-                    self.cw.loop.call_soon_threadsafe(self._args_ready, spec)
+                    self.host.loop.call_soon_threadsafe(self._args_ready, spec)
 
             for oid in pending:
-                self.cw.memory_store.on_ready(oid, on_ready)
+                self.host.memory_store.on_ready(oid, on_ready)
         self._flush(st)
 
     @_locked
     def _args_ready(self, spec: TaskSpec) -> None:
         spec.attempt = 0
-        self.cw.inline_small_args(spec)
+        self.host.inline_small_args(spec)
         st = self._actors.get(spec.actor_id)
         if st is not None:
             self._flush(st)
@@ -188,7 +201,7 @@ class ActorSubmitter:
         st.connecting = True
         address = st.address
         try:
-            conn = await self.cw.connect_to_worker(st.worker_id, address)
+            conn = await self.host.connect_to_worker(st.worker_id, address)
         except Exception as e:
             logger.info("actor %s unreachable at %s: %s", st.actor_id.hex(), address, e)
             with self._lock:
@@ -203,7 +216,7 @@ class ActorSubmitter:
 
     def _push(self, st: _Actor, spec: TaskSpec) -> None:
         st.in_flight[spec.task_id] = spec
-        self.cw.attach_function(spec, st.conn)
+        self.host.attach_function(spec, st.conn)
         st.conn.request_cb(
             "push_actor_task", spec, lambda reply, exc: self._on_reply(st, spec, reply, exc)
         )
@@ -221,8 +234,8 @@ class ActorSubmitter:
         if not st.ending or st.queue or st.in_flight or st.lost:
             return
         st.ending = False
-        if not self.cw.gcs.closed:
-            self.cw.gcs.send(
+        if not self.host.gcs.closed:
+            self.host.gcs.send(
                 "kill_actor",
                 {
                     "actor_id": st.actor_id,
@@ -239,7 +252,7 @@ class ActorSubmitter:
             # shared with the user's thread.
             if st.in_flight.pop(spec.task_id, None) is None:
                 return
-            self.cw.handle_task_reply(spec, reply, self._retry)
+            self.host.handle_task_reply(spec, reply, self._retry)
             if st.ending:
                 with self._lock:
                     self._maybe_end(st)
@@ -251,7 +264,7 @@ class ActorSubmitter:
             if st.conn is not None and st.conn.closed:
                 st.conn = None
             if st.state == "DEAD":
-                self.cw.fail_task(spec, self._died(st))
+                self.host.fail_task(spec, self._died(st))
             else:
                 st.lost.append(spec)
 
@@ -292,7 +305,7 @@ class ActorSubmitter:
             st.lost, st.queue = [], deque()
             st.in_flight.clear()
             for spec in lost:
-                self.cw.fail_task(spec, err)
+                self.host.fail_task(spec, err)
 
     def _resolve_lost(self, st: _Actor, restarted: bool) -> None:
         lost, st.lost = st.lost, []
@@ -305,7 +318,7 @@ class ActorSubmitter:
                 spec.attempt += 1
                 st.queue.appendleft(spec)
             else:
-                self.cw.fail_task(
+                self.host.fail_task(
                     spec,
                     ActorDiedError(
                         st.actor_id.hex(),
@@ -320,8 +333,8 @@ class ActorSubmitter:
     @_locked
     def forget(self, actor_id: bytes) -> None:
         st = self._actors.pop(actor_id, None)
-        if st is not None and st.subscribed and not self.cw.gcs.closed:
-            self.cw.gcs.send("unsubscribe_actor", {"actor_id": actor_id})
+        if st is not None and st.subscribed and not self.host.gcs.closed:
+            self.host.gcs.send("unsubscribe_actor", {"actor_id": actor_id})
 
     def state_of(self, actor_id: bytes) -> str | None:
         st = self._actors.get(actor_id)

@@ -16,22 +16,49 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ember import config
+from ember.core_worker.locations import lost_location
+from ember.core_worker.memory_store import MemoryStore
+from ember.core_worker.reference_counter import ReferenceCounter
 from ember.core_worker.task_spec import ARG_REF
+from ember.exceptions import ObjectLostError
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
-
-if TYPE_CHECKING:
-    from ember.core_worker.core_worker import CoreWorker
 
 logger = logging.getLogger(__name__)
 
 
+class _TaskSubmitter(Protocol):
+    def on_node_dead(self, node_id: bytes) -> None: ...
+
+
+class ClusterLinksHost(Protocol):
+    """What the cluster links need of the rest of the core worker."""
+
+    mode: str
+    node: dict[str, Any]
+    node_id: bytes
+    worker_id: bytes
+    job_id: bytes
+    log_to_driver: bool
+    handlers: dict[str, Any]  # this process's ops, served on other raylets' connections too
+    raylet: Connection
+    gcs: Connection
+    loop: asyncio.AbstractEventLoop
+    memory_store: MemoryStore
+    refs: ReferenceCounter
+    task_submitter: _TaskSubmitter
+
+    def owns(self, object_id: bytes) -> bool: ...
+    def call_raylet_sync(self, op: str, body: Any, timeout: float = 30.0) -> Any: ...
+    async def connect_to_worker(self, worker_id: bytes | None, address: str) -> Connection: ...
+
+
 class ClusterLinks:
-    def __init__(self, cw: CoreWorker) -> None:
-        self.cw = cw
+    def __init__(self, host: ClusterLinksHost) -> None:
+        self.host = host
         self.raylets: dict[bytes, Connection] = {}  # {node_id: TCP connection to its raylet}
         self.node_addresses: dict[bytes, str] = {}  # {node_id: raylet TCP address}
         self.dead_nodes: set[bytes] = set()
@@ -41,9 +68,9 @@ class ClusterLinks:
 
     # -- raylets of other nodes ------------------------------------------------------------
     async def raylet_for_node(self, node_id: bytes, address: str | None = None) -> Connection:
-        cw = self.cw
-        if node_id == cw.node_id:
-            return cw.raylet
+        host = self.host
+        if node_id == host.node_id:
+            return host.raylet
         conn = self.raylets.get(node_id)
         if conn is not None and not conn.closed:
             return conn
@@ -54,12 +81,12 @@ class ClusterLinks:
                 address = self.node_addresses.get(node_id)
             if not address:
                 raise ConnectionError(f"node {node_id.hex()[:12]} has no reachable raylet")
-        conn = await conn_mod.connect(address, cw.handlers, name=f"raylet:{node_id.hex()[:8]}")
+        conn = await conn_mod.connect(address, host.handlers, name=f"raylet:{node_id.hex()[:8]}")
         self.raylets[node_id] = conn
         return conn
 
     async def refresh_nodes(self) -> None:
-        nodes = await self.cw.gcs.call("list_nodes", None, timeout=config.gcs_rpc_timeout)
+        nodes = await self.host.gcs.call("list_nodes", None, timeout=config.gcs_rpc_timeout)
         for n in nodes:
             if n.get("tcp_address"):
                 self.node_addresses[n["node_id"]] = n["tcp_address"]
@@ -72,7 +99,7 @@ class ClusterLinks:
         if spec.strategy not in (None, "DEFAULT") or not self.node_addresses_known():
             return None
         by_node: dict[bytes, int] = {}
-        store = self.cw.memory_store
+        store = self.host.memory_store
         for a in spec.args:
             if a[0] != ARG_REF:
                 continue
@@ -83,22 +110,22 @@ class ClusterLinks:
         if not by_node:
             return None
         node, size = max(by_node.items(), key=lambda kv: kv[1])
-        if node == self.cw.node_id or node in self.dead_nodes:
+        if node == self.host.node_id or node in self.dead_nodes:
             return None
-        if size < config.locality_min_bytes or by_node.get(self.cw.node_id, 0) >= size:
+        if size < config.locality_min_bytes or by_node.get(self.host.node_id, 0) >= size:
             return None
         return node
 
     def node_addresses_known(self) -> bool:
         # Only a cluster node (TCP) can lease elsewhere; an embedded node has one raylet.
-        return bool(self.cw.node.get("token_file"))
+        return bool(self.host.node.get("token_file"))
 
     # -- objects on other nodes ------------------------------------------------------------
     def pull_to_local(self, object_id: bytes, node_id: bytes, size: int, owner: Any) -> str:
         """Asks the local raylet to copy the object here; '' on success, else why not."""
-        cw = self.cw
+        host = self.host
         candidates = [node_id]
-        if cw.owns(object_id):
+        if host.owns(object_id):
             candidates += [n for n in self.locations.get(object_id, ()) if n != node_id]
         reason = "no node holds it"
         alive_failure = ""
@@ -108,7 +135,7 @@ class ClusterLinks:
                     reason = f"its node {source.hex()[:12]} died"
                     break
                 timeout = max(60.0, size / (20 * 1024 * 1024))
-                reply = cw.call_raylet_sync(
+                reply = host.call_raylet_sync(
                     "pull_object",
                     {"object_id": object_id, "node_id": source, "owner": owner},
                     timeout=timeout,
@@ -125,30 +152,28 @@ class ClusterLinks:
                 alive_failure = reason
         if alive_failure and not all(n in self.dead_nodes for n in candidates):
             # Not lost, only unreadable now: rebuilding it would race the live copy.
-            from ember.exceptions import ObjectLostError
-
             raise ObjectLostError(object_id.hex(), f"it could not be fetched: {alive_failure}")
         return reason
 
     def note_copy(self, object_id: bytes, owner: Any) -> None:
         """Tells the owner this node now holds a copy too."""
-        cw = self.cw
-        if owner is None or owner[0] == cw.worker_id:
-            self.locations.setdefault(object_id, set()).add(cw.node_id)
+        host = self.host
+        if owner is None or owner[0] == host.worker_id:
+            self.locations.setdefault(object_id, set()).add(host.node_id)
             return
-        body = {"object_id": object_id, "node_id": cw.node_id}
+        body = {"object_id": object_id, "node_id": host.node_id}
 
         async def send() -> None:
             try:
-                conn = await cw.connect_to_worker(owner[0], owner[1])
+                conn = await host.connect_to_worker(owner[0], owner[1])
                 conn.send("add_location", body)
             except Exception:
                 pass  # the owner is gone: nobody to tell
 
-        cw.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(send()))
+        host.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(send()))
 
     def h_add_location(self, conn: Connection, body: dict) -> None:
-        if self.cw.refs.has(body["object_id"]):
+        if self.host.refs.has(body["object_id"]):
             self.locations.setdefault(body["object_id"], set()).add(body["node_id"])
 
     def best_location(self, object_id: bytes, loc: tuple) -> tuple:
@@ -170,7 +195,7 @@ class ClusterLinks:
     def delete_remote(self, object_id: bytes, nodes: set[bytes]) -> None:
         """On the I/O thread: asks other nodes' raylets to drop their copies."""
         for node_id in nodes:
-            if node_id == self.cw.node_id or node_id in self.dead_nodes:
+            if node_id == self.host.node_id or node_id in self.dead_nodes:
                 continue
 
             async def send(node_id: bytes = node_id) -> None:
@@ -184,8 +209,8 @@ class ClusterLinks:
 
     # -- worker output from other nodes ----------------------------------------------------
     def wants_remote_logs(self) -> bool:
-        cw = self.cw
-        return cw.mode == "driver" and cw.log_to_driver and self.node_addresses_known()
+        host = self.host
+        return host.mode == "driver" and host.log_to_driver and self.node_addresses_known()
 
     async def subscribe_all_logs(self) -> None:
         """A driver asks every other node's raylet for its job's worker output."""
@@ -195,11 +220,11 @@ class ClusterLinks:
                 await self._subscribe_logs(node_id)
 
     async def _subscribe_logs(self, node_id: bytes) -> None:
-        if node_id == self.cw.node_id:
+        if node_id == self.host.node_id:
             return
         try:
             raylet = await self.raylet_for_node(node_id)
-            raylet.send("subscribe_logs", {"job_id": self.cw.job_id})
+            raylet.send("subscribe_logs", {"job_id": self.host.job_id})
         except Exception as e:
             logger.info("no worker output from node %s: %s", node_id.hex()[:12], e)
 
@@ -214,12 +239,12 @@ class ClusterLinks:
         node_id = body["node_id"]
         self.dead_nodes.add(node_id)
         # The driver says so; workers only log it (their stderr would echo to the driver).
-        log = logger.warning if self.cw.mode == "driver" else logger.info
+        log = logger.warning if self.host.mode == "driver" else logger.info
         log("node %s died: %s", node_id.hex()[:12], body.get("reason", ""))
         raylet = self.raylets.pop(node_id, None)
         if raylet is not None:
             raylet.close("its node died")
-        self.cw.task_submitter.on_node_dead(node_id)
+        self.host.task_submitter.on_node_dead(node_id)
 
     def on_gcs_lost(self, why: str) -> None:
         """A driver of a cluster lost the head: nothing pending can finish. Say so now."""
@@ -233,34 +258,31 @@ class ClusterLinks:
             return
 
         def fail() -> None:
-            if self.cw.gcs is not None and self.cw.gcs.closed:
-                self._fail_pending(self._head_gone(self.cw.gcs.close_reason))
+            if self.host.gcs is not None and self.host.gcs.closed:
+                self._fail_pending(self._head_gone(self.host.gcs.close_reason))
             else:
                 self._fail_pending(f"the node this driver runs on stopped (its raylet: {why})")
 
-        self.cw.loop.call_later(0.5, fail)
+        self.host.loop.call_later(0.5, fail)
 
     def local_node_lost(self) -> bool:
         """True when lease failures should wait for on_node_lost's clearer error."""
-        return self.node_addresses_known() and self.cw.raylet.closed
+        return self.node_addresses_known() and self.host.raylet.closed
 
     def _head_gone(self, why: str) -> str:
         return (
-            f"the connection to the cluster's GCS at {self.cw.node['gcs_address']} was lost "
+            f"the connection to the cluster's GCS at {self.host.node['gcs_address']} was lost "
             f"({why}): the head node is gone"
         )
 
     def _fail_pending(self, msg: str) -> None:
-        from ember.core_worker.core_worker import _lost_value
-        from ember.exceptions import ObjectLostError
-
         if self.failed_all:
             return
         self.failed_all = True
         print(f"(ember) Error: {msg}", file=sys.stderr, flush=True)
-        cw = self.cw
-        for oid in cw.memory_store.pending_ids():
-            cw.memory_store.put(oid, _lost_value(oid, None, ObjectLostError, msg))
+        host = self.host
+        for oid in host.memory_store.pending_ids():
+            host.memory_store.put(oid, lost_location(oid, ObjectLostError, msg))
 
     def close(self) -> None:
         for conn in self.raylets.values():

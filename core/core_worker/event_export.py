@@ -1,4 +1,4 @@
-"""Task events, from this process's bounded buffer to the node's agent (issue 4 §1).
+"""Task events, from this process's bounded buffer to the node's agent (for the dashboard).
 
 Every ``PERIOD`` seconds the I/O loop sends the events recorded since the last flush to the
 agent's Unix socket (``sockets/agent``, op ``task_events``) in batches of at most ``BATCH``.
@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any
+from typing import Any, Protocol
 
+from ember.core_worker.task_events import TaskEvents
 from ember.protocol import connection as conn_mod
 
 logger = logging.getLogger(__name__)
@@ -26,10 +27,20 @@ BATCH = 5_000
 RETRY_SECONDS = 5.0
 
 
+class EventExporterHost(Protocol):
+    """What the exporter needs of the core worker."""
+
+    node: dict[str, Any]
+    job_id: bytes
+    worker_id: bytes
+    shutting_down: bool
+
+
 class EventExporter:
-    def __init__(self, cw: Any) -> None:
-        self.cw = cw
-        self.address = "unix:" + os.path.join(cw.node["session_dir"], "sockets", "agent")
+    def __init__(self, host: EventExporterHost, events: TaskEvents) -> None:
+        self.host = host
+        self.events = events
+        self.address = "unix:" + os.path.join(host.node["session_dir"], "sockets", "agent")
         self.conn: Any = None
         self.last: tuple | None = None  # the newest event already sent
         self.sent_upto = 0  # how many of the events ever recorded were sent or lost
@@ -39,7 +50,7 @@ class EventExporter:
         self.task: asyncio.Future | None = None
 
     async def run(self) -> None:
-        while not self.cw.shutting_down:
+        while not self.host.shutting_down:
             await asyncio.sleep(PERIOD)
             try:
                 await self.flush()
@@ -48,19 +59,19 @@ class EventExporter:
 
     def new_events(self) -> tuple[list[tuple], int, int]:
         """(events not sent yet, how many fell out of the buffer unsent, events recorded)."""
-        cw = self.cw
-        events = cw.events
+        buffer = self.events
+        events = buffer.buffer
         if not events or events[-1] is self.last:
             return [], 0, 0
         for _ in range(3):
             # The user thread may append meanwhile: a copy with the drop count unchanged
             # around it is consistent with that count.
-            dropped = cw.events_dropped
+            dropped = buffer.dropped
             try:
                 snapshot = list(events)
             except RuntimeError:
                 continue
-            if cw.events_dropped == dropped:
+            if buffer.dropped == dropped:
                 break
         else:
             return [], 0, 0
@@ -81,14 +92,14 @@ class EventExporter:
         conn = await self._connection()
         if conn is None:
             return  # the agent is away; the events stay in the bounded buffer
-        cw = self.cw
+        host = self.host
         for i in range(0, len(new), BATCH):
             chunk = new[i : i + BATCH]
             conn.send(
                 "task_events",
                 {
-                    "job_id": cw.job_id,
-                    "worker_id": cw.worker_id,
+                    "job_id": host.job_id,
+                    "worker_id": host.worker_id,
                     "events": chunk,
                     "dropped": lost if i == 0 else 0,
                 },

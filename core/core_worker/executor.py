@@ -9,43 +9,79 @@ as coroutines on its own event loop, at most ``max_concurrency`` at once.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import ctypes
 import inspect
 import logging
 import os
+import pickle
 import queue
 import signal
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import cloudpickle
+from ember.core_worker.reference_counter import ReferenceCounter
 from ember.core_worker.task_spec import (
     ACTOR_CREATION_TASK,
     ACTOR_TASK,
     ARG_INLINE,
     TaskSpec,
 )
-from ember.exceptions import ActorDiedError, TaskCancelledError, TaskError, format_exception
+from ember.exceptions import (
+    ActorDiedError,
+    ActorExit,
+    TaskCancelledError,
+    TaskError,
+    format_exception,
+)
 from ember.object_ref import ObjectRef
-from ember.protocol.connection import DEFERRED, Deferred
-from ember.serialization import META_ERROR, deserialize, serialize, serialize_error
-
-if TYPE_CHECKING:
-    from ember.core_worker.core_worker import CoreWorker
+from ember.protocol.connection import DEFERRED, Connection, Deferred, new_event_loop
+from ember.serialization import (
+    META_ERROR,
+    SerializedObject,
+    deserialize,
+    serialize,
+    serialize_error,
+)
 
 logger = logging.getLogger(__name__)
 
 
-class ActorExit(SystemExit):
-    """Raised by ``ember.actor.exit_actor()``; ends the actor after the current call."""
+class ExecutorHost(Protocol):
+    """What the executor needs of the rest of the core worker. It sets ``job_id``,
+    ``namespace`` and ``actor_id`` (the task running now; the actor constructed here) and
+    ``code_path`` (the driver's import dirs, for the tasks this worker submits)."""
+
+    worker_id: bytes
+    node: dict[str, Any]
+    node_id_hex: str
+    job_id: bytes
+    namespace: str
+    actor_id: bytes | None
+    code_path: list[str]
+    current: threading.local  # .task_id, .spec, .is_actor, .actor_id, .profile_spans
+    raylet: Connection
+    refs: ReferenceCounter
+
+    def run_sync(self, coro: Any, timeout: float | None) -> Any: ...
+    def call_gcs_sync(self, op: str, body: Any, timeout: float | None = None) -> Any: ...
+    async def connect_to_worker(self, worker_id: bytes | None, address: str) -> Connection: ...
+    def register_new_borrows(self) -> None: ...
+    def wait_locations(self, refs: list[ObjectRef], timeout: float | None) -> list[tuple]: ...
+    def materialize(self, object_id: bytes, loc: tuple) -> Any: ...
+    def store_serialized(
+        self, object_id: bytes, ser: SerializedObject, owner: Any, zero_copy: bool = False
+    ) -> tuple: ...
+    def current_actor_hex(self) -> str: ...
 
 
 class Executor:
-    def __init__(self, cw: CoreWorker) -> None:
-        self.cw = cw
+    def __init__(self, host: ExecutorHost) -> None:
+        self.host = host
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.functions: dict[bytes, Any] = {}  # {function_id: callable}
         self.actor: Any = None
@@ -83,13 +119,11 @@ class Executor:
     def request_exit(self, body: dict) -> None:
         """Graceful exit (the actor's handles are gone): after the calls already queued.
 
-        ``force`` (``ember.kill``): now, running the actor's atexit handlers first, as the
-        seeds document ("Any exit handlers installed in the actor using atexit will be
-        called"); the raylet kills the process if that takes too long.
+        ``force`` (``ember.kill``): now, running the actor's atexit handlers first, as Ray
+        0.8 documents for ``ray.kill`` ("Any exit handlers installed in the actor using
+        atexit will be called"); the raylet kills the process if that takes too long.
         """
         if body.get("force"):
-            import atexit
-
             try:
                 atexit._run_exitfuncs()
             finally:
@@ -154,14 +188,14 @@ class Executor:
             self._exit_actor("exit_actor() was called")
 
     def execute(self, spec: TaskSpec) -> dict:
-        cw = self.cw
-        current = cw.current
+        host = self.host
+        current = host.current
         current.task_id = spec.task_id
         current.spec = spec
         current.is_actor = spec.kind != 0
         if spec.job_id:
-            cw.job_id = spec.job_id
-            cw.namespace = spec.namespace
+            host.job_id = spec.job_id
+            host.namespace = spec.namespace
         self.running[spec.task_id] = threading.get_ident()
         if spec.gpu_ids:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
@@ -185,7 +219,7 @@ class Executor:
         except ActorExit:
             self.exiting = True
             reply = self._error_reply(
-                spec, ActorDiedError(cw.current_actor_hex(), "exit_actor() was called"), app=False
+                spec, ActorDiedError(host.current_actor_hex(), "exit_actor() was called"), app=False
             )
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             if isinstance(e, KeyboardInterrupt | SystemExit) and not isinstance(
@@ -208,7 +242,7 @@ class Executor:
         if spans:
             reply["profile"] = spans
         reply["pid"] = os.getpid()
-        reply["node_id"] = cw.node_id_hex  # where it ran: the timeline's process row
+        reply["node_id"] = host.node_id_hex  # where it ran: the timeline's process row
         self.tasks_done += 1
         sys.stdout.flush()
         sys.stderr.flush()
@@ -225,8 +259,6 @@ class Executor:
     def _task_error(self, spec: TaskSpec, e: BaseException) -> TaskError:
         tb = format_exception(e)
         try:
-            import pickle
-
             pickle.loads(cloudpickle.dumps(e))
             cause = e
         except Exception:
@@ -236,7 +268,7 @@ class Executor:
             tb,
             cause,
             pid=os.getpid(),
-            ip=self.cw.node.get("node_ip", ""),
+            ip=self.host.node.get("node_ip", ""),
             actor_repr=self.actor_name or None,
         )
 
@@ -268,7 +300,7 @@ class Executor:
             self.adopt_code_path(spec.code_path)
             data = spec.function_bytes
             if data is None:
-                data = self.cw.run_sync(self._fetch_function(spec), 30.0)
+                data = self.host.run_sync(self._fetch_function(spec), 30.0)
             fn = self.functions[spec.function_id] = cloudpickle.loads(data)
         return fn
 
@@ -276,21 +308,21 @@ class Executor:
         """The driver's import dirs go after ours, so its modules import here too."""
         if not code_path:
             return
-        if not self.cw.code_path:
-            self.cw.code_path = list(code_path)  # passed on to the tasks this worker submits
+        if not self.host.code_path:
+            self.host.code_path = list(code_path)  # passed on to the tasks this worker submits
         for p in code_path:
             if p not in sys.path:
                 sys.path.append(p)
 
     async def _fetch_function(self, spec: TaskSpec) -> bytes:
-        conn = await self.cw.connect_to_worker(spec.owner[0], spec.owner[1])
+        conn = await self.host.connect_to_worker(spec.owner[0], spec.owner[1])
         data = await conn.call("get_function", {"function_id": spec.function_id})
         if data is None:
             raise RuntimeError(f"the owner no longer has the function {spec.function_name}")
         return data
 
     def resolve_args(self, spec: TaskSpec) -> tuple[list, dict]:
-        cw = self.cw
+        host = self.host
         values: list[Any] = []
         refs: list[ObjectRef] = []
         ref_positions: list[int] = []
@@ -304,12 +336,12 @@ class Executor:
                 ref_positions.append(len(values))
                 refs.append(ObjectRef(a[1], a[2]))
                 values.append(None)
-        cw.register_new_borrows()
+        host.register_new_borrows()
         if refs:
-            locs = cw.wait_locations(refs, None)
+            locs = host.wait_locations(refs, None)
             for pos, ref, loc in zip(ref_positions, refs, locs, strict=True):
                 try:
-                    values[pos] = cw.materialize(ref._id, loc)
+                    values[pos] = host.materialize(ref._id, loc)
                 except TaskError as e:
                     raise _arg_error(e) from None
         nkw = len(spec.kwarg_names)
@@ -332,12 +364,12 @@ class Executor:
                     f"{got}; return a tuple of {n} values."
                 )
             values = list(result)
-        cw = self.cw
+        host = self.host
         returns, contained = [], []
         caller = spec.owner
         for oid, value in zip(spec.return_ids(), values, strict=True):
             ser = serialize(value, what=f"the return value of {spec.display_name()}()")
-            returns.append(cw.store_serialized(oid, ser, caller))
+            returns.append(host.store_serialized(oid, ser, caller))
             if ser.contained:
                 self._register_caller_as_borrower(ser.contained, caller)
             contained.append(ser.contained or None)
@@ -345,13 +377,13 @@ class Executor:
 
     def _register_caller_as_borrower(self, inner: list, caller) -> None:
         """Refs inside a return value stay alive for the caller until it registers itself."""
-        cw = self.cw
+        host = self.host
         by_owner: dict[bytes, tuple[Any, list[bytes]]] = {}
         for object_id, owner in inner:
             if owner is None or owner[0] == caller[0]:
                 continue  # the caller owns it: its own count covers it
-            if owner[0] == cw.worker_id:
-                cw.refs.add_borrower(object_id, caller[0])
+            if owner[0] == host.worker_id:
+                host.refs.add_borrower(object_id, caller[0])
             else:
                 by_owner.setdefault(owner[0], (owner, []))[1].append(object_id)
         if not by_owner:
@@ -360,23 +392,23 @@ class Executor:
         async def register() -> None:
             for owner, ids in by_owner.values():
                 try:
-                    conn = await cw.connect_to_worker(owner[0], owner[1])
+                    conn = await host.connect_to_worker(owner[0], owner[1])
                     await conn.call("add_borrower", {"object_ids": ids, "borrower": caller[0]}, 10)
                 except Exception:
                     pass  # the owner died: the caller will see OwnerDiedError
 
-        cw.run_sync(register(), 15.0)
+        host.run_sync(register(), 15.0)
 
     # -- actors ----------------------------------------------------------------------------
     def _construct_actor(self, spec: TaskSpec, cls: Any, args: list, kwargs: dict) -> None:
         self.adopt_code_path(spec.code_path)
         opts = spec.actor_options or {}
         self.actor_spec = spec
-        self.cw.current.actor_id = spec.actor_id
-        self.cw.actor_id = spec.actor_id
+        self.host.current.actor_id = spec.actor_id
+        self.host.actor_id = spec.actor_id
         self.actor_name = opts.get("class_name", getattr(cls, "__name__", "Actor"))
-        self.cw.raylet.send_threadsafe(
-            "worker_title", {"worker_id": self.cw.worker_id, "title": self.actor_name}
+        self.host.raylet.send_threadsafe(
+            "worker_title", {"worker_id": self.host.worker_id, "title": self.actor_name}
         )
         self.actor = cls.__new__(cls)
         self.actor.__init__(*args, **kwargs)
@@ -387,8 +419,6 @@ class Executor:
             self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="ember-actor")
 
     def _start_async_loop(self, concurrency: int) -> None:
-        from ember.protocol.connection import new_event_loop
-
         loop = new_event_loop()
         started = threading.Event()
 
@@ -442,10 +472,10 @@ class Executor:
 
     def _exit_actor(self, reason: str) -> None:
         """Ends this actor's process after telling the GCS it meant to."""
-        cw = self.cw
+        host = self.host
         try:
-            cw.call_gcs_sync(
-                "actor_exited", {"actor_id": cw.actor_id, "reason": reason}, timeout=5.0
+            host.call_gcs_sync(
+                "actor_exited", {"actor_id": host.actor_id, "reason": reason}, timeout=5.0
             )
         except Exception:
             pass

@@ -1,5 +1,5 @@
-"""Lineage reconstruction (the seeds' 003 §1.23.2): re-running the task that made an object
-whose every shared-memory copy died with its node.
+"""Lineage reconstruction, as in Ray: re-running the task that made an object whose every
+shared-memory copy died with its node.
 
 The owner keeps the specs of finished normal tasks that returned shared-memory objects and
 may still be retried, on cluster nodes only (on one node the store dies with everything
@@ -11,29 +11,45 @@ oldest dropped first.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ember import config
+from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.task_spec import ACTOR_TASK, ARG_REF, TaskSpec
 from ember.ids import task_id_of
 from ember.serialization import deserialize
 
-if TYPE_CHECKING:
-    from ember.core_worker.core_worker import CoreWorker
-
 logger = logging.getLogger(__name__)
 
 
+class _TaskSubmitter(Protocol):
+    def resubmit(self, spec: TaskSpec) -> None: ...
+
+
+class LineageHost(Protocol):
+    """What lineage needs of the rest of the core worker."""
+
+    node: dict[str, Any]
+    memory_store: MemoryStore
+    loop: asyncio.AbstractEventLoop
+    task_submitter: _TaskSubmitter
+
+    def owns(self, object_id: bytes) -> bool: ...
+    def record_event(self, spec: TaskSpec, state: str, **extra: Any) -> None: ...
+    def read_plasma(self, object_id: bytes, loc: tuple) -> tuple[int, Any]: ...
+
+
 class Lineage:
-    def __init__(self, cw: CoreWorker) -> None:
-        self.cw = cw
+    def __init__(self, host: LineageHost) -> None:
+        self.host = host
         self.specs: dict[bytes, TaskSpec] = {}  # {task_id: spec}, oldest first
 
     def keep(self, spec: TaskSpec, returns: list) -> None:
         """After a task's reply: remember it if a node's death could lose its results."""
-        if not self.cw.node.get("token_file"):
+        if not self.host.node.get("token_file"):
             return
         if spec.kind == ACTOR_TASK or not any(loc[0] == "plasma" for loc in returns):
             return
@@ -50,16 +66,16 @@ class Lineage:
     def reconstruct(self, object_id: bytes) -> tuple[int, Any] | None:
         """Re-runs the task that made a lost object this process owns (user thread); returns
         the rebuilt ``(meta, value)``, or None when it cannot."""
-        cw = self.cw
+        host = self.host
         spec = self.specs.pop(task_id_of(object_id), None)
-        if spec is None or not cw.owns(object_id):
+        if spec is None or not host.owns(object_id):
             return None
         if spec.max_retries != -1 and spec.attempt >= spec.max_retries:
             return None
         spec.attempt += 1
         for oid in spec.return_ids():
-            cw.memory_store.reset(oid)
-        cw.record_event(spec, "RETRYING")
+            host.memory_store.reset(oid)
+        host.record_event(spec, "RETRYING")
         logger.warning(
             "object %s was lost; re-running %s() to rebuild it",
             object_id.hex()[:16],
@@ -72,12 +88,12 @@ class Lineage:
             box.append(value)
             done.set()
 
-        cw.loop.call_soon_threadsafe(cw.task_submitter.submit, spec)
-        cw.memory_store.on_ready(object_id, on_ready)
+        host.loop.call_soon_threadsafe(host.task_submitter.resubmit, spec)
+        host.memory_store.on_ready(object_id, on_ready)
         if not done.wait(config.reconstruction_timeout):
-            cw.memory_store.remove_waiter(object_id, on_ready)
+            host.memory_store.remove_waiter(object_id, on_ready)
             return None
         loc = box[0]
         if loc[0] == "inline":
             return loc[1], deserialize(loc[2], loc[3])
-        return cw._read_plasma(object_id, loc)
+        return host.read_plasma(object_id, loc)

@@ -9,7 +9,7 @@ Rules:
   Whoever sent the ref kept it alive until then: a pending task holds its arguments; a task
   that returns refs registers its caller as a borrower before it replies.
 - A borrower whose own counts reach zero tells the owner (``on_borrow_released``).
-- The five reference kinds of the seeds (002 §5.3.6) are read off these counts for
+- The five reference kinds of Ray 0.8's ``ray memory`` are read off these counts for
   ``ember memory``: LOCAL_REFERENCE, USED_BY_PENDING_TASK, CAPTURED_IN_OBJECT,
   PINNED_IN_MEMORY (a deserialized zero-copy value still alive) and ACTOR_HANDLE.
 """
@@ -254,7 +254,7 @@ class ReferenceCounter:
             return list(self._refs.items())
 
     def reference_types(self, ref: Ref) -> list[str]:
-        """The seeds' reference kinds this entry stands for (002 §5.3.6)."""
+        """The ``ray memory`` reference kinds this entry stands for."""
         kinds = []
         if ref.is_actor_handle:
             kinds.append("ACTOR_HANDLE")

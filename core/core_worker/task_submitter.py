@@ -5,6 +5,10 @@ scheduling strategy; tasks of one class share leases. A leased worker runs one t
 (pipelining could queue a task behind one blocked in ``get`` on its result, a deadlock), and
 an idle lease is kept for ``lease_idle_seconds`` so a loop of sync calls costs one round trip
 to the worker per task, not two.
+
+What happens to each task (queue it, push it, retry it, fail it) is decided by the state
+machine in ``task_attempts.py``; this module is its I/O shell: it owns the scheduling
+classes, leases and connections, tells the machine what happened and does what it says.
 """
 
 from __future__ import annotations
@@ -12,14 +16,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ember import config
+from ember.core_worker.memory_store import MemoryStore
+from ember.core_worker.task_attempts import (
+    DEQUEUE,
+    ENQUEUE,
+    FAIL,
+    FAIL_CRASHED,
+    FINISH,
+    PUSH,
+    RETRY,
+    SEND_CANCEL,
+    WAIT_ARGS,
+    TaskAttempts,
+    TaskState,
+    crashed_error,
+)
 from ember.core_worker.task_spec import ARG_REF, TaskSpec
+from ember.exceptions import TaskUnschedulableError
 from ember.protocol.connection import Connection, ConnectionClosedError
-
-if TYPE_CHECKING:
-    from ember.core_worker.core_worker import CoreWorker
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +45,7 @@ MAX_PENDING_LEASES_PER_CLASS = 16
 
 class _Lease:
     __slots__ = (
+        "cls",
         "lease_id",
         "worker_id",
         "address",
@@ -41,8 +59,9 @@ class _Lease:
     )
 
     def __init__(
-        self, lease_id, worker_id, address, conn, raylet, gpu_ids=(), node_id=None
+        self, cls, lease_id, worker_id, address, conn, raylet, gpu_ids=(), node_id=None
     ) -> None:
+        self.cls: _Class = cls  # the scheduling class it was leased for
         self.gpu_ids = list(gpu_ids)
         self.node_id = node_id
         self.lease_id = lease_id
@@ -68,52 +87,113 @@ class _Class:
         self.pending_leases = 0
 
 
+class _Links(Protocol):
+    async def raylet_for_node(self, node_id: bytes, address: str | None = None) -> Connection: ...
+    def locality_node(self, spec: Any) -> bytes | None: ...
+    def local_node_lost(self) -> bool: ...
+
+
+class TaskSubmitterHost(Protocol):
+    """What the task submitter needs of the rest of the core worker."""
+
+    worker_id: bytes
+    job_id: bytes
+    raylet: Connection
+    shutting_down: bool
+    loop: asyncio.AbstractEventLoop
+    memory_store: MemoryStore
+    links: _Links
+
+    def owns(self, object_id: bytes) -> bool: ...
+    def inline_small_args(self, spec: TaskSpec) -> None: ...
+    def attach_function(self, spec: TaskSpec, conn: Connection) -> None: ...
+    def record_event(self, spec: TaskSpec, state: str, **extra: Any) -> None: ...
+    def complete_task(self, spec: TaskSpec, reply: dict) -> None: ...
+    def fail_task(self, spec: TaskSpec, error: BaseException) -> None: ...
+    async def connect_to_worker(self, worker_id: bytes | None, address: str) -> Connection: ...
+
+
 class TaskSubmitter:
-    def __init__(self, cw: CoreWorker) -> None:
-        self.cw = cw
+    """The I/O shell of ``TaskAttempts``: it feeds the state machine what happens (arguments
+    ready, leases, replies, deaths, cancels) and carries out what it answers."""
+
+    def __init__(self, host: TaskSubmitterHost) -> None:
+        self.host = host
+        self.attempts = TaskAttempts()
         self._classes: dict[Any, _Class] = {}
-        self._running: dict[bytes, _Lease] = {}  # {task_id: lease running it}
-        self._cancelled: set[bytes] = set()
-        self._force_cancelled: set[bytes] = set()  # killed on purpose: not a crash to retry
 
     # -- entry -----------------------------------------------------------------------------
     def submit(self, spec: TaskSpec) -> None:
-        """On the I/O thread: wait for owned arguments, then queue for a lease."""
-        pending = [
+        """On the I/O thread: a new task (its arguments may still be pending)."""
+        self._run(self.attempts.handle(("submit", spec, self._waiting_on(spec))))
+
+    def resubmit(self, spec: TaskSpec) -> None:
+        """On the I/O thread: a finished task runs again to rebuild a lost result."""
+        self._run(self.attempts.handle(("reconstruct", spec, self._waiting_on(spec))))
+
+    def _waiting_on(self, spec: TaskSpec) -> list[bytes]:
+        """The task's owned argument objects whose values are not ready yet."""
+        if not spec.args:
+            return []
+        host = self.host
+        return [
             a[1]
             for a in spec.args
-            if a[0] == ARG_REF
-            and self.cw.owns(a[1])
-            and not self.cw.memory_store.get_if_ready(a[1])
+            if a[0] == ARG_REF and host.owns(a[1]) and not host.memory_store.get_if_ready(a[1])
         ]
-        if not pending:
-            self._enqueue(spec)
-            return
-        remaining = {"n": len(pending)}
+
+    def _run(self, instructions: list[tuple]) -> None:
+        """Carries out the state machine's instructions (task_attempts.py lists them)."""
+        for ins in instructions:
+            op = ins[0]
+            if op == ENQUEUE:
+                self._enqueue(ins[1])
+            elif op == PUSH:
+                self._push(ins[2], ins[1])
+            elif op == FINISH:
+                self.host.complete_task(ins[1], ins[2])
+            elif op == RETRY:
+                self.host.record_event(ins[1], "RETRYING")
+                self._enqueue(ins[1])
+            elif op == FAIL:
+                self.host.fail_task(ins[1], ins[2])
+            elif op == WAIT_ARGS:
+                self._wait_args(ins[1], ins[2])
+            elif op == DEQUEUE:
+                self._class_of(ins[1]).queue.remove(ins[1])
+            elif op == SEND_CANCEL:
+                ins[2].conn.send("cancel_task", {"task_id": ins[1].task_id, "force": ins[3]})
+            elif op == FAIL_CRASHED:
+                self._fail_crashed(ins[1], ins[2], str(ins[3]))
+            else:
+                raise AssertionError(f"unknown instruction {ins!r}")
+
+    def _wait_args(self, spec: TaskSpec, object_ids: list[bytes]) -> None:
+        remaining = {"n": len(object_ids)}
 
         def on_ready(_oid, _value) -> None:
             remaining["n"] -= 1
             if remaining["n"] == 0:
-                self.cw.loop.call_soon_threadsafe(self._resolved, spec)
+                self.host.loop.call_soon_threadsafe(self._args_ready, spec)
 
-        for oid in pending:
-            self.cw.memory_store.on_ready(oid, on_ready)
+        for oid in object_ids:
+            self.host.memory_store.on_ready(oid, on_ready)
 
-    def _resolved(self, spec: TaskSpec) -> None:
-        self.cw.inline_small_args(spec)
-        self._enqueue(spec)
+    def _args_ready(self, spec: TaskSpec) -> None:
+        self.host.inline_small_args(spec)
+        self._run(self.attempts.handle(("args_ready", spec.task_id)))
 
-    def _enqueue(self, spec: TaskSpec) -> None:
-        if spec.task_id in self._cancelled:
-            self._cancelled.discard(spec.task_id)
-            self.cw.fail_task(spec, self.cw.cancelled_error(spec))
-            return
+    def _class_of(self, spec: TaskSpec) -> _Class:
         key = (tuple(sorted(spec.resources.items())), _strategy_key(spec.strategy))
         cls = self._classes.get(key)
         if cls is None:
             cls = self._classes[key] = _Class(key, spec.resources, spec.strategy)
+        return cls
+
+    def _enqueue(self, spec: TaskSpec) -> None:
+        cls = self._class_of(spec)
         cls.queue.append(spec)
-        self.cw.record_event(spec, "PENDING_NODE_ASSIGNMENT")
+        self.host.record_event(spec, "PENDING_NODE_ASSIGNMENT")
         self._pump(cls)
 
     # -- leases ----------------------------------------------------------------------------
@@ -123,7 +203,7 @@ class TaskSubmitter:
             if lease.idle_handle is not None:
                 lease.idle_handle.cancel()
                 lease.idle_handle = None
-            self._push(cls, lease, cls.queue.popleft())
+            self._dispatch(lease, cls.queue.popleft())
         wanted = len(cls.queue) - cls.pending_leases
         while wanted > 0 and cls.pending_leases < MAX_PENDING_LEASES_PER_CLASS:
             cls.pending_leases += 1
@@ -134,32 +214,32 @@ class TaskSubmitter:
         body = {
             "resources": cls.resources,
             "strategy": cls.strategy,
-            "client": self.cw.worker_id,
-            "job_id": self.cw.job_id,
+            "client": self.host.worker_id,
+            "job_id": self.host.job_id,
             "name": cls.queue[0].function_name if cls.queue else "",
         }
-        raylet = self.cw.raylet
+        raylet = self.host.raylet
         try:
             # Large arguments pull the work toward their data (Ray's locality-aware leasing).
-            near = self.cw.links.locality_node(cls.queue[0]) if cls.queue else None
+            near = self.host.links.locality_node(cls.queue[0]) if cls.queue else None
             if near is not None:
-                raylet = await self.cw.links.raylet_for_node(near)
+                raylet = await self.host.links.raylet_for_node(near)
             for _ in range(8):  # each hop is a raylet that knows a better node
                 grant = await raylet.call("request_lease", body)
                 if not grant or "spillback" not in grant:
                     break
                 target = grant["spillback"]
-                raylet = await self.cw.links.raylet_for_node(target["node_id"], target["address"])
+                raylet = await self.host.links.raylet_for_node(target["node_id"], target["address"])
                 body["spilled"] = True
         except Exception as e:
             cls.pending_leases -= 1
-            if isinstance(e, OSError | TimeoutError) and not self.cw.raylet.closed:
+            if isinstance(e, OSError | TimeoutError) and not self.host.raylet.closed:
                 # Another node's raylet went away (or never answered): ask ours again; the
                 # cluster view it spills by learns of the death within a heartbeat.
                 logger.info("lease request to another node failed (%s); retrying here", e)
-                self.cw.loop.call_later(0.1, self._pump, cls)
+                self.host.loop.call_later(0.1, self._pump, cls)
                 return
-            if self.cw.links.local_node_lost():
+            if self.host.links.local_node_lost():
                 return  # the driver fails everything pending, saying why (on_node_lost)
             self._fail_queue(cls, e)
             return
@@ -168,15 +248,13 @@ class TaskSubmitter:
             self._pump(cls)
             return
         if "error" in grant or "spillback" in grant:
-            from ember.exceptions import TaskUnschedulableError
-
             self._fail_queue(cls, TaskUnschedulableError(grant.get("error", "no node took it")))
             return
         lease_id, worker_id, address = grant["lease_id"], grant["worker_id"], grant["address"]
         try:
-            conn = await self.cw.connect_to_worker(worker_id, address)
+            conn = await self.host.connect_to_worker(worker_id, address)
         except Exception as e:
-            if self.cw.shutting_down:
+            if self.host.shutting_down:
                 return  # the node is stopping: its workers are going away, say nothing
             logger.warning("could not reach leased worker %s: %s", address, e)
             if not raylet.closed:
@@ -184,6 +262,7 @@ class TaskSubmitter:
             self._pump(cls)
             return
         lease = _Lease(
+            cls,
             lease_id,
             worker_id,
             address,
@@ -194,7 +273,7 @@ class TaskSubmitter:
         )
         cls.leases.add(lease)
         if cls.queue:
-            self._push(cls, lease, cls.queue.popleft())
+            self._dispatch(lease, cls.queue.popleft())
         else:
             self._return_lease(cls, lease)
 
@@ -207,46 +286,59 @@ class TaskSubmitter:
                 "return_lease", {"lease_id": lease.lease_id, "worker_died": worker_died}
             )
 
-    def _push(self, cls: _Class, lease: _Lease, spec: TaskSpec) -> None:
+    def _dispatch(self, lease: _Lease, spec: TaskSpec) -> None:
+        """``spec``, just taken off its class's queue, gets ``lease``'s worker."""
+        self._run(self.attempts.handle(("lease_granted", spec, lease)))
+
+    def _push(self, lease: _Lease, spec: TaskSpec) -> None:
         lease.busy = True
         lease.spec = spec
         spec.gpu_ids = lease.gpu_ids
-        self._running[spec.task_id] = lease
-        self.cw.attach_function(spec, lease.conn)
-        self.cw.record_event(spec, "SUBMITTED_TO_WORKER", worker_id=lease.worker_id)
+        self.host.attach_function(spec, lease.conn)
+        self.host.record_event(spec, "SUBMITTED_TO_WORKER", worker_id=lease.worker_id)
         lease.conn.request_cb(
-            "push_task", spec, lambda reply, exc: self._on_reply(cls, lease, spec, reply, exc)
+            "push_task", spec, lambda reply, exc: self._on_reply(lease, spec, reply, exc)
         )
 
-    def _on_reply(self, cls: _Class, lease: _Lease, spec: TaskSpec, reply, exc) -> None:
+    def _on_reply(self, lease: _Lease, spec: TaskSpec, reply, exc) -> None:
         lease.busy = False
         lease.spec = None
-        self._running.pop(spec.task_id, None)
+        cls = lease.cls
         if exc is not None:
             # The worker went away mid-task: the lease is gone; retry or fail the task.
             self._return_lease(cls, lease, worker_died=True)
-            if spec.task_id in self._force_cancelled:
-                self._force_cancelled.discard(spec.task_id)
-                self.cw.fail_task(spec, self.cw.cancelled_error(spec))
-            elif isinstance(exc, ConnectionClosedError):
-                self.cw.on_worker_crashed(
-                    spec, lease.worker_id, str(exc), self._retry, lease.raylet
-                )
-            else:
-                self.cw.fail_task(spec, exc)
+            crashed = isinstance(exc, ConnectionClosedError)
+            self._run(self.attempts.handle(("worker_died", spec.task_id, exc, crashed)))
             self._pump(cls)
             return
-        self.cw.handle_task_reply(spec, reply, self._retry)
+        self._run(self.attempts.handle(("reply", spec.task_id, reply)))
         if reply.get("worker_exiting"):
             self._return_lease(cls, lease, worker_died=True)
             self._pump(cls)
             return
         if cls.queue:
-            self._push(cls, lease, cls.queue.popleft())
+            self._dispatch(lease, cls.queue.popleft())
             return
         cls.idle.append(lease)
-        lease.idle_handle = self.cw.loop.call_later(
+        lease.idle_handle = self.host.loop.call_later(
             config.lease_idle_seconds, self._idle_expired, cls, lease
+        )
+
+    def _fail_crashed(self, spec: TaskSpec, lease: _Lease, reason: str) -> None:
+        """Fails a task whose worker died, saying how it died (exit code or signal), which
+        the raylet that leased the worker knows (else ``reason``)."""
+        raylet = lease.raylet
+        if raylet is None or raylet.closed:
+            self.host.fail_task(spec, crashed_error(spec, reason))
+            return
+
+        def on_reason(fut: asyncio.Future) -> None:
+            # The raylet answers within its own deadline, or its connection fails the future.
+            how = None if fut.cancelled() or fut.exception() else fut.result()
+            self.host.fail_task(spec, crashed_error(spec, how or reason))
+
+        raylet.request("worker_exit_reason", {"worker_id": lease.worker_id}).add_done_callback(
+            on_reason
         )
 
     def _idle_expired(self, cls: _Class, lease: _Lease) -> None:
@@ -254,31 +346,14 @@ class TaskSubmitter:
         if lease in cls.idle and not lease.busy:
             self._return_lease(cls, lease)
 
-    def _retry(self, spec: TaskSpec) -> None:
-        self._enqueue(spec)
-
     def _fail_queue(self, cls: _Class, error: BaseException) -> None:
         while cls.queue:
-            self.cw.fail_task(cls.queue.popleft(), error)
+            self._run(self.attempts.handle(("unschedulable", cls.queue.popleft(), error)))
 
     # -- cancel ----------------------------------------------------------------------------
-    def cancel(self, task_id: bytes, force: bool) -> bool:
+    def cancel(self, task_id: bytes, force: bool) -> None:
         """Cancels a queued task, or interrupts (force: kills) the worker running it."""
-        for cls in self._classes.values():
-            for spec in cls.queue:
-                if spec.task_id == task_id:
-                    cls.queue.remove(spec)
-                    self.cw.fail_task(spec, self.cw.cancelled_error(spec))
-                    return True
-        lease = self._running.get(task_id)
-        if lease is not None:
-            if force:
-                self._force_cancelled.add(task_id)
-            lease.conn.send("cancel_task", {"task_id": task_id, "force": force})
-            return True
-        # Not queued here yet (waiting for arguments): cancel when it gets here.
-        self._cancelled.add(task_id)
-        return False
+        self._run(self.attempts.handle(("cancel", task_id, force)))
 
     def on_node_dead(self, node_id: bytes) -> None:
         """A node was declared dead: its workers' tasks are lost even if their sockets stay
@@ -298,7 +373,7 @@ class TaskSubmitter:
         return {
             "queued": sum(len(c.queue) for c in self._classes.values()),
             "leases": sum(len(c.leases) for c in self._classes.values()),
-            "running": len(self._running),
+            "running": self.attempts.count(TaskState.SUBMITTED_TO_WORKER),
         }
 
 

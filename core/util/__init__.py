@@ -13,7 +13,7 @@ from ember.lazy_exports import lazy_exports
 # {public name: module defining it}; None: a submodule of that name.
 _PUBLIC: dict[str, str | None] = {
     "ActorPool": "ember.util.actor_pool",
-    "get_actor": "ember.api",  # Ray 0.8 had it here
+    "get_actor": "ember.actor",  # Ray 0.8 had it here
     "PlacementGroup": "ember.util.placement_group",
     "get_placement_group": "ember.util.placement_group",
     "placement_group": "ember.util.placement_group",
@@ -28,7 +28,7 @@ __getattr__, __dir__ = lazy_exports("ember.util", _PUBLIC, globals())
 
 
 if TYPE_CHECKING:
-    from ember.api import get_actor
+    from ember.actor import get_actor
     from ember.util import metrics, scheduling_strategies
     from ember.util.actor_pool import ActorPool
     from ember.util.placement_group import (

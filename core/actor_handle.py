@@ -1,0 +1,164 @@
+"""Actor handles: ``handle.method.remote(...)`` submits a call to the actor.
+
+A handle is plain data (the actor's id, class name, method table and owner) plus one counted
+``ObjectRef`` to a synthetic object named after the actor: the owner's reference count of
+that object is the actor's handle count, so the actor lives while any handle to it exists
+anywhere (unless it is detached or named). Creating actors is ``ember.actor``'s; handles
+sit below it so that the local-mode worker can make them too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember import global_state, options
+from ember.core_worker.task_spec import ACTOR_TASK, TaskSpec
+from ember.ids import actor_handle_object_id, new_task_id
+from ember.object_ref import ObjectRef
+
+
+class ActorHandle:
+    """A reference to an actor; pass it to tasks and actors, call ``handle.method.remote()``."""
+
+    def __init__(
+        self,
+        actor_id: bytes,
+        class_name: str,
+        methods: dict[str, dict[str, Any]],
+        owner: Any,
+        max_task_retries: int = 0,
+        _count: bool = True,
+        max_pending_calls: int = -1,
+    ) -> None:
+        self._actor_id = actor_id
+        self._class_name = class_name
+        self._methods = methods
+        self._owner = owner
+        self._max_task_retries = max_task_retries
+        # Calls this process may have pending on the actor at once (-1: no limit); past it a
+        # call raises PendingCallsLimitExceeded, as in Ray.
+        self._max_pending_calls = max_pending_calls
+        # Counting this handle as a reference keeps the actor alive (see module doc).
+        self._handle_ref = ObjectRef(actor_handle_object_id(actor_id), owner, _count=_count)
+        worker = global_state.worker
+        if worker is not None and _count:
+            worker.loop.call_soon_threadsafe(
+                worker.actor_submitter.set_retries, actor_id, max_task_retries
+            )
+
+    def __getattr__(self, name: str) -> ActorMethod:
+        methods = self.__dict__.get("_methods")
+        if methods is None or name not in methods:
+            raise AttributeError(
+                f"'{self.__dict__.get('_class_name', 'Actor')}' actor has no method {name!r}"
+            )
+        return ActorMethod(self, name, methods[name])
+
+    def __repr__(self) -> str:
+        return f"Actor({self._class_name}, {self._actor_id.hex()})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
+
+    def __hash__(self) -> int:
+        return hash(self._actor_id)
+
+    @property
+    def _ray_actor_id(self) -> bytes:
+        return self._actor_id
+
+    def __reduce__(self):
+        # The synthetic handle object travels with it, so the receiver counts as a borrower.
+        return (
+            _rebuild_handle,
+            (
+                self._actor_id,
+                self._class_name,
+                self._methods,
+                self._owner,
+                self._max_task_retries,
+                self._handle_ref,
+                self._max_pending_calls,
+            ),
+        )
+
+
+def _rebuild_handle(
+    actor_id, class_name, methods, owner, max_task_retries, handle_ref, max_pending_calls=-1
+):
+    handle = ActorHandle(
+        actor_id,
+        class_name,
+        methods,
+        owner,
+        max_task_retries,
+        _count=False,
+        max_pending_calls=max_pending_calls,
+    )
+    handle._handle_ref = handle_ref  # the deserialized ref already counts (and borrows)
+    worker = global_state.worker
+    if worker is not None:
+        worker.loop.call_soon_threadsafe(
+            worker.actor_submitter.set_retries, actor_id, max_task_retries
+        )
+    return handle
+
+
+class ActorMethod:
+    def __init__(self, handle: ActorHandle, name: str, meta: dict[str, Any]) -> None:
+        self._handle = handle
+        self._name = name
+        self._meta = meta
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"Actor methods cannot be called directly. Instead of "
+            f"'{self._handle._class_name}.{self._name}()', try "
+            f"'{self._handle._class_name}.{self._name}.remote()'."
+        )
+
+    def options(self, **opts: Any) -> _BoundMethodOptions:
+        opts = options.validate(opts, options.METHOD_OPTIONS, f"method {self._name}")
+        return _BoundMethodOptions(self, opts)
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._submit(args, kwargs, {})
+
+    def _submit(self, args: tuple, kwargs: dict, opts: dict) -> Any:
+        worker = global_state.require_worker()
+        handle = self._handle
+        if worker.local_mode:
+            return worker.call_local_actor(handle, self._name, args, kwargs, opts, self._meta)
+        num_returns = opts.get("num_returns", self._meta.get("num_returns", 1))
+        encoded, kw_names, nested = worker.encode_args(
+            args, kwargs, f"{handle._class_name}.{self._name}"
+        )
+        retries = opts.get("max_task_retries", self._meta.get("max_task_retries"))
+        spec = TaskSpec(
+            task_id=new_task_id(),
+            kind=ACTOR_TASK,
+            function_name=f"{handle._class_name}.{self._name}",
+            method_name=self._name,
+            args=encoded,
+            kwarg_names=kw_names,
+            num_returns=num_returns,
+            actor_id=handle._actor_id,
+            max_retries=retries if retries is not None else handle._max_task_retries,
+            nested_refs=nested,
+            name=opts.get("name") or "",
+        )
+        if handle._max_pending_calls > 0:
+            worker.admit_limited_call(spec, handle._max_pending_calls)
+        refs = worker.submit_actor_task(spec)
+        if num_returns == 1:
+            return refs[0]
+        return refs if num_returns != 0 else None
+
+
+class _BoundMethodOptions:
+    def __init__(self, method: ActorMethod, opts: dict[str, Any]) -> None:
+        self._method = method
+        self._opts = opts
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._method._submit(args, kwargs, self._opts)

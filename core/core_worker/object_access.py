@@ -1,0 +1,489 @@
+"""This process's view of objects: ``put``, ``get``, ``wait`` and futures, on any thread.
+
+Values live in the memory store as locations (``locations.py``): small ones inline, large
+ones in a node's shared-memory store. ``get`` waits for a location, then materializes the
+value (reading shared memory zero-copy, pulling it from another node first, or having
+lineage rebuild it if every copy is gone). A ref this process neither owns nor has seen is
+resolved by asking its owner (``get_object``), which answers once the value exists.
+
+A worker running a normal task that blocks in ``get`` or ``wait`` tells its raylet, which
+lends its CPU to other tasks meanwhile (nested tasks would deadlock otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import logging
+import threading
+from collections import deque
+from typing import Any, Protocol
+
+from ember import config
+from ember.call_site import user_call_site
+from ember.core_worker.locations import lost_location
+from ember.core_worker.memory_store import MemoryStore
+from ember.core_worker.reference_counter import ReferenceCounter
+from ember.exceptions import GetTimeoutError, ObjectLostError, OwnerDiedError, TaskError
+from ember.ids import object_id_for_put
+from ember.object_ref import ObjectRef
+from ember.object_store.arena import Arena
+from ember.protocol.connection import Connection
+from ember.serialization import (
+    META_ERROR,
+    SerializedObject,
+    deserialize,
+    serialize,
+    serialize_error,
+    unpack_from,
+)
+
+logger = logging.getLogger(__name__)
+
+_FUTURE_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="ember-fut")
+# wait(fetch_local=True)'s pulls: as many at once as a raylet runs (more wait their turn).
+_PULL_POOL = concurrent.futures.ThreadPoolExecutor(
+    max_workers=config.max_concurrent_pulls, thread_name_prefix="ember-pull"
+)
+
+
+class _Links(Protocol):
+    dead_nodes: set[bytes]
+
+    def pull_to_local(self, object_id: bytes, node_id: bytes, size: int, owner: Any) -> str: ...
+    def best_location(self, object_id: bytes, loc: tuple) -> tuple: ...
+
+
+class _Lineage(Protocol):
+    def reconstruct(self, object_id: bytes) -> tuple[int, Any] | None: ...
+
+
+class ObjectAccessHost(Protocol):
+    """What object access needs of the rest of the core worker."""
+
+    owner_address: Any  # (worker_id, address, node_id): set once the server listens
+    raylet: Connection
+    io_thread: threading.Thread | None
+    shutting_down: bool
+    links: _Links
+    lineage: _Lineage
+    dropped_refs: deque[bytes]  # ids of ObjectRefs collected since the last drain
+
+    def drain_dropped_refs(self) -> None: ...
+    def current_task_id(self) -> bytes: ...
+    def owns(self, object_id: bytes) -> bool: ...
+    def call_raylet_sync(self, op: str, body: Any, timeout: float = 30.0) -> Any: ...
+    def send_threadsafe(self, conn: Connection | None, op: str, body: Any) -> None: ...
+    def register_new_borrows(self) -> None: ...
+    async def connect_to_worker(self, worker_id: bytes | None, address: str) -> Connection: ...
+
+
+class ObjectAccess:
+    def __init__(
+        self,
+        host: ObjectAccessHost,
+        *,
+        node: dict[str, Any],
+        worker_id: bytes,
+        is_worker: bool,
+        current: threading.local,
+        memory_store: MemoryStore,
+        refs: ReferenceCounter,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.host = host
+        self._node = node
+        self.node_id: bytes = node["node_id"]
+        self.worker_id = worker_id
+        self._is_worker = is_worker
+        self._current = current
+        self.memory_store = memory_store
+        self.refs = refs
+        self.loop = loop
+        self._put_index = itertools.count(1)
+        self._dropped_refs = host.dropped_refs  # one deque for the process's life
+        self._arena: Arena | None = None
+        # {object_id: (live zero-copy views, size)}: a value backed by shared memory pins it
+        # (PINNED_IN_MEMORY in ember memory, even after its ObjectRef is gone).
+        self.plasma_views: dict[bytes, tuple[int, int]] = {}
+
+    def put(self, value: Any) -> ObjectRef:
+        if isinstance(value, ObjectRef):
+            raise TypeError(
+                "Calling put() on an ObjectRef is not allowed: the ref already names the "
+                "object. Pass the ref itself, or put([ref]) to nest it in a new object."
+            )
+        if self._dropped_refs:
+            self.host.drain_dropped_refs()
+        object_id = object_id_for_put(self.host.current_task_id(), next(self._put_index))
+        ser = serialize(value, what="the value passed to put()")
+        # Values with out-of-band buffers (numpy arrays) always go to shared memory, so
+        # get() reads them zero-copy whatever their size, as in Ray.
+        loc = self.store_serialized(
+            object_id, ser, self.host.owner_address, zero_copy=bool(ser.buffers)
+        )
+        self.refs.add_owned(
+            object_id, self.host.owner_address, ser.contained, user_call_site(), ser.total_size
+        )
+        self.memory_store.put(object_id, loc)
+        return ObjectRef(object_id, self.host.owner_address)
+
+    def store_serialized(
+        self, object_id: bytes, ser: SerializedObject, owner, zero_copy: bool = False
+    ) -> tuple:
+        """Inline for small values; the node's shared-memory store for large ones."""
+        if not zero_copy and ser.total_size <= config.max_direct_call_object_size:
+            return ("inline", ser.meta, ser.data, [memoryview(b).tobytes() for b in ser.buffers])
+        size = ser.packed_size()
+        offset = self.host.call_raylet_sync(
+            "plasma_create",
+            {"object_id": object_id, "size": size, "owner": owner, "client": self.worker_id},
+        )
+        view = self.arena.writable_view(offset, size)
+        try:
+            ser.pack_into(view)
+        finally:
+            view.release()
+        self.host.send_threadsafe(self.host.raylet, "plasma_seal", {"object_id": object_id})
+        return ("plasma", self.node_id, size)
+
+    @property
+    def arena(self):
+        if self._arena is None:
+            self._arena = Arena(self._node["arena_path"], self._node["arena_capacity"])
+        return self._arena
+
+    def new_pending_object(self) -> ObjectRef:
+        """An owned object filled in later by ``fill_object`` (e.g. a placement group's ready)."""
+        object_id = object_id_for_put(self.host.current_task_id(), next(self._put_index))
+        self.refs.add_owned(object_id, self.host.owner_address)
+        self.memory_store.add_pending(object_id)
+        return ObjectRef(object_id, self.host.owner_address)
+
+    def fill_object(self, object_id: bytes, value: Any, is_error: bool = False) -> None:
+        ser = serialize_error(value) if is_error else serialize(value)
+        if self.refs.has(object_id):
+            self.memory_store.put(object_id, ("inline", ser.meta, ser.data, []))
+
+    def get(self, refs: list[ObjectRef], timeout: float | None = None) -> list[Any]:
+        if self._dropped_refs:
+            self.host.drain_dropped_refs()
+        if len(refs) == 1:
+            ref = refs[0]
+            loc = self.memory_store.get_if_ready(ref._id) or self._wait_one(ref, timeout)
+            return [self.materialize(ref._id, loc)]
+        locs = self.wait_locations(refs, timeout)
+        return [self.materialize(r._id, loc) for r, loc in zip(refs, locs, strict=True)]
+
+    def _wait_one(self, ref: ObjectRef, timeout: float | None) -> tuple:
+        """One ref: a lock to sleep on instead of the general countdown."""
+        done = threading.Lock()
+        done.acquire()
+        box: list = []
+
+        def on_ready(_oid, value) -> None:
+            box.append(value)
+            done.release()
+
+        self._ensure_resolving(ref)
+        self.memory_store.on_ready(ref._id, on_ready)
+        blocked = self._notify_blocked() if not box else False
+        try:
+            if not done.acquire(timeout=-1 if timeout is None else timeout):
+                self.memory_store.remove_waiter(ref._id, on_ready)
+                if box:
+                    return box[0]
+                raise GetTimeoutError(
+                    f"get() timed out after {timeout} s: the object {ref.hex()} was not ready"
+                )
+        finally:
+            if blocked:
+                self._notify_unblocked()
+        return box[0]
+
+    def wait_locations(self, refs: list[ObjectRef], timeout: float | None) -> list[tuple]:
+        """Waits until every ref's value (or its location) is known here."""
+        store = self.memory_store
+        locs: list[Any] = [store.get_if_ready(r._id) for r in refs]
+        missing = [i for i, loc in enumerate(locs) if loc is None]
+        if not missing:
+            return locs
+        event = threading.Event()
+        # One waiter per distinct object: a ref listed twice is waited for once.
+        waiting = {refs[i]._id: refs[i] for i in missing}
+        remaining = {"n": len(waiting)}
+        lock = threading.Lock()
+
+        def on_ready(_oid, _value) -> None:
+            with lock:
+                remaining["n"] -= 1
+                if remaining["n"] <= 0:
+                    event.set()
+
+        self._ensure_resolving_many(waiting.values())
+        store.on_ready_many(list(waiting), on_ready)
+        blocked = self._notify_blocked()
+        try:
+            if not event.wait(timeout):
+                store.remove_waiter_many(waiting, on_ready)
+                raise GetTimeoutError(
+                    f"get() timed out after {timeout} s: {remaining['n']} of {len(refs)} "
+                    f"objects were not ready (first: {refs[missing[0]].hex()})"
+                )
+        finally:
+            if blocked:
+                self._notify_unblocked()
+        return [store.get_if_ready(r._id) for r in refs]
+
+    def _ensure_resolving_many(self, refs) -> None:
+        contains = self.memory_store.contains
+        for ref in refs:
+            if not contains(ref._id):
+                self._ensure_resolving(ref)
+
+    def _ensure_resolving(self, ref: ObjectRef) -> None:
+        """A ref we do not own and know nothing of: ask its owner (once)."""
+        if self.memory_store.contains(ref._id):
+            return
+        owner = ref._owner
+        self.memory_store.add_pending(ref._id)
+        if owner is None or owner[0] == self.worker_id:
+            if not self.host.owns(ref._id):
+                self.memory_store.put(
+                    ref._id,
+                    lost_location(ref._id, ObjectLostError, "its owner no longer has it"),
+                )
+            return
+        self.loop.call_soon_threadsafe(self._fetch_from_owner, ref._id, owner)
+
+    def _fetch_from_owner(self, object_id: bytes, owner) -> None:
+        async def fetch() -> None:
+            try:
+                conn = await self.host.connect_to_worker(owner[0], owner[1])
+                loc = await conn.call("get_object", {"object_id": object_id})
+            except Exception as e:
+                loc = lost_location(object_id, OwnerDiedError, f"its owner is unreachable: {e}")
+            self.memory_store.put(object_id, loc)
+
+        asyncio.ensure_future(fetch())
+
+    def h_get_object(self, conn: Connection, body: dict):
+        object_id = body["object_id"]
+        loc = self.memory_store.get_if_ready(object_id)
+        if loc is not None:
+            return (
+                self.host.links.best_location(object_id, loc) if self.host.links.dead_nodes else loc
+            )
+        if not self.refs.has(object_id):
+            return lost_location(object_id, ObjectLostError, "it was freed")
+        fut = self.loop.create_future()
+
+        def on_ready(_oid, value) -> None:
+            self.loop.call_soon_threadsafe(_set_result, fut, value)
+
+        self.memory_store.on_ready(object_id, on_ready)
+        return fut
+
+    def materialize(self, object_id: bytes, loc: tuple) -> Any:
+        """A value from its location; raises the stored error of a failed task."""
+        if loc[0] == "inline":
+            meta, data, buffers = loc[1], loc[2], loc[3]
+            value = deserialize(data, buffers)
+        elif loc[0] == "plasma":
+            meta, value = self.read_plasma(object_id, loc)
+        else:
+            raise ObjectLostError(object_id.hex(), f"unknown location {loc[0]!r}")
+        self.host.register_new_borrows()
+        if meta == META_ERROR:
+            if isinstance(value, TaskError):
+                raise value.as_instanceof_cause()
+            raise value
+        return value
+
+    def read_plasma(self, object_id: bytes, loc: tuple) -> tuple[int, Any]:
+        node_id = loc[1]
+        if node_id != self.node_id:
+            ref = self.refs.get(object_id)
+            owner = ref.owner if ref is not None else None
+            why = self.host.links.pull_to_local(object_id, node_id, loc[2], owner)
+            if why:
+                rebuilt = self.host.lineage.reconstruct(object_id)
+                if rebuilt is not None:
+                    return rebuilt
+                raise ObjectLostError(object_id.hex(), f"its only copies are gone: {why}")
+        got = self.host.call_raylet_sync(
+            "plasma_get", {"object_id": object_id, "client": self.worker_id}
+        )
+        if got is None:
+            raise ObjectLostError(object_id.hex(), "its shared-memory copy is gone")
+        offset, size = got
+        raylet = self.host.raylet
+        host = self.host
+
+        def release() -> None:
+            if not host.shutting_down:
+                host.send_threadsafe(
+                    raylet, "plasma_release", {"object_id": object_id, "client": self.worker_id}
+                )
+
+        views = self.plasma_views
+        views[object_id] = (views.get(object_id, (0, size))[0] + 1, size)
+
+        def release_and_count() -> None:
+            left = views.get(object_id, (1, size))[0] - 1
+            if left > 0:
+                views[object_id] = (left, size)
+            else:
+                views.pop(object_id, None)
+            release()
+
+        view = self.arena.view(offset, size, on_release=release_and_count)
+        meta, data, buffers = unpack_from(view)
+        value = deserialize(data, buffers)
+        return meta, value
+
+    def wait(
+        self,
+        refs: list[ObjectRef],
+        num_returns: int,
+        timeout: float | None,
+        fetch_local: bool = True,
+    ) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        """Ray's wait: a ref is ready once its object exists; with ``fetch_local`` only once
+        it is on this node too, so an object in another node's shared memory is pulled
+        here first (the pull starts now and finishes even if the wait times out first)."""
+        get_if_ready = self.memory_store.get_if_ready
+        node_id = self.node_id
+        ready_at: list[int] = []  # positions in refs of the first ready ones
+        remote: list[tuple[ObjectRef, Any]] = []  # made on another node: to pull first
+        unknown: list[ObjectRef] = []
+        for i, r in enumerate(refs):
+            loc = get_if_ready(r._id)
+            if loc is None:
+                unknown.append(r)
+            elif fetch_local and loc[0] == "plasma" and loc[1] != node_id:
+                remote.append((r, loc))
+            else:
+                ready_at.append(i)
+                # Only the first num_returns ready refs (in list order) are returned, so the
+                # rest need no look: a loop that waits on 1,000 refs one by one stays linear.
+                if len(ready_at) >= num_returns:
+                    break
+        if len(ready_at) < num_returns and (remote or (unknown and timeout != 0)):
+            ready_ids = {refs[i]._id for i in ready_at}
+            self._wait_for_more(ready_ids, remote, unknown, num_returns, timeout, fetch_local)
+            ready_at = [i for i, r in enumerate(refs) if r._id in ready_ids][:num_returns]
+        ready = [refs[i] for i in ready_at]
+        not_ready: list[ObjectRef] = []
+        start = 0
+        for i in ready_at:
+            not_ready += refs[start:i]
+            start = i + 1
+        not_ready += refs[start:]
+        return ready, not_ready
+
+    def _wait_for_more(
+        self,
+        ready_ids: set[bytes],
+        remote: list[tuple[ObjectRef, Any]],
+        unknown: list[ObjectRef],
+        num_returns: int,
+        timeout: float | None,
+        fetch_local: bool,
+    ) -> None:
+        """wait's slow path: adds to ``ready_ids`` what becomes ready (or is pulled here)
+        before ``num_returns`` are or ``timeout`` passes."""
+        store = self.memory_store
+        event = threading.Event()
+        lock = threading.Lock()
+        done: set[bytes] = set(ready_ids)
+
+        def mark_ready(oid: bytes) -> None:
+            with lock:
+                if oid not in done:
+                    done.add(oid)
+                    if len(done) >= num_returns:
+                        event.set()
+
+        owners = {r._id: r._owner for r in unknown}
+
+        def on_ready(oid: bytes, loc: Any) -> None:
+            if fetch_local and loc[0] == "plasma" and loc[1] != self.node_id:
+                self._pull_for_wait(oid, loc, owners.get(oid), mark_ready)
+            else:
+                mark_ready(oid)
+
+        for r, loc in remote:
+            self._pull_for_wait(r._id, loc, r._owner, mark_ready)
+        if timeout != 0:
+            waiting = [r._id for r in unknown]
+            self._ensure_resolving_many(unknown)
+            store.on_ready_many(waiting, on_ready)
+            blocked = self._notify_blocked()
+            try:
+                event.wait(timeout)
+            finally:
+                if blocked:
+                    self._notify_unblocked()
+            store.remove_waiter_many(waiting, on_ready)
+        with lock:
+            ready_ids.update(done)
+
+    def _pull_for_wait(self, object_id: bytes, loc: tuple, owner: Any, done) -> None:
+        """Has the local raylet copy an object from another node's store, then ``done(id)``.
+
+        The same pull as ``get``'s (every known copy, retries; its raylet call has a
+        deadline), on a thread of its own so the caller's wait can time out meanwhile. A
+        failed pull counts as done too: the object is then lost or unreadable, and ``get``
+        (which retries, or rebuilds it) says which, as Ray's wait returns lost objects."""
+
+        def pull() -> None:
+            try:
+                self.host.links.pull_to_local(object_id, loc[1], loc[2], owner)
+            except Exception as e:
+                logger.debug("wait(fetch_local=True): pull of %s failed: %s", object_id.hex(), e)
+            done(object_id)
+
+        _PULL_POOL.submit(pull)
+
+    def object_future(self, ref: ObjectRef) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def on_ready(oid, loc) -> None:
+            # Deserialize off the I/O thread: a plasma read calls the raylet synchronously.
+            def resolve() -> None:
+                try:
+                    fut.set_result(self.materialize(oid, loc))
+                except BaseException as e:
+                    fut.set_exception(e)
+
+            if threading.current_thread() is self.host.io_thread:
+                _FUTURE_POOL.submit(resolve)
+            else:
+                resolve()
+
+        self._ensure_resolving(ref)
+        # Keep the ref alive until the future resolves.
+        fut._ember_ref = ref  # type: ignore[attr-defined]
+        self.memory_store.on_ready(ref._id, on_ready)
+        return fut
+
+    def _notify_blocked(self) -> bool:
+        """A worker running a task gives its CPU back while it waits (nested tasks)."""
+        if not self._is_worker or getattr(self._current, "task_id", None) is None:
+            return False
+        if getattr(self._current, "is_actor", False):
+            return False
+        self.host.send_threadsafe(self.host.raylet, "worker_blocked", {"worker_id": self.worker_id})
+        return True
+
+    def _notify_unblocked(self) -> None:
+        self.host.send_threadsafe(
+            self.host.raylet, "worker_unblocked", {"worker_id": self.worker_id}
+        )
+
+
+def _set_result(fut: asyncio.Future, value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)

@@ -1,0 +1,309 @@
+"""The owner's side of every task it submits, from the ``.remote()`` call to its results.
+
+On the caller's thread, ``submit_task`` and ``submit_actor_task`` encode the arguments, make
+the task's returns owned and pending objects, hold its argument refs, and hand the task to
+its submitter (``task_submitter.py`` for normal tasks, ``actor_submitter.py`` for actor
+calls). When a submitter is done with a task, here its final reply's results (or its error)
+become the values of those objects and the argument refs are let go. Also here: the
+pickled functions this process shipped (sent with a connection's first task that needs one)
+and the per-handle ``max_pending_calls`` count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import deque
+from typing import Any, Protocol
+
+from ember import config
+from ember.call_site import user_call_site
+from ember.core_worker.locations import error_location
+from ember.core_worker.memory_store import MemoryStore
+from ember.core_worker.reference_counter import ReferenceCounter
+from ember.core_worker.task_attempts import should_retry_app_error
+from ember.core_worker.task_events import TaskEvents
+from ember.core_worker.task_spec import ARG_INLINE, ARG_REF, TaskSpec
+from ember.exceptions import PendingCallsLimitExceeded
+from ember.ids import TASK_ID_SIZE
+from ember.object_ref import ObjectRef, counted_ref
+from ember.protocol.connection import Connection
+from ember.serialization import serialize
+
+
+class _TaskSubmitter(Protocol):
+    def submit(self, spec: TaskSpec) -> None: ...
+    def cancel(self, task_id: bytes, force: bool) -> None: ...
+
+
+class _ActorSubmitter(Protocol):
+    def submit_direct(self, spec: TaskSpec) -> bool: ...
+    def submit(self, spec: TaskSpec) -> None: ...
+
+
+class _Lineage(Protocol):
+    def keep(self, spec: TaskSpec, returns: list) -> None: ...
+
+
+class _Ownership(Protocol):
+    def send_remove_borrower(self, object_id: bytes, owner: Any) -> None: ...
+
+
+class TaskManagerHost(Protocol):
+    """What the task manager needs of the rest of the core worker."""
+
+    owner_address: Any
+    # The job and namespace of the task running now (a worker serves several jobs).
+    job_id: bytes
+    namespace: str
+    code_path: list[str]
+    raylet: Connection
+    dropped_refs: deque[bytes]
+    task_submitter: _TaskSubmitter
+    actor_submitter: _ActorSubmitter
+    lineage: _Lineage
+    ownership: _Ownership
+
+    def drain_dropped_refs(self) -> None: ...
+    def current_task_id(self) -> bytes: ...
+    def put(self, value: Any) -> ObjectRef: ...
+
+
+class TaskManager:
+    def __init__(
+        self,
+        host: TaskManagerHost,
+        *,
+        worker_id: bytes,
+        current: threading.local,
+        memory_store: MemoryStore,
+        refs: ReferenceCounter,
+        events: TaskEvents,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.host = host
+        self.worker_id = worker_id
+        self._current = current
+        self.memory_store = memory_store
+        self.refs = refs
+        self.events = events
+        self.loop = loop
+        self._dropped_refs = host.dropped_refs  # one deque for the process's life
+        self._functions: dict[bytes, bytes] = {}  # {function_id: pickled function}
+        # Actor calls made on handles with max_pending_calls, until each is done.
+        self._limited_calls: dict[bytes, bytes] = {}  # {task_id: actor_id}
+        self._limited_pending: dict[bytes, int] = {}  # {actor_id: calls pending}
+        self._limited_lock = threading.Lock()
+
+    def encode_args(self, args: tuple, kwargs: dict, fn_name: str) -> tuple[list, tuple, list]:
+        """Top-level refs stay refs; values are serialized inline or put in the store."""
+        encoded: list = []
+        nested: list = []
+        names: tuple = tuple(kwargs)
+        for i, value in enumerate(list(args) + list(kwargs.values())):
+            if type(value) is ObjectRef:
+                encoded.append((ARG_REF, value._id, value._owner))
+                continue
+            label = (
+                f"argument {i} of {fn_name}()"
+                if i < len(args)
+                else (f"keyword argument {names[i - len(args)]!r} of {fn_name}()")
+            )
+            ser = serialize(value, what=label)
+            if ser.total_size <= config.max_direct_call_object_size:
+                encoded.append(
+                    (ARG_INLINE, ser.meta, ser.data, [memoryview(b).tobytes() for b in ser.buffers])
+                )
+                nested.extend(ser.contained)
+            else:
+                ref = self.host.put(value)  # large values travel through the object store
+                encoded.append((ARG_REF, ref._id, ref._owner))
+                # Keep the ref until the pending task holds the object (prepare_task).
+                holds = getattr(self._current, "submission_holds", None)
+                if holds is None:
+                    holds = self._current.submission_holds = []
+                holds.append(ref)
+        return encoded, names, nested
+
+    def inline_small_args(self, spec: TaskSpec) -> None:
+        """Owned refs whose values are small and ready ride along inline (saves a fetch)."""
+        args = spec.args
+        for i, a in enumerate(args):
+            if a[0] == ARG_REF and a[2] is not None and a[2][0] == self.worker_id:
+                loc = self.memory_store.get_if_ready(a[1])
+                if loc is not None and loc[0] == "inline":
+                    # The id rides along (ignored by the worker) so the timeline can still
+                    # draw the arrow from the object's producer to this task.
+                    args[i] = (ARG_INLINE, loc[1], loc[2], loc[3], a[1])
+
+    def prepare_task(self, spec: TaskSpec) -> list[ObjectRef]:
+        """Registers the task's returns as owned and pending; returns their refs."""
+        if self._dropped_refs:
+            self.host.drain_dropped_refs()
+        owner = self.host.owner_address
+        spec.owner = owner
+        spec.parent_task_id = self.host.current_task_id()
+        spec.job_id = self.host.job_id
+        spec.namespace = self.host.namespace
+        oids = spec.return_ids()
+        self.refs.add_owned_returns(oids, owner, user_call_site())
+        self.memory_store.add_pending_many(oids)
+        refs = [counted_ref(oid, owner) for oid in oids]
+        if spec.args:
+            held = spec.arg_refs()
+            if held:
+                self.refs.add_submitted(held)
+                self.inline_small_args(spec)
+        if getattr(self._current, "submission_holds", None):
+            self.drop_submission_holds()
+        self.events.record(
+            spec, "PENDING_ARGS_AVAIL", name=spec.display_name(), actor_id=spec.actor_id
+        )
+        return refs
+
+    def drop_submission_holds(self) -> None:
+        self._current.submission_holds = None
+
+    def submit_task(self, spec: TaskSpec) -> list[ObjectRef]:
+        refs = self.prepare_task(spec)
+        self.loop.call_soon_threadsafe(self.host.task_submitter.submit, spec)
+        return refs
+
+    def submit_actor_task(self, spec: TaskSpec) -> list[ObjectRef]:
+        refs = self.prepare_task(spec)
+        if not self.host.actor_submitter.submit_direct(spec):
+            self.loop.call_soon_threadsafe(self.host.actor_submitter.submit, spec)
+        return refs
+
+    def cancel(self, ref: ObjectRef, force: bool) -> None:
+        task_id = ref.task_id()
+        self.loop.call_soon_threadsafe(self.host.task_submitter.cancel, task_id, force)
+
+    def register_function(self, function_id: bytes, pickled: bytes) -> None:
+        self._functions[function_id] = pickled
+
+    def attach_function(self, spec: TaskSpec, conn: Connection) -> None:
+        """Ships the pickled function with the first task a connection sees of it."""
+        if not spec.function_id:
+            return
+        sent = conn.state.get("fns")
+        if sent is None:
+            sent = conn.state["fns"] = set()
+        if spec.function_id in sent:
+            spec.function_bytes = None
+            spec.code_path = None
+        else:
+            spec.function_bytes = self._functions.get(spec.function_id)
+            spec.code_path = self.host.code_path or None
+            sent.add(spec.function_id)
+
+    def h_get_function(self, conn: Connection, body: dict) -> bytes | None:
+        return self._functions.get(body["function_id"])
+
+    def handle_task_reply(self, spec: TaskSpec, reply: dict, retry) -> None:
+        """An actor call's reply: retried (``retry(spec)``) if its ``retry_exceptions`` say
+        so, else final. (Normal tasks decide this in task_attempts.py.)"""
+        if reply.get("error") and reply.get("app_error") and should_retry_app_error(spec, reply):
+            spec.attempt += 1
+            self.events.record(spec, "RETRYING")
+            retry(spec)
+            return
+        self.complete_task(spec, reply)
+
+    def complete_task(self, spec: TaskSpec, reply: dict) -> None:
+        """A task's final reply: its results (or its error) go where its refs can read them."""
+        # Bookkeeping first, values last: storing a value wakes the user's thread, which then
+        # needs the GIL this thread holds until it goes back to waiting for input.
+        for start, event in reply.get("profile") or ():
+            self.events.append((spec.task_id, "PROFILE", start, 0, event))
+        self._task_done(
+            spec,
+            "FAILED" if reply.get("error") else "FINISHED",
+            {
+                "timings": reply.get("timings"),
+                "pid": reply.get("pid"),
+                "node_id": reply.get("node_id"),
+                "function": spec.display_name(),
+                "error": reply.get("message"),
+                # For the timeline's arrows: who submitted it and whose objects it consumed.
+                "parent": spec.parent_task_id.hex(),
+                "owner_pid": os.getpid(),
+                "arg_tasks": _producer_task_ids(spec),
+            },
+        )
+        returns = reply["returns"]
+        if spec.max_retries and not reply.get("error"):
+            self.host.lineage.keep(spec, returns)
+        contained = reply.get("contained") or [None] * len(returns)
+        for oid, loc, inner in zip(spec.return_ids(), returns, contained, strict=True):
+            if self.refs.has(oid):
+                if inner:
+                    self.refs.set_contains(oid, inner)
+                if loc[0] == "plasma":
+                    self.refs.set_size(oid, loc[2])
+                self.memory_store.put(oid, loc)
+            else:
+                # Nobody wants the result any more: drop it and what it registered for us.
+                if loc[0] == "plasma":
+                    self.host.raylet.send("plasma_delete", {"object_ids": [oid]})
+                for inner_id, inner_owner in inner or ():
+                    if inner_owner[0] != self.worker_id:
+                        self.host.ownership.send_remove_borrower(inner_id, inner_owner)
+
+    def fail_task(self, spec: TaskSpec, error: BaseException) -> None:
+        """The task will not run (again): every return holds ``error``."""
+        loc = error_location(error)
+        for oid in spec.return_ids():
+            if self.refs.has(oid):
+                self.memory_store.put(oid, loc)
+        self._task_done(spec, "FAILED")
+
+    def admit_limited_call(self, spec: TaskSpec, limit: int) -> None:
+        """Counts an actor call on a handle with ``max_pending_calls``; raises
+        PendingCallsLimitExceeded when this process already has ``limit`` pending there."""
+        with self._limited_lock:
+            pending = self._limited_pending.get(spec.actor_id, 0)
+            if pending >= limit:
+                raise PendingCallsLimitExceeded(
+                    f"{spec.function_name}: {pending} calls to actor {spec.actor_id.hex()} are "
+                    f"still pending from this process, its handle's max_pending_calls={limit}. "
+                    f"Wait for some (ember.get or ember.wait on their refs) before submitting "
+                    f"more, or create the actor with a larger max_pending_calls."
+                )
+            self._limited_pending[spec.actor_id] = pending + 1
+            self._limited_calls[spec.task_id] = spec.actor_id
+
+    def _release_limited_call(self, task_id: bytes) -> None:
+        with self._limited_lock:
+            actor_id = self._limited_calls.pop(task_id, None)
+            if actor_id is not None:
+                left = self._limited_pending[actor_id] - 1
+                if left:
+                    self._limited_pending[actor_id] = left
+                else:
+                    del self._limited_pending[actor_id]
+
+    def _task_done(self, spec: TaskSpec, state: str, extra: dict | None = None) -> None:
+        if self._limited_calls:  # an empty dict when no handle has max_pending_calls
+            self._release_limited_call(spec.task_id)
+        held = spec.arg_refs()
+        if held:
+            self.refs.remove_submitted(held)
+        if extra:
+            self.events.record(spec, state, **extra)
+        else:
+            self.events.record(spec, state)
+
+
+def _producer_task_ids(spec: TaskSpec) -> list[str]:
+    """Hex ids of the tasks that produced the task's object arguments (by ref or inlined)."""
+    out = []
+    for a in spec.args:
+        if a[0] == ARG_REF:
+            out.append(a[1][:TASK_ID_SIZE].hex())
+        elif len(a) > 4:
+            out.append(a[4][:TASK_ID_SIZE].hex())
+    for object_id, _owner in spec.nested_refs or ():
+        out.append(object_id[:TASK_ID_SIZE].hex())
+    return out

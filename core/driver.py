@@ -1,0 +1,227 @@
+"""Connecting this process as a driver: ``init``, ``shutdown``, and the state they keep.
+
+``init`` starts a local node (or finds this machine's node of a running cluster) and sets
+``global_state.worker`` to a connected CoreWorker (or a LocalModeWorker); ``shutdown`` undoes
+both. The rest of the driver API (``ember.api``, remote functions and actor classes) reaches
+the worker through ``current_worker``, which runs ``init()`` on first use as Ray does; so this
+module sits below them and imports none of them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from ember import global_state, options
+from ember.core_worker.core_worker import DRIVER, CoreWorker
+from ember.ids import new_unique_id
+from ember.local_mode import LocalModeWorker
+
+logger = logging.getLogger("ember")
+
+_state_lock = threading.RLock()
+_node = None  # the LocalNode this driver started, if any
+_atexit_registered = False
+_prev_sigterm: Any = None
+
+
+class EmberContext(dict):
+    """What ``init`` returns: a dict of addresses that also reads as attributes."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __enter__(self) -> EmberContext:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        shutdown()
+
+
+def init(
+    address: str | None = None,
+    *,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    resources: dict[str, float] | None = None,
+    memory: float | None = None,
+    object_store_memory: int | None = None,
+    namespace: str | None = None,
+    ignore_reinit_error: bool = False,
+    local_mode: bool = False,
+    log_to_driver: bool = True,
+    logging_level: int | str = logging.INFO,
+    temp_dir: str | None = None,
+    include_dashboard: bool | None = None,
+    dashboard_host: str = "127.0.0.1",
+    dashboard_port: int | None = None,
+    dashboard_url_prefix: str = "",
+    runtime_env: dict | None = None,
+    configure_logging: bool = True,
+    lru_evict: bool = False,
+    driver_object_store_memory: int | None = None,
+    **kwargs: Any,
+) -> EmberContext:
+    """Starts a local node (or, with an address, joins a cluster) and connects this driver."""
+    global _node
+    unknown = {k for k in kwargs if not k.startswith("_")}
+    if unknown:
+        raise TypeError(f"ember.init() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+    with _state_lock:
+        if global_state.worker is not None:
+            if ignore_reinit_error:
+                logger.info("Calling ember.init() again after it has already been called.")
+                return _context()
+            raise RuntimeError(
+                "Maybe you called ember.init twice by accident? This error can be suppressed by "
+                "passing in 'ignore_reinit_error=True' or by calling 'ember.shutdown()' prior to "
+                "'ember.init()'."
+            )
+        if configure_logging:
+            logging.getLogger("ember").setLevel(logging_level)  # a bad level fails here
+        if local_mode:
+            global_state.worker = LocalModeWorker(
+                num_cpus=num_cpus, num_gpus=num_gpus, resources=resources
+            )
+            _register_exit_hooks()
+            return _context()
+        address = address or os.environ.get("EMBER_ADDRESS") or os.environ.get("RAY_ADDRESS")
+        if address:
+            # Imported here: only a driver joining a running cluster needs it.
+            from ember.cluster_connect import connect_info
+
+            node_info = connect_info(address, temp_dir)
+        else:
+            # Imported here: ember.node (process launching, the dashboard's launcher) is
+            # needed only by a driver that starts its own node.
+            from ember.node import LocalNode
+
+            node = LocalNode(
+                num_cpus=num_cpus,
+                num_gpus=num_gpus,
+                resources=resources,
+                memory=memory,
+                object_store_memory=object_store_memory,
+                temp_dir=temp_dir,
+                tied_to=os.getpid(),
+                include_dashboard=include_dashboard,
+                dashboard_host=dashboard_host,
+                dashboard_port=dashboard_port,
+                dashboard_url_prefix=dashboard_url_prefix,
+                # The node's processes (and the workers they start) log at the same level.
+                env={"EMBER_LOGGING_LEVEL": _level_name(logging_level)}
+                if configure_logging
+                else None,
+            )
+            node.start()
+            _node = node
+            node_info = node.info()
+            if node.dashboard_url:
+                # Printed, as Ray does, so the URL shows whatever logging is configured.
+                print(
+                    f"Started a local Ember instance. View the dashboard at {node.dashboard_url}",
+                    file=sys.stderr,
+                )
+        worker = CoreWorker(
+            mode=DRIVER,
+            node=node_info,
+            job_id=new_unique_id()[:8],
+            namespace=namespace
+            if namespace is not None
+            else f"{options.ANONYMOUS_NAMESPACE_PREFIX}{os.getpid()}",
+            log_to_driver=log_to_driver,
+        )
+        try:
+            worker.start()
+        except BaseException:
+            if _node is not None:
+                _node.stop()
+                _node = None
+            raise
+        _register_exit_hooks()
+        return _context()
+
+
+def _level_name(level: int | str) -> str:
+    """``logging_level`` as the environment carries it: a name where there is one."""
+    if isinstance(level, str):
+        return level.upper()
+    name = logging.getLevelName(level)
+    return name if isinstance(name, str) and not name.startswith("Level ") else str(level)
+
+
+def _context() -> EmberContext:
+    worker = global_state.worker
+    node = getattr(worker, "node", {}) or {}
+    return EmberContext(
+        node_id=node.get("node_id", b"").hex() if node.get("node_id") else "",
+        session_dir=node.get("session_dir", ""),
+        address=node.get("gcs_address", ""),
+        raylet_socket_name=node.get("raylet_address", ""),
+        node_ip_address=node.get("node_ip", "127.0.0.1"),
+        dashboard_url=node.get("dashboard_url", ""),
+        webui_url=node.get("dashboard_url", ""),
+    )
+
+
+def _register_exit_hooks() -> None:
+    global _atexit_registered, _prev_sigterm
+    if not _atexit_registered:
+        atexit.register(shutdown)
+        _atexit_registered = True
+    if threading.current_thread() is threading.main_thread():
+        prev = signal.getsignal(signal.SIGTERM)
+        if prev is not _on_sigterm:
+            _prev_sigterm = prev
+            signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    shutdown()
+    if callable(_prev_sigterm):
+        _prev_sigterm(signum, frame)
+    else:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def auto_init() -> Any:
+    """Ray starts a local node on first use; so do we."""
+    init()
+    return global_state.worker
+
+
+def is_initialized() -> bool:
+    return global_state.worker is not None
+
+
+def shutdown(_exiting_interpreter: bool = False) -> None:
+    """Disconnects the driver and stops the local node it started. Safe to call twice."""
+    global _node
+    with _state_lock:
+        worker = global_state.worker
+        global_state.worker = None
+        if worker is not None:
+            try:
+                worker.shutdown()
+            except Exception:
+                logger.exception("error while shutting down the driver")
+        if _node is not None:
+            _node.stop()
+            _node = None
+
+
+def current_worker() -> Any:
+    """This process's worker; a first use without ``init`` starts a local node, as in Ray."""
+    worker = global_state.worker
+    if worker is None:
+        return auto_init()
+    return worker
