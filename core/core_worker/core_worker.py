@@ -52,6 +52,8 @@ from ember.ids import new_task_id, new_unique_id
 from ember.log_monitor import print_worker_lines
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
+from ember.protocol.handler_table import handlers_from
+from ember.protocol.messages.worker import WORKER as WORKER_CATALOGUE
 
 logger = logging.getLogger(__name__)
 
@@ -171,28 +173,19 @@ class CoreWorker:
         self.create_actor = self.actors.create
         self.connect_to_worker = self.peers.connect_to_worker
 
-        # The ops this process serves, on every connection (raylet, GCS, peers).
+        # The ops this process serves, on every connection (raylet, GCS, peers): every op of
+        # the catalogue, from the parts' h_<op> methods (checked here, at start-up).
         self.handlers.update(
-            {
-                "hello": self.peers.h_hello,
-                "push_task": self._h_push_task,
-                "push_actor_task": self._h_push_actor_task,
-                "get_object": objects.h_get_object,
-                "add_borrower": self.ownership.h_add_borrower,
-                "remove_borrower": self.ownership.h_remove_borrower,
-                "get_function": tasks.h_get_function,
-                "cancel_task": self._h_cancel_task,
-                "actor_update": self.actors.h_actor_update,
-                "log_lines": self._h_log_lines,
-                "warning": self._h_warning,
-                "exit": self._h_exit,
-                "create_actor": self._h_create_actor,
-                "get_references": self._h_get_references,
-                "may_exit": self.ownership.h_may_exit,
-                "node_dead": self.links.h_node_dead,
-                "add_location": self.links.h_add_location,
-                "node_added": self.links.h_node_added,
-            }
+            handlers_from(
+                WORKER_CATALOGUE,
+                self,
+                self.peers,
+                objects,
+                self.ownership,
+                tasks,
+                self.actors,
+                self.links,
+            )
         )
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -313,7 +313,18 @@ HANDLER_FILES = {
     "raylet": tuple(
         f"core/raylet/{m}.py" for m in ("raylet", "lease_manager", "object_service", "membership")
     ),
-    "worker": ("core/core_worker/core_worker.py", "core/core_worker/cluster_links.py"),
+    "worker": tuple(
+        f"core/core_worker/{m}.py"
+        for m in (
+            "core_worker",
+            "peers",
+            "object_access",
+            "ownership",
+            "task_manager",
+            "created_actors",
+            "cluster_links",
+        )
+    ),
     "agent": ("core/agent/agent.py",),
 }
 
