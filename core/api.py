@@ -20,6 +20,7 @@ from ember.driver import current_worker as _worker
 from ember.driver import init, is_initialized, shutdown
 from ember.exceptions import GetTimeoutError
 from ember.object_ref import ObjectRef
+from ember.protocol.messages.gcs import NoSuchActor
 from ember.remote_function import RemoteFunction
 from ember.runtime_context import get_gpu_ids, get_runtime_context
 
@@ -121,16 +122,17 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     if worker.local_mode:
         worker.kill_local_actor(actor)
         return
-    reply = worker.call_gcs_sync(
-        "kill_actor",
-        {
-            "actor_id": actor._actor_id,
-            "no_restart": no_restart,
-            "reason": "ember.kill() was called" + ("" if no_restart else " (restart allowed)"),
-        },
-    )
-    if not reply.get("ok") and "already dead" not in reply.get("message", ""):
-        logger.info("kill: %s", reply.get("message"))
+    try:
+        worker.call_gcs_sync(
+            "kill_actor",
+            {
+                "actor_id": actor._actor_id,
+                "no_restart": no_restart,
+                "reason": "ember.kill() was called" + ("" if no_restart else " (restart allowed)"),
+            },
+        )
+    except NoSuchActor as e:  # a handle whose actor's registration failed: nothing to kill
+        logger.info("kill: %s", e)
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:

@@ -81,9 +81,10 @@ class GcsClient:
         conn = await self._ensure()
         return _hexify(await conn.call("list_jobs", None, timeout=10.0))
 
-    async def kill_actor(self, actor_id: str, no_restart: bool = True) -> dict[str, Any]:
+    async def kill_actor(self, actor_id: str, no_restart: bool = True) -> None:
+        """Raises NoSuchActor for an actor the GCS does not know."""
         conn = await self._ensure()
-        reply = await conn.call(
+        await conn.call(
             "kill_actor",
             {
                 "actor_id": bytes.fromhex(actor_id),
@@ -92,7 +93,6 @@ class GcsClient:
             },
             timeout=10.0,
         )
-        return reply if isinstance(reply, dict) else {"ok": bool(reply)}
 
 
 def _actor_row(a: dict[str, Any]) -> dict[str, Any]:

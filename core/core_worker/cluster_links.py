@@ -26,6 +26,7 @@ from ember.core_worker.task_spec import ARG_REF
 from ember.exceptions import ObjectLostError
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
+from ember.protocol.messages.raylet import PullFailed
 
 logger = logging.getLogger(__name__)
 
@@ -135,21 +136,23 @@ class ClusterLinks:
                     reason = f"its node {source.hex()[:12]} died"
                     break
                 timeout = max(60.0, size / (20 * 1024 * 1024))
-                reply = host.call_raylet_sync(
-                    "pull_object",
-                    {"object_id": object_id, "node_id": source, "owner": owner},
-                    timeout=timeout,
-                )
-                if reply.get("ok"):
-                    self.note_copy(object_id, owner)
-                    return ""
-                if reply.get("error") is not None:
-                    raise reply["error"]  # e.g. ObjectStoreFullError: no room for a copy here
-                reason = reply.get("reason", "the pull failed")
-                if reply.get("node_gone"):
-                    self.dead_nodes.add(source)  # the GCS no longer lists it
-                    break
-                alive_failure = reason
+                # The store's own errors (ObjectStoreFullError: no room for a copy here) are
+                # raised as they are; a failed pull says whether the source is gone.
+                try:
+                    host.call_raylet_sync(
+                        "pull_object",
+                        {"object_id": object_id, "node_id": source, "owner": owner},
+                        timeout=timeout,
+                    )
+                except PullFailed as e:
+                    reason = e.reason
+                    if e.node_gone:
+                        self.dead_nodes.add(source)  # the GCS no longer lists it
+                        break
+                    alive_failure = reason
+                    continue
+                self.note_copy(object_id, owner)
+                return ""
         if alive_failure and not all(n in self.dead_nodes for n in candidates):
             # Not lost, only unreadable now: rebuilding it would race the live copy.
             raise ObjectLostError(object_id.hex(), f"it could not be fetched: {alive_failure}")

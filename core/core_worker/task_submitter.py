@@ -247,8 +247,8 @@ class TaskSubmitter:
         if grant is None:  # the raylet gave up on the request (cancelled, shutting down)
             self._pump(cls)
             return
-        if "error" in grant or "spillback" in grant:
-            self._fail_queue(cls, TaskUnschedulableError(grant.get("error", "no node took it")))
+        if "spillback" in grant:  # still redirected after every hop
+            self._fail_queue(cls, TaskUnschedulableError("no node took it"))
             return
         lease_id, worker_id, address = grant["lease_id"], grant["worker_id"], grant["address"]
         try:

@@ -44,6 +44,7 @@ from ember.gcs.nodes import NodeInfo, NodeTable
 from ember.options import ANONYMOUS_NAMESPACE_PREFIX
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
+from ember.protocol.messages.gcs import NoSuchActor
 from ember.resources import fits
 from ember.scheduling import pick_node
 
@@ -290,14 +291,14 @@ class ActorManager:
             if actor.job_id == job_id:
                 self._carry_out(actor, self.machine.handle(actor, event))
 
-    def h_kill_actor(self, conn: Connection, body: dict) -> dict:
+    def h_kill_actor(self, conn: Connection, body: dict) -> None:
         actor = self.actors.get(body["actor_id"])
         if actor is None:
-            return {"ok": False, "message": f"no actor {body['actor_id'].hex()}"}
+            raise NoSuchActor(f"no actor {body['actor_id'].hex()}")
         if body.get("only_if_not_detached") and actor.detached:
-            return {"ok": False, "message": "detached"}
+            return  # a detached actor outlives its handles: nothing to do, as asked
         if actor.state is _DEAD:
-            return {"ok": False, "message": f"actor {actor.actor_id.hex()} is already dead"}
+            return  # killing is idempotent
         wconn = self.worker_conns.get(actor.worker_id) if actor.worker_id else None
         event = Kill(
             body.get("reason") or "killed by ember.kill()",
@@ -306,7 +307,6 @@ class ActorManager:
             worker_connected=wconn is not None and not wconn.closed,
         )
         self._carry_out(actor, self.machine.handle(actor, event))
-        return {"ok": True}
 
     def h_actor_exited(self, conn: Connection, body: dict) -> dict:
         actor = self.actors.get(body["actor_id"])

@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ember import config
+from ember.exceptions import TaskUnschedulableError
 from ember.protocol.connection import Connection
 from ember.raylet import lease_events as ev
 from ember.raylet import lease_machine as lm
@@ -260,7 +261,7 @@ class LeaseManager:
     def _unschedulable(self, ins: ev.Unschedulable) -> None:
         fut = ins.request.reply
         if not fut.done():
-            fut.set_result({"error": ins.message})
+            fut.set_exception(TaskUnschedulableError(ins.message))
 
     def _cancel(self, ins: ev.Cancel) -> None:
         fut = ins.request.reply

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ember import config
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
+from ember.protocol.messages.raylet import PullFailed
 
 if TYPE_CHECKING:
     from ember.raylet.raylet import Raylet
@@ -126,20 +127,26 @@ class ObjectService:
             )
         )
 
-    async def h_pull_object(self, conn: Connection, body: dict) -> dict:
+    async def h_pull_object(self, conn: Connection, body: dict) -> None:
         """A local client wants an object that lives on another node: copy it here (once,
-        however many ask), then it reads it like any local object."""
+        however many ask), then it reads it like any local object. Raises ``PullFailed``
+        (or the store's error) when it cannot."""
         oid = body["object_id"]
         if self.store.contains(oid):
-            return {"ok": True}
+            return
         pending = self.pulls.get(oid)
         if pending is None:
             pending = asyncio.ensure_future(self._pull(oid, body["node_id"], body.get("owner")))
             self.pulls[oid] = pending
-            pending.add_done_callback(lambda _f, oid=oid: self.pulls.pop(oid, None))
-        return await asyncio.shield(pending)
+            pending.add_done_callback(lambda f, oid=oid: self._pull_done(oid, f))
+        await asyncio.shield(pending)
 
-    async def _pull(self, oid: bytes, node_id: bytes, owner: Any) -> dict:
+    def _pull_done(self, oid: bytes, pull: asyncio.Future) -> None:
+        self.pulls.pop(oid, None)
+        if not pull.cancelled():
+            pull.exception()  # retrieved: the askers got it (or left), nothing to log twice
+
+    async def _pull(self, oid: bytes, node_id: bytes, owner: Any) -> None:
         view = self.raylet.view
         node = view.by_id.get(node_id)
         gcs = self.raylet.gcs
@@ -148,42 +155,38 @@ class ObjectService:
             self.raylet.membership.set_view(await gcs.call("get_cluster_view", None, timeout=10.0))
             node = view.by_id.get(node_id)
         if node is None:
-            return {
-                "ok": False,
-                "node_gone": True,
-                "reason": f"its node {node_id.hex()[:12]} is not alive",
-            }
+            raise PullFailed(f"its node {node_id.hex()[:12]} is not alive", node_gone=True)
         async with self.pull_slots:  # bounded: a burst of gets cannot swamp the network
             if self.store.contains(oid):
-                return {"ok": True}
+                return
             stats = self.transfer_stats
             stats["active"] += 1
             stats["peak"] = max(stats["peak"], stats["active"])
             try:
-                reply = await self._pull_locked(oid, node_id, node, owner)
+                await self._pull_locked(oid, node_id, node, owner)
+            except Exception:
+                stats["failed"] += 1
+                raise
+            else:
+                stats["pulled"] += 1
             finally:
                 stats["active"] -= 1
-            if reply.get("ok"):
-                stats["pulled"] += 1
-            else:
-                stats["failed"] += 1
-            return reply
 
-    async def _pull_locked(self, oid: bytes, node_id: bytes, node: dict, owner: Any) -> dict:
+    async def _pull_locked(self, oid: bytes, node_id: bytes, node: dict, owner: Any) -> None:
         from ember.object_store.transfer import TransferError, pull_into
 
         try:
             peer = await self.peer_raylet(node_id)
             size = await peer.call("export_object", {"object_id": oid}, timeout=30.0)
         except Exception as e:
-            return {"ok": False, "reason": f"its node {node_id.hex()[:12]} is unreachable: {e}"}
+            raise PullFailed(f"its node {node_id.hex()[:12]} is unreachable: {e}") from None
         if size is None:
-            return {"ok": False, "reason": f"node {node_id.hex()[:12]} no longer holds it"}
+            raise PullFailed(f"node {node_id.hex()[:12]} no longer holds it")
         try:
             offset = self.store.create(oid, size, ("pull", oid), owner=owner, primary=False)
-        except Exception as e:
+        except Exception:
             peer.send("unexport_object", {"object_id": oid})
-            return {"ok": False, "reason": str(e), "error": e}
+            raise  # e.g. ObjectStoreFullError: no room for a copy here
         view = self.arena.writable_view(offset, size)
         loop = asyncio.get_running_loop()
         started = time.time()
@@ -203,10 +206,7 @@ class ObjectService:
             )
         except (TransferError, OSError) as e:
             self.store.abort(oid)
-            return {
-                "ok": False,
-                "reason": f"the transfer from {node_id.hex()[:12]} failed: {e}",
-            }
+            raise PullFailed(f"the transfer from {node_id.hex()[:12]} failed: {e}") from None
         finally:
             view.release()
             if not peer.closed:
@@ -216,7 +216,6 @@ class ObjectService:
         logger.info("pulled %s (%d bytes) from %s", oid.hex()[:16], size, node_id.hex()[:12])
         self.transfer_stats["bytes"] += size
         self.record_transfer(oid, node_id, size, started, time.time())  # for the timeline
-        return {"ok": True}
 
     async def h_export_object(self, conn: Connection, body: dict) -> int | None:
         """Another raylet is about to read this object: pin it until it says it is done."""

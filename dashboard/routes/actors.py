@@ -8,6 +8,7 @@ from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.query import page
 from ember.dashboard.routes.params import ListParams, json_response, list_params
 from ember.dashboard.state import ACTOR_FIELDS
+from ember.protocol.messages.gcs import NoSuchActor
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import Response
 
@@ -67,8 +68,11 @@ async def kill_actor(
         }
     if ctx.gcs is None:
         raise HTTPException(503, "the dashboard is not connected to the GCS; cannot kill actors")
-    reply = await ctx.gcs.kill_actor(actor_id, no_restart=no_restart)
-    return {"actor_id": actor_id, **reply}
+    try:
+        await ctx.gcs.kill_actor(actor_id, no_restart=no_restart)
+    except NoSuchActor as e:
+        raise HTTPException(404, f"{e}; GET /api/actors lists the actors") from None
+    return {"ok": True, "actor_id": actor_id}
 
 
 def _resolve(ctx: DashboardContext, actor_id: str) -> str:

@@ -14,7 +14,7 @@ from ember.gcs.actor_machine import ActorState
 from ember.gcs.nodes import NodeState
 from ember.gcs.placement_groups import PgState
 from ember.gcs.server import GcsServer
-from ember.protocol.messages.gcs import NodeDeclaredDead
+from ember.protocol.messages.gcs import NodeDeclaredDead, NoSuchActor
 
 _ids = itertools.count(1)
 
@@ -208,7 +208,7 @@ def test_a_name_is_released_on_death_and_can_be_reused() -> None:
         assert found["actor_id"] == first.actor_id
         with pytest.raises(ValueError, match="already taken"):
             gcs.handlers["create_actor"](owner, spec(name="counter", namespace="ns"))
-        assert gcs.handlers["kill_actor"](owner, {"actor_id": first.actor_id}) == {"ok": True}
+        assert gcs.handlers["kill_actor"](owner, {"actor_id": first.actor_id}) is None
         assert (
             node_conn.ops("kill_worker")[0]["worker_id"]
             == gcs.actors.actors[first.actor_id].worker_id
@@ -222,8 +222,11 @@ def test_a_name_is_released_on_death_and_can_be_reused() -> None:
         await settle()
         found = gcs.handlers["get_named_actor"](owner, {"name": "counter", "namespace": "ns"})
         assert found["actor_id"] == second.actor_id and found["state"] == "ALIVE"
-        reply = gcs.handlers["kill_actor"](owner, {"actor_id": first.actor_id})
-        assert reply["ok"] is False and "already dead" in reply["message"]
+        # Killing the dead one again does nothing; killing an unknown one is a typed error.
+        assert gcs.handlers["kill_actor"](owner, {"actor_id": first.actor_id}) is None
+        assert gcs.actors.actors[first.actor_id].state.name == "DEAD"
+        with pytest.raises(NoSuchActor, match="no actor"):
+            gcs.handlers["kill_actor"](owner, {"actor_id": b"\x01" * 16})
 
     run(test)
 

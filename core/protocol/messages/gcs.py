@@ -21,6 +21,10 @@ class GcsMessage(Message):
     catalogue = GCS
 
 
+class NoSuchActor(Refused):
+    """A request named an actor the GCS has never registered."""
+
+
 class NodeDeclaredDead(Refused):
     """A heartbeat's answer to a node the GCS has declared dead: it must rejoin as a new node
     (its work was already redone elsewhere)."""
@@ -223,7 +227,10 @@ class KillActor(GcsMessage):
 
     op = "kill_actor"
     sent_by = "core worker, dashboard"
-    reply = '{"ok": True} | {"ok": False, "message": str}'
+    reply = (
+        "None: killed, or nothing to do (already dead; detached with only_if_not_detached); "
+        "raises NoSuchActor"
+    )
 
     actor_id: bytes
     no_restart: bool = OMIT

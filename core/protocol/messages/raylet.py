@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ember.protocol.errors import Refused
 from ember.protocol.messages.base import OMIT, Catalogue, Message
 
 RAYLET = Catalogue("raylet", "ember.raylet.raylet.Raylet")
@@ -36,13 +37,28 @@ class RegisterClient(RayletMessage):
     log_paths: dict[str, str] = OMIT  # workers: their .out/.err files
 
 
+class PullFailed(Refused):
+    """An object could not be copied to this node; ``node_gone``: the node holding it is not
+    alive (the owner stops reading from it), else it may be readable later."""
+
+    def __init__(self, reason: str, node_gone: bool = False) -> None:
+        super().__init__(reason)
+        self.node_gone = node_gone
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.reason, self.node_gone))
+
+
 class RequestLease(RayletMessage):
     """A worker to run tasks of one resource shape. Answered when granted, possibly long
     after; a raylet that knows a better node answers with a spillback instead."""
 
     op = "request_lease"
     sent_by = "core worker (task submitter)"
-    reply = 'lease grant | {"spillback": {"node_id": bytes, "address": str}}'
+    reply = (
+        'lease grant | {"spillback": {"node_id": bytes, "address": str}} | None (cancelled); '
+        "raises TaskUnschedulableError when no node can ever run it"
+    )
 
     resources: dict[str, float]
     strategy: Any = OMIT  # None, "SPREAD", or a placement-group / node-affinity strategy
@@ -206,7 +222,10 @@ class PullObject(RayletMessage):
 
     op = "pull_object"
     sent_by = "core worker"
-    reply = '{"ok": True} | {"ok": False, "reason": str[, "error": Exception]}'
+    reply = (
+        "None once the object is here; raises PullFailed, or the store's own error "
+        "(ObjectStoreFullError: no room for a copy)"
+    )
 
     object_id: bytes
     node_id: bytes  # the node that has it
