@@ -71,7 +71,7 @@ class GcsServer:
         )
         self.node_table.on_change = self._capacity_changed
         self.node_table.on_died = self._node_died
-        self.node_table.on_heartbeat = self.actors.on_heartbeat
+        self.node_table.on_heartbeat = self._heartbeat
         self.jobs.on_finished = self._job_finished
         # Every op of the catalogue, from the parts' h_<op> methods (checked at start-up).
         self.handlers = handlers_from(
@@ -94,6 +94,15 @@ class GcsServer:
         """A node joined or its resources were changed: waiting work may fit now."""
         self.actors.schedule_pending()
         self.placement_groups.on_node_change()
+
+    def _heartbeat(self, node: NodeInfo, before: dict[str, float]) -> None:
+        """Resources came free on a node (tasks ended, leases went back): actors and
+        placement groups waiting for room may fit now. A group whose reservation the raylet
+        refused (its view was ahead of the raylet's) would otherwise wait for the next node
+        to join or die."""
+        self.actors.on_heartbeat(node, before)
+        if any(v > before.get(k, 0.0) for k, v in node.available.items()):
+            self.placement_groups.on_node_change()
 
     def _node_died(self, node_id: bytes, reason: str) -> None:
         self.actors.on_node_died(node_id, reason)

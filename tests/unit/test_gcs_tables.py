@@ -304,6 +304,29 @@ def test_placement_group_create_and_remove() -> None:
     run(test)
 
 
+def test_a_group_refused_by_its_raylet_is_placed_once_a_heartbeat_shows_room() -> None:
+    """The GCS's view said the room was free, but the raylet still held it (a task's lease
+    not yet returned): the group waits, and the heartbeat that shows the room free again
+    places it, with no node joining or dying in between."""
+
+    async def test() -> None:
+        gcs, _, _ = make_gcs()
+        a, a_conn = add_node(gcs, cpus=2)
+        answers = iter([False, True])
+        a_conn.replies["reserve_bundles"] = lambda body: next(answers)
+        owner = FakeConn()
+        pg_id = b"r" * 18
+        gcs.handlers["create_placement_group"](owner, {"pg_id": pg_id, "bundles": [{"CPU": 1}]})
+        await settle()
+        group = gcs.placement_groups.groups[pg_id]
+        assert group.state is PgState.PENDING and "will retry" in group.reason
+        gcs.handlers["heartbeat"](a_conn, {"node_id": a, "available": {"CPU": 2.0}})
+        assert await gcs.handlers["wait_placement_group"](owner, {"pg_id": pg_id, "timeout": 1})
+        assert group.state is PgState.CREATED
+
+    run(test)
+
+
 def test_a_placement_group_is_removed_with_its_job_unless_detached() -> None:
     async def test() -> None:
         gcs, _, _ = make_gcs()

@@ -48,8 +48,9 @@ TABLES = {
 def _sources():
     for top in SCANNED:
         for path in sorted((ROOT / top).rglob("*.py")):
-            if ".venv" in path.parts or "node_modules" in path.parts:
-                continue
+            rel = path.relative_to(ROOT).parts
+            if "node_modules" in rel or any(part.startswith(".") for part in rel):
+                continue  # virtual environments (the tests' Ray, a venv), tools' packages
             if path.name == "test_wire.py":
                 continue  # the transport's own tests, with made-up ops
             yield path, ast.parse(path.read_text(), str(path))
