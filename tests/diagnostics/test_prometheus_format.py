@@ -36,7 +36,15 @@ SAMPLE = {
     "object_store_used_bytes": 1e6,
     "object_store_capacity_bytes": 1e9,
     "object_store_objects": 3,
-    "agent": {"cpu_percent": 1.5, "rss_bytes": 5e7},
+    "agent": {
+        "in_dashboard": False,
+        "cpu_percent": 1.5,
+        "rss_bytes": 5e7,
+        "sample_cpu_seconds": 0.25,
+        "sample_seconds": 0.01,
+        "task_events_buffered": 7,
+        "task_events_dropped": 3,
+    },
 }
 
 
@@ -64,12 +72,33 @@ def client(tmp_path):
     state.add_task_events(NODE, "01", events)
     state.update_actor({"actor_id": "c1" * 16, "class_name": "Worker", "state": "ALIVE"})
     state.update_actor({"actor_id": "c2" * 16, "class_name": "Worker", "state": "DEAD"})
-    state.cluster = {
+    # cluster_info as the GCS answers it: resources and demands per node (a dead node's are
+    # stale and left out), the actors it could not place, the placement groups.
+    gcs_node = {
+        "node_id": NODE,
+        "state": "ALIVE",
+        "resources_total": {"CPU": 2.0, "object_store_memory": 1e9},
+        "resources_available": {"CPU": 0.5, "object_store_memory": 1e9},
         "pending_demands": [
             {"shape": {"CPU": 1.0}, "count": 4, "infeasible": False},
             {"shape": {"GPU": 8.0}, "count": 1, "infeasible": True},
         ],
-        "resources": {"total": {"CPU": 2.0}, "available": {"CPU": 0.0}},
+    }
+    dead_node = {
+        "node_id": "cd" * 14,
+        "state": "DEAD",
+        "resources_total": {"CPU": 64.0},
+        "resources_available": {"CPU": 64.0},
+        "pending_demands": [{"shape": {"CPU": 1.0}, "count": 9, "infeasible": False}],
+    }
+    state.cluster = {
+        "nodes": [gcs_node, dead_node],
+        "pending_actors": [{"actor_id": "c3" * 16, "class_name": "Big", "resources": {"CPU": 4}}],
+        "placement_groups": [
+            {"placement_group_id": "p1", "state": "CREATED"},
+            {"placement_group_id": "p2", "state": "CREATED"},
+            {"placement_group_id": "p3", "state": "PENDING"},
+        ],
     }
     ctx = DashboardContext(state=state, host="127.0.0.1", port=8265, session_dir=str(tmp_path))
     return TestClient(create_app(ctx).fastapi), ctx
@@ -102,9 +131,24 @@ def test_metrics_parse_with_units_and_values(client):
     assert _value(fams, "ember_component_cpu_percent", component="worker") == 75.0
     assert _value(fams, "ember_component_processes", component="worker") == 2
     assert _value(fams, "ember_actors", state="ALIVE", class_name="Worker") == 1
+    # Demands: the live node's queue and the parked actor (4 CPUs: no node has that many).
     assert _value(fams, "ember_pending_demands", shape="GPU:8", infeasible="true") == 1
     assert _value(fams, "ember_pending_demands", shape="CPU:1", infeasible="false") == 4
+    assert _value(fams, "ember_pending_demands", shape="CPU:4", infeasible="true") == 1
+    assert _value(fams, "ember_cluster_resources", resource="CPU") == 2.0
+    assert _value(fams, "ember_cluster_resources_available", resource="CPU") == 0.5
+    assert _value(fams, "ember_placement_groups", state="CREATED") == 2
+    assert _value(fams, "ember_placement_groups", state="PENDING") == 1
+    assert _value(fams, "ember_placement_groups", state="REMOVED") == 0
+    assert _value(fams, "ember_node_cpus", node_id=NODE) == 2
+    assert _value(fams, "ember_tasks_finished_total") == 500
+    assert _value(fams, "ember_tasks_failed_total") == 0
+    assert fams["ember_tasks_finished"].type == "counter"
     assert _value(fams, "ember_agent_resident_memory_bytes") == 5e7
+    assert _value(fams, "ember_agent_info", node_id=NODE, process="own") == 1
+    assert _value(fams, "ember_agent_sample_cpu_seconds_total", node_id=NODE) == 0.25
+    assert _value(fams, "ember_agent_task_events_buffered", node_id=NODE) == 7
+    assert _value(fams, "ember_agent_task_events_dropped_total", node_id=NODE) == 3
     assert _value(fams, "ember_dashboard_task_events_ingested_total") == 1000
     assert fams["ember_dashboard_dropped"].type == "counter"
     assert _value(fams, "ember_dashboard_resident_memory_bytes") > 10 * 2**20
