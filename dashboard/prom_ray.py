@@ -35,6 +35,7 @@ from ember.dashboard.prom_readings import (
     gcs_nodes,
     is_number,
     node_ip,
+    node_resources,
     pending_demands,
     placement_groups,
     root_disk,
@@ -149,12 +150,11 @@ def _resources(st: Any, nodes: list[tuple[str, Any]], session: str) -> Iterator[
         row = rows.get(nid)
         if row is None:
             continue
-        available = row.get("resources_available") or {}
-        for name, total in sorted((row.get("resources_total") or {}).items()):
-            free = float(available.get(name, 0.0))
-            base = [node_ip(node), nid, session]
-            fam.add_metric([name, "USED", *base], max(float(total) - free, 0.0))
-            fam.add_metric([name, "AVAILABLE", *base], free)
+        total, available = node_resources(row)
+        base = [node_ip(node), nid, session]
+        for name, value in sorted(total.items()):
+            fam.add_metric([name, "USED", *base], max(value - available[name], 0.0))
+            fam.add_metric([name, "AVAILABLE", *base], available[name])
     yield fam
 
 

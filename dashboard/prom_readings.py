@@ -10,6 +10,7 @@ does (the table keeps its counts by name and state as events arrive).
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter as Tally
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,20 @@ from prometheus_client.core import GaugeMetricFamily
 MAX_LABEL_VALUES = int(os.environ.get("EMBER_METRICS_MAX_LABEL_VALUES", "200"))
 OTHER = "other"
 PG_STATES = ("PENDING", "CREATED", "REMOVED")
+# A placement group's own resources (``CPU_group_<i>_<pg id>``, ``bundle_group_<pg id>``...):
+# names without end as groups come and go, and the node's CPU already counts what they hold.
+_BUNDLE_RESOURCE = re.compile(r".+_group_(\d+_)?[0-9a-f]{16,}")
+
+
+def node_resources(row: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """A GCS node row's (total, available) resources, placement groups' own left out."""
+    total = {
+        str(k): float(v)
+        for k, v in (row.get("resources_total") or {}).items()
+        if not _BUNDLE_RESOURCE.fullmatch(str(k))
+    }
+    available = row.get("resources_available") or {}
+    return total, {k: float(available.get(k, 0.0)) for k in total}
 
 
 def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -74,11 +89,11 @@ def cluster_resources(st: Any) -> tuple[dict[str, float], dict[str, float]]:
     """(total, available) per resource, summed over the live nodes."""
     total: dict[str, float] = {}
     available: dict[str, float] = {}
-    for n in gcs_nodes(st).values():
-        for k, v in (n.get("resources_total") or {}).items():
-            total[k] = total.get(k, 0.0) + float(v)
-        for k, v in (n.get("resources_available") or {}).items():
-            available[k] = available.get(k, 0.0) + float(v)
+    for row in gcs_nodes(st).values():
+        node_total, node_available = node_resources(row)
+        for k, v in node_total.items():
+            total[k] = total.get(k, 0.0) + v
+            available[k] = available.get(k, 0.0) + node_available[k]
     return total, available
 
 
