@@ -190,14 +190,109 @@ def test_service_discovery_file(client, tmp_path):
     assert prometheus.service_discovery(ctx)[0]["targets"] == ["10.0.0.5:8265"]
 
 
-def test_grafana_dashboard_plots_only_served_metrics(client):
+def _sample_types(text: str) -> dict[str, str]:
+    """{sample name: its family's type} of what ``/metrics`` serves samples for."""
+    out = {}
+    for fam in _families(text).values():
+        for sample in fam.samples:
+            out[sample.name] = fam.type
+    return out
+
+
+def _call_arguments(expr: str, functions: tuple[str, ...]) -> list[str]:
+    """The whole argument text of each call to one of ``functions`` in a PromQL expression."""
+    args = []
+    for m in re.finditer(rf"\b({'|'.join(functions)})\(", expr):
+        depth, i = 1, m.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(expr[i], 0)
+            i += 1
+        args.append(expr[m.end() : i - 1])
+    return args
+
+
+def test_grafana_dashboard_rates_only_counters(client):
+    """Every ``rate``/``irate``/``increase`` in the Grafana dashboard is over a counter (over a
+    gauge it would read a falling count as resets), and every metric any panel plots is one
+    ``/metrics`` serves."""
     c, _ = client
-    served = set()
-    for fam in _families(c.get("/metrics").text).values():
-        served.update(s.name for s in fam.samples)
+    types = _sample_types(c.get("/metrics").text)
     dash = json.loads(GRAFANA.read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
     assert len(exprs) >= 20
-    used = {m for e in exprs for m in re.findall(r"\bember_[a-z0-9_]+", e)}
-    assert used and used <= served, used - served
+    rated = 0
+    for expr in exprs:
+        for arg in _call_arguments(expr, ("rate", "irate", "increase")):
+            names = re.findall(r"\bember_[a-z0-9_]+", arg)
+            assert names, f"rate over no Ember metric: {expr}"
+            for name in names:
+                assert types.get(name) == "counter", f"{name} is {types.get(name)}: {expr}"
+                rated += 1
+        used = set(re.findall(r"\bember_[a-z0-9_]+", expr))
+        assert used and used <= set(types), (expr, used - set(types))
+    assert rated >= 4  # tasks finished and failed, dropped, ingested, the agents' own
     assert {v["name"] for v in dash["templating"]["list"]} == {"datasource", "node"}
+
+
+def test_call_arguments_finds_nested_calls():
+    expr = 'sum by (x) (rate(a_total{k="v"}[1m])) / increase(b_total[5m]) + irate((c_total)[1m])'
+    assert _call_arguments(expr, ("rate", "irate", "increase")) == [
+        'a_total{k="v"}[1m]',
+        "b_total[5m]",
+        "(c_total)[1m]",
+    ]
+
+
+def test_ray_compatible_set(client, tmp_path):
+    c, ctx = client
+    ctx.state.cluster["nodes"][0]["resources_total"]["CPU_group_0_" + "ab" * 16] = 1.0
+    resp = c.get("/metrics?compat=ray")
+    assert resp.status_code == 200
+    fams = _families(resp.text)
+    assert all(name.startswith(("ray_", "autoscaler_")) for name in fams), sorted(fams)
+    session = tmp_path.name
+    samples = [s for f in fams.values() for s in f.samples]
+    assert all(s.labels["SessionName"] == session for s in samples if "SessionName" in s.labels)
+    assert all("SessionName" in s.labels for s in samples if s.name.startswith("ray_node"))
+    node = {"NodeId": NODE, "ip": "10.0.0.5", "IsHeadNode": "true"}
+    assert _value(fams, "ray_node_cpu_count", **node) == 2
+    assert _value(fams, "ray_node_cpu_utilization", **node) == 25.0
+    assert _value(fams, "ray_node_mem_used", **node) == 2e9
+    assert _value(fams, "ray_node_mem_total", **node) == 8e9
+    assert _value(fams, "ray_node_disk_usage", **node) == 4e10
+    assert _value(fams, "ray_node_disk_free", **node) == 6e10
+    assert _value(fams, "ray_object_store_memory", Location="MMAP_SHM") == 1e6
+    assert _value(fams, "ray_resources", Name="CPU", State="USED", NodeId=NODE) == 1.5
+    assert _value(fams, "ray_resources", Name="CPU", State="AVAILABLE") == 0.5
+    # A placement group's own resources are left out (one name per group and bundle).
+    assert {s.labels["Name"] for s in fams["ray_resources"].samples} == {
+        "CPU",
+        "object_store_memory",
+    }
+    assert _value(fams, "ray_component_cpu_percentage", Component="workers") == 75.0
+    assert _value(fams, "ray_component_rss_mb", Component="raylet") == 30.0
+    assert _value(fams, "ray_component_mem_shared_bytes", Component="workers") == 4e7
+    finished = [s for s in fams["ray_tasks"].samples if s.labels["State"] == "FINISHED"]
+    assert sum(s.value for s in finished) == 500 and {s.labels["IsRetry"] for s in finished} == {
+        "0"
+    }
+    assert _value(fams, "ray_actors", Name="Worker", State="ALIVE", Source="gcs") == 1
+    assert _value(fams, "ray_actors", Name="Worker", State="DEAD", Source="gcs") == 1
+    assert _value(fams, "ray_actors", Name="Worker", State="ALIVE", Source="executor") == 1
+    assert _value(fams, "ray_placement_groups", State="CREATED") == 2
+    assert _value(fams, "ray_cluster_active_nodes", node_type="head") == 1
+    assert _value(fams, "autoscaler_active_nodes", NodeType="worker") == 0
+    assert _value(fams, "autoscaler_cluster_resources", resource="CPU") == 2
+    # Waiting: four 1-CPU leases and the parked 4-CPU actor; one 8-GPU lease.
+    assert _value(fams, "autoscaler_pending_resources", resource="CPU") == 8
+    assert _value(fams, "autoscaler_pending_resources", resource="GPU") == 8
+
+
+def test_ray_compatible_scopes(client):
+    c, _ = client
+    node = _families(c.get(f"/metrics?compat=ray&node_id={NODE[:6]}").text)
+    cluster = _families(c.get("/metrics?compat=ray&scope=cluster").text)
+    assert "ray_node_mem_used" in node and "ray_tasks" not in node
+    assert "ray_tasks" in cluster and "ray_node_mem_used" not in cluster
+    bad = c.get("/metrics?compat=prometheus")
+    assert bad.status_code == 422 and "compat" in bad.text
