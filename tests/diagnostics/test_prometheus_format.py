@@ -9,6 +9,7 @@ import re
 import time
 from pathlib import Path
 
+import prometheus_server
 import pytest
 from ember.dashboard import prometheus
 from ember.dashboard.app import DashboardContext, create_app
@@ -185,6 +186,8 @@ def test_service_discovery_file(client, tmp_path):
     assert groups[1]["targets"] == ["127.0.0.1:8265"]
     assert groups[1]["labels"]["__param_node_id"] == NODE
     assert groups[1]["labels"]["ember_node_ip"] == "10.0.0.5"
+    # Each node's target has its own instance (Ray's panels plot by instance).
+    assert groups[1]["labels"]["instance"] == f"10.0.0.5:{NODE[:8]}"
     # A dashboard bound on every interface names the head node's address instead.
     ctx.host = "0.0.0.0"
     assert prometheus.service_discovery(ctx)[0]["targets"] == ["10.0.0.5:8265"]
@@ -296,3 +299,15 @@ def test_ray_compatible_scopes(client):
     assert "ray_tasks" in cluster and "ray_node_mem_used" not in cluster
     bad = c.get("/metrics?compat=prometheus")
     assert bad.status_code == 422 and "compat" in bad.text
+
+
+def test_missing_promtool_skips_here_and_fails_in_ci(monkeypatch):
+    monkeypatch.setattr(prometheus_server.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="scripts/dev.sh setup"):
+        prometheus_server.tool("promtool")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(
+        pytest.fail.Exception, match="promtool is missing: run scripts/dev.sh setup"
+    ):
+        prometheus_server.tool("promtool")
