@@ -4,12 +4,14 @@ default panels: ``ray_tasks``, ``ray_actors``, ``ray_resources``, ``ray_node_*``
 ``ray_component_*``, ``ray_cluster_*_nodes``, ``autoscaler_*``) plot an Ember cluster.
 
 Every series carries ``SessionName`` (the session directory's name, as in Ray), which Ray's
-panels filter on. Node series carry Ray's node labels (``ip``, ``IsHeadNode``,
+panels filter on; application metrics are ``ray_<name>``, with it too. Node series carry Ray's node labels (``ip``, ``IsHeadNode``,
 ``RayNodeType``) and ``NodeId``, which keeps two nodes on one machine apart. Where Ember knows
 less than Ray, the nearest truth is exported and said here:
 
 - ``ray_tasks``: ``IsRetry`` is "1" only for Ember's RETRYING tasks (a failed attempt waiting
-  to run again), which show as ``PENDING_ARGS_AVAIL``; the kept tasks' counts, as in Ray.
+  to run again), which show as ``PENDING_ARGS_AVAIL``; the kept tasks' counts, as in Ray. A
+  running task reads ``SUBMITTED_TO_WORKER``: owners report that and the end, and executors
+  report no ``RUNNING``, so Ray's "Running Tasks by Name" panel stays empty.
 - ``ray_actors``: ``Source="gcs"`` has the GCS's states; ``Source="executor"`` has each live
   actor as ``ALIVE`` (Ember does not track whether an actor is running a method).
 - ``ray_component_mem_shared_bytes`` is RSS - USS (pages shared with other processes), so

@@ -19,10 +19,15 @@ from prometheus_client.core import (
 
 
 def user_metrics(
-    nodes: list[tuple[str, Any]], prefix: str, reserved: frozenset[str]
+    nodes: list[tuple[str, Any]],
+    prefix: str,
+    reserved: frozenset[str],
+    extra: dict[str, str] | None = None,
 ) -> Iterator[Metric]:
     """``reserved``: names (without the prefix) of the set's own families, which an
-    application metric may not take; such a metric is left out and named in the conflicts."""
+    application metric may not take; such a metric is left out and named in the conflicts.
+    ``extra``: labels every series gets (Ray's ``SessionName``), unless a metric has a tag of
+    that name."""
     snapshots: list[dict[str, Any]] = []
     for _nid, node in nodes:
         if node.state == "ALIVE":
@@ -34,16 +39,18 @@ def user_metrics(
             merged["conflicts"].append(m["name"])
             continue
         name = f"{prefix}{base}"
-        keys = list(m["tag_keys"])
+        added = {k: v for k, v in (extra or {}).items() if k not in m["tag_keys"]}
+        keys = [*m["tag_keys"], *added]
+        values = list(added.values())
         doc = m["description"] or f"application metric {m['name']}"
         if m["type"] == "counter":
             fam: Metric = CounterMetricFamily(name, doc, labels=keys)
             for key, s in m["series"].items():
-                fam.add_metric(list(key), s["value"])
+                fam.add_metric([*key, *values], s["value"])
         elif m["type"] == "gauge":
             fam = GaugeMetricFamily(name, doc, labels=keys)
             for key, s in m["series"].items():
-                fam.add_metric(list(key), s["value"])
+                fam.add_metric([*key, *values], s["value"])
         else:
             fam = HistogramMetricFamily(name, doc, labels=keys)
             bounds = [*(f"{b:g}" for b in m["boundaries"]), "+Inf"]
@@ -52,7 +59,7 @@ def user_metrics(
                 for bound, n in zip(bounds, s["buckets"], strict=True):
                     running += n
                     buckets.append((bound, float(running)))
-                fam.add_metric(list(key), buckets, s["sum"])
+                fam.add_metric([*key, *values], buckets, s["sum"])
         yield fam
     dropped = GaugeMetricFamily(
         f"{prefix}user_metrics_dropped_series",

@@ -88,7 +88,7 @@ class EmberCollector:
         if self.node_id is not None or not self.cluster:
             nodes = live_nodes(st, self.node_id)
             yield from prom_ray.node_metrics(st, nodes, session)
-            yield from user_metrics(nodes, "ray_", prom_ray.RESERVED)
+            yield from user_metrics(nodes, "ray_", prom_ray.RESERVED, {"SessionName": session})
         if self.node_id is None:
             yield from prom_ray.cluster_metrics(st, session)
 

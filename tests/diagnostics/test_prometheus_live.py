@@ -432,6 +432,12 @@ def _ray_panels(url: str, session: str, workload: Workload) -> None:
             None,
             lambda v: 0 < v.get("", 0) < 100,
         ),
+        (
+            "an application's metric, as Ray names it",
+            "sum(ray_live_calls_total{{{global_filters}}}) by (parity)",
+            "parity",
+            lambda v: v == {"even": WORK / 2, "odd": WORK / 2},
+        ),
     ]
     wrong: dict[str, Any] = {}
 
