@@ -106,23 +106,24 @@ class Demand:
 
 def pending_demands(st: Any) -> list[Demand]:
     """What waits for resources: the raylets' queued leases (tasks and actors' workers) by
-    shape, and the actors the GCS parked because no node had room for them. An actor's shape
-    is infeasible when no live node has that much in total."""
+    shape, and the actors the GCS parked because no node had room for them. A shape is
+    infeasible when no live node has that much in total (as ``ember status`` decides it: a
+    raylet's own flag judges its node alone)."""
     nodes = gcs_nodes(st)
+    totals = [n.get("resources_total") or {} for n in nodes.values()]
+
+    def demand(shape: dict[str, Any], count: int) -> Demand:
+        shape = {str(k): float(v) for k, v in shape.items() if v}
+        fits = any(all(t.get(k, 0.0) >= v for k, v in shape.items()) for t in totals)
+        return Demand(shape, count, not fits)
+
     out = [
-        Demand(
-            {str(k): float(v) for k, v in (d.get("shape") or {}).items()},
-            int(d.get("count") or 1),
-            bool(d.get("infeasible")),
-        )
+        demand(d.get("shape") or {}, int(d.get("count") or 1))
         for n in nodes.values()
         for d in n.get("pending_demands") or ()
     ]
-    totals = [n.get("resources_total") or {} for n in nodes.values()]
     for a in (st.cluster or {}).get("pending_actors") or ():
-        shape = {str(k): float(v) for k, v in (a.get("resources") or {}).items() if v}
-        fits = any(all(t.get(k, 0.0) >= v for k, v in shape.items()) for t in totals)
-        out.append(Demand(shape, 1, not fits))
+        out.append(demand(a.get("resources") or {}, 1))
     return out
 
 

@@ -8,10 +8,11 @@ import json
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import prometheus_server
 import pytest
-from ember.dashboard import prometheus
+from ember.dashboard import prom_readings, prometheus
 from ember.dashboard.app import DashboardContext, create_app
 from ember.dashboard.state import DashboardState
 from fastapi.testclient import TestClient
@@ -311,3 +312,28 @@ def test_missing_promtool_skips_here_and_fails_in_ci(monkeypatch):
         pytest.fail.Exception, match="promtool is missing: run scripts/dev.sh setup"
     ):
         prometheus_server.tool("promtool")
+
+
+def test_infeasible_means_no_live_node_could_hold_it():
+    """A raylet flags a shape its own node cannot hold; another live node may hold it, and a
+    dead node's size does not count."""
+    small = {"node_id": "a", "state": "ALIVE", "resources_total": {"CPU": 2.0}}
+    big = {"node_id": "b", "state": "ALIVE", "resources_total": {"CPU": 64.0}}
+    dead = {"node_id": "c", "state": "DEAD", "resources_total": {"GPU": 8.0}}
+    small["pending_demands"] = [
+        {"shape": {"CPU": 32.0}, "count": 2, "infeasible": True},
+        {"shape": {"GPU": 1.0, "CPU": 0}, "count": 1, "infeasible": True},
+    ]
+    st = SimpleNamespace(
+        cluster={
+            "nodes": [small, big, dead],
+            "pending_actors": [{"resources": {"CPU": 128.0}}, {"resources": {"CPU": 8.0}}],
+        }
+    )
+    got = [(d.shape, d.count, d.infeasible) for d in prom_readings.pending_demands(st)]
+    assert got == [
+        ({"CPU": 32.0}, 2, False),
+        ({"GPU": 1.0}, 1, True),
+        ({"CPU": 128.0}, 1, True),
+        ({"CPU": 8.0}, 1, False),
+    ]
