@@ -198,17 +198,22 @@ def cluster_metrics(st: Any, session: str) -> Iterator[Metric]:
     yield tasks
 
     actors = gauge(
-        "ray_actors", "Actors by state and class", ["State", "Name", "Source", "SessionName"]
+        "ray_actors",
+        "Actors by state and class",
+        ["State", "Name", "Source", "NodeAddress", "SessionName"],
     )
+    ips = {nid: node_ip(n) for nid, n in st.nodes.items()}
     tally = Tally()
     for row in list(st.actors.values()):
         cls = str(row.get("class_name") or "")
         state = str(row.get("state") or "")
-        tally[(cls, _ACTOR_STATE.get(state, state), "gcs")] += 1
+        tally[(cls, _ACTOR_STATE.get(state, state), "gcs", "")] += 1
         if state == "ALIVE":
-            tally[(cls, "ALIVE", "executor")] += 1
-    for (cls, state, source), n in sorted(capped(tally).items()):
-        actors.add_metric([state, cls, source, session], float(n))
+            # Ray's panels pick live actors by node (NodeAddress=~"$Instance", ".+" for All).
+            ip = ips.get(str(row.get("node_id") or ""), "")
+            tally[(cls, "ALIVE", "executor", ip)] += 1
+    for (cls, state, source, ip), n in sorted(capped(tally).items()):
+        actors.add_metric([state, cls, source, ip, session], float(n))
     yield actors
 
     pgs = gauge("ray_placement_groups", "Placement groups by state", ["State", "SessionName"])

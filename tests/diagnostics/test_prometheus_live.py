@@ -28,7 +28,7 @@ from ember.util.metrics import Counter, Gauge
 from ember.util.placement_group import placement_group, remove_placement_group
 from ember_test_utils import assert_no_ember_children, wait_until
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_server import PrometheusServers, file_sd_job, query, tool
+from prometheus_server import PrometheusServers, file_sd_job, get_json, query, tool
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -256,12 +256,18 @@ def test_ray_panels_over_real_prometheus(workload, tmp_path):
 GLOBAL_FILTERS = 'SessionName=~"$SessionName",ray_io_cluster=~"$Cluster"'
 
 
+# Ray's dashboard variables as Grafana fills them with "All" selected (each variable's
+# ``allValue``; a custom variable without one becomes the alternation of its options).
+ALL = {"$Instance": ".+", "$Cluster": ".*", "$RayNodeType": "(head|worker)"}
+
+
 def _fill(expr: str, session: str) -> str:
-    """A panel's expression as Grafana sends it: the filters in, "All" as ``.*``."""
+    """A panel's expression as Grafana sends it: the filters in, the variables filled."""
     expr = expr.replace("{{", "{").replace("}}", "}").replace("{global_filters}", GLOBAL_FILTERS)
-    return (
-        expr.replace("$SessionName", session).replace("$Instance", ".*").replace("$Cluster", ".*")
-    )
+    expr = expr.replace("$SessionName", session)
+    for variable, value in ALL.items():
+        expr = expr.replace(variable, value)
+    return expr
 
 
 def _by(result: list[dict], label: str | None = None) -> dict[str, float]:
@@ -453,6 +459,10 @@ def _ray_panels(url: str, session: str, workload: Workload) -> None:
         wait_until(all_right, timeout=90, interval=1.0, message="Ray's panels to show the workload")
     except pytest.fail.Exception:
         pytest.fail(f"panels still wrong: {json.dumps(wrong, indent=1)}")
+    # The dashboard's variables: the session and the instances come from this series.
+    labels = f"{url}/api/v1/label/{{}}/values?match[]=ray_node_network_receive_speed"
+    assert session in get_json(labels.format("SessionName"))["data"]
+    assert len(get_json(labels.format("instance"))["data"]) == 1
     # The per-node panels are per node: the service-discovery file names each node's target.
     instance = next(iter(_by(query(url, 'ray_node_cpu_count{IsHeadNode="true"}'), "instance")))
     assert instance.endswith(":" + workload.node_id[:8]), instance
