@@ -84,7 +84,8 @@ class EmberCollector:
 
     def _ray(self) -> Iterator[Metric]:
         st = self.ctx.state
-        session = os.path.basename(os.path.normpath(self.ctx.session_dir or ""))
+        session_dir = self.ctx.session_dir
+        session = os.path.basename(os.path.normpath(session_dir)) if session_dir else ""
         if self.node_id is not None or not self.cluster:
             nodes = live_nodes(st, self.node_id)
             yield from prom_ray.node_metrics(st, nodes, session)
