@@ -124,6 +124,9 @@ class TaskTable:
         self.pid = array("i")  # 0: not known
         self.attempt = array("i")
         self.by_name_state: Counter = Counter()  # {(name, state): n} for the summary
+        # Moves into FINISHED or FAILED, ever: counts that eviction never lowers (/metrics'
+        # counters; the kept tasks' counts above fall as the ring drops old tasks).
+        self.ended: dict[str, int] = dict.fromkeys(TERMINAL, 0)
         # Read-only views by field name, as text (what the table's users index by slot).
         self.cols: dict[str, Any] = {
             k: CodedColumn(self.codes[k], self.code_tables[k]) for k in CODED
@@ -291,6 +294,8 @@ class TaskTable:
             refs = self.code_tables["state"].refs
             refs[old_state] -= 1
             refs[cur] += 1
+            if cur >= FIRST_TERMINAL:
+                self.ended[STATES[cur]] += 1
         if cur != old_state or names[slot] != old_name:
             name_of = self.code_tables["name"].values
             _dec(self.by_name_state, (name_of[old_name], STATES[old_state]))

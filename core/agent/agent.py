@@ -75,7 +75,12 @@ class Agent(DashboardStream):
         self.replies: deque[dict[str, Any]] = deque()
         self.events: deque[dict[str, Any]] = deque()
         self.buffered_events = 0
-        self.events_dropped = 0
+        self.events_dropped = 0  # since the last batch sent (the dashboard adds them up)
+        self.events_dropped_total = 0  # by this agent's buffer, ever (its self-metrics)
+        # The agent's own cost, which the head's agent cannot read off its process (it is the
+        # dashboard's): CPU time of the sampling work, and the last sample's wall time.
+        self.sample_cpu_s = 0.0
+        self.sample_wall_s = 0.0
         self.latest_metrics: dict[str, Any] | None = None
         self.transfer_seq = 0  # the raylet's object transfers already shipped (timeline)
         self.wakeup = asyncio.Event()
@@ -123,6 +128,7 @@ class Agent(DashboardStream):
             old = self.events.popleft()
             self.buffered_events -= len(old["events"])
             self.events_dropped += len(old["events"]) + old["dropped"]
+            self.events_dropped_total += len(old["events"])
         self.wakeup.set()
 
     def h_error_event(self, conn: Any, body: dict[str, Any]) -> None:
@@ -139,10 +145,13 @@ class Agent(DashboardStream):
                 self.wakeup.set()
             except Exception:
                 logger.exception("sampling failed")
+            self.sample_wall_s = time.monotonic() - t0
             await asyncio.sleep(max(PERIOD - (time.monotonic() - t0), 0.1))
 
     async def collect(self) -> dict[str, Any]:
+        cpu0 = time.thread_time()  # the loop's thread: nothing else runs until the await
         sample = self.sampler.sample()
+        self.sample_cpu_s += time.thread_time() - cpu0
         workers: list[dict[str, Any]] = []
         stats: dict[str, Any] = {}
         raylet_workers: list[dict[str, Any]] = []
@@ -206,14 +215,7 @@ class Agent(DashboardStream):
                 workers.append(row)
         self._report_exits(by_pid)
         sample["num_workers"] = sum(1 for w in workers if w["kind"] == "worker")
-        me = measured.get(os.getpid(), {})
-        if self.hub is None:
-            # Its own process's cost. In the dashboard's process the two are not separable:
-            # the dashboard's own figures (ember_dashboard_*) then include this agent's.
-            sample["agent"] = {
-                "cpu_percent": me.get("cpu_percent"),
-                "rss_bytes": me.get("rss_bytes"),
-            }
+        sample["agent"] = self._self_metrics(measured.get(os.getpid(), {}))
         # ember.util.metrics: each process's snapshot file, shipped with the sample.
         sample["user_metrics"] = user_metrics
         sample["log_disk"] = self._check_log_disk()
@@ -233,12 +235,32 @@ class Agent(DashboardStream):
             "info": info,
         }
 
+    def _self_metrics(self, me: dict[str, Any]) -> dict[str, Any]:
+        """What the agent costs and holds. Its process's CPU and memory only when the process
+        is its own: in the dashboard's process they are the dashboard's (ember_dashboard_*),
+        and the sampling CPU time is what tells this agent's share."""
+        out: dict[str, Any] = {
+            "in_dashboard": self.hub is not None,
+            "pid": os.getpid(),
+            "sample_cpu_seconds": self.sample_cpu_s,
+            "sample_seconds": self.sample_wall_s,
+            "task_events_buffered": self.buffered_events,
+            "task_events_dropped": self.events_dropped_total,
+        }
+        if self.hub is None:
+            out["cpu_percent"] = me.get("cpu_percent")
+            out["rss_bytes"] = me.get("rss_bytes")
+        return out
+
     def _measure(self, pids: list[int]) -> tuple[dict[int, dict[str, Any]], list[Any], list[Any]]:
-        return (
+        cpu0 = time.thread_time()  # this worker thread's own CPU time: the sampling's cost
+        out = (
             self.procs.sample(pids),
             read_node_snapshots(self.session_dir),
             self.logs.index(),
         )
+        self.sample_cpu_s += time.thread_time() - cpu0
+        return out
 
     def _check_log_disk(self) -> dict[str, Any]:
         """Free space where the session's logs go; an ERROR event when it falls below

@@ -4,6 +4,7 @@ dashboard's ingestion calls (``node_metrics``, ``set_workers``, ``update_actor``
 ``add_task_events``), scraped through the real FastAPI app.
 
     .venv/bin/python tests/diagnostics/bench_metrics_scrape.py [--tasks N] [--scrapes K]
+        [--query compat=ray]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", type=int, default=1_000_000)
     p.add_argument("--scrapes", type=int, default=50)
+    p.add_argument("--query", default="", help="URL parameters, e.g. compat=ray")
     args = p.parse_args()
     state = DashboardState()
     now = time.time()
@@ -89,7 +91,7 @@ def main() -> None:
     size = 0
     for _ in range(args.scrapes):
         t = time.perf_counter()
-        resp = client.get("/metrics")
+        resp = client.get(f"/metrics?{args.query}" if args.query else "/metrics")
         times.append(time.perf_counter() - t)
         resp.raise_for_status()
         size = len(resp.content)
@@ -97,7 +99,7 @@ def main() -> None:
     times.sort()
     p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
     print(
-        f"/metrics: {size / 1024:.0f} KiB; median {statistics.median(times) * 1000:.1f} ms, "
+        f"/metrics{'?' + args.query if args.query else ''}: {size / 1024:.0f} KiB; median {statistics.median(times) * 1000:.1f} ms, "
         f"p99 {p99 * 1000:.1f} ms, max {times[-1] * 1000:.1f} ms over {args.scrapes} scrapes "
         f"(the first: {first * 1000:.1f} ms)"
     )

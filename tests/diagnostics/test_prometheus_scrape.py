@@ -1,102 +1,29 @@
 """A real Prometheus server (Debian's ``prometheus``) scrapes a live Ember cluster's
 dashboard through the service-discovery file in the session dir; the test then asks
-Prometheus's own HTTP API for the series (issue 4 §3)."""
+Prometheus's own HTTP API for the series."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
-import subprocess
-import urllib.parse
-import urllib.request
 
 import ember
 import pytest
 from ember.util.metrics import Counter, Gauge
 from ember_test_utils import wait_until
+from prometheus_server import PrometheusServers, file_sd_job, get_json
+from prometheus_server import query as _query
 
-PROMETHEUS = shutil.which("prometheus")
-pytestmark = [
-    pytest.mark.timeout(180),
-    pytest.mark.skipif(
-        PROMETHEUS is None, reason="Debian's prometheus is missing: run scripts/dev.sh setup"
-    ),
-]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return json.loads(resp.read())
+pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture
 def prometheus(tmp_path):
-    """Starts Prometheus on loopback with its own data dir; ``start(sd_file)`` returns its
-    URL. Stopped (and waited for) at the end whatever happened."""
-    procs: list[subprocess.Popen] = []
-
-    def start(sd_file: str) -> str:
-        port = _free_port()
-        config = tmp_path / "prometheus.yml"
-        config.write_text(
-            "global:\n"
-            "  scrape_interval: 1s\n"
-            "  scrape_timeout: 1s\n"
-            "scrape_configs:\n"
-            "  - job_name: ember\n"
-            "    file_sd_configs:\n"
-            f"      - files: ['{sd_file}']\n"
-            "        refresh_interval: 1s\n"
-        )
-        log = open(tmp_path / "prometheus.log", "w")  # noqa: SIM115 - closed with the process
-        procs.append(
-            subprocess.Popen(
-                [
-                    PROMETHEUS,
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={tmp_path / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        )
-        url = f"http://127.0.0.1:{port}"
-
-        def ready() -> bool:
-            assert procs[-1].poll() is None, (tmp_path / "prometheus.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as resp:
-                    return resp.status == 200
-            except OSError:
-                return False
-
-        wait_until(ready, timeout=30, interval=0.2, message="Prometheus to be ready")
-        return url
-
-    yield start
-    for p in procs:
-        p.terminate()
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(timeout=5)
-
-
-def _query(url: str, promql: str) -> list[dict]:
-    q = urllib.parse.urlencode({"query": promql})
-    body = _get_json(f"{url}/api/v1/query?{q}")
-    assert body["status"] == "success", body
-    return body["data"]["result"]
+    """``start(sd_file)`` runs Prometheus over Ember's service-discovery file; stopped at the
+    end whatever happened."""
+    servers = PrometheusServers(tmp_path)
+    yield lambda sd_file: servers.start(file_sd_job("ember", sd_file))
+    servers.stop()
 
 
 def test_prometheus_scrapes_every_node_and_the_cluster(ember_start, prometheus):
@@ -126,12 +53,12 @@ def test_prometheus_scrapes_every_node_and_the_cluster(ember_start, prometheus):
         return i
 
     assert ember.get([work.remote(i) for i in range(6)]) == list(range(6))
-    Gauge("scraped_driver_gauge", "set by the driver").set(42)
+    Gauge("scraped_driver_setting", "set by the driver").set(42)
 
     url = prometheus(sd_file)
 
     def targets_up() -> bool:
-        active = _get_json(f"{url}/api/v1/targets")["data"]["activeTargets"]
+        active = get_json(f"{url}/api/v1/targets")["data"]["activeTargets"]
         return len(active) >= 2 and all(t["health"] == "up" for t in active)
 
     wait_until(targets_up, timeout=60, interval=0.5, message="both Ember targets up")
@@ -161,9 +88,13 @@ def test_prometheus_scrapes_every_node_and_the_cluster(ember_start, prometheus):
         s["metric"]["kind"]: float(s["value"][1]) for s in series("ember_scraped_calls_total", 2)
     }
     assert calls == {"even": 3.0, "odd": 3.0}
-    assert float(series("ember_scraped_driver_gauge")[0]["value"][1]) == 42
+    assert float(series("ember_scraped_driver_setting")[0]["value"][1]) == 42
     # Cluster-wide series come from the cluster target only (no node_id label, no duplicate).
     own = series("ember_dashboard_resident_memory_bytes")
     assert len(own) == 1 and "ember_node_id" not in own[0]["metric"]
-    assert float(own[0]["value"][1]) > 0  # the head's agent runs in there: no agent series
+    assert float(own[0]["value"][1]) > 0
+    # The head's agent runs in the dashboard's process: its self-metrics, not its process's.
+    agent = series('ember_agent_info{process="dashboard"}')
+    assert agent[0]["metric"]["node_id"] == node_id
+    assert float(series("ember_agent_sample_cpu_seconds_total")[0]["value"][1]) > 0
     assert not _query(url, "ember_agent_resident_memory_bytes")
