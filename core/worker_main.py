@@ -10,7 +10,7 @@ import sys
 
 
 def _redirect_output(base: str) -> tuple[str, str]:
-    """stdout and stderr go to ``worker-<id>-<pid>.out/.err`` (the seeds' layout, 002 §5.4)."""
+    """stdout and stderr go to ``worker-<id>-<pid>.out/.err`` (the layout of Ray 0.8's logs)."""
     paths = (base + ".out", base + ".err")
     for fd, path in zip((1, 2), paths, strict=True):
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

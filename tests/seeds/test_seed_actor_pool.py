@@ -1,4 +1,4 @@
-"""Seed 002 §5.3.2, "Actor Pool": ``ray.util.ActorPool`` over a fixed set of actors.
+"""Ray 0.8's documentation, "Actor Pool": ``ray.util.ActorPool`` over a fixed set of actors.
 
 The first test is the document's program. The rest pin down the pool's API as modern Ray
 defines it (``map``/``map_unordered``/``submit``/``get_next``/``get_next_unordered``/

@@ -1,4 +1,4 @@
-"""Seed 002 §5.3.2, "Using Actors".
+"""Ray 0.8's documentation, "Using Actors".
 
 Creating an actor (decorator and ``ray.remote(Counter)``), ``ray.method(num_return_vals=2)``,
 resources with actors (GPUs, custom resources, ``.options``), terminating actors (handle out of

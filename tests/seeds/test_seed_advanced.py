@@ -1,4 +1,4 @@
-"""Seed 002 §5.3.8, "Advanced Usage".
+"""Ray 0.8's documentation, "Advanced Usage".
 
 Dynamic return counts with ``.options(num_return_vals=...)``, dynamic custom resources
 (``ray.experimental.set_resource``), nested remote functions, inspecting cluster state
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _counter_class():
-    # The Counter of §5.3.2 "Passing Around Actor Handles", which the detached-actor
+    # The Counter of "Passing Around Actor Handles", which the detached-actor
     # program reads with get_counter.
     @ray.remote
     class Counter(object):

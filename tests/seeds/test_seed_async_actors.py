@@ -1,4 +1,4 @@
-"""Seed 002 §5.3.3, "AsyncIO / Concurrency for Actors".
+"""Ray 0.8's documentation, "AsyncIO / Concurrency for Actors".
 
 Async actor methods run concurrently in one event loop, object IDs can be awaited like
 asyncio futures, and ``max_concurrency`` caps how many run at once. The document's top-level

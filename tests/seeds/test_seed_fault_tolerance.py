@@ -1,4 +1,4 @@
-"""Seed 002 §5.37, "Fault Tolerance": task retries and actor reconstruction.
+"""Ray 0.8's documentation, "Fault Tolerance": task retries and actor reconstruction.
 
 Tasks whose worker dies are rerun up to ``max_retries`` times (default 4), then ``ray.get``
 raises ``RayWorkerError``. Actors whose process dies are reconstructed by rerunning the
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def test_task_retries_program(printed) -> None:
-    """§5.37.1: the document's program; each of the three runs prints SUCCESS or FAILURE."""
+    """The document's program; each of the three runs prints SUCCESS or FAILURE."""
     ray.init(ignore_reinit_error=True)
 
     @ray.remote(max_retries=1)
@@ -51,7 +51,7 @@ def test_task_retries_program(printed) -> None:
 
 
 def test_task_retried_once_then_succeeds(tmp_path) -> None:
-    """§5.37.1: "If either of the attempts succeeds, the call to ray.get below will return
+    """The document says "if either of the attempts succeeds, the call to ray.get below will return
     normally": the first attempt dies, the retry succeeds."""
     ray.init(ignore_reinit_error=True)
     marker = tmp_path / "first-attempt-died"
@@ -93,7 +93,7 @@ def test_default_retries(tmp_path) -> None:
 
 
 def test_actor_reconstruction_program(printed) -> None:
-    """§5.37.2: the document's program as written (60 calls of 0.2 s: about 12 s).
+    """The document's program as written (60 calls of 0.2 s: about 12 s).
 
     Each life of the actor answers 1..9, then dies on the 10th call (FAILURE). The
     constructor reruns on each of the 5 reconstructions (so counting restarts at 1); after

@@ -1,4 +1,4 @@
-"""Seed 002 §5.3.4, "GPU Support", and the GPU/resource programs of §5.3.8 "Advanced Usage".
+"""Ray 0.8's documentation, "GPU Support", and the GPU/resource programs of "Advanced Usage".
 
 No GPU exists on the test machine: as the document allows ("There is nothing preventing you
 from passing in a larger value of num_gpus than the true number of GPUs"), GPUs are declared
@@ -140,7 +140,7 @@ def test_max_calls_worker_exits(ray_start: object) -> None:
 
 @pytest.mark.ray_init(num_gpus=1)
 def test_dynamic_gpu_options(ray_start: object) -> None:
-    """§5.3.8 Dynamic Remote Parameters: different resources per call with ``.options``.
+    """Dynamic Remote Parameters: different resources per call with ``.options``.
 
     The document asserts ``[0]`` for the plain call too, but ``g`` asks for no GPU there,
     and a task that reserved no GPU is given none (``[]``); only the ``.options`` call with
@@ -160,7 +160,7 @@ def test_dynamic_gpu_options(ray_start: object) -> None:
 
 @pytest.mark.ray_init(num_cpus=1, num_gpus=1)
 def test_circular_dependencies_release_cpu(ray_start: object) -> None:
-    """§5.3.8 Circular Dependencies: a task blocked in ``ray.get`` gives back its CPU.
+    """Circular Dependencies: a task blocked in ``ray.get`` gives back its CPU.
 
     With one CPU, ``f`` can only run while ``g`` waits for it if ``g`` released its CPU.
     """

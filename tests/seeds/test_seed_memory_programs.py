@@ -1,4 +1,4 @@
-"""Seed 002 §5.3.6, "Memory Management": the ``ray memory`` reference-type programs.
+"""Ray 0.8's documentation, "Memory Management": the ``ray memory`` reference-type programs.
 
 Each of the five programs makes an object pinned for a different reason; the document shows
 ``ray memory`` (run from the command line while the program runs) listing the object with

@@ -1,4 +1,4 @@
-"""Seed 002 §5.3.7, "Debugging and Profiling", with ``ray.profile`` from the API reference.
+"""Ray 0.8's documentation, "Debugging and Profiling", with ``ray.profile`` from the API reference.
 
 The timeline dump (``ray.timeline(filename=...)``), the cProfile examples ``ex1`` (five
 serial gets) and ``ex4`` (one actor versus five), custom profile spans with ``ray.profile``,

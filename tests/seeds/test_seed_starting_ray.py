@@ -1,4 +1,4 @@
-"""Seed 002 §5.3.1, "Starting Ray": init, shutdown, is_initialized, local mode.
+"""Ray 0.8's documentation, "Starting Ray": init, shutdown, is_initialized, local mode.
 
 Connecting to a cluster (``ray.init(address="auto")`` after ``ray start``) runs against a
 two-node cluster started by the test.

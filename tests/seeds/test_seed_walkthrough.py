@@ -1,4 +1,4 @@
-"""Seed 002 §5.2, "Ray Core Walkthrough": the quick-start programs.
+"""Ray 0.8's documentation, "Ray Core Walkthrough": the quick-start programs.
 
 Starting Ray, remote functions (tasks), resource requests, multiple returns, objects
 (put/get), get with a timeout, wait, and actors. Each program is the document's code with
@@ -18,12 +18,12 @@ import pytest
 
 pytestmark = pytest.mark.timeout(120)
 
-# §5.2.3: "you can override this default behavior by passing in specific resources"
+# "you can override this default behavior by passing in specific resources"
 WALKTHROUGH_RESOURCES = dict(num_cpus=8, num_gpus=4, resources={"Custom": 2})
 
 
 def test_starting_ray() -> None:
-    """§5.2.2 Starting Ray: ``ray.init()`` on a single machine."""
+    """Starting Ray: ``ray.init()`` on a single machine."""
     # Start Ray. If you're connecting to an existing cluster, you would use
     # ray.init(address=<cluster-address>) instead.
     ray.init()
@@ -35,7 +35,7 @@ def test_starting_ray() -> None:
 
 @pytest.mark.ray_init(**WALKTHROUGH_RESOURCES)
 def test_remote_functions(ray_start: object) -> None:
-    """§5.2.3 Remote functions: invocation, return values, parallelism, chaining."""
+    """Remote functions: invocation, return values, parallelism, chaining."""
 
     # A regular Python function.
     def regular_function():
@@ -79,7 +79,7 @@ def test_remote_functions(ray_start: object) -> None:
 
 @pytest.mark.ray_init(**WALKTHROUGH_RESOURCES)
 def test_resource_requirements(ray_start: object) -> None:
-    """§5.2.3: CPU/GPU, fractional GPU and custom resource requests in the decorator."""
+    """CPU/GPU, fractional GPU and custom resource requests in the decorator."""
 
     @ray.remote(num_cpus=4, num_gpus=2)
     def f():
@@ -109,7 +109,7 @@ def test_resource_requirements(ray_start: object) -> None:
 
 @pytest.mark.ray_init()
 def test_multiple_returns(ray_start: object) -> None:
-    """§5.2.3: ``num_return_vals=3`` gives three object IDs."""
+    """``num_return_vals=3`` gives three object IDs."""
 
     @ray.remote(num_return_vals=3)
     def return_multiple():
@@ -122,7 +122,7 @@ def test_multiple_returns(ray_start: object) -> None:
 
 @pytest.mark.ray_init()
 def test_objects_put_get(ray_start: object) -> None:
-    """§5.2.4 Objects in Ray and §5.2.5 Fetching results: put then get."""
+    """Objects in Ray and Fetching results: put then get."""
     y = 1
     object_id = ray.put(y)
     assert ray.get(object_id) == 1
@@ -137,7 +137,7 @@ def test_objects_put_get(ray_start: object) -> None:
 
 @pytest.mark.ray_init()
 def test_get_timeout(ray_start: object, printed) -> None:
-    """§5.2.5: ``ray.get(obj_id, timeout=...)`` raises ``RayTimeoutError``.
+    """``ray.get(obj_id, timeout=...)`` raises ``RayTimeoutError``.
 
     The timeout is shortened from 4 s to 1 s; only its order against the 8 s sleep matters.
     """
@@ -164,7 +164,7 @@ def test_get_timeout(ray_start: object, printed) -> None:
 
 @pytest.mark.ray_init()
 def test_wait(ray_start: object) -> None:
-    """§5.2.5: ``ray.wait(object_ids, num_returns=1, timeout=None)``."""
+    """``ray.wait(object_ids, num_returns=1, timeout=None)``."""
 
     @ray.remote
     def sleep_then_return(seconds, value):
@@ -197,7 +197,7 @@ def test_wait(ray_start: object) -> None:
 
 @pytest.mark.ray_init(**WALKTHROUGH_RESOURCES)
 def test_actors(ray_start: object, printed) -> None:
-    """§5.2.7 Remote Classes (Actors): Counter, resource requests, shared state."""
+    """Remote Classes (Actors): Counter, resource requests, shared state."""
 
     @ray.remote
     class Counter(object):
