@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ember.lifecycle import Lifecycle, LifecycleState, Track
+from ember.records import Record as Plain  # "Record" is an instruction here
 
 
 class ActorState(LifecycleState):
@@ -146,73 +146,62 @@ class ActorInfo:
 # actor whose job ended does not restart.
 
 
-@dataclass(slots=True)
-class Registered:
+class Registered(Plain):
     """A driver or worker asked for the actor (``create_actor``); its name is taken."""
 
 
-@dataclass(slots=True)
-class LeaseFailed:
+class LeaseFailed(Plain):
     """The lease request to a raylet raised (the raylet went away mid-call)."""
 
 
-@dataclass(slots=True)
-class LeaseGranted:
+class LeaseGranted(Plain):
     node_id: bytes
     grant: dict  # the raylet's reply: lease_id, worker_id, address, pid, gpu_ids
 
 
-@dataclass(slots=True)
-class CreationSucceeded:
+class CreationSucceeded(Plain):
     address: str
 
 
-@dataclass(slots=True)
-class CreationFailed:
+class CreationFailed(Plain):
     """Connecting to the leased worker or sending it the constructor raised."""
 
     reason: str
     job_running: bool
 
 
-@dataclass(slots=True)
-class ConstructorRaised:
+class ConstructorRaised(Plain):
     cause: str
 
 
-@dataclass(slots=True)
-class WorkerDied:
+class WorkerDied(Plain):
     """A raylet says the actor's current worker exited."""
 
     reason: str
     job_running: bool
 
 
-@dataclass(slots=True)
-class NodeDied:
+class NodeDied(Plain):
     """The actor's node was declared dead."""
 
     reason: str
     job_running: bool
 
 
-@dataclass(slots=True)
-class Kill:
+class Kill(Plain):
     reason: str
     graceful: bool
     restart: bool  # no_restart=False: the worker's death restarts it
     worker_connected: bool  # the GCS holds an open connection to the actor's worker
 
 
-@dataclass(slots=True)
-class JobEnded:
+class JobEnded(Plain):
     """The actor's job finished: unless detached, the actor shares its job's fate."""
 
     reason: str
 
 
-@dataclass(slots=True)
-class Exited:
+class Exited(Plain):
     """The actor's worker reports it exited on purpose (``exit_actor`` or a graceful kill)."""
 
     reason: str
@@ -236,44 +225,37 @@ ActorEvent = (
 # -- instructions: what the I/O shell must do ----------------------------------------------
 
 
-@dataclass(slots=True)
-class Place:
+class Place(Plain):
     """Find a node for the actor and ask its raylet for a worker."""
 
 
-@dataclass(slots=True)
-class PushCreation:
+class PushCreation(Plain):
     """Send the constructor to the leased worker."""
 
 
-@dataclass(slots=True)
-class ReturnLease:
+class ReturnLease(Plain):
     """A worker was granted to an actor that no longer wants one: hand it back, killed."""
 
     lease_id: Any
 
 
-@dataclass(slots=True)
-class Publish:
+class Publish(Plain):
     """Send the actor's new state to its subscribers (this is how creators and callers
     waiting on it hear that it is alive, restarting or dead)."""
 
 
-@dataclass(slots=True)
-class ReleaseName:
+class ReleaseName(Plain):
     """Free the actor's name so a new actor may take it."""
 
 
-@dataclass(slots=True)
-class Record:
+class Record(Plain):
     """Append a cluster event (``ember status``, the dashboard's event list)."""
 
     severity: str
     message: str
 
 
-@dataclass(slots=True)
-class ExitWorker:
+class ExitWorker(Plain):
     """Ask the actor's worker to exit over the GCS's connection to it, if that is open.
     ``force``: run atexit and exit now rather than after the calls it has."""
 
@@ -281,8 +263,7 @@ class ExitWorker:
     force: bool
 
 
-@dataclass(slots=True)
-class KillWorker:
+class KillWorker(Plain):
     """Ask the node's raylet to kill the actor's worker process, if the node is alive."""
 
     reason: str

@@ -4,47 +4,42 @@ it and the instructions it returns. Plain records; none does anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from ember.records import Record
 
 if TYPE_CHECKING:
     from ember.raylet.lease_machine import Lease, Request, Worker
 
 
 # -- events ---------------------------------------------------------------------------------
-@dataclass(slots=True)
-class WorkerStarted:
+class WorkerStarted(Record):
     """A worker the shell started on its own (prestart), not for ``StartWorkers``."""
 
     worker: Worker
 
 
-@dataclass(slots=True)
-class WorkerNotStarted:
+class WorkerNotStarted(Record):
     """Starting one of the workers ``StartWorkers`` asked for failed before any process
     existed."""
 
 
-@dataclass(slots=True)
-class WorkerRegistered:
+class WorkerRegistered(Record):
     worker: Worker
 
 
-@dataclass(slots=True)
-class WorkersExited:
+class WorkersExited(Record):
     """Processes seen to have exited, all at once: none may be leased while others are
     still being accounted for."""
 
     workers: list[Worker]
 
 
-@dataclass(slots=True)
-class LeaseRequested:
+class LeaseRequested(Record):
     request: Request
 
 
-@dataclass(slots=True)
-class LeaseReturned:
+class LeaseReturned(Record):
     """The holder is done with the worker; it goes back to the pool if it can (an actor's
     worker cannot: it is killed, for ``reason``)."""
 
@@ -52,8 +47,7 @@ class LeaseReturned:
     reason: str = ""
 
 
-@dataclass(slots=True)
-class LeaseEnded:
+class LeaseEnded(Record):
     """The lease ends and its worker is killed (after ``grace`` seconds if it is still
     there then)."""
 
@@ -62,18 +56,15 @@ class LeaseEnded:
     grace: float = 0.0
 
 
-@dataclass(slots=True)
-class WorkerBlocked:
+class WorkerBlocked(Record):
     worker: Worker
 
 
-@dataclass(slots=True)
-class WorkerUnblocked:
+class WorkerUnblocked(Record):
     worker: Worker
 
 
-@dataclass(slots=True)
-class KillRequested:
+class KillRequested(Record):
     """Someone (the GCS, for an actor) wants a worker gone, leased or not."""
 
     worker: Worker
@@ -81,139 +72,117 @@ class KillRequested:
     grace: float = 0.0
 
 
-@dataclass(slots=True)
-class ClientGone:
+class ClientGone(Record):
     """A lease holder's connection closed: its requests and task leases end."""
 
     client: Any
 
 
-@dataclass(slots=True)
-class JobFinished:
+class JobFinished(Record):
     job_id: bytes
 
 
-@dataclass(slots=True)
-class GroupRemoved:
+class GroupRemoved(Record):
     """A placement group's bundles are released: workers running in it lose their room."""
 
     pg_hex: str
 
 
-@dataclass(slots=True)
-class ResourcesChanged:
+class ResourcesChanged(Record):
     """Capacity was added or taken (bundles, ``set_resource``): try the queue again."""
 
 
-@dataclass(slots=True)
-class ViewChanged:
+class ViewChanged(Record):
     """The cluster view was replaced."""
 
 
-@dataclass(slots=True)
-class ViewRefreshed:
+class ViewRefreshed(Record):
     """The fresh view asked for by ``RefreshView`` arrived (or could not be had)."""
 
 
-@dataclass(slots=True)
-class Tick:
+class Tick(Record):
     """Periodic: warn about requests no node can run, retire surplus idle workers."""
 
     idle_after: float  # seconds idle before a surplus worker is asked to exit
     warn_after: float  # seconds a request waits before it can be called infeasible
 
 
-@dataclass(slots=True)
-class CheckAnswered:
+class CheckAnswered(Record):
     worker: Worker
     may_exit: bool
 
 
-@dataclass(slots=True)
-class NodeDeclaredDead:
+class NodeDeclaredDead(Record):
     """The GCS gave up on this node: its work was redone elsewhere. It joins again as
     ``new_node_id``."""
 
     new_node_id: bytes
 
 
-@dataclass(slots=True)
-class ShuttingDown:
+class ShuttingDown(Record):
     pass
 
 
 # -- instructions ---------------------------------------------------------------------------
-@dataclass(slots=True)
-class StartWorkers:
+class StartWorkers(Record):
     """Start ``count`` workers. The machine counts them as starting from now on, so a
     second pass in the same event does not ask for them again."""
 
     count: int
 
 
-@dataclass(slots=True)
-class Grant:
+class Grant(Record):
     request: Request
     lease: Lease
 
 
-@dataclass(slots=True)
-class Spillback:
+class Spillback(Record):
     request: Request
     node_id: bytes
     address: str
 
 
-@dataclass(slots=True)
-class Unschedulable:
+class Unschedulable(Record):
     request: Request
     message: str
 
 
-@dataclass(slots=True)
-class Cancel:
+class Cancel(Record):
     """The request's holder is gone: answer it with nothing."""
 
     request: Request
 
 
-@dataclass(slots=True)
-class WarnInfeasible:
+class WarnInfeasible(Record):
     request: Request
     message: str
 
 
-@dataclass(slots=True)
-class RefreshView:
+class RefreshView(Record):
     pass
 
 
-@dataclass(slots=True)
-class KillWorker:
+class KillWorker(Record):
     worker: Worker
     reason: str
     grace: float = 0.0  # kill only if it has not exited this many seconds later
 
 
-@dataclass(slots=True)
-class RetireWorker:
+class RetireWorker(Record):
     """Ask an idle worker to exit (SIGTERM): it owns nothing anyone still uses."""
 
     worker: Worker
 
 
-@dataclass(slots=True)
-class AskMayExit:
+class AskMayExit(Record):
     worker: Worker
 
 
-@dataclass(slots=True)
-class ActorWorkerDied:
+class ActorWorkerDied(Record):
     """Tell the GCS: the actor on this worker is gone."""
 
     worker: Worker
 
 
-@dataclass(slots=True)
-class StartFailed:
+class StartFailed(Record):
     worker: Worker

@@ -22,13 +22,16 @@ and, for the wire, travels as today's ``op`` and body: ``conn.call(KvGet(key=b"k
   out today; the handler applies its own default.
 - ``oneway = True``: sent with ``conn.send``; nothing comes back. Otherwise ``reply`` names
   what the handler answers; a failing handler raises (see ``ember.protocol.errors``).
-- Classes get ``__slots__`` and a generated ``__init__`` / ``to_body`` (no dataclass
-  machinery on the hot path); ``from_body`` reads a body back into a message.
+- Classes are ``ember.records`` records: ``__slots__``, and an ``__init__`` and ``to_body``
+  written on first use (no dataclass machinery on the hot path, no cost at import);
+  ``from_body`` reads a body back into a message.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
+
+from ember.records import Record, RecordMeta
 
 
 class _Omit:
@@ -72,45 +75,33 @@ class Catalogue:
         self.messages[cls.op] = cls
 
 
-class _MessageMeta(type):
+class _MessageMeta(RecordMeta):
+    """A record that knows its catalogue and how it travels (``to_body``, written on first
+    use, like the record's ``__init__``)."""
+
     def __new__(mcls, name: str, bases: tuple, ns: dict[str, Any], **kw: Any) -> type:
-        annotations = ns.get("__annotations__", {})
-        fields = tuple(
-            f
-            for f, hint in annotations.items()
-            if f not in _CLASS_VARS and not str(hint).startswith("ClassVar")
-        )
-        defaults = {f: ns.pop(f) for f in fields if f in ns}
-        ns["__slots__"] = fields
         cls = super().__new__(mcls, name, bases, ns, **kw)
-        cls._fields = fields
-        cls._defaults = defaults
-        if fields or "op" in ns:
-            _generate(cls, fields, defaults)
+        cls.to_body = _first_to_body
         catalogue = getattr(cls, "catalogue", None)
         if "op" in ns and catalogue is not None:
             catalogue.add(cls)
         return cls
 
 
-def _generate(cls: type, fields: tuple[str, ...], defaults: dict[str, Any]) -> None:
-    """``__init__`` and ``to_body`` written out for these fields (as dataclasses does, without
-    its per-instance cost)."""
-    env: dict[str, Any] = {"OMIT": OMIT}
-    params, assigns = [], []
-    for f in fields:
-        if f in defaults:
-            env[f"_d_{f}"] = defaults[f]
-            params.append(f"{f}=_d_{f}")
-        else:
-            params.append(f)
-        assigns.append(f"    self.{f} = {f}")
-    init = f"def __init__(self, {', '.join(params)}):\n" + ("\n".join(assigns) or "    pass")
+def _first_to_body(self: Any) -> Any:
+    cls = type(self)
+    cls.to_body = _write_to_body(cls)
+    return cls.to_body(self)
+
+
+def _write_to_body(cls: Any) -> Any:
+    """``to_body`` written out for the class's fields (no loop over fields per message)."""
+    fields, defaults = cls._fields, cls._defaults
     body_is = getattr(cls, "body_is", None)
     if body_is is not None:
-        to_body = f"def to_body(self):\n    return self.{body_is}"
+        source = f"def to_body(self):\n    return self.{body_is}"
     elif not fields:
-        to_body = "def to_body(self):\n    return None"
+        source = "def to_body(self):\n    return None"
     else:
         required = [f for f in fields if defaults.get(f, None) is not OMIT]
         optional = [f for f in fields if f not in required]
@@ -118,14 +109,13 @@ def _generate(cls: type, fields: tuple[str, ...], defaults: dict[str, Any]) -> N
         lines = [f"    body = {{{items}}}"]
         for f in optional:
             lines.append(f"    if self.{f} is not OMIT:\n        body[{f!r}] = self.{f}")
-        to_body = "def to_body(self):\n" + "\n".join(lines) + "\n    return body"
-    exec(init, env)  # noqa: S102 - our own field names, checked identifiers
-    exec(to_body, env)  # noqa: S102
-    cls.__init__ = env["__init__"]
-    cls.to_body = env["to_body"]
+        source = "def to_body(self):\n" + "\n".join(lines) + "\n    return body"
+    env: dict[str, Any] = {"OMIT": OMIT}
+    exec(source, env)  # noqa: S102 - field names are identifiers the class declared
+    return env["to_body"]
 
 
-class Message(metaclass=_MessageMeta):
+class Message(Record, metaclass=_MessageMeta):
     """The base of every catalogued message; see the module docstring."""
 
     op: ClassVar[str]
@@ -134,10 +124,9 @@ class Message(metaclass=_MessageMeta):
     oneway: ClassVar[bool] = False
     body_is: ClassVar[str | None] = None
     catalogue: ClassVar[Catalogue | None] = None
-    _fields: ClassVar[tuple[str, ...]]
-    _defaults: ClassVar[dict[str, Any]]
+    _not_fields: ClassVar[tuple[str, ...]] = tuple(_CLASS_VARS)
 
-    def to_body(self) -> Any:  # replaced per class by _generate
+    def to_body(self) -> Any:  # replaced per class, on first use, by _write_to_body
         return None
 
     @classmethod
@@ -148,13 +137,6 @@ class Message(metaclass=_MessageMeta):
         if not cls._fields:
             return cls()
         return cls(**{f: body[f] for f in cls._fields if f in body})
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and all(
-            getattr(self, f) == getattr(other, f) for f in self._fields
-        )
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         shown = ", ".join(
