@@ -72,7 +72,10 @@ class PlacementGroupManager:
 
     def __init__(self, nodes: Any) -> None:
         self.nodes = nodes
-        self.groups: dict[bytes, _Group] = {}  # {pg_id: _Group}
+        self.groups: dict[bytes, _Group] = {}  # {pg_id: _Group}, removed ones too (listings)
+        # {pg_id: _Group} of the PENDING ones: what a change of capacity retries. Removed
+        # groups stay listed, so scanning every group on each removal grew without bound.
+        self.pending: dict[bytes, _Group] = {}
         self._placing = False
 
     def h_create_placement_group(self, conn: Any, body: dict) -> dict:
@@ -85,6 +88,7 @@ class PlacementGroupManager:
         if not pg.bundles or any(not b or not isinstance(b, dict) for b in pg.bundles):
             raise ValueError("A placement group needs a list of non-empty resource dicts.")
         self.groups[pg.pg_id] = pg
+        self.pending[pg.pg_id] = pg
         asyncio.ensure_future(self._place(pg))
         return {"ok": True}
 
@@ -122,6 +126,7 @@ class PlacementGroupManager:
             return
         pg.placement = [n.node_id for n in plan]
         pg.track.fire("reserved")
+        self.pending.pop(pg.pg_id, None)
         pg.reason = ""
         for fut in pg.waiters:
             if not fut.done():
@@ -137,6 +142,7 @@ class PlacementGroupManager:
         was_created = pg.state is PgState.CREATED
         if pg.state is not PgState.REMOVED:  # removing twice only wakes waiters again
             pg.track.fire("removed")
+            self.pending.pop(pg.pg_id, None)
         for fut in pg.waiters:
             if not fut.done():
                 fut.set_result(False)
@@ -176,9 +182,8 @@ class PlacementGroupManager:
         return [g.public() for g in self.groups.values()]
 
     def on_node_change(self) -> None:
-        for pg in list(self.groups.values()):
-            if pg.state is PgState.PENDING:
-                asyncio.ensure_future(self._place(pg))
+        for pg in list(self.pending.values()):
+            asyncio.ensure_future(self._place(pg))
 
     def on_job_finished(self, job_id: bytes) -> None:
         for pg in list(self.groups.values()):
