@@ -146,6 +146,11 @@ class Agent(DashboardStream):
             except Exception:
                 logger.exception("sampling failed")
             self.sample_wall_s = time.monotonic() - t0
+            if self.stopping:
+                # Stopping cancels this task, but a cancel that lands as the raylet's reply
+                # does is swallowed by asyncio.wait_for (Python 3.11): without this check
+                # the loop slept a whole period more and the raylet's stop grace ran out.
+                return
             await asyncio.sleep(max(PERIOD - (time.monotonic() - t0), 0.1))
 
     async def collect(self) -> dict[str, Any]:
@@ -503,6 +508,12 @@ class Agent(DashboardStream):
             watchdog = threading.Timer(STOP_DEADLINE_S, os._exit, (0,))
             watchdog.daemon = True
             watchdog.start()
+            loop.call_later(1.0, _log_unfinished)
+
+        def _log_unfinished() -> None:
+            # What keeps a stop from finishing, for the next one who has to find out.
+            for task in asyncio.all_tasks(loop):
+                logger.warning("still running 1 s after SIGTERM: %r", task)
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, begin_stop)

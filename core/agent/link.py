@@ -36,6 +36,8 @@ class DashboardStream:
                 backoff = 0.2
             except Exception as e:
                 logger.info("stream to the dashboard at %s ended: %s", address, e)
+            if self.stopping:
+                return  # a cancel may have been swallowed on the way (see sample_loop)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
 
