@@ -118,32 +118,18 @@ class LeaseManager:
 
     # -- messages ---------------------------------------------------------------------------
     def h_request_lease(self, conn: Connection, body: dict) -> asyncio.Future:
-        fut = asyncio.get_running_loop().create_future()
-        strategy = body.get("strategy")
-        req = lm.Request(
-            fut,
-            apply_strategy(body["resources"], strategy),
-            strategy,
-            conn,
-            body.get("job_id"),
-            body.get("name", ""),
-            spilled=body.get("spilled", False),
-        )
-        self.handle(ev.LeaseRequested(req))
-        return fut
+        return self._request(body, conn, body.get("name", ""), spilled=body.get("spilled", False))
 
     def h_lease_actor_worker(self, conn: Connection, body: dict) -> asyncio.Future:
+        # The GCS holds an actor's lease for its life: no client connection ends it.
+        return self._request(body, None, body.get("class_name", ""), actor_id=body["actor_id"])
+
+    def _request(self, body: dict, client: Any, name: str, **kw: Any) -> asyncio.Future:
+        """A lease request to the machine; the future is its answer."""
         fut = asyncio.get_running_loop().create_future()
         strategy = body.get("strategy")
-        req = lm.Request(
-            fut,
-            apply_strategy(body["resources"], strategy),
-            strategy,
-            None,
-            body.get("job_id"),
-            body.get("class_name", ""),
-            actor_id=body["actor_id"],
-        )
+        shape = apply_strategy(body["resources"], strategy)
+        req = lm.Request(fut, shape, strategy, client, body.get("job_id"), name, **kw)
         self.handle(ev.LeaseRequested(req))
         return fut
 
