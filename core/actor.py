@@ -118,7 +118,7 @@ class ActorClass:
             task_id=new_task_id(),
             kind=ACTOR_CREATION_TASK,
             function_id=self._class_id,
-            function_name=f"{self._cls.__module__}.{self._name}.__init__",
+            function_name=f"{self._name}.__init__",
             function_bytes=self._pickled,
             args=encoded,
             kwarg_names=kw_names,

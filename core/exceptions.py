@@ -219,3 +219,32 @@ RayActorError = ActorError
 RayWorkerError = WorkerCrashedError
 RayTimeoutError = GetTimeoutError  # Ray 0.8's name
 EmberSystemError = RaySystemError
+
+
+# Ray's ``ErrorType`` names for why a task failed (the state API's ``error_type``), by the
+# error its callers get. Order matters: the first class the error is an instance of wins
+# (OwnerDiedError before ObjectLostError).
+_ERROR_TYPES: tuple[tuple[type, str], ...] = (
+    (TaskCancelledError, "TASK_CANCELLED"),
+    (ActorDiedError, "ACTOR_DIED"),
+    (ActorUnavailableError, "ACTOR_UNAVAILABLE"),
+    (WorkerCrashedError, "WORKER_DIED"),
+    (NodeDiedError, "NODE_DIED"),
+    (OutOfMemoryError, "OUT_OF_MEMORY"),
+    (OwnerDiedError, "OBJECT_UNRECONSTRUCTABLE_OWNER_DIED"),
+    (ObjectLostError, "OBJECT_UNRECONSTRUCTABLE"),
+    (RuntimeEnvSetupError, "RUNTIME_ENV_SETUP_FAILED"),
+    (TaskUnschedulableError, "TASK_UNSCHEDULABLE_ERROR"),
+    (ObjectStoreFullError, "OBJECT_STORE_FULL"),
+)
+
+
+def error_type_of(error: BaseException) -> str:
+    """Ray's name for the kind of failure ``error`` reports (``TASK_EXECUTION_EXCEPTION``
+    for an exception the task's own code raised)."""
+    if isinstance(error, TaskError):
+        return "TASK_EXECUTION_EXCEPTION"
+    for cls, name in _ERROR_TYPES:
+        if isinstance(error, cls):
+            return name
+    return "TASK_EXECUTION_EXCEPTION"

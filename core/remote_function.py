@@ -19,6 +19,9 @@ class RemoteFunction:
     def __init__(self, function: Any, opts: dict[str, Any]) -> None:
         self._function = function
         self._name = f"{function.__module__}.{function.__qualname__}"
+        # What its tasks are called where users read them (the state API, pages, timeline,
+        # errors), as Ray names them: without the module.
+        self._qualname = function.__qualname__
         self._opts = options.validate(opts, options.TASK_OPTIONS, f"remote function {self._name}")
         self._pickled: bytes | None = None
         self._function_id: bytes | None = None
@@ -68,7 +71,7 @@ class RemoteFunction:
             task_id=new_task_id(),
             kind=NORMAL_TASK,
             function_id=self._function_id,
-            function_name=self._name,
+            function_name=self._qualname,
             args=encoded,
             kwarg_names=kw_names,
             num_returns=num_returns,

@@ -30,5 +30,8 @@ class Caps:
     # Metric history: 30 minutes at the agents' 2 s period (the charts' window).
     history_seconds: float = field(default_factory=lambda: _env("history_seconds", 1800.0))
     history_period: float = field(default_factory=lambda: _env("history_period", 2.0))
+    # Seconds after a job ends before its tasks still open are failed (its driver's and
+    # workers' last task events may still be on their way).
+    job_end_grace: float = field(default_factory=lambda: _env("job_end_grace", 5.0))
     # Live-stream messages waiting for one slow client before the oldest are dropped.
     stream_queue: int = field(default_factory=lambda: _env("stream_queue", 1_000))

@@ -48,6 +48,8 @@ class GcsClient:
         # Listing every actor costs the GCS (which is on the actor-creation path) about 5 us
         # an actor: poll a big cluster less often, 1 s up to 5,000 actors, at most 10 s.
         self.interval = min(max(POLL, len(actors) / 5_000), 10.0)
+        # Ended jobs end their tasks still open (their drivers will not report them).
+        self.state.update_jobs(_hexify(await conn.call("list_jobs", None, timeout=10.0)))
         info = await conn.call("cluster_info", None, timeout=10.0)
         self.state.cluster = _hexify(info)
         events = await conn.call("get_events", None, timeout=10.0)

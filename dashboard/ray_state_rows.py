@@ -115,13 +115,13 @@ def task_row(st: DashboardState, slot: int) -> dict[str, Any]:
         "state": state,
         "job_id": r["job_id"] or "",
         "actor_id": r["actor_id"] or None,
-        "type": task_type(name, bool(r["actor_id"])),
+        "type": r["type"],
         "func_or_class_name": name,
         "parent_task_id": (flow[0] if flow else "") or "",
         "node_id": r["node_id"] or None,
         "worker_id": r["worker_id"] or None,
         "worker_pid": r["pid"],
-        "error_type": error_type(error) if state == "FAILED" else None,
+        "error_type": (r["error_type"] or error_type(error)) if state == "FAILED" else None,
         "language": "PYTHON",
         "required_resources": None,
         "runtime_env_info": None,
@@ -139,12 +139,6 @@ def task_row(st: DashboardState, slot: int) -> dict[str, Any]:
         "fallback_strategy": None,
     }
     return row
-
-
-def task_type(name: str, is_actor: bool) -> str:
-    if not is_actor:
-        return "NORMAL_TASK"
-    return "ACTOR_CREATION_TASK" if name.endswith(".__init__") else "ACTOR_TASK"
 
 
 def error_type(error: str | None) -> str:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ember.dashboard.ray_state_rows import TASK_STATE, task_type
+from ember.dashboard.ray_state_rows import TASK_STATE
 from ember.dashboard.state import DashboardState
-from ember.dashboard.task_columns import STATES
+from ember.dashboard.task_columns import STATES, task_type
 
 
 def task_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -176,9 +176,14 @@ class DashboardState:
             "workers": 0,
             "objects": 0,
             "agent_task_events": 0,  # what the core workers' bounded buffers dropped
+            "late_task_events": 0,  # events of tasks already evicted past the cap
         }
         self.ingested = {"task_events": 0, "batches": 0}
         self.timeline = TimelineStore()  # parents, argument producers, profile spans
+        # Ended jobs: {job_id: end time} until their open tasks are failed, then the set of
+        # those done (as many as the GCS's job table holds).
+        self._jobs_ending: dict[str, float] = {}
+        self._jobs_ended: set[str] = set()
 
     # -- nodes -----------------------------------------------------------------------------
     def update_node(self, node_id: str, info: dict[str, Any]) -> NodeEntry:
@@ -381,8 +386,14 @@ class DashboardState:
         for task_id, state, t, attempt, extra in events:
             if state == "PROFILE":
                 continue  # profile spans are the timeline's, not the task table's
-            ran_on = self._where(node_id, extra) if extra else None
-            slot = tasks.apply(task_id, state, t, attempt, extra, job_id=job_id, node_id=ran_on)
+            if extra:
+                ran_on = self._where(node_id, extra)
+                job = extra.get("job_id") or job_id  # the executing worker's events say
+            else:
+                ran_on, job = None, job_id
+            slot = tasks.apply(task_id, state, t, attempt, extra, job_id=job, node_id=ran_on)
+            if slot < 0:
+                continue  # a late event of a task evicted past the cap (counted there)
             actor_id = tasks.cols["actor_id"][slot]
             if actor_id:
                 calls = self._actor_calls.setdefault(actor_id, [0, 0])
@@ -404,6 +415,7 @@ class DashboardState:
                 )
             changed[state] = changed.get(state, 0) + 1
         self.dropped["tasks"] += tasks.dropped - before
+        self.dropped["late_task_events"] = tasks.late_dropped
         self.dropped["agent_task_events"] += dropped_at_source
         self.timeline.ingest(node_id, job_id, events)
         self.ingested["task_events"] += len(events)
@@ -414,7 +426,7 @@ class DashboardState:
                     "type": "tasks",
                     "node_id": node_id,
                     "events": changed,
-                    "counts": dict(tasks.counts["state"]),
+                    "counts": self.tasks_counts(),
                 }
             )
 
@@ -430,6 +442,39 @@ class DashboardState:
         if pid and pid in self.workers.get(owner_node, ()):
             return owner_node
         return None
+
+    # -- jobs ------------------------------------------------------------------------------
+    def update_jobs(self, jobs: list[dict[str, Any]], now: float | None = None) -> int:
+        """The GCS's job table (ids as hex). A job whose driver is gone has tasks nothing will
+        report again: once ``caps.job_end_grace`` has passed since it ended, its tasks not in
+        a final state are FAILED, as Ray's GCS does. Returns how many were failed."""
+        now = time.time() if now is None else now
+        for job in jobs:
+            job_id = job.get("job_id")
+            if job.get("state") != "FINISHED" or not job_id or job_id in self._jobs_ended:
+                continue
+            self._jobs_ending.setdefault(job_id, float(job.get("end_time") or now))
+        failed = 0
+        for job_id, ended in list(self._jobs_ending.items()):
+            if now < ended + self.caps.job_end_grace:
+                continue
+            del self._jobs_ending[job_id]
+            self._jobs_ended.add(job_id)
+            failed += self.tasks.fail_open_tasks(
+                job_id,
+                ended,
+                f"Job finishes ({job_id}) as driver exits. Marking all non-terminal tasks as "
+                "failed.",
+                "WORKER_DIED",
+            )
+        if failed:
+            self.pubsub.publish(
+                {"type": "tasks", "events": {"FAILED": failed}, "counts": self.tasks_counts()}
+            )
+        return failed
+
+    def tasks_counts(self) -> dict[str, int]:
+        return dict(self.tasks.counts["state"])
 
     # -- objects, logs, events -------------------------------------------------------------
     def set_objects(self, node_id: str, rows: list[dict[str, Any]]) -> None:

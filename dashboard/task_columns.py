@@ -47,6 +47,7 @@ FIELDS = (
     "start_time",
     "end_time",
     "duration_s",
+    "error_type",
     "error",
 )
 # Coded text columns and the value a new task has (None: not known yet).
@@ -57,6 +58,7 @@ CODED = {
     "node_id": None,
     "worker_id": None,
     "actor_id": None,
+    "error_type": None,
 }
 TEXT = ("task_id", *CODED, "error")
 TIMES = ("t_pending", "t_scheduled", "t_start", "t_args", "t_executed", "t_end")
@@ -65,6 +67,13 @@ BLOCK = 1024  # insertions per block of the time index (and per chunk a scan cop
 ID_BYTES = 16  # a task id (ember.ids.TASK_ID_SIZE), stored raw
 NO_ID = bytes(ID_BYTES)  # the id bytes of a slot whose id is kept in the odd-ids dict
 EMPTY_ENTRY = -1  # a free entry of the id hash table
+
+
+def task_type(name: str | None, actor_id: str | None) -> str:
+    """Ray's task type: an actor's constructor is its creation task."""
+    if not actor_id:
+        return "NORMAL_TASK"
+    return "ACTOR_CREATION_TASK" if (name or "").endswith(".__init__") else "ACTOR_TASK"
 
 
 def time_or_none(v: float) -> float | None:

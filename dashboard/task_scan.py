@@ -3,11 +3,11 @@ a time window, a block at a time. See ``ember.dashboard.task_table``."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
-from ember.dashboard.query import Predicate
-from ember.dashboard.task_columns import BLOCK, STATES, time_or_none
+from ember.dashboard.task_columns import BLOCK, RANK, STATES, time_or_none
 
 if TYPE_CHECKING:
     from ember.dashboard.task_table import TaskTable
@@ -54,6 +54,7 @@ class TaskScan:
         self.since, self.until = since, until
         self.job_id, self.node_id = job_id, node_id
         self.end_seq = table.seq  # tasks inserted after this are not part of the scan
+        self.now = time.time()  # where a task still running ends in the trace
         self.first_seq = max(0, table.seq - table.cap)
         self.overwritten = 0
         self.blocks_read = 0
@@ -95,14 +96,19 @@ class TaskScan:
         pid, attempt = tb.pid, tb.attempt
         job, node = self.job_id, self.node_id
         # The filters as codes, read now: codes may be reused between two blocks.
-        job_ok = tables["job_id"].matches(Predicate("job_id", job, False)) if job else None
-        node_ok = tables["node_id"].matches(Predicate("node_id", node, False)) if node else None
+        job_ok = _prefix_matches(tables["job_id"].values, job) if job else None
+        node_ok = _prefix_matches(tables["node_id"].values, node) if node else None
+        running, now = RANK["RUNNING"], self.now
         out: list[TaskRecord] = []
         for s in range(lo, hi):
             slot = s % cap
             start, end = t_start[slot], t_end[slot]
-            if start != start or end != end:
-                continue  # not run yet, or still running: nothing to draw
+            if start != start:
+                continue  # not run yet: nothing to draw
+            if end != end:
+                if state_col[slot] != running:
+                    continue  # its end is not known (yet): nothing to draw
+                end = max(now, start)  # still running: drawn up to now
             if since is not None and end < since:
                 continue
             if until is not None and start > until:
@@ -129,3 +135,9 @@ class TaskScan:
                 )
             )
         return out
+
+
+def _prefix_matches(values: list, prefix: str) -> list[bool]:
+    """Per code: does the value start with ``prefix`` (ids are given as their first digits,
+    as shown on screen)."""
+    return [bool(v) and v.startswith(prefix) for v in values]

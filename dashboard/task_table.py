@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -61,9 +61,12 @@ from ember.dashboard.task_columns import (
     ErrorColumn,
     IdColumn,
     id_key,
+    task_type,
     time_or_none,
 )
 from ember.dashboard.task_scan import TaskScan
+
+EVICTED_MEMORY = 65_536  # evicted task ids remembered, to drop their late events
 
 
 class TaskView:
@@ -105,6 +108,10 @@ class TaskTable:
         self.cap = max(cap, 1)
         self.seq = 0  # tasks ever inserted; the newest is in slot (seq - 1) % cap
         self.dropped = 0
+        # Ids of the latest evicted tasks (a bounded window) and late events dropped for them.
+        self._evicted: deque = deque(maxlen=min(self.cap, EVICTED_MEMORY))
+        self._evicted_set: set = set()
+        self.late_dropped = 0
         # Task ids: raw bytes per slot, and the hash table {hash(bytes) -> slot} (at most half
         # full: the probes stay short). Ids that are not 32 lowercase hex digits: the dicts.
         self._ids = bytearray()
@@ -232,10 +239,14 @@ class TaskTable:
         job_id: str = "",
         node_id: str | None = None,
     ) -> int:
-        """Applies one event and returns the task's slot; ``node_id`` is where the task ran,
-        when the caller knows it."""
+        """Applies one event and returns the task's slot, or -1 for a late event of a task
+        evicted past the cap (counted in ``late_dropped``); ``node_id`` is where the task
+        ran, when the caller knows it."""
         slot = self._find(task_id)
         if slot < 0:
+            if self._evicted and self._recently_evicted(task_id):
+                self.late_dropped += 1
+                return -1
             slot = self._insert(task_id, job_id)
         codes, times = self.codes, self.times
         states, names = codes["state"], codes["name"]
@@ -254,8 +265,16 @@ class TaskTable:
                 self.pid[slot] = pid
             if extra.get("node_id"):
                 node_id = node_id or extra["node_id"]
-            if extra.get("error"):
-                self.errors[slot] = str(extra["error"])[:4000]
+            error = extra.get("error")
+            if error and (
+                attempt > self.attempt[slot] or len(error) > len(self.errors.get(slot) or "")
+            ):
+                # Two accounts of one failure may come in either order (the worker's, with
+                # the traceback, and the owner's "died before it ran"): the fuller one is
+                # kept, whatever the order; a later attempt's replaces an earlier one's.
+                self.errors[slot] = str(error)[:4000]
+                if extra.get("error_type"):
+                    self._put("error_type", slot, extra["error_type"])
             tm = extra.get("timings")
             if tm:
                 for col, key in (
@@ -283,9 +302,11 @@ class TaskTable:
             times["t_pending"][slot] = t
         elif state == "SUBMITTED_TO_WORKER":
             times["t_scheduled"][slot] = t
+        elif state == "RUNNING" and times["t_start"][slot] != times["t_start"][slot]:
+            times["t_start"][slot] = t
         elif state in TERMINAL and times["t_end"][slot] != times["t_end"][slot]:
             times["t_end"][slot] = t
-        if tm or state in TERMINAL:
+        if tm or state in TERMINAL or state == "RUNNING":
             self._index_times(slot)
         if node_id and not codes["node_id"][slot]:  # code 0: not known yet
             self._put("node_id", slot, node_id)
@@ -302,6 +323,19 @@ class TaskTable:
             self.by_name_state[(name_of[names[slot]], STATES[cur])] += 1
         return slot
 
+    def fail_open_tasks(self, job_id: str, t: float, error: str, error_type: str) -> int:
+        """Ends every kept task of ``job_id`` not in a final state as FAILED (its driver is
+        gone: nothing will report it again); returns how many."""
+        job = self.code_tables["job_id"].code.get(job_id)
+        if job is None:
+            return 0
+        jobs, states = self.codes["job_id"], self.codes["state"]
+        open_slots = [s for s in range(len(self)) if jobs[s] == job and states[s] < FIRST_TERMINAL]
+        extra = {"error": error, "error_type": error_type}
+        for s in open_slots:
+            self.apply(self.task_id(s), "FAILED", t, self.attempt[s], extra)
+        return len(open_slots)
+
     def _put(self, key: str, slot: int, value: Any) -> None:
         """Sets a coded column's value for ``slot`` (the old value's code is let go)."""
         table, col = self.code_tables[key], self.codes[key]
@@ -314,6 +348,8 @@ class TaskTable:
         seq = slot + self.cap * ((self.seq - 1 - slot) // self.cap)  # the slot's insertion
         b = (seq // BLOCK) % self._blocks
         start, end = self.times["t_start"][slot], self.times["t_end"][slot]
+        if end != end and start == start:
+            end = math.inf  # running: drawn up to any later time
         if end > self._blk_end[b]:  # NaN (not known) compares false: left out
             self._blk_end[b] = end
         if start < self._blk_start[b]:
@@ -363,7 +399,20 @@ class TaskTable:
         self.by_name_state[("", STATES[0])] += 1
         return slot
 
+    def _recently_evicted(self, task_id: Any) -> bool:
+        key = self._miss[0]  # what the ``_find`` that missed saw
+        return (key if key is not None else task_id) in self._evicted_set
+
     def _evict(self, slot: int) -> None:
+        # Remembered for a while: a late event of this task (the worker's RUNNING, sent on
+        # its own schedule) must not bring it back as a task that never ends.
+        odd = self._odd_at.get(slot) if self._odd_at else None
+        o = slot * ID_BYTES
+        key = odd if odd is not None else bytes(self._ids[o : o + ID_BYTES])
+        if len(self._evicted) == self._evicted.maxlen:
+            self._evicted_set.discard(self._evicted[0])
+        self._evicted.append(key)
+        self._evicted_set.add(key)
         self._unhash(slot)
         name = self.code_tables["name"].values[self.codes["name"][slot]]  # before its release
         _dec(self.by_name_state, (name, STATES[self.codes["state"][slot]]))
@@ -398,9 +447,10 @@ class TaskTable:
         codes, tables, times = self.codes, self.code_tables, self.times
         start, end = time_or_none(times["t_start"][slot]), time_or_none(times["t_end"][slot])
         actor = tables["actor_id"].values[codes["actor_id"][slot]]
+        name = tables["name"].values[codes["name"][slot]]
         return {
             "task_id": self.task_id(slot),
-            "name": tables["name"].values[codes["name"][slot]],
+            "name": name,
             "state": STATES[codes["state"][slot]],
             "job_id": tables["job_id"].values[codes["job_id"][slot]],
             "actor_id": actor,
@@ -408,11 +458,12 @@ class TaskTable:
             "worker_id": tables["worker_id"].values[codes["worker_id"][slot]],
             "pid": self.pid[slot] or None,
             "attempt": self.attempt[slot],
-            "type": "ACTOR_TASK" if actor else "NORMAL_TASK",
+            "type": task_type(name, actor),
             "submitted_time": time_or_none(times["t_pending"][slot]),
             "start_time": start,
             "end_time": end,
             "duration_s": (end - start) if start is not None and end is not None else None,
+            "error_type": tables["error_type"].values[codes["error_type"][slot]],
             "error": self.errors.get(slot),
         }
 

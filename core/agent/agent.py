@@ -49,7 +49,13 @@ MAX_BUFFERED_EVENTS = int(os.environ.get("EMBER_AGENT_MAX_BUFFERED_EVENTS", "200
 # Below this much free space on the disk holding the session's logs, the agent sends an error
 # event (once, until space comes back): processes writing logs there will soon fail.
 LOG_DISK_MIN_FREE = int(os.environ.get("EMBER_AGENT_LOG_DISK_MIN_FREE", str(100 * 2**20)))
-_STATE = {"LEASED": "RUNNING", "ACTOR": "ACTOR", "IDLE": "IDLE", "STARTING": "STARTING"}
+_STATE = {
+    "LEASED": "RUNNING",
+    "ACTOR": "ACTOR",
+    "IDLE": "IDLE",
+    "STARTING": "STARTING",
+    "DRIVER": "ALIVE",
+}
 
 
 class Agent(DashboardStream):
@@ -131,6 +137,9 @@ class Agent(DashboardStream):
             self.events_dropped_total += len(old["events"])
         self.wakeup.set()
 
+    def h_task_events_sync(self, conn: Any, body: Any) -> None:
+        """Every batch this connection sent before is in ``self.events``: nothing to do."""
+
     def h_error_event(self, conn: Any, body: dict[str, Any]) -> None:
         """A core worker's error event (a crashed task's traceback)."""
         self.events.append({"type": "event", **_jsonable(body)})
@@ -184,11 +193,12 @@ class Agent(DashboardStream):
                 continue
             title = w.get("title") or ""
             state = _STATE.get(w.get("state", ""), w.get("state", ""))
+            kind = "driver" if w.get("is_driver") else "worker"
             by_pid[w["pid"]] = {
                 "pid": w["pid"],
                 "worker_id": w.get("worker_id"),
-                "kind": "worker",
-                "component": "worker",
+                "kind": kind,
+                "component": kind,
                 "state": state,
                 "activity": _activity(state, title),
                 "current_task": title if w.get("state") == "LEASED" else None,

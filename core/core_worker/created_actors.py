@@ -31,6 +31,7 @@ class CreatedActorsHost(Protocol):
     actor_submitter: _ActorSubmitter
 
     def call_gcs_sync(self, op: str, body: Any, timeout: float | None = None) -> Any: ...
+    def record_event(self, spec: TaskSpec, state: str, **extra: Any) -> None: ...
 
 
 class CreatedActors:
@@ -41,6 +42,9 @@ class CreatedActors:
         # Actors created here that outlive their handles (detached or named).
         self._unscoped_actors: set[bytes] = set()
         self._creation_holds: dict[bytes, list] = {}  # {actor_id: argument refs held}
+        # Creation tasks not run yet: {actor_id: spec}. The worker that runs one records its
+        # RUNNING and its end; an actor that dies first ends its creation task here.
+        self._creation_specs: dict[bytes, TaskSpec] = {}
 
     def own_handle_object(self, actor_id: bytes) -> None:
         """A new actor created here: its handle object, whose count is the actor's handle
@@ -77,7 +81,17 @@ class CreatedActors:
             self._unscoped_actors.add(spec.actor_id)
         if held:
             self._creation_holds[spec.actor_id] = held
-        self.host.call_gcs_sync("create_actor", spec)
+        host = self.host
+        extra = {"name": spec.display_name(), "actor_id": spec.actor_id}
+        host.record_event(spec, "PENDING_ARGS_AVAIL", **extra)
+        self._creation_specs[spec.actor_id] = spec
+        try:
+            host.call_gcs_sync("create_actor", spec)
+        except BaseException as e:
+            del self._creation_specs[spec.actor_id]
+            host.record_event(spec, "FAILED", error=str(e), error_type="ACTOR_CREATION_FAILED")
+            raise
+        host.record_event(spec, "PENDING_NODE_ASSIGNMENT")  # the GCS places it
 
     def release_creation_hold(self, actor_id: bytes) -> None:
         held = self._creation_holds.pop(actor_id, None)
@@ -85,6 +99,21 @@ class CreatedActors:
             self.refs.remove_submitted(held)
 
     def h_actor_update(self, conn: Connection, info: dict) -> None:
-        if info["state"] in ("ALIVE", "DEAD") and info["actor_id"] in self._creation_holds:
-            self.release_creation_hold(info["actor_id"])
+        state = info["state"]
+        if state in ("ALIVE", "DEAD"):
+            actor_id = info["actor_id"]
+            if actor_id in self._creation_holds:
+                self.release_creation_hold(actor_id)
+            spec = self._creation_specs.pop(actor_id, None)
+            if spec is not None and state == "ALIVE":
+                # The worker records the end too, with its times; this one does not depend
+                # on that worker living to its next flush.
+                self.host.record_event(spec, "FINISHED")
+            elif spec is not None:
+                # Dead before it was constructed (or its constructor raised: then the
+                # worker's FAILED, with the traceback, is the one the table keeps).
+                cause = info.get("death_cause") or "the actor died before it was created"
+                self.host.record_event(
+                    spec, "FAILED", error=f"{spec.display_name()}: {cause}", error_type="ACTOR_DIED"
+                )
         self.host.actor_submitter.on_actor_update(info)

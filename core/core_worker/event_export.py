@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 PERIOD = float(os.environ.get("EMBER_TASK_EVENTS_FLUSH_SECONDS", "1.0"))
 BATCH = 5_000
 RETRY_SECONDS = 5.0
+STOP_SECONDS = 3.0  # at exit, for the last batches to reach the agent
 
 
 class EventExporterHost(Protocol):
@@ -126,17 +127,25 @@ class EventExporter:
             self.conn = None
         return self.conn
 
+    async def _last_flush(self) -> None:
+        await self.flush()
+        conn = self.conn
+        if conn is not None and not conn.closed and self.last is not None:
+            await conn.call("task_events_sync", None)
+
     def start(self) -> None:
         self.task = asyncio.ensure_future(self.run())
 
     async def stop(self) -> None:
-        """On the I/O loop: a last flush, then the flusher and its connection end."""
+        """On the I/O loop: a last flush, acknowledged by the agent (an exiting process
+        would lose what is still in its socket's buffer), then the flusher and its
+        connection end."""
         if self.task is not None:
             self.task.cancel()
         try:
-            await asyncio.wait_for(self.flush(), 2.0)
-        except Exception:
-            pass
+            await asyncio.wait_for(self._last_flush(), STOP_SECONDS)
+        except Exception as e:
+            logger.warning("task events not all sent to the agent at exit: %r", e)
         if self.conn is not None and not self.conn.closed:
             self.conn.close()
         if self.task is not None:

@@ -36,6 +36,7 @@ from ember.exceptions import (
     ActorExit,
     TaskCancelledError,
     TaskError,
+    error_type_of,
     format_exception,
 )
 from ember.object_ref import ObjectRef
@@ -77,6 +78,7 @@ class ExecutorHost(Protocol):
         self, object_id: bytes, ser: SerializedObject, owner: Any, zero_copy: bool = False
     ) -> tuple: ...
     def current_actor_hex(self) -> str: ...
+    def record_event(self, spec: TaskSpec, state: str, **extra: Any) -> None: ...
 
 
 class Executor:
@@ -200,6 +202,7 @@ class Executor:
         if spec.gpu_ids:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
         timings: dict[str, float] = {"start": time.time()}
+        self._record_running(spec)
         current.profile_spans = spans = []
         try:
             if spec.task_id in self.cancelled:
@@ -237,13 +240,14 @@ class Executor:
             current.task_id = None
             current.spec = None
             current.profile_spans = None
-        timings["end"] = time.time()
-        reply["timings"] = timings
+        reply["timings"] = _ended(timings)
         if spans:
             reply["profile"] = spans
         reply["pid"] = os.getpid()
         reply["node_id"] = host.node_id_hex  # where it ran: the timeline's process row
         self.tasks_done += 1
+        if spec.kind == ACTOR_CREATION_TASK:
+            self._record_creation_end(spec, reply)
         sys.stdout.flush()
         sys.stderr.flush()
         return reply
@@ -280,8 +284,41 @@ class Executor:
             "returns": [loc] * spec.num_returns,
             "error": True,
             "app_error": app,
+            "error_type": error_type_of(error),
             "message": str(error)[:8000],
         }
+
+    # -- task events (the owner records the others; these only the executing worker sees) --
+    def _record_running(self, spec: TaskSpec) -> None:
+        """RUNNING, from the worker: the job, name and actor ride along, since this event
+        may reach the dashboard before any of the owner's."""
+        self.host.record_event(
+            spec,
+            "RUNNING",
+            job_id=spec.job_id,
+            name=spec.display_name(),
+            actor_id=spec.actor_id,
+            worker_id=self.host.worker_id,
+            pid=os.getpid(),
+            node_id=self.host.node_id_hex,
+        )
+
+    def _record_creation_end(self, spec: TaskSpec, reply: dict) -> None:
+        """An actor's creation task ends here: its reply goes to the GCS, not to the owner,
+        so this worker records how it ended."""
+        failed = bool(reply.get("error"))
+        extra: dict[str, Any] = {
+            "job_id": spec.job_id,
+            "name": spec.display_name(),
+            "actor_id": spec.actor_id,
+            "timings": reply.get("timings"),
+            "pid": os.getpid(),
+            "node_id": self.host.node_id_hex,
+        }
+        if failed:
+            extra["error"] = reply.get("message")
+            extra["error_type"] = reply.get("error_type")
+        self.host.record_event(spec, "FAILED" if failed else "FINISHED", **extra)
 
     def _load(self, spec: TaskSpec):
         if spec.kind == ACTOR_TASK:
@@ -443,7 +480,8 @@ class Executor:
             self._exit_actor("exit_actor() was called")
 
     async def _execute_async(self, spec: TaskSpec) -> dict:
-        start = time.time()
+        timings = {"start": time.time()}
+        self._record_running(spec)
         try:
             method = self._load(spec)
             if any(a[0] != ARG_INLINE for a in spec.args):
@@ -452,9 +490,11 @@ class Executor:
                 )
             else:
                 args, kwargs = self.resolve_args(spec)
+            timings["args_ready"] = time.time()
             result = method(*args, **kwargs)
             if inspect.isawaitable(result):
                 result = await result
+            timings["executed"] = time.time()
             reply = self.store_returns(spec, result)
         except ActorExit:
             self.exiting = True
@@ -466,8 +506,9 @@ class Executor:
                 reply = self._error_reply(spec, e, app=False)
             else:
                 reply = self._error_reply(spec, self._task_error(spec, e), app=True)
-        reply["timings"] = {"start": start, "end": time.time()}
+        reply["timings"] = _ended(timings)
         reply["pid"] = os.getpid()
+        reply["node_id"] = self.host.node_id_hex
         return reply
 
     def _exit_actor(self, reason: str) -> None:
@@ -483,6 +524,15 @@ class Executor:
         sys.stderr.flush()
         time.sleep(0.05)  # let the last reply leave the socket
         os._exit(0)
+
+
+def _ended(timings: dict[str, float]) -> dict[str, float]:
+    """The task's phase times with its end; a task that failed while executing ran that
+    phase to the end (the timeline then shows where the time went)."""
+    timings["end"] = end = time.time()
+    if "args_ready" in timings and "executed" not in timings:
+        timings["executed"] = end
+    return timings
 
 
 def _arg_error(value: Any) -> BaseException:

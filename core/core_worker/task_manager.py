@@ -25,7 +25,7 @@ from ember.core_worker.reference_counter import ReferenceCounter
 from ember.core_worker.task_attempts import should_retry_app_error
 from ember.core_worker.task_events import TaskEvents
 from ember.core_worker.task_spec import ARG_INLINE, ARG_REF, TaskSpec
-from ember.exceptions import PendingCallsLimitExceeded
+from ember.exceptions import PendingCallsLimitExceeded, error_type_of
 from ember.ids import TASK_ID_SIZE
 from ember.object_ref import ObjectRef, counted_ref
 from ember.protocol.connection import Connection
@@ -226,6 +226,7 @@ class TaskManager:
                 "node_id": reply.get("node_id"),
                 "function": spec.display_name(),
                 "error": reply.get("message"),
+                "error_type": reply.get("error_type"),
                 # For the timeline's arrows: who submitted it and whose objects it consumed.
                 "parent": spec.parent_task_id.hex(),
                 "owner_pid": os.getpid(),
@@ -257,7 +258,15 @@ class TaskManager:
         for oid in spec.return_ids():
             if self.refs.has(oid):
                 self.memory_store.put(oid, loc)
-        self._task_done(spec, "FAILED")
+        self._task_done(
+            spec,
+            "FAILED",
+            {
+                "function": spec.display_name(),
+                "error": str(error)[:8000],
+                "error_type": error_type_of(error),
+            },
+        )
 
     def admit_limited_call(self, spec: TaskSpec, limit: int) -> None:
         """Counts an actor call on a handle with ``max_pending_calls``; raises

@@ -98,6 +98,7 @@ class Raylet:
         if body.get("is_driver"):
             conn.state["driver"] = True
             conn.state["job_id"] = body.get("job_id")
+            conn.state["pid"] = body.get("pid")
             self.drivers[wid] = conn
             if body.get("log_to_driver", True):
                 self.logs.add_driver(conn, body.get("job_id"))
@@ -223,7 +224,20 @@ class Raylet:
         }
 
     def h_list_workers(self, conn: Connection, body: Any) -> list[dict]:
-        return [w.public() for w in self.pool.workers.values()]
+        """The pool's workers, then the drivers connected here (``is_driver``)."""
+        rows = [w.public() for w in self.pool.workers.values()]
+        for wid, driver in self.drivers.items():
+            job_id = driver.state.get("job_id")
+            rows.append(
+                {
+                    "worker_id": wid.hex(),
+                    "pid": driver.state.get("pid"),
+                    "state": "DRIVER",
+                    "job_id": job_id.hex() if job_id else None,
+                    "is_driver": True,
+                }
+            )
+        return rows
 
     def h_shutdown(self, conn: Connection, body: Any) -> dict:
         os.kill(os.getpid(), signal.SIGTERM)

@@ -64,15 +64,13 @@ class TraceWriter:
         self.async_id = 0  # ids of the wait-for-resources pairs
         self.counts = {"tasks": 0, "spans": 0, "flows": 0, "flows_unresolved": 0, "transfers": 0}
         self._first = True
-        # Times are whole microseconds from an origin a day before the first event: small
-        # integers add up exactly, so a phase ending with its task never ends after it in a
-        # viewer (absolute epoch microseconds lose a quarter microsecond to rounding).
-        self.origin: float | None = None
+        # Times are whole microseconds since the epoch, as in Ray's traces. Integers (below
+        # 2**53, so exact in a viewer's doubles) keep a phase ending with its task from
+        # ending after it. ``origin`` stays in the metadata for readers of older traces.
+        self.origin = 0.0
 
     def us(self, t: float) -> int:
-        if self.origin is None:
-            self.origin = float(int(t) - 86_400)
-        return round((t - self.origin) * 1e6)
+        return round(t * 1e6)
 
     def _q(self, s: str) -> str:
         enc = self._names.get(s)
@@ -134,7 +132,7 @@ class TraceWriter:
         colour = f',"cname":{self._q(cname)}' if cname else ""
         extra = f',"args":{args}' if args != "{}" else ""
         ts = self.us(start)
-        dur = max(self.us(end) - ts, 0)
+        dur = max(self.us(end) - ts, 1 if cat == "submit" else 0)
         return self._line(
             f'{{"ph":"X","name":{self._q(name)},"cat":{self._q(cat)},"pid":{pid},"tid":{tid},'
             f'"ts":{ts},"dur":{dur}{colour}{extra}}}'
@@ -297,6 +295,14 @@ def generate(
                 if meta:
                     chunk.append(meta)
                 chunk.append(writer.thread(opid, int(owner_pid), thread_label(int(owner_pid))))
+                if int(owner_pid) in drivers:
+                    # A driver's thread has no task slice for the arrow to leave from (a
+                    # viewer drops such an arrow): a microsecond "submit" slice anchors it.
+                    chunk.append(
+                        writer.slice(
+                            opid, int(owner_pid), "task:submit", "submit", submitted, submitted
+                        )
+                    )
                 chunk.append(
                     writer.flow("submitted", (opid, int(owner_pid), submitted), (pid, tid, start))
                 )

@@ -62,7 +62,7 @@ def test_live_updates_arrive_without_reload(page, cluster):
     url, _ = cluster
     from frontend_workload import square
 
-    open_page(page, url, "tasks?name=frontend_workload.square")
+    open_page(page, url, "tasks?name=square")
     wait_total(page, "tasks-table", ">=", 40)
     before = total(page, "tasks-table")
     page.evaluate("window.__noReload = 1")
@@ -75,7 +75,7 @@ def test_a_dropped_stream_shows_a_banner_and_recovers(page, cluster):
     url, _ = cluster
     from frontend_workload import square
 
-    open_page(page, url, "tasks?name=frontend_workload.square")
+    open_page(page, url, "tasks?name=square")
     wait_total(page, "tasks-table", ">=", 40)
     # The network goes away: the open stream is cut and reconnects fail until it is back.
     page.context.set_offline(True)

@@ -30,6 +30,16 @@ class TaskEvents(AgentMessage):
     dropped: int = OMIT  # events the buffer lost before this batch
 
 
+class TaskEventsSync(AgentMessage):
+    """Sent by an exiting core worker after its last batch: the reply says the agent has
+    every batch sent before it (the stream is ordered), so the process may exit without
+    losing the events still in its socket's buffer."""
+
+    op = "task_events_sync"
+    sent_by = "core worker (event exporter), at shutdown"
+    reply = "None"
+
+
 class ErrorEvent(AgentMessage):
     """A cluster event for the dashboard (a crashed task's traceback); the body's keys are
     passed on as the event's."""

@@ -152,7 +152,7 @@ class WorkerExitReason(RayletMessage):
 class ListWorkers(RayletMessage):
     op = "list_workers"
     sent_by = "dashboard agent"
-    reply = "list[dict] (WorkerProc.public())"
+    reply = "list[dict] (WorkerProc.public(), then a row per driver connected here)"
 
 
 # -- the node's shared-memory object store -------------------------------------------------
