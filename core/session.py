@@ -109,3 +109,21 @@ def registered_head_session(gcs_address: str) -> str | None:
             return f.read().strip() or None
     except OSError:
         return None
+
+
+def registered_head_sessions() -> list[str]:
+    """Every session this machine's heads noted (``register_head``), whatever their temp dir."""
+    try:
+        names = sorted(os.listdir(_heads_dir()))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        try:
+            with open(os.path.join(_heads_dir(), name)) as f:
+                session = f.read().strip()
+        except OSError:
+            continue
+        if session:
+            found.append(session)
+    return found

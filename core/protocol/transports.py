@@ -108,7 +108,8 @@ async def _present_token(
         conn.close("no cluster token")
         raise AuthenticationError(
             f"connecting to {address} needs the cluster token: pass --token or set "
-            "EMBER_TOKEN (on the head node it is found automatically)"
+            "EMBER_TOKEN (it is in the head's <session_dir>/cluster_token; on the head's "
+            "machine it is found automatically)"
         )
     try:
         await asyncio.wait_for(conn.send_token(token), timeout)
