@@ -146,6 +146,7 @@ def commands(c: dict, out_dir: str) -> dict[str, tuple[list[str], str]]:
         "list": (["list", "tasks"], PROBE),
         "summary": (["summary", "tasks"], PROBE),
         "logs": (["logs"], "raylet.log"),
+        "dashboard": (["dashboard"], f":{c['dash_port']}"),
     }
 
 
