@@ -1,6 +1,7 @@
 """The CLI's way to the dashboard's REST API (``docs/dashboard-api.md``): the client of
-``ember.dashboard_client`` with its errors as one-line click errors, and the ``--address`` /
-``--format`` options and table printing the commands share."""
+``ember.dashboard_client`` with its errors as one-line click errors, and the options every
+command that talks to a cluster shares (``cluster_options``: ``--address``, ``--token``,
+``--temp-dir``), ``--format`` and table printing."""
 
 from __future__ import annotations
 
@@ -22,25 +23,65 @@ class Api(DashboardClient):
             raise click.ClickException(str(e)) from None
 
 
-def resolve(address: str | None) -> Api:
-    """The dashboard to talk to, from ``--address`` and the environment."""
+def resolve(
+    address: str | None = None, token: str | None = None, temp_dir: str | None = None
+) -> Api:
+    """The dashboard to talk to, from ``--address``, ``--token``, ``--temp-dir`` (when not
+    given, those of the running command: see ``cluster_options``) and the environment."""
+    given_token, given_temp_dir = cluster_settings()
     try:
-        found = connect_dashboard(address)
+        found = connect_dashboard(address, token or given_token, temp_dir or given_temp_dir)
     except DashboardError as e:
         raise click.ClickException(str(e)) from None
-    return Api(found.url, found.token, found.timeout)
+    return Api(found.url, found.token, found.timeout, found.session_dir, found.note)
 
 
 # -- options and output shared by the commands ----------------------------------------------
+_SETTINGS = "ember.cluster_options"
 
 
-def address_option(fn: Callable) -> Callable:
+def _remember(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        ctx.meta.setdefault(_SETTINGS, {})[param.name] = value
+    return value
+
+
+def cluster_options(fn: Callable) -> Callable:
+    """``--address``, ``--token`` and ``--temp-dir``: how a command reaches a cluster. Only
+    ``address`` is passed to the command; ``resolve()`` (or ``cluster_settings()``) reads the
+    token and temp dir, so a command adopts them by this one decorator."""
+    fn = click.option(
+        "--temp-dir",
+        default=None,
+        expose_value=False,
+        callback=_remember,
+        help="Where to look for local sessions (default: EMBER_TMPDIR, or /tmp/ember-sessions).",
+    )(fn)
+    fn = click.option(
+        "--token",
+        default=None,
+        expose_value=False,
+        callback=_remember,
+        help="The cluster token (default: EMBER_TOKEN, or the local session's token file; "
+        "the head prints it, and keeps it in <session_dir>/cluster_token).",
+    )(fn)
     return click.option(
         "--address",
         default=None,
-        help="The dashboard's URL (http://HOST:PORT) or the cluster's address (default: "
-        "EMBER_DASHBOARD_URL, EMBER_ADDRESS, or the newest local cluster).",
+        help="The cluster's address HOST:PORT (the head's GCS port) or the dashboard's URL "
+        "http://HOST:PORT (default: EMBER_ADDRESS, or the newest local cluster).",
     )(fn)
+
+
+# The name the commands used before --token and --temp-dir joined it.
+address_option = cluster_options
+
+
+def cluster_settings() -> tuple[str | None, str | None]:
+    """The running command's ``--token`` and ``--temp-dir`` (None when not given)."""
+    ctx = click.get_current_context(silent=True)
+    given = ctx.meta.get(_SETTINGS, {}) if ctx is not None else {}
+    return given.get("token"), given.get("temp_dir")
 
 
 def format_option(fn: Callable) -> Callable:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import click
-from ember.cli.api_client import address_option, resolve
+from ember.cli.api_client import cluster_options, resolve
 
 
 @click.command("dashboard")
-@address_option
+@cluster_options
 def dashboard(address: str | None) -> None:
     """Print the URL of the cluster's dashboard."""
     api = resolve(address)

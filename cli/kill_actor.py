@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import click
-from ember.cli.api_client import address_option, resolve
+from ember.cli.api_client import cluster_options, resolve
 
 
 @click.command("kill-actor")
 @click.argument("actor")
 @click.option("--allow-restart", is_flag=True, help="Let an actor with max_restarts restart.")
-@address_option
+@cluster_options
 def kill_actor(actor: str, allow_restart: bool, address: str | None) -> None:
     """Kill an actor given its id (or a unique prefix of 6+ characters) or its name."""
     api = resolve(address)

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 import click
-from ember.cli.api_client import address_option, format_option, iter_sse, resolve, table
+from ember.cli.api_client import cluster_options, format_option, iter_sse, resolve, table
 
 LIST_COLUMNS = ["node_id", "name", "component", "pid", "size", "rotated"]
 
@@ -28,7 +28,7 @@ LIST_COLUMNS = ["node_id", "name", "component", "pid", "size", "rotated"]
     show_default=True,
     help="How many of the last lines to print.",
 )
-@address_option
+@cluster_options
 @format_option
 def logs(
     glob: str | None,

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import click
-from ember.cli.api_client import address_option, resolve
+from ember.cli.api_client import cluster_options, resolve
 
 UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 KINDS = (
@@ -149,7 +149,7 @@ def render(data: dict[str, Any], group_by: str, sort_by: str, units: str) -> str
 
 
 @click.command("memory")
-@address_option
+@cluster_options
 @click.option("--group-by", type=click.Choice(["node", "stack_trace"]), default="node")
 @click.option("--sort-by", type=click.Choice(["size", "reference_type"]), default="size")
 @click.option("--units", type=click.Choice(list(UNITS)), default="B")

@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from ember.cli.api_client import address_option, emit, format_option, resolve
+from ember.cli.api_client import cluster_options, emit, format_option, resolve
 
 
 @click.command("stack")
 @click.option("--node", "node_id", default=None, help="Only this node (id or unique prefix).")
 @click.option("--pid", type=click.IntRange(1), default=None, help="Only this process.")
-@address_option
+@cluster_options
 @format_option
 def stack(node_id: str | None, pid: int | None, address: str | None, fmt: str) -> None:
     """Dump the stacks of the cluster's workers."""

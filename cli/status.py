@@ -5,26 +5,32 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import sys
 from typing import Any
 
 import click
+from ember.cli.api_client import cluster_options, cluster_settings
 
 _BAR = "-" * 63
 # Shown as byte sizes rather than counts.
 _BYTE_RESOURCES = ("memory", "object_store_memory")
 
 
-def fetch(address: str | None, temp_dir: str | None) -> dict[str, Any]:
-    """The GCS's cluster_info; ConnectionError naming the address tried."""
-    from ember.cluster_address import find_gcs_address, token_for
+def fetch(address: str | None, temp_dir: str | None, token: str | None = None) -> dict[str, Any]:
+    """The GCS's cluster_info; ConnectionError naming the address tried. Given a dashboard's
+    URL, the same figures from the dashboard (its copy of them, at most a second old): a
+    Ray user reaches a remote cluster by that URL, often through a tunnel to it alone."""
+    from ember.cluster_address import find_gcs_address, is_dashboard_url, token_for
     from ember.protocol import connection as conn_mod
 
+    if is_dashboard_url(address or os.environ.get("EMBER_ADDRESS")):
+        return _from_dashboard(address, temp_dir, token)
     gcs_address = find_gcs_address(address, temp_dir)
+    secret = token_for(gcs_address, temp_dir, token) if gcs_address.startswith("tcp:") else None
 
     async def ask() -> dict:
-        token = token_for(gcs_address, temp_dir) if gcs_address.startswith("tcp:") else None
-        conn = await conn_mod.connect(gcs_address, name="gcs", token=token, timeout=5.0)
+        conn = await conn_mod.connect(gcs_address, name="gcs", token=secret, timeout=5.0)
         try:
             return await conn.call("cluster_info", None, timeout=10.0)
         finally:
@@ -43,6 +49,23 @@ def fetch(address: str | None, temp_dir: str | None) -> dict[str, Any]:
         loop.close()
     info["gcs_address"] = gcs_address
     return info
+
+
+def _from_dashboard(address: str | None, temp_dir: str | None, token: str | None) -> dict:
+    from ember.dashboard_client import DashboardError, connect_dashboard
+
+    try:
+        api = connect_dashboard(address, token, temp_dir)
+        status = api.get("/api/cluster_status", timeout=10)
+    except DashboardError as e:
+        raise ConnectionError(str(e)) from None
+    return {
+        "nodes": status.get("gcs_nodes") or [],
+        "pending_actors": status.get("pending_actors") or [],
+        "now": status.get("time"),
+        "gcs_address": "",
+        "dashboard_url": api.url,
+    }
 
 
 def summarize(info: dict[str, Any], recent_seconds: float = 3600.0) -> dict[str, Any]:
@@ -186,17 +209,17 @@ def render(summary: dict[str, Any]) -> str:
 
 
 @click.command()
-@click.option("--address", default=None, help="The cluster's HOST:PORT (default: find it).")
-@click.option("--temp-dir", default=None, help="Where to look for a local cluster.")
+@cluster_options
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
-def status(address: str | None, temp_dir: str | None, fmt: str) -> None:
+def status(address: str | None, fmt: str) -> None:
     """Show the cluster's nodes, resource usage and pending demands."""
     from ember.protocol.connection import AuthenticationError
 
+    token, temp_dir = cluster_settings()
     try:
-        summary = summarize(fetch(address, temp_dir))
+        summary = summarize(fetch(address, temp_dir, token))
     except (ConnectionError, AuthenticationError, ValueError) as e:
         click.echo(f"ember status: {e}", err=True)
         sys.exit(1)

@@ -8,7 +8,7 @@ import os
 import tempfile
 
 import click
-from ember.cli.api_client import address_option, resolve
+from ember.cli.api_client import cluster_options, resolve
 from ember.trace.writer import loss_warnings, trace_info
 
 CHUNK = 1 << 16
@@ -31,7 +31,7 @@ CHUNK = 1 << 16
     default=None,
     help="Only the last SECONDS seconds.",
 )
-@address_option
+@cluster_options
 def timeline(
     output: str | None,
     job_id: str | None,

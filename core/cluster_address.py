@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import os
 import socket
+import urllib.parse
 from typing import Any
 
 from ember.session import DEFAULT_TEMP_DIR, read_node_info, temp_roots
@@ -24,10 +25,20 @@ def _unix_alive(path: str) -> bool:
         s.close()
 
 
+def is_dashboard_url(address: str | None) -> bool:
+    """``http://HOST:PORT`` (the dashboard) rather than the cluster's GCS address."""
+    return bool(address) and address.startswith(("http://", "https://"))
+
+
 def normalize_address(address: str) -> str:
     """``HOST:PORT`` → ``tcp:HOST:PORT``; a path → ``unix:path``; prefixed ones unchanged."""
     if address.startswith(("unix:", "tcp:")):
         return address
+    if is_dashboard_url(address):
+        raise ValueError(
+            f"{address} is a dashboard's URL; this needs the cluster's address HOST:PORT (the "
+            "head's GCS port, printed by `ember start --head`, 6379 by default)"
+        )
     if "/" in address:
         return "unix:" + address
     host, sep, port = address.rpartition(":")
@@ -56,15 +67,13 @@ def _mtime(path: str) -> float:
 def live_local_nodes(temp_dir: str | None = None) -> list[dict[str, Any]]:
     """Nodes started on this machine (``ember start`` or the Cluster helper) that still run,
     newest first: their ``node.json`` with a raylet socket that answers."""
-    out = []
-    for session in _sessions(temp_dir):
-        info = read_node_info(session)
-        if not info:
-            continue
-        raylet = info.get("raylet_address", "")
-        if raylet.startswith("unix:") and _unix_alive(raylet[5:]):
-            out.append(info)
-    return out
+    return [info for info in map(_live_node, _sessions(temp_dir)) if info]
+
+
+def _live_node(session: str | None) -> dict[str, Any] | None:
+    info = read_node_info(session) if session else None
+    raylet = (info or {}).get("raylet_address", "")
+    return info if raylet.startswith("unix:") and _unix_alive(raylet[5:]) else None
 
 
 def local_node_for(address: str | None, temp_dir: str | None = None) -> dict[str, Any] | None:
@@ -73,11 +82,12 @@ def local_node_for(address: str | None, temp_dir: str | None = None) -> dict[str
     nodes = live_local_nodes(temp_dir)
     if address and address != "auto":
         want = normalize_address(address)
-        nodes = [n for n in nodes if want in (n.get("gcs_address"), n.get("gcs_unix_address"))]
-        if not nodes and want.startswith("tcp:"):
-            nodes = [n for n in live_local_nodes(temp_dir) if _same_port(n, want)]
+        mine = nodes
+        nodes = [n for n in mine if want in (n.get("gcs_address"), n.get("gcs_unix_address"))]
         if not nodes:
             nodes = _registered_head(want)
+        if not nodes and want.startswith("tcp:"):  # 127.0.0.1:PORT for NODE_IP:PORT
+            nodes = [n for n in mine + _registered_heads() if _same_port(n, want)]
     local_ips = _local_ips()
     nodes = [n for n in nodes if n.get("node_ip") in local_ips] or nodes
     # The node under the temp dir the caller named, then the head.
@@ -90,12 +100,15 @@ def _registered_head(gcs_address: str) -> list[dict[str, Any]]:
     """The head of that cluster if it runs on this machine under another temp dir."""
     from ember.session import registered_head_session
 
-    session = registered_head_session(gcs_address)
-    info = read_node_info(session) if session else None
-    raylet = (info or {}).get("raylet_address", "")
-    if info and raylet.startswith("unix:") and _unix_alive(raylet[5:]):
-        return [info]
-    return []
+    info = _live_node(registered_head_session(gcs_address))
+    return [info] if info else []
+
+
+def _registered_heads() -> list[dict[str, Any]]:
+    """This machine's live heads under any temp dir (``register_head``)."""
+    from ember.session import registered_head_sessions
+
+    return [info for info in map(_live_node, registered_head_sessions()) if info]
 
 
 def _same_port(node: dict, want: str) -> bool:
@@ -145,13 +158,16 @@ def find_gcs_address(address: str | None = None, temp_dir: str | None = None) ->
     )
 
 
-def token_for(gcs_address: str, temp_dir: str | None = None) -> bytes | None:
-    """The cluster token for a GCS: EMBER_TOKEN, else a local node of that cluster's file."""
-    from ember.cluster_token import normalize, read_token
+def token_for(
+    gcs_address: str, temp_dir: str | None = None, token: str | None = None
+) -> bytes | None:
+    """The cluster token for a GCS: ``token`` (``--token``), else EMBER_TOKEN, else a local
+    node of that cluster's file. ValueError when the given one is not a token's shape."""
+    from ember.cluster_token import normalize, read_token, user_token
 
-    env = normalize(os.environ.get("EMBER_TOKEN"))
-    if env is not None:
-        return env
+    given = normalize(user_token(token))
+    if given is not None:
+        return given
     if gcs_address.startswith("unix:"):
         return None
     node = local_node_for(gcs_address, temp_dir)  # includes a head under another temp dir
@@ -161,3 +177,17 @@ def token_for(gcs_address: str, temp_dir: str | None = None) -> bytes | None:
         return read_token(node["token_file"])
     except (OSError, ValueError):
         return None
+
+
+def local_node_for_dashboard(url: str, temp_dir: str | None = None) -> dict[str, Any] | None:
+    """This machine's live head whose dashboard answers at ``url`` (its port, on loopback or
+    one of this machine's IPs), to find the token in its session."""
+    parts = urllib.parse.urlsplit(url)
+    host, port = parts.hostname or "", parts.port
+    if port is None or host not in _local_ips() | {"localhost", "0.0.0.0"}:
+        return None
+    for node in live_local_nodes(temp_dir) + _registered_heads():
+        published = (node.get("dashboard") or {}).get("url") or ""
+        if node.get("head") and urllib.parse.urlsplit(published).port == port:
+            return node
+    return None

@@ -11,6 +11,7 @@ import os
 import secrets
 
 TOKEN_FILE = "cluster_token"
+TOKEN_ENV = "EMBER_TOKEN"
 
 
 def new_token() -> bytes:
@@ -50,24 +51,35 @@ def normalize(token: str | bytes | None) -> bytes | None:
     return raw
 
 
-def dashboard_token(session_dir: str | None = None, token_file: str | None = None) -> str | None:
+def user_token(token: str | None = None) -> str | None:
+    """The token the user gave: ``--token`` (``token``), else ``EMBER_TOKEN``; None if neither.
+    ``EMBER_TOKEN`` is the one variable for every use (joining, drivers, the CLI, dashboards)."""
+    for given in (token, os.environ.get(TOKEN_ENV)):
+        if given and given.strip():
+            return given.strip()
+    return None
+
+
+def dashboard_token(
+    session_dir: str | None = None, token_file: str | None = None, token: str | None = None
+) -> str | None:
     """The token a dashboard off loopback wants (``dashboard.server.load_token`` picks it):
-    ``EMBER_DASHBOARD_TOKEN``; else the cluster token (``token_file``, or the session's
-    ``cluster_token``), which a cluster's dashboard uses; else the one a dashboard of a
-    non-cluster session wrote to ``<session_dir>/dashboard_token``; else
-    ``EMBER_CLUSTER_TOKEN``. None when there is none (a loopback dashboard needs none)."""
-    token = os.environ.get("EMBER_DASHBOARD_TOKEN")
-    if token:
-        return token.strip()
+    the user's (``token``, ``EMBER_TOKEN``); else the cluster token (``token_file``, or the
+    session's ``cluster_token``), which a cluster's dashboard uses; else the one a dashboard of
+    a non-cluster session wrote to ``<session_dir>/dashboard_token``. None when there is none
+    (a loopback dashboard needs none)."""
+    given = user_token(token)
+    if given:
+        return given
     files = [token_file] if token_file else []
     if session_dir:
-        files += [os.path.join(session_dir, n) for n in ("cluster_token", "dashboard_token")]
+        files += [os.path.join(session_dir, n) for n in (TOKEN_FILE, "dashboard_token")]
     for path in files:
         try:
             with open(path) as f:
-                token = f.read().strip()
+                found = f.read().strip()
         except OSError:
             continue  # not this kind of session, or not readable by this user
-        if token:
-            return token
-    return os.environ.get("EMBER_CLUSTER_TOKEN") or None
+        if found:
+            return found
+    return None

@@ -4,9 +4,9 @@
 ``address`` is the dashboard's URL (``http://host:8265``) or the cluster's GCS address
 (``host:port``, a socket path, ``auto``); from a GCS address the dashboard's URL is read from
 the GCS (the dashboard publishes it there when it starts). Default: ``EMBER_DASHBOARD_URL``,
-then ``EMBER_ADDRESS``, then the newest local session. The token of a dashboard bound to a
-non-loopback address comes from ``EMBER_DASHBOARD_TOKEN`` or the session's token files
-(``ember.cluster_token.dashboard_token``).
+then ``EMBER_ADDRESS`` (either form), then the newest local session (under ``temp_dir``).
+The token (for the GCS over TCP, and for a dashboard bound off loopback) is ``token``
+(``--token``), else ``EMBER_TOKEN``, else the local session's token file.
 
 Errors are ``DashboardError`` with a one-line message that says what to do; the CLI shows it
 as is.
@@ -21,7 +21,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from ember.cluster_token import dashboard_token
+from ember.cluster_token import TOKEN_FILE, dashboard_token, user_token
 
 DEFAULT_TIMEOUT = 30.0
 PAGE = 10_000  # the API's largest page
@@ -36,11 +36,30 @@ class DashboardError(Exception):
         self.status = status  # the HTTP status of a refused request
 
 
+TOKEN_HOWTO = "pass --token or set EMBER_TOKEN"
+
+
+def token_place(session_dir: str | None) -> str:
+    """Where the user finds the token, for error messages."""
+    if session_dir:
+        return os.path.join(session_dir, TOKEN_FILE)
+    return f"the head's <session_dir>/{TOKEN_FILE}"
+
+
 class DashboardClient:
-    def __init__(self, url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        session_dir: str | None = None,
+        note: str = "",
+    ):
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self.session_dir = session_dir  # the local session found, where its token is
+        self.note = note  # said when it cannot be reached (how its URL was found)
 
     def _request(
         self, method: str, path: str, params: dict[str, Any] | list[tuple[str, Any]] | None
@@ -59,13 +78,26 @@ class DashboardClient:
         try:
             return urllib.request.urlopen(req, timeout=timeout or self.timeout)
         except urllib.error.HTTPError as e:
+            if e.code == 401:
+                raise DashboardError(self._unauthorised(), e.code) from None
             raise DashboardError(_http_error(e), e.code) from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise DashboardError(
-                f"could not reach the dashboard at {self.url} ({reason}); is the cluster "
-                "running? Pass --address http://HOST:PORT or the cluster's address."
+                f"could not reach the dashboard at {self.url} ({reason}){self.note}; is the "
+                "cluster running? Pass --address http://HOST:PORT or the cluster's address."
             ) from None
+
+    def _unauthorised(self) -> str:
+        where = token_place(self.session_dir)
+        if self.token:
+            return (
+                f"the dashboard at {self.url} refused the token given: {TOKEN_HOWTO} to the "
+                f"head's cluster token (it is in {where})"
+            )
+        return (
+            f"the dashboard at {self.url} needs the cluster token: {TOKEN_HOWTO} (it is in {where})"
+        )
 
     def get(self, path: str, params: Any = None, timeout: float | None = None) -> Any:
         with self.open("GET", path, params, timeout) as resp:
@@ -109,29 +141,55 @@ def _http_error(e: urllib.error.HTTPError) -> str:
     return f"{detail} (HTTP {e.code})"
 
 
-def connect_dashboard(address: str | None = None) -> DashboardClient:
-    """The dashboard to talk to, from ``address`` and the environment."""
-    url = address if address and address.startswith(("http://", "https://")) else None
-    if url is None and not address:
-        url = os.environ.get("EMBER_DASHBOARD_URL")
-    session_dir = None
-    if url is None:
-        url, session_dir = _from_gcs(address)
-    return DashboardClient(url, dashboard_token(session_dir))
+def connect_dashboard(
+    address: str | None = None, token: str | None = None, temp_dir: str | None = None
+) -> DashboardClient:
+    """The dashboard to talk to, from ``address``, ``token`` (``--token``), ``temp_dir`` (where
+    local sessions are) and the environment."""
+    from ember.cluster_address import is_dashboard_url, local_node_for_dashboard
+
+    address = (
+        address or os.environ.get("EMBER_DASHBOARD_URL") or os.environ.get("EMBER_ADDRESS") or None
+    )
+    if is_dashboard_url(address):
+        url, note, session_dir = address, "", None
+        if user_token(token) is None:  # a dashboard of this machine: its session has it
+            node = local_node_for_dashboard(address, temp_dir)
+            session_dir = node["session_dir"] if node else None
+    else:
+        url, note, session_dir = _from_gcs(address, token, temp_dir)
+    found = dashboard_token(session_dir, token=token)
+    if found is not None and len(found.split()) != 1:
+        raise DashboardError(f"the token given is not one word: {TOKEN_HOWTO} to the token alone")
+    return DashboardClient(url, found, session_dir=session_dir, note=note)
 
 
-def _from_gcs(address: str | None) -> tuple[str, str | None]:
-    """The dashboard's URL the GCS publishes, and the local session's dir if it is one."""
-    from ember.cluster_address import find_gcs_address
+def _from_gcs(
+    address: str | None, token: str | None, temp_dir: str | None
+) -> tuple[str, str, str | None]:
+    """The dashboard's URL the GCS publishes, a note on how it was found, and the local
+    session's dir if this machine runs a node of that cluster."""
+    from ember.cluster_address import find_gcs_address, local_node_for, token_for
     from ember.protocol import connection as conn_mod
 
     try:
-        gcs_address = find_gcs_address(address)
-    except ConnectionError as e:
+        gcs_address = find_gcs_address(address, temp_dir)
+    except (ConnectionError, ValueError) as e:
         raise DashboardError(str(e)) from None
+    session = None
+    secret = None
+    if gcs_address.startswith("unix:"):  # a local session: its dir holds the token
+        session = os.path.dirname(os.path.dirname(gcs_address[5:]))
+    else:
+        node = local_node_for(gcs_address, temp_dir)
+        session = node["session_dir"] if node else None
+        try:
+            secret = token_for(gcs_address, temp_dir, token)
+        except ValueError as e:
+            raise DashboardError(f"{e} ({TOKEN_HOWTO})") from None
 
     async def lookup() -> bytes | None:
-        conn = await conn_mod.connect(gcs_address, name="gcs", timeout=5.0)
+        conn = await conn_mod.connect(gcs_address, name="gcs", token=secret, timeout=5.0)
         try:
             return await conn.call(
                 "kv_get", {"namespace": "dashboard", "key": b"url"}, timeout=10.0
@@ -141,19 +199,41 @@ def _from_gcs(address: str | None) -> tuple[str, str | None]:
 
     loop = conn_mod.new_event_loop()
     try:
-        url = loop.run_until_complete(lookup())
+        raw = loop.run_until_complete(lookup())
+    except conn_mod.AuthenticationError as e:
+        raise DashboardError(str(e)) from None
     except (OSError, TimeoutError, ConnectionError) as e:
         raise DashboardError(
             f"could not reach the cluster at {address or gcs_address} ({e}); pass --address"
         ) from None
     finally:
         loop.close()
-    if not url:
+    if not raw:
         raise DashboardError(
             f"the cluster at {gcs_address} runs no dashboard (ember.init(include_dashboard="
             "False)?); the diagnostics commands need it"
         )
-    session = None
-    if gcs_address.startswith("unix:"):  # a local session: its dir holds the token
-        session = os.path.dirname(os.path.dirname(gcs_address[5:]))
-    return url.decode() if isinstance(url, bytes) else str(url), session
+    url = raw.decode() if isinstance(raw, bytes) else str(raw)
+    url, note = _as_seen_from_here(url, gcs_address, session is not None)
+    return url, note, session
+
+
+def _as_seen_from_here(url: str, gcs_address: str, local: bool) -> tuple[str, str]:
+    """The published URL names the head's loopback when its dashboard listens on every
+    interface (or on loopback only); from another machine, the head is the GCS's host."""
+    parts = urllib.parse.urlsplit(url)
+    gcs_host = gcs_address[4:].rpartition(":")[0] if gcs_address.startswith("tcp:") else ""
+    if local or not gcs_host or not _is_loopback(parts.hostname or ""):
+        return url, ""
+    if _is_loopback(gcs_host):
+        return url, ""
+    moved = urllib.parse.urlunsplit(parts._replace(netloc=f"{gcs_host}:{parts.port}"))
+    note = (
+        f"; the head publishes {url}: if its dashboard listens on loopback only, start it "
+        "with --dashboard-host 0.0.0.0 (or its IP) or reach it through an SSH tunnel"
+    )
+    return moved, note
+
+
+def _is_loopback(host: str) -> bool:
+    return host == "localhost" or host.startswith("127.") or host == "::1"

@@ -6,11 +6,28 @@ from __future__ import annotations
 import datetime
 import os
 
-DEFAULT_TEMP_DIR = "/tmp/ember"
+# Not /tmp/ember (Ray's is /tmp/ray): a script run from /tmp has /tmp first on sys.path, and
+# Python imported that directory as a namespace package "ember" ahead of an editable install.
+# A name that is no Python identifier can never be imported.
+DEFAULT_TEMP_DIR = "/tmp/ember-sessions"
+PACKAGE = "ember"
+
+
+def check_temp_root(root: str) -> None:
+    """Refuses a temp dir named like the package: scripts run from its parent would import
+    it instead of Ember."""
+    if os.path.basename(os.path.normpath(root)) == PACKAGE:
+        parent = os.path.dirname(os.path.abspath(root))
+        raise ValueError(
+            f"the temp dir {root} is named like the {PACKAGE!r} package: a script run from "
+            f"{parent} would import it instead of Ember; pick another name (e.g. "
+            f"{os.path.join(parent, PACKAGE + '-tmp')})"
+        )
 
 
 def create_session_dir(temp_dir: str | None = None) -> str:
     root = temp_dir or os.environ.get("EMBER_TMPDIR") or DEFAULT_TEMP_DIR
+    check_temp_root(root)
     os.makedirs(root, mode=0o700, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S_%f")
     path = os.path.join(root, f"session_{stamp}_{os.getpid()}")
@@ -92,3 +109,21 @@ def registered_head_session(gcs_address: str) -> str | None:
             return f.read().strip() or None
     except OSError:
         return None
+
+
+def registered_head_sessions() -> list[str]:
+    """Every session this machine's heads noted (``register_head``), whatever their temp dir."""
+    try:
+        names = sorted(os.listdir(_heads_dir()))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        try:
+            with open(os.path.join(_heads_dir(), name)) as f:
+                session = f.read().strip()
+        except OSError:
+            continue
+        if session:
+            found.append(session)
+    return found

@@ -20,6 +20,7 @@ from ember.agent import wire
 from ember.dashboard.app import AgentUnavailable
 from ember.dashboard.state import DashboardState
 from ember.process_util import trim_heap
+from ember.protocol.transports import loopback_twin
 
 logger = logging.getLogger(__name__)
 # Requests waiting to go to one agent; past this the caller is told the agent is busy.
@@ -33,6 +34,10 @@ TRIM_EVERY_BYTES = 32 * 2**20  # received from the agents between two heap trims
 # threads' malloc arenas for another reason, not found yet). The default 64 KB windows keep
 # a 2 s metrics tick and a 5,000-event batch far from waiting on the network.
 SERVER_OPTIONS = [*wire.CHANNEL_OPTIONS, ("grpc.http2.bdp_probe", 0)]
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host  # an IPv6 address needs its brackets
 
 
 class AgentLink:
@@ -80,8 +85,14 @@ class AgentHub:
             self.server.add_insecure_port(host)
             self.address = host
         else:
-            where = f"[{host}]" if ":" in host else host  # an IPv6 address needs its brackets
+            where = _bracketed(host)
             bound = self.server.add_insecure_port(f"{where}:{port}")
+            twin = loopback_twin(host)
+            if twin is not None:  # like every node listener: loopback too, same port and token
+                try:
+                    self.server.add_insecure_port(f"{_bracketed(twin)}:{bound}")
+                except RuntimeError as e:  # agents stream to the node IP: not fatal
+                    logger.warning("the agents' hub is not on %s:%d too: %s", twin, bound, e)
             self.address = f"{where}:{bound}"
         await self.server.start()
         return self.address

@@ -17,6 +17,7 @@ import secrets
 import signal
 import socket
 
+from ember.cluster_token import user_token
 from ember.dashboard.agent_hub import AgentHub
 from ember.dashboard.app import DashboardContext, create_app
 from ember.dashboard.auth import is_loopback
@@ -29,14 +30,14 @@ logger = logging.getLogger("ember.dashboard")
 
 
 def load_token(host: str, session_dir: str, token_file: str | None) -> str | None:
-    """Loopback: no token. Otherwise the cluster token (file or EMBER_CLUSTER_TOKEN), or a new
-    one written to ``<session_dir>/dashboard_token`` (mode 0600)."""
+    """Loopback: no token. Otherwise the cluster token (file, or the user's EMBER_TOKEN), or a
+    new one written to ``<session_dir>/dashboard_token`` (mode 0600)."""
     if is_loopback(host):
         return None
     if token_file:
         return read_token_file(token_file)
-    if os.environ.get("EMBER_CLUSTER_TOKEN"):
-        return os.environ["EMBER_CLUSTER_TOKEN"]
+    if user_token():
+        return user_token()
     path = os.path.join(session_dir, "dashboard_token")
     if os.path.exists(path):  # a dashboard restarted in this session keeps the first's token
         return read_token_file(path)

@@ -22,7 +22,7 @@ def _demo(*args: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
         [EMBER, "demo", "--tasks", "300", *args],
-        cwd=ROOT,  # not /tmp: the session root /tmp/ember would shadow the package
+        cwd=ROOT,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -20,6 +20,7 @@ import ember
 import psutil
 import pytest
 from ember.exceptions import TaskError
+from ember.session import DEFAULT_TEMP_DIR
 from ember_test_utils import assert_no_ember_children, ember_children, wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -168,13 +169,13 @@ def test_session_dir_layout_and_logs(ember_start):
     ctx = ember_start(num_cpus=2)
     session = ctx.session_dir
     assert os.path.isdir(session)
-    assert os.path.dirname(session) == "/tmp/ember"
+    assert os.path.dirname(session) == DEFAULT_TEMP_DIR == "/tmp/ember-sessions"
     assert os.path.basename(session).startswith("session_")
     assert os.path.isdir(os.path.join(session, "logs"))
     sockets = os.path.join(session, "sockets")
     assert os.path.isdir(sockets)
     assert os.stat(sockets).st_mode & 0o777 == 0o700
-    latest = "/tmp/ember/session_latest"
+    latest = "/tmp/ember-sessions/session_latest"
     assert os.path.islink(latest)
     target = os.path.realpath(latest)
     # Other Ember drivers on this machine may have started a newer session since.
@@ -301,7 +302,7 @@ class Driver:
     """A driver script in its own process, its stdout read line by line with deadlines."""
 
     def __init__(self, tmp_path, body, *, new_session=False, args=()):
-        # Not directly in /tmp: /tmp/ember (the session root) would shadow the package.
+        # Its own directory: the script's directory is sys.path[0].
         d = tmp_path / "driver"
         d.mkdir(exist_ok=True)
         script = d / "driver.py"

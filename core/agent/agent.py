@@ -35,6 +35,7 @@ import psutil
 from ember.agent.link import DashboardStream
 from ember.agent.logs import LogDir
 from ember.agent.metrics import NodeSampler, ProcessSampler
+from ember.cluster_token import user_token
 from ember.process_util import signal_ready
 from ember.protocol import connection as conn_mod
 from ember.protocol.handler_table import handlers_from
@@ -583,6 +584,6 @@ def _jsonable(v: Any) -> Any:
 
 def _read_token(path: str | None) -> str | None:
     if not path:
-        return os.environ.get("EMBER_CLUSTER_TOKEN") or None
+        return user_token()
     with open(path) as f:
         return f.read().strip() or None

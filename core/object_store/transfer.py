@@ -25,6 +25,8 @@ import struct
 import threading
 from typing import Any
 
+from ember.protocol.transports import TWIN_PORT_TRIES, loopback_twin
+
 logger = logging.getLogger("ember.transfer")
 
 _AUTH_MAGIC = b"EMBER-AUTH1"  # same first frame as protocol.connection
@@ -56,6 +58,34 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+def _listen(host: str) -> list[socket.socket]:
+    """The data port on ``host`` and, like every node listener, on loopback at the same port
+    (``loopback_twin``); a kernel-picked port taken on loopback is picked again."""
+    twin = loopback_twin(host)
+    for _ in range(TWIN_PORT_TRIES):
+        socks = [_bound(host, 0)]
+        if twin is None:
+            return socks
+        try:
+            socks.append(_bound(twin, socks[0].getsockname()[1]))
+            return socks
+        except OSError:
+            socks[0].close()
+    raise OSError(f"no port free on both {host} and {twin} for the data port")
+
+
+def _bound(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(64)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class TransferServer:
     """Serves chunks of exported objects to pulling raylets (one thread per connection)."""
 
@@ -64,15 +94,15 @@ class TransferServer:
         self._fd = os.open(arena_path, os.O_RDONLY)
         self._exports: dict[bytes, tuple[int, int, int]] = {}  # {oid: (offset, size, refs)}
         self._lock = threading.Lock()
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, 0))
-        self._sock.listen(64)
-        self.address = "tcp:{}:{}".format(*self._sock.getsockname()[:2])
+        self._socks = _listen(host)
+        self.address = "tcp:{}:{}".format(*self._socks[0].getsockname()[:2])
         self._closed = False
         self._slots = threading.BoundedSemaphore(MAX_DATA_CONNECTIONS)
         self.refused_busy = 0  # connections turned away at the bound (in the log too)
-        threading.Thread(target=self._accept_loop, name="ember-transfer", daemon=True).start()
+        for sock in self._socks:
+            threading.Thread(
+                target=self._accept_loop, args=(sock,), name="ember-transfer", daemon=True
+            ).start()
 
     def export(self, object_id: bytes, offset: int, size: int) -> None:
         with self._lock:
@@ -94,15 +124,16 @@ class TransferServer:
 
     def close(self) -> None:
         self._closed = True
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        for sock in self._socks:
+            try:
+                sock.close()
+            except OSError:
+                pass
 
-    def _accept_loop(self) -> None:
+    def _accept_loop(self, sock: socket.socket) -> None:
         while not self._closed:
             try:
-                conn, _ = self._sock.accept()
+                conn, _ = sock.accept()
             except OSError:
                 return
             if not self._slots.acquire(blocking=False):

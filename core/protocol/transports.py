@@ -4,7 +4,8 @@
   mode (0600), so no token is asked for.
 - ``tcp:host:port`` (or ``tcp://host:port``): TCP. Reachable from other hosts, so every
   connection presents the cluster token first and every listener demands it; a process
-  joins one cluster, so its token is set once (``set_cluster_token``).
+  joins one cluster, so its token is set once (``set_cluster_token``). A listener on a node
+  IP also listens on loopback at the same port (``loopback_twin``), with the same token.
 - ``inproc:name``: both ends in this process and event loop, joined in memory with no
   socket (``ember.protocol.inproc``): the same frames and dispatch, for tests.
 
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -106,7 +108,8 @@ async def _present_token(
         conn.close("no cluster token")
         raise AuthenticationError(
             f"connecting to {address} needs the cluster token: pass --token or set "
-            "EMBER_TOKEN (on the head node it is found automatically)"
+            "EMBER_TOKEN (it is in the head's <session_dir>/cluster_token; on the head's "
+            "machine it is found automatically)"
         )
     try:
         await asyncio.wait_for(conn.send_token(token), timeout)
@@ -154,6 +157,40 @@ async def serve(
 
 
 # -- the socket backends -------------------------------------------------------------------
+TWIN_PORT_TRIES = 20
+
+
+def loopback_twin(host: str) -> str | None:
+    """The loopback address a listener on ``host`` also listens on, at the same port, or None.
+
+    Every node answers on 127.0.0.1 as well as on its node IP, as Ray's do (users and tools on
+    the head's machine say ``127.0.0.1:PORT``). The same token rules hold there: loopback is
+    shared with the machine's other users. A wildcard or loopback host needs no twin."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None  # a name: whatever it resolves to is the user's choice
+    if ip.is_loopback or ip.is_unspecified:
+        return None
+    return "::1" if ip.version == 6 else "127.0.0.1"
+
+
+class _Servers:
+    """Two listeners (node IP and loopback) that close together."""
+
+    def __init__(self, *servers: Any) -> None:
+        self.servers = servers
+        self.sockets = [s for server in servers for s in server.sockets]
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.close()
+
+    async def wait_closed(self) -> None:
+        for server in self.servers:
+            await server.wait_closed()
+
+
 class UnixBackend:
     needs_token = False
 
@@ -184,8 +221,27 @@ class TcpBackend:
     async def listen(
         self, target: tuple[str, int], factory: ConnectionFactory
     ) -> tuple[Any, tuple[str, int]]:
-        server = await asyncio.get_running_loop().create_server(factory, *target)
-        return server, server.sockets[0].getsockname()[:2]
+        loop = asyncio.get_running_loop()
+        twin = loopback_twin(target[0])
+        if twin is None:
+            server = await loop.create_server(factory, *target)
+            return server, server.sockets[0].getsockname()[:2]
+        # A port picked by the kernel for the node IP may be taken on loopback: pick again.
+        tries = 1 if target[1] else TWIN_PORT_TRIES
+        for attempt in range(tries):
+            server = await loop.create_server(factory, *target)
+            bound = server.sockets[0].getsockname()[:2]
+            try:
+                twin_server = await loop.create_server(factory, twin, bound[1])
+            except OSError as e:
+                server.close()
+                if attempt + 1 < tries:
+                    continue
+                raise OSError(
+                    e.errno, f"{twin}:{bound[1]} (beside {bound[0]}:{bound[1]}) is taken: {e}"
+                ) from None
+            return _Servers(server, twin_server), bound
+        raise AssertionError("unreachable")
 
     def format(self, target: tuple[str, int]) -> str:
         return f"tcp:{target[0]}:{target[1]}"
@@ -205,6 +261,7 @@ __all__ = [
     "UnixBackend",
     "cluster_token",
     "connect",
+    "loopback_twin",
     "parse_address",
     "register_transport",
     "serve",

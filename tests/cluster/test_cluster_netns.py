@@ -145,7 +145,7 @@ def test_nodes_in_two_network_namespaces(two_namespaces):
         token = head.stdout.split("--token=")[1].split()[0]
         # Joining from another host without the token: a clear error, and nothing starts. The
         # namespaces share this machine's files, so a private mount namespace hides the head's
-        # note in /tmp/ember/heads, as another machine's disk would.
+        # note in DEFAULT_TEMP_DIR/heads, as another machine's disk would.
         no_token = in_ns(
             ns_b,
             "unshare",
@@ -226,18 +226,22 @@ def test_nodes_in_two_network_namespaces(two_namespaces):
         assert hub["wrong"].startswith("UNAUTHENTICATED")
         again = in_ns(ns_a, sys.executable, "-c", DASHBOARD_SEES, dashboard_url, ip_b)
         assert "6.6.6.6" not in again.stdout and "1badc0de" not in again.stdout  # never ingested
-        # Every listener binds its node's IP: the head's (and, for the browser only, the
-        # dashboard's HTTP port on loopback), the worker's; never 0.0.0.0 or another IP.
+        # Every listener binds its node's IP and, at the same port, loopback (the head's
+        # dashboard's HTTP port: loopback only); never 0.0.0.0 or another IP.
         dashboard_port = int(dashboard_url.rsplit(":", 1)[1].split("/")[0])
         head_listens = _listeners(ns_a, f"{root}/a")
         assert {ip for _, ip, _ in head_listens} == {ip_a, "127.0.0.1"}, head_listens
-        on_loopback = [(m, port) for m, ip, port in head_listens if ip == "127.0.0.1"]
-        assert on_loopback == [("ember.dashboard.server", dashboard_port)], head_listens
+        on_loopback = {(m, port) for m, ip, port in head_listens if ip == "127.0.0.1"}
+        on_node_ip = {(m, port) for m, ip, port in head_listens if ip == ip_a}
+        assert on_loopback == on_node_ip | {("ember.dashboard.server", dashboard_port)}
         hub_port = int(hub["address"].rsplit(":", 1)[1])
         assert ["ember.dashboard.server", ip_a, hub_port] in head_listens
         assert ["ember.gcs.server", ip_a, 6380] in head_listens
         worker_listens = _listeners(ns_b, f"{root}/b")
-        assert worker_listens and {ip for _, ip, _ in worker_listens} == {ip_b}, worker_listens
+        assert {ip for _, ip, _ in worker_listens} == {ip_b, "127.0.0.1"}, worker_listens
+        assert {(m, p) for m, ip, p in worker_listens if ip == ip_b} == {
+            (m, p) for m, ip, p in worker_listens if ip == "127.0.0.1"
+        }
     finally:
         subprocess.run(
             [EMBER, "stop", "--force", "--temp-dir", root], capture_output=True, timeout=60

@@ -601,7 +601,7 @@ def test_timeline_sends_the_cluster_token(tmp_path, monkeypatch):
             assert [e["name"].rsplit(".", 1)[-1] for e in events if e.get("cat") == "task"] == [
                 "leaf"
             ]
-            monkeypatch.setenv("EMBER_DASHBOARD_TOKEN", "wrong")
+            monkeypatch.setenv("EMBER_TOKEN", "wrong")
             with pytest.warns(RuntimeWarning, match="HTTP 401") as caught:
                 events = ember.timeline()
             assert "cluster token" in str(caught[0].message)  # the dashboard's own words
