@@ -19,16 +19,12 @@ from ember.util.state.common import (
     DEFAULT_LIMIT,
     DEFAULT_RPC_TIMEOUT,
     SCHEMAS,
-    ActorState,
     JobState,
-    NodeState,
     ObjectState,
-    PlacementGroupState,
     ServerUnavailable,
     StateApiException,
     StateSchema,
     TaskState,
-    WorkerState,
 )
 
 Filter = tuple[str, str, Any]  # (column, "=" or "!=", value)
@@ -273,11 +269,25 @@ list_cluster_events = _lister("cluster_events")
 
 
 # -- get by id -------------------------------------------------------------------------------
-def get_actor(
-    id: str, address: str | None = None, timeout: int = DEFAULT_RPC_TIMEOUT, _explain: bool = False
-) -> ActorState | None:
-    """The actor with this id, or None."""
-    return one(StateClient(address).get("actors", id, timeout))
+def _getter(resource: str):  # noqa: ANN202 - the signature is spelled out below
+    def get_resource(
+        id: str,
+        address: str | None = None,
+        timeout: int = DEFAULT_RPC_TIMEOUT,
+        _explain: bool = False,
+    ) -> Any:
+        return one(StateClient(address).get(resource, id, timeout))
+
+    singular = resource[:-1].replace("_", " ")
+    get_resource.__name__ = get_resource.__qualname__ = f"get_{resource[:-1]}"
+    get_resource.__doc__ = f"The {singular} with this id, with every column; None if none."
+    return get_resource
+
+
+get_actor = _getter("actors")
+get_node = _getter("nodes")
+get_worker = _getter("workers")
+get_placement_group = _getter("placement_groups")
 
 
 def get_job(
@@ -287,27 +297,6 @@ def get_job(
     have none, this job id; None if there is none."""
     client = StateClient(address)
     return one(client.get("jobs", id, timeout) or client.get("jobs", id, timeout, "job_id"))
-
-
-def get_placement_group(
-    id: str, address: str | None = None, timeout: int = DEFAULT_RPC_TIMEOUT, _explain: bool = False
-) -> PlacementGroupState | None:
-    """The placement group with this id, or None."""
-    return one(StateClient(address).get("placement_groups", id, timeout))
-
-
-def get_node(
-    id: str, address: str | None = None, timeout: int = DEFAULT_RPC_TIMEOUT, _explain: bool = False
-) -> NodeState | None:
-    """The node with this id, or None."""
-    return one(StateClient(address).get("nodes", id, timeout))
-
-
-def get_worker(
-    id: str, address: str | None = None, timeout: int = DEFAULT_RPC_TIMEOUT, _explain: bool = False
-) -> WorkerState | None:
-    """The worker with this id, or None."""
-    return one(StateClient(address).get("workers", id, timeout))
 
 
 def get_task(
@@ -336,34 +325,32 @@ def one(rows: list[StateSchema]) -> Any:
 
 
 # -- summaries -------------------------------------------------------------------------------
-def summarize_tasks(
-    address: str | None = None,
-    timeout: int = DEFAULT_RPC_TIMEOUT,
-    raise_on_missing_output: bool = True,
-    _explain: bool = False,
-) -> dict[str, Any]:
-    """``{"cluster": {"summary": {name: {"func_or_class_name", "type", "state_counts"}},
-    "total_tasks", "total_actor_tasks", "total_actor_scheduled", "summary_by"}}``."""
-    return StateClient(address).summary("tasks", timeout, raise_on_missing_output, _explain)
+def _summarizer(resource: str, shape: str):  # noqa: ANN202 - the signature is spelled out below
+    def summarize(
+        address: str | None = None,
+        timeout: int = DEFAULT_RPC_TIMEOUT,
+        raise_on_missing_output: bool = True,
+        _explain: bool = False,
+    ) -> dict[str, Any]:
+        return StateClient(address).summary(resource, timeout, raise_on_missing_output, _explain)
+
+    summarize.__name__ = summarize.__qualname__ = f"summarize_{resource}"
+    summarize.__doc__ = f"The cluster's {resource} summarised: ``{shape}``."
+    return summarize
 
 
-def summarize_actors(
-    address: str | None = None,
-    timeout: int = DEFAULT_RPC_TIMEOUT,
-    raise_on_missing_output: bool = True,
-    _explain: bool = False,
-) -> dict[str, Any]:
-    """``{"cluster": {"summary": {class: {"class_name", "state_counts"}}, "total_actors",
-    "summary_by"}}``."""
-    return StateClient(address).summary("actors", timeout, raise_on_missing_output, _explain)
-
-
-def summarize_objects(
-    address: str | None = None,
-    timeout: int = DEFAULT_RPC_TIMEOUT,
-    raise_on_missing_output: bool = True,
-    _explain: bool = False,
-) -> dict[str, Any]:
-    """``{"cluster": {"summary": {call_site: {"total_objects", "total_size_mb",
-    "ref_type_counts", ...}}, "total_objects", "total_size_mb", "summary_by"}}``."""
-    return StateClient(address).summary("objects", timeout, raise_on_missing_output, _explain)
+summarize_tasks = _summarizer(
+    "tasks",
+    '{"cluster": {"summary": {name: {"func_or_class_name", "type", "state_counts"}}, '
+    '"total_tasks", "total_actor_tasks", "total_actor_scheduled", "summary_by"}}',
+)
+summarize_actors = _summarizer(
+    "actors",
+    '{"cluster": {"summary": {class: {"class_name", "state_counts"}}, "total_actors", '
+    '"summary_by"}}',
+)
+summarize_objects = _summarizer(
+    "objects",
+    '{"cluster": {"summary": {call_site: {"total_objects", "total_size_mb", '
+    '"ref_type_counts", ...}}, "total_objects", "total_size_mb", "summary_by"}}',
+)
