@@ -1,93 +1,110 @@
-"""``ember list nodes|workers|actors|tasks|objects``: a page of the cluster's state from the
-dashboard, filtered on the server before the limit (``--filter KEY=VALUE``, repeatable)."""
+"""``ember list <resource>``: the cluster's actors, tasks, nodes, workers, objects, jobs,
+placement groups, runtime envs or cluster events, as Ray's ``ray list`` shows them, through
+``ember.util.state`` (so the command and the library cannot disagree).
+
+``--filter KEY=VALUE`` / ``KEY!=VALUE`` (repeatable, ANDed; values compare without regard to
+case) apply before ``--limit``; the table's header says how many rows it shows of how many
+matched, and a warning says when the limit cut some.
+"""
 
 from __future__ import annotations
 
 import click
-from ember.cli.api_client import address_option, emit, format_option, resolve, table
+from ember.cli.state_format import (
+    RULE,
+    banner,
+    call,
+    dump,
+    format_choice,
+    grid,
+    state_options,
+    warn,
+)
+from ember.util.state import StateClient
+from ember.util.state.api import explain
+from ember.util.state.common import DEFAULT_LIMIT, SCHEMAS, StateSchema
 
-# The endpoint and the columns a table shows (JSON has every field).
-KINDS = {
-    "nodes": (
-        "/api/nodes",
-        ["node_id", "node_ip", "state", "is_head", "cpu_percent", "mem_used_bytes", "num_workers"],
-    ),
-    "workers": (
-        "/api/workers",
-        [
-            "node_id",
-            "pid",
-            "kind",
-            "state",
-            "current_task",
-            "actor_class",
-            "cpu_percent",
-            "rss_bytes",
-        ],
-    ),
-    "actors": (
-        "/api/actors",
-        [
-            "actor_id",
-            "class_name",
-            "name",
-            "state",
-            "node_id",
-            "pid",
-            "num_restarts",
-            "pending_calls",
-            "executed_calls",
-        ],
-    ),
-    "tasks": (
-        "/api/tasks",
-        ["task_id", "name", "state", "type", "node_id", "pid", "attempt", "duration_s"],
-    ),
-    "objects": (
-        "/api/objects",
-        ["object_id", "reference_type", "object_size", "status", "ip", "pid", "call_site"],
-    ),
-}
-# Node and worker ids are shortened in tables (their first 16 digits are unique enough);
-# task, actor and object ids are not: a task id's first half is its submitter's prefix.
-SHORTENED = ("node_id", "worker_id")
-ID_WIDTH = 16
+# The names on the command line: Ray's, with dashes.
+RESOURCES = [name.replace("_", "-") for name in SCHEMAS]
+
+
+def parse_filter(text: str, schema: type[StateSchema]) -> tuple[str, str, str]:
+    """``KEY=VALUE`` or ``KEY!=VALUE`` as Ray's ``ray list --filter`` reads it: split at the
+    first ``=`` (``!=`` when a ``!`` comes just before it); the key is one of the resource's
+    filterable columns, in any case."""
+    at = text.find("=")
+    negate = at > 0 and text[at - 1] == "!"
+    key, value = text[: at - 1 if negate else at], text[at + 1 :]
+    if at < 0 or not key or not value:
+        raise click.BadParameter(
+            f"{text!r} is not KEY=VALUE or KEY!=VALUE (e.g. state=ALIVE)", param_hint="--filter"
+        )
+    filterable = sorted(schema.filterable_columns())
+    column = next((c for c in filterable if c == key.strip().lower()), None)
+    if column is None:
+        raise click.BadParameter(
+            f"{key!r} is not a filter key of {schema.resource.replace('_', '-')}; the keys "
+            f"are: {', '.join(filterable)}",
+            param_hint="--filter",
+        )
+    return column, "!=" if negate else "=", value
 
 
 @click.command("list")
-@click.argument("kind", type=click.Choice(list(KINDS)))
+@click.argument("resource", type=click.Choice(RESOURCES))
 @click.option(
+    "-f",
     "--filter",
     "filters",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Keep rows whose KEY equals VALUE (KEY!=VALUE: differs); repeatable, all must hold.",
+    help="Keep rows whose KEY is VALUE (KEY!=VALUE: is not); repeatable, all must hold. "
+    "Values compare without regard to case.",
 )
-@click.option("--limit", type=click.IntRange(1, 1_000_000), default=100, show_default=True)
-@address_option
-@format_option
-def list_state(kind: str, filters: tuple[str, ...], limit: int, address: str | None, fmt: str):
-    """List the cluster's nodes, workers, actors, tasks or objects."""
-    for f in filters:
-        if "=" not in f:
-            raise click.BadParameter(
-                f"{f!r} is not KEY=VALUE (e.g. state=ALIVE)", param_hint="--filter"
-            )
-    path, columns = KINDS[kind]
-    api = resolve(address)
-    rows, last = api.list_all(path, list(filters), limit)
-    total = last.get("total", len(rows))
-
-    def render(rows: list[dict]) -> str:
-        shown = [
-            {
-                k: (v[:ID_WIDTH] if k.endswith("_id") and isinstance(v, str) else v)
-                for k, v in r.items()
-            }
-            for r in rows
-        ]
-        out = table(shown, columns)
-        more = f" (showing {len(rows)} of {total}; raise --limit)" if total > len(rows) else ""
-        return f"{out}\n\n{len(rows)} {kind}{more}"
-
-    emit(rows, fmt, render)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 10_000),
+    default=DEFAULT_LIMIT,
+    show_default=True,
+    help="Rows to show at most (after the filters).",
+)
+@click.option("--detail", is_flag=True, help="Every column (and YAML unless --format says).")
+@format_choice(None)
+@state_options
+def list_state(
+    resource: str,
+    filters: tuple[str, ...],
+    limit: int,
+    detail: bool,
+    fmt: str | None,
+    timeout: int,
+    address: str | None,
+) -> None:
+    """List the cluster's RESOURCE, as `ray list` does."""
+    name = resource.replace("-", "_")
+    schema = SCHEMAS[name]
+    parsed = [parse_filter(f, schema) for f in filters]
+    client = call(lambda: StateClient(address))
+    result = call(
+        lambda: client.list(name, parsed, limit, timeout, detail, raise_on_missing_output=False)
+    )
+    columns = schema.list_columns(detail=detail)
+    rows = [{c: r.asdict()[c] for c in columns} for r in result.rows]
+    fmt = fmt or ("yaml" if detail else "table")  # as Ray's: a detailed list reads better so
+    if fmt != "table":
+        click.echo(dump(rows, fmt))
+        return
+    for text in explain(result, name):
+        warn(text)
+    if not rows:
+        among = f" ({result.total} in the cluster)" if parsed else ""
+        click.echo(f"No {resource} {'match the filters' if parsed else 'in the cluster'}{among}.")
+        return
+    total = f"Total: {len(rows)}"
+    if result.num_filtered > len(rows):
+        total += f" of {result.num_filtered} matching (raise --limit to see more)"
+    if parsed:
+        total += f"; {result.total} {resource} in the cluster"
+    click.echo(
+        f"{banner('List')}\nStats:\n{RULE}\n{total}\n\nTable:\n{RULE}\n" + grid(rows, columns)
+    )

@@ -54,6 +54,7 @@ def demo(num_cpus: float | None, tasks: int, hold: float | None) -> None:
 
 def _register() -> None:
     from ember.cli.dashboard_url import dashboard
+    from ember.cli.get_state import get_state
     from ember.cli.kill_actor import kill_actor
     from ember.cli.list_state import list_state
     from ember.cli.logs import logs
@@ -67,6 +68,7 @@ def _register() -> None:
     main.add_command(timeline)
     main.add_command(logs)
     main.add_command(list_state)
+    main.add_command(get_state)
     main.add_command(summary)
     main.add_command(kill_actor)
     main.add_command(dashboard)

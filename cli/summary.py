@@ -1,67 +1,67 @@
-"""``ember summary tasks|actors``: counts by function or class and state."""
+"""``ember summary tasks|actors|objects``: the cluster's tasks by function, actors by class
+or object references by call site, with counts by state, as Ray's ``ray summary``, through
+``ember.util.state``."""
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import click
-from ember.cli.api_client import address_option, emit, format_option, resolve, table
+from ember.cli.state_format import RULE, banner, call, dump, format_choice, grid, state_options
+from ember.util import state
 
-TASK_STATES = (
+# Task and actor states in the order a reader looks for them: done, failed, under way, waiting.
+STATE_ORDER = (
     "FINISHED",
     "FAILED",
     "RUNNING",
+    "ALIVE",
     "SUBMITTED_TO_WORKER",
     "PENDING_NODE_ASSIGNMENT",
     "PENDING_ARGS_AVAIL",
-    "RETRYING",
+    "PENDING_CREATION",
+    "RESTARTING",
+    "DEAD",
 )
-ACTOR_STATES = ("ALIVE", "PENDING", "RESTARTING", "DEAD")
+# kind: (the library's summary, the group's name column, the group's counts by state)
+KINDS: dict[str, tuple[Any, str, str]] = {
+    "tasks": (state.summarize_tasks, "func_or_class_name", "state_counts"),
+    "actors": (state.summarize_actors, "class_name", "state_counts"),
+    "objects": (state.summarize_objects, "call_site", "ref_type_counts"),
+}
 
 
 @click.command("summary")
-@click.argument("kind", type=click.Choice(["tasks", "actors"]))
-@address_option
-@format_option
-def summary(kind: str, address: str | None, fmt: str) -> None:
-    """Summarise tasks by function or actors by class, with counts per state."""
-    api = resolve(address)
-    if kind == "tasks":
-        data = api.get("/api/tasks/summary")
-        groups = [
-            {"name": g["name"], "total": g["total"], **g["states"]} for g in data["by_function"]
-        ]
-        states = [s for s in TASK_STATES if any(s in g for g in groups)]
-        head = f"{data['total']} tasks" + (
-            f" ({data['dropped']} older ones dropped by the dashboard)"
-            if data.get("dropped")
-            else ""
-        )
-        result: dict[str, Any] = {
-            "total": data["total"],
-            "by_function": data["by_function"],
-            "dropped": data.get("dropped", 0),
-        }
-        column = "name"
-    else:
-        rows, _ = api.list_all("/api/actors")
-        tally = Counter((r.get("class_name") or "", r.get("state") or "") for r in rows)
-        by_class: dict[str, dict[str, int]] = {}
-        for (cls, state), n in tally.items():
-            by_class.setdefault(cls, {})[state] = n
-        groups = sorted(
-            ({"class_name": c, "total": sum(s.values()), **s} for c, s in by_class.items()),
-            key=lambda g: (-g["total"], g["class_name"]),
-        )
-        states = [s for s in ACTOR_STATES if any(s in g for g in groups)]
-        head = f"{len(rows)} actors"
-        result = {"total": len(rows), "by_class": groups}
-        column = "class_name"
-
-    def render(_: Any) -> str:
-        if not groups:
-            return f"{head}\n(none yet)"
-        return f"{head}\n\n" + table(groups, [column, "total", *states])
-
-    emit(result, fmt, render)
+@click.argument("kind", type=click.Choice(list(KINDS)))
+@format_choice("table")
+@state_options
+def summary(kind: str, fmt: str, timeout: int, address: str | None) -> None:
+    """Summarise tasks by function, actors by class or objects by call site, with counts by
+    state, as `ray summary` does."""
+    summarize, name_column, counts_key = KINDS[kind]
+    data = call(lambda: summarize(address=address, timeout=timeout, raise_on_missing_output=False))
+    if fmt != "table":
+        click.echo(dump(data, fmt))
+        return
+    cluster = dict(data.get("cluster") or {})
+    groups = cluster.pop("summary", {}) or {}
+    by = cluster.pop("summary_by", "")
+    rows = []
+    for key, g in groups.items():
+        counts = g.get(counts_key) or {}
+        row = {k: v for k, v in g.items() if not isinstance(v, dict)}
+        row[name_column] = g.get(name_column, key)
+        if kind != "objects":  # an object group has its total_objects already
+            row["total"] = sum(counts.values())
+        rows.append({**row, **counts})
+    rows.sort(key=lambda r: (-r.get("total", r.get("total_objects", 0)), str(r[name_column])))
+    seen = {s for g in groups.values() for s in g.get(counts_key) or {}}
+    states = [s for s in STATE_ORDER if s in seen] + sorted(seen - set(STATE_ORDER))
+    fixed = [name_column, *(c for c in (rows[0] if rows else {}) if c not in seen)]
+    columns = list(dict.fromkeys([*fixed, *(["total"] if kind != "objects" else []), *states]))
+    stats = "\n".join(f"{k}: {v}" for k, v in cluster.items())
+    table = grid(rows, columns) if rows else f"(no {kind} yet)"
+    click.echo(
+        f"{banner(f'{kind.capitalize()} Summary')}\nStats:\n{RULE}\n{stats}\n\n"
+        f"Table (group by {by}):\n{RULE}\n{table}"
+    )

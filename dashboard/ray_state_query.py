@@ -190,7 +190,8 @@ def ok(result: Any) -> Response:
 
 
 def error(message: str, status: int = 400) -> Response:
-    return _json(status, {"result": False, "msg": message, "data": {}})
+    # ``msg`` for Ray's clients; ``detail`` as every other error of the dashboard has it.
+    return _json(status, {"result": False, "msg": message, "detail": message, "data": {}})
 
 
 def _json(status: int, body: dict[str, Any]) -> Response:

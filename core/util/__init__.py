@@ -1,4 +1,4 @@
-"""``ember.util``: ActorPool, placement groups, scheduling strategies, metrics.
+"""``ember.util``: ActorPool, placement groups, scheduling strategies, metrics, state.
 
 Loaded on first use, like ``ember`` itself: the agent reads ``ember.util.metrics`` and must
 not pull in the driver API with ``ActorPool`` and placement groups.
@@ -21,6 +21,7 @@ _PUBLIC: dict[str, str | None] = {
     "remove_placement_group": "ember.util.placement_group",
     "metrics": None,
     "scheduling_strategies": None,
+    "state": None,
 }
 
 
@@ -29,7 +30,7 @@ __getattr__, __dir__ = lazy_exports("ember.util", _PUBLIC, globals())
 
 if TYPE_CHECKING:
     from ember.actor import get_actor
-    from ember.util import metrics, scheduling_strategies
+    from ember.util import metrics, scheduling_strategies, state
     from ember.util.actor_pool import ActorPool
     from ember.util.placement_group import (
         PlacementGroup,
@@ -49,4 +50,5 @@ __all__ = [  # literal, so tools see the exports (the same names as _PUBLIC)
     "placement_group_table",
     "remove_placement_group",
     "scheduling_strategies",
+    "state",
 ]

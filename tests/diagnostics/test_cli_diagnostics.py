@@ -70,7 +70,7 @@ def cluster():
 
     def tasks_arrived() -> bool:
         out = run("summary", "tasks", "--address", url, "--format", "json")
-        return out.returncode == 0 and json.loads(out.stdout)["total"] >= 7
+        return out.returncode == 0 and json.loads(out.stdout)["cluster"]["total_tasks"] >= 6
 
     wait_until(tasks_arrived, timeout=30, interval=0.3, message="the tasks on the dashboard")
     yield ctx, actor, held
@@ -82,15 +82,16 @@ def test_list_with_filters_limit_and_formats(cluster):
     url = ctx.dashboard_url
     out = run("list", "tasks", "--filter", "state=FINISHED", "--limit", "2", "--address", url)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[0].split()[:3] == ["TASK_ID", "NAME", "STATE"]
-    assert "2 tasks (showing 2 of" in out.stdout
+    header = next(line for line in out.stdout.splitlines() if "TASK_ID" in line)
+    assert header.split()[:4] == ["TASK_ID", "ATTEMPT_NUMBER", "NAME", "STATE"]
+    assert "Total: 2 of 6 matching" in out.stdout  # 5 squares and the actor's call
     failed = json.loads(
         run(
             "list", "tasks", "--filter", "state=FAILED", "--format", "json", "--address", url
         ).stdout
     )
     assert [t["name"].rsplit(".", 1)[-1] for t in failed] == ["boom"]
-    assert "expected failure" in failed[0]["error"]
+    assert failed[0]["error_type"]
     actors = json.loads(run("list", "actors", "--format", "json", "--address", url).stdout)
     assert [(a["name"], a["state"], a["class_name"]) for a in actors] == [
         ("diag-counter", "ALIVE", "Counter")
@@ -99,15 +100,22 @@ def test_list_with_filters_limit_and_formats(cluster):
     assert [n["node_id"] for n in nodes] == [ctx.node_id]
     workers = json.loads(
         run(
-            "list", "workers", "--filter", "kind=raylet", "--format", "json", "--address", url
+            "list",
+            "workers",
+            "--filter",
+            "worker_type=DRIVER",
+            "--format",
+            "json",
+            "--address",
+            url,
         ).stdout
     )
-    assert len(workers) == 1 and workers[0]["rss_bytes"] > 0
+    assert [w["pid"] for w in workers] == [os.getpid()]
     objects = run("list", "objects", "--address", url)
     assert "LOCAL_REFERENCE" in objects.stdout and "ACTOR_HANDLE" in objects.stdout
     # Bad input: a clear one-line error naming the field, not a traceback.
     bad = run("list", "tasks", "--filter", "colour=red", "--address", url)
-    assert bad.returncode == 1 and "colour" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "colour" in bad.stderr and "Traceback" not in bad.stderr
     assert run("list", "tasks", "--filter", "oops", "--address", url).returncode == 2
 
 
@@ -116,12 +124,14 @@ def test_summary_tasks_and_actors(cluster):
     tasks = run("summary", "tasks", "--address", ctx.dashboard_url)
     assert tasks.returncode == 0, tasks.stderr
     square_line = next(line for line in tasks.stdout.splitlines() if ".square" in line)
-    assert square_line.split()[1:3] == ["5", "5"]  # total, FINISHED
+    assert square_line.split()[2:5] == ["NORMAL_TASK", "5", "5"]  # type, total, FINISHED
     assert "FAILED" in tasks.stdout
     actors = json.loads(
         run("summary", "actors", "--format", "json", "--address", ctx.dashboard_url).stdout
     )
-    assert actors["by_class"] == [{"class_name": "Counter", "total": 1, "ALIVE": 1}]
+    assert actors["cluster"]["summary"] == {
+        "Counter": {"class_name": "Counter", "state_counts": {"ALIVE": 1}}
+    }
 
 
 def test_dashboard_and_address_resolution(cluster):

@@ -1,0 +1,50 @@
+"""``ember get <resource> <id>``: one actor, task, node, worker, object, placement group or
+job with every column, as Ray's ``ray get`` shows it (YAML by default), through
+``ember.util.state``. A task that ran more than once shows each attempt; an object, each
+reference to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from ember.cli.state_format import call, dump, format_choice, grid, state_options
+from ember.util import state
+from ember.util.state.common import SCHEMAS
+
+# The resource on the command line, and the library's function that gets one by id.
+GETTERS: dict[str, Any] = {
+    "actors": state.get_actor,
+    "tasks": state.get_task,
+    "nodes": state.get_node,
+    "workers": state.get_worker,
+    "objects": state.get_objects,
+    "placement-groups": state.get_placement_group,
+    "jobs": state.get_job,
+}
+
+
+@click.command("get")
+@click.argument("resource", type=click.Choice(list(GETTERS)))
+@click.argument("id")
+@format_choice("yaml")
+@state_options
+def get_state(resource: str, id: str, fmt: str, timeout: int, address: str | None) -> None:
+    """Show the RESOURCE whose id is ID, with every column, as `ray get` does."""
+    found = call(lambda: GETTERS[resource](id, address=address, timeout=timeout))
+    rows = [r.asdict() for r in (found if isinstance(found, list) else [found] if found else [])]
+    if not rows:
+        click.echo(f"Resource with id={id} not found in the cluster.")
+        return
+    if fmt == "table":  # one row has too many columns to read across: a column a line
+        columns = SCHEMAS[resource.replace("-", "_")].list_columns(detail=True)
+        click.echo(
+            "\n\n".join(
+                grid(
+                    [{"column": c, "value": r.get(c)} for c in columns], ["column", "value"], False
+                )
+                for r in rows
+            )
+        )
+    else:
+        click.echo(dump(rows, fmt))

@@ -1,0 +1,290 @@
+"""``ember.util.state`` and ``ember list|get|summary`` against one live local node: the values
+a user reads (full ids, states, counts) as the cluster has them."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+
+import ember
+import pytest
+import yaml
+from click.testing import CliRunner
+from ember.cli.main import main
+from ember.util import state
+from ember.util.placement_group import placement_group, remove_placement_group
+from ember_test_utils import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+# A task being run: Ember's worker reports RUNNING only when the task ends, so until then the
+# dashboard reads SUBMITTED_TO_WORKER (its last event).
+UNDER_WAY = ("SUBMITTED_TO_WORKER", "RUNNING")
+
+
+@ember.remote
+def square(x: int) -> int:
+    return x * x
+
+
+@ember.remote
+def boom() -> None:
+    raise ValueError("boom on purpose")
+
+
+@ember.remote
+def held(path: str) -> str:
+    # Runs until the test removes the file: a task that is RUNNING while the test reads.
+    while os.path.exists(path):
+        time.sleep(0.05)
+    return "released"
+
+
+@ember.remote
+class Counter:
+    def incr(self) -> int:
+        print("counter-incremented", flush=True)
+        return 1
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if ember.is_initialized():
+        ember.shutdown()
+    ctx = ember.init(num_cpus=2, dashboard_port=0)
+    hold = tmp_path_factory.mktemp("state") / "hold"
+    hold.write_text("")
+    pg = placement_group([{"CPU": 0.1}], strategy="PACK", name="state-pg")
+    ember.get(pg.ready(), timeout=30)
+    squares = [square.remote(i) for i in range(4)]
+    assert ember.get(squares) == [0, 1, 4, 9]
+    with pytest.raises(ember.exceptions.RayTaskError):
+        ember.get(boom.remote())
+    counter = Counter.options(name="state-counter", num_cpus=0).remote()
+    assert ember.get(counter.incr.remote()) == 1
+    running = held.remote(str(hold))
+    blob = ember.put(b"x" * 200_000)
+
+    def ready() -> bool:
+        tasks = state.list_tasks(limit=1000)
+        return sum(t.state == "FINISHED" for t in tasks) >= 5 and any(
+            t.state in UNDER_WAY for t in tasks
+        )
+
+    wait_until(ready, timeout=30, interval=0.2, message="the tasks on the dashboard")
+    yield {
+        "ctx": ctx,
+        "counter": counter,
+        "pg": pg,
+        "squares": squares,
+        "running": running,
+        "blob": blob,
+        "url": ctx.dashboard_url,
+    }
+    hold.unlink()
+    assert ember.get(running, timeout=30) == "released"
+    remove_placement_group(pg)
+    ember.shutdown()
+
+
+def _counter_id(cluster) -> str:
+    return cluster["counter"]._actor_id.hex()
+
+
+def test_actors_list_and_get(cluster):
+    actors = state.list_actors()
+    assert [(a.name, a.state, a.class_name) for a in actors] == [
+        ("state-counter", "ALIVE", "Counter")
+    ]
+    actor = actors[0]
+    assert actor.actor_id == _counter_id(cluster) and len(actor.actor_id) == 32
+    # Ray's dict-style access and asdict().
+    assert actor["state"] == "ALIVE" and actor.get("pid") == actor.pid > 0
+    assert actor.asdict()["actor_id"] == actor.actor_id
+    # Detail-only columns are there only with detail.
+    assert actor.is_detached is None and actor.num_restarts is None
+    detailed = state.list_actors(detail=True)[0]
+    assert detailed.is_detached is False and detailed.num_restarts == 0
+    got = state.get_actor(actor.actor_id)
+    assert got.actor_id == actor.actor_id and got.num_restarts == 0
+    assert state.get_actor("ab" * 16) is None
+
+
+def test_tasks_filters_limit_and_get(cluster):
+    finished = state.list_tasks(filters=[("state", "=", "FINISHED")], limit=1000)
+    names = sorted(t.name.rsplit(".", 1)[-1] for t in finished)
+    assert names == ["incr", "square", "square", "square", "square"]
+    # Values compare without regard to case; != keeps the rest.
+    assert len(state.list_tasks(filters=[("state", "=", "finished")])) == len(finished)
+    others = state.list_tasks(filters=[("state", "!=", "FINISHED")], limit=1000)
+    assert sorted(t.name.rsplit(".", 1)[-1] for t in others) == ["boom", "held"]
+    assert {t.name.rsplit(".", 1)[-1]: t.state for t in others}["held"] in UNDER_WAY
+    failed = next(t for t in others if t.state == "FAILED")
+    assert failed.error_type and failed.error_message is None  # a detail column
+    assert "boom on purpose" in state.get_task(failed.task_id).error_message
+
+    # The task of an ObjectRef, and its full id.
+    square0 = state.get_task(cluster["squares"][0])
+    assert square0.task_id == cluster["squares"][0].task_id().hex()
+    assert square0.state == "FINISHED" and len(square0.task_id) == 32
+    assert state.get_task("ff" * 16) is None
+
+    # The limit cuts after the filters; _explain says how many matched.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        two = state.list_tasks(filters=[("state", "=", "FINISHED")], limit=2, _explain=True)
+    assert len(two) == 2
+    assert any("Limit last 2 entries (Total 5)" in str(w.message) for w in caught)
+
+
+def test_bad_queries_are_clear(cluster):
+    with pytest.raises(state.StateApiException) as bad:
+        state.list_tasks(filters=[("colour", "=", "red")])
+    assert "colour" in str(bad.value) and "func_or_class_name" in str(bad.value)
+    with pytest.raises(ValueError, match="Unsupported filter predicate"):
+        state.list_actors(filters=[("state", ">", "ALIVE")])
+    with pytest.warns(UserWarning, match="multiple '=' filters"):
+        assert state.list_actors(filters=[("state", "=", "ALIVE"), ("state", "=", "DEAD")]) == []
+    with pytest.raises(state.ServerUnavailable):
+        state.list_nodes(address="http://127.0.0.1:9")
+
+
+def test_nodes_workers_jobs_and_placement_groups(cluster):
+    ctx = cluster["ctx"]
+    nodes = state.list_nodes()
+    assert [(n.node_id, n.state, n.is_head_node) for n in nodes] == [(ctx.node_id, "ALIVE", True)]
+    assert state.get_node(ctx.node_id).resources_total["CPU"] == 2.0
+    workers = state.list_workers(filters=[("worker_type", "=", "WORKER")], limit=1000)
+    counter_pid = state.get_actor(_counter_id(cluster)).pid
+    assert counter_pid in {w.pid for w in workers}
+    one = workers[0]
+    assert state.get_worker(one.worker_id).pid == one.pid
+    jobs = state.list_jobs()
+    assert [(j.type, j.status) for j in jobs] == [("DRIVER", "RUNNING")]
+    assert jobs[0].driver_info.pid == str(os.getpid())
+    assert state.get_job(jobs[0].job_id).job_id == jobs[0].job_id
+    pgs = state.list_placement_groups()
+    pg_id = cluster["pg"].id
+    assert [(p.placement_group_id, p.name, p.state) for p in pgs] == [
+        (pg_id, "state-pg", "CREATED")
+    ]
+    assert state.get_placement_group(pg_id).bundles[0]["unit_resources"] == {"CPU": 0.1}
+    assert state.list_runtime_envs() == []
+
+
+def test_objects_and_summaries(cluster):
+    blob_id = cluster["blob"].hex()
+    refs = state.get_objects(blob_id)
+    assert refs and {r.object_id for r in refs} == {blob_id} and len(blob_id) == 40
+    assert refs[0].reference_type == "LOCAL_REFERENCE" and refs[0].object_size >= 200_000
+    assert blob_id in {o.object_id for o in state.list_objects(limit=1000)}
+    assert state.get_objects("ee" * 20) == []
+
+    tasks = state.summarize_tasks()["cluster"]
+    by_name = {k.rsplit(".", 1)[-1]: v for k, v in tasks["summary"].items()}
+    assert by_name["square"]["state_counts"] == {"FINISHED": 4}
+    assert by_name["boom"]["state_counts"] == {"FAILED": 1}
+    assert list(by_name["held"]["state_counts"].values()) == [1]
+    assert set(by_name["held"]["state_counts"]) <= set(UNDER_WAY)
+    actors = state.summarize_actors()["cluster"]
+    assert actors["summary"]["Counter"]["state_counts"] == {"ALIVE": 1}
+    assert actors["total_actors"] == 1
+    objects = state.summarize_objects()["cluster"]
+    assert objects["total_objects"] >= 2 and objects["summary_by"] == "callsite"
+
+
+def test_logs(cluster):
+    ctx = cluster["ctx"]
+    names = state.list_logs(node_id=ctx.node_id)
+    assert "raylet.log" in names["raylet"] and names["worker_out"]
+    actor = _counter_id(cluster)
+
+    def lines() -> list[str]:
+        return [x for x in state.get_log(actor_id=actor) if "counter-incremented" in x]
+
+    assert wait_until(lines, timeout=20, interval=0.3, message="the actor's log line") == [
+        "counter-incremented\n"
+    ]
+    pid = state.get_actor(actor).pid
+    tail = list(state.get_log(node_id=ctx.node_id, pid=pid, tail=1))
+    assert tail == ["counter-incremented\n"]
+    with pytest.raises(state.StateApiException, match="pid"):
+        list(state.get_log(node_id=ctx.node_id))
+
+
+# -- the CLI ----------------------------------------------------------------------------------
+def ember_cli(cluster, *args: str) -> tuple[int, str, str]:
+    out = CliRunner().invoke(main, [*args, "--address", cluster["url"]])
+    return out.exit_code, out.stdout, out.stderr
+
+
+def test_cli_list_shows_full_ids_and_counts(cluster):
+    code, out, err = ember_cli(
+        cluster, "list", "tasks", "--filter", "state=FINISHED", "--limit", "2"
+    )
+    assert code == 0, err
+    assert "Total: 2 of 5 matching" in out
+    assert "Limit last 2 entries (Total 5)" in err
+    finished = state.list_tasks(filters=[("state", "=", "FINISHED")], limit=2)
+    for t in finished:  # every id whole: the task's, its job's, its node's
+        assert t.task_id in out and t.parent_task_id in out and t.node_id in out
+    code, out, _ = ember_cli(cluster, "list", "actors")
+    row = next(line for line in out.splitlines() if "state-counter" in line)
+    assert _counter_id(cluster) in row.split() and "ALIVE" in row.split()
+    code, out, _ = ember_cli(cluster, "list", "objects", "--limit", "1000")
+    assert cluster["blob"].hex() in out.split()
+    code, out, _ = ember_cli(cluster, "list", "placement-groups")
+    assert cluster["pg"].id in out.split()
+    code, out, _ = ember_cli(
+        cluster, "list", "tasks", "-f", "state!=finished", "-f", "STATE!=failed"
+    )
+    assert "Total: 1;" in out and "held" in out
+
+
+def test_cli_formats_parse_back_to_the_same_rows(cluster):
+    rows = [t.asdict() for t in state.list_tasks(limit=1000)]
+    base = state.TaskState.list_columns(detail=False)
+    expected = [{c: r[c] for c in base} for r in rows]
+    code, out, err = ember_cli(cluster, "list", "tasks", "--format", "json", "--limit", "1000")
+    assert code == 0, err
+    assert json.loads(out) == expected
+    code, out, _ = ember_cli(cluster, "list", "tasks", "--format", "yaml", "--limit", "1000")
+    assert yaml.safe_load(out) == expected
+    # --detail alone is YAML with every column, as Ray's.
+    code, out, _ = ember_cli(cluster, "list", "actors", "--detail")
+    (actor,) = yaml.safe_load(out)
+    assert actor["actor_id"] == _counter_id(cluster) and actor["num_restarts"] == 0
+
+
+def test_cli_get(cluster):
+    actor = _counter_id(cluster)
+    code, out, err = ember_cli(cluster, "get", "actors", actor)
+    assert code == 0, err
+    (row,) = yaml.safe_load(out)
+    assert row["actor_id"] == actor and row["state"] == "ALIVE" and row["name"] == "state-counter"
+    code, out, _ = ember_cli(cluster, "get", "actors", actor, "--format", "table")
+    assert f"actor_id                                    {actor}" in out
+    task = cluster["squares"][1].task_id().hex()
+    code, out, _ = ember_cli(cluster, "get", "tasks", task, "--format", "json")
+    (row,) = json.loads(out)
+    assert row["task_id"] == task and row["state"] == "FINISHED" and row["events"]
+    code, out, _ = ember_cli(cluster, "get", "tasks", "ff" * 16)
+    assert code == 0 and out.strip() == f"Resource with id={'ff' * 16} not found in the cluster."
+
+
+def test_cli_summary_and_errors(cluster):
+    code, out, err = ember_cli(cluster, "summary", "tasks")
+    assert code == 0, err
+    square_line = next(line for line in out.splitlines() if ".square" in line)
+    assert square_line.split()[2:5] == ["NORMAL_TASK", "4", "4"]  # type, total, FINISHED
+    code, out, _ = ember_cli(cluster, "summary", "actors", "--format", "json")
+    assert json.loads(out)["cluster"]["summary"]["Counter"]["state_counts"] == {"ALIVE": 1}
+    code, out, _ = ember_cli(cluster, "summary", "objects", "--format", "yaml")
+    assert yaml.safe_load(out)["cluster"]["total_objects"] >= 2
+    code, _, err = ember_cli(cluster, "list", "tasks", "--filter", "colour=red")
+    assert code == 2 and "'colour' is not a filter key of tasks" in err and "task_id" in err
+    code, _, err = ember_cli(cluster, "list", "tasks", "--filter", "oops")
+    assert code == 2 and "KEY=VALUE" in err
+    gone = CliRunner().invoke(main, ["list", "nodes", "--address", "http://127.0.0.1:9"])
+    assert gone.exit_code == 1 and "could not reach the dashboard" in gone.stderr
