@@ -123,8 +123,9 @@ def test_summary_tasks_and_actors(cluster):
     ctx, _, _ = cluster
     tasks = run("summary", "tasks", "--address", ctx.dashboard_url)
     assert tasks.returncode == 0, tasks.stderr
-    square_line = next(line for line in tasks.stdout.splitlines() if ".square" in line)
-    assert square_line.split()[2:5] == ["NORMAL_TASK", "5", "5"]  # type, total, FINISHED
+    # Named as Ray names tasks: the function, without its module.
+    square_line = next(line for line in tasks.stdout.splitlines() if " square " in line)
+    assert square_line.split()[1:5] == ["square", "NORMAL_TASK", "5", "5"]  # type, total, FINISHED
     assert "FAILED" in tasks.stdout
     actors = json.loads(
         run("summary", "actors", "--format", "json", "--address", ctx.dashboard_url).stdout
