@@ -31,7 +31,7 @@ GETTERS: dict[str, Any] = {
 @state_options
 def get_state(resource: str, id: str, fmt: str, timeout: int, address: str | None) -> None:
     """Show the RESOURCE whose id is ID, with every column, as `ray get` does."""
-    found = call(lambda: GETTERS[resource](id, address=address, timeout=timeout))
+    found = call(lambda: GETTERS[resource](id, timeout=timeout), address)
     rows = [r.asdict() for r in (found if isinstance(found, list) else [found] if found else [])]
     if not rows:
         click.echo(f"Resource with id={id} not found in the cluster.")

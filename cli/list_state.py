@@ -84,9 +84,11 @@ def list_state(
     name = resource.replace("-", "_")
     schema = SCHEMAS[name]
     parsed = [parse_filter(f, schema) for f in filters]
-    client = call(lambda: StateClient(address))
     result = call(
-        lambda: client.list(name, parsed, limit, timeout, detail, raise_on_missing_output=False)
+        lambda: StateClient().list(
+            name, parsed, limit, timeout, detail, raise_on_missing_output=False
+        ),
+        address,
     )
     columns = schema.list_columns(detail=detail)
     rows = [{c: r.asdict()[c] for c in columns} for r in result.rows]

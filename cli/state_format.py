@@ -14,8 +14,9 @@ from typing import Any
 
 import click
 import yaml
-from ember.cli.api_client import address_option, cell
+from ember.cli.api_client import address_option, cell, resolve
 from ember.util.state import StateApiException
+from ember.util.state.api import using_dashboard
 from ember.util.state.common import DEFAULT_RPC_TIMEOUT
 
 FORMATS = ("table", "json", "yaml")
@@ -44,12 +45,14 @@ def format_choice(default: str | None) -> Callable:
     )
 
 
-def call(query: Callable[[], Any]) -> Any:
-    """``query()``, its failure a one-line error (exit 1) rather than a traceback."""
-    try:
-        return query()
-    except StateApiException as e:
-        raise click.ClickException(str(e)) from None
+def call(query: Callable[[], Any], address: str | None) -> Any:
+    """``query()`` on the dashboard the command's options name (``--address``, ``--token``,
+    ``--temp-dir``), its failure a one-line error (exit 1) rather than a traceback."""
+    with using_dashboard(resolve(address)):
+        try:
+            return query()
+        except StateApiException as e:
+            raise click.ClickException(str(e)) from None
 
 
 def dump(data: Any, fmt: str) -> str:

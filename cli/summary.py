@@ -39,7 +39,7 @@ def summary(kind: str, fmt: str, timeout: int, address: str | None) -> None:
     """Summarise tasks by function, actors by class or objects by call site, with counts by
     state, as `ray summary` does."""
     summarize, name_column, counts_key = KINDS[kind]
-    data = call(lambda: summarize(address=address, timeout=timeout, raise_on_missing_output=False))
+    data = call(lambda: summarize(timeout=timeout, raise_on_missing_output=False), address)
     if fmt != "table":
         click.echo(dump(data, fmt))
         return

@@ -84,7 +84,7 @@ def test_list_with_filters_limit_and_formats(cluster):
     assert out.returncode == 0, out.stderr
     header = next(line for line in out.stdout.splitlines() if "TASK_ID" in line)
     assert header.split()[:4] == ["TASK_ID", "ATTEMPT_NUMBER", "NAME", "STATE"]
-    assert "Total: 2 of 6 matching" in out.stdout  # 5 squares and the actor's call
+    assert "Total: 2 of 7 matching" in out.stdout  # 5 squares, the actor's creation and call
     failed = json.loads(
         run(
             "list", "tasks", "--filter", "state=FAILED", "--format", "json", "--address", url
@@ -243,25 +243,25 @@ def test_logs_format_json_and_rotated_files_by_pid(cluster):
         os.unlink(rotated)
 
 
+def _running_pid(address: str) -> int | None:
+    """The pid of the worker running ``slow_marker`` now, as ``ember list tasks`` says."""
+    out = run(
+        "list", "tasks", "--filter", "state=RUNNING", "--filter", "name=slow_marker",
+        "--format", "json", "--address", address,
+    )  # fmt: skip
+    rows = json.loads(out.stdout) if out.returncode == 0 else []
+    return rows[0]["worker_pid"] if rows else None
+
+
 def test_stack_shows_the_running_task(cluster):
     ctx, _, _ = cluster
     ref = slow_marker.remote(30)
 
-    def running_worker() -> dict | None:
-        out = run(
-            "list",
-            "workers",
-            "--filter",
-            "state=RUNNING",
-            "--format",
-            "json",
-            "--address",
-            ctx.dashboard_url,
+    worker = {
+        "pid": wait_until(
+            lambda: _running_pid(ctx.dashboard_url), timeout=30, interval=0.3, message="RUNNING"
         )
-        rows = json.loads(out.stdout) if out.returncode == 0 else []
-        return next((w for w in rows if "slow_marker" in (w.get("current_task") or "")), None)
-
-    worker = wait_until(running_worker, timeout=30, interval=0.3, message="a RUNNING worker")
+    }
     out = run("stack", "--pid", str(worker["pid"]), "--address", ctx.dashboard_url)
     if "ptrace" in out.stdout + out.stderr and "Thread" not in out.stdout:
         pytest.skip(f"py-spy cannot attach here: {out.stdout}{out.stderr}")
@@ -320,16 +320,7 @@ def test_stack_where_ptrace_is_denied_says_what_to_change(ember_start, tmp_path,
     ref = slow_marker.remote(30)
     url = ctx.dashboard_url
 
-    def running_pid() -> int | None:
-        out = run(
-            "list", "workers", "--filter", "state=RUNNING", "--format", "json", "--address", url
-        )
-        rows = json.loads(out.stdout) if out.returncode == 0 else []
-        return next(
-            (w["pid"] for w in rows if "slow_marker" in (w.get("current_task") or "")), None
-        )
-
-    pid = wait_until(running_pid, timeout=30, interval=0.3, message="a RUNNING worker")
+    pid = wait_until(lambda: _running_pid(url), timeout=30, interval=0.3, message="RUNNING")
     out = run("stack", "--pid", str(pid), "--address", url)
     assert out.returncode == 1, out.stdout + out.stderr
     assert f"py-spy may not trace pid {pid}" in out.stdout

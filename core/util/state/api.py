@@ -9,6 +9,9 @@ is runtime-side and reaches the dashboard only over HTTP.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,11 +49,30 @@ class ListResult:
     warnings: list[str] = field(default_factory=list)
 
 
+# A dashboard found by the caller (the CLI, with its --token and --temp-dir), for the calls
+# made inside ``using_dashboard``.
+_GIVEN_DASHBOARD: ContextVar[DashboardClient | None] = ContextVar("dashboard", default=None)
+
+
+@contextmanager
+def using_dashboard(dashboard: DashboardClient) -> Iterator[None]:
+    """The state functions called inside ask ``dashboard`` when given no address."""
+    token = _GIVEN_DASHBOARD.set(dashboard)
+    try:
+        yield
+    finally:
+        _GIVEN_DASHBOARD.reset(token)
+
+
 class StateClient:
     """One dashboard, asked the state API's questions. The CLI uses it for the counts a list
     reply carries (``ListResult``); the module's functions make one per call, as Ray's do."""
 
     def __init__(self, address: str | None = None) -> None:
+        given = _GIVEN_DASHBOARD.get()
+        if given is not None and address is None:
+            self.dashboard = given
+            return
         try:
             self.dashboard: DashboardClient = _this_process_dashboard(address) or (
                 connect_dashboard(address)
