@@ -49,6 +49,9 @@ def create_app(ctx: DashboardContext, token: str | None = None) -> Any:
         title="Ember dashboard",
         version=VERSION,
         description="Cluster state, tasks, actors, logs, stacks and profiles of an Ember cluster.",
+        # FastAPI's pages load their scripts from a CDN: routes/api_docs.py serves local ones.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.ctx = ctx
     for module, attr in ROUTERS:

@@ -6,7 +6,9 @@ it. ``X-Forwarded-Prefix`` sets it per request when no prefix was configured.
 
 Token: when the dashboard is bound to anything but loopback, every request must carry the
 cluster token as ``Authorization: Bearer <token>``, ``?token=<token>`` (for links and
-WebSockets) or the ``ember_token`` cookie; otherwise 401 saying how to pass it.
+WebSockets) or the ``ember_token`` cookie; otherwise 401 saying how to pass it. The API
+documentation's scripts and styles (``/docs/static/``) need none: they are the same public
+files on every install, and a browser loading them from ``/docs?token=...`` sends no token.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 Scope = dict[str, Any]
+PUBLIC_PREFIX = "/docs/static/"  # routes/api_docs.py's vendored Swagger UI and ReDoc files
 
 
 def is_loopback(host: str) -> bool:
@@ -54,7 +57,7 @@ class TokenMiddleware:
         if self.token is None or scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        if self._authorised(scope):
+        if self._authorised(scope) or scope["path"].startswith(PUBLIC_PREFIX):
             await self.app(scope, receive, send)
             return
         message = (
