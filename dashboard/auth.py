@@ -48,10 +48,17 @@ class PrefixMiddleware:
         await self.app(scope, receive, send)
 
 
+# Where a 401 says the token is, by where the dashboard got it (``server.token_place``).
+CLUSTER_TOKEN_PLACE = "in <session_dir>/cluster_token on the head"
+ENV_TOKEN_PLACE = "the EMBER_TOKEN the dashboard was started with"
+DASHBOARD_TOKEN_PLACE = "in <session_dir>/dashboard_token on the head"
+
+
 class TokenMiddleware:
-    def __init__(self, app: Any, token: str | None) -> None:
+    def __init__(self, app: Any, token: str | None, where: str = CLUSTER_TOKEN_PLACE) -> None:
         self.app = app
         self.token = token.encode() if token else None
+        self.where = where
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if self.token is None or scope["type"] not in ("http", "websocket"):
@@ -63,7 +70,8 @@ class TokenMiddleware:
         message = (
             "this dashboard is reachable from other hosts, so it needs the cluster token: send "
             "'Authorization: Bearer <token>', add '?token=<token>' to the URL, or set the "
-            "'ember_token' cookie (the token is in <session_dir>/dashboard_token on the head)"
+            f"'ember_token' cookie (the token is {self.where}; the ember CLI and drivers read "
+            "it from the EMBER_TOKEN environment variable)"
         )
         if scope["type"] == "websocket":
             await receive()  # websocket.connect

@@ -99,6 +99,39 @@ def test_token_required_off_loopback():
         assert c.get("/api/version", headers={"Authorization": "Bearer s3cret"}).status_code == 200
         assert c.get("/api/version?token=s3cret").status_code == 200
         assert c.get("/api/version", headers={"Cookie": "ember_token=s3cret"}).status_code == 200
+        # A cluster's dashboard uses the cluster token: the 401 names its file and variable.
+        said = r.json()["detail"]
+        assert "<session_dir>/cluster_token on the head" in said and "EMBER_TOKEN" in said
+        assert "dashboard_token" not in said
+        # The spec declares the token, so Swagger UI's Authorize button and clients send it.
+        spec = c.get("/openapi.json?token=s3cret").json()
+        bearer = spec["components"]["securitySchemes"]["bearerToken"]
+        assert bearer["type"] == "http" and bearer["scheme"] == "bearer"
+        assert {"bearerToken": []} in spec["security"]
+        query = spec["components"]["securitySchemes"]["tokenQuery"]
+        assert query == {"type": "apiKey", "in": "query", "name": "token"}
+
+
+def test_no_token_no_security_scheme(client):
+    # On loopback the dashboard asks for nothing, and its spec must not claim it does.
+    spec = client.get("/openapi.json").json()
+    assert "securitySchemes" not in spec.get("components", {}) and "security" not in spec
+
+
+def test_401_names_where_this_dashboard_got_its_token(monkeypatch):
+    from ember.dashboard import server
+
+    monkeypatch.delenv("EMBER_TOKEN", raising=False)
+    assert "cluster_token" in server.token_place("0.0.0.0", "/s/cluster_token")
+    assert "dashboard_token" in server.token_place("0.0.0.0", None)
+    monkeypatch.setenv("EMBER_TOKEN", "abc123")
+    place = server.token_place("0.0.0.0", None)
+    assert "EMBER_TOKEN" in place
+    st = DashboardState()
+    app = create_app(DashboardContext(state=st, host="0.0.0.0"), token="abc123", token_place=place)
+    with TestClient(app) as c:
+        said = c.get("/api/version").json()["detail"]
+        assert "the EMBER_TOKEN the dashboard was started with" in said
 
 
 @pytest.mark.parametrize("strip", [False, True])
