@@ -21,7 +21,9 @@ def kill_actor(actor: str, allow_restart: bool, address: str | None) -> None:
         click.echo(f"actor {a['actor_id']} ({actor}) is already dead{cause}")
         return
     target = next((a["actor_id"] for a in named if a.get("state") != "DEAD"), actor)
-    reply = api.post(f"/api/actors/{target}/kill", {"no_restart": not allow_restart})
+    # The reason becomes the actor's death cause: say it was this command, not the web page.
+    params = {"no_restart": not allow_restart, "reason": "killed with `ember kill-actor`"}
+    reply = api.post(f"/api/actors/{target}/kill", params)
     if reply.get("ok") is False:
         click.echo(reply.get("message") or f"actor {actor} was not killed")
         return

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 from ember.cli.api_client import cluster_options, cluster_settings
+from ember.resources import fmt as fmt_shape
 
 _BAR = "-" * 63
 # Shown as byte sizes rather than counts.
@@ -197,7 +198,8 @@ def render(summary: dict[str, Any]) -> str:
     out += ["", "Pending Demands:"]
     if summary["pending_demands"]:
         for d in summary["pending_demands"]:
-            shape = {k: v for k, v in sorted(d["shape"].items())}
+            # Bytes in units: {'memory': 2199023255552.0} is a count of digits to the reader.
+            shape = fmt_shape(d["shape"])
             what = f"actor {d['actor']}" if d.get("actor") else "tasks/actors"
             flag = " (infeasible: no node has these resources)" if d["infeasible"] else ""
             out.append(f" {shape}: {d['count']}+ pending {what}{flag}")

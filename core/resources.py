@@ -22,10 +22,24 @@ def fits(shape: dict[str, float], available: dict[str, float]) -> bool:
     return True
 
 
+BYTE_RESOURCES = ("memory", "object_store_memory")
+
+
+def fmt_amount(name: str, amount: float) -> str:
+    """One resource amount as a user reads it: bytes in binary units ("2.0 GiB"), since
+    "memory: 2.14748e+09" makes them count digits; other resources as plain numbers."""
+    if name not in BYTE_RESOURCES:
+        return f"{amount:g}"
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if amount >= scale:
+            return f"{amount / scale:.1f} {unit}"
+    return f"{int(amount)} B"
+
+
 def fmt(shape: dict[str, float]) -> str:
     if not shape:
         return "{}"
-    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(shape.items())) + "}"
+    return "{" + ", ".join(f"{k}: {fmt_amount(k, v)}" for k, v in sorted(shape.items())) + "}"
 
 
 class NodeResources:

@@ -10,7 +10,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ember.dashboard.auth import PrefixMiddleware, TokenMiddleware
+from ember.dashboard.auth import CLUSTER_TOKEN_PLACE, PrefixMiddleware, TokenMiddleware
 from ember.dashboard.query import QueryError
 from ember.dashboard.routers import ROUTERS
 from ember.dashboard.state import DashboardState
@@ -43,12 +43,18 @@ class DashboardContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def create_app(ctx: DashboardContext, token: str | None = None) -> Any:
-    """The ASGI app: FastAPI wrapped in the token check and the prefix handling."""
+def create_app(
+    ctx: DashboardContext, token: str | None = None, token_place: str = CLUSTER_TOKEN_PLACE
+) -> Any:
+    """The ASGI app: FastAPI wrapped in the token check and the prefix handling.
+    ``token_place`` is where a 401 tells the user to find the token."""
     app = FastAPI(
         title="Ember dashboard",
         version=VERSION,
         description="Cluster state, tasks, actors, logs, stacks and profiles of an Ember cluster.",
+        # FastAPI's pages load their scripts from a CDN: routes/api_docs.py serves local ones.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.ctx = ctx
     for module, attr in ROUTERS:
@@ -89,10 +95,38 @@ def create_app(ctx: DashboardContext, token: str | None = None) -> Any:
             status_code=422, content={"detail": errors, "message": f"invalid: {names}"}
         )
 
-    wrapped: Any = TokenMiddleware(app, token)
+    if token:
+        _declare_token(app)
+    wrapped: Any = TokenMiddleware(app, token, token_place)
     wrapped = PrefixMiddleware(wrapped, ctx.prefix)
     wrapped.fastapi = app  # tests and the Prometheus module reach the FastAPI object through this
     return wrapped
+
+
+def _declare_token(app: FastAPI) -> None:
+    """The spec says every route needs the token, in each way ``TokenMiddleware`` takes it, so
+    Swagger UI's Authorize button and generated clients send it. (The middleware checks it,
+    not the routes, so FastAPI cannot see it.)"""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        spec = build()  # FastAPI caches it: add the schemes once
+        if "securitySchemes" not in spec.setdefault("components", {}):
+            spec["components"]["securitySchemes"] = {
+                "bearerToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the cluster token (EMBER_TOKEN; the head's "
+                    "<session_dir>/cluster_token), as 'Authorization: Bearer <token>'",
+                },
+                "tokenQuery": {"type": "apiKey", "in": "query", "name": "token"},
+                "tokenCookie": {"type": "apiKey", "in": "cookie", "name": "ember_token"},
+            }
+            # Alternatives: any one of them will do.
+            spec["security"] = [{"bearerToken": []}, {"tokenQuery": []}, {"tokenCookie": []}]
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 async def get_ctx(request: Request) -> DashboardContext:

@@ -6,7 +6,9 @@ it. ``X-Forwarded-Prefix`` sets it per request when no prefix was configured.
 
 Token: when the dashboard is bound to anything but loopback, every request must carry the
 cluster token as ``Authorization: Bearer <token>``, ``?token=<token>`` (for links and
-WebSockets) or the ``ember_token`` cookie; otherwise 401 saying how to pass it.
+WebSockets) or the ``ember_token`` cookie; otherwise 401 saying how to pass it. The API
+documentation's scripts and styles (``/docs/static/``) need none: they are the same public
+files on every install, and a browser loading them from ``/docs?token=...`` sends no token.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 Scope = dict[str, Any]
+PUBLIC_PREFIX = "/docs/static/"  # routes/api_docs.py's vendored Swagger UI and ReDoc files
 
 
 def is_loopback(host: str) -> bool:
@@ -45,22 +48,30 @@ class PrefixMiddleware:
         await self.app(scope, receive, send)
 
 
+# Where a 401 says the token is, by where the dashboard got it (``server.token_place``).
+CLUSTER_TOKEN_PLACE = "in <session_dir>/cluster_token on the head"
+ENV_TOKEN_PLACE = "the EMBER_TOKEN the dashboard was started with"
+DASHBOARD_TOKEN_PLACE = "in <session_dir>/dashboard_token on the head"
+
+
 class TokenMiddleware:
-    def __init__(self, app: Any, token: str | None) -> None:
+    def __init__(self, app: Any, token: str | None, where: str = CLUSTER_TOKEN_PLACE) -> None:
         self.app = app
         self.token = token.encode() if token else None
+        self.where = where
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if self.token is None or scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        if self._authorised(scope):
+        if self._authorised(scope) or scope["path"].startswith(PUBLIC_PREFIX):
             await self.app(scope, receive, send)
             return
         message = (
             "this dashboard is reachable from other hosts, so it needs the cluster token: send "
             "'Authorization: Bearer <token>', add '?token=<token>' to the URL, or set the "
-            "'ember_token' cookie (the token is in <session_dir>/dashboard_token on the head)"
+            f"'ember_token' cookie (the token is {self.where}; the ember CLI and drivers read "
+            "it from the EMBER_TOKEN environment variable)"
         )
         if scope["type"] == "websocket":
             await receive()  # websocket.connect

@@ -83,15 +83,18 @@ class GcsClient:
         conn = await self._ensure()
         return _hexify(await conn.call("list_jobs", None, timeout=10.0))
 
-    async def kill_actor(self, actor_id: str, no_restart: bool = True) -> None:
-        """Raises NoSuchActor for an actor the GCS does not know."""
+    async def kill_actor(
+        self, actor_id: str, no_restart: bool = True, reason: str = "killed from the dashboard"
+    ) -> None:
+        """Raises NoSuchActor for an actor the GCS does not know. ``reason`` becomes the
+        actor's death cause, so it should say who asked (the CLI, a script, the web page)."""
         conn = await self._ensure()
         await conn.call(
             "kill_actor",
             {
                 "actor_id": bytes.fromhex(actor_id),
                 "no_restart": no_restart,
-                "reason": "killed from the dashboard",
+                "reason": reason,
             },
             timeout=10.0,
         )

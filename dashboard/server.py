@@ -20,7 +20,12 @@ import socket
 from ember.cluster_token import user_token
 from ember.dashboard.agent_hub import AgentHub
 from ember.dashboard.app import DashboardContext, create_app
-from ember.dashboard.auth import is_loopback
+from ember.dashboard.auth import (
+    CLUSTER_TOKEN_PLACE,
+    DASHBOARD_TOKEN_PLACE,
+    ENV_TOKEN_PLACE,
+    is_loopback,
+)
 from ember.dashboard.gcs_client import GcsClient
 from ember.dashboard.routes.frontend import default_frontend_dir
 from ember.dashboard.state import DashboardState
@@ -46,6 +51,15 @@ def load_token(host: str, session_dir: str, token_file: str | None) -> str | Non
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     return token
+
+
+def token_place(host: str, token_file: str | None) -> str:
+    """Where ``load_token`` found the token, as a 401 tells a user who lacks it."""
+    if token_file:
+        return CLUSTER_TOKEN_PLACE
+    if not is_loopback(host) and user_token():
+        return ENV_TOKEN_PLACE
+    return DASHBOARD_TOKEN_PLACE
 
 
 def read_token_file(path: str) -> str:
@@ -95,7 +109,7 @@ async def serve(args: argparse.Namespace) -> None:
         if args.port and port != args.port:
             logger.warning("port %d is taken; the dashboard uses %d", args.port, port)
     ctx.port = port
-    app = create_app(ctx, token)
+    app = create_app(ctx, token, token_place(args.host, args.token_file))
     config = uvicorn.Config(
         app,
         loop="asyncio",

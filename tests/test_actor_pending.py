@@ -60,3 +60,54 @@ def test_pending_reason_and_start_when_a_task_frees_the_cpu(ember_start):
     assert ember.get(busy, timeout=30) == 1
     assert ember.get(waiter.ping.remote(), timeout=30) == 1
     del big
+
+
+TIB = 1 << 40
+
+
+@ember.remote(memory=2 * TIB)
+def needs_2tib() -> int:
+    return 1
+
+
+@ember.remote(memory=2 * TIB, num_cpus=1)  # the task's shape: one line each, not merged
+class Needs2Tib:
+    pass
+
+
+def test_pending_demands_show_memory_in_units(ember_start):
+    # An infeasible task and an infeasible actor of the same shape: each is listed once, and
+    # every amount of memory the user reads is in binary units, not a count of bytes.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    ctx = ember_start(num_cpus=1)
+    url = ctx.dashboard_url.rstrip("/")
+    task = needs_2tib.remote()
+    actor = Needs2Tib.options(name="needs2tib").remote()
+    reason = wait_until(lambda: _reason(url, "needs2tib"), 30, 0.2, "the actor's reason")
+    assert reason.startswith("infeasible: no node has {CPU: 1, memory: 2.0 TiB} (nodes have: {")
+    assert "e+" not in reason and " GiB" in reason  # the node's own memory, in units too
+    ember_cli = os.path.join(os.path.dirname(sys.executable), "ember")
+
+    def status() -> str | None:
+        out = subprocess.run(
+            [ember_cli, "status", "--address", url], capture_output=True, text=True, timeout=60
+        ).stdout
+        return out if "pending tasks" in out and "pending actor" in out else None
+
+    out = wait_until(status, 30, 0.5, "both demands in ember status")
+    demands = out.split("Pending Demands:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert demands == [
+        " {CPU: 1, memory: 2.0 TiB}: 1+ pending tasks/actors (infeasible: no node has these "
+        "resources)",
+        " {CPU: 1, memory: 2.0 TiB}: 1+ pending actor Needs2Tib (infeasible: no node has these "
+        "resources)",
+    ], out
+    assert "2199023255552" not in out
+    listed = json.loads(httpx.get(f"{url}/api/cluster_status", timeout=10).text)
+    assert [a["class_name"] for a in listed["pending_actors"]] == ["Needs2Tib"]
+    ember.kill(actor)
+    ember.cancel(task)

@@ -45,7 +45,7 @@ from ember.options import ANONYMOUS_NAMESPACE_PREFIX
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
 from ember.protocol.messages.gcs import NoSuchActor
-from ember.resources import fits
+from ember.resources import fits, fmt
 from ember.scheduling import pick_node
 
 logger = logging.getLogger("ember.gcs")
@@ -399,7 +399,7 @@ def _cause(reply: dict) -> str:
 
 
 def _fmt_shape(shape: dict[str, float]) -> str:
-    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(shape.items())) + "}" if shape else "{}"
+    return fmt(shape)
 
 
 # A pending reason names at most this many nodes, so a 1,000-node cluster keeps it short.

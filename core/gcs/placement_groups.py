@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from ember.lifecycle import Lifecycle, LifecycleState, Track
-from ember.resources import fits
+from ember.resources import fits, fmt
 
 
 class PgState(LifecycleState):
@@ -235,5 +235,5 @@ def _plan(pg: _Group, nodes: list) -> list | None:
 def _why(pg: _Group, nodes: list) -> str:
     for bundle in pg.bundles:
         if not any(fits(bundle, n.total) for n in nodes):
-            return f"infeasible: no node can hold the bundle {bundle}"
+            return f"infeasible: no node can hold the bundle {fmt(bundle)}"
     return "waiting for resources"

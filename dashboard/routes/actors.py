@@ -55,6 +55,14 @@ async def get_actor(actor_id: str, ctx: DashboardContext = Depends(get_ctx)) -> 
 async def kill_actor(
     actor_id: str,
     no_restart: Annotated[bool, Query(description="false lets a restartable actor restart")] = True,
+    reason: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            description="the death cause to record, naming who asked; "
+            "default 'killed from the dashboard'",
+        ),
+    ] = None,
     ctx: DashboardContext = Depends(get_ctx),
 ) -> dict[str, Any]:
     actor_id = _resolve(ctx, actor_id)
@@ -69,7 +77,9 @@ async def kill_actor(
     if ctx.gcs is None:
         raise HTTPException(503, "the dashboard is not connected to the GCS; cannot kill actors")
     try:
-        await ctx.gcs.kill_actor(actor_id, no_restart=no_restart)
+        await ctx.gcs.kill_actor(
+            actor_id, no_restart=no_restart, reason=reason or "killed from the dashboard"
+        )
     except NoSuchActor as e:
         raise HTTPException(404, f"{e}; GET /api/actors lists the actors") from None
     return {"ok": True, "actor_id": actor_id}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from dashboard_state_fill import NODE, TestClient, fill
 from ember.dashboard.app import DashboardContext, create_app
@@ -97,6 +99,39 @@ def test_token_required_off_loopback():
         assert c.get("/api/version", headers={"Authorization": "Bearer s3cret"}).status_code == 200
         assert c.get("/api/version?token=s3cret").status_code == 200
         assert c.get("/api/version", headers={"Cookie": "ember_token=s3cret"}).status_code == 200
+        # A cluster's dashboard uses the cluster token: the 401 names its file and variable.
+        said = r.json()["detail"]
+        assert "<session_dir>/cluster_token on the head" in said and "EMBER_TOKEN" in said
+        assert "dashboard_token" not in said
+        # The spec declares the token, so Swagger UI's Authorize button and clients send it.
+        spec = c.get("/openapi.json?token=s3cret").json()
+        bearer = spec["components"]["securitySchemes"]["bearerToken"]
+        assert bearer["type"] == "http" and bearer["scheme"] == "bearer"
+        assert {"bearerToken": []} in spec["security"]
+        query = spec["components"]["securitySchemes"]["tokenQuery"]
+        assert query == {"type": "apiKey", "in": "query", "name": "token"}
+
+
+def test_no_token_no_security_scheme(client):
+    # On loopback the dashboard asks for nothing, and its spec must not claim it does.
+    spec = client.get("/openapi.json").json()
+    assert "securitySchemes" not in spec.get("components", {}) and "security" not in spec
+
+
+def test_401_names_where_this_dashboard_got_its_token(monkeypatch):
+    from ember.dashboard import server
+
+    monkeypatch.delenv("EMBER_TOKEN", raising=False)
+    assert "cluster_token" in server.token_place("0.0.0.0", "/s/cluster_token")
+    assert "dashboard_token" in server.token_place("0.0.0.0", None)
+    monkeypatch.setenv("EMBER_TOKEN", "abc123")
+    place = server.token_place("0.0.0.0", None)
+    assert "EMBER_TOKEN" in place
+    st = DashboardState()
+    app = create_app(DashboardContext(state=st, host="0.0.0.0"), token="abc123", token_place=place)
+    with TestClient(app) as c:
+        said = c.get("/api/version").json()["detail"]
+        assert "the EMBER_TOKEN the dashboard was started with" in said
 
 
 @pytest.mark.parametrize("strip", [False, True])
@@ -109,6 +144,37 @@ def test_url_prefix_with_and_without_a_stripping_proxy(strip):
         assert c.get(path).json()["total"] == 1
         docs = c.get("/ember/docs")
         assert docs.status_code == 200 and "/ember/openapi.json" in docs.text
+
+
+@pytest.mark.parametrize("prefix", ["", "/ember"])
+def test_docs_pages_load_only_local_assets(prefix):
+    # /docs must work on a cluster without internet: every script, style and icon it names is
+    # served by the dashboard itself, under the prefix, even off loopback with a token.
+    st = DashboardState()
+    fill(st, 5, 1)
+    app = create_app(DashboardContext(state=st, prefix=prefix, host="0.0.0.0"), token="s3cret")
+    with TestClient(app) as c:
+        for page, kinds in [("/docs", {"js", "css", "png"}), ("/redoc", {"js", "png"})]:
+            html = c.get(f"{prefix}{page}?token=s3cret")
+            assert html.status_code == 200
+            urls = re.findall(r"""(?:src|href|url)\s*[=:]\s*['"]([^'"]+)['"]""", html.text)
+            assert urls and not [u for u in urls if "//" in u], urls  # no CDN, no other host
+            assets = [u for u in urls if u.startswith(f"{prefix}/docs/static/")]
+            assert {u.rsplit(".", 1)[1] for u in assets} == kinds
+            assert f"{prefix}/openapi.json?token=s3cret" in urls
+            for url in assets:
+                r = c.get(url)  # no token: a browser sends none for these
+                assert r.status_code == 200, url
+                kind = url.rsplit(".", 1)[1]
+                ctype = {"js": "javascript", "css": "text/css", "png": "image/png"}[kind]
+                assert ctype in r.headers["content-type"]
+                if kind == "js":
+                    assert "SwaggerUIBundle" in r.text or "Redoc" in r.text
+                if kind == "css":
+                    assert ".swagger-ui" in r.text
+        assert c.get(f"{prefix}/docs/static/../../app.py").status_code in (401, 404)
+        assert c.get(f"{prefix}/docs/static/nosuch.js").status_code == 404
+        assert c.get(f"{prefix}/api/version").status_code == 401  # the API still needs it
 
 
 def test_forwarded_prefix_header(client):

@@ -291,13 +291,19 @@ def test_kill_actor_by_name_then_again(ember_start):
     with pytest.raises(ember.exceptions.RayActorError):
         ember.get(victim.incr.remote(), timeout=30)
 
-    def dead() -> bool:
-        out = run("list", "actors", "--filter", "name=victim", "--format", "json", "--address", url)
-        return json.loads(out.stdout)[0]["state"] == "DEAD"
+    def dead() -> dict | None:
+        args = ["list", "actors", "--filter", "name=victim", "--detail", "--format", "json"]
+        out = run(*args, "--address", url)
+        row = json.loads(out.stdout)[0]
+        return row if row["state"] == "DEAD" else None
 
-    wait_until(dead, timeout=30, interval=0.3, message="the actor DEAD on the dashboard")
+    row = wait_until(dead, timeout=30, interval=0.3, message="the actor DEAD on the dashboard")
+    # The death cause names the command that killed it, not the web page.
+    said = row["death_cause"]["actor_died_error_context"]["error_message"]
+    assert said == "killed with `ember kill-actor`"
     again = run("kill-actor", "victim", "--address", url)
     assert again.returncode == 0 and "is already dead" in again.stdout
+    assert "killed with `ember kill-actor`" in again.stdout
     unknown = run("kill-actor", "nobody-by-this-name", "--address", url)
     assert unknown.returncode == 1 and "nobody-by-this-name" in unknown.stderr
     assert "Traceback" not in unknown.stderr
