@@ -4,6 +4,8 @@ Tasks summary, table and detail, the Machines page's worker, the live Timeline) 
 
 from __future__ import annotations
 
+import os
+
 import ember
 import httpx
 import pytest
@@ -128,3 +130,27 @@ def test_a_running_task_reads_running_then_finished_everywhere(browser, cluster,
             gate.touch()
         ctx.close()
     assert not errors, errors
+
+
+def test_drivers_are_listed_and_the_log_picker_names_processes(page, cluster):
+    url, handles = cluster
+    me = os.getpid()
+    workers = httpx.get(f"{url}/api/workers?filter=kind=driver", timeout=10).json()["items"]
+    driver = next(w for w in workers if w["pid"] == me)
+    # Machines: this test's process is listed on its node as a driver, first, with its job.
+    open_page(page, url, f"machines?node={driver['node_id']}")
+    rows = page.locator("[data-testid=workers-table] tbody tr[data-row-key]")
+    mine = page.locator(f"[data-testid=workers-table] tbody tr[data-row-key='{me}']")
+    mine.wait_for()
+    assert mine.locator("td[data-col=kind]").inner_text() == "driver"
+    assert mine.locator("td[data-col=state]").inner_text() == f"driver of job {driver['job_id']}"
+    assert rows.first.get_attribute("data-row-key") == str(me)
+    # Logs: the worker picker names each process by kind, pid and what it is doing.
+    pid = ember.get(handles["victim"].pid.remote())
+    open_page(page, url, f"logs?node={driver['node_id']}")
+    choice = page.locator(f"[data-testid=log-worker] option[value$='/{pid}']")
+    choice.wait_for(state="attached")
+    wait_until(
+        lambda: choice.inner_text().strip() == f"worker pid {pid} · actor Victim",
+        message=f"the victim's label (last: {choice.inner_text()!r})",
+    )

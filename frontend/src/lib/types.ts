@@ -57,6 +57,7 @@ export interface WorkerRow {
   num_open_files?: number;
   start_time?: number;
   component?: string;
+  job_id?: string | null;
 }
 
 export interface NodeDetail extends NodeRow {
