@@ -181,3 +181,16 @@ def hold_until(gate: str) -> str:
             raise TimeoutError(f"no gate file {gate}")
         time.sleep(0.05)
     return "released"
+
+
+@ember.remote
+def record_metrics(depth: float) -> None:
+    """Sets application metrics the Metrics page charts (written out at once, not at the next
+    report interval)."""
+    from ember.util import metrics
+
+    metrics.Gauge("frontend_queue_depth", "queue depth", tag_keys=("queue",)).set(
+        depth, tags={"queue": "inbox"}
+    )
+    metrics.Counter("frontend_items", "items handled").inc(3)
+    metrics.flush()

@@ -5,11 +5,12 @@ Tasks summary, table and detail, the Machines page's worker, the live Timeline) 
 from __future__ import annotations
 
 import os
+import time
 
 import ember
 import httpx
 import pytest
-from browser_utils import open_page
+from browser_utils import open_page, wait_chart_points
 from ember_test_utils import wait_until
 
 pytestmark = pytest.mark.timeout(180)
@@ -154,3 +155,34 @@ def test_drivers_are_listed_and_the_log_picker_names_processes(page, cluster):
         lambda: choice.inner_text().strip() == f"worker pid {pid} · actor Victim",
         message=f"the victim's label (last: {choice.inner_text()!r})",
     )
+
+
+def test_metrics_page_charts_user_metrics_and_task_functions(page, cluster):
+    from frontend_workload import record_metrics, square
+
+    url, _ = cluster
+    ember.get(record_metrics.remote(7.0))
+    ember.get([square.remote(i) for i in range(20)])
+    open_page(page, url, "metrics")
+    # The gauge a task set, charted from the dashboard's history with its value.
+    gauge = "[data-testid=user-metric-frontend_queue_depth]"
+    page.wait_for_selector(f"{gauge} canvas", timeout=30_000)
+    wait_chart_points(page, "user-metric-frontend_queue_depth", 1, timeout=30_000)
+    assert float(page.get_attribute(gauge, "data-max")) == 7.0
+    assert "frontend_queue_depth (gauge)" in page.locator(gauge).inner_text()
+    assert "queue=inbox" in page.locator(gauge).inner_text()
+    page.wait_for_selector("[data-testid=user-metric-frontend_items] canvas")
+    # Per function: the rate at which square's tasks ended, and their mean run time.
+    wait_chart_points(page, "task-rate-square", 1)
+    page.wait_for_function(
+        "Number(document.querySelector('[data-testid=task-rate-square]').dataset.max) > 0"
+    )
+    wait_chart_points(page, "task-duration-square", 1)
+    assert "square: tasks/s" in page.locator("[data-testid=task-rate-square]").inner_text()
+    # The API behind them: whole buckets only, the newest ending no later than now.
+    rates = page.request.get(f"{url}/api/metrics/task_rates?window_s=60&bucket_s=5").json()
+    assert rates["times"][-1] + 5 <= time.time() + 1, rates["times"][-1]
+    sq = next(f for f in rates["functions"] if f["name"] == "square")
+    assert sum(sq["finished"]) >= 20 and all(d is None or d >= 0 for d in sq["mean_duration_s"]), sq
+    tput = page.request.get(f"{url}/api/frontend/throughput?window_s=60&bucket_s=5").json()
+    assert tput["times"][-1] + 5 <= time.time() + 1, tput["times"][-1]

@@ -150,3 +150,16 @@ export interface LogFile {
   mtime?: number;
   stream?: string;
 }
+
+export interface UserMetricHistory {
+  times: number[];
+  series: { key: string; name: string; type: string; tags: Record<string, string>; values: (number | null)[] }[];
+  dropped_series: number;
+}
+
+export interface TaskRates {
+  bucket_s: number;
+  times: number[];
+  functions: { name: string; finished: number[]; failed: number[]; mean_duration_s: (number | null)[] }[];
+  truncated: boolean;
+}
