@@ -19,6 +19,7 @@ ROUTERS: list[tuple[str, str]] = [
     ("ember.dashboard.routes.state_v0", "router"),  # Ray's state API, for Ray's own clients
     ("ember.dashboard.prometheus", "router"),
     ("ember.dashboard.routes.timeline", "router"),
+    ("ember.dashboard.routes.metrics_history", "router"),  # the Metrics page's histories
     ("ember.dashboard.routes_frontend", "router"),  # the browser app's own queries
     ("ember.dashboard.routes.api_docs", "router"),  # /docs and /redoc, their assets local
     # The frontend's catch-all goes last so every API route wins over it.

@@ -305,9 +305,11 @@ async def throughput(
     """``{"bucket_s", "times": [bucket start], "finished": [n], "failed": [n], "scanned",
     "truncated"}``: tasks that ended in each bucket of the last ``window_s`` seconds."""
     now = time.time()
-    start = now - window_s
-    n = int(window_s // bucket_s) + 1
-    first = now - (n - 1) * bucket_s
+    # Whole buckets ending now: a last bucket starting now would hold nothing yet and draw
+    # the curve down to 0 at the live edge.
+    n = max(1, int(window_s // bucket_s))
+    first = now - n * bucket_s
+    start = first
     finished = [0] * n
     failed = [0] * n
     scanned = 0

@@ -25,7 +25,7 @@ from collections import deque
 from typing import Any
 
 from ember.dashboard.config import Caps
-from ember.dashboard.history import History
+from ember.dashboard.history import History, UserMetricHistory
 from ember.dashboard.pubsub import PubSub
 from ember.dashboard.task_table import TaskTable
 from ember.trace.store import TimelineStore
@@ -166,6 +166,7 @@ class DashboardState:
         self.logs: dict[str, list[dict[str, Any]]] = {}  # {node_id: [{path, component...}]}
         self.events: deque[dict[str, Any]] = deque(maxlen=self.caps.max_events)
         self.history = History(self.caps.history_seconds, self.caps.history_period)
+        self.user_history = UserMetricHistory(self.caps.history_seconds, self.caps.history_period)
         self.cluster: dict[str, Any] = {}
         self.pubsub = PubSub(self.caps.stream_queue)
         self.dropped: dict[str, int] = {
@@ -225,6 +226,16 @@ class DashboardState:
         self.history.add(node_id, t, sample)
         self.pubsub.publish({"type": "node_metrics", "node_id": node_id, "time": t, **sample})
         self._cluster_sample(t)
+        if self.user_history.due(t):
+            self.user_history.add(
+                t,
+                [
+                    snap
+                    for n in self.nodes.values()
+                    if n.state == "ALIVE" and n.metrics
+                    for snap in n.metrics.get("user_metrics") or ()
+                ],
+            )
 
     def _cluster_sample(self, t: float) -> None:
         # The cluster's series is the sum (CPU: the mean) over live nodes, sampled once per

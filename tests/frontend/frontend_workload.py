@@ -170,3 +170,27 @@ def start(handles: dict, dashboard_url: str) -> None:
         big=ember.put(b"x" * (2 * 1024 * 1024)),
         small=ember.put(12345),
     )
+
+
+@ember.remote(max_retries=0)
+def hold_until(gate: str) -> str:
+    """Runs until the file ``gate`` exists: a task the tests can watch while it is RUNNING."""
+    deadline = time.time() + 120
+    while not os.path.exists(gate):
+        if time.time() > deadline:
+            raise TimeoutError(f"no gate file {gate}")
+        time.sleep(0.05)
+    return "released"
+
+
+@ember.remote
+def record_metrics(depth: float) -> None:
+    """Sets application metrics the Metrics page charts (written out at once, not at the next
+    report interval)."""
+    from ember.util import metrics
+
+    metrics.Gauge("frontend_queue_depth", "queue depth", tag_keys=("queue",)).set(
+        depth, tags={"queue": "inbox"}
+    )
+    metrics.Counter("frontend_items", "items handled").inc(3)
+    metrics.flush()

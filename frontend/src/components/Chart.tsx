@@ -38,9 +38,11 @@ export function Chart(p: {
         legend: { show: true },
         cursor: { drag: { x: true, y: false } },
         scales: { x: { time: true }, y: p.yMax ? { range: [0, p.yMax] } : { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] } },
+        // Ticks thinned to fit the width: at least ~90 px between time labels ("12:34:56")
+        // and 28 px between value labels, so they never overlap on a narrow chart.
         axes: [
-          { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid } },
-          { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, size: 60, values: fmt ? (_u, vals) => vals.map((v) => fmt(v)) : undefined },
+          { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, space: (_u, _i, _min, _max, dim) => Math.max(90, dim / 6) },
+          { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, size: 60, space: 28, values: fmt ? (_u, vals) => vals.map((v) => fmt(v)) : undefined },
         ],
         series: [
           {},

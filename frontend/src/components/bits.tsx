@@ -4,7 +4,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import type { Page } from "../lib/api";
 import { useApi } from "../lib/data";
 import { shortId } from "../lib/format";
-import type { NodeRow } from "../lib/types";
+import type { NodeRow, WorkerRow } from "../lib/types";
 
 export function StateBadge({ state }: { state: string | null | undefined }) {
   return <span class={`state state-${state ?? ""}`}>{state ?? "–"}</span>;
@@ -113,4 +113,19 @@ export function NodeSelect(p: { value: string; onChange: (v: string | undefined)
       </select>
     </label>
   );
+}
+
+/** What a process is doing, in words: "running square", "actor Victim", "driver of job 01..". */
+export function workerActivity(w: WorkerRow): string {
+  if (w.kind === "driver") return w.job_id ? `driver of job ${w.job_id}` : "driver";
+  if (w.current_task) return `running ${w.current_task}`;
+  if (w.actor_class) return `actor ${w.actor_class}`;
+  return w.state && w.state !== "-" ? w.state.toLowerCase() : "–";
+}
+
+/** A process named for a picker: kind, pid and what it does ("worker pid 12 · actor Victim"). */
+export function workerLabel(w: WorkerRow): string {
+  const what = workerActivity(w);
+  const kind = w.kind ?? w.component ?? "process";
+  return what === "–" || what === kind ? `${kind} pid ${w.pid}` : `${kind} pid ${w.pid} · ${what}`;
 }

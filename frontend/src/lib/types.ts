@@ -57,6 +57,7 @@ export interface WorkerRow {
   num_open_files?: number;
   start_time?: number;
   component?: string;
+  job_id?: string | null;
 }
 
 export interface NodeDetail extends NodeRow {
@@ -148,4 +149,17 @@ export interface LogFile {
   size?: number;
   mtime?: number;
   stream?: string;
+}
+
+export interface UserMetricHistory {
+  times: number[];
+  series: { key: string; name: string; type: string; tags: Record<string, string>; values: (number | null)[] }[];
+  dropped_series: number;
+}
+
+export interface TaskRates {
+  bucket_s: number;
+  times: number[];
+  functions: { name: string; finished: number[]; failed: number[]; mean_duration_s: (number | null)[] }[];
+  truncated: boolean;
 }

@@ -2,12 +2,12 @@
 // search (this file, highlighted; or every file of the node, on the server) and download.
 import type { ComponentChild } from "preact";
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
-import { ErrorBox, NodeSelect, SearchBox } from "../components/bits";
+import { ErrorBox, NodeSelect, SearchBox, workerLabel } from "../components/bits";
 import { apiUrl, errorText, getJSON, type Page } from "../lib/api";
 import { useApi } from "../lib/data";
 import { bytes, shortId } from "../lib/format";
 import { href, parseHash, setParams } from "../lib/router";
-import type { LogFile } from "../lib/types";
+import type { LogFile, WorkerRow } from "../lib/types";
 
 const MAX_LINES = 20_000; // lines kept in the page while following; older ones are dropped
 
@@ -45,6 +45,9 @@ export function Logs({ params }: { params: URLSearchParams }) {
     return [...seen.entries()].sort(([, a], [, b]) => (a.component ?? "").localeCompare(b.component ?? "") || (a.pid ?? 0) - (b.pid ?? 0));
   }, [pid, procFiles.data, files.data]);
   const procKey = pid ? `${node}/${pid}` : "";
+  // What each process is (kind, actor class, current task) for the picker's labels.
+  const workers = useApi<Page<WorkerRow>>("api/workers", { filter: node ? [`node_id=${node}`] : [], limit: 10_000 }, { liveTypes: ["node_metrics"], minGapMs: 5000 });
+  const workerOf = useMemo(() => new Map((workers.data?.items ?? []).map((w) => [`${w.node_id}/${w.pid}`, w])), [workers.data]);
 
   // The files grouped by node, then component.
   const groups = useMemo(() => {
@@ -96,7 +99,7 @@ export function Logs({ params }: { params: URLSearchParams }) {
             <option value="">any</option>
             {procs.map(([k, f]) => (
               <option key={k} value={k}>
-                {f.component ?? "process"} pid {f.pid}
+                {workerOf.has(k) ? workerLabel(workerOf.get(k)!) : `${f.component ?? "process"} pid ${f.pid}`}
                 {node ? "" : ` · node ${shortId(f.node_id)}`}
               </option>
             ))}

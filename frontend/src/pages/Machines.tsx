@@ -1,7 +1,7 @@
 // One row per node, expanding to its workers; logs and errors of a node or a worker one click
 // away. The expanded node is in the URL (?node=ID) so a link opens it.
 import { Table, type Column } from "../components/VirtualTable";
-import { ErrorBox, StateBadge } from "../components/bits";
+import { ErrorBox, StateBadge, workerActivity } from "../components/bits";
 import type { Page } from "../lib/api";
 import { useApi } from "../lib/data";
 import { bytes, duration, pct, shortId, time } from "../lib/format";
@@ -56,6 +56,17 @@ function NodeErrors({ id }: { id: string }) {
   );
 }
 
+const KIND_ORDER = ["driver", "worker"];
+
+/** Drivers first, then workers, then the node's own processes (raylet, agent...), by pid. */
+export function byKind(ws: WorkerRow[]): WorkerRow[] {
+  const rank = (w: WorkerRow) => {
+    const i = KIND_ORDER.indexOf(w.kind ?? "");
+    return i < 0 ? KIND_ORDER.length : i;
+  };
+  return [...ws].sort((a, b) => rank(a) - rank(b) || a.pid - b.pid);
+}
+
 function NodeMetrics({ id }: { id: string }) {
   const d = useApi<NodeDetail>(`api/nodes/${encodeURIComponent(id)}`, {}, { liveTypes: ["node_metrics"], minGapMs: 2000 });
   if (d.error) return <ErrorBox error={d.error} />;
@@ -64,11 +75,11 @@ function NodeMetrics({ id }: { id: string }) {
   const m = n.metrics as Record<string, any>;
   const workerCols: Column<WorkerRow>[] = [
     { key: "pid", title: "PID", width: "80px" },
-    { key: "kind", title: "Kind" },
+    { key: "kind", title: "Kind", render: (w) => <span class={w.kind === "driver" ? "kind-driver" : ""}>{w.kind ?? "–"}</span> },
     {
       key: "state",
       title: "State / current task",
-      render: (w) => (w.current_task ? `running ${w.current_task}` : w.actor_class ? `actor ${w.actor_class}` : (w.state ?? "–")),
+      render: (w) => workerActivity(w),
     },
     { key: "uptime", title: "Uptime", render: (w) => (w.start_time ? duration(Date.now() / 1000 - w.start_time) : "–") },
     { key: "cpu_percent", title: "CPU", align: "right", render: (w) => pct(w.cpu_percent) },
@@ -128,7 +139,7 @@ function NodeMetrics({ id }: { id: string }) {
         Workers and components ({n.workers.length}) · <a href={href("logs", { node: n.node_id })}>node logs</a> ·{" "}
         <a href={href("tasks", { node: n.node_id, state: "FAILED" })}>failed tasks</a>
       </h2>
-      <Table columns={workerCols} rows={n.workers} rowKey={(w) => String(w.pid)} testId="workers-table" />
+      <Table columns={workerCols} rows={byKind(n.workers)} rowKey={(w) => String(w.pid)} testId="workers-table" />
       <NodeErrors id={n.node_id} />
     </div>
   );

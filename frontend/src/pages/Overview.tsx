@@ -22,6 +22,13 @@ function used(s: ClusterStatus | undefined, key: string): string {
   return `${+(s!.resources.used[key] ?? 0).toFixed(2)} / ${+total.toFixed(2)}`;
 }
 
+/** How many of the leading buckets (start times, `bucket_s` long) have ended by now. */
+export function wholeBuckets(times: number[], bucket_s: number, now = Date.now() / 1000): number {
+  let n = times.length;
+  while (n > 0 && times[n - 1] + bucket_s > now + 1) n--;
+  return n;
+}
+
 export function historyColumns(samples: HistorySample[] | undefined, keys: (keyof HistorySample)[]): number[][] {
   const s = samples ?? [];
   return [s.map((x) => x.time), ...keys.map((k) => s.map((x) => (x[k] as number | undefined) ?? (null as unknown as number)))];
@@ -43,7 +50,9 @@ export function Overview(_: { params: URLSearchParams }) {
   const thr = useMemo(() => {
     const d = tput.data;
     if (!d) return [[], [], []];
-    return [d.times, d.finished.map((n) => n / d.bucket_s), d.failed.map((n) => n / d.bucket_s)];
+    // Only whole buckets: one still filling would draw the rate falling to 0 at the live edge.
+    const whole = wholeBuckets(d.times, d.bucket_s);
+    return [d.times.slice(0, whole), d.finished.slice(0, whole).map((n) => n / d.bucket_s), d.failed.slice(0, whole).map((n) => n / d.bucket_s)];
   }, [tput.data]);
 
   return (

@@ -1,7 +1,7 @@
 // The task stream on a canvas: a row per worker grouped by node, a slice per task (its phases
 // nested below it), gaps show idleness (as Dask's task stream). Wheel zooms around the cursor,
 // drag pans, hover shows the slice; only what is in view is drawn, so 100,000 slices stay smooth.
-import { useEffect, useRef, useState } from "preact/hooks";
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { cssVar } from "../lib/theme";
 import { firstVisible, type Slice, type Trace } from "./trace";
 
@@ -17,6 +17,7 @@ export function colorFor(s: Slice, by: ColorBy): string {
     const st = String(s.args.state ?? s.cat ?? "");
     if (/FAIL|ERROR/i.test(st) || s.args.error) return "#fa5252";
     if (/PEND|WAIT|SCHED/i.test(st + s.name)) return "#fcc419";
+    if (st === "RUNNING") return "#4dabf7"; // as the Tasks page's bars draw running
     if (/FETCH|ARGS/i.test(s.name)) return "#4dabf7";
     if (/STOR|OUTPUT/i.test(s.name)) return "#9775fa";
     return "#40c057";
@@ -45,6 +46,12 @@ export function TimelineCanvas(p: {
   const drag = useRef<{ x: number; v: View } | null>(null);
   const [width, setWidth] = useState(800);
   const { trace, view } = p;
+  // The functions of the tasks drawn as still running (their slice reaches now), for tests
+  // and a glance in the inspector: a finished task must not stay listed here.
+  const running = useMemo(
+    () => [...new Set(trace.rows.flatMap((r) => r.slices.filter((s) => s.cat === "task" && s.args.state === "RUNNING").map((s) => s.name)))].sort().join("|"),
+    [trace],
+  );
 
   // Row offsets (a row is as tall as its deepest nesting).
   const tops: number[] = [];
@@ -187,7 +194,7 @@ export function TimelineCanvas(p: {
   };
 
   return (
-    <div class="timeline-wrap" data-testid="timeline" data-view={`${view.t0},${view.t1}`} data-slices={trace.count} data-rows={trace.rows.length} data-groups={[...new Set(trace.rows.map((r) => r.group))].join("|")}>
+    <div class="timeline-wrap" data-testid="timeline" data-view={`${view.t0},${view.t1}`} data-slices={trace.count} data-rows={trace.rows.length} data-groups={[...new Set(trace.rows.map((r) => r.group))].join("|")} data-running={running}>
       <canvas
         ref={canvas}
         onWheel={(e) => {

@@ -43,8 +43,16 @@ export class TraceAccumulator {
       // Flow ids are per response: make them unique across responses.
       const id = e.ph === "s" || e.ph === "f" || e.ph === "t" ? `${seq}:${e.id}` : e.id;
       const n = { ...e, pid, ts, id };
-      const key = e.ph === "s" || e.ph === "f" || e.ph === "t" ? `${e.ph}|${e.name}|${pid}|${e.tid}|${ts}` : `${e.ph}|${e.name}|${pid}|${e.tid}|${ts}|${e.dur ?? ""}`;
-      if (this.byKey.has(key)) continue;
+      // A task's slice is keyed by its id: a running task is drawn up to "now" in each
+      // response, and its latest slice (running longer, or ended) replaces the earlier one,
+      // so a task that finished is not left drawn as RUNNING beside its final slice.
+      const taskId = e.ph === "X" && e.cat === "task" ? e.args?.task_id : undefined;
+      const key = taskId
+        ? `task|${String(taskId)}`
+        : e.ph === "s" || e.ph === "f" || e.ph === "t"
+          ? `${e.ph}|${e.name}|${pid}|${e.tid}|${ts}`
+          : `${e.ph}|${e.name}|${pid}|${e.tid}|${ts}|${e.dur ?? ""}`;
+      if (!taskId && this.byKey.has(key)) continue;
       this.byKey.set(key, n);
       if (e.ph === "X") this.latestEnd = Math.max(this.latestEnd, ts + (e.dur ?? 0));
     }
