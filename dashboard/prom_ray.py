@@ -10,8 +10,8 @@ less than Ray, the nearest truth is exported and said here:
 
 - ``ray_tasks``: ``IsRetry`` is "1" only for Ember's RETRYING tasks (a failed attempt waiting
   to run again), which show as ``PENDING_ARGS_AVAIL``; the kept tasks' counts, as in Ray. A
-  running task reads ``SUBMITTED_TO_WORKER``: owners report that and the end, and executors
-  report no ``RUNNING``, so Ray's "Running Tasks by Name" panel stays empty.
+  running task reads ``RUNNING`` (its worker reports it), so Ray's "Running Tasks by Name"
+  panel shows it.
 - ``ray_actors``: ``Source="gcs"`` has the GCS's states; ``Source="executor"`` has each live
   actor as ``ALIVE`` (Ember does not track whether an actor is running a method).
 - ``ray_component_mem_shared_bytes`` is RSS - USS (pages shared with other processes), so

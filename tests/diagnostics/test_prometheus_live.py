@@ -1,7 +1,7 @@
 """``/metrics`` of a live node with something in every subject: finished, failed, running and
 infeasible tasks, an actor, a placement group, an object in the store, application metrics.
-A running task reads SUBMITTED_TO_WORKER: owners report that state and the end, executors
-report no RUNNING.
+A running task reads RUNNING (its worker reports it); an actor's creation task counts as a
+task, as in Ray.
 
 - Ember's set passes the real ``promtool check metrics`` with no lint output.
 - Every family it declares has samples, with true values (what the workload made, what the
@@ -162,7 +162,7 @@ def test_promtool_accepts_metrics(workload):
 
     def everything_present() -> str | None:
         text = workload.text()
-        wanted = ('state="SUBMITTED_TO_WORKER"', "ember_live_calls_total", 'state="CREATED"} 1.0')
+        wanted = ('state="RUNNING"', "ember_live_calls_total", 'state="CREATED"} 1.0')
         return text if all(w in text for w in wanted) else None
 
     text = wait_until(everything_present, timeout=60, interval=0.5, message="the workload")
@@ -186,10 +186,10 @@ def test_every_family_has_true_samples(workload):
         # The placement group's bundle, the actor and the running task hold one CPU each.
         ("ember_cluster_resources_available", ("resource", "CPU")): eq(NUM_CPUS - 3),
         ("ember_pending_demands", ("shape", "CPU:64"), ("infeasible", "true")): eq(1),
-        ("ember_tasks", ("state", "SUBMITTED_TO_WORKER"), ("name", ".*sleeper")): eq(1),
+        ("ember_tasks", ("state", "RUNNING"), ("name", ".*sleeper")): eq(1),
         ("ember_tasks", ("state", "FINISHED"), ("name", ".*work")): eq(WORK),
         ("ember_tasks", ("state", "PENDING_NODE_ASSIGNMENT"), ("name", ".*work")): eq(1),
-        ("ember_tasks_finished_total",): eq(WORK + 1),  # and Holder.ping
+        ("ember_tasks_finished_total",): eq(WORK + 2),  # and Holder.__init__, Holder.ping
         ("ember_tasks_failed_total",): eq(1),
         ("ember_actors", ("state", "ALIVE"), ("class_name", "Holder")): eq(1),
         ("ember_placement_groups", ("state", "CREATED")): eq(1),
@@ -212,7 +212,8 @@ def test_every_family_has_true_samples(workload):
     }
     fams = _settle(workload.text, lambda f: _expect(f, wants))
     tracked = _value(fams, "ember_dashboard_tasks_tracked")
-    assert tracked == sum(s.value for s in fams["ember_tasks"].samples) == WORK + 4
+    # WORK, the failed, running and infeasible tasks, and the actor's creation and call.
+    assert tracked == sum(s.value for s in fams["ember_tasks"].samples) == WORK + 5
     # The node's own sample says which subjects it lacks; their families must be empty.
     sample = workload.node()["metrics"]
     absent = set()
@@ -292,9 +293,9 @@ def _ray_panels(url: str, session: str, workload: Workload) -> None:
             task_state,
             "State",
             lambda v: (
-                v.get("FINISHED") == WORK + 1
+                v.get("FINISHED") == WORK + 2
                 and v.get("FAILED") == 1
-                and v.get("SUBMITTED_TO_WORKER") == 1
+                and v.get("RUNNING") == 1
                 and v.get("PENDING_NODE_ASSIGNMENT") == 1
             ),
         ),
