@@ -93,7 +93,7 @@ def logs(
             tails.append({"node_id": f["node_id"], "name": f["name"], "lines": res["lines"]})
             continue
         if len(files) > 1:
-            click.echo(f"{'' if i == 0 else chr(10)}==> {f['name']} (node {f['node_id'][:12]}) <==")
+            click.echo(f"{'' if i == 0 else chr(10)}==> {f['name']} (node {f['node_id']}) <==")
         for line in res.get("lines", []):
             click.echo(line)
     if fmt == "json":

@@ -144,7 +144,7 @@ def render(data: dict[str, Any], group_by: str, sort_by: str, units: str) -> str
         f"{used / cap * 100:.2f}% full"
     )
     for node_id, why in sorted(data["missing"].items()):
-        lines.append(f"(node {node_id[:12]} is not listed in full: {why})")
+        lines.append(f"(node {node_id} is not listed in full: {why})")
     return "\n".join(lines)
 
 

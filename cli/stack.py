@@ -38,7 +38,7 @@ def render(data: dict[str, Any]) -> str:
             task = proc.get("current_task")
             head = f"--- {what} pid={proc.get('pid')}"
             if proc.get("worker_id"):
-                head += f" worker={str(proc['worker_id'])[:16]}"
+                head += f" worker={proc['worker_id']}"
             head += f" running {task}" if task else " (idle)" if what == "worker" else ""
             lines.append(head + " ---")
             if proc.get("error"):
