@@ -6,11 +6,14 @@ from __future__ import annotations
 import fnmatch
 import json
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import click
 from ember.cli.api_client import cluster_options, format_option, iter_sse, resolve, table
 
+MAX_FOLLOWED = 8  # files one --follow reads at once, a thread each
 LIST_COLUMNS = ["node_id", "name", "component", "pid", "size", "rotated"]
 
 
@@ -77,12 +80,13 @@ def logs(
         )
         raise click.ClickException(f"no log file matches {what}; `ember logs` lists them")
     if follow:
-        if len(files) > 1:
-            names = ", ".join(f["name"] for f in files[:8])
+        if len(files) > MAX_FOLLOWED:
+            names = ", ".join(f["name"] for f in files[:MAX_FOLLOWED])
             raise click.ClickException(
-                f"--follow needs one file and {len(files)} match ({names}); narrow GLOB or --node"
+                f"--follow takes at most {MAX_FOLLOWED} files and {len(files)} match "
+                f"({names}, ...); narrow GLOB, --pid or --node"
             )
-        _follow(api, files[0], lines)
+        _follow_all(api, files, lines)
         return
     tails = []
     for i, f in enumerate(files):
@@ -100,8 +104,48 @@ def logs(
         click.echo(json.dumps(tails, indent=1))
 
 
-def _follow(api: Any, f: dict[str, Any], lines: int) -> None:
+def _follow_all(api: Any, files: list[dict[str, Any]], lines: int) -> None:
+    """One file: its lines as they come. Several (a worker's .out and .err): each followed
+    on its own thread, every line prefixed with its file's name, until Ctrl-C."""
+    if len(files) == 1:
+        try:
+            _follow(api, files[0], lines)
+        except KeyboardInterrupt:
+            pass
+        return
+    lock = threading.Lock()
+
+    def echo(f: dict[str, Any]) -> Callable[[str], None]:
+        def out(line: str) -> None:
+            with lock:
+                click.echo(f"[{f['name']}] {line}")
+                sys.stdout.flush()
+
+        return out
+
+    threads = [
+        threading.Thread(target=_follow, args=(api, f, lines, echo(f)), daemon=True) for f in files
+    ]
+    for t in threads:
+        t.start()
+    try:
+        while any(t.is_alive() for t in threads):
+            for t in threads:
+                t.join(0.5)
+    except KeyboardInterrupt:
+        pass
+
+
+def _follow(
+    api: Any, f: dict[str, Any], lines: int, out: Callable[[str], None] | None = None
+) -> None:
     params = {"node_id": f["node_id"], "name": f["name"], "lines": min(lines, 10_000)}
+    if out is None:
+
+        def out(line: str) -> None:
+            click.echo(line)
+            sys.stdout.flush()
+
     try:
         while True:
             try:
@@ -113,8 +157,7 @@ def _follow(api: Any, f: dict[str, Any], lines: int) -> None:
                             click.echo(f"(ember) {f['name']}: {data.get('message')}", err=True)
                             continue
                         for line in data.get("lines", []):
-                            click.echo(line)
-                        sys.stdout.flush()
+                            out(line)
                 return  # the dashboard closed the stream (it is stopping)
             except TimeoutError:
                 params["lines"] = 0

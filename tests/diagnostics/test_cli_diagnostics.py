@@ -52,6 +52,10 @@ class Counter:
         print(text, flush=True)
         return text
 
+    def complain(self, text):
+        print(text, file=sys.stderr, flush=True)
+        return text
+
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -182,12 +186,10 @@ def test_logs_list_tail_and_follow(cluster):
     assert "hello-from-the-actor" in only_out.stdout
     none = run("logs", "no-such-file*", "--address", url)
     assert none.returncode == 1 and "no log file matches no-such-file*" in none.stderr
-    many = run("logs", "worker-*", "--follow", "--address", url)
-    assert many.returncode == 1 and "--follow needs one file" in many.stderr
-
-    # --follow prints lines written after it started, until stopped.
+    # --follow prints lines written after it started, until stopped: an actor's worker has
+    # two files (.out and .err), both followed, each line marked with its file.
     follower = subprocess.Popen(
-        [EMBER, "logs", f"worker-*-{pid}.out", "--follow", "--tail", "1", "--address", url],
+        [EMBER, "logs", "--actor", "diag-counter", "--follow", "--tail", "1", "--address", url],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -200,7 +202,11 @@ def test_logs_list_tail_and_follow(cluster):
         def followed() -> bool:
             # A new line each round: the follower may have started after the previous one.
             ember.get(actor.shout.remote("a-line-while-following"))
-            return any("a-line-while-following" in line for line in list(seen))
+            ember.get(actor.complain.remote("an-error-while-following"))
+            lines = list(seen)
+            return any(f"-{pid}.out] a-line-while-following" in line for line in lines) and any(
+                f"-{pid}.err] an-error-while-following" in line for line in lines
+            )
 
         wait_until(followed, timeout=30, interval=0.5, message="the followed line")
     finally:
