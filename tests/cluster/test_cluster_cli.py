@@ -395,8 +395,8 @@ def test_status_summary_shapes_and_feasibility_against_live_nodes():
     assert demands["Stale"]["shape"] == {"accel": 1.0} and not demands["Stale"]["infeasible"]
     assert demands["Huge"]["shape"] == {"CPU": 64.0} and demands["Huge"]["infeasible"]
     text = render(summary)
-    assert " {'accel': 1.0}: 1+ pending actor Stale\n" in text + "\n"
-    assert " {'CPU': 64.0}: 1+ pending actor Huge (infeasible" in text
+    assert " {accel: 1}: 1+ pending actor Stale\n" in text + "\n"
+    assert " {CPU: 64}: 1+ pending actor Huge (infeasible" in text
     assert " 1.0/2.0 CPU" in text and " 1.0/3.0 CPU" in text
 
 
