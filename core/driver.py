@@ -208,6 +208,9 @@ def shutdown(_exiting_interpreter: bool = False) -> None:
     global _node
     with _state_lock:
         worker = global_state.worker
+        metrics = sys.modules.get("ember.util.metrics")  # only if this process used them
+        if worker is not None and metrics is not None:
+            metrics.end_session()
         global_state.worker = None
         if worker is not None:
             try:

@@ -123,6 +123,20 @@ class _Registry:
         return path
 
 
+def end_session() -> None:
+    """At ``ember.shutdown()``: the last snapshot goes to the session ending, and the series
+    start from nothing in the next one (a driver that calls ``init`` again records into a new
+    cluster, which must not show the old one's counts). The metrics stay defined."""
+    try:
+        _registry.flush()
+    except OSError:
+        pass  # the session dir is gone: nothing to write to
+    with _registry.lock:
+        for metric in _registry.metrics.values():
+            metric._series.clear()  # shared with any re-definition of it: cleared for both
+        _registry.version += 1  # the next session's first write is not skipped as unchanged
+
+
 def metrics_dir(session_dir: str | None = None) -> str | None:
     """Where this process's node keeps metric snapshots (None before ``ember.init``)."""
     if session_dir is None:

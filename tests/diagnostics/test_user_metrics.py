@@ -142,3 +142,21 @@ def test_task_actor_and_driver_metrics_reach_the_dashboard(ember_start):
     assert {f"{p}.json" for p in pids} <= set(files)
     with open(os.path.join(ctx.session_dir, "metrics", f"{os.getpid()}.json")) as f:
         assert json.load(f)["pid"] == os.getpid()
+
+
+def test_a_drivers_metrics_start_from_nothing_in_its_next_session(ember_start):
+    events = Counter("um_session_events_total", "events the driver saw")
+    ctx = ember_start(num_cpus=1)
+    events.inc(5)
+    assert metrics.flush()
+    ember.shutdown()
+    ctx = ember_start(num_cpus=1)
+    events.inc(1)  # the same metric object, in the new session
+
+    def scrape() -> str | None:
+        with urllib.request.urlopen(ctx.dashboard_url + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        return text if "ember_um_session_events_total " in text else None
+
+    lines = set(wait_until(scrape, 30, 0.3, "the counter on /metrics").splitlines())
+    assert "ember_um_session_events_total 1.0" in lines  # not 6: the old cluster's 5 stayed there
