@@ -63,6 +63,7 @@ def _from_dashboard(address: str | None, temp_dir: str | None, token: str | None
     return {
         "nodes": status.get("gcs_nodes") or [],
         "pending_actors": status.get("pending_actors") or [],
+        "placement_groups": status.get("placement_groups") or [],
         "now": status.get("time"),
         "gcs_address": "",
         "dashboard_url": api.url,
@@ -100,6 +101,7 @@ def summarize(info: dict[str, Any], recent_seconds: float = 3600.0) -> dict[str,
             dead.append(row)
     for actor in info.get("pending_actors") or ():
         demand(actor.get("resources") or {}, actor.get("class_name", ""))["count"] += 1
+    groups = _pending_groups(info.get("placement_groups") or (), alive)
     # Decided here, for tasks and actors alike, against the nodes alive now: a reason the GCS
     # noted when the actor was queued may predate the node that could hold it.
     for agg in demands.values():
@@ -112,7 +114,27 @@ def summarize(info: dict[str, Any], recent_seconds: float = 3600.0) -> dict[str,
         "dead_nodes": dead,
         "usage": dict(sorted(totals.items())),
         "pending_demands": sorted(demands.values(), key=lambda d: -d["count"]),
+        "pending_placement_groups": groups,
     }
+
+
+def _pending_groups(groups: Any, alive: list[dict]) -> list[dict[str, Any]]:
+    """Placement groups waiting for room, one entry per (bundles, strategy): a group is
+    infeasible when no set of the nodes alive now could hold its bundles as its strategy
+    says; judged here per bundle (each must fit some node), the check Ray's status makes."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for g in groups:
+        if g.get("state") != "PENDING":
+            continue
+        bundles = [{k: float(v) for k, v in b.items() if v} for b in g.get("bundles") or ()]
+        key = (repr(bundles), g.get("strategy", "PACK"))
+        entry = out.setdefault(
+            key,
+            {"bundles": bundles, "strategy": g.get("strategy", "PACK"), "count": 0},
+        )
+        entry["count"] += 1
+        entry["infeasible"] = not all(any(_fits(b, n["total"]) for n in alive) for b in bundles)
+    return sorted(out.values(), key=lambda e: -e["count"])
 
 
 def _node_row(n: dict) -> dict[str, Any]:
@@ -196,14 +218,19 @@ def render(summary: dict[str, Any]) -> str:
         out.append(f" node_{n['node_id']} ({n['node_ip']}):")
         out += _usage_lines(n["usage"], "  ")
     out += ["", "Pending Demands:"]
-    if summary["pending_demands"]:
+    if summary["pending_demands"]:  # tasks and actors
         for d in summary["pending_demands"]:
             # Bytes in units: {'memory': 2199023255552.0} is a count of digits to the reader.
             shape = fmt_shape(d["shape"])
             what = f"actor {d['actor']}" if d.get("actor") else "tasks/actors"
             flag = " (infeasible: no node has these resources)" if d["infeasible"] else ""
             out.append(f" {shape}: {d['count']}+ pending {what}{flag}")
-    else:
+    for g in summary["pending_placement_groups"]:
+        # As Ray prints a group's demand: its bundles and its strategy.
+        shapes = ", ".join(fmt_shape(b) for b in g["bundles"])
+        flag = " (infeasible: no node has these resources)" if g["infeasible"] else ""
+        out.append(f" {shapes} ({g['strategy']}): {g['count']}+ pending placement groups{flag}")
+    if not summary["pending_demands"] and not summary["pending_placement_groups"]:
         out.append(" (no resource demands)")
     if summary["dashboard_url"]:
         out += ["", f"Dashboard: {summary['dashboard_url']}"]

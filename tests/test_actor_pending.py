@@ -87,6 +87,9 @@ def test_pending_demands_show_memory_in_units(ember_start):
     url = ctx.dashboard_url.rstrip("/")
     task = needs_2tib.remote()
     actor = Needs2Tib.options(name="needs2tib").remote()
+    from ember.util.placement_group import placement_group, remove_placement_group
+
+    group = placement_group([{"CPU": 1, "memory": 2 * 2**40}], strategy="PACK")
     reason = wait_until(lambda: _reason(url, "needs2tib"), 30, 0.2, "the actor's reason")
     assert reason.startswith("infeasible: no node has {CPU: 1, memory: 2.0 TiB} (nodes have: {")
     assert "e+" not in reason and " GiB" in reason  # the node's own memory, in units too
@@ -96,7 +99,8 @@ def test_pending_demands_show_memory_in_units(ember_start):
         out = subprocess.run(
             [ember_cli, "status", "--address", url], capture_output=True, text=True, timeout=60
         ).stdout
-        return out if "pending tasks" in out and "pending actor" in out else None
+        wanted = ("pending tasks", "pending actor", "pending placement groups")
+        return out if all(w in out for w in wanted) else None
 
     out = wait_until(status, 30, 0.5, "both demands in ember status")
     demands = out.split("Pending Demands:\n", 1)[1].split("\n\n", 1)[0].splitlines()
@@ -105,9 +109,12 @@ def test_pending_demands_show_memory_in_units(ember_start):
         "resources)",
         " {CPU: 1, memory: 2.0 TiB}: 1+ pending actor Needs2Tib (infeasible: no node has these "
         "resources)",
+        " {CPU: 1, memory: 2.0 TiB} (PACK): 1+ pending placement groups (infeasible: no node "
+        "has these resources)",
     ], out
     assert "2199023255552" not in out
     listed = json.loads(httpx.get(f"{url}/api/cluster_status", timeout=10).text)
     assert [a["class_name"] for a in listed["pending_actors"]] == ["Needs2Tib"]
     ember.kill(actor)
     ember.cancel(task)
+    remove_placement_group(group)
