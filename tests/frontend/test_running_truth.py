@@ -85,6 +85,8 @@ def test_a_running_task_reads_running_then_finished_everywhere(browser, cluster,
         )
         row = tk.locator(f"[data-testid=tasks-table] .vrow[data-row-key='{task_id}']")
         _wait_text(row.locator("[data-col=state]"), "RUNNING")
+        # The row shows the whole id: its first half is the submitter's, the same on every row.
+        assert row.locator("[data-col=task_id]").inner_text().strip() == task_id
         detail = tk.locator("[data-testid=task-detail]")
         _wait_text(detail.locator("h2 .state"), "RUNNING")
         assert task_id in detail.inner_text()

@@ -63,7 +63,7 @@ export function Memory({ params }: { params: URLSearchParams }) {
       : []),
   ];
   const cols: Column<ObjectRow>[] = [
-    { key: "object_id", title: "Object", width: "1.3fr", sortable: true, render: (o) => <span class="mono">{shortId(o.object_id, 16)}</span> },
+    { key: "object_id", title: "Object", width: "1.3fr", sortable: true, render: (o) => <span class="mono">{o.object_id}</span> }, // whole: its start is the producing process's
     { key: "reference_type", title: "Reference type", width: "1.2fr", sortable: true },
     { key: "object_size", title: "Size", width: "90px", align: "right", sortable: true, render: (o) => ((o.object_size ?? -1) >= 0 ? bytes(o.object_size) : "–") },
     { key: "status", title: "Status", width: "110px", sortable: true },

@@ -36,7 +36,8 @@ export function Tasks({ params }: { params: URLSearchParams }) {
   const cols: Column<TaskRow>[] = [
     { key: "name", title: "Function", width: "1.6fr", sortable: true },
     { key: "state", title: "State", width: "170px", sortable: true, render: (t) => <StateBadge state={t.state} /> },
-    { key: "task_id", title: "Task", width: "110px", render: (t) => <span class="mono">{shortId(t.task_id, 10)}</span> },
+    // Whole: a task id starts with its submitter's random prefix, the same on every row it submitted.
+    { key: "task_id", title: "Task", width: "280px", render: (t) => <span class="mono">{t.task_id}</span> },
     { key: "node_id", title: "Node", width: "100px", sortable: true, render: (t) => <span class="mono">{shortId(t.node_id)}</span> },
     { key: "pid", title: "PID", width: "70px", align: "right", sortable: true },
     { key: "submitted_time", title: "Submitted", width: "100px", sortable: true, render: (t) => time(t.submitted_time) },
