@@ -247,6 +247,13 @@ def test_logs_browse_search_and_download(page, cluster):
 
     open_page(page, url, f"logs?q={LOG_MARKER}")
     page.wait_for_selector("[data-testid=log-files] a[data-log-file$='.out']")
+    # A worker's file name is read whole (its pid and stream are at its end): none is clipped.
+    clipped = page.evaluate(
+        "() => [...document.querySelectorAll('[data-testid=log-files] a[data-log-file]')]"
+        ".filter(a => a.scrollWidth > a.clientWidth + 1 || !a.innerText.includes("
+        "a.dataset.logFile)).map(a => a.dataset.logFile)"
+    )
+    assert clipped == []
     # Open any file, search every file of its node, then open the worker file the search
     # found (a click on the match): its lines show the marker highlighted.
     page.locator("[data-testid=log-files] a[data-log-file]").first.click()
