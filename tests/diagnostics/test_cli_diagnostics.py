@@ -275,8 +275,9 @@ def test_stack_shows_the_running_task(cluster):
     assert f"pid={worker['pid']}" in out.stdout and "running" in out.stdout
     assert "slow_marker" in out.stdout
     whole = json.loads(run("stack", "--format", "json", "--address", ctx.dashboard_url).stdout)
-    pids = {p["pid"] for n in whole["nodes"] for p in n["processes"]}
-    assert worker["pid"] in pids
+    kinds = {p["pid"]: p.get("kind") for n in whole["nodes"] for p in n["processes"]}
+    assert worker["pid"] in kinds
+    assert kinds.get(os.getpid()) == "driver"  # the driver's stack too, labelled as such
     ember.cancel(ref, force=True)
 
 
