@@ -61,7 +61,7 @@ CODED = {
     "error_type": None,
 }
 TEXT = ("task_id", *CODED, "error")
-TIMES = ("t_pending", "t_scheduled", "t_start", "t_args", "t_executed", "t_end")
+TIMES = ("t_pending", "t_assign", "t_scheduled", "t_start", "t_args", "t_executed", "t_end")
 UNKNOWN_TIME = math.nan  # a time not known yet
 BLOCK = 1024  # insertions per block of the time index (and per chunk a scan copies)
 ID_BYTES = 16  # a task id (ember.ids.TASK_ID_SIZE), stored raw

@@ -91,6 +91,7 @@ class TaskView:
         out = []
         for label, col in (
             ("PENDING_ARGS_AVAIL", "t_pending"),
+            ("PENDING_NODE_ASSIGNMENT", "t_assign"),
             ("SUBMITTED_TO_WORKER", "t_scheduled"),
             ("RUNNING", "t_start"),
             ("ARGS_FETCHED", "t_args"),
@@ -300,6 +301,11 @@ class TaskTable:
                     self.attempt[slot] = max(cur_attempt, attempt)
         if state == "PENDING_ARGS_AVAIL" and times["t_pending"][slot] != times["t_pending"][slot]:
             times["t_pending"][slot] = t
+        elif (
+            state == "PENDING_NODE_ASSIGNMENT"
+            and times["t_assign"][slot] != times["t_assign"][slot]
+        ):
+            times["t_assign"][slot] = t
         elif state == "SUBMITTED_TO_WORKER":
             times["t_scheduled"][slot] = t
         elif state == "RUNNING" and times["t_start"][slot] != times["t_start"][slot]:

@@ -56,7 +56,14 @@ from fastapi.responses import Response
 
 router = APIRouter(tags=["ray state API"])
 RAY_EVENT_STATES = frozenset(
-    {"PENDING_ARGS_AVAIL", "SUBMITTED_TO_WORKER", "RUNNING", "FINISHED", "FAILED"}
+    {
+        "PENDING_ARGS_AVAIL",
+        "PENDING_NODE_ASSIGNMENT",
+        "SUBMITTED_TO_WORKER",
+        "RUNNING",
+        "FINISHED",
+        "FAILED",
+    }
 )
 OBJECTS_MAX_AGE = 2.0  # seconds an agent's object rows are reused (as /api/objects)
 

@@ -155,6 +155,17 @@ def test_a_running_task_is_running_everywhere_then_finished(node):
         "the task FINISHED",
     )
     assert row["worker_pid"] == pid and row["end_time_ms"] >= row["start_time_ms"]
+    # Every transition, with its time, in order.
+    events = row["events"]
+    assert [e["state"] for e in events] == [
+        "PENDING_ARGS_AVAIL",
+        "PENDING_NODE_ASSIGNMENT",
+        "SUBMITTED_TO_WORKER",
+        "RUNNING",
+        "FINISHED",
+    ]
+    times = [e["created_ms"] for e in events]
+    assert times == sorted(times) and times[-1] == row["end_time_ms"]
     assert metric(http, "ember_tasks", state="RUNNING", name="held") is None
     assert [t["state"] for t in cli_tasks(ctx.dashboard_url, f"task_id={task_id}")] == ["FINISHED"]
 
