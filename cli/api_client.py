@@ -16,9 +16,9 @@ from ember.dashboard_client import DashboardClient, DashboardError, connect_dash
 class Api(DashboardClient):
     """The dashboard client, its errors turned into click's one-line messages."""
 
-    def open(self, method: str, path: str, params: Any = None, timeout: float | None = None):
+    def open(self, method: str, path: str, params: Any = None, timeout: float | None = None, **kw):
         try:
-            return super().open(method, path, params, timeout)
+            return super().open(method, path, params, timeout, **kw)
         except DashboardError as e:
             raise click.ClickException(str(e)) from None
 

@@ -55,6 +55,7 @@ def demo(num_cpus: float | None, tasks: int, hold: float | None) -> None:
 def _register() -> None:
     from ember.cli.dashboard_url import dashboard
     from ember.cli.get_state import get_state
+    from ember.cli.job import job
     from ember.cli.kill_actor import kill_actor
     from ember.cli.list_state import list_state
     from ember.cli.logs import logs
@@ -72,6 +73,7 @@ def _register() -> None:
     main.add_command(summary)
     main.add_command(kill_actor)
     main.add_command(dashboard)
+    main.add_command(job)
     from ember.cli.start import start
     from ember.cli.status import status
     from ember.cli.stop import stop

@@ -73,8 +73,19 @@ class DashboardClient:
             req.add_header("Authorization", f"Bearer {self.token}")
         return req
 
-    def open(self, method: str, path: str, params: Any = None, timeout: float | None = None):
+    def open(
+        self,
+        method: str,
+        path: str,
+        params: Any = None,
+        timeout: float | None = None,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+    ):
         req = self._request(method, path, params)
+        if body is not None:
+            req.data = body
+            req.add_header("Content-Type", content_type)
         try:
             return urllib.request.urlopen(req, timeout=timeout or self.timeout)
         except urllib.error.HTTPError as e:
@@ -106,6 +117,12 @@ class DashboardClient:
     def post(self, path: str, params: Any = None) -> Any:
         with self.open("POST", path, params) as resp:
             return json.loads(resp.read())
+
+    def send_json(self, method: str, path: str, document: Any = None) -> Any:
+        """A request with a JSON body (None: no body); the reply's JSON."""
+        body = None if document is None else json.dumps(document).encode()
+        with self.open(method, path, body=body) as resp:
+            return json.loads(resp.read() or b"null")
 
     def list_all(
         self, path: str, filters: list[str] = (), limit: int | None = None, **params: Any

@@ -1,0 +1,75 @@
+"""How ``ember.job_submission`` packs a local working_dir: files relative to it, excludes
+(by path or by name, a directory's contents with it), the same bytes for the same files
+whenever they are packed (the package's name is its content's hash), no links followed, and a
+size limit whose error names the limit and what to do."""
+
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+
+import pytest
+from ember import job_submission
+from ember.job_submission import JobDetails, JobStatus, zip_directory
+
+
+def _tree(root) -> None:
+    (root / "pkg").mkdir()
+    (root / "pkg" / "mod.py").write_text("X = 1\n")
+    (root / "main.py").write_text("print('hi')\n")
+    (root / "data").mkdir()
+    (root / "data" / "big.bin").write_bytes(b"\0" * 1000)
+    (root / "notes.log").write_text("log\n")
+
+
+def _names(data: bytes) -> list[str]:
+    return sorted(zipfile.ZipFile(io.BytesIO(data)).namelist())
+
+
+def test_files_are_relative_and_excludes_apply(tmp_path):
+    _tree(tmp_path)
+    assert _names(zip_directory(str(tmp_path))) == [
+        "data/big.bin",
+        "main.py",
+        "notes.log",
+        "pkg/mod.py",
+    ]
+    assert _names(zip_directory(str(tmp_path), ["data", "*.log"])) == ["main.py", "pkg/mod.py"]
+    content = zipfile.ZipFile(io.BytesIO(zip_directory(str(tmp_path)))).read("pkg/mod.py")
+    assert content == b"X = 1\n"
+
+
+def test_the_same_files_give_the_same_bytes(tmp_path):
+    _tree(tmp_path)
+    first = zip_directory(str(tmp_path))
+    os.utime(tmp_path / "main.py", (1, 1))  # times do not change the package
+    assert zip_directory(str(tmp_path)) == first
+    (tmp_path / "main.py").write_text("print('changed')\n")
+    assert zip_directory(str(tmp_path)) != first
+
+
+def test_links_are_not_followed(tmp_path):
+    _tree(tmp_path)
+    outside = tmp_path.parent / "outside-secret.txt"
+    outside.write_text("secret")
+    (tmp_path / "link.txt").symlink_to(outside)
+    assert "link.txt" not in _names(zip_directory(str(tmp_path)))
+
+
+def test_size_limit_names_the_limit_and_the_fix(tmp_path, monkeypatch):
+    _tree(tmp_path)
+    monkeypatch.setattr(job_submission, "MAX_PACKAGE_BYTES", 500)
+    with pytest.raises(ValueError, match=r"over 0 MiB.*excludes"):
+        zip_directory(str(tmp_path))
+    with pytest.raises(ValueError, match="is not a directory"):
+        zip_directory(str(tmp_path / "main.py"))
+
+
+def test_job_details_and_status():
+    d = JobDetails({"submission_id": "raysubmit_x", "status": "SUCCEEDED", "message": "ok"})
+    assert d.status is JobStatus.SUCCEEDED and d.status.is_terminal()
+    assert dict(d)["submission_id"] == "raysubmit_x" and d.message == "ok"
+    assert not JobStatus.RUNNING.is_terminal() and str(JobStatus.PENDING) == "PENDING"
+    with pytest.raises(AttributeError):
+        d.nothing  # noqa: B018
