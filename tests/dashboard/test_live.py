@@ -97,6 +97,10 @@ def test_tasks_and_failures_reach_the_dashboard(live):
         lambda: (
             (s := _get(live, "/api/tasks/summary"))
             and any(r["name"].endswith("explode") for r in s["by_function"])
+            and any(
+                r["name"].endswith("square") and r["states"].get("FINISHED") == 20
+                for r in s["by_function"]
+            )
             and s
         ),
         15,

@@ -37,7 +37,7 @@ class TaskEventsSync(AgentMessage):
 
     op = "task_events_sync"
     sent_by = "core worker (event exporter), at shutdown"
-    reply = "None"
+    reply = "null, once every batch sent before it is in the agent's queue"
 
 
 class ErrorEvent(AgentMessage):
