@@ -7,17 +7,17 @@ from typing import Any
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.query import page
 from ember.dashboard.routes.params import ListParams, list_params
-from ember.dashboard.state import EVENT_FIELDS
+from ember.dashboard.schemas import EVENTS
 from fastapi import APIRouter, Depends
 
 router = APIRouter(tags=["events"])
 
 
-@router.get("/api/events")
+@router.get("/api/events", response_model=None, responses=EVENTS.page_responses())
 async def list_events(
     q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
 ) -> dict[str, Any]:
-    preds = q.predicates(EVENT_FIELDS)
+    preds = q.predicates(EVENTS.filterable)
     out = page(
         reversed(ctx.state.events),
         predicates=preds,
