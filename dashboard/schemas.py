@@ -243,6 +243,8 @@ class Resource:
 
     @cached_property
     def list_model(self) -> type[Row]:
+        if not self.detail_fields:
+            return self.row  # one component in the spec, not two of the same shape
         fields = {k: (f.annotation, f) for k, f in self._fields(False).items()}
         model = create_model(f"{self.name}Row", __base__=Row, **fields)  # type: ignore[call-overload]
         model.__doc__ = self.row.__doc__
