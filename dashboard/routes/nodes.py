@@ -6,10 +6,11 @@ from typing import Annotated, Any
 
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.query import page
-from ember.dashboard.routes.params import ListParams, list_params
+from ember.dashboard.routes.params import ListParams, json_response, list_params
 from ember.dashboard.schemas import NODES, WORKERS
 from ember.dashboard.state import NodeIdError
 from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi.responses import Response
 
 router = APIRouter(tags=["nodes"])
 
@@ -17,16 +18,18 @@ router = APIRouter(tags=["nodes"])
 @router.get("/api/nodes", response_model=None, responses=NODES.page_responses())
 async def list_nodes(
     q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
-) -> dict[str, Any]:
+) -> Response:
     preds = q.predicates(NODES.filterable)
     rows = (ctx.state.node_row(nid) for nid in list(ctx.state.nodes))
-    return page(
-        rows,
-        predicates=preds,
-        sort_by=q.sort_by,
-        descending=q.descending,
-        limit=q.limit,
-        offset=q.offset,
+    return json_response(
+        page(
+            rows,
+            predicates=preds,
+            sort_by=q.sort_by,
+            descending=q.descending,
+            limit=q.limit,
+            offset=q.offset,
+        )
     )
 
 
@@ -44,15 +47,17 @@ async def get_node(node_id: str, ctx: DashboardContext = Depends(get_ctx)) -> di
 @router.get("/api/workers", response_model=None, responses=WORKERS.page_responses())
 async def list_workers(
     q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
-) -> dict[str, Any]:
+) -> Response:
     preds = q.predicates(WORKERS.filterable)
-    return page(
-        ctx.state.all_workers(),
-        predicates=preds,
-        sort_by=q.sort_by,
-        descending=q.descending,
-        limit=q.limit,
-        offset=q.offset,
+    return json_response(
+        page(
+            ctx.state.all_workers(),
+            predicates=preds,
+            sort_by=q.sort_by,
+            descending=q.descending,
+            limit=q.limit,
+            offset=q.offset,
+        )
     )
 
 
