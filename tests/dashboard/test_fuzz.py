@@ -69,7 +69,11 @@ def test_no_server_errors(live_url):
         def fuzz(case):
             if case.operation.path in STREAMS:
                 _bound_stream(case)
-            case.call_and_validate(base_url=live_url, checks=[not_a_server_error, response_schema_conformance], timeout=90)
+            case.call_and_validate(
+                base_url=live_url,
+                checks=[not_a_server_error, response_schema_conformance],
+                timeout=90,
+            )
             calls.append((case.operation.method, case.operation.path))
 
         given(case=op.as_strategy())(
