@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.query import MAX_LIMIT, check_sort, page
 from ember.dashboard.routes.objects import refresh_objects
-from ember.dashboard.state import ACTOR_FIELDS
+from ember.dashboard.schemas import ACTORS
 from fastapi import APIRouter, Depends, Query
 
 router = APIRouter(tags=["frontend"])
@@ -71,7 +71,7 @@ async def frontend_actors(
 ) -> dict[str, Any]:
     """One page of the actors matching every filter (applied before the limit), with the
     whole table's ``counts`` by state and its ``classes`` and ``jobs`` (the filters' choices)."""
-    check_sort(sort_by, ACTOR_FIELDS)
+    check_sort(sort_by, ACTORS.filterable)
     st = ctx.state
     needle = q.strip().lower()
     filters = (needle, state, pid, node_id, class_name, job_id)

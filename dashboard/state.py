@@ -27,6 +27,7 @@ from typing import Any
 from ember.dashboard.config import Caps
 from ember.dashboard.history import History, UserMetricHistory
 from ember.dashboard.pubsub import PubSub
+from ember.dashboard.schemas import WORKERS
 from ember.dashboard.task_table import TaskTable
 from ember.trace.store import TimelineStore
 
@@ -39,72 +40,8 @@ _ACTOR_STATE = {
     "RESTARTING": "RESTARTING",
     "DEAD": "DEAD",
 }
-ACTOR_FIELDS = (
-    "actor_id",
-    "class_name",
-    "name",
-    "namespace",
-    "title",
-    "state",
-    "node_id",
-    "pid",
-    "worker_id",
-    "job_id",
-    "num_restarts",
-    "death_cause",
-    "pending_reason",
-    "creator_actor_id",
-    "owner_worker_id",
-    "pending_calls",
-    "executed_calls",
-    "detached",
-    "start_time",
-    "end_time",
-)
-NODE_FIELDS = (
-    "node_id",
-    "node_ip",
-    "hostname",
-    "state",
-    "is_head",
-    "start_time",
-    "last_seen",
-    "cpu_percent",
-    "mem_used_bytes",
-    "num_workers",
-)
-WORKER_FIELDS = (
-    "node_id",
-    "pid",
-    "worker_id",
-    "kind",
-    "state",
-    "current_task",
-    "actor_class",
-    "cpu_percent",
-    "rss_bytes",
-    "uss_bytes",
-    "num_open_files",
-    "start_time",
-    "uptime_s",
-    "activity",
-    "component",
-)
-OBJECT_FIELDS = (
-    "node_id",
-    "object_id",
-    "pid",
-    "reference_type",
-    "object_size",
-    "status",
-    "call_site",
-    "ip",
-    "worker_id",
-)
-EVENT_FIELDS = ("time", "severity", "source", "node_id", "pid", "kind", "message")
-
-
 MIN_NODE_PREFIX = 4
+_WORKER_KEYS = WORKERS.fields
 
 
 class NodeIdError(LookupError):
@@ -311,6 +248,11 @@ class DashboardState:
             workers = workers[:cap]
         table = {}
         for w in workers:
+            # A node's components lack a worker's fields (activity, job, actor) and a quick
+            # sample lacks USS and open files: every row gets every declared field.
+            for k in _WORKER_KEYS:
+                if k not in w:
+                    w[k] = None
             w["node_id"] = node_id
             table[w["pid"]] = w
             if w.get("worker_id"):

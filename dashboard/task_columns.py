@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ember.dashboard.query import Predicate
+from ember.dashboard.schemas import TASKS
 
 if TYPE_CHECKING:
     from ember.dashboard.task_table import TaskTable
@@ -31,25 +32,8 @@ TERMINAL = frozenset({"FINISHED", "FAILED"})
 RANK = {s: i for i, s in enumerate(STATES)}
 RETRYING_CODE = RANK["RETRYING"]
 FIRST_TERMINAL = min(RANK[s] for s in TERMINAL)  # codes from here on are terminal
-# Fields a task list can filter and sort on (the public row's keys).
-FIELDS = (
-    "task_id",
-    "name",
-    "state",
-    "job_id",
-    "actor_id",
-    "node_id",
-    "worker_id",
-    "pid",
-    "attempt",
-    "type",
-    "submitted_time",
-    "start_time",
-    "end_time",
-    "duration_s",
-    "error_type",
-    "error",
-)
+# Fields a task list can filter and sort on (the public row's keys): its declaration's.
+FIELDS = TASKS.filterable
 # Coded text columns and the value a new task has (None: not known yet).
 CODED = {
     "state": STATES[0],

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.query import page
 from ember.dashboard.routes.params import ListParams, json_response, list_params
-from ember.dashboard.state import ACTOR_FIELDS
+from ember.dashboard.schemas import ACTORS
 from ember.protocol.messages.gcs import NoSuchActor
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import Response
@@ -16,11 +16,11 @@ router = APIRouter(tags=["actors"])
 COMPUTED = {"executed_calls", "pending_calls", "creator_actor_id"}
 
 
-@router.get("/api/actors")
+@router.get("/api/actors", response_model=None, responses=ACTORS.page_responses())
 async def list_actors(
     q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
 ) -> Response:
-    preds = q.predicates(ACTOR_FIELDS)
+    preds = q.predicates(ACTORS.filterable)
     st = ctx.state
     # Call counts and the creator are computed per row: only when a filter or sort needs them.
     keys = {p.key for p in preds} | ({q.sort_by} if q.sort_by else set())
@@ -39,7 +39,7 @@ async def list_actors(
     return json_response(out)
 
 
-@router.get("/api/actors/{actor_id}")
+@router.get("/api/actors/{actor_id}", response_model=None, responses=ACTORS.detail_responses())
 async def get_actor(actor_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
     actor_id = _resolve(ctx, actor_id)
     row = ctx.state.actor_row(actor_id)

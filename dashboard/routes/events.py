@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.query import page
-from ember.dashboard.routes.params import ListParams, list_params
-from ember.dashboard.state import EVENT_FIELDS
+from ember.dashboard.routes.params import ListParams, json_response, list_params
+from ember.dashboard.schemas import EVENTS
 from fastapi import APIRouter, Depends
+from fastapi.responses import Response
 
 router = APIRouter(tags=["events"])
 
 
-@router.get("/api/events")
+@router.get("/api/events", response_model=None, responses=EVENTS.page_responses())
 async def list_events(
     q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
-) -> dict[str, Any]:
-    preds = q.predicates(EVENT_FIELDS)
+) -> Response:
+    preds = q.predicates(EVENTS.filterable)
     out = page(
         reversed(ctx.state.events),
         predicates=preds,
@@ -27,4 +26,4 @@ async def list_events(
         offset=q.offset,
     )
     out["dropped"] = ctx.state.dropped["events"]
-    return out
+    return json_response(out)

@@ -15,31 +15,33 @@ from typing import Annotated, Any
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.query import page
 from ember.dashboard.routes.nodes import resolve_node
-from ember.dashboard.routes.params import ListParams, list_params
+from ember.dashboard.routes.params import ListParams, json_response, list_params
+from ember.dashboard.schemas import LOGS
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 router = APIRouter(tags=["logs"])
-LOG_FIELDS = ("node_id", "name", "component", "pid", "worker_id", "size", "mtime", "stream")
 CHUNK = 256 * 1024
 POLL = 0.5  # seconds between reads of a followed file that has nothing new
 FileName = Annotated[str, Query(min_length=1, max_length=255, description="a name from /api/logs")]
 NodeId = Annotated[str, Query(min_length=1, max_length=64, description="a node id (or prefix)")]
 
 
-@router.get("/api/logs")
+@router.get("/api/logs", response_model=None, responses=LOGS.page_responses())
 async def list_logs(
     q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
-) -> dict[str, Any]:
-    preds = q.predicates(LOG_FIELDS)
+) -> Response:
+    preds = q.predicates(LOGS.filterable)
     rows = [f for files in ctx.state.logs.values() for f in files]
-    return page(
-        rows,
-        predicates=preds,
-        sort_by=q.sort_by or "name",
-        descending=q.descending,
-        limit=q.limit,
-        offset=q.offset,
+    return json_response(
+        page(
+            rows,
+            predicates=preds,
+            sort_by=q.sort_by or "name",
+            descending=q.descending,
+            limit=q.limit,
+            offset=q.offset,
+        )
     )
 
 

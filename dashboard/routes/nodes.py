@@ -6,30 +6,34 @@ from typing import Annotated, Any
 
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.query import page
-from ember.dashboard.routes.params import ListParams, list_params
-from ember.dashboard.state import NODE_FIELDS, WORKER_FIELDS, NodeIdError
+from ember.dashboard.routes.params import ListParams, json_response, list_params
+from ember.dashboard.schemas import NODES, WORKERS
+from ember.dashboard.state import NodeIdError
 from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi.responses import Response
 
 router = APIRouter(tags=["nodes"])
 
 
-@router.get("/api/nodes")
+@router.get("/api/nodes", response_model=None, responses=NODES.page_responses())
 async def list_nodes(
     q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
-) -> dict[str, Any]:
-    preds = q.predicates(NODE_FIELDS)
+) -> Response:
+    preds = q.predicates(NODES.filterable)
     rows = (ctx.state.node_row(nid) for nid in list(ctx.state.nodes))
-    return page(
-        rows,
-        predicates=preds,
-        sort_by=q.sort_by,
-        descending=q.descending,
-        limit=q.limit,
-        offset=q.offset,
+    return json_response(
+        page(
+            rows,
+            predicates=preds,
+            sort_by=q.sort_by,
+            descending=q.descending,
+            limit=q.limit,
+            offset=q.offset,
+        )
     )
 
 
-@router.get("/api/nodes/{node_id}")
+@router.get("/api/nodes/{node_id}", response_model=None, responses=NODES.detail_responses())
 async def get_node(node_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
     node_id = resolve_node(ctx, node_id)
     st = ctx.state
@@ -40,18 +44,20 @@ async def get_node(node_id: str, ctx: DashboardContext = Depends(get_ctx)) -> di
     return row
 
 
-@router.get("/api/workers")
+@router.get("/api/workers", response_model=None, responses=WORKERS.page_responses())
 async def list_workers(
     q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
-) -> dict[str, Any]:
-    preds = q.predicates(WORKER_FIELDS)
-    return page(
-        ctx.state.all_workers(),
-        predicates=preds,
-        sort_by=q.sort_by,
-        descending=q.descending,
-        limit=q.limit,
-        offset=q.offset,
+) -> Response:
+    preds = q.predicates(WORKERS.filterable)
+    return json_response(
+        page(
+            ctx.state.all_workers(),
+            predicates=preds,
+            sort_by=q.sort_by,
+            descending=q.descending,
+            limit=q.limit,
+            offset=q.offset,
+        )
     )
 
 

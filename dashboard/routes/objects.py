@@ -14,20 +14,21 @@ from typing import Annotated, Any
 
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.query import page
-from ember.dashboard.routes.params import ListParams, list_params
-from ember.dashboard.state import OBJECT_FIELDS
+from ember.dashboard.routes.params import ListParams, json_response, list_params
+from ember.dashboard.schemas import OBJECTS
 from fastapi import APIRouter, Depends, Query
+from fastapi.responses import Response
 
 router = APIRouter(tags=["objects"])
 
 
-@router.get("/api/objects")
+@router.get("/api/objects", response_model=None, responses=OBJECTS.page_responses())
 async def list_objects(
     q: ListParams = Depends(list_params),
     max_age: Annotated[float, Query(ge=0, le=3600, description="reuse rows this fresh (s)")] = 2.0,
     ctx: DashboardContext = Depends(get_ctx),
-) -> dict[str, Any]:
-    preds = q.predicates(OBJECT_FIELDS)
+) -> Response:
+    preds = q.predicates(OBJECTS.filterable)
     missing = await refresh_objects(ctx, max_age)
     st = ctx.state
     rows = [r for rows in st.objects.values() for r in rows]
@@ -42,7 +43,7 @@ async def list_objects(
     out["missing"] = missing
     out["summary"] = _summary(rows)
     out["store"] = ctx.extra.get("object_store", {})
-    return out
+    return json_response(out)
 
 
 def unreachable_nodes(ctx: DashboardContext) -> dict[str, str]:

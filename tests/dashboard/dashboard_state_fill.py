@@ -5,17 +5,39 @@
 from __future__ import annotations
 
 import warnings
+from types import SimpleNamespace
+from typing import Any
 
+from ember.agent.logs import describe
 from ember.dashboard.agent_hub import AgentHub, AgentLink
+from ember.dashboard.gcs_client import _actor_row
 from ember.dashboard.state import DashboardState
+from ember.gcs.actor_machine import ActorInfo
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-__all__ = ["NODE", "TestClient", "fill"]
+__all__ = ["NODE", "TestClient", "fill", "gcs_actor_row"]
 
 NODE = "aa" * 16
+
+
+def gcs_actor_row(i: int) -> dict[str, Any]:
+    """Actor ``i`` as the dashboard's GCS poll receives it: the GCS's own ``ActorInfo.public``,
+    ids made hex (so the rows' shape is the GCS's, not a copy of it)."""
+    spec = SimpleNamespace(
+        actor_id=i.to_bytes(16, "big"),
+        actor_options={
+            "class_name": "Counter" if i % 3 else "Other",
+            "name": f"c{i}" if i % 5 == 0 else "",
+        },
+        owner=(bytes([1]) * 16, "127.0.0.1:1", bytes.fromhex(NODE)),
+        job_id=bytes.fromhex("01000000"),
+        resources={"CPU": 1.0},
+        parent_task_id=bytes([3]) * 16,
+    )
+    return _actor_row(ActorInfo(spec).public())
 
 
 def fill(state: DashboardState, n_tasks: int = 300, n_actors: int = 30) -> None:
@@ -28,17 +50,33 @@ def fill(state: DashboardState, n_tasks: int = 300, n_actors: int = 30) -> None:
             "time": 100.0,
             "info": {"node_ip": "10.0.0.1", "hostname": "h1", "is_head": True},
             "sample": {"cpu_percent": 12.0, "mem_used_bytes": 1000},
-            "workers": [{"pid": 11, "worker_id": "w1", "kind": "worker", "state": "IDLE"}],
-            "logs": [
+            "workers": [
+                # A worker as the agent reports one (``Agent.collect``), and a component.
                 {
-                    "name": "raylet.log",
-                    "component": "raylet",
-                    "pid": None,
-                    "worker_id": None,
-                    "size": 10,
-                    "mtime": 1.0,
-                    "stream": "log",
-                }
+                    "pid": 11,
+                    "worker_id": "w1",
+                    "kind": "worker",
+                    "component": "worker",
+                    "state": "IDLE",
+                    "activity": "idle",
+                    "current_task": None,
+                    "actor_id": None,
+                    "actor_class": None,
+                    "job_id": "01000000",
+                    "blocked": False,
+                    "cpu_percent": 0.5,
+                    "rss_bytes": 50_000_000,
+                    "start_time": 90.0,
+                    "uptime_s": 10.0,
+                    "uss_bytes": 40_000_000,
+                    "num_open_files": 12,
+                },
+                {"pid": 20, "kind": "raylet", "component": "raylet", "state": "-"},
+            ],
+            # The agent's log index: ``describe`` of the name, its size and mtime.
+            "logs": [
+                {**describe(name), "size": 10, "mtime": 1.0}
+                for name in ("raylet.log", "raylet.log.1", "worker-" + "ab" * 14 + "-11.err")
             ],
         },
     )
@@ -49,9 +87,7 @@ def fill(state: DashboardState, n_tasks: int = 300, n_actors: int = 30) -> None:
                 "type": "actors",
                 "actors": [
                     {
-                        "actor_id": f"{i:032x}",
-                        "class_name": "Counter" if i % 3 else "Other",
-                        "name": f"c{i}" if i % 5 == 0 else "",
+                        **gcs_actor_row(i),
                         "state": "DEAD" if i % 10 == 9 else "ALIVE",
                         "node_id": NODE,
                         "pid": 1000 + i,

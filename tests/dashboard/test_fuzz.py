@@ -1,4 +1,5 @@
-"""Fuzz the REST API against its own OpenAPI spec (issue 4 §6): no request may get a 5xx.
+"""Fuzz the REST API against its own OpenAPI spec (issue 4 §6): no request may get a 5xx, and
+every answer must match its declared schema (the rows of ``ember.dashboard.schemas``).
 
 Runs against a live dashboard of a real node (agents, GCS, py-spy behind it), so the
 endpoints that call agents are fuzzed too, every one of them: the streams
@@ -16,6 +17,7 @@ import schemathesis
 from ember_test_utils import assert_no_ember_children
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import response_schema_conformance
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +69,11 @@ def test_no_server_errors(live_url):
         def fuzz(case):
             if case.operation.path in STREAMS:
                 _bound_stream(case)
-            case.call_and_validate(base_url=live_url, checks=[not_a_server_error], timeout=90)
+            case.call_and_validate(
+                base_url=live_url,
+                checks=[not_a_server_error, response_schema_conformance],
+                timeout=90,
+            )
             calls.append((case.operation.method, case.operation.path))
 
         given(case=op.as_strategy())(

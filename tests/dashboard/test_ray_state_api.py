@@ -172,7 +172,10 @@ def test_every_list_answers_the_envelope(client):
 
 def test_logs_listing_by_category(client):
     out = client.get("/api/v0/logs", params={"node_ip": "10.0.0.1"}).json()
-    assert out["result"] is True and out["data"]["result"] == {"raylet": ["raylet.log"]}
+    assert out["result"] is True and out["data"]["result"] == {
+        "raylet": ["raylet.log", "raylet.log.1"],
+        "worker_err": ["worker-" + "ab" * 14 + "-11.err"],
+    }
     refused = client.get("/api/v0/logs").json()
     assert refused["result"] is False and "node" in refused["msg"]
 

@@ -10,9 +10,11 @@ import { errorText, getJSON, postJSON, type Page } from "../lib/api";
 import { useApi, useLiveToken } from "../lib/data";
 import { resources, shortId, time } from "../lib/format";
 import { href, setParams } from "../lib/router";
-import type { ActorRow } from "../lib/types";
+import type { ActorDetail as ActorDetailRow, ActorRow } from "../lib/types";
 
-type ActorItem = ActorRow & { depth?: number; matches?: boolean; resources?: Record<string, number> };
+// /api/frontend/actors adds to each row how many actors it created, whether its wait is
+// infeasible, and in the tree view its depth and whether it matched the filters itself.
+type ActorItem = ActorRow & { num_children: number; infeasible: boolean; depth?: number; matches?: boolean };
 type ActorPage = Page<ActorItem> & { counts: Record<string, number>; classes: Record<string, number>; jobs: Record<string, number> };
 
 const STATES = ["", "ALIVE", "PENDING", "RESTARTING", "DEAD"];
@@ -120,7 +122,7 @@ export function Actors({ params }: { params: URLSearchParams }) {
             ""
           ),
       },
-      { key: "resources", title: "Resources", width: "1fr", render: (a) => resources(a.resources ?? a.required_resources) },
+      { key: "resources", title: "Resources", width: "1fr", render: (a) => resources(a.resources) },
       { key: "pending_calls", title: "Pending", width: "70px", align: "right", sortable: true },
       { key: "executed_calls", title: "Executed", width: "80px", align: "right", sortable: true },
       { key: "node_id", title: "Node", width: "100px", sortable: true, render: (a) => <span class="mono">{shortId(a.node_id)}</span> },
@@ -196,7 +198,7 @@ interface StackReply {
 
 function ActorDetail({ id }: { id: string }) {
   // State changes and call counts (task events) arrive on the stream.
-  const d = useApi<ActorItem & { children: string[] }>(`api/actors/${encodeURIComponent(id)}`, {}, { liveTypes: ["actor", "tasks"], minGapMs: 1000 });
+  const d = useApi<ActorDetailRow>(`api/actors/${encodeURIComponent(id)}`, {}, { liveTypes: ["actor", "tasks"], minGapMs: 1000 });
   const [confirm, setConfirm] = useState(false);
   const [killMsg, setKillMsg] = useState<string | undefined>();
   const [stack, setStack] = useState<StackReply | undefined>();
@@ -258,7 +260,7 @@ function ActorDetail({ id }: { id: string }) {
           {shortId(a.node_id, 12)} / {a.pid ?? "–"}
         </dd>
         <dt>Resources</dt>
-        <dd>{resources(a.resources ?? a.required_resources)}</dd>
+        <dd>{resources(a.resources)}</dd>
         <dt>Calls</dt>
         <dd>
           {a.pending_calls ?? 0} pending · {a.executed_calls ?? 0} executed
@@ -296,7 +298,7 @@ function ActorDetail({ id }: { id: string }) {
             Profile {s} s
           </button>
         ))}
-        <a href={href("logs", { node: a.node_id, pid: a.pid ? String(a.pid) : undefined })}>logs</a>
+        <a href={href("logs", { node: a.node_id ?? undefined, pid: a.pid ? String(a.pid) : undefined })}>logs</a>
       </div>
       {busy && <div class="note" data-testid="actor-busy">{busy}… (py-spy is recording)</div>}
       {killMsg && <div class="note" data-testid="kill-result">{killMsg}</div>}

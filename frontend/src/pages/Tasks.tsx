@@ -8,7 +8,7 @@ import { getJSON, type Page } from "../lib/api";
 import { useApi, useLiveToken } from "../lib/data";
 import { duration, shortId, time } from "../lib/format";
 import { setParams } from "../lib/router";
-import type { TaskRow, TaskSummary } from "../lib/types";
+import type { TaskDetail as TaskDetailRow, TaskRow, TaskSummary } from "../lib/types";
 
 const STATES = ["", "PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WORKER", "RUNNING", "RETRYING", "FINISHED", "FAILED"];
 
@@ -145,7 +145,7 @@ export function Tasks({ params }: { params: URLSearchParams }) {
 }
 
 function TaskDetail({ id }: { id: string }) {
-  const d = useApi<TaskRow>(`api/tasks/${encodeURIComponent(id)}`, {}, { liveTypes: ["tasks"], minGapMs: 1000 });
+  const d = useApi<TaskDetailRow>(`api/tasks/${encodeURIComponent(id)}`, {}, { liveTypes: ["tasks"], minGapMs: 1000 });
   if (d.error) return <div class="card detail"><ErrorBox error={d.error} /></div>;
   const t = d.data;
   if (!t) return <div class="card detail">Loading…</div>;
