@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import time
 from typing import Any
 
@@ -47,6 +48,7 @@ class JobManager:
         self.tasks: dict[str, asyncio.Task] = {}
         self._connect_lock = asyncio.Lock()
         self._loaded = False
+        self.stopping: set[str] = set()
         self.driver_cost: dict[str, float] = {}
 
     # -- the driver connection -------------------------------------------------------------
@@ -54,7 +56,7 @@ class JobManager:
         async with self._connect_lock:
             import ember
 
-            if ember.is_initialized():
+            if "ember.driver" in sys.modules and ember.is_initialized():
                 return
             gcs = self.ctx.gcs.address
             temp_dir = os.path.dirname(self.ctx.session_dir.rstrip("/"))
@@ -268,14 +270,19 @@ class JobManager:
             driver_exit_code=exit_code,
             end_time=int(time.time() * 1000),
         )
-        handle = self.handles.pop(rec["submission_id"], None)
-        if handle is not None:  # its outcome is recorded: the supervisor's work is done
+        if rec["submission_id"] not in self.stopping:
+            await self._kill(rec["submission_id"])
+
+    async def _kill(self, sid: str) -> None:
+        """The supervisor's work is done once its job's outcome is recorded."""
+        handle = self.handles.pop(sid, None)
+        if handle is not None:
             import ember
 
             try:
                 await asyncio.to_thread(ember.kill, handle)
             except Exception as e:
-                logger.info("supervisor of %s already gone: %s", rec["submission_id"], e)
+                logger.info("supervisor of %s already gone: %s", sid, e)
 
     async def stop(self, job_id: str) -> bool:
         rec = await self.find(job_id)
@@ -284,9 +291,15 @@ class JobManager:
             return False
         handle = self.handles.get(sid)
         if rec["status"] == jr.RUNNING and handle is not None:
-            stopped = await handle.stop.remote()
-            if stopped:
+            # The watcher records the outcome but leaves the supervisor to this call, which
+            # may still be answering when the entrypoint's exit is seen.
+            self.stopping.add(sid)
+            try:
+                stopped = await handle.stop.remote()
                 await self._wait_ended(rec)
+            finally:
+                self.stopping.discard(sid)
+            await self._kill(sid)
             return bool(stopped)
         # Still PENDING (its supervisor waits for resources): it never runs.
         task = self.tasks.get(sid)
