@@ -4,10 +4,11 @@ the submitted jobs' records (``job_records``), starts one supervisor actor per j
 
 To create actors the dashboard needs a driver connection. It is made on first need (a
 submission, or a job left running by a previous dashboard), with ``ember.init`` in this
-process, in a thread so the dashboard's loop never waits for it: measured on a 2-CPU head, it
-costs ~0.25 s once and ~10 MB of the dashboard's RSS (the driver API's modules and a core
-worker's I/O thread), against a separate manager process's ~45 MB and a pipe protocol of its
-own. A dashboard that never sees a job pays nothing.
+process, in a thread so the dashboard's loop never waits for it. Measured on a 2-CPU head:
+the first submission takes ~0.2 s and the dashboard's RSS grows 75.7 -> 82.3 MiB (the driver
+API's modules and a core worker's I/O thread), where a separate manager process would be
+another interpreter (~35 MB, the figure that moved the head's agent into this process) and a
+protocol of its own. A dashboard that never sees a job pays nothing.
 
 Supervisors are detached and named (``_ember_job_<submission_id>`` in the ``_ember_jobs``
 namespace), so a dashboard started again finds the running ones (``recover``) and collects
