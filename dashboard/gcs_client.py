@@ -78,6 +78,19 @@ class GcsClient:
             timeout=10.0,
         )
 
+    async def kv(self, op: str, namespace: str, key: bytes, value: bytes | None = None) -> Any:
+        """One KV call (``kv_get``, ``kv_put``, ``kv_del``, ``kv_keys`` with ``key`` as the
+        prefix) in ``namespace``: the job manager's records live there."""
+        conn = await self._ensure()
+        body: dict[str, Any] = {"namespace": namespace}
+        if op == "kv_keys":
+            body["prefix"] = key
+        else:
+            body["key"] = key
+        if op == "kv_put":
+            body.update(value=value or b"", overwrite=True)
+        return await conn.call(op, body, timeout=10.0)
+
     async def list_jobs(self) -> list[dict[str, Any]]:
         """The GCS's job table, asked on demand (the state API's ``jobs``), ids as hex."""
         conn = await self._ensure()

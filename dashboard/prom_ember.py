@@ -69,6 +69,7 @@ CLUSTER_FAMILIES = frozenset(
         "dashboard_tasks_tracked",
         "dashboard_dropped",
         "dashboard_task_events_ingested",
+        "jobs",
     }
 )
 
@@ -276,3 +277,14 @@ def dashboard_metrics(st: Any) -> Iterator[Metric]:
     ingested = _c("dashboard_task_events_ingested", "Task events received from the agents", [])
     ingested.add_metric([], float(st.ingested.get("task_events", 0)))
     yield ingested
+
+
+def job_metrics(jobs: Any) -> Iterator[Metric]:
+    """Submitted jobs (the Jobs API's) by state, every state present (0 when none)."""
+    from ember.dashboard.job_records import STATES
+
+    fam = _g("jobs", "Jobs submitted through the Jobs API, by state", ["state"])
+    counts = jobs.counts() if jobs is not None else {}
+    for state in STATES:
+        fam.add_metric([state], float(counts.get(state, 0)))
+    yield fam

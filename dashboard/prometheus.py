@@ -81,6 +81,7 @@ class EmberCollector:
         if self.node_id is None:
             yield from prom_ember.cluster_metrics(st)
             yield from prom_ember.dashboard_metrics(st)
+            yield from prom_ember.job_metrics(self.ctx.extra.get("jobs"))
 
     def _ray(self) -> Iterator[Metric]:
         st = self.ctx.state

@@ -132,6 +132,12 @@ async def serve(args: argparse.Namespace) -> None:
         except Exception as e:
             logger.warning("could not publish the dashboard's address in the GCS: %s", e)
         tasks.append(asyncio.ensure_future(gcs.poll_loop()))
+        # Jobs a previous dashboard left running are watched again (their records are in
+        # the GCS KV); the driver connection is made only if there are any.
+        from ember.dashboard.job_manager import JobManager
+
+        ctx.extra["jobs"] = JobManager(ctx)
+        tasks.append(asyncio.ensure_future(_recover_jobs(ctx.extra["jobs"])))
     tasks.append(asyncio.ensure_future(_freeze_gc()))
     agent_stop = asyncio.Event()
     if args.node_agent:  # this node's agent runs here (see ember.agent)
@@ -186,6 +192,14 @@ async def _run_node_agent(argv_json: str, hub: AgentHub, stop: asyncio.Event) ->
         )
 
     await keep_running(run_once, stop, on_death)
+
+
+async def _recover_jobs(jobs: object) -> None:
+    try:
+        await jobs.recover()  # type: ignore[attr-defined]
+    except Exception as e:  # the Jobs API retries on its first call
+        jobs._loaded = False  # type: ignore[attr-defined]
+        logger.warning("could not load the jobs' records from the GCS: %s", e)
 
 
 async def _freeze_gc() -> None:

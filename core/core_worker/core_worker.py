@@ -266,6 +266,7 @@ class CoreWorker:
                     "node_id": self.node_id,
                     "namespace": self.namespace,
                     "entrypoint": " ".join(sys.argv),
+                    "submission_id": os.environ.get("EMBER_JOB_SUBMISSION_ID", ""),
                 },
             )
             if self.links.wants_remote_logs():

@@ -137,6 +137,9 @@ class RegisterJob(GcsMessage):
     node_id: bytes
     namespace: str
     entrypoint: str
+    # The Jobs API's submission id when a submitted job's entrypoint is the driver ('' else):
+    # the dashboard's job manager links the submission to this job with it.
+    submission_id: str
 
 
 class JobFinished(GcsMessage):

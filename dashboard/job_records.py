@@ -1,0 +1,137 @@
+"""Submitted jobs' records: their states and messages, the shape Ray's clients read
+(``JobDetails``), and their storage in the GCS KV (namespace ``jobs``), so a dashboard started
+again finds them. The job manager (``job_manager.py``) is their only writer.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+import time
+from typing import Any
+
+NAMESPACE = "jobs"
+KEY_PREFIX = b"job:"
+
+PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED = (
+    "PENDING",
+    "RUNNING",
+    "STOPPED",
+    "SUCCEEDED",
+    "FAILED",
+)
+STATES = (PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED)
+TERMINAL = frozenset({STOPPED, SUCCEEDED, FAILED})
+
+# Ray's messages, so what users read matches Ray's docs.
+MSG_PENDING = (
+    "Job has not started yet. It may be waiting for resources (CPUs, GPUs, memory, custom "
+    "resources) to become available."
+)
+MSG_RUNNING = "Job is currently running."
+MSG_SUCCEEDED = "Job finished successfully."
+MSG_STOPPED = "Job was intentionally stopped."
+
+# The fields of Ray's JobDetails (ray/dashboard/modules/job/pydantic_models.py), in its order.
+FIELDS = (
+    "type",
+    "job_id",
+    "submission_id",
+    "driver_info",
+    "status",
+    "entrypoint",
+    "message",
+    "error_type",
+    "start_time",
+    "end_time",
+    "metadata",
+    "runtime_env",
+    "driver_agent_http_address",
+    "driver_node_id",
+    "driver_exit_code",
+)
+
+
+def new_submission_id() -> str:
+    """``raysubmit_`` and 16 characters, none of the confusable ``I l o O 0`` (as Ray)."""
+    chars = sorted(set(string.ascii_letters + string.digits) - set("IloO0"))
+    return "raysubmit_" + "".join(random.SystemRandom().choices(chars, k=16))
+
+
+def new_record(
+    submission_id: str,
+    entrypoint: str,
+    metadata: dict[str, str] | None,
+    runtime_env: dict[str, Any] | None,
+    resources: dict[str, Any],
+) -> dict[str, Any]:
+    """A PENDING job. ``resources`` keeps the entrypoint's requests (``entrypoint_num_cpus``
+    etc.), which Ray's JobDetails also carry."""
+    return {
+        "type": "SUBMISSION",
+        "job_id": None,
+        "submission_id": submission_id,
+        "driver_info": None,
+        "status": PENDING,
+        "entrypoint": entrypoint,
+        "message": MSG_PENDING,
+        "error_type": None,
+        "start_time": int(time.time() * 1000),
+        "end_time": None,
+        "metadata": dict(metadata or {}),
+        "runtime_env": dict(runtime_env or {}),
+        "driver_agent_http_address": None,
+        "driver_node_id": None,
+        "driver_exit_code": None,
+        **resources,
+        # Ember's own, not sent to Ray's clients' models (they ignore unknown fields anyway).
+        "driver_pid": None,
+        "log_name": None,
+    }
+
+
+def finished_message(outcome: dict[str, Any]) -> tuple[str, str, str | None]:
+    """``(status, message, error_type)`` for a supervisor's ``wait`` answer."""
+    code = outcome.get("exit_code")
+    if outcome.get("stopped"):
+        return STOPPED, MSG_STOPPED, None
+    if code == 0:
+        return SUCCEEDED, MSG_SUCCEEDED, None
+    tail = outcome.get("tail") or ""
+    message = f"Job entrypoint command failed with exit code {code}"
+    if tail:
+        message += f", last available logs (truncated to 20,000 chars):\n{tail}"
+    return FAILED, message, "JOB_ENTRYPOINT_COMMAND_ERROR"
+
+
+def details(record: dict[str, Any]) -> dict[str, Any]:
+    """What ``GET /api/jobs/`` answers per job: Ray's JobDetails and Ember's extra fields."""
+    return {k: record.get(k) for k in FIELDS} | {k: v for k, v in record.items() if k not in FIELDS}
+
+
+class JobStore:
+    """The records in the GCS KV, one key per submission id."""
+
+    def __init__(self, gcs: Any) -> None:
+        self.gcs = gcs
+
+    async def put(self, record: dict[str, Any]) -> None:
+        key = KEY_PREFIX + record["submission_id"].encode()
+        await self.gcs.kv("kv_put", NAMESPACE, key, json.dumps(record).encode())
+
+    async def get(self, submission_id: str) -> dict[str, Any] | None:
+        raw = await self.gcs.kv("kv_get", NAMESPACE, KEY_PREFIX + submission_id.encode())
+        return json.loads(raw) if raw else None
+
+    async def delete(self, submission_id: str) -> bool:
+        return bool(await self.gcs.kv("kv_del", NAMESPACE, KEY_PREFIX + submission_id.encode()))
+
+    async def all(self) -> list[dict[str, Any]]:
+        keys = await self.gcs.kv("kv_keys", NAMESPACE, KEY_PREFIX)
+        out = []
+        for key in keys:
+            raw = await self.gcs.kv("kv_get", NAMESPACE, key)
+            if raw:
+                out.append(json.loads(raw))
+        return sorted(out, key=lambda r: r.get("start_time") or 0)

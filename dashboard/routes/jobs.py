@@ -1,0 +1,187 @@
+"""Ray's Jobs REST API (``/api/jobs/``, ``/api/packages/``), with Ray's paths and shapes, so
+Ray's ``ray job`` CLI and ``JobSubmissionClient`` work against Ember unchanged. The work is
+the job manager's (``job_manager.py``); logs are read through the job's node's agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from ember.dashboard import job_packages as pk
+from ember.dashboard import job_records as jr
+from ember.dashboard.app import DashboardContext, get_ctx
+from ember.dashboard.job_manager import JobError, JobManager
+from fastapi import APIRouter, Depends, HTTPException, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import Response
+from pydantic import BaseModel
+
+router = APIRouter(tags=["jobs"])
+CHUNK = 256 * 1024
+TAIL_POLL_S = 0.5
+# What GET .../logs holds at most: the end of a larger log, with a line saying so.
+LOGS_MAX_BYTES = int(os.environ.get("EMBER_JOB_LOGS_MAX_BYTES", str(64 * 1024 * 1024)))
+
+
+class JobSubmitRequest(BaseModel):
+    """Ray's ``JobSubmitRequest`` (ray/dashboard/modules/job/common.py)."""
+
+    entrypoint: str
+    submission_id: str | None = None
+    job_id: str | None = None  # Ray's deprecated spelling of submission_id
+    runtime_env: dict[str, Any] | None = None
+    metadata: dict[str, str] | None = None
+    entrypoint_num_cpus: float | None = None
+    entrypoint_num_gpus: float | None = None
+    entrypoint_memory: int | None = None
+    entrypoint_resources: dict[str, float] | None = None
+    entrypoint_label_selector: dict[str, str] | None = None
+
+
+def manager(ctx: DashboardContext) -> JobManager:
+    jobs = ctx.extra.get("jobs")
+    if jobs is None:
+        if ctx.gcs is None:
+            raise HTTPException(503, "this dashboard has no GCS: it cannot run jobs")
+        jobs = ctx.extra["jobs"] = JobManager(ctx)
+    return jobs
+
+
+async def _call(coro: Any) -> Any:
+    try:
+        return await coro
+    except (JobError, pk.PackageError) as e:
+        raise HTTPException(e.status, str(e)) from None
+
+
+@router.post("/api/jobs/")
+async def submit(req: JobSubmitRequest, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, str]:
+    if not req.entrypoint.strip():
+        raise HTTPException(400, "entrypoint is empty: give the command the job runs")
+    for k in ("entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_memory"):
+        if (getattr(req, k) or 0) < 0:
+            raise HTTPException(400, f"{k} must be >= 0, got {getattr(req, k)}")
+    package = None
+    working_dir = (req.runtime_env or {}).get("working_dir")
+    if working_dir:
+        package = await _call(asyncio.to_thread(pk.load, ctx.session_dir, working_dir))
+    sid = await _call(manager(ctx).submit(req.model_dump(), package))
+    return {"submission_id": sid, "job_id": sid}
+
+
+@router.get("/api/jobs/")
+async def list_jobs(ctx: DashboardContext = Depends(get_ctx)) -> list[dict[str, Any]]:
+    return [jr.details(r) for r in await _call(manager(ctx).list())]
+
+
+@router.get("/api/jobs/{job_id}")
+async def get_job(job_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
+    return jr.details(await _call(manager(ctx).find(job_id)))
+
+
+@router.post("/api/jobs/{job_id}/stop")
+async def stop_job(job_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, bool]:
+    return {"stopped": await _call(manager(ctx).stop(job_id))}
+
+
+@router.delete("/api/jobs/{job_id}")
+async def delete_job(job_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, bool]:
+    return {"deleted": await _call(manager(ctx).delete(job_id))}
+
+
+@router.get("/api/jobs/{job_id}/logs")
+async def job_logs(job_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, str]:
+    rec = await _call(manager(ctx).find(job_id))
+    if not rec.get("log_name") or ctx.hub is None:
+        return {"logs": ""}
+    # Read in chunks, keeping only the last LOGS_MAX_BYTES: the whole file is what Ray's
+    # client gets, up to a size that must not take the dashboard down.
+    kept: list[bytes] = []
+    held = dropped = offset = 0
+    while True:
+        res = await _read(ctx, rec, offset)
+        data = res.get("data", "").encode("utf-8", "surrogateescape")
+        kept.append(data)
+        held += len(data)
+        while held > LOGS_MAX_BYTES and len(kept) > 1:
+            held -= len(kept[0])
+            dropped += len(kept.pop(0))
+        if res.get("eof", True) or res.get("error") or not data:
+            break
+        offset = res["next_offset"]
+    text = b"".join(kept).decode("utf-8", "replace")
+    if dropped:
+        text = f"[ember: the first {dropped} bytes of this log are left out]\n" + text
+    return {"logs": text}
+
+
+async def _read(ctx: DashboardContext, rec: dict[str, Any], offset: int) -> dict[str, Any]:
+    body = {"name": rec["log_name"], "offset": offset, "size": CHUNK}
+    try:
+        return await ctx.hub.call(rec["driver_node_id"], "log_read", body, timeout=10)
+    except Exception as e:  # the node's agent is away: the log is unreadable for now
+        return {"error": str(e), "eof": True}
+
+
+@router.websocket("/api/jobs/{job_id}/logs/tail")
+async def tail_job_logs(ws: WebSocket, job_id: str) -> None:
+    """Text messages of whole lines as they are written; closed (1000) once the job has
+    ended and its last line was sent."""
+    ctx: DashboardContext = ws.app.state.ctx
+    try:
+        rec = await manager(ctx).find(job_id)
+    except JobError as e:
+        await ws.close(code=1008, reason=str(e)[:120])
+        return
+    await ws.accept()
+    offset, partial = 0, b""
+    try:
+        while True:
+            ended = rec["status"] in jr.TERMINAL  # read before the file: no line is missed
+            res = await _read(ctx, rec, offset) if rec.get("log_name") else {"eof": True}
+            data = (
+                res.get("data", "").encode("utf-8", "surrogateescape")
+                if not res.get("error")
+                else b""
+            )
+            if data:
+                offset = res["next_offset"]
+                lines, _, partial = (partial + data).rpartition(b"\n")
+                if lines:
+                    await ws.send_text((lines + b"\n").decode("utf-8", "replace"))
+                if not res.get("eof", True):
+                    continue
+            elif ended:
+                if partial:
+                    await ws.send_text(partial.decode("utf-8", "replace"))
+                break
+            await asyncio.sleep(TAIL_POLL_S)
+    except WebSocketDisconnect:
+        return
+    await ws.close(code=1000)
+
+
+@router.get("/api/packages/{protocol}/{name}")
+async def package_exists(
+    protocol: str, name: str, ctx: DashboardContext = Depends(get_ctx)
+) -> Response:
+    path = await _call(_path(ctx, protocol, name))
+    if not os.path.exists(path):
+        raise HTTPException(404, f"package {protocol}://{name} is not on this cluster")
+    return Response(status_code=200)
+
+
+@router.put("/api/packages/{protocol}/{name}")
+async def upload_package(
+    protocol: str, name: str, request: Request, ctx: DashboardContext = Depends(get_ctx)
+) -> Response:
+    path = await _call(_path(ctx, protocol, name))
+    length = request.headers.get("content-length")
+    declared = int(length) if length and length.isdigit() else None
+    await _call(pk.store(path, request.stream(), declared))
+    return Response(status_code=200)
+
+
+async def _path(ctx: DashboardContext, protocol: str, name: str) -> str:
+    return pk.path_of(ctx.session_dir, protocol, name)
