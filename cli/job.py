@@ -15,14 +15,19 @@ from typing import Any
 import click
 import yaml
 from ember.cli.api_client import cluster_options, resolve, table
+from ember.dashboard_client import DashboardClient
 from ember.job_submission import JobStatus, JobSubmissionClient
 
 LIST_COLUMNS = ["submission_id", "status", "entrypoint", "start_time", "end_time", "message"]
 
 
 def _client(address: str | None) -> JobSubmissionClient:
+    api = resolve(address)  # the command's --address, --token and --temp-dir
+    # A plain client: the job client reads some refusals as answers (404: no such package),
+    # which the CLI's own client would turn into an exit.
+    dashboard = DashboardClient(api.url, api.token, api.timeout, api.session_dir, api.note)
     try:
-        return JobSubmissionClient(_dashboard=resolve(address))
+        return JobSubmissionClient(_dashboard=dashboard)
     except (RuntimeError, ConnectionError) as e:
         raise click.ClickException(str(e)) from None
 

@@ -1,0 +1,120 @@
+"""``ember job`` and ``ember.job_submission`` against a head started as users start it: a job
+submitted with a local working_dir runs its entrypoint there and joins the cluster; ``submit``
+without ``--no-wait`` prints the job's output and exits with its outcome; a failing job's
+exit code and message; a stopped job; ``list``, ``logs``, ``delete``."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from ember.job_submission import JobStatus, JobSubmissionClient
+from ember_test_utils import ember_cli, head_cluster, wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+PROGRAM = textwrap.dedent(
+    """
+    import ember
+    from helper_mod import MARK
+
+    ember.init()
+
+    @ember.remote
+    def double(x):
+        return 2 * x
+
+    print(MARK, sum(ember.get([double.remote(i) for i in range(10)])), flush=True)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def head():
+    with head_cluster("--num-cpus", "2", "--dashboard-port", "0") as (root, _port, started):
+        url = re.search(r"Dashboard: (http://[0-9.:]+)", started.stdout).group(1)
+        yield root, url
+
+
+def job_cli(url: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [ember_cli(), "job", *args[:1], "--address", url, *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_submit_with_a_working_dir_waits_and_prints_the_output(head, tmp_path):
+    _, url = head
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "main.py").write_text(PROGRAM)
+    (work / "helper_mod.py").write_text("MARK = 'job-marker-7'\n")
+    (work / "big.bin").write_bytes(b"\0" * 100_000)
+    out = job_cli(
+        url,
+        "submit",
+        "--working-dir",
+        str(work),
+        "--runtime-env-json",
+        json.dumps({"excludes": ["*.bin"], "env_vars": {"JOB_FLAVOUR": "plain"}}),
+        "--",
+        f"{sys.executable} main.py && echo flavour=$JOB_FLAVOUR",
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "job-marker-7 90" in out.stdout and "flavour=plain" in out.stdout
+    sid = re.search(r"Job '([^']+)' submitted successfully", out.stderr).group(1)
+    assert f"Job '{sid}' succeeded" in out.stderr
+    client = JobSubmissionClient(url)
+    info = client.get_job_info(sid)
+    assert info.status is JobStatus.SUCCEEDED and info.driver_exit_code == 0
+    assert "job-marker-7 90" in client.get_job_logs(sid)
+
+
+def test_a_failing_job_says_why_and_exits_1(head):
+    _, url = head
+    out = job_cli(url, "submit", "--", "echo about-to-fail; exit 3")
+    assert out.returncode == 1 and "about-to-fail" in out.stdout
+    sid = re.search(r"Job '([^']+)' submitted successfully", out.stderr).group(1)
+    info = JobSubmissionClient(url).get_job_info(sid)
+    assert info.status is JobStatus.FAILED and info.driver_exit_code == 3
+    assert f"Job '{sid}' failed" in out.stderr
+
+
+def test_stop_list_status_logs_and_delete(head):
+    _, url = head
+    out = job_cli(
+        url, "submit", "--no-wait", "--submission-id", "ember-sleeper", "--", "echo up; sleep 600"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ember-sleeper"
+    client = JobSubmissionClient(url)
+    wait_until(
+        lambda: (
+            client.get_job_status("ember-sleeper") is JobStatus.RUNNING
+            and "up" in client.get_job_logs("ember-sleeper")
+        ),
+        60,
+        0.3,
+        "the sleeper running",
+    )
+    status = job_cli(url, "status", "ember-sleeper")
+    assert "Status for job 'ember-sleeper': RUNNING" in status.stdout
+    stopped = job_cli(url, "stop", "ember-sleeper")
+    assert stopped.returncode == 0 and "Job 'ember-sleeper' stopped" in stopped.stdout
+    assert client.get_job_status("ember-sleeper") is JobStatus.STOPPED
+    listed = json.loads(job_cli(url, "list", "--format", "json").stdout)
+    assert {"ember-sleeper": "STOPPED"}.items() <= {
+        j["submission_id"]: j["status"] for j in listed
+    }.items()
+    assert job_cli(url, "logs", "ember-sleeper").stdout.startswith("up")
+    deleted = job_cli(url, "delete", "ember-sleeper")
+    assert "Job 'ember-sleeper' deleted" in deleted.stdout
+    assert "ember-sleeper" not in [j.submission_id for j in client.list_jobs()]
+    missing = job_cli(url, "status", "ember-sleeper")
+    assert missing.returncode == 1 and "ember-sleeper" in missing.stderr
