@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+import tempfile
 import time
 
 from click.testing import CliRunner
@@ -29,6 +31,23 @@ def main(url: str, program: str) -> dict:
         return res.output
 
     run("submit", "submit", "--submission-id", "cli-wait", "--", "python", "-c", program)
+    # A local working_dir: Ray's client zips and uploads it, the entrypoint runs inside it.
+    with tempfile.TemporaryDirectory() as work:
+        with open(os.path.join(work, "wd_main.py"), "w") as f:
+            f.write("import os\nfrom wd_helper import MARK\nprint(MARK, os.environ['FLAVOUR'])\n")
+        with open(os.path.join(work, "wd_helper.py"), "w") as f:
+            f.write("MARK = 'wd-marker'\n")
+        run(
+            "submit_wd",
+            "submit",
+            "--working-dir",
+            work,
+            "--runtime-env-json",
+            json.dumps({"env_vars": {"FLAVOUR": "from-cli"}}),
+            "--",
+            "python",
+            "wd_main.py",
+        )
     run(
         "submit_no_wait",
         "submit",

@@ -47,6 +47,9 @@ def test_ray_job_cli(answers):
     assert all(v["exit_code"] == 0 for v in cli.values()), cli
     assert "MARK 40 None" in cli["submit"]["output"]
     assert "Job 'cli-wait' succeeded" in cli["submit"]["output"]
+    # --working-dir (uploaded by Ray's client) and --runtime-env-json env_vars.
+    assert cli["submit_wd"]["exit_code"] == 0, cli["submit_wd"]["output"]
+    assert "wd-marker from-cli" in cli["submit_wd"]["output"]
     assert "cli-sleep" in cli["submit_no_wait"]["output"]
     assert "Job 'cli-wait' succeeded" in cli["status"]["output"]
     assert "MARK 40" in cli["logs"]["output"]
