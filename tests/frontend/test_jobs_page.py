@@ -120,6 +120,7 @@ def test_the_list_and_each_jobs_detail(page, cluster, jobs):
     _wait_text(logs, "progress line 2 -> 4", 30, contains=True)
     assert _read(detail.locator("[data-testid=job-detail-status]")) == "RUNNING"
     assert client.get_job_status(ids["lines"]) == JobStatus.RUNNING
+    assert _read(detail.locator("[data-testid=job-logs-source]")) == "(live)"  # the tail
     assert _read(detail.locator("[data-testid=job-stop]")) == "Stop"
     assert detail.locator("[data-testid=job-stop]").is_enabled()
     assert not detail.locator("[data-testid=job-delete]").is_enabled()
