@@ -534,10 +534,12 @@ class TaskTable:
                 return sum(n for k, n in counter.items() if (k or "") == p.value)
         return None
 
-    def summary(self) -> list[dict[str, Any]]:
-        """Per function: counts by state (the progress bars of the Tasks page)."""
+    def summary(self, job_id: str | None = None) -> list[dict[str, Any]]:
+        """Per function: counts by state (the progress bars of the Tasks page); of one job's
+        tasks with ``job_id`` (one pass over two integer columns: its counts are not kept)."""
+        pairs = self.by_name_state.items() if job_id is None else self._job_counts(job_id).items()
         by_name: dict[str, dict[str, int]] = {}
-        for (name, state), n in self.by_name_state.items():
+        for (name, state), n in pairs:
             if n:
                 by_name.setdefault(name, {})[state] = n
         rows = [
@@ -546,6 +548,19 @@ class TaskTable:
         ]
         rows.sort(key=lambda r: (-r["total"], r["name"]))
         return rows
+
+    def _job_counts(self, job_id: str) -> Counter:
+        """``{(name, state): n}`` of the kept tasks of ``job_id``."""
+        job = self.code_tables["job_id"].code.get(job_id)
+        if job is None:
+            return Counter()
+        jobs, names, states = self.codes["job_id"], self.codes["name"], self.codes["state"]
+        codes: Counter = Counter()
+        for s in range(len(self)):
+            if jobs[s] == job:
+                codes[(names[s], states[s])] += 1
+        name_of = self.code_tables["name"].values
+        return Counter({(name_of[n], STATES[st]): c for (n, st), c in codes.items()})
 
 
 def _dec(counter: Counter, key: Any) -> None:

@@ -24,12 +24,25 @@ async def list_tasks(
 
 
 @router.get("/api/tasks/summary")
-async def task_summary(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
+async def task_summary(
+    job_id: str | None = None, ctx: DashboardContext = Depends(get_ctx)
+) -> dict[str, Any]:
+    """By function and state; of one job's tasks with ``job_id`` (the Jobs page's)."""
     table = ctx.state.tasks
+    if job_id:
+        by_function = table.summary(job_id.lower())
+        by_state: dict[str, int] = {}
+        for f in by_function:
+            for state, n in f["states"].items():
+                by_state[state] = by_state.get(state, 0) + n
+        total = sum(by_state.values())
+    else:
+        by_function = table.summary()
+        by_state, total = dict(table.counts["state"]), len(table)
     return {
-        "total": len(table),
-        "by_state": dict(table.counts["state"]),
-        "by_function": table.summary(),
+        "total": total,
+        "by_state": by_state,
+        "by_function": by_function,
         "dropped": ctx.state.dropped["tasks"],
     }
 

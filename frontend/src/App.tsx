@@ -6,6 +6,7 @@ import { Overview } from "./pages/Overview";
 import { Machines } from "./pages/Machines";
 import { Actors } from "./pages/Actors";
 import { Tasks } from "./pages/Tasks";
+import { Jobs } from "./pages/Jobs";
 import { Timeline } from "./pages/Timeline";
 import { Logs } from "./pages/Logs";
 import { Memory } from "./pages/Memory";
@@ -15,6 +16,7 @@ const PAGES: [string, string, (p: { params: URLSearchParams }) => preact.JSX.Ele
   ["overview", "Overview", Overview],
   ["machines", "Machines", Machines],
   ["actors", "Actors", Actors],
+  ["jobs", "Jobs", Jobs],
   ["tasks", "Tasks", Tasks],
   ["timeline", "Timeline", Timeline],
   ["logs", "Logs", Logs],

@@ -51,6 +51,33 @@ def test_detail_endpoints(client):
     assert hist["samples"][0]["cpu_percent"] == 12.0 and hist["window_s"] == 1800
 
 
+def test_task_summary_of_one_job(state, client):
+    from ember.dashboard.agent_hub import AgentHub, AgentLink
+
+    # A second job's tasks: 2 of "step" finished, 1 running; the fill's job keeps its own.
+    events = [
+        [f"{1000 + i:032x}", "PENDING_ARGS_AVAIL", 5.0, 0, {"name": "step"}] for i in range(3)
+    ]
+    events += [[f"{1000 + i:032x}", "FINISHED", 6.0, 0, {"pid": 11}] for i in range(2)]
+    events += [[f"{1002:032x}", "RUNNING", 6.0, 0, {"pid": 11}]]
+    AgentHub(state).ingest(
+        AgentLink(NODE),
+        {"type": "task_events", "job_id": "02000000", "events": events, "dropped": 0},
+    )
+    one = client.get("/api/tasks/summary", params={"job_id": "02000000"}).json()
+    assert one["total"] == 3 and one["by_state"] == {"FINISHED": 2, "RUNNING": 1}
+    assert one["by_function"] == [
+        {"name": "step", "total": 3, "states": {"FINISHED": 2, "RUNNING": 1}}
+    ]
+    first = client.get("/api/tasks/summary", params={"job_id": "01000000"}).json()
+    assert first["by_state"] == {"FINISHED": 297, "FAILED": 3}
+    assert {f["name"] for f in first["by_function"]} == {"common", "rare"}
+    everything = client.get("/api/tasks/summary").json()
+    assert everything["total"] == 303
+    none = client.get("/api/tasks/summary", params={"job_id": "09000000"}).json()
+    assert none["total"] == 0 and none["by_function"] == []
+
+
 def test_unknown_ids_are_404_naming_the_id(client):
     for path, ident in [
         ("/api/nodes/ffffffff", "ffffffff"),

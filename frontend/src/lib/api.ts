@@ -71,6 +71,18 @@ export async function postJSON<T>(path: string, body?: unknown, params?: Params,
   return parse<T>(res);
 }
 
+export async function deleteJSON<T>(path: string, params?: Params, timeoutMs?: number): Promise<T> {
+  const res = await fetch(apiUrl(path, params), { method: "DELETE", signal: withDeadline(undefined, timeoutMs) });
+  return parse<T>(res);
+}
+
+/** A WebSocket URL relative to the page, as apiUrl (ws: or wss: as the page's scheme). */
+export function wsUrl(path: string): string {
+  const u = new URL(path, document.baseURI);
+  u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
+  return u.toString();
+}
+
 export function errorText(e: unknown): string {
   if (e instanceof DOMException && (e.name === "TimeoutError" || e.name === "AbortError")) return "the dashboard did not answer in time";
   return e instanceof Error ? e.message : String(e);

@@ -62,3 +62,31 @@ export interface TaskRates {
   functions: { name: string; finished: number[]; failed: number[]; mean_duration_s: (number | null)[] }[];
   truncated: boolean;
 }
+
+/** A submitted job: Ray's JobDetails (`GET /api/jobs/`, Ray's shape, so not declared in
+ * dashboard/schemas.py) and Ember's extra fields. Times in milliseconds. */
+export type JobStatus = "PENDING" | "RUNNING" | "STOPPED" | "SUCCEEDED" | "FAILED";
+export interface JobDetails {
+  type: string;
+  /** The entrypoint driver's job (hex), once it called init(). */
+  job_id: string | null;
+  submission_id: string;
+  driver_info: { id: string; node_ip_address: string; pid: string } | null;
+  status: JobStatus;
+  entrypoint: string;
+  message: string | null;
+  error_type: string | null;
+  start_time: number | null;
+  end_time: number | null;
+  metadata: Record<string, string> | null;
+  runtime_env: Record<string, unknown> | null;
+  driver_node_id: string | null;
+  driver_exit_code: number | null;
+  entrypoint_num_cpus?: number | null;
+  entrypoint_num_gpus?: number | null;
+  entrypoint_memory?: number | null;
+  entrypoint_resources?: Record<string, number> | null;
+  driver_pid?: number | null;
+  driver_node_ip?: string | null;
+  log_name?: string | null;
+}

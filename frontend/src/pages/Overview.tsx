@@ -7,7 +7,7 @@ import type { Page } from "../lib/api";
 import { useApi } from "../lib/data";
 import { bytes, pct, time } from "../lib/format";
 import { href } from "../lib/router";
-import type { ClusterStatus, EventRow, HistorySample } from "../lib/types";
+import type { ClusterStatus, EventRow, HistorySample, JobDetails } from "../lib/types";
 
 export interface Throughput {
   bucket_s: number;
@@ -38,6 +38,8 @@ export function Overview(_: { params: URLSearchParams }) {
   const status = useApi<ClusterStatus>("api/cluster_status", {}, { liveTypes: ["node", "actor", "tasks"], pollMs: 5000 });
   const hist = useApi<{ samples: HistorySample[] }>("api/history", { node_id: "cluster" }, { liveTypes: ["node_metrics"], minGapMs: 2000 });
   const tput = useApi<Throughput>("api/frontend/throughput", { window_s: 600 }, { liveTypes: ["tasks"], minGapMs: 2000, pollMs: 10000 });
+  // Jobs are not on the stream: polled. A dashboard that cannot run jobs answers an error: "–".
+  const jobs = useApi<JobDetails[]>("api/jobs/", {}, { pollMs: 2000 });
   const errors = useApi<Page<EventRow>>("api/events", { filter: "severity=ERROR", limit: 8 }, { liveTypes: ["event"] });
   const s = status.data;
   const last = hist.data?.samples[hist.data.samples.length - 1];
@@ -68,6 +70,12 @@ export function Overview(_: { params: URLSearchParams }) {
         <Stat label="Tasks running" value={t.running} sub={`${t.pending} pending · ${t.finished} finished`} testId="stat-tasks-running" />
         <Stat label="Tasks failed" value={<a href={href("tasks", { state: "FAILED" })}>{t.failed}</a>} testId="stat-tasks-failed" />
         <Stat label="Actors alive" value={<a href={href("actors", { state: "ALIVE" })}>{a.ALIVE ?? 0}</a>} sub={`${a.PENDING ?? 0} pending · ${a.RESTARTING ?? 0} restarting · ${a.DEAD ?? 0} dead`} testId="stat-actors" />
+        <Stat
+          label="Jobs running"
+          value={jobs.data ? <a href={href("jobs", { status: "RUNNING" })} data-testid="running-jobs-link">{jobs.data.filter((j) => j.status === "RUNNING").length}</a> : "–"}
+          sub={jobs.data ? <a href={href("jobs")}>{jobs.data.length} jobs in all</a> : jobs.error ? "jobs need a cluster head" : undefined}
+          testId="stat-jobs-running"
+        />
         <Stat label="CPU now" value={pct(last?.cpu_percent)} testId="stat-cpu-now" />
       </div>
       {s && Object.values(s.dropped).some((n) => n > 0) && (
