@@ -229,7 +229,7 @@ class Agent(DashboardStream):
             if pid in measured:
                 row.update(measured[pid])
                 workers.append(row)
-        self._report_exits(by_pid)
+        self._report_exits(by_pid, stats.get("recent_exits") or ())
         sample["num_workers"] = sum(1 for w in workers if w["kind"] == "worker")
         sample["agent"] = self._self_metrics(measured.get(os.getpid(), {}))
         # ember.util.metrics: each process's snapshot file, shipped with the sample.
@@ -338,11 +338,13 @@ class Agent(DashboardStream):
             return False
         return st.f_files > 0 and st.f_favail == 0
 
-    def _report_exits(self, current: dict[int, dict[str, Any]]) -> None:
+    def _report_exits(self, current: dict[int, dict[str, Any]], exits: Any = ()) -> None:
         """A worker gone while running a task or an actor crashed: an error event with the
-        end of its stderr (its traceback, when Python printed one)."""
+        end of its stderr (its traceback, when Python printed one). Exits the raylet says
+        were asked for (an actor killed or ended, a job's supervisor done) are not crashes."""
+        asked = {pid for pid, _reason, intended in exits if intended}
         for pid, old in self.known_workers.items():
-            if pid in current or old["kind"] != "worker":
+            if pid in current or old["kind"] != "worker" or pid in asked:
                 continue
             if old["state"] in ("RUNNING", "ACTOR") and not self.stopping:
                 detail = self._stderr_tail(pid)

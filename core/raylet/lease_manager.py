@@ -44,6 +44,10 @@ class LeaseManager:
         # Why recent workers ended ({worker_id: reason}), for holders whose task's worker
         # died: the newest config.worker_exit_reasons_kept, older ones counted as forgotten.
         self.exit_reasons: collections.OrderedDict[bytes, str] = collections.OrderedDict()
+        # The latest workers' exits, for the node's agent: (pid, reason, intended), intended
+        # when asked for (an actor killed or told to exit, an idle worker retired, a lease
+        # ended) or a clean exit; the agent reports the others as crashes.
+        self.recent_exits: collections.deque[tuple[int, str, bool]] = collections.deque(maxlen=256)
         self.exit_reasons_forgotten = 0
         self._do = {
             ev.StartWorkers: self._start_workers,
@@ -96,6 +100,8 @@ class LeaseManager:
         for w in dead:
             self.pool.forget(w)
             self.exit_reasons[w.worker_id] = w.exit_reason
+            intended = bool(w.kill_reason) or w.proc.returncode == 0
+            self.recent_exits.append((w.pid, w.exit_reason, intended))
             while len(self.exit_reasons) > config.worker_exit_reasons_kept:
                 self.exit_reasons.popitem(last=False)
                 self.exit_reasons_forgotten += 1
@@ -267,6 +273,9 @@ class LeaseManager:
 
     def _kill_worker(self, ins: ev.KillWorker) -> None:
         w: Any = ins.worker
+        # Asked to end it: however it goes now (on its own within the grace, or killed), its
+        # exit is the one asked for, not a crash.
+        w.kill_reason = w.kill_reason or ins.reason
         if ins.grace:
             self._kill_later(w, ins.reason, ins.grace)
         elif not w.dead:

@@ -201,6 +201,7 @@ class Raylet:
             "view_node_ids": list(self.view.by_id),
             "transfer_stats": dict(objects.transfer_stats, limit=config.max_concurrent_pulls),
             "pending_leases": self.leases.pending_leases(),
+            "recent_exits": list(self.leases.recent_exits),
         }
 
     async def h_collect_references(self, conn: Connection, body: Any) -> dict:

@@ -291,6 +291,45 @@ def test_a_crashed_actor_worker_is_an_error_event_with_its_stderr(live):
     wait_until(lambda: _get(live, "/api/events", filter="kind=ACTOR_DIED")["total"], 15, 0.3)
 
 
+def test_an_actor_ended_on_purpose_is_not_reported_as_a_crash(live):
+    @ember.remote
+    class Killed:
+        def pid(self):
+            return os.getpid()
+
+    victims = [Killed.remote(), Killed.remote()]
+    pids = [ember.get(v.pid.remote()) for v in victims]
+    wait_until(
+        lambda: (
+            {
+                w["pid"]
+                for w in _get(live, "/api/workers", limit=1000)["items"]
+                if w["state"] == "ACTOR"
+            }
+            >= set(pids)
+        ),
+        15,
+        0.2,
+        "the actors' workers in the agent's sample",
+    )
+    ember.kill(victims[0])  # killed on purpose
+    os.kill(pids[1], 9)  # killed from outside: a crash
+    wait_until(
+        lambda: _get(live, "/api/events", filter=["kind=WORKER_DIED", f"pid={pids[1]}"])["total"],
+        20,
+        0.3,
+        "the crash reported",
+    )
+    wait_until(
+        lambda: not {w["pid"] for w in _get(live, "/api/workers", limit=1000)["items"]} & set(pids),
+        20,
+        0.3,
+        "both gone from the agent's sample",
+    )
+    # The agent has seen both go; only the crash is an error.
+    assert _get(live, "/api/events", filter=["kind=WORKER_DIED", f"pid={pids[0]}"])["total"] == 0
+
+
 def test_websocket_stream_on_the_real_server(live):
     import asyncio
 

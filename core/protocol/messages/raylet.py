@@ -336,7 +336,8 @@ class NodeStats(RayletMessage):
     sent_by = "dashboard agent, core worker (ember.nodes), tests"
     reply = (
         '{"transfers", "transfers_seq", "node_id", "pid", "resources_total", '
-        '"resources_available", "store", "num_workers", ...}'
+        '"resources_available", "store", "num_workers", "recent_exits": [[pid, reason, '
+        "intended]], ...}"
     )
 
     transfers_after: int = OMIT  # only transfers logged after this sequence number
