@@ -222,16 +222,29 @@ class JobManager:
         try:
             outcome = await handle.wait.remote()
         except Exception as e:
-            await self._end(
-                rec,
-                jr.FAILED,
-                f"Job supervisor actor died (its node may have died): {e}",
-                "JOB_SUPERVISOR_ACTOR_DIED",
-            )
+            await self._end(rec, jr.FAILED, await self._death(rec, e), "JOB_SUPERVISOR_ACTOR_DIED")
             return
         status, message, error_type = jr.finished_message(outcome)
         await self._link_drivers()
         await self._end(rec, status, message, error_type, outcome.get("exit_code"))
+
+    async def _death(self, rec: dict[str, Any], error: Exception) -> str:
+        """Why a job's supervisor died: its node's death, named in full with the GCS's
+        reason, when that is what happened (the actor's own error shortens the node id)."""
+        node_id = rec.get("driver_node_id")
+        try:
+            nodes = await self.ctx.gcs.list_nodes() if node_id else []
+        except Exception as e:  # the actor's error alone still says what it knows
+            logger.warning("could not list the GCS's nodes: %s", e)
+            nodes = []
+        node = next((n for n in nodes if n["node_id"] == node_id), None)
+        if node is not None and node["state"] == "DEAD":
+            return (
+                f"Job failed: node {node_id} ({node.get('node_ip')}), where its entrypoint "
+                f"ran, died ({node.get('death_reason') or 'no reason given'}); the "
+                f"entrypoint's processes were ended with it. The supervisor's error: {error}"
+            )
+        return f"Job supervisor actor died: {error}"
 
     def _create(self, sid: str, rec: dict[str, Any], package: tuple[str, bytes] | None) -> Any:
         import ember
