@@ -49,6 +49,7 @@ class JobManager:
         self.tasks: dict[str, asyncio.Task] = {}
         self._connect_lock = asyncio.Lock()
         self._loaded = False
+        self._load_lock = asyncio.Lock()
         self.stopping: set[str] = set()
         self.driver_cost: dict[str, float] = {}
 
@@ -92,14 +93,18 @@ class JobManager:
     async def recover(self) -> None:
         """Loads the records from the GCS KV; watches again the jobs a previous dashboard
         left running."""
-        if self._loaded:
-            return
-        self._loaded = True
-        for rec in await self.store.all():
-            self.records[rec["submission_id"]] = rec
-        for sid, rec in self.records.items():
-            if rec["status"] not in jr.TERMINAL and sid not in self.tasks:
-                self.tasks[sid] = asyncio.ensure_future(self._run(sid, None, attach=True))
+        # Under a lock, and loaded only once read: a request that came while the start-up's
+        # load was under way answered 404 for a job the KV holds (seen after a restart), and
+        # a failed read would have left the records empty for good.
+        async with self._load_lock:
+            if self._loaded:
+                return
+            for rec in await self.store.all():
+                self.records.setdefault(rec["submission_id"], rec)
+            self._loaded = True
+            for sid, rec in self.records.items():
+                if rec["status"] not in jr.TERMINAL and sid not in self.tasks:
+                    self.tasks[sid] = asyncio.ensure_future(self._run(sid, None, attach=True))
 
     async def find(self, job_id: str) -> dict[str, Any]:
         """By submission id or by the driver's job id; 404 when neither."""
