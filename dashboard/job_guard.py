@@ -9,8 +9,8 @@ raylet was SIGKILLed). Linux's PR_SET_PDEATHSIG would only reach the one child, 
 when the creating *thread* exits; the guard instead notices its parent change (it was
 reparented) and SIGKILLs its group, itself included.
 
-Run as a script, by path, with ``python -S`` (the standard library only: no ``ember`` import,
-~15 ms to start): ``job_guard.py <supervisor pid> <entrypoint>``. It exits as the shell did,
+Run as a script, by path, with ``python -S`` (the standard library only: no ``ember`` import;
+measured ~36 ms to start and run ``true``, ~11 MiB of RSS per running job): ``job_guard.py <supervisor pid> <entrypoint>``. It exits as the shell did,
 by the same signal when the shell was killed by one, so the supervisor reads the shell's own
 exit status.
 """
