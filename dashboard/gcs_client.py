@@ -96,6 +96,11 @@ class GcsClient:
         conn = await self._ensure()
         return _hexify(await conn.call("list_jobs", None, timeout=10.0))
 
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        """The GCS's node table, dead nodes (with their ``death_reason``) included."""
+        conn = await self._ensure()
+        return _hexify(await conn.call("list_nodes", None, timeout=10.0))
+
     async def kill_actor(
         self, actor_id: str, no_restart: bool = True, reason: str = "killed from the dashboard"
     ) -> None:

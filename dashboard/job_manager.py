@@ -49,6 +49,7 @@ class JobManager:
         self.tasks: dict[str, asyncio.Task] = {}
         self._connect_lock = asyncio.Lock()
         self._loaded = False
+        self._load_lock = asyncio.Lock()
         self.stopping: set[str] = set()
         self.driver_cost: dict[str, float] = {}
 
@@ -92,31 +93,40 @@ class JobManager:
     async def recover(self) -> None:
         """Loads the records from the GCS KV; watches again the jobs a previous dashboard
         left running."""
-        if self._loaded:
-            return
-        self._loaded = True
-        for rec in await self.store.all():
-            self.records[rec["submission_id"]] = rec
-        for sid, rec in self.records.items():
-            if rec["status"] not in jr.TERMINAL and sid not in self.tasks:
-                self.tasks[sid] = asyncio.ensure_future(self._run(sid, None, attach=True))
+        # Under a lock, and loaded only once read: a request that came while the start-up's
+        # load was under way answered 404 for a job the KV holds (seen after a restart), and
+        # a failed read would have left the records empty for good.
+        async with self._load_lock:
+            if self._loaded:
+                return
+            for rec in await self.store.all():
+                self.records.setdefault(rec["submission_id"], rec)
+            self._loaded = True
+            for sid, rec in self.records.items():
+                if rec["status"] not in jr.TERMINAL and sid not in self.tasks:
+                    self.tasks[sid] = asyncio.ensure_future(self._run(sid, None, attach=True))
 
     async def find(self, job_id: str) -> dict[str, Any]:
-        """By submission id or by the driver's job id; 404 when neither."""
+        """By submission id or by a driver's job id (a submitted job's, or a driver's started
+        by hand); 404 when neither."""
         await self.recover()
+        gcs_jobs = await self._gcs_jobs()
+        await self._link_drivers(gcs_jobs)
         rec = self.records.get(job_id)
         if rec is None:
-            await self._link_drivers()
             rec = next((r for r in self.records.values() if r.get("job_id") == job_id), None)
         if rec is None:
+            rec = next((d for d in await self._drivers(gcs_jobs) if d["job_id"] == job_id), None)
+        if rec is None:
             raise JobError(404, f"Job {job_id} does not exist.")
-        await self._link_drivers()
         return rec
 
     async def list(self) -> list[dict[str, Any]]:
+        """The submitted jobs, then the drivers started by hand (as Ray lists them)."""
         await self.recover()
-        await self._link_drivers()
-        return list(self.records.values())
+        gcs_jobs = await self._gcs_jobs()
+        await self._link_drivers(gcs_jobs)
+        return list(self.records.values()) + await self._drivers(gcs_jobs)
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(jr.STATES, 0)
@@ -128,7 +138,28 @@ class JobManager:
         rec.update(changes)
         await self.store.put(rec)
 
-    async def _link_drivers(self) -> None:
+    async def _gcs_jobs(self) -> list[dict[str, Any]]:
+        """The GCS's job table (every driver's job); empty when it cannot be read."""
+        if self.ctx.gcs is None:
+            return []
+        try:
+            return await self.ctx.gcs.list_jobs()
+        except Exception as e:  # the records are served without it
+            logger.warning("could not list the GCS's jobs: %s", e)
+            return []
+
+    async def _drivers(self, gcs_jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The drivers no submission started, as Ray's DRIVER entries."""
+        if not gcs_jobs:
+            return []
+        try:
+            ips = {n["node_id"]: n.get("node_ip") or "" for n in await self.ctx.gcs.list_nodes()}
+        except Exception:  # an address is not worth failing the list for
+            ips = {}
+        rows = (jr.driver_details(j, ips.get(j.get("node_id") or "", "")) for j in gcs_jobs)
+        return [r for r in rows if r is not None]
+
+    async def _link_drivers(self, gcs_jobs: list[dict[str, Any]] | None = None) -> None:
         """The driver's job id of started jobs, from the GCS's job table (the driver
         registers the submission id it was started with)."""
         want = {
@@ -136,14 +167,9 @@ class JobManager:
             for sid, r in self.records.items()
             if r["status"] != jr.PENDING and not r["job_id"]
         }
-        if not want or self.ctx.gcs is None:
+        if not want:
             return
-        try:
-            jobs = await self.ctx.gcs.list_jobs()
-        except Exception as e:  # the records are served without it
-            logger.warning("could not list the GCS's jobs: %s", e)
-            return
-        for job in jobs:
+        for job in await self._gcs_jobs() if gcs_jobs is None else gcs_jobs:
             rec = want.get(job.get("submission_id") or "")
             if rec is not None:
                 info = {
@@ -222,16 +248,29 @@ class JobManager:
         try:
             outcome = await handle.wait.remote()
         except Exception as e:
-            await self._end(
-                rec,
-                jr.FAILED,
-                f"Job supervisor actor died (its node may have died): {e}",
-                "JOB_SUPERVISOR_ACTOR_DIED",
-            )
+            await self._end(rec, jr.FAILED, await self._death(rec, e), "JOB_SUPERVISOR_ACTOR_DIED")
             return
         status, message, error_type = jr.finished_message(outcome)
         await self._link_drivers()
         await self._end(rec, status, message, error_type, outcome.get("exit_code"))
+
+    async def _death(self, rec: dict[str, Any], error: Exception) -> str:
+        """Why a job's supervisor died: its node's death, named in full with the GCS's
+        reason, when that is what happened (the actor's own error shortens the node id)."""
+        node_id = rec.get("driver_node_id")
+        try:
+            nodes = await self.ctx.gcs.list_nodes() if node_id else []
+        except Exception as e:  # the actor's error alone still says what it knows
+            logger.warning("could not list the GCS's nodes: %s", e)
+            nodes = []
+        node = next((n for n in nodes if n["node_id"] == node_id), None)
+        if node is not None and node["state"] == "DEAD":
+            return (
+                f"Job failed: node {node_id} ({node.get('node_ip')}), where its entrypoint "
+                f"ran, died ({node.get('death_reason') or 'no reason given'}); the "
+                f"entrypoint's processes were ended with it. The supervisor's error: {error}"
+            )
+        return f"Job supervisor actor died: {error}"
 
     def _create(self, sid: str, rec: dict[str, Any], package: tuple[str, bytes] | None) -> Any:
         import ember
@@ -285,8 +324,18 @@ class JobManager:
             except Exception as e:
                 logger.info("supervisor of %s already gone: %s", sid, e)
 
-    async def stop(self, job_id: str) -> bool:
+    async def _submitted(self, job_id: str, what: str) -> dict[str, Any]:
         rec = await self.find(job_id)
+        if rec["type"] == "DRIVER":
+            raise JobError(
+                400,
+                f"Job {job_id} is a driver started outside the Jobs API (its entrypoint: "
+                f"{rec['entrypoint']!r}): only submitted jobs can be {what}.",
+            )
+        return rec
+
+    async def stop(self, job_id: str) -> bool:
+        rec = await self._submitted(job_id, "stopped")
         sid = rec["submission_id"]
         if rec["status"] in jr.TERMINAL:
             return False
@@ -317,7 +366,7 @@ class JobManager:
             await asyncio.sleep(0.05)
 
     async def delete(self, job_id: str) -> bool:
-        rec = await self.find(job_id)
+        rec = await self._submitted(job_id, "deleted")
         if rec["status"] not in jr.TERMINAL:
             raise JobError(
                 400,

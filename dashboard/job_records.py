@@ -105,6 +105,58 @@ def finished_message(outcome: dict[str, Any]) -> tuple[str, str, str | None]:
     return FAILED, message, "JOB_ENTRYPOINT_COMMAND_ERROR"
 
 
+# Drivers in these namespaces are the runtime's own (the job manager's, Ray's internal ones).
+INTERNAL_NAMESPACES = ("_ember", "_ray_internal_")
+MSG_DRIVER_LOST = (
+    "The driver's connection to the cluster dropped before it ended its job (it was killed "
+    "or crashed): {reason}."
+)
+
+
+def driver_details(job: dict[str, Any], node_ip: str) -> dict[str, Any] | None:
+    """A driver started by hand (``python script.py`` calling ``ember.init``) as Ray lists
+    it (``get_driver_jobs`` in Ray's job module): ``type`` DRIVER, no submission id, its
+    command line as the entrypoint; RUNNING until its job ended. Ray reads every ended
+    driver SUCCEEDED; here one whose connection dropped before it said it finished (SIGKILL,
+    a crash) reads FAILED, saying so. None for the runtime's own drivers and for submitted
+    jobs' drivers (their SUBMISSION entry carries them)."""
+    if (job.get("namespace") or "").startswith(INTERNAL_NAMESPACES) or job.get("submission_id"):
+        return None
+    status, message, error_type = RUNNING, None, None
+    if job.get("state") == "FINISHED":
+        if job.get("finished_by_driver", True):
+            status = SUCCEEDED
+        else:
+            status, error_type = FAILED, "DRIVER_DISCONNECTED"
+            message = MSG_DRIVER_LOST.format(reason=job.get("end_reason") or "no reason given")
+    job_id = job["job_id"]
+    return {
+        "type": "DRIVER",
+        "job_id": job_id,
+        "submission_id": None,
+        "driver_info": {
+            "id": job_id,
+            "node_ip_address": node_ip,
+            "pid": str(job.get("driver_pid") or ""),
+        },
+        "status": status,
+        "entrypoint": job.get("entrypoint") or "",
+        "message": message,
+        "error_type": error_type,
+        "start_time": _ms(job.get("start_time")),
+        "end_time": _ms(job.get("end_time")),
+        "metadata": {},
+        "runtime_env": {},
+        "driver_agent_http_address": None,
+        "driver_node_id": job.get("node_id") or None,
+        "driver_exit_code": None,
+    }
+
+
+def _ms(seconds: float | None) -> int | None:
+    return int(seconds * 1000) if seconds else None
+
+
 def details(record: dict[str, Any]) -> dict[str, Any]:
     """What ``GET /api/jobs/`` answers per job: Ray's JobDetails and Ember's extra fields."""
     return {k: record.get(k) for k in FIELDS} | {k: v for k, v in record.items() if k not in FIELDS}

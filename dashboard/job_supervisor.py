@@ -5,7 +5,8 @@ It is created by the dashboard's job manager (``job_manager.py``) and runs in a 
 imports only the standard library and the runtime: a worker unpickles this class by importing
 this module. The entrypoint is the user's own shell command, run by the shell as Ray runs it
 (nothing is interpolated into it), in a new session so that its whole process group can be
-signalled on stop. Its stdout and stderr go to ``logs/job-driver-<submission_id>.log`` of the
+signalled on stop, under ``job_guard.py``, which ends that group if this actor's worker dies
+(its node died). Its stdout and stderr go to ``logs/job-driver-<submission_id>.log`` of the
 node's session, which the node's agent indexes and serves like any other log.
 
 The actor outlives the entrypoint on purpose: the manager asks ``wait`` for the outcome and
@@ -31,6 +32,7 @@ STOP_WAIT_S = float(os.environ.get("RAY_JOB_STOP_WAIT_TIME_S", "3"))
 TAIL_LINES = 10  # of the log, in a failed job's message (Ray's NUM_LOG_LINES_ON_ERROR)
 TAIL_CHARS = 20_000  # Ray's MAX_LOG_SIZE
 POLL_S = 0.1
+GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "job_guard.py")
 
 
 def log_name(submission_id: str) -> str:
@@ -83,9 +85,9 @@ class JobSupervisor:
         env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
         env.update({str(k): str(v) for k, v in self.env_vars.items()})
         with open(self.log_path, "ab") as out:
+            # The guard leads the group and runs the entrypoint: the group dies with us.
             self.proc = subprocess.Popen(
-                self.entrypoint,
-                shell=True,
+                [sys.executable, "-S", GUARD, str(os.getpid()), self.entrypoint],
                 start_new_session=True,
                 stdin=subprocess.DEVNULL,
                 stdout=out,

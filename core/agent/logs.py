@@ -190,6 +190,7 @@ def _read_at(path: str, offset: int, size: int, mark: str | None = None) -> dict
         "data": data.decode("utf-8", "replace"),
         "next_offset": nxt,
         "eof": nxt >= end,
+        "size": end,
         "mark": before.hex(),
         "id": ident,
     }
@@ -201,6 +202,7 @@ def _answer(name: str, res: dict[str, Any], rotated: str | None) -> dict[str, An
         "data": res["data"],
         "next_offset": res["next_offset"],
         "eof": res["eof"],
+        "size": res["size"],  # the file's, at this read: where a reader of its end starts
         "file_id": res["id"],
         "mark": res["mark"],
         "rotated": rotated,

@@ -27,6 +27,7 @@ import asyncio
 import concurrent.futures
 import logging
 import os
+import shlex
 import sys
 import threading
 from collections import deque
@@ -265,7 +266,7 @@ class CoreWorker:
                     "driver_pid": os.getpid(),
                     "node_id": self.node_id,
                     "namespace": self.namespace,
-                    "entrypoint": " ".join(sys.argv),
+                    "entrypoint": _command_line(),
                     "submission_id": os.environ.get("EMBER_JOB_SUBMISSION_ID", ""),
                 },
             )
@@ -413,3 +414,14 @@ def _driver_code_path() -> list[str]:
     paths.extend(p for p in sys.path if p and os.path.isdir(p))
     seen: set[str] = set()
     return [p for p in paths if not (p in seen or seen.add(p))]
+
+
+def _command_line() -> str:
+    """The driver process's command line, as Ray's job table has it (``python script.py``,
+    not only ``script.py``); POSIX-quoted, where Ray quotes as Windows does."""
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            args = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:  # not Linux
+        args = [sys.executable, *sys.argv]
+    return shlex.join(args)

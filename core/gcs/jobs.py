@@ -52,14 +52,16 @@ class JobTable:
         return {"ok": True}
 
     def h_job_finished(self, conn: Connection, body: dict) -> dict:
-        self.finish(body["job_id"], "the driver exited")
+        self.finish(body["job_id"], "the driver exited", by_driver=True)
         conn.state.pop("job_id", None)
         return {"ok": True}
 
     def h_list_jobs(self, conn: Connection, body: Any) -> list[dict]:
         return list(self.jobs.values())
 
-    def finish(self, job_id: bytes, reason: str) -> None:
+    def finish(self, job_id: bytes, reason: str, by_driver: bool = False) -> None:
+        """``by_driver``: the driver said it finished (``ember.shutdown``, at exit too); else
+        its connection dropped first (killed, crashed), which the Jobs API reads as FAILED."""
         track = self.tracks.get(job_id)
         if track is None or track.state is JobState.FINISHED:
             return
@@ -67,4 +69,6 @@ class JobTable:
         job = self.jobs[job_id]
         job["state"] = track.state.name
         job["end_time"] = time.time()
+        job["end_reason"] = reason
+        job["finished_by_driver"] = by_driver
         self.on_finished(job_id, reason)

@@ -6,7 +6,9 @@ the job manager's (``job_manager.py``); logs are read through the job's node's a
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ember.dashboard import job_packages as pk
@@ -14,7 +16,7 @@ from ember.dashboard import job_records as jr
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.job_manager import JobError, JobManager
 from fastapi import APIRouter, Depends, HTTPException, Request, WebSocket, WebSocketDisconnect
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 router = APIRouter(tags=["jobs"])
@@ -91,33 +93,59 @@ async def delete_job(job_id: str, ctx: DashboardContext = Depends(get_ctx)) -> d
 
 
 @router.get("/api/jobs/{job_id}/logs")
-async def job_logs(job_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, str]:
+async def job_logs(job_id: str, ctx: DashboardContext = Depends(get_ctx)) -> Response:
+    """Ray's ``{"logs": text}``, streamed a chunk at a time, so the dashboard holds one chunk
+    whatever the log's size (holding the text, its bytes and its JSON at once cost ~4x the
+    log). A log over ``LOGS_MAX_BYTES`` gives its end from a line's start, after a line
+    saying how much was left out, and says so in ``X-Ember-Logs-Left-Out`` (Ray's client
+    reads only ``logs``: a JSON field more would break it). What is written while it is read
+    waits for the next read: the reply stops at the end the first read saw."""
     rec = await _call(manager(ctx).find(job_id))
     if not rec.get("log_name") or ctx.hub is None:
-        return {"logs": ""}
-    # Read in chunks, keeping only the last LOGS_MAX_BYTES: the whole file is what Ray's
-    # client gets, up to a size that must not take the dashboard down.
-    kept: list[bytes] = []
-    held = dropped = offset = 0
+        return JSONResponse({"logs": ""})
+    first = await _read(ctx, rec, 0)
+    end = int(first.get("size") or first.get("next_offset") or 0)
+    start = max(0, end - LOGS_MAX_BYTES)
+    if start:
+        first = await _read(ctx, rec, start)
+        head = _encoded(first)
+        cut = head.find(b"\n") + 1  # from a line's start; none in a chunk: from here
+        first["data"] = head[cut:].decode("utf-8", "surrogateescape")
+        start += cut
+    headers = {"X-Ember-Logs-Left-Out": str(start)} if start else {}
+    return StreamingResponse(
+        _logs_json(ctx, rec, first, start, end), media_type="application/json", headers=headers
+    )
+
+
+async def _logs_json(
+    ctx: DashboardContext, rec: dict[str, Any], res: dict[str, Any], left_out: int, end: int
+) -> AsyncIterator[bytes]:
+    yield b'{"logs": "'
+    if left_out:
+        yield _json_str(f"[ember: the first {left_out} bytes of this log are left out]\n")
     while True:
-        res = await _read(ctx, rec, offset)
-        data = res.get("data", "").encode("utf-8", "surrogateescape")
-        kept.append(data)
-        held += len(data)
-        while held > LOGS_MAX_BYTES and len(kept) > 1:
-            held -= len(kept[0])
-            dropped += len(kept.pop(0))
-        if res.get("eof", True) or res.get("error") or not data:
+        yield _json_str(res.get("data", ""))
+        offset = res.get("next_offset", end)
+        if res.get("eof", True) or res.get("error") or not res.get("data") or offset >= end:
             break
-        offset = res["next_offset"]
-    text = b"".join(kept).decode("utf-8", "replace")
-    if dropped:
-        text = f"[ember: the first {dropped} bytes of this log are left out]\n" + text
-    return {"logs": text}
+        res = await _read(ctx, rec, offset, min(CHUNK, end - offset))
+    yield b'"}'
 
 
-async def _read(ctx: DashboardContext, rec: dict[str, Any], offset: int) -> dict[str, Any]:
-    body = {"name": rec["log_name"], "offset": offset, "size": CHUNK}
+def _json_str(text: str) -> bytes:
+    """``text`` as the inside of a JSON string."""
+    return json.dumps(text)[1:-1].encode()
+
+
+def _encoded(res: dict[str, Any]) -> bytes:
+    return res.get("data", "").encode("utf-8", "surrogateescape")
+
+
+async def _read(
+    ctx: DashboardContext, rec: dict[str, Any], offset: int, size: int = CHUNK
+) -> dict[str, Any]:
+    body = {"name": rec["log_name"], "offset": offset, "size": size}
     try:
         return await ctx.hub.call(rec["driver_node_id"], "log_read", body, timeout=10)
     except Exception as e:  # the node's agent is away: the log is unreadable for now

@@ -156,7 +156,10 @@ class JobFinished(GcsMessage):
 class ListJobs(GcsMessage):
     op = "list_jobs"
     sent_by = "tools"
-    reply = "list[dict] (the register_job bodies, with start_time, end_time, state)"
+    reply = (
+        "list[dict] (the register_job bodies, with start_time, end_time, state; once "
+        "finished, end_reason and finished_by_driver)"
+    )
 
 
 # -- actors --------------------------------------------------------------------------------
