@@ -67,6 +67,7 @@ class ExecutorHost(Protocol):
     current: threading.local  # .task_id, .spec, .is_actor, .actor_id, .profile_spans
     raylet: Connection
     refs: ReferenceCounter
+    task_events: Any  # TaskEvents: RUNNING is appended to it directly (the hot path)
 
     def run_sync(self, coro: Any, timeout: float | None) -> Any: ...
     def call_gcs_sync(self, op: str, body: Any, timeout: float | None = None) -> Any: ...
@@ -98,6 +99,7 @@ class Executor:
         self.tasks_done = 0
         self.interrupt_pending: bytes | None = None
         self.calls_per_function: dict[bytes, int] = {}
+        self._where: dict[str, Any] | None = None  # the extra of this process's RUNNING events
 
     # -- on the I/O thread -----------------------------------------------------------------
     def on_push_task(self, conn, spec: TaskSpec) -> object:
@@ -290,18 +292,18 @@ class Executor:
 
     # -- task events (the owner records the others; these only the executing worker sees) --
     def _record_running(self, spec: TaskSpec) -> None:
-        """RUNNING, from the worker: the job, name and actor ride along, since this event
-        may reach the dashboard before any of the owner's."""
-        self.host.record_event(
-            spec,
-            "RUNNING",
-            job_id=spec.job_id,
-            name=spec.display_name(),
-            actor_id=spec.actor_id,
-            worker_id=self.host.worker_id,
-            pid=os.getpid(),
-            node_id=self.host.node_id_hex,
-        )
+        """RUNNING, from the worker, on every task's path: one append of a tuple whose extra
+        is this process's one dict (where it runs), the same object every time (a batch
+        pickles it once). The job is its batch's; the name and actor come with the owner's
+        events, which may arrive first or after."""
+        extra = self._where
+        if extra is None:
+            extra = self._where = {
+                "worker_id": self.host.worker_id,
+                "pid": os.getpid(),
+                "node_id": self.host.node_id_hex,
+            }
+        self.host.task_events.append((spec.task_id, "RUNNING", time.time(), spec.attempt, extra))
 
     def _record_creation_end(self, spec: TaskSpec, reply: dict) -> None:
         """An actor's creation task ends here: its reply goes to the GCS, not to the owner,
