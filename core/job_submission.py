@@ -192,13 +192,17 @@ class JobSubmissionClient:
             runtime_env["working_dir"] = self._upload_dir(working_dir, excludes)
         modules = runtime_env.get("py_modules")
         if modules:
+            # A module's package holds its directory (Ray's include_parent_dir): unpacked,
+            # the folder it lands in goes on the import path.
             runtime_env["py_modules"] = [
-                self._upload_dir(m, excludes) if isinstance(m, str) and _is_local(m) else m
+                self._upload_dir(m, excludes, parent=True)
+                if isinstance(m, str) and _is_local(m)
+                else m
                 for m in modules
             ]
 
-    def _upload_dir(self, path: str, excludes: list[str]) -> str:
-        data = zip_directory(path, excludes)
+    def _upload_dir(self, path: str, excludes: list[str], parent: bool = False) -> str:
+        data = zip_directory(path, excludes, include_parent_dir=parent)
         name = f"_ray_pkg_{hashlib.sha1(data).hexdigest()[:16]}.zip"
         where = f"/api/packages/{PACKAGE_PROTOCOL}/{name}"
         if self._status_of("GET", where) == 404:
@@ -210,11 +214,13 @@ def _is_local(uri: str) -> bool:
     return "://" not in uri
 
 
-def zip_directory(path: str, excludes: list[str] = ()) -> bytes:
-    """The directory's files as a zip, paths relative to it; ``excludes`` are glob patterns
-    of relative paths (a pattern matching a directory leaves out what is in it). Raises
-    ValueError past ``MAX_PACKAGE_BYTES``, naming the limit, the size and what to do."""
+def zip_directory(path: str, excludes: list[str] = (), include_parent_dir: bool = False) -> bytes:
+    """The directory's files as a zip, paths relative to it (under its own name with
+    ``include_parent_dir``); ``excludes`` are glob patterns of relative paths (a pattern
+    matching a directory leaves out what is in it). Raises ValueError past
+    ``MAX_PACKAGE_BYTES``, naming the limit, the size and what to do."""
     root = os.path.abspath(os.path.expanduser(path))
+    prefix = os.path.basename(root.rstrip(os.sep)) if include_parent_dir else ""
     if not os.path.isdir(root):
         raise ValueError(f"working_dir {path!r} is not a directory")
     out = io.BytesIO()
@@ -239,9 +245,9 @@ def zip_directory(path: str, excludes: list[str] = ()) -> bytes:
                         f"(at least {total // 2**20} MiB so far): leave large files out with "
                         "runtime_env 'excludes', or keep data outside working_dir"
                     )
-                info = zipfile.ZipInfo(
-                    rel, date_time=(1980, 1, 1, 0, 0, 0)
-                )  # same bytes, same name
+                arcname = os.path.join(prefix, rel) if prefix else rel
+                # A fixed date: the same files give the same bytes, so the same name.
+                info = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
                 info.external_attr = (os.stat(full).st_mode & 0o777) << 16
                 info.compress_type = zipfile.ZIP_DEFLATED
                 with open(full, "rb") as src:

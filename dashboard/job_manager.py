@@ -29,7 +29,7 @@ from ember.dashboard.job_supervisor import JobSupervisor
 
 logger = logging.getLogger(__name__)
 NAMESPACE = "_ember_jobs"
-ALLOWED_RUNTIME_ENV = {"env_vars", "working_dir", "excludes", "config"}
+ALLOWED_RUNTIME_ENV = {"env_vars", "working_dir", "py_modules", "excludes", "config"}
 
 
 class JobError(Exception):
@@ -180,7 +180,12 @@ class JobManager:
                 await self._save(rec, job_id=job["job_id"], driver_info=info)
 
     # -- submit, run, stop, delete ---------------------------------------------------------
-    async def submit(self, req: dict[str, Any], package: tuple[str, bytes] | None) -> str:
+    async def submit(
+        self,
+        req: dict[str, Any],
+        package: tuple[str, bytes] | None,
+        modules: list[tuple[str, bytes]] = (),
+    ) -> str:
         await self.recover()
         sid = req.get("submission_id") or req.get("job_id") or jr.new_submission_id()
         if sid in self.records or await self.store.get(sid) is not None:
@@ -210,10 +215,16 @@ class JobManager:
         rec = jr.new_record(sid, req["entrypoint"], req.get("metadata"), runtime_env, resources)
         self.records[sid] = rec
         await self.store.put(rec)
-        self.tasks[sid] = asyncio.ensure_future(self._run(sid, package))
+        self.tasks[sid] = asyncio.ensure_future(self._run(sid, package, modules=list(modules)))
         return sid
 
-    async def _run(self, sid: str, package: tuple[str, bytes] | None, attach: bool = False) -> None:
+    async def _run(
+        self,
+        sid: str,
+        package: tuple[str, bytes] | None,
+        attach: bool = False,
+        modules: list[tuple[str, bytes]] | None = None,
+    ) -> None:
         import ember
 
         rec = self.records[sid]
@@ -222,7 +233,7 @@ class JobManager:
             if attach:  # a previous dashboard created it
                 handle = await asyncio.to_thread(ember.get_actor, _actor_name(sid), NAMESPACE)
             else:
-                handle = await asyncio.to_thread(self._create, sid, rec, package)
+                handle = await asyncio.to_thread(self._create, sid, rec, package, modules or [])
             self.handles[sid] = handle
             where = await handle.start.remote()
         except Exception as e:
@@ -272,7 +283,13 @@ class JobManager:
             )
         return f"Job supervisor actor died: {error}"
 
-    def _create(self, sid: str, rec: dict[str, Any], package: tuple[str, bytes] | None) -> Any:
+    def _create(
+        self,
+        sid: str,
+        rec: dict[str, Any],
+        package: tuple[str, bytes] | None,
+        modules: list[tuple[str, bytes]],
+    ) -> Any:
         import ember
         from ember import global_state
 
@@ -292,7 +309,7 @@ class JobManager:
         address = global_state.worker.node.get("cluster_address", "").removeprefix("tcp:")
         env_vars = (rec.get("runtime_env") or {}).get("env_vars") or {}
         actor = ember.remote(JobSupervisor).options(**opts)
-        return actor.remote(sid, rec["entrypoint"], env_vars, address, package)
+        return actor.remote(sid, rec["entrypoint"], env_vars, address, package, modules)
 
     async def _end(
         self,

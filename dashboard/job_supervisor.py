@@ -47,12 +47,14 @@ class JobSupervisor:
         env_vars: dict[str, str],
         cluster_address: str,
         package: tuple[str, bytes] | None = None,
+        modules: list[tuple[str, bytes]] | None = None,
     ) -> None:
         self.submission_id = submission_id
         self.entrypoint = entrypoint
         self.env_vars = env_vars
         self.cluster_address = cluster_address
         self.package = package  # (name, zip bytes) of the runtime_env's working_dir
+        self.modules = modules or []  # the same, of each of its py_modules
         self.proc: subprocess.Popen | None = None
         self.stopped = False
         self.log_path = ""
@@ -84,6 +86,16 @@ class JobSupervisor:
         # from an activated environment (a node started as .venv/bin/ember has no such PATH).
         env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
         env.update({str(k): str(v) for k, v in self.env_vars.items()})
+        if self.modules:
+            # Each py_modules package holds its module's directory: the folder it is
+            # unpacked in goes first on the entrypoint's import path.
+            dirs = [
+                _unpack(session_dir, name, data, "py_modules_files") for name, data in self.modules
+            ]
+            self.modules = []
+            env["PYTHONPATH"] = os.pathsep.join([*dirs, env.get("PYTHONPATH", "")]).rstrip(
+                os.pathsep
+            )
         with open(self.log_path, "ab") as out:
             # The guard leads the group and runs the entrypoint: the group dies with us.
             self.proc = subprocess.Popen(
@@ -170,10 +182,10 @@ def _tail(path: str) -> str:
     return "\n".join(lines)[-TAIL_CHARS:]
 
 
-def _unpack(session_dir: str, name: str, data: bytes) -> str:
-    """The working_dir package unpacked under the node's session (once per content: the name
-    carries its hash); its directory, the entrypoint's cwd."""
-    root = os.path.join(session_dir, "runtime_resources", "working_dir_files")
+def _unpack(session_dir: str, name: str, data: bytes, kind: str = "working_dir_files") -> str:
+    """A package unpacked under the node's session (once per content: the name carries its
+    hash); its directory (a working_dir's: the entrypoint's cwd)."""
+    root = os.path.join(session_dir, "runtime_resources", kind)
     target = os.path.join(root, name.removesuffix(".zip"))
     if not os.path.isdir(target):
         tmp = f"{target}.tmp{os.getpid()}"

@@ -118,3 +118,39 @@ def test_stop_list_status_logs_and_delete(head):
     assert "ember-sleeper" not in [j.submission_id for j in client.list_jobs()]
     missing = job_cli(url, "status", "ember-sleeper")
     assert missing.returncode == 1 and "ember-sleeper" in missing.stderr
+
+
+MODULES_PROGRAM = textwrap.dedent(
+    """
+    import ember
+    import jobslib
+
+    ember.init()
+
+    @ember.remote
+    def from_a_task():
+        import jobslib  # a worker of the job imports it too
+
+        return jobslib.greet("task")
+
+    print(jobslib.greet("driver"), ember.get(from_a_task.remote()), flush=True)
+    """
+)
+
+
+def test_py_modules_reach_the_driver_and_its_tasks(head, tmp_path):
+    _, url = head
+    lib = tmp_path / "jobslib"
+    lib.mkdir()
+    (lib / "__init__.py").write_text("def greet(who):\n    return f'hello-{who}'\n")
+    (tmp_path / "prog.py").write_text(MODULES_PROGRAM)
+    client = JobSubmissionClient(url)
+    sid = client.submit_job(
+        entrypoint=f"{sys.executable} {tmp_path / 'prog.py'}",
+        runtime_env={"py_modules": [str(lib)]},
+    )
+    wait_until(lambda: client.get_job_status(sid).is_terminal(), 60, 0.3, "the job's end")
+    logs = client.get_job_logs(sid)
+    assert client.get_job_status(sid) is JobStatus.SUCCEEDED, logs
+    assert "hello-driver hello-task" in logs
+    assert client.get_job_info(sid).runtime_env["py_modules"][0].startswith("gcs://_ray_pkg_")

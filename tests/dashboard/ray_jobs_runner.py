@@ -86,6 +86,23 @@ def main(url: str, program: str) -> dict:
         "logs": client.get_job_logs(sid),
         "listed": sid in [j.submission_id for j in client.list_jobs()],
     }
+    # py_modules: Ray's client uploads the module's directory; the entrypoint imports it.
+    with tempfile.TemporaryDirectory() as where:
+        lib = os.path.join(where, "raylib_mod")
+        os.mkdir(lib)
+        with open(os.path.join(lib, "__init__.py"), "w") as f:
+            f.write("NAME = 'from-py-modules'\n")
+        with_modules = client.submit_job(
+            entrypoint="python -c 'import raylib_mod; print(raylib_mod.NAME)'",
+            runtime_env={"py_modules": [lib]},
+        )
+    deadline = time.monotonic() + 60
+    while not client.get_job_status(with_modules).is_terminal() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    out["sdk"]["py_modules"] = {
+        "status": str(client.get_job_status(with_modules)),
+        "logs": client.get_job_logs(with_modules),
+    }
     failing = client.submit_job(entrypoint="exit 7")
     deadline = time.monotonic() + 60
     while client.get_job_status(failing) not in (JobStatus.FAILED, JobStatus.SUCCEEDED):

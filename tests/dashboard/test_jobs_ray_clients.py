@@ -61,6 +61,8 @@ def test_ray_job_cli(answers):
 
 def test_job_submission_client(answers):
     sdk = answers["sdk"]
+    assert sdk["py_modules"]["status"] == "SUCCEEDED", sdk["py_modules"]
+    assert "from-py-modules" in sdk["py_modules"]["logs"]
     assert sdk["tail"] == "MARK 40 from-sdk\n"
     assert sdk["logs"] == "MARK 40 from-sdk\n"
     assert sdk["status"] == "SUCCEEDED" and sdk["listed"]
