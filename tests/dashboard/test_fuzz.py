@@ -56,6 +56,19 @@ def _bound_stream(case) -> None:
     case.query = query
 
 
+def _no_server_error(ctx, response, case):
+    """schemathesis's check, but a jobs call on this node may answer the node's condition:
+    an ``ember.init()`` node cannot run jobs (they need ``ember start --head``), a ``503``
+    that says so. Fuzzing jobs on a head would run random shell commands."""
+    if (
+        response.status_code == 503
+        and case.operation.path.startswith("/api/jobs")
+        and "cannot run jobs on this node" in response.text
+    ):
+        return None
+    return not_a_server_error(ctx, response, case)
+
+
 def test_no_server_errors(live_url):
     # Each operation is fuzzed in turn (schemathesis's pytest plugin and this pytest disagree
     # on collection, so the loop is ours; the generation and checks are schemathesis's).
@@ -71,7 +84,7 @@ def test_no_server_errors(live_url):
                 _bound_stream(case)
             case.call_and_validate(
                 base_url=live_url,
-                checks=[not_a_server_error, response_schema_conformance],
+                checks=[_no_server_error, response_schema_conformance],
                 timeout=90,
             )
             calls.append((case.operation.method, case.operation.path))
