@@ -100,7 +100,9 @@ class LeaseManager:
         for w in dead:
             self.pool.forget(w)
             self.exit_reasons[w.worker_id] = w.exit_reason
-            intended = bool(w.kill_reason) or w.proc.returncode == 0
+            # Killed here (the GCS's kill_worker sets the reason even when the worker then
+            # exits within the grace), or a clean exit: asked for, not a crash.
+            intended = bool(w.kill_reason) or w.exit_code == 0
             self.recent_exits.append((w.pid, w.exit_reason, intended))
             while len(self.exit_reasons) > config.worker_exit_reasons_kept:
                 self.exit_reasons.popitem(last=False)
@@ -273,9 +275,6 @@ class LeaseManager:
 
     def _kill_worker(self, ins: ev.KillWorker) -> None:
         w: Any = ins.worker
-        # Asked to end it: however it goes now (on its own within the grace, or killed), its
-        # exit is the one asked for, not a crash.
-        w.kill_reason = w.kill_reason or ins.reason
         if ins.grace:
             self._kill_later(w, ins.reason, ins.grace)
         elif not w.dead:

@@ -37,6 +37,7 @@ class WorkerProc(Worker):
         "dead",
         "exit_reason",
         "kill_reason",
+        "exit_code",
     )
 
     def __init__(self, worker_id: bytes, proc: Any) -> None:
@@ -50,6 +51,7 @@ class WorkerProc(Worker):
         self.dead = False  # its exit was seen by ``WorkerPool.reap``
         self.exit_reason = ""
         self.kill_reason = ""
+        self.exit_code: int | None = None  # once reaped
 
     def public(self) -> dict[str, Any]:
         return {
@@ -269,6 +271,7 @@ class WorkerPool:
             if code is None:
                 continue
             w.dead = True
+            w.exit_code = code
             w.exit_reason = describe_exit(code) if not w.kill_reason else w.kill_reason
             dead.append(w)
         return dead
