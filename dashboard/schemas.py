@@ -48,7 +48,9 @@ class Row(BaseModel):
 
 NodeState = Literal["ALIVE", "DEAD"]
 ActorState = Literal["PENDING", "ALIVE", "RESTARTING", "DEAD"]
-TaskState = Literal[
+# A task's phases, in order (Ray's TaskStatus names where they exist): the task table codes
+# a state as its index here (``task_columns.STATES``), so codes compare as phases do.
+TASK_STATES = (
     "PENDING_ARGS_AVAIL",
     "PENDING_NODE_ASSIGNMENT",
     "SUBMITTED_TO_WORKER",
@@ -56,7 +58,8 @@ TaskState = Literal[
     "RETRYING",
     "FINISHED",
     "FAILED",
-]
+)
+TaskState = Literal[TASK_STATES]  # type: ignore[valid-type]
 TaskType = Literal["NORMAL_TASK", "ACTOR_TASK", "ACTOR_CREATION_TASK"]
 
 

@@ -11,23 +11,14 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ember.dashboard.query import Predicate
-from ember.dashboard.schemas import TASKS
+from ember.dashboard.schemas import TASK_STATES, TASKS
 
 if TYPE_CHECKING:
     from ember.dashboard.task_table import TaskTable
 
 
-# Ember's phases, in order (Ray's TaskStatus names where they exist). A task's state code is
-# its index here, so codes compare as phases do.
-STATES = (
-    "PENDING_ARGS_AVAIL",
-    "PENDING_NODE_ASSIGNMENT",
-    "SUBMITTED_TO_WORKER",
-    "RUNNING",
-    "RETRYING",
-    "FINISHED",
-    "FAILED",
-)
+# Ember's phases, in order, as the row schema declares them: a task's state code is its index.
+STATES = TASK_STATES
 TERMINAL = frozenset({"FINISHED", "FAILED"})
 RANK = {s: i for i, s in enumerate(STATES)}
 RETRYING_CODE = RANK["RETRYING"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from ember.dashboard.app import DashboardContext, get_ctx
-from ember.dashboard.query import page
 from ember.dashboard.routes.params import ListParams, json_response, list_params
 from ember.dashboard.schemas import ACTORS
 from ember.protocol.messages.gcs import NoSuchActor
@@ -25,13 +24,9 @@ async def list_actors(
     # Call counts and the creator are computed per row: only when a filter or sort needs them.
     keys = {p.key for p in preds} | ({q.sort_by} if q.sort_by else set())
     view = (lambda r: st.actor_row(r["actor_id"])) if keys & COMPUTED else None
-    out = page(
+    out = q.page(
         list(st.actors.values()),
-        predicates=preds,
-        sort_by=q.sort_by,
-        descending=q.descending,
-        limit=q.limit,
-        offset=q.offset,
+        preds,
         view=view,
         render=lambda r: st.actor_row(r["actor_id"]),
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ember.dashboard.app import DashboardContext, get_ctx
-from ember.dashboard.query import page
 from ember.dashboard.routes.params import ListParams, json_response, list_params
 from ember.dashboard.schemas import EVENTS
 from fastapi import APIRouter, Depends
@@ -17,13 +16,9 @@ async def list_events(
     q: ListParams = Depends(list_params), ctx: DashboardContext = Depends(get_ctx)
 ) -> Response:
     preds = q.predicates(EVENTS.filterable)
-    out = page(
+    out = q.page(
         reversed(ctx.state.events),
-        predicates=preds,
-        sort_by=q.sort_by,
-        descending=q.descending,
-        limit=q.limit,
-        offset=q.offset,
+        preds,
     )
     out["dropped"] = ctx.state.dropped["events"]
     return json_response(out)

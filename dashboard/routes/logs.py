@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from ember.dashboard.app import DashboardContext, get_ctx
-from ember.dashboard.query import page
 from ember.dashboard.routes.nodes import resolve_node
 from ember.dashboard.routes.params import ListParams, json_response, list_params
 from ember.dashboard.schemas import LOGS
@@ -34,13 +33,10 @@ async def list_logs(
     preds = q.predicates(LOGS.filterable)
     rows = [f for files in ctx.state.logs.values() for f in files]
     return json_response(
-        page(
+        q.page(
             rows,
-            predicates=preds,
-            sort_by=q.sort_by or "name",
-            descending=q.descending,
-            limit=q.limit,
-            offset=q.offset,
+            preds,
+            default_sort="name",
         )
     )
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from ember.dashboard.app import DashboardContext, get_ctx
-from ember.dashboard.query import page
 from ember.dashboard.routes.params import ListParams, json_response, list_params
 from ember.dashboard.schemas import NODES, WORKERS
 from ember.dashboard.state import NodeIdError
@@ -22,13 +21,9 @@ async def list_nodes(
     preds = q.predicates(NODES.filterable)
     rows = (ctx.state.node_row(nid) for nid in list(ctx.state.nodes))
     return json_response(
-        page(
+        q.page(
             rows,
-            predicates=preds,
-            sort_by=q.sort_by,
-            descending=q.descending,
-            limit=q.limit,
-            offset=q.offset,
+            preds,
         )
     )
 
@@ -50,13 +45,9 @@ async def list_workers(
 ) -> Response:
     preds = q.predicates(WORKERS.filterable)
     return json_response(
-        page(
+        q.page(
             ctx.state.all_workers(),
-            predicates=preds,
-            sort_by=q.sort_by,
-            descending=q.descending,
-            limit=q.limit,
-            offset=q.offset,
+            preds,
         )
     )
 

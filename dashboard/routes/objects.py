@@ -13,7 +13,6 @@ import time
 from typing import Annotated, Any
 
 from ember.dashboard.app import DashboardContext, get_ctx
-from ember.dashboard.query import page
 from ember.dashboard.routes.params import ListParams, json_response, list_params
 from ember.dashboard.schemas import OBJECTS
 from fastapi import APIRouter, Depends, Query
@@ -32,13 +31,9 @@ async def list_objects(
     missing = await refresh_objects(ctx, max_age)
     st = ctx.state
     rows = [r for rows in st.objects.values() for r in rows]
-    out = page(
+    out = q.page(
         rows,
-        predicates=preds,
-        sort_by=q.sort_by,
-        descending=q.descending,
-        limit=q.limit,
-        offset=q.offset,
+        preds,
     )
     out["missing"] = missing
     out["summary"] = _summary(rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from ember.dashboard.query import MAX_LIMIT, check_sort, parse_filters
+from ember.dashboard.query import MAX_LIMIT, check_sort, page, parse_filters
 from fastapi import Query
 from fastapi.responses import Response
 from pydantic_core import to_json
@@ -22,6 +22,18 @@ class ListParams:
     def predicates(self, fields: tuple[str, ...]) -> list:
         check_sort(self.sort_by, fields)
         return parse_filters(self.filters, fields)
+
+    def page(self, rows: Any, predicates: list, default_sort: str | None = None, **kw: Any) -> dict:
+        """A page of ``rows`` (``query.page``) with these parameters."""
+        return page(
+            rows,
+            predicates=predicates,
+            sort_by=self.sort_by or default_sort,
+            descending=self.descending,
+            limit=self.limit,
+            offset=self.offset,
+            **kw,
+        )
 
 
 async def list_params(
