@@ -99,7 +99,7 @@ class Executor:
         self.tasks_done = 0
         self.interrupt_pending: bytes | None = None
         self.calls_per_function: dict[bytes, int] = {}
-        self._where: dict[str, Any] | None = None  # the extra of this process's RUNNING events
+        self._running_extra: dict[str, dict[str, Any]] = {}  # {task name: its RUNNING extra}
 
     # -- on the I/O thread -----------------------------------------------------------------
     def on_push_task(self, conn, spec: TaskSpec) -> object:
@@ -293,16 +293,20 @@ class Executor:
     # -- task events (the owner records the others; these only the executing worker sees) --
     def _record_running(self, spec: TaskSpec) -> None:
         """RUNNING, from the worker, on every task's path: one append of a tuple whose extra
-        is this process's one dict (where it runs), the same object every time (a batch
-        pickles it once). The job is its batch's; the name and actor come with the owner's
-        events, which may arrive first or after."""
-        extra = self._where
+        is a dict shared by every task of that function here (its name, and where it runs:
+        the same object each time, so a batch pickles it once and no task builds one). The
+        name rides along because this event may reach the dashboard before the owner's."""
+        name = spec.name or spec.function_name
+        extra = self._running_extra.get(name)
         if extra is None:
-            extra = self._where = {
+            extra = {
+                "name": spec.display_name(),
                 "worker_id": self.host.worker_id,
                 "pid": os.getpid(),
                 "node_id": self.host.node_id_hex,
             }
+            if len(self._running_extra) < 1024:  # bounded: names are few, but user-given
+                self._running_extra[name] = extra
         self.host.task_events.append((spec.task_id, "RUNNING", time.time(), spec.attempt, extra))
 
     def _record_creation_end(self, spec: TaskSpec, reply: dict) -> None:
