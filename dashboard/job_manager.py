@@ -40,6 +40,17 @@ class JobError(Exception):
         self.status = status
 
 
+def job_manager(ctx: Any) -> JobManager:
+    """The dashboard's one manager (``ctx.extra["jobs"]``), made on first use; 503 on a
+    dashboard with no GCS (an ``ember.init()`` node's)."""
+    jobs = ctx.extra.get("jobs")
+    if jobs is None:
+        if ctx.gcs is None:
+            raise JobError(503, "this dashboard has no GCS: it cannot run jobs")
+        jobs = ctx.extra["jobs"] = JobManager(ctx)
+    return jobs
+
+
 class JobManager:
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
@@ -210,6 +221,7 @@ class JobManager:
                 "entrypoint_num_gpus",
                 "entrypoint_memory",
                 "entrypoint_resources",
+                "entrypoint_label_selector",
             )
         }
         rec = jr.new_record(sid, req["entrypoint"], req.get("metadata"), runtime_env, resources)

@@ -11,6 +11,8 @@ import string
 import time
 from typing import Any
 
+from ember.dashboard.schemas import JOBS
+
 NAMESPACE = "jobs"
 KEY_PREFIX = b"job:"
 
@@ -32,25 +34,6 @@ MSG_PENDING = (
 MSG_RUNNING = "Job is currently running."
 MSG_SUCCEEDED = "Job finished successfully."
 MSG_STOPPED = "Job was intentionally stopped."
-
-# The fields of Ray's JobDetails (ray/dashboard/modules/job/pydantic_models.py), in its order.
-FIELDS = (
-    "type",
-    "job_id",
-    "submission_id",
-    "driver_info",
-    "status",
-    "entrypoint",
-    "message",
-    "error_type",
-    "start_time",
-    "end_time",
-    "metadata",
-    "runtime_env",
-    "driver_agent_http_address",
-    "driver_node_id",
-    "driver_exit_code",
-)
 
 
 def new_submission_id() -> str:
@@ -158,8 +141,9 @@ def _ms(seconds: float | None) -> int | None:
 
 
 def details(record: dict[str, Any]) -> dict[str, Any]:
-    """What ``GET /api/jobs/`` answers per job: Ray's JobDetails and Ember's extra fields."""
-    return {k: record.get(k) for k in FIELDS} | {k: v for k, v in record.items() if k not in FIELDS}
+    """What ``GET /api/jobs/`` answers per job: its declared row (``schemas.Job``: Ray's
+    JobDetails, then Ember's fields), every field present, in order."""
+    return {k: record.get(k) for k in JOBS.fields}
 
 
 class JobStore:

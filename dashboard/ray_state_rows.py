@@ -8,11 +8,13 @@ milliseconds as integers, Ray's names for states Ember calls otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 from typing import Any
 
 from ember.dashboard.state import DashboardState
+from ember.util.state.common import JobState
 
 # Ember's task phases in Ray's words: a task being retried waits for a node again.
 TASK_STATE = {"RETRYING": "PENDING_NODE_ASSIGNMENT"}
@@ -38,6 +40,9 @@ ERROR_TYPES = (
     ("OutOfMemoryError", "OUT_OF_MEMORY"),
     ("ObjectLostError", "OBJECT_UNRECONSTRUCTABLE"),
 )
+
+
+RAY_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(JobState))
 
 
 def ms(t: float | None) -> int | None:
@@ -287,67 +292,40 @@ def object_rows(st: DashboardState) -> list[dict[str, Any]]:
 
 
 def placement_group_rows(st: DashboardState) -> list[dict[str, Any]]:
+    """Ember's rows (``st.placement_group_rows``) in Ray's words."""
     rows = []
-    for pg in st.cluster.get("placement_groups", []):
-        nodes = pg.get("bundle_nodes") or []
+    for pg in st.placement_group_rows():
+        pg_id = pg["placement_group_id"]
         bundles = [
             {
-                "bundle_id": f"{pg.get('placement_group_id')}:{i}",
-                "node_id": nodes[i] if i < len(nodes) else None,
-                "unit_resources": b,
+                "bundle_id": f"{pg_id}:{b['index']}",
+                "node_id": b["node_id"],
+                "unit_resources": b["resources"],
                 "label_selector": {},
             }
-            for i, b in enumerate(pg.get("bundles") or [])
+            for b in pg["bundles"]
         ]
-        state = pg.get("state") or "PENDING"
         rows.append(
             {
-                "placement_group_id": pg.get("placement_group_id") or "",
-                "name": pg.get("name") or "",
-                "creator_job_id": pg.get("job_id") or "",
-                "state": state if state in ("PENDING", "CREATED", "REMOVED") else "PENDING",
+                "placement_group_id": pg_id,
+                "name": pg["name"],
+                "creator_job_id": pg["job_id"],
+                "state": pg["state"],
                 "bundles": bundles,
-                "is_detached": pg.get("detached"),
-                "stats": {"scheduling_state": pg.get("reason") or state},
+                "is_detached": pg["detached"],
+                "stats": {"scheduling_state": pg["pending_reason"] or pg["state"]},
+                # Label-keyed topology (Ray's experimental field): Ember's groups have none.
+                "topology_strategy": {},
+                "topology_assignments": {},
             }
         )
     return rows
 
 
-def job_rows(st: DashboardState, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The GCS's job table (``list_jobs``, ids as hex): every Ember job is a driver's."""
-    ips = _node_ips(st)
-    rows = []
-    for j in jobs:
-        finished = j.get("state") == "FINISHED"
-        node_id = j.get("node_id") or ""
-        driver = j.get("driver_worker_id") or ""
-        rows.append(
-            {
-                "type": "DRIVER",
-                "job_id": j.get("job_id") or "",
-                "submission_id": None,
-                "driver_info": {
-                    "id": driver,
-                    "node_ip_address": ips.get(node_id, ""),
-                    "pid": str(j.get("driver_pid") or ""),
-                }
-                if driver
-                else None,
-                "status": "SUCCEEDED" if finished else "RUNNING",
-                "entrypoint": j.get("entrypoint") or "",
-                "message": None,
-                "error_type": None,
-                "start_time": ms(j.get("start_time")),
-                "end_time": ms(j.get("end_time")),
-                "metadata": {"namespace": j.get("namespace") or ""},
-                "runtime_env": None,
-                "driver_agent_http_address": None,
-                "driver_node_id": node_id or None,
-                "driver_exit_code": None,
-            }
-        )
-    return rows
+def job_rows(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``GET /api/jobs/``'s rows (submitted jobs and drivers started by hand, ``schemas.Job``)
+    as Ray's state API lists them: Ray's JobDetails fields, which lead Ember's row."""
+    return [{k: j[k] for k in RAY_JOB_FIELDS} for j in jobs]
 
 
 def cluster_event_rows(st: DashboardState) -> list[dict[str, Any]]:

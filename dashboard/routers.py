@@ -15,6 +15,7 @@ ROUTERS: list[tuple[str, str]] = [
     ("ember.dashboard.routes.logs", "router"),
     ("ember.dashboard.routes.diagnostics", "router"),
     ("ember.dashboard.routes.events", "router"),
+    ("ember.dashboard.routes.placement_groups", "router"),
     ("ember.dashboard.routes.stream", "router"),
     ("ember.dashboard.routes.state_v0", "router"),  # Ray's state API, for Ray's own clients
     ("ember.dashboard.routes.jobs", "router"),  # Ray's Jobs API (submit, logs, stop)

@@ -5,12 +5,13 @@
     python -m ember.dashboard.schema_ts --check    # exit 1 when the file is not current
 
 A row's list fields make ``<Name>Row``; a resource with a detail endpoint gets
-``<Name>Detail``, the row plus its detail-only fields; each list's page is ``<Name>Page``.
+``<Name>Detail``, the row plus its detail-only fields; each paged list's page is ``<Name>Page``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import types
 import typing
@@ -86,6 +87,8 @@ def _resource(r: Resource, named: dict[type, str]) -> list[str]:
         lines += ["", f"export interface {r.name}Detail extends {r.name}Row {{"]
         lines += _members(r.row, r.detail_fields, named)
         lines.append("}")
+    if not r.paged:  # a plain array of rows: nothing to page or filter
+        return lines
     lines += ["", f"export interface {r.name}Page {{"]
     lines += _members(r.page_model, tuple(r.page_model.model_fields), named)
     lines.append("}")
@@ -93,9 +96,14 @@ def _resource(r: Resource, named: dict[type, str]) -> list[str]:
     lines += [
         "",
         f"/** What `filter=` and `sort_by=` of {r.path} may name. */",
-        f"export const {r.name.upper()}_FILTERABLE = [{quoted}] as const;",
+        f"export const {_constant(r.name)}_FILTERABLE = [{quoted}] as const;",
     ]
     return lines
+
+
+def _constant(name: str) -> str:
+    """``PlacementGroup`` -> ``PLACEMENT_GROUP``."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper()
 
 
 def render() -> str:

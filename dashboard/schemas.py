@@ -14,8 +14,13 @@ resource's detail endpoint, ``/api/<resource>/{id}``, carries it). From that one
 ``tests/dashboard/test_schemas.py`` checks that the rows the endpoints return have exactly
 these fields, so the declaration cannot drift from the code that builds the rows
 (``state.py``, ``task_table.row``, the agent's worker, object and log rows, the GCS's actor
-rows). Ray's state API (``/api/v0``) has its own rows, Ray's, declared in
-``ember.util.state.common``; placement groups and jobs are listed there only.
+rows).
+
+Ray's state API (``/api/v0``) is a second wire format of the same state, not a second truth:
+its rows (Ray's names and types, fixed by Ray's clients, declared in
+``ember.util.state.common``) are translated by ``ray_state_rows`` from what these rows are
+built from, and ``tests/test_state_tools.py`` checks that the two agree on every row's id
+and state.
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ TASK_STATES = (
 )
 TaskState = Literal[TASK_STATES]  # type: ignore[valid-type]
 TaskType = Literal["NORMAL_TASK", "ACTOR_TASK", "ACTOR_CREATION_TASK"]
+PlacementGroupState = Literal["PENDING", "CREATED", "REMOVED"]
+JobStatus = Literal["PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"]
 
 
 class Worker(Row):
@@ -204,6 +211,62 @@ class Event(Row):
     detail: str | None = col("a traceback", filterable=False)
 
 
+class Bundle(BaseModel):
+    index: int
+    resources: dict[str, float]
+    node_id: str | None = Field(description="where it is reserved; null while pending")
+
+
+class PlacementGroup(Row):
+    """The GCS's placement group (``_Group.public``) with its bundles laid out."""
+
+    placement_group_id: str = col()
+    name: str = col("'' for an unnamed group")
+    state: PlacementGroupState = col()
+    strategy: str = col("PACK, SPREAD, STRICT_PACK or STRICT_SPREAD")
+    job_id: str = col("the job that created it")
+    detached: bool = col()
+    pending_reason: str | None = col("why a PENDING group is not placed yet", filterable=False)
+    created_at: float | None = col()
+    bundles: list[Bundle] = col(filterable=False)
+
+
+class DriverInfo(BaseModel):
+    id: str
+    node_ip_address: str
+    pid: str
+
+
+class Job(Row):
+    """A job as ``GET /api/jobs/`` lists it: Ray's ``JobDetails`` field for field (Ray's
+    clients read these), then Ember's own. A submitted job's type is SUBMISSION; a driver
+    started by hand is a DRIVER job with no submission id. Times in milliseconds."""
+
+    type: Literal["SUBMISSION", "DRIVER"] = col(filterable=False)
+    job_id: str | None = col("the driver's job id (hex), once it called init()", filterable=False)
+    submission_id: str | None = col("null for a DRIVER job", filterable=False)
+    driver_info: DriverInfo | None = col(filterable=False)
+    status: JobStatus = col(filterable=False)
+    entrypoint: str = col("the shell command; a DRIVER job's command line", filterable=False)
+    message: str | None = col(filterable=False)
+    error_type: str | None = col(filterable=False)
+    start_time: int | None = col(filterable=False)
+    end_time: int | None = col(filterable=False)
+    metadata: dict[str, str] | None = col(filterable=False)
+    runtime_env: dict[str, Any] | None = col(filterable=False)
+    driver_agent_http_address: str | None = col(filterable=False)
+    driver_node_id: str | None = col(filterable=False)
+    driver_exit_code: int | None = col(filterable=False)
+    entrypoint_num_cpus: float | None = col(filterable=False)
+    entrypoint_num_gpus: float | None = col(filterable=False)
+    entrypoint_memory: int | None = col(filterable=False)
+    entrypoint_resources: dict[str, float] | None = col(filterable=False)
+    entrypoint_label_selector: dict[str, str] | None = col(filterable=False)
+    driver_pid: int | None = col("the entrypoint's process", filterable=False)
+    driver_node_ip: str | None = col(filterable=False)
+    log_name: str | None = col("the entrypoint's log file on its node", filterable=False)
+
+
 class ObjectsSummary(BaseModel):
     by_node: dict[str, dict[str, int]]
     by_reference_type: dict[str, int]
@@ -218,6 +281,8 @@ class Resource:
     path: str
     page_extra: dict[str, Any] = field(default_factory=dict)  # {field: (type, description)}
     has_detail: bool = False
+    # False: the list is a plain JSON array of rows (``/api/jobs/``, whose shape is Ray's).
+    paged: bool = True
 
     def _fields(self, detail: bool) -> dict[str, Any]:
         return {
@@ -255,6 +320,8 @@ class Resource:
 
     @cached_property
     def detail_model(self) -> type[Row]:
+        if not self.detail_fields:
+            return self.list_model
         fields = {k: (f.annotation, f) for k, f in self._fields(True).items()}
         return create_model(  # type: ignore[call-overload]
             f"{self.name}Detail", __base__=self.list_model, **fields
@@ -273,8 +340,8 @@ class Resource:
         return create_model(f"{self.name}Page", **fields)  # type: ignore[call-overload]
 
     def page_responses(self) -> dict[int | str, dict[str, Any]]:
-        """The list route's ``responses=``: the page, for the docs only."""
-        return {200: {"model": self.page_model}}
+        """The list route's ``responses=``: the page (or the array), for the docs only."""
+        return {200: {"model": self.page_model if self.paged else list[self.list_model]}}  # type: ignore[name-defined]
 
     def detail_responses(self) -> dict[int | str, dict[str, Any]]:
         return {200: {"model": self.detail_model}}
@@ -300,6 +367,8 @@ RESOURCES: dict[str, Resource] = {
         ),
         Resource("LogFile", LogFile, "/api/logs"),
         Resource("Event", Event, "/api/events", {"dropped": _DROPPED}),
+        Resource("PlacementGroup", PlacementGroup, "/api/placement_groups", has_detail=True),
+        Resource("Job", Job, "/api/jobs/", has_detail=True, paged=False),
     )
 }
-NODES, WORKERS, ACTORS, TASKS, OBJECTS, LOGS, EVENTS = RESOURCES.values()
+NODES, WORKERS, ACTORS, TASKS, OBJECTS, LOGS, EVENTS, PLACEMENT_GROUPS, JOBS = RESOURCES.values()

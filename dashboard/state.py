@@ -324,6 +324,10 @@ class DashboardState:
         row["creator_actor_id"] = self._actor_by_worker.get(owner) if owner else None
         return row
 
+    def placement_group_rows(self) -> list[dict[str, Any]]:
+        """``schemas.PlacementGroup`` rows from the GCS's records (``_Group.public``)."""
+        return [_placement_group_row(pg) for pg in self.cluster.get("placement_groups") or ()]
+
     # -- tasks -----------------------------------------------------------------------------
     def add_task_events(
         self,
@@ -469,3 +473,22 @@ class DashboardState:
         }
         self.events.append(ev)
         self.pubsub.publish({"type": "event", **ev})
+
+
+def _placement_group_row(pg: dict[str, Any]) -> dict[str, Any]:
+    nodes = pg.get("bundle_nodes") or []
+    state = pg.get("state") or "PENDING"
+    return {
+        "placement_group_id": pg.get("placement_group_id") or "",
+        "name": pg.get("name") or "",
+        "state": state,
+        "strategy": pg.get("strategy") or "PACK",
+        "job_id": pg.get("job_id") or "",
+        "detached": bool(pg.get("detached")),
+        "pending_reason": (pg.get("reason") or None) if state == "PENDING" else None,
+        "created_at": pg.get("created_at"),
+        "bundles": [
+            {"index": i, "resources": b, "node_id": nodes[i] if i < len(nodes) else None}
+            for i, b in enumerate(pg.get("bundles") or [])
+        ],
+    }

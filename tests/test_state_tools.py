@@ -6,16 +6,20 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.request
 import warnings
+from typing import Any
 
 import ember
 import pytest
 import yaml
 from click.testing import CliRunner
 from ember.cli.main import main
+from ember.dashboard.schemas import JOBS, PLACEMENT_GROUPS
 from ember.util import state
 from ember.util.placement_group import placement_group, remove_placement_group
 from ember_test_utils import wait_until
+from pydantic import TypeAdapter
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -169,6 +173,66 @@ def test_nodes_workers_jobs_and_placement_groups(cluster):
     ]
     assert state.get_placement_group(pg_id).bundles[0]["unit_resources"] == {"CPU": 0.1}
     assert state.list_runtime_envs() == []
+
+
+def _api(cluster, path: str) -> Any:
+    with urllib.request.urlopen(cluster["url"] + path, timeout=30) as r:
+        return json.load(r)
+
+
+def test_ember_rows_and_ray_rows_agree(cluster):
+    """``/api`` and Ray's ``/api/v0`` are two wire formats of one state: every row's id and
+    state read the same in both (in Ray's words where Ember's differ)."""
+    ray_words = {"PENDING": "PENDING_CREATION", "RETRYING": "PENDING_NODE_ASSIGNMENT"}
+
+    def ember_rows(path: str, key: str, state_key: str = "state") -> dict[str, str]:
+        rows = _api(cluster, path + "?limit=10000")
+        rows = rows if isinstance(rows, list) else rows["items"]
+        return {r[key]: ray_words.get(r[state_key], r[state_key]) for r in rows}
+
+    def ray_rows(rows: list, key: str, state_key: str = "state") -> dict[str, str]:
+        return {r[key]: r[state_key] for r in rows}
+
+    # The held task keeps one row RUNNING while both are read; the rest are final.
+    assert ember_rows("/api/actors", "actor_id") == ray_rows(state.list_actors(), "actor_id")
+    assert ember_rows("/api/tasks", "task_id") == ray_rows(
+        state.list_tasks(limit=10_000), "task_id"
+    )
+    assert ember_rows("/api/nodes", "node_id") == ray_rows(state.list_nodes(), "node_id")
+    pgs = ember_rows("/api/placement_groups", "placement_group_id")
+    assert pgs == ray_rows(state.list_placement_groups(), "placement_group_id")
+    assert pgs == {cluster["pg"].id: "CREATED"}
+    jobs = _api(cluster, "/api/jobs/")
+    assert {j["job_id"]: j["status"] for j in jobs} == ray_rows(
+        state.list_jobs(), "job_id", "status"
+    )
+    ember_workers = {
+        w["worker_id"]
+        for w in _api(cluster, "/api/workers?limit=10000")["items"]
+        if w["kind"] in ("worker", "driver") and w["worker_id"]
+    }
+    assert {w.worker_id for w in state.list_workers(limit=10_000)} <= ember_workers
+
+
+def test_placement_group_and_job_rows(cluster):
+    """The rows ``/api`` declares for placement groups and jobs (``schemas.py``) are what the
+    endpoints return, with the values the cluster has."""
+    ctx, pg_id = cluster["ctx"], cluster["pg"].id
+    page = _api(cluster, "/api/placement_groups?filter=name=state-pg")
+    PLACEMENT_GROUPS.page_model.model_validate(page)
+    [row] = page["items"]
+    assert set(row) == set(PLACEMENT_GROUPS.fields)
+    assert (row["placement_group_id"], row["state"], row["strategy"]) == (pg_id, "CREATED", "PACK")
+    assert row["bundles"] == [{"index": 0, "resources": {"CPU": 0.1}, "node_id": ctx.node_id}]
+    assert row["job_id"] == ember.get_runtime_context().get_job_id()
+    assert _api(cluster, f"/api/placement_groups/{pg_id}") == row
+    jobs = _api(cluster, "/api/jobs/")
+    TypeAdapter(list[JOBS.list_model]).validate_python(jobs)
+    [job] = jobs
+    assert list(job) == list(JOBS.fields)  # every declared field, in order
+    assert (job["type"], job["status"], job["submission_id"]) == ("DRIVER", "RUNNING", None)
+    assert job["driver_info"]["pid"] == str(os.getpid())
+    assert _api(cluster, f"/api/jobs/{job['job_id']}") == job
 
 
 def test_objects_and_summaries(cluster):

@@ -64,6 +64,7 @@ class _Group:
             "reason": self.reason,
             "job_id": self.job_id.hex(),
             "detached": self.detached,
+            "created_at": self.created_at,
         }
 
 

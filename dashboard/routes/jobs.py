@@ -14,7 +14,8 @@ from typing import Any
 from ember.dashboard import job_packages as pk
 from ember.dashboard import job_records as jr
 from ember.dashboard.app import DashboardContext, get_ctx
-from ember.dashboard.job_manager import JobError, JobManager
+from ember.dashboard.job_manager import JobError, JobManager, job_manager
+from ember.dashboard.schemas import JOBS
 from fastapi import APIRouter, Depends, HTTPException, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
@@ -42,12 +43,10 @@ class JobSubmitRequest(BaseModel):
 
 
 def manager(ctx: DashboardContext) -> JobManager:
-    jobs = ctx.extra.get("jobs")
-    if jobs is None:
-        if ctx.gcs is None:
-            raise HTTPException(503, "this dashboard has no GCS: it cannot run jobs")
-        jobs = ctx.extra["jobs"] = JobManager(ctx)
-    return jobs
+    try:
+        return job_manager(ctx)
+    except JobError as e:
+        raise HTTPException(e.status, str(e)) from None
 
 
 async def _call(coro: Any) -> Any:
@@ -77,12 +76,12 @@ async def submit(req: JobSubmitRequest, ctx: DashboardContext = Depends(get_ctx)
     return {"submission_id": sid, "job_id": sid}
 
 
-@router.get("/api/jobs/")
+@router.get("/api/jobs/", response_model=None, responses=JOBS.page_responses())
 async def list_jobs(ctx: DashboardContext = Depends(get_ctx)) -> list[dict[str, Any]]:
     return [jr.details(r) for r in await _call(manager(ctx).list())]
 
 
-@router.get("/api/jobs/{job_id}")
+@router.get("/api/jobs/{job_id}", response_model=None, responses=JOBS.detail_responses())
 async def get_job(job_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
     return jr.details(await _call(manager(ctx).find(job_id)))
 

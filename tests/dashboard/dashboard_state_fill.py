@@ -13,6 +13,7 @@ from ember.dashboard.agent_hub import AgentHub, AgentLink
 from ember.dashboard.gcs_client import _actor_row
 from ember.dashboard.state import DashboardState
 from ember.gcs.actor_machine import ActorInfo
+from ember.gcs.placement_groups import _Group
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -116,3 +117,16 @@ def fill(state: DashboardState, n_tasks: int = 300, n_actors: int = 30) -> None:
             ]
         )
     hub.ingest(link, {"type": "task_events", "job_id": "01000000", "events": events, "dropped": 0})
+    state.cluster = {"placement_groups": placement_groups()}
+
+
+def placement_groups() -> list[dict[str, Any]]:
+    """The GCS's records (``cluster_info``) of a placed group and a pending one."""
+    placed = _Group({"pg_id": b"\x01" * 16, "bundles": [{"CPU": 1.0}], "job_id": b"\x01"})
+    placed.placement = [bytes.fromhex(NODE)]
+    placed.track.fire("reserved")
+    waiting = _Group(
+        {"pg_id": b"\x02" * 16, "bundles": [{"GPU": 1.0}], "name": "gpu", "strategy": "SPREAD"}
+    )
+    waiting.reason = "no node has GPU: 1"
+    return [placed.public(), waiting.public()]

@@ -8,6 +8,7 @@ import ember
 import psutil
 import pytest
 from browser_utils import open_page, text, wait_chart_points, wait_total
+from ember.util.placement_group import placement_group, remove_placement_group
 from ember_test_utils import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -170,6 +171,36 @@ def test_actors_tree_reasons_and_search(page, cluster):
     wait_total(page, "actors-table", "==", 1)
     assert "q=frontend_victim" in page.url
     assert "Victim" in table.locator(".vrow").first.inner_text()
+
+
+def test_actors_page_lists_placement_groups(page, cluster):
+    """A placed group shows its bundle's node; one no node can hold shows PENDING and why."""
+    url, _ = cluster
+    placed = placement_group([{"CPU": 0.01}], name="frontend_pg")
+    stuck = placement_group([{"GPU": 1}], strategy="SPREAD", name="frontend_pg_stuck")
+    try:
+        ember.get(placed.ready(), timeout=30)
+        node_id = ember.get_runtime_context().get_node_id()
+        open_page(page, url, "actors")
+        row = page.locator(f"[data-testid=pg-row][data-pg-id='{placed.id}']")
+        row.wait_for()
+        page.wait_for_selector(
+            f"[data-testid=pg-row][data-pg-id='{placed.id}'][data-state=CREATED]"
+        )
+        text = row.inner_text()
+        assert "frontend_pg" in text and placed.id in text and "PACK" in text, text
+        bundle = row.locator("[data-testid=pg-bundle]")
+        assert "CPU: 0.01" in bundle.inner_text()
+        assert bundle.locator("[title]").get_attribute("title") == node_id
+        waiting = page.locator(f"[data-testid=pg-row][data-pg-id='{stuck.id}']")
+        waiting.wait_for()
+        assert waiting.get_attribute("data-state") == "PENDING"
+        assert "not placed" in waiting.inner_text() and "SPREAD" in waiting.inner_text()
+        page.wait_for_selector(f"[data-testid=pg-row][data-pg-id='{stuck.id}'] .reason")
+        assert "GPU" in waiting.locator(".reason").inner_text()
+    finally:
+        remove_placement_group(placed)
+        remove_placement_group(stuck)
 
 
 def test_tasks_summary_filters_and_traceback(page, cluster):

@@ -231,7 +231,7 @@ export interface LogFilePage {
 }
 
 /** What `filter=` and `sort_by=` of /api/logs may name. */
-export const LOGFILE_FILTERABLE = ["node_id", "name", "component", "pid", "worker_id", "size", "mtime", "stream", "rotated"] as const;
+export const LOG_FILE_FILTERABLE = ["node_id", "name", "component", "pid", "worker_id", "size", "mtime", "stream", "rotated"] as const;
 
 export interface EventRow {
   time: number;
@@ -260,3 +260,65 @@ export interface EventPage {
 
 /** What `filter=` and `sort_by=` of /api/events may name. */
 export const EVENT_FILTERABLE = ["time", "severity", "source", "node_id", "pid", "kind", "message"] as const;
+
+/** The GCS's placement group (``_Group.public``) with its bundles laid out. */
+export interface PlacementGroupRow {
+  placement_group_id: string;
+  /** '' for an unnamed group */
+  name: string;
+  state: "PENDING" | "CREATED" | "REMOVED";
+  /** PACK, SPREAD, STRICT_PACK or STRICT_SPREAD */
+  strategy: string;
+  /** the job that created it */
+  job_id: string;
+  detached: boolean;
+  /** why a PENDING group is not placed yet */
+  pending_reason: string | null;
+  created_at: number | null;
+  bundles: ({ index: number; resources: Record<string, number>; node_id: string | null })[];
+}
+
+export interface PlacementGroupPage {
+  /** rows matching the filters */
+  total: number;
+  offset: number;
+  limit: number;
+  items: PlacementGroupRow[];
+}
+
+/** What `filter=` and `sort_by=` of /api/placement_groups may name. */
+export const PLACEMENT_GROUP_FILTERABLE = ["placement_group_id", "name", "state", "strategy", "job_id", "detached", "created_at"] as const;
+
+/** A job as ``GET /api/jobs/`` lists it: Ray's ``JobDetails`` field for field (Ray's
+    clients read these), then Ember's own. A submitted job's type is SUBMISSION; a driver
+    started by hand is a DRIVER job with no submission id. Times in milliseconds. */
+export interface JobRow {
+  type: "SUBMISSION" | "DRIVER";
+  /** the driver's job id (hex), once it called init() */
+  job_id: string | null;
+  /** null for a DRIVER job */
+  submission_id: string | null;
+  driver_info: { id: string; node_ip_address: string; pid: string } | null;
+  status: "PENDING" | "RUNNING" | "STOPPED" | "SUCCEEDED" | "FAILED";
+  /** the shell command; a DRIVER job's command line */
+  entrypoint: string;
+  message: string | null;
+  error_type: string | null;
+  start_time: number | null;
+  end_time: number | null;
+  metadata: Record<string, string> | null;
+  runtime_env: Record<string, unknown> | null;
+  driver_agent_http_address: string | null;
+  driver_node_id: string | null;
+  driver_exit_code: number | null;
+  entrypoint_num_cpus: number | null;
+  entrypoint_num_gpus: number | null;
+  entrypoint_memory: number | null;
+  entrypoint_resources: Record<string, number> | null;
+  entrypoint_label_selector: Record<string, string> | null;
+  /** the entrypoint's process */
+  driver_pid: number | null;
+  driver_node_ip: string | null;
+  /** the entrypoint's log file on its node */
+  log_name: string | null;
+}

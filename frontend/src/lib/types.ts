@@ -41,7 +41,10 @@ export type {
   ObjectPage,
   LogFileRow as LogFile,
   EventRow,
+  PlacementGroupRow,
+  JobRow as JobDetails,
 } from "./api-types";
+import type { JobRow } from "./api-types";
 
 export interface TaskSummary {
   total: number;
@@ -63,30 +66,5 @@ export interface TaskRates {
   truncated: boolean;
 }
 
-/** A submitted job: Ray's JobDetails (`GET /api/jobs/`, Ray's shape, so not declared in
- * dashboard/schemas.py) and Ember's extra fields. Times in milliseconds. */
-export type JobStatus = "PENDING" | "RUNNING" | "STOPPED" | "SUCCEEDED" | "FAILED";
-export interface JobDetails {
-  type: string;
-  /** The entrypoint driver's job (hex), once it called init(). */
-  job_id: string | null;
-  submission_id: string;
-  driver_info: { id: string; node_ip_address: string; pid: string } | null;
-  status: JobStatus;
-  entrypoint: string;
-  message: string | null;
-  error_type: string | null;
-  start_time: number | null;
-  end_time: number | null;
-  metadata: Record<string, string> | null;
-  runtime_env: Record<string, unknown> | null;
-  driver_node_id: string | null;
-  driver_exit_code: number | null;
-  entrypoint_num_cpus?: number | null;
-  entrypoint_num_gpus?: number | null;
-  entrypoint_memory?: number | null;
-  entrypoint_resources?: Record<string, number> | null;
-  driver_pid?: number | null;
-  driver_node_ip?: string | null;
-  log_name?: string | null;
-}
+/** A job (`GET /api/jobs/`: Ray's JobDetails, then Ember's fields). Times in milliseconds. */
+export type JobStatus = JobRow["status"];

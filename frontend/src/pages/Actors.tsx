@@ -4,6 +4,7 @@
 // details with Kill (confirmed), Stack and Profile (a flame graph, py-spy, no sudo).
 import { useCallback, useMemo, useState } from "preact/hooks";
 import { FlameGraph, type Speedscope } from "../components/FlameGraph";
+import { PlacementGroups } from "../components/PlacementGroups";
 import { VirtualTable, type Column } from "../components/VirtualTable";
 import { ErrorBox, Modal, NodeSelect, SearchBox, StateBadge } from "../components/bits";
 import { errorText, getJSON, postJSON, type Page } from "../lib/api";
@@ -184,6 +185,7 @@ export function Actors({ params }: { params: URLSearchParams }) {
         />
         {sel && <ActorDetail id={sel} />}
       </div>
+      <PlacementGroups job={job || undefined} />
     </div>
   );
 }

@@ -38,6 +38,8 @@ function useNow(active: boolean): number {
 
 /** The driver's job id (the one its tasks and actors carry), once the driver called init(). */
 const driverJob = (j: JobDetails) => j.job_id || j.driver_info?.id || "";
+// A job's id in the API: its submission id, or a driver started by hand's job id.
+const jobKey = (j: JobDetails) => j.submission_id ?? j.job_id ?? "";
 
 const msTime = (ms: number | null | undefined) => time(ms ? ms / 1000 : null);
 
@@ -87,11 +89,11 @@ export function Jobs({ params }: { params: URLSearchParams }) {
           <tbody>
             {rows.map((j) => (
               <tr
-                key={j.submission_id}
-                class={`clickable ${selected?.submission_id === j.submission_id ? "selected" : ""} ${j.status === "FAILED" ? "row-infeasible" : ""}`}
-                onClick={() => setParams({ sel: j.submission_id === sel ? undefined : j.submission_id })}
+                key={jobKey(j)}
+                class={`clickable ${selected && jobKey(selected) === jobKey(j) ? "selected" : ""} ${j.status === "FAILED" ? "row-infeasible" : ""}`}
+                onClick={() => setParams({ sel: jobKey(j) === sel ? undefined : jobKey(j) })}
                 data-testid="job-row"
-                data-submission-id={j.submission_id}
+                data-submission-id={jobKey(j)}
                 data-status={j.status}
               >
                 <td data-testid="job-status">
@@ -100,7 +102,7 @@ export function Jobs({ params }: { params: URLSearchParams }) {
                 <td class="mono" style={{ wordBreak: "break-all" }} title={j.entrypoint}>
                   {j.entrypoint.length > 120 ? `${j.entrypoint.slice(0, 120)}…` : j.entrypoint}
                 </td>
-                <td class="mono">{j.submission_id}</td>
+                <td class="mono">{j.submission_id ?? `driver ${j.job_id ?? ""}`}</td>
                 <td class="num" data-testid="job-duration">
                   {duration(jobSeconds(j, now))}
                 </td>
@@ -149,12 +151,12 @@ function JobDetail({ job: j, now, onChanged }: { job: JobDetails; now: number; o
   const [note, setNote] = useState<string | undefined>();
   const [err, setErr] = useState<string | undefined>();
   const ended = jobEnded(j);
-  const id = encodeURIComponent(j.submission_id);
+  const id = encodeURIComponent(jobKey(j));
   const driver = driverJob(j);
   useEffect(() => {
     setNote(undefined);
     setErr(undefined);
-  }, [j.submission_id]);
+  }, [jobKey(j)]);
 
   const run = async (what: string, f: () => Promise<void>) => {
     setConfirm(null);
@@ -184,9 +186,9 @@ function JobDetail({ job: j, now, onChanged }: { job: JobDetails; now: number; o
   const meta = Object.entries(j.metadata ?? {});
   const env = j.runtime_env && Object.keys(j.runtime_env).length ? j.runtime_env : null;
   return (
-    <div class="card detail" data-testid="job-detail" data-submission-id={j.submission_id} data-status={j.status}>
+    <div class="card detail" data-testid="job-detail" data-submission-id={jobKey(j)} data-status={j.status}>
       <h2>
-        Job <span class="mono">{j.submission_id}</span>{" "}
+        Job <span class="mono">{jobKey(j)}</span>{" "}
         <span data-testid="job-detail-status">
           <StateBadge state={j.status} />
         </span>
@@ -239,12 +241,17 @@ function JobDetail({ job: j, now, onChanged }: { job: JobDetails; now: number; o
         <dd data-testid="job-runtime-env">{env ? <pre>{JSON.stringify(env, null, 2)}</pre> : "none"}</dd>
       </dl>
       <div class="actions">
-        <button class="danger" disabled={ended || !!busy} onClick={() => setConfirm("stop")} data-testid="job-stop" title={ended ? "The job has ended" : "Stop the job"}>
-          Stop
-        </button>
-        <button disabled={!ended || !!busy} onClick={() => setConfirm("delete")} data-testid="job-delete" title={ended ? "Delete the job's record" : "Only an ended job can be deleted"}>
-          Delete
-        </button>
+        {/* A driver started by hand is not the Jobs API's to stop or delete (as in Ray). */}
+        {j.type === "SUBMISSION" && (
+          <>
+            <button class="danger" disabled={ended || !!busy} onClick={() => setConfirm("stop")} data-testid="job-stop" title={ended ? "The job has ended" : "Stop the job"}>
+              Stop
+            </button>
+            <button disabled={!ended || !!busy} onClick={() => setConfirm("delete")} data-testid="job-delete" title={ended ? "Delete the job's record" : "Only an ended job can be deleted"}>
+              Delete
+            </button>
+          </>
+        )}
         {driver && (
           <>
             <a href={href("tasks", { job: driver })} data-testid="job-tasks-link">
@@ -264,14 +271,14 @@ function JobDetail({ job: j, now, onChanged }: { job: JobDetails; now: number; o
       )}
       <ErrorBox error={err} />
       {driver && <JobTasks driver={driver} ended={ended} />}
-      <JobLogs key={j.submission_id} id={j.submission_id} ended={ended} />
+      <JobLogs key={jobKey(j)} id={jobKey(j)} ended={ended} />
       {confirm && (
         <Modal title={confirm === "stop" ? "Stop this job?" : "Delete this job?"} onClose={() => setConfirm(null)}>
           <p>
             {confirm === "stop"
               ? "The entrypoint's process group gets SIGTERM, then SIGKILL after a few seconds; the job ends STOPPED."
               : "The job's record is removed from the cluster; it leaves this list."}{" "}
-            Job <span class="mono">{j.submission_id}</span>.
+            Job <span class="mono">{jobKey(j)}</span>.
           </p>
           <div class="actions">
             <button onClick={() => setConfirm(null)}>Cancel</button>
