@@ -57,6 +57,11 @@ def job() -> None:
 @click.option("--entrypoint-num-gpus", type=float, default=None)
 @click.option("--entrypoint-memory", type=int, default=None, help="Bytes.")
 @click.option("--entrypoint-resources", default=None, help="Custom resources as JSON.")
+@click.option(
+    "--entrypoint-label-selector",
+    default=None,
+    help='Node labels the entrypoint needs, as JSON, e.g. \'{"zone": "in(a,b)"}\'.',
+)
 @click.option("--no-wait", is_flag=True, help="Return once submitted; do not follow its logs.")
 @click.argument("entrypoint", nargs=-1, required=True, type=click.UNPROCESSED)
 def submit(
@@ -70,6 +75,7 @@ def submit(
     entrypoint_num_gpus: float | None,
     entrypoint_memory: int | None,
     entrypoint_resources: str | None,
+    entrypoint_label_selector: str | None,
     no_wait: bool,
     entrypoint: tuple[str, ...],
 ) -> None:
@@ -93,6 +99,9 @@ def submit(
             entrypoint_num_gpus=entrypoint_num_gpus,
             entrypoint_memory=entrypoint_memory,
             entrypoint_resources=_json_option(entrypoint_resources, "--entrypoint-resources"),
+            entrypoint_label_selector=_json_option(
+                entrypoint_label_selector, "--entrypoint-label-selector"
+            ),
         )
     except (RuntimeError, ValueError) as e:
         raise click.ClickException(str(e)) from None

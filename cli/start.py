@@ -39,6 +39,11 @@ def _parse_resources(raw: str | None) -> dict[str, float] | None:
 @click.option("--num-cpus", type=float, default=None)
 @click.option("--num-gpus", type=float, default=None)
 @click.option("--resources", default=None, help="Custom resources as JSON, e.g. '{\"A\": 2}'.")
+@click.option(
+    "--labels",
+    default=None,
+    help="This node's labels, KEY=VALUE,... or JSON; tasks, actors and jobs select nodes by them.",
+)
 @click.option("--memory", type=float, default=None, help="Bytes of memory for tasks.")
 @click.option("--object-store-memory", type=int, default=None, help="Bytes of shared memory.")
 @click.option("--temp-dir", default=None, help="Root of the session directories.")
@@ -66,6 +71,7 @@ def start(
     num_cpus: float | None,
     num_gpus: float | None,
     resources: str | None,
+    labels: str | None,
     memory: float | None,
     object_store_memory: int | None,
     temp_dir: str | None,
@@ -79,6 +85,7 @@ def start(
     """Start Ember's processes on this machine."""
     from ember.cluster_address import normalize_address, token_for
     from ember.cluster_token import normalize
+    from ember.labels import parse_labels
     from ember.node import DashboardOptions, LocalNode, node_ip_for
 
     if head == bool(address):
@@ -90,6 +97,10 @@ def start(
             param_hint="--node-ip-address",
         )
     custom = _parse_resources(resources)
+    try:
+        node_labels = parse_labels(labels) if labels else {}
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--labels") from None
     if dashboard_host in ("0.0.0.0", "::"):
         # Allowed (the dashboard then demands the cluster token), but never silently.
         click.echo(
@@ -104,6 +115,7 @@ def start(
         "num_cpus": num_cpus,
         "num_gpus": num_gpus,
         "resources": custom,
+        "labels": node_labels,
         "memory": memory,
         "object_store_memory": object_store_memory,
         "temp_dir": temp_dir,

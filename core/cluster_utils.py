@@ -74,6 +74,7 @@ class Cluster:
         node_ip: str | None = None,
         env: dict[str, str] | None = None,
         prestart: int | None = None,
+        labels: dict[str, str] | None = None,
     ) -> LocalNode:
         """Starts a node (the first one is the head); waits until the GCS lists it."""
         self._count += 1
@@ -83,6 +84,7 @@ class Cluster:
             num_cpus=num_cpus,
             num_gpus=num_gpus,
             resources=resources,
+            labels=labels,
             memory=memory,
             object_store_memory=object_store_memory,
             temp_dir=temp_dir,

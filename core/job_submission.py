@@ -129,6 +129,7 @@ class JobSubmissionClient:
         entrypoint_num_gpus: int | float | None = None,
         entrypoint_memory: int | None = None,
         entrypoint_resources: dict[str, float] | None = None,
+        entrypoint_label_selector: dict[str, str] | None = None,
     ) -> str:
         """Submits ``entrypoint`` (a shell command) and returns its submission id."""
         runtime_env = dict(runtime_env or {})
@@ -142,6 +143,7 @@ class JobSubmissionClient:
             "entrypoint_num_gpus": entrypoint_num_gpus,
             "entrypoint_memory": entrypoint_memory,
             "entrypoint_resources": entrypoint_resources,
+            "entrypoint_label_selector": entrypoint_label_selector,
         }
         reply = self._call(
             "POST", "/api/jobs/", {k: v for k, v in request.items() if v is not None}

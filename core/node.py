@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 from ember import config
 from ember.ids import new_unique_id
+from ember.labels import check_labels
 from ember.process_util import wait_ready_line
 from ember.session import create_session_dir, register_head, socket_path, write_node_info
 
@@ -131,7 +132,9 @@ class LocalNode:
         dashboard_host: str = "127.0.0.1",
         dashboard_port: int | None = None,
         dashboard_url_prefix: str = "",
+        labels: dict[str, str] | None = None,
     ) -> None:
+        self.labels = check_labels(labels or {})
         self.object_store_memory = int(object_store_memory or default_object_store_memory())
         self.resources = build_resources(
             num_cpus, num_gpus, resources, memory, self.object_store_memory
@@ -254,6 +257,8 @@ class LocalNode:
                         local_gcs or self.gcs_address,
                         "--resources",
                         json.dumps(self.resources),
+                        "--labels",
+                        json.dumps(self.labels),
                         "--object-store-memory",
                         str(self.object_store_memory),
                         "--arena-path",

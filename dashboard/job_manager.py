@@ -25,7 +25,9 @@ import time
 from typing import Any
 
 from ember.dashboard import job_records as jr
+from ember.dashboard.job_placement import NoMatchingNode, choose_node
 from ember.dashboard.job_supervisor import JobSupervisor
+from ember.labels import check_selector
 
 logger = logging.getLogger(__name__)
 NAMESPACE = "_ember_jobs"
@@ -213,6 +215,10 @@ class JobManager:
                 f"runtime_env fields {unknown} are not supported by Ember's jobs; supported: "
                 f"{sorted(ALLOWED_RUNTIME_ENV)}",
             )
+        try:
+            check_selector(req.get("entrypoint_label_selector") or {})
+        except ValueError as e:
+            raise JobError(400, f"entrypoint_label_selector: {e}") from None
         await self._connect()
         resources = {
             k: req.get(k)
@@ -245,9 +251,15 @@ class JobManager:
             if attach:  # a previous dashboard created it
                 handle = await asyncio.to_thread(ember.get_actor, _actor_name(sid), NAMESPACE)
             else:
-                handle = await asyncio.to_thread(self._create, sid, rec, package, modules or [])
+                node = choose_node(rec, await self.ctx.gcs.list_nodes())
+                handle = await asyncio.to_thread(
+                    self._create, sid, rec, node, package, modules or []
+                )
             self.handles[sid] = handle
             where = await handle.start.remote()
+        except NoMatchingNode as e:
+            await self._end(rec, jr.FAILED, f"Job could not start: {e}", "JOB_NO_MATCHING_NODE")
+            return
         except Exception as e:
             if rec["status"] not in jr.TERMINAL:
                 how = "is gone" if attach else "could not start"
@@ -299,11 +311,13 @@ class JobManager:
         self,
         sid: str,
         rec: dict[str, Any],
+        node: str | None,
         package: tuple[str, bytes] | None,
         modules: list[tuple[str, bytes]],
     ) -> Any:
         import ember
         from ember import global_state
+        from ember.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         opts: dict[str, Any] = {
             "name": _actor_name(sid),
@@ -318,6 +332,8 @@ class JobManager:
             opts["memory"] = rec["entrypoint_memory"]
         if rec.get("entrypoint_resources"):
             opts["resources"] = rec["entrypoint_resources"]
+        if node is not None:  # the head, or a node with the selected labels
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         address = global_state.worker.node.get("cluster_address", "").removeprefix("tcp:")
         env_vars = (rec.get("runtime_env") or {}).get("env_vars") or {}
         actor = ember.remote(JobSupervisor).options(**opts)

@@ -14,6 +14,7 @@ import hashlib
 from typing import Any
 
 from ember.dashboard.state import DashboardState
+from ember.labels import node_labels as labels_of
 from ember.util.state.common import JobState
 
 # Ember's task phases in Ray's words: a task being retried waits for a node again.
@@ -176,6 +177,7 @@ def node_rows(st: DashboardState) -> list[dict[str, Any]]:
                 n.get("resources_total") or {},
                 n.get("start_time"),
                 n.get("end_time"),
+                n.get("labels"),
             )
         )
     for nid, entry in st.nodes.items():
@@ -193,6 +195,7 @@ def node_rows(st: DashboardState) -> list[dict[str, Any]]:
                 entry.info.get("resources_total") or {},
                 entry.info.get("start_time", entry.start_time),
                 None if alive else entry.last_seen,
+                entry.info.get("labels"),
             )
         )
     return rows
@@ -208,8 +211,9 @@ def _node_row(
     resources: dict[str, float],
     start: float | None,
     end: float | None,
+    node_labels: dict[str, str] | None,
 ) -> dict[str, Any]:
-    labels = {"ray.io/node_id": nid}
+    labels = labels_of(nid, node_labels)
     if hostname:
         labels["ember.io/hostname"] = hostname
     return {

@@ -65,6 +65,7 @@ class NodeInfo:
             "node_ip": self.node_ip,
             "state": self.track.state.name,
             "resources_total": self.total,
+            "labels": self.labels,
             "resources_available": self.available,
             "death_reason": self.death_reason,
             "start_time": self.start_time,

@@ -43,6 +43,7 @@ class Membership:
             "data_address": r.objects.transfer.address if r.objects.transfer else "",
             "node_ip": args.node_ip,
             "resources": r.resources.total_dict(),
+            "labels": getattr(args, "labels", None) or {},
             "session_dir": r.session_dir,
             "arena_path": args.arena_path,
             "object_store_memory": args.object_store_memory,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 from typing import Any
@@ -333,6 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--address", required=True)
     parser.add_argument("--gcs-address", required=True)
     parser.add_argument("--resources", required=True, help="JSON resource totals")
+    parser.add_argument("--labels", type=json.loads, default={}, help="JSON node labels")
     parser.add_argument("--object-store-memory", type=int, required=True)
     parser.add_argument("--arena-path", required=True)
     parser.add_argument("--node-ip", default="127.0.0.1")

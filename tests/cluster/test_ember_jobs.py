@@ -35,7 +35,9 @@ PROGRAM = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def head():
-    with head_cluster("--num-cpus", "2", "--dashboard-port", "0") as (root, _port, started):
+    with head_cluster(
+        "--num-cpus", "2", "--dashboard-port", "0", "--labels", "zone=head,tier=gold"
+    ) as (root, _port, started):
         url = re.search(r"Dashboard: (http://[0-9.:]+)", started.stdout).group(1)
         yield root, url
 
@@ -154,3 +156,39 @@ def test_py_modules_reach_the_driver_and_its_tasks(head, tmp_path):
     assert client.get_job_status(sid) is JobStatus.SUCCEEDED, logs
     assert "hello-driver hello-task" in logs
     assert client.get_job_info(sid).runtime_env["py_modules"][0].startswith("gcs://_ray_pkg_")
+
+
+def test_ember_start_labels_the_node_and_a_selector_uses_them(head):
+    """``ember start --labels`` as users pass it: the labels reach the GCS (Ray's state API
+    lists them) and a job's label selector picks the node by them; a malformed --labels is
+    refused before anything starts, naming the option."""
+    _, url = head
+    nodes = json.loads(
+        subprocess.run(
+            [ember_cli(), "list", "nodes", "--address", url, "--detail", "--format", "json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    )
+    [node] = nodes
+    assert (node["labels"]["zone"], node["labels"]["tier"]) == ("head", "gold")
+    out = job_cli(
+        url,
+        "submit",
+        "--entrypoint-num-cpus",
+        "1",
+        "--entrypoint-label-selector",
+        json.dumps({"tier": "in(gold,silver)"}),
+        "--",
+        "echo placed-by-label",
+    )
+    assert out.returncode == 0 and "placed-by-label" in out.stdout, out.stdout + out.stderr
+    bad = subprocess.run(
+        [ember_cli(), "start", "--head", "--labels", "zone"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "--labels" in bad.stderr and "KEY=VALUE" in bad.stderr

@@ -16,7 +16,7 @@ import httpx
 import psutil
 import pytest
 from ember.cluster_utils import Cluster
-from ember_test_utils import assert_no_ember_children, wait_until
+from ember_test_utils import assert_no_ember_children, ember_cli, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -64,6 +64,60 @@ def test_a_job_whose_node_dies_fails_naming_the_death(cluster):
         assert job["error_type"] == "JOB_SUPERVISOR_ACTOR_DIED"
         assert f"node {worker.node_id.hex()}" in job["message"] and "died" in job["message"]
         wait_until(lambda: not _group(pgid), 10, 0.1, "the entrypoint's process group to be gone")
+        # What `ember job status` tells its user, from the CLI as users run it.
+        url = cluster.head_node.dashboard_url
+        out = subprocess.run(
+            [ember_cli(), "job", "status", "--address", url, sid],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert f"Status for job '{sid}': FAILED" in out.stdout, out.stdout
+        assert worker.node_id.hex() in out.stdout and "died" in out.stdout, out.stdout
+    finally:
+        http.close()
+
+
+def test_entrypoints_run_on_the_head_or_where_labels_select(cluster):
+    """Ray's placement of entrypoints: a job asking for nothing runs on the head; one whose
+    label selector names a node's labels runs there; one no node matches fails at once,
+    saying so; a malformed selector is refused (400)."""
+    head_id = cluster.head_node.node_id.hex()
+    worker = cluster.add_node(num_cpus=1, labels={"zone": "b", "disk": "ssd"})
+    worker_id = worker.node_id.hex()
+    http = httpx.Client(base_url=cluster.head_node.dashboard_url, timeout=60)
+    try:
+        plain = _submit(http, "sleep 600")
+        labelled = _submit(http, "sleep 600", entrypoint_label_selector={"zone": "in(a,b)"})
+        assert _running(http, plain)["driver_node_id"] == head_id
+        assert _running(http, labelled)["driver_node_id"] == worker_id
+        nowhere = _submit(http, "true", entrypoint_label_selector={"zone": "c"})
+        job = wait_until(
+            lambda: (j := http.get(f"/api/jobs/{nowhere}").json())["status"] in TERMINAL and j,
+            30,
+            0.2,
+            "the unplaceable job to end",
+        )
+        assert (job["status"], job["error_type"]) == ("FAILED", "JOB_NO_MATCHING_NODE")
+        assert "{'zone': 'c'}" in job["message"] and "'zone': 'b'" in job["message"], job
+        bad = http.post(
+            "/api/jobs/", json={"entrypoint": "true", "entrypoint_label_selector": {"zone": "in()"}}
+        )
+        assert bad.status_code == 400 and "entrypoint_label_selector" in bad.text, bad.text
+
+        # The node's labels, as Ray's state API lists them (once the dashboard's poll of the
+        # GCS, each second, has read the node).
+        def worker_labels() -> dict:
+            reply = http.get("/api/v0/nodes", params={"detail": "true"}).json()
+            rows = reply["data"]["result"]["result"]
+            return next(n["labels"] for n in rows if n["node_id"] == worker_id)
+
+        labels = wait_until(lambda: "zone" in (got := worker_labels()) and got, 10, 0.2, "labels")
+        assert labels["zone"] == "b" and labels["disk"] == "ssd"
+        assert labels["ray.io/node_id"] == worker_id
+        for sid in (plain, labelled):
+            assert http.post(f"/api/jobs/{sid}/stop").json()["stopped"] is True
     finally:
         http.close()
 
