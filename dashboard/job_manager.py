@@ -196,8 +196,8 @@ class JobManager:
     async def submit(
         self,
         req: dict[str, Any],
-        package: tuple[str, bytes] | None,
-        modules: list[tuple[str, bytes]] = (),
+        package: str | None,
+        modules: list[str] = (),
     ) -> str:
         await self.recover()
         sid = req.get("submission_id") or req.get("job_id") or jr.new_submission_id()
@@ -239,9 +239,9 @@ class JobManager:
     async def _run(
         self,
         sid: str,
-        package: tuple[str, bytes] | None,
+        package: str | None,
         attach: bool = False,
-        modules: list[tuple[str, bytes]] | None = None,
+        modules: list[str] | None = None,
     ) -> None:
         import ember
 
@@ -312,8 +312,8 @@ class JobManager:
         sid: str,
         rec: dict[str, Any],
         node: str | None,
-        package: tuple[str, bytes] | None,
-        modules: list[tuple[str, bytes]],
+        package: str | None,
+        modules: list[str],
     ) -> Any:
         import ember
         from ember import global_state

@@ -7,34 +7,17 @@ kept under the head's session dir, ``runtime_resources/packages/<protocol>/<name
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import AsyncIterator
 
-PROTOCOLS = frozenset({"gcs"})
-NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}$")
+from ember.runtime_env_packages import PackageError, package_file
+
 # Ray's own limit for a package in its GCS (``GCS_STORAGE_MAX_SIZE``, 500 MiB).
 MAX_BYTES = int(os.environ.get("EMBER_JOB_PACKAGE_MAX_BYTES", str(500 * 1024 * 1024)))
 
 
-class PackageError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 def path_of(session_dir: str, protocol: str, name: str) -> str:
     """The package's file; PackageError for a protocol or name that could leave the dir."""
-    if protocol not in PROTOCOLS:
-        raise PackageError(
-            400, f"unknown package protocol {protocol!r}; known: {sorted(PROTOCOLS)}"
-        )
-    if not NAME.match(name) or ".." in name:
-        raise PackageError(
-            400,
-            f"bad package name {name!r}: letters, digits, '_', '-' and '.' only, "
-            "not starting with '.'",
-        )
-    return os.path.join(session_dir, "runtime_resources", "packages", protocol, name)
+    return package_file(session_dir, protocol, name)
 
 
 def parse_uri(uri: str) -> tuple[str, str]:
@@ -76,11 +59,9 @@ async def store(path: str, chunks: AsyncIterator[bytes], declared: int | None) -
     return size
 
 
-def load(session_dir: str, uri: str) -> tuple[str, bytes]:
-    """A working_dir package's ``(name, bytes)``, for the supervisor that unpacks it."""
+def uploaded(session_dir: str, uri: str, field: str = "working_dir") -> str:
+    """The name of the package ``uri`` names, which must have been uploaded."""
     protocol, name = parse_uri(uri)
-    path = path_of(session_dir, protocol, name)
-    if not os.path.exists(path):
-        raise PackageError(400, f"working_dir package {uri} was not uploaded to this cluster")
-    with open(path, "rb") as f:
-        return name, f.read()
+    if not os.path.exists(path_of(session_dir, protocol, name)):
+        raise PackageError(400, f"{field} package {uri} was not uploaded to this cluster")
+    return name

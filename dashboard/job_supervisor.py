@@ -17,14 +17,14 @@ still learns it.
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 import signal
 import subprocess
 import sys
 import time
-import zipfile
 from typing import Any
+
+from ember import runtime_env_packages as packages
 
 # Ray's defaults, and Ray's variables to change them.
 STOP_SIGNAL = os.environ.get("RAY_JOB_STOP_SIGNAL", "SIGTERM")
@@ -46,14 +46,14 @@ class JobSupervisor:
         entrypoint: str,
         env_vars: dict[str, str],
         cluster_address: str,
-        package: tuple[str, bytes] | None = None,
-        modules: list[tuple[str, bytes]] | None = None,
+        package: str | None = None,
+        modules: list[str] | None = None,
     ) -> None:
         self.submission_id = submission_id
         self.entrypoint = entrypoint
         self.env_vars = env_vars
         self.cluster_address = cluster_address
-        self.package = package  # (name, zip bytes) of the runtime_env's working_dir
+        self.package = package  # the runtime_env's working_dir package (its zip's name)
         self.modules = modules or []  # the same, of each of its py_modules
         self.proc: subprocess.Popen | None = None
         self.stopped = False
@@ -68,10 +68,15 @@ class JobSupervisor:
         session_dir = _session_dir()
         logs = os.path.join(session_dir, "logs")
         self.log_path = os.path.join(logs, log_name(self.submission_id))
+        # The packages, from the head's copy (through the GCS when this is another node), in a
+        # thread: a large one must not hold up the supervisor's other calls.
         cwd = None
         if self.package is not None:
-            cwd = _unpack(session_dir, *self.package)
-            self.package = None  # the bytes are on disk now
+            cwd = await asyncio.to_thread(_ensure, session_dir, "working_dir_files", self.package)
+        dirs = [
+            await asyncio.to_thread(_ensure, session_dir, "py_modules_files", name)
+            for name in self.modules
+        ]
         env = dict(os.environ)
         # The entrypoint is a driver of this cluster: its init() joins it (RAY_ADDRESS for a
         # Ray program migrated with ``import ember as ray`` that still reads Ray's variable).
@@ -86,13 +91,9 @@ class JobSupervisor:
         # from an activated environment (a node started as .venv/bin/ember has no such PATH).
         env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
         env.update({str(k): str(v) for k, v in self.env_vars.items()})
-        if self.modules:
+        if dirs:
             # Each py_modules package holds its module's directory: the folder it is
             # unpacked in goes first on the entrypoint's import path.
-            dirs = [
-                _unpack(session_dir, name, data, "py_modules_files") for name, data in self.modules
-            ]
-            self.modules = []
             env["PYTHONPATH"] = os.pathsep.join([*dirs, env.get("PYTHONPATH", "")]).rstrip(
                 os.pathsep
             )
@@ -182,22 +183,8 @@ def _tail(path: str) -> str:
     return "\n".join(lines)[-TAIL_CHARS:]
 
 
-def _unpack(session_dir: str, name: str, data: bytes, kind: str = "working_dir_files") -> str:
-    """A package unpacked under the node's session (once per content: the name carries its
-    hash); its directory (a working_dir's: the entrypoint's cwd)."""
-    root = os.path.join(session_dir, "runtime_resources", kind)
-    target = os.path.join(root, name.removesuffix(".zip"))
-    if not os.path.isdir(target):
-        tmp = f"{target}.tmp{os.getpid()}"
-        with zipfile.ZipFile(io.BytesIO(data)) as zf:
-            for member in zf.namelist():  # no member may land outside the target
-                dest = os.path.realpath(os.path.join(tmp, member))
-                if not dest.startswith(os.path.realpath(tmp) + os.sep):
-                    raise ValueError(f"package {name} has an unsafe path: {member!r}")
-            zf.extractall(tmp)
-        os.makedirs(root, exist_ok=True)
-        try:
-            os.rename(tmp, target)
-        except OSError:  # another supervisor unpacked the same package first
-            pass
-    return target
+def _ensure(session_dir: str, kind: str, name: str) -> str:
+    from ember import global_state
+
+    fetch = packages.fetch_through(global_state.worker.call_gcs_sync)
+    return packages.ensure(session_dir, kind, name, fetch)

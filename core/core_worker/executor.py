@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import cloudpickle
+from ember import runtime_env_packages as packages
 from ember.core_worker.reference_counter import ReferenceCounter
 from ember.core_worker.task_spec import (
     ACTOR_CREATION_TASK,
@@ -96,6 +97,7 @@ class Executor:
         self.running: dict[bytes, int] = {}  # {task_id: thread ident}
         self.cancelled: set[bytes] = set()
         self.exiting = False
+        self._adopted: set[str] = set()  # the driver import dirs already on sys.path
         self.tasks_done = 0
         self.interrupt_pending: bytes | None = None
         self.calls_per_function: dict[bytes, int] = {}
@@ -348,14 +350,21 @@ class Executor:
         return fn
 
     def adopt_code_path(self, code_path: list[str] | None) -> None:
-        """The driver's import dirs go after ours, so its modules import here too."""
+        """The driver's import dirs go after ours, so its modules import here too. A dir that
+        is a job's working_dir or py_modules package on the driver's node is this node's copy
+        of it (copied from the head on first use)."""
         if not code_path:
             return
         if not self.host.code_path:
             self.host.code_path = list(code_path)  # passed on to the tasks this worker submits
+        fetch = packages.fetch_through(self.host.call_gcs_sync)
         for p in code_path:
-            if p not in sys.path:
-                sys.path.append(p)
+            if p in self._adopted:
+                continue
+            self._adopted.add(p)
+            here = packages.localize(p, self.host.node["session_dir"], fetch)
+            if here not in sys.path:
+                sys.path.append(here)
 
     async def _fetch_function(self, spec: TaskSpec) -> bytes:
         conn = await self.host.connect_to_worker(spec.owner[0], spec.owner[1])

@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from ember import config
+from ember import runtime_env_packages as packages
 from ember.gcs.actor_machine import ActorInfo, ActorState
 from ember.gcs.actors import ActorManager
 from ember.gcs.events import EventLog
@@ -135,6 +136,12 @@ class GcsServer:
     # -- views -----------------------------------------------------------------------------
     def h_list_nodes(self, conn: Connection, body: Any) -> list[dict]:
         return [n.public() for n in self.node_table.nodes.values()]
+
+    async def h_get_package_chunk(self, conn: Connection, body: Any) -> dict:
+        # A thread reads it: a chunk of a cold file must not hold up heartbeats.
+        return await asyncio.to_thread(
+            packages.read_chunk, self.session_dir, body["name"], int(body["offset"])
+        )
 
     def h_cluster_info(self, conn: Connection, body: Any) -> dict:
         return {

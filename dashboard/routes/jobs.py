@@ -67,12 +67,15 @@ async def submit(req: JobSubmitRequest, ctx: DashboardContext = Depends(get_ctx)
     runtime_env = req.runtime_env or {}
     working_dir = runtime_env.get("working_dir")
     if working_dir:
-        package = await _call(asyncio.to_thread(pk.load, ctx.session_dir, working_dir))
+        package = await _call(asyncio.to_thread(pk.uploaded, ctx.session_dir, working_dir))
     modules = runtime_env.get("py_modules") or []
     if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
         raise HTTPException(400, "runtime_env py_modules must be a list of package URIs")
-    loaded = [await _call(asyncio.to_thread(pk.load, ctx.session_dir, m)) for m in modules]
-    sid = await _call(manager(ctx).submit(req.model_dump(), package, loaded))
+    names = [
+        await _call(asyncio.to_thread(pk.uploaded, ctx.session_dir, m, "py_modules"))
+        for m in modules
+    ]
+    sid = await _call(manager(ctx).submit(req.model_dump(), package, names))
     return {"submission_id": sid, "job_id": sid}
 
 

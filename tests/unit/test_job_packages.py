@@ -73,3 +73,55 @@ def test_job_details_and_status():
     assert not JobStatus.RUNNING.is_terminal() and str(JobStatus.PENDING) == "PENDING"
     with pytest.raises(AttributeError):
         d.nothing  # noqa: B018
+
+
+def test_a_node_copies_a_package_from_the_head_in_chunks_and_unpacks_it_once(tmp_path):
+    from ember import runtime_env_packages as packages
+
+    head, node = tmp_path / "head", tmp_path / "node"
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "helper.py").write_text("X = 2\n")
+    (src / "blob.bin").write_bytes(os.urandom(9 * 1024 * 1024))  # three 4 MiB chunks
+    name = "_ray_pkg_abc.zip"
+    stored = packages.package_file(str(head), "gcs", name)
+    os.makedirs(os.path.dirname(stored))
+    with open(stored, "wb") as f:
+        f.write(zip_directory(str(src)))
+    calls = []
+
+    def fetch(n: str, offset: int) -> dict:
+        calls.append(offset)
+        return packages.read_chunk(str(head), n, offset)
+
+    # The path the driver's node has, in another session: this node's own copy is used.
+    theirs = f"{head}/runtime_resources/working_dir_files/_ray_pkg_abc"
+    assert packages.package_of(theirs) == ("working_dir_files", name)
+    here = packages.localize(theirs, str(node), fetch)
+    assert here == f"{node}/runtime_resources/working_dir_files/_ray_pkg_abc"
+    assert (tmp_path / "node/runtime_resources/working_dir_files/_ray_pkg_abc/helper.py").exists()
+    assert calls == [0, 4 << 20, 8 << 20]
+    assert packages.localize(theirs, str(node), fetch) == here and len(calls) == 3  # once
+    # Paths that are not another session's package are left alone.
+    assert packages.localize("/usr/lib/python3", str(node), fetch) == "/usr/lib/python3"
+    assert packages.localize(here, str(node), fetch) == here
+
+
+def test_package_reads_refuse_links_and_bad_names(tmp_path):
+    from ember import runtime_env_packages as packages
+
+    stored = packages.package_file(str(tmp_path), "gcs", "_ray_pkg_link.zip")
+    os.makedirs(os.path.dirname(stored))
+    secret = tmp_path / "cluster_token"
+    secret.write_text("s3cret")
+    os.symlink(secret, stored)
+    with pytest.raises(OSError):
+        packages.read_chunk(str(tmp_path), "_ray_pkg_link.zip", 0)
+    with pytest.raises(packages.PackageError, match="bad package name"):
+        packages.read_chunk(str(tmp_path), "../cluster_token", 0)
+    evil = io.BytesIO()
+    with zipfile.ZipFile(evil, "w") as zf:
+        zf.writestr("../escape.py", "x")
+    with pytest.raises(ValueError, match="unsafe path"):
+        packages.unpack(str(tmp_path), "_ray_pkg_evil.zip", evil.getvalue(), "py_modules_files")
+    assert not (tmp_path / "runtime_resources" / "escape.py").exists()

@@ -307,6 +307,18 @@ class KvKeys(GcsMessage):
     prefix: bytes = OMIT
 
 
+class GetPackageChunk(GcsMessage):
+    """A chunk (at most 4 MiB) of a job's uploaded package, from the head's copy
+    (``ember.runtime_env_packages``); raises for a bad or unknown name."""
+
+    op = "get_package_chunk"
+    sent_by = "core worker (a job's working_dir / py_modules on another node)"
+    reply = '{"data": bytes, "size": int (the whole package)}'
+
+    name: str
+    offset: int
+
+
 # -- placement groups ----------------------------------------------------------------------
 class CreatePlacementGroup(GcsMessage):
     """Reserves bundles of resources; placed asynchronously (``wait_placement_group``). A bad
