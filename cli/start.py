@@ -79,6 +79,7 @@ def start(
     """Start Ember's processes on this machine."""
     from ember.cluster_address import normalize_address, token_for
     from ember.cluster_token import normalize
+    from ember.listen_rules import is_wildcard
     from ember.node import DashboardOptions, LocalNode, node_ip_for
 
     if head == bool(address):
@@ -90,10 +91,11 @@ def start(
             param_hint="--node-ip-address",
         )
     custom = _parse_resources(resources)
-    if dashboard_host in ("0.0.0.0", "::"):
+    if is_wildcard(dashboard_host):
         # Allowed (the dashboard then demands the cluster token), but never silently.
+        shown = dashboard_host or '""'
         click.echo(
-            f"Dashboard: --dashboard-host {dashboard_host} listens on every interface; "
+            f"Dashboard: --dashboard-host {shown} listens on every interface; "
             "requests need the cluster token",
             err=True,
         )

@@ -19,8 +19,8 @@ import grpc
 from ember.agent import wire
 from ember.dashboard.app import AgentUnavailable
 from ember.dashboard.state import DashboardState
+from ember.listen_rules import rule_for
 from ember.process_util import trim_heap
-from ember.protocol.transports import loopback_twin
 
 logger = logging.getLogger(__name__)
 # Requests waiting to go to one agent; past this the caller is told the agent is busy.
@@ -87,7 +87,7 @@ class AgentHub:
         else:
             where = _bracketed(host)
             bound = self.server.add_insecure_port(f"{where}:{port}")
-            twin = loopback_twin(host)
+            twin = rule_for(host, cluster=True).twin
             if twin is not None:  # like every node listener: loopback too, same port and token
                 try:
                     self.server.add_insecure_port(f"{_bracketed(twin)}:{bound}")

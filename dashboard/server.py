@@ -20,24 +20,21 @@ import socket
 from ember.cluster_token import user_token
 from ember.dashboard.agent_hub import AgentHub
 from ember.dashboard.app import DashboardContext, create_app
-from ember.dashboard.auth import (
-    CLUSTER_TOKEN_PLACE,
-    DASHBOARD_TOKEN_PLACE,
-    ENV_TOKEN_PLACE,
-    is_loopback,
-)
+from ember.dashboard.auth import CLUSTER_TOKEN_PLACE, DASHBOARD_TOKEN_PLACE, ENV_TOKEN_PLACE
 from ember.dashboard.gcs_client import GcsClient
 from ember.dashboard.routes.frontend import default_frontend_dir
 from ember.dashboard.state import DashboardState
 from ember.launch import DEFAULT_PORT, bind_port, dashboard_url, url_prefix_of
+from ember.listen_rules import rule_for
 
 logger = logging.getLogger("ember.dashboard")
 
 
 def load_token(host: str, session_dir: str, token_file: str | None) -> str | None:
-    """Loopback: no token. Otherwise the cluster token (file, or the user's EMBER_TOKEN), or a
-    new one written to ``<session_dir>/dashboard_token`` (mode 0600)."""
-    if is_loopback(host):
+    """Loopback: no token. Otherwise (``listen_rules``: "" and the wildcards are reachable) the
+    cluster token (file, or the user's EMBER_TOKEN), or a new one written to
+    ``<session_dir>/dashboard_token`` (mode 0600)."""
+    if not rule_for(host, cluster=False).token_required:
         return None
     if token_file:
         return read_token_file(token_file)
@@ -57,7 +54,7 @@ def token_place(host: str, token_file: str | None) -> str:
     """Where ``load_token`` found the token, as a 401 tells a user who lacks it."""
     if token_file:
         return CLUSTER_TOKEN_PLACE
-    if not is_loopback(host) and user_token():
+    if rule_for(host, cluster=False).token_required and user_token():
         return ENV_TOKEN_PLACE
     return DASHBOARD_TOKEN_PLACE
 
@@ -81,7 +78,7 @@ async def serve(args: argparse.Namespace) -> None:
     hub_token = None
     if args.token_file:
         hub_token = token or read_token_file(args.token_file)
-    elif not agent_host.startswith("unix:") and not is_loopback(agent_host):
+    elif not agent_host.startswith("unix:") and rule_for(agent_host, cluster=False).reachable:
         hub_token = token or load_token(agent_host, args.session_dir, None)
     state = DashboardState()
     hub = AgentHub(state, hub_token)

@@ -25,7 +25,8 @@ import struct
 import threading
 from typing import Any
 
-from ember.protocol.transports import TWIN_PORT_TRIES, loopback_twin
+from ember.listen_rules import rule_for
+from ember.protocol.transports import TWIN_PORT_TRIES
 
 logger = logging.getLogger("ember.transfer")
 
@@ -60,8 +61,8 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 def _listen(host: str) -> list[socket.socket]:
     """The data port on ``host`` and, like every node listener, on loopback at the same port
-    (``loopback_twin``); a kernel-picked port taken on loopback is picked again."""
-    twin = loopback_twin(host)
+    (``listen_rules``); a kernel-picked port taken on loopback is picked again."""
+    twin = rule_for(host, cluster=True).twin
     for _ in range(TWIN_PORT_TRIES):
         socks = [_bound(host, 0)]
         if twin is None:
