@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ember.listen_rules import rule_for
+from ember.protocol import preauth
 from ember.protocol.errors import AuthenticationError
 from ember.protocol.stream import Connection, Handlers
 
@@ -135,7 +136,9 @@ async def serve(
     on_close: Callable[[Connection], None] | None = None,
     token: bytes | None = None,
 ) -> tuple[Any, str]:
-    """Listens on ``address``; returns the server and the address it really bound (port 0)."""
+    """Listens on ``address``; returns the server and the address it really bound (port 0).
+    ``on_connect`` runs for each connection once it is the listener's: at once on a Unix
+    socket, after its token was accepted on TCP."""
     scheme, target = parse_address(address)
     backend = _backends[scheme]
     expect: bytes | None = None
@@ -148,10 +151,22 @@ async def serve(
             )
 
     def factory() -> Connection:
-        conn = Connection(handlers, name=name, on_close=on_close, expect_token=expect)
-        if on_connect is not None:
-            on_connect(conn)
-        return conn
+        if expect is None:
+            conn = Connection(handlers, name=name, on_close=on_close)
+            if on_connect is not None:
+                on_connect(conn)
+            return conn
+        # A TCP peer is a stranger until its token is accepted: held to preauth's limits,
+        # and not the listener's connection yet (the GCS sends news to every connection it
+        # knows, which must not reach a peer without the token).
+        return Connection(
+            handlers,
+            name=name,
+            on_close=on_close,
+            expect_token=expect,
+            guard=preauth.GUARD,
+            on_authenticated=on_connect,
+        )
 
     server, bound = await backend.listen(target, factory)
     return server, backend.format(bound)
