@@ -17,6 +17,7 @@ import secrets
 import signal
 import socket
 
+from ember import config
 from ember.cluster_token import user_token
 from ember.dashboard.agent_hub import AgentHub
 from ember.dashboard.app import DashboardContext, create_app
@@ -62,6 +63,23 @@ def token_place(host: str, token_file: str | None) -> str:
 def read_token_file(path: str) -> str:
     with open(path) as f:
         return f.read().strip()
+
+
+def _idle_closing_h11() -> type:
+    """uvicorn's h11 protocol, closing a connection that sends nothing within the
+    pre-authentication deadline (``ember.protocol.preauth``): uvicorn arms its idle timer only
+    after a first response, so a connection that never sent a request stayed open for good.
+    The timer is uvicorn's own keep-alive one, cancelled by the first bytes of a request."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class IdleClosingH11(H11Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+            super().connection_made(transport)  # type: ignore[arg-type]
+            self.timeout_keep_alive_task = self.loop.call_later(
+                config.auth_deadline_seconds, self.timeout_keep_alive_handler
+            )
+
+    return IdleClosingH11
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -115,6 +133,7 @@ async def serve(args: argparse.Namespace) -> None:
         access_log=False,
         ws_max_size=1 << 20,
         timeout_keep_alive=30,
+        http=_idle_closing_h11(),
     )
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # we own SIGTERM below
