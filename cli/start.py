@@ -86,6 +86,7 @@ def start(
     from ember.cluster_address import normalize_address, token_for
     from ember.cluster_token import normalize
     from ember.labels import parse_labels
+    from ember.listen_rules import is_wildcard
     from ember.node import DashboardOptions, LocalNode, node_ip_for
 
     if head == bool(address):
@@ -101,10 +102,11 @@ def start(
         node_labels = parse_labels(labels) if labels else {}
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--labels") from None
-    if dashboard_host in ("0.0.0.0", "::"):
+    if is_wildcard(dashboard_host):
         # Allowed (the dashboard then demands the cluster token), but never silently.
+        shown = dashboard_host or '""'
         click.echo(
-            f"Dashboard: --dashboard-host {dashboard_host} listens on every interface; "
+            f"Dashboard: --dashboard-host {shown} listens on every interface; "
             "requests need the cluster token",
             err=True,
         )

@@ -65,6 +65,11 @@ reconstruction_timeout: float = _env("reconstruction_timeout", 600.0)
 worker_death_grace: float = _env("worker_death_grace", 0.5)
 # How many recent worker exits (and why) a raylet remembers for WorkerCrashedError messages.
 worker_exit_reasons_kept: int = _env("worker_exit_reasons_kept", 1_000)
+# Peers that have not presented the cluster token yet (every TCP listener): one that has not
+# sent it within this many seconds is disconnected, and one IP may hold at most this many
+# such connections to one listener at once (their first frame is bounded to 4 KiB anyway).
+auth_deadline_seconds: float = _env("auth_deadline_seconds", 5.0)
+max_unauthenticated_per_ip: int = _env("max_unauthenticated_per_ip", 64)
 # The level of the "ember" loggers in a node's processes (GCS, raylet, agent, workers), a
 # name ("DEBUG") or a number: ember.init(logging_level=...) sets it for the node it starts.
 logging_level: str = _env("logging_level", "")

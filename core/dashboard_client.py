@@ -22,6 +22,7 @@ import urllib.request
 from typing import Any
 
 from ember.cluster_token import TOKEN_FILE, dashboard_token, user_token
+from ember.listen_rules import is_local_only
 
 DEFAULT_TIMEOUT = 30.0
 PAGE = 10_000  # the API's largest page
@@ -240,9 +241,9 @@ def _as_seen_from_here(url: str, gcs_address: str, local: bool) -> tuple[str, st
     interface (or on loopback only); from another machine, the head is the GCS's host."""
     parts = urllib.parse.urlsplit(url)
     gcs_host = gcs_address[4:].rpartition(":")[0] if gcs_address.startswith("tcp:") else ""
-    if local or not gcs_host or not _is_loopback(parts.hostname or ""):
+    if local or not gcs_host or not is_local_only(parts.hostname or ""):
         return url, ""
-    if _is_loopback(gcs_host):
+    if is_local_only(gcs_host):
         return url, ""
     moved = urllib.parse.urlunsplit(parts._replace(netloc=f"{gcs_host}:{parts.port}"))
     note = (
@@ -250,7 +251,3 @@ def _as_seen_from_here(url: str, gcs_address: str, local: bool) -> tuple[str, st
         "with --dashboard-host 0.0.0.0 (or its IP) or reach it through an SSH tunnel"
     )
     return moved, note
-
-
-def _is_loopback(host: str) -> bool:
-    return host == "localhost" or host.startswith("127.") or host == "::1"

@@ -20,6 +20,8 @@ import socket
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from ember.listen_rules import shown_host
+
 # spawn(name, argv, fds to hand over) -> wait(), which returns the ready line (LocalNode).
 Spawner = Callable[[str, list[str], tuple[int, ...]], Callable[[], str]]
 DEFAULT_PORT = 8265  # the dashboard's HTTP port, as Ray's
@@ -72,7 +74,7 @@ def url_prefix_of(prefix: str) -> str:
 
 
 def dashboard_url(host: str, port: int, prefix: str) -> str:
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    shown = shown_host(host)
     return f"http://{shown}:{port}{url_prefix_of(prefix)}"
 
 

@@ -16,11 +16,12 @@ import time
 from typing import Any
 
 import grpc
+from ember import config
 from ember.agent import wire
 from ember.dashboard.app import AgentUnavailable
 from ember.dashboard.state import DashboardState
+from ember.listen_rules import rule_for
 from ember.process_util import trim_heap
-from ember.protocol.transports import loopback_twin
 
 logger = logging.getLogger(__name__)
 # Requests waiting to go to one agent; past this the caller is told the agent is busy.
@@ -33,7 +34,19 @@ TRIM_EVERY_BYTES = 32 * 2**20  # received from the agents between two heap trims
 # without, at the same ingestion rate (some runs still peak at 390-490 MB, held in the gRPC
 # threads' malloc arenas for another reason, not found yet). The default 64 KB windows keep
 # a 2 s metrics tick and a 5,000-event batch far from waiting on the network.
-SERVER_OPTIONS = [*wire.CHANNEL_OPTIONS, ("grpc.http2.bdp_probe", 0)]
+#
+# Strangers (ember.protocol.preauth's deadline, applied by gRPC itself): a connection that has
+# not finished HTTP/2's opening within the deadline is closed, and so is one that holds no
+# call for as long (an agent opens its stream as soon as it connects; a stream without the
+# token is refused at once). Headers before the token are bounded by gRPC's metadata limit
+# (8 KiB by default). gRPC owns the accept loop, so the hub has no per-IP cap.
+_DEADLINE_MS = int(config.auth_deadline_seconds * 1000)
+SERVER_OPTIONS = [
+    *wire.CHANNEL_OPTIONS,
+    ("grpc.http2.bdp_probe", 0),
+    ("grpc.server_handshake_timeout_ms", _DEADLINE_MS),
+    ("grpc.max_connection_idle_ms", _DEADLINE_MS),
+]
 
 
 def _bracketed(host: str) -> str:
@@ -87,7 +100,7 @@ class AgentHub:
         else:
             where = _bracketed(host)
             bound = self.server.add_insecure_port(f"{where}:{port}")
-            twin = loopback_twin(host)
+            twin = rule_for(host, cluster=True).twin
             if twin is not None:  # like every node listener: loopback too, same port and token
                 try:
                     self.server.add_insecure_port(f"{_bracketed(twin)}:{bound}")

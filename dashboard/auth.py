@@ -4,7 +4,8 @@ Prefix: a reverse proxy may forward ``/ember/api/nodes`` as is or strip it to ``
 both work. The prefix is moved into ``root_path`` so generated links (OpenAPI's ``/docs``) carry
 it. ``X-Forwarded-Prefix`` sets it per request when no prefix was configured.
 
-Token: when the dashboard is bound to anything but loopback, every request must carry the
+Token: when the dashboard is reachable from other hosts (bound to anything but loopback; the
+empty host and the wildcards count as reachable: ``ember.listen_rules``), every request must carry the
 cluster token as ``Authorization: Bearer <token>``, ``?token=<token>`` (for links and
 WebSockets) or the ``ember_token`` cookie; otherwise 401 saying how to pass it. The API
 documentation's scripts and styles (``/docs/static/``) need none: they are the same public
@@ -14,22 +15,12 @@ files on every install, and a browser loading them from ``/docs?token=...`` send
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 from typing import Any
 from urllib.parse import parse_qs
 
 Scope = dict[str, Any]
 PUBLIC_PREFIX = "/docs/static/"  # routes/api_docs.py's vendored Swagger UI and ReDoc files
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class PrefixMiddleware:

@@ -29,6 +29,7 @@ from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.prom_readings import MAX_LABEL_VALUES, OTHER, live_nodes
 from ember.dashboard.prom_user import user_metrics
 from ember.dashboard.routes.nodes import resolve_node
+from ember.listen_rules import is_wildcard
 from fastapi import APIRouter, Depends, Query, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
@@ -194,7 +195,7 @@ def service_discovery(ctx: DashboardContext) -> list[dict[str, Any]]:
     target is named by its own ``instance`` (its ip and the start of its id), not the
     dashboard's address they share: Ray's panels plot per node ``by (instance)``."""
     host = ctx.host
-    if host in ("0.0.0.0", "::"):  # bound everywhere: name the head node's address
+    if is_wildcard(host):  # bound everywhere: name the head node's address
         head = [n for n in ctx.state.nodes.values() if n.info.get("is_head")]
         host = str(head[0].info.get("node_ip") or "127.0.0.1") if head else "127.0.0.1"
     target = f"[{host}]:{ctx.port}" if ":" in host else f"{host}:{ctx.port}"

@@ -17,27 +17,25 @@ import secrets
 import signal
 import socket
 
+from ember import config
 from ember.cluster_token import user_token
 from ember.dashboard.agent_hub import AgentHub
 from ember.dashboard.app import DashboardContext, create_app
-from ember.dashboard.auth import (
-    CLUSTER_TOKEN_PLACE,
-    DASHBOARD_TOKEN_PLACE,
-    ENV_TOKEN_PLACE,
-    is_loopback,
-)
+from ember.dashboard.auth import CLUSTER_TOKEN_PLACE, DASHBOARD_TOKEN_PLACE, ENV_TOKEN_PLACE
 from ember.dashboard.gcs_client import GcsClient
 from ember.dashboard.routes.frontend import default_frontend_dir
 from ember.dashboard.state import DashboardState
 from ember.launch import DEFAULT_PORT, bind_port, dashboard_url, url_prefix_of
+from ember.listen_rules import rule_for
 
 logger = logging.getLogger("ember.dashboard")
 
 
 def load_token(host: str, session_dir: str, token_file: str | None) -> str | None:
-    """Loopback: no token. Otherwise the cluster token (file, or the user's EMBER_TOKEN), or a
-    new one written to ``<session_dir>/dashboard_token`` (mode 0600)."""
-    if is_loopback(host):
+    """Loopback: no token. Otherwise (``listen_rules``: "" and the wildcards are reachable) the
+    cluster token (file, or the user's EMBER_TOKEN), or a new one written to
+    ``<session_dir>/dashboard_token`` (mode 0600)."""
+    if not rule_for(host, cluster=False).token_required:
         return None
     if token_file:
         return read_token_file(token_file)
@@ -57,7 +55,7 @@ def token_place(host: str, token_file: str | None) -> str:
     """Where ``load_token`` found the token, as a 401 tells a user who lacks it."""
     if token_file:
         return CLUSTER_TOKEN_PLACE
-    if not is_loopback(host) and user_token():
+    if rule_for(host, cluster=False).token_required and user_token():
         return ENV_TOKEN_PLACE
     return DASHBOARD_TOKEN_PLACE
 
@@ -65,6 +63,23 @@ def token_place(host: str, token_file: str | None) -> str:
 def read_token_file(path: str) -> str:
     with open(path) as f:
         return f.read().strip()
+
+
+def _idle_closing_h11() -> type:
+    """uvicorn's h11 protocol, closing a connection that sends nothing within the
+    pre-authentication deadline (``ember.protocol.preauth``): uvicorn arms its idle timer only
+    after a first response, so a connection that never sent a request stayed open for good.
+    The timer is uvicorn's own keep-alive one, cancelled by the first bytes of a request."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class IdleClosingH11(H11Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+            super().connection_made(transport)  # type: ignore[arg-type]
+            self.timeout_keep_alive_task = self.loop.call_later(
+                config.auth_deadline_seconds, self.timeout_keep_alive_handler
+            )
+
+    return IdleClosingH11
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -81,7 +96,7 @@ async def serve(args: argparse.Namespace) -> None:
     hub_token = None
     if args.token_file:
         hub_token = token or read_token_file(args.token_file)
-    elif not agent_host.startswith("unix:") and not is_loopback(agent_host):
+    elif not agent_host.startswith("unix:") and rule_for(agent_host, cluster=False).reachable:
         hub_token = token or load_token(agent_host, args.session_dir, None)
     state = DashboardState()
     hub = AgentHub(state, hub_token)
@@ -118,6 +133,7 @@ async def serve(args: argparse.Namespace) -> None:
         access_log=False,
         ws_max_size=1 << 20,
         timeout_keep_alive=30,
+        http=_idle_closing_h11(),
     )
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # we own SIGTERM below

@@ -1,8 +1,10 @@
 """The node's log files: an index by component and worker, and bounded reads.
 
 Names come from the session's ``logs/`` directory (``worker-<id>-<pid>.err``,
-``raylet.log``, ...). Every read names a file from the index, never a path from the request,
-so nothing outside ``logs/`` can be read. Reads are bounded (a tail of at most 100,000 lines,
+``raylet.log``, ...). Every read names a file of that directory, never a path, and opens it
+through ``ember.log_files.open_log``, which refuses links (symbolic or hard) and anything
+but a regular file, so nothing outside ``logs/`` can be read even when a job places a link
+there; the index lists only what it would serve. Reads are bounded (a tail of at most 100,000 lines,
 chunks of at most 4 MB, a search stops at ``max_matches``).
 
 Rotation. A rotated file (``raylet.log.1``, ``worker-<id>-<pid>.err.1``,
@@ -21,10 +23,13 @@ reads with the identity of the file it was reading (``file_id``: device and inod
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections import deque
 from typing import Any
+
+from ember.log_files import LogFileRefused, check_name, is_servable, open_log
 
 _WORKER = re.compile(r"^(worker|driver)-([0-9a-f]+)-(\d+)\.(out|err|log)$")
 # What rotation appends to a name: a number (.1), or a date with an optional time
@@ -49,23 +54,30 @@ class LogDir:
         files = []
         for e in entries:
             try:
-                if not e.is_file():
+                if not is_servable(e):
                     continue
-                st = e.stat()
+                st = e.stat(follow_symlinks=False)
             except OSError:
                 continue  # deleted between listing and stat
             files.append({**describe(e.name), "size": st.st_size, "mtime": st.st_mtime})
         return files
 
-    def _path(self, name: str) -> str:
-        if os.sep in name or name.startswith(".") or not name:
-            raise FileNotFoundError(f"{name!r} is not a log file name")
-        return os.path.join(self.path, name)
+    def _open(self, name: str) -> Any:
+        return open_log(self.path, name)
+
+    def _read_at(
+        self, name: str, offset: int, size: int, mark: str | None = None
+    ) -> dict[str, Any]:
+        return _read_from(self._open(name), offset, size, mark)
+
+    def _stat(self, name: str) -> os.stat_result:
+        """The file's identity, not following a link (``open_log`` refuses links when read)."""
+        check_name(name)
+        return os.lstat(os.path.join(self.path, name))
 
     def tail(self, name: str, lines: int) -> dict[str, Any]:
-        path = self._path(name)
         lines = max(1, min(lines, 100_000))
-        with open(path, "rb") as f:
+        with self._open(name) as f:
             size = f.seek(0, os.SEEK_END)
             # Read backwards in blocks until enough newlines are seen (a huge file costs little).
             block, data, pos = 64 * 1024, b"", size
@@ -97,16 +109,14 @@ class LogDir:
         was ``renamed`` or ``truncated`` since (see the module doc)."""
         size = max(0, min(size, MAX_CHUNK))
         try:
-            path = self._path(name)
-            cur = _file_id(os.stat(path))
+            cur = _file_id(self._stat(name))
         except FileNotFoundError:
             cur = None
-            path = ""
         if file_id and cur != file_id:
             # Renamed away (or deleted): the old inode may hold lines not read yet.
             old = self._find(file_id)
             if old is not None:
-                res = _read_at(os.path.join(self.path, old), offset, size, mark)
+                res = self._read_at(old, offset, size, mark)
                 if not res["shrunk"] and res["data"]:
                     # Not at the end yet, as far as the follower is concerned: the new file
                     # waits behind this one.
@@ -119,10 +129,10 @@ class LogDir:
         else:
             rotated = None
         try:
-            res = _read_at(path, offset, size, mark)
+            res = self._read_at(name, offset, size, mark)
             if res["shrunk"]:
                 rotated = rotated or "truncated"
-                res = _read_at(path, 0, size)
+                res = self._read_at(name, 0, size)
         except FileNotFoundError:
             return _gone(name, offset)
         return _answer(name, res, rotated)
@@ -135,7 +145,7 @@ class LogDir:
             return None
         for e in entries:
             try:
-                if e.is_file() and _file_id(e.stat()) == file_id:
+                if is_servable(e) and _file_id(e.stat(follow_symlinks=False)) == file_id:
                     return e.name
             except OSError:
                 continue
@@ -147,13 +157,17 @@ class LogDir:
         truncated = False
         for n in names:
             try:
-                with open(self._path(n), errors="replace") as f:
+                with io.TextIOWrapper(self._open(n), errors="replace") as f:
                     for no, line in enumerate(f, 1):
                         if pattern in line:
                             if len(matches) >= max_matches:
                                 truncated = True
                                 break
                             matches.append({"name": n, "line_no": no, "line": line.rstrip("\n")})
+            except LogFileRefused:
+                if name:  # asked for by name: say why, as a read would
+                    raise
+                continue  # listed a moment ago, replaced by a link since
             except OSError:
                 continue
             if truncated:
@@ -165,10 +179,10 @@ def _file_id(st: os.stat_result) -> str:
     return f"{st.st_dev}:{st.st_ino}"
 
 
-def _read_at(path: str, offset: int, size: int, mark: str | None = None) -> dict[str, Any]:
-    """Reads ``path`` from ``offset``; ``shrunk`` when the file is shorter than ``offset`` or
-    the bytes before it are not ``mark`` (truncated, then written again)."""
-    with open(path, "rb") as f:
+def _read_from(f: Any, offset: int, size: int, mark: str | None = None) -> dict[str, Any]:
+    """Reads the open file ``f`` from ``offset``; ``shrunk`` when the file is shorter than
+    ``offset`` or the bytes before it are not ``mark`` (truncated, then written again)."""
+    with f:
         end = f.seek(0, os.SEEK_END)
         shrunk = offset > end
         if not shrunk and mark:

@@ -12,7 +12,9 @@ Data protocol (after the same token frame the framed transport uses, answered by
   request:  u16 id length, object id, u64 offset, u64 length      (the puller sends several
             ahead, ``window`` chunks at most, so the stream never idles between chunks)
   response: one status byte (1 = the bytes follow, 0 = not exported), then ``length`` bytes.
-Only ranges of objects the source exported (pinned) for a pull can be read.
+Only ranges of objects the source exported (pinned) for a pull can be read. Until its token
+is accepted a peer is held to ``ember.protocol.preauth``'s limits (frame size, deadline, per-IP
+cap), like a stranger at any other listener.
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ import os
 import socket
 import struct
 import threading
+import time
 from typing import Any
 
-from ember.protocol.transports import TWIN_PORT_TRIES, loopback_twin
+from ember.listen_rules import rule_for
+from ember.protocol import preauth
+from ember.protocol.transports import TWIN_PORT_TRIES
 
 logger = logging.getLogger("ember.transfer")
 
@@ -58,10 +63,27 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+def _recv_by(sock: socket.socket, n: int, deadline: float) -> bytes:
+    """``n`` bytes, all by ``deadline`` (monotonic): a per-recv timeout alone would let a peer
+    sending a byte at a time hold the connection for as long as it likes."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("deadline passed")
+        sock.settimeout(left)
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise TransferError("the peer closed the data connection")
+        got += k
+    return bytes(buf)
+
+
 def _listen(host: str) -> list[socket.socket]:
     """The data port on ``host`` and, like every node listener, on loopback at the same port
-    (``loopback_twin``); a kernel-picked port taken on loopback is picked again."""
-    twin = loopback_twin(host)
+    (``listen_rules``); a kernel-picked port taken on loopback is picked again."""
+    twin = rule_for(host, cluster=True).twin
     for _ in range(TWIN_PORT_TRIES):
         socks = [_bound(host, 0)]
         if twin is None:
@@ -98,6 +120,7 @@ class TransferServer:
         self.address = "tcp:{}:{}".format(*self._socks[0].getsockname()[:2])
         self._closed = False
         self._slots = threading.BoundedSemaphore(MAX_DATA_CONNECTIONS)
+        self.name = f"data-port {self.address[len('tcp:') :]}"
         self.refused_busy = 0  # connections turned away at the bound (in the log too)
         for sock in self._socks:
             threading.Thread(
@@ -133,10 +156,16 @@ class TransferServer:
     def _accept_loop(self, sock: socket.socket) -> None:
         while not self._closed:
             try:
-                conn, _ = sock.accept()
+                conn, peer = sock.accept()
             except OSError:
                 return
+            ip = preauth.peer_ip(peer)
+            if not preauth.GUARD.admit(self.name, ip):
+                preauth.GUARD.refuse(self.name, peer, preauth.PER_IP)
+                conn.close()
+                continue
             if not self._slots.acquire(blocking=False):
+                preauth.GUARD.release(self.name, ip)
                 self.refused_busy += 1
                 logger.warning(
                     "refused a data connection: %d already served (%d refused so far)",
@@ -146,23 +175,41 @@ class TransferServer:
                 conn.close()  # the puller reports a failed pull and its caller retries
                 continue
             threading.Thread(
-                target=self._serve, args=(conn,), name="ember-transfer-conn", daemon=True
+                target=self._serve, args=(conn, peer), name="ember-transfer-conn", daemon=True
             ).start()
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _serve(self, conn: socket.socket, peer: Any) -> None:
         try:
-            self._serve_one(conn)
+            self._serve_one(conn, peer)
         finally:
             self._slots.release()
 
-    def _serve_one(self, conn: socket.socket) -> None:
+    def _authenticate(self, conn: socket.socket, peer: Any) -> bool:
+        """The token frame, within preauth's deadline and size limit; the peer's slot is
+        released either way."""
+        guard, ip = preauth.GUARD, preauth.peer_ip(peer)
+        deadline = time.monotonic() + guard.deadline
         try:
-            conn.settimeout(30.0)
-            (n,) = _LEN.unpack(_recv_exact(conn, 4))
-            frame = _recv_exact(conn, min(n, _MAX_TOKEN_FRAME))
-            if n > _MAX_TOKEN_FRAME or not hmac.compare_digest(frame, _AUTH_MAGIC + self.token):
-                logger.warning("refused a data connection: wrong or missing cluster token")
+            (n,) = _LEN.unpack(_recv_by(conn, 4, deadline))
+            if n > _MAX_TOKEN_FRAME:  # refused on its header, nothing more read
+                guard.refuse(self.name, peer, preauth.OVERSIZED, f"{n} bytes announced")
                 conn.sendall(b"\x00")
+                return False
+            frame = _recv_by(conn, n, deadline)
+        except TimeoutError:
+            guard.refuse(self.name, peer, preauth.DEADLINE, f"{guard.deadline:g} s")
+            return False
+        finally:
+            guard.release(self.name, ip)
+        if not hmac.compare_digest(frame, _AUTH_MAGIC + self.token):
+            guard.refuse(self.name, peer, preauth.TOKEN)
+            conn.sendall(b"\x00")
+            return False
+        return True
+
+    def _serve_one(self, conn: socket.socket, peer: Any) -> None:
+        try:
+            if not self._authenticate(conn, peer):
                 return
             conn.sendall(b"\x01")
             conn.settimeout(None)  # the puller's requests may pause between objects

@@ -15,7 +15,9 @@ Rules:
 - Writes made in one event-loop iteration leave in one system call.
 - A listener made with ``expect_token`` reads the first frame raw (bounded in size) and checks
   the token before anything is unpickled; the client side waits for the answer in
-  ``send_token``. Which listeners demand it is the transport's business
+  ``send_token``. Until then the peer is held to ``preauth``'s limits (``guard``): a deadline
+  to present the token and a cap on such connections per IP. ``on_authenticated`` runs once
+  the token is accepted. Which listeners demand it is the transport's business
   (``ember.protocol.transports``).
 """
 
@@ -32,7 +34,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ember.protocol import codec
+from ember.protocol import codec, preauth
 from ember.protocol.codec import (
     AUTH_OK,
     AUTH_REFUSED,
@@ -75,6 +77,8 @@ class Connection(asyncio.Protocol):
         on_close: Callable[[Connection], None] | None = None,
         name: str = "",
         expect_token: bytes | None = None,
+        guard: preauth.PreAuthGuard | None = None,
+        on_authenticated: Callable[[Connection], None] | None = None,
     ) -> None:
         self.handlers = handlers
         self.on_close = on_close
@@ -96,6 +100,13 @@ class Connection(asyncio.Protocol):
         self._wlock = threading.Lock()
         self._fd = -1
         self._auth_waiter: asyncio.Future | None = None  # client side of the token check
+        # Listener side, until the token is accepted: the guard's slot for the peer's IP and
+        # the deadline timer (see preauth).
+        self._guard = guard if expect_token is not None else None
+        self._on_authenticated = on_authenticated
+        self._guarded_ip: str | None = None
+        self._auth_timer: asyncio.TimerHandle | None = None
+        self._auth_timer_due = 0.0
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -109,6 +120,8 @@ class Connection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
+        if self._guard is not None:
+            self._guard_stranger()
 
     def data_received(self, data: bytes) -> None:
         if self._expect_token is not None:
@@ -365,6 +378,7 @@ class Connection(asyncio.Protocol):
             self.closed = True
             self.close_reason = reason
             pending, self._pending = self._pending, {}
+        self._release_guard()
         waiter, self._auth_waiter = self._auth_waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(
@@ -393,8 +407,8 @@ class Connection(asyncio.Protocol):
         then read as messages); False while it is incomplete or after refusing it."""
         try:
             first = self._decoder.feed_raw(data, MAX_AUTH_FRAME)
-        except FrameError:
-            self._refuse("no cluster token sent")
+        except FrameError as e:
+            self._refuse(f"no cluster token sent: {e}", preauth.OVERSIZED)
             return False
         if first is None:
             return False
@@ -403,17 +417,60 @@ class Connection(asyncio.Protocol):
             self._refuse(reason)
             return False
         self._expect_token = None
+        self._release_guard()
         self.send(AUTH_OK)
+        if self._on_authenticated is not None:
+            self._on_authenticated(self)
         return True
 
-    def _refuse(self, reason: str) -> None:
+    def _refuse(self, reason: str, kind: str = preauth.TOKEN) -> None:
         peer = self.transport.get_extra_info("peername") if self.transport else None
-        logger.warning(
-            "%s: refused a connection from %s: wrong or missing cluster token", self.name, peer
-        )
+        if self._guard is not None:
+            self._guard.refuse(self.name, peer, kind, reason)
+        else:
+            logger.warning("%s: refused a connection from %s: %s", self.name, peer, reason)
         # Said before closing, so the client can tell the user why; nothing else is read.
         self.transport.write(codec.encode_auth_refused(reason))
         self.close(reason)
+
+    def _guard_stranger(self) -> None:
+        """A new peer that owes the token: it takes one of its IP's slots, or is refused at
+        once; and it has the guard's deadline to present the token."""
+        guard = self._guard
+        assert guard is not None and self.transport is not None and self.loop is not None
+        ip = preauth.peer_ip(self.transport.get_extra_info("peername"))
+        if not guard.admit(self.name, ip):
+            self._refuse(
+                f"more than {guard.per_ip} connections from {ip} have not presented the token",
+                preauth.PER_IP,
+            )
+            return
+        self._guarded_ip = ip
+        self._auth_timer_due = self.loop.time() + guard.deadline
+        self._auth_timer = self.loop.call_later(guard.deadline, self._auth_deadline, 0)
+
+    def _auth_deadline(self, extensions: int) -> None:
+        self._auth_timer = None
+        if self.closed or self._expect_token is None or self._guard is None:
+            return
+        # Timers run before the loop reads its sockets: after a stall of the loop (a busy
+        # node), a token that arrived in time may be unread yet. A timer that fired late gets
+        # one short extension, so such a token is read before it is judged.
+        late = self.loop.time() - self._auth_timer_due if extensions == 0 else 0.0
+        if late > 0.5:
+            self._auth_timer = self.loop.call_later(0.5, self._auth_deadline, 1)
+            return
+        self._refuse(
+            f"no cluster token within {self._guard.deadline:g} s of connecting", preauth.DEADLINE
+        )
+
+    def _release_guard(self) -> None:
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+            self._auth_timer = None
+        if self._guarded_ip is not None and self._guard is not None:
+            self._guard.release(self.name, self._guarded_ip)
+            self._guarded_ip = None
 
     def send_token(self, token: bytes) -> asyncio.Future:
         """Presents the token; the future resolves when the listener accepts it."""

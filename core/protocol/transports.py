@@ -5,7 +5,8 @@
 - ``tcp:host:port`` (or ``tcp://host:port``): TCP. Reachable from other hosts, so every
   connection presents the cluster token first and every listener demands it; a process
   joins one cluster, so its token is set once (``set_cluster_token``). A listener on a node
-  IP also listens on loopback at the same port (``loopback_twin``), with the same token.
+  IP also listens on loopback at the same port, with the same token
+  (``ember.listen_rules``, which decides every listener's bind and token).
 - ``inproc:name``: both ends in this process and event loop, joined in memory with no
   socket (``ember.protocol.inproc``): the same frames and dispatch, for tests.
 
@@ -15,11 +16,12 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ember.listen_rules import rule_for
+from ember.protocol import preauth
 from ember.protocol.errors import AuthenticationError
 from ember.protocol.stream import Connection, Handlers
 
@@ -134,7 +136,9 @@ async def serve(
     on_close: Callable[[Connection], None] | None = None,
     token: bytes | None = None,
 ) -> tuple[Any, str]:
-    """Listens on ``address``; returns the server and the address it really bound (port 0)."""
+    """Listens on ``address``; returns the server and the address it really bound (port 0).
+    ``on_connect`` runs for each connection once it is the listener's: at once on a Unix
+    socket, after its token was accepted on TCP."""
     scheme, target = parse_address(address)
     backend = _backends[scheme]
     expect: bytes | None = None
@@ -147,10 +151,22 @@ async def serve(
             )
 
     def factory() -> Connection:
-        conn = Connection(handlers, name=name, on_close=on_close, expect_token=expect)
-        if on_connect is not None:
-            on_connect(conn)
-        return conn
+        if expect is None:
+            conn = Connection(handlers, name=name, on_close=on_close)
+            if on_connect is not None:
+                on_connect(conn)
+            return conn
+        # A TCP peer is a stranger until its token is accepted: held to preauth's limits,
+        # and not the listener's connection yet (the GCS sends news to every connection it
+        # knows, which must not reach a peer without the token).
+        return Connection(
+            handlers,
+            name=name,
+            on_close=on_close,
+            expect_token=expect,
+            guard=preauth.GUARD,
+            on_authenticated=on_connect,
+        )
 
     server, bound = await backend.listen(target, factory)
     return server, backend.format(bound)
@@ -158,21 +174,6 @@ async def serve(
 
 # -- the socket backends -------------------------------------------------------------------
 TWIN_PORT_TRIES = 20
-
-
-def loopback_twin(host: str) -> str | None:
-    """The loopback address a listener on ``host`` also listens on, at the same port, or None.
-
-    Every node answers on 127.0.0.1 as well as on its node IP, as Ray's do (users and tools on
-    the head's machine say ``127.0.0.1:PORT``). The same token rules hold there: loopback is
-    shared with the machine's other users. A wildcard or loopback host needs no twin."""
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return None  # a name: whatever it resolves to is the user's choice
-    if ip.is_loopback or ip.is_unspecified:
-        return None
-    return "::1" if ip.version == 6 else "127.0.0.1"
 
 
 class _Servers:
@@ -222,7 +223,7 @@ class TcpBackend:
         self, target: tuple[str, int], factory: ConnectionFactory
     ) -> tuple[Any, tuple[str, int]]:
         loop = asyncio.get_running_loop()
-        twin = loopback_twin(target[0])
+        twin = rule_for(target[0], cluster=True).twin
         if twin is None:
             server = await loop.create_server(factory, *target)
             return server, server.sockets[0].getsockname()[:2]
@@ -261,7 +262,6 @@ __all__ = [
     "UnixBackend",
     "cluster_token",
     "connect",
-    "loopback_twin",
     "parse_address",
     "register_transport",
     "serve",

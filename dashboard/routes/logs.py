@@ -3,6 +3,9 @@
 The agents index their node's files (by component and worker) and send the index with their
 metrics; the contents stay on the node and are read through the agent on request, in bounded
 chunks. A file deleted or rotated under a follower is reported in the stream, not an error.
+A name in the logs directory that is not a plain log file (a link a job placed there, which
+would lead to ``/etc/passwd`` or the cluster token) is never listed by the agent and never
+read: asked for anyway, it is a 403 saying why (``ember.log_files``).
 """
 
 from __future__ import annotations
@@ -71,8 +74,7 @@ async def tail(
 ) -> dict[str, Any]:
     node_id = _hub(ctx, node_id, name)
     res = await ctx.hub.call(node_id, "log_tail", {"name": name, "lines": lines}, timeout=10)
-    if res.get("error"):  # listed a moment ago, deleted since
-        raise HTTPException(404, res["error"])
+    _raise_for(res)  # listed a moment ago, deleted (404) or replaced by a link (403) since
     return res
 
 
@@ -88,7 +90,9 @@ async def search(
 ) -> dict[str, Any]:
     node_id = _hub(ctx, node_id, name)
     body = {"pattern": pattern, "name": name, "max_matches": max_matches}
-    return await ctx.hub.call(node_id, "log_search", body, timeout=30)
+    res = await ctx.hub.call(node_id, "log_search", body, timeout=30)
+    _raise_for(res)
+    return res
 
 
 @router.get("/api/logs/download")
@@ -99,6 +103,7 @@ async def download(
     first = await ctx.hub.call(
         node_id, "log_read", {"name": name, "offset": 0, "size": CHUNK}, timeout=10
     )
+    _raise_for(first)  # before the response starts: afterwards only a note in the body
 
     async def chunks() -> AsyncIterator[bytes]:
         # The file's identity goes with each read: a file rotated by rename is read to its end
@@ -188,8 +193,7 @@ class LogFollower:
         res = await self.hub.call(
             self.node_id, "log_tail", {"name": self.name, "lines": max(lines, 1)}, timeout=10
         )
-        if res.get("error"):
-            raise HTTPException(404, res["error"])
+        _raise_for(res)
         self.offset = int(res.get("size") or 0)
         self.file_id, self.mark = res.get("file_id"), res.get("mark")
         return list(res.get("lines", []))[-lines:] if lines else []
@@ -240,6 +244,13 @@ class LogFollower:
             return []
         self.missing = message
         return [("missing", {"message": message})]
+
+
+def _raise_for(res: dict[str, Any]) -> None:
+    """An agent's error answer as the HTTP error it stands for: the status the agent gave (403
+    for a file it refuses to serve), else 404 (the file is gone)."""
+    if res.get("error"):
+        raise HTTPException(int(res.get("status") or 404), res["error"])
 
 
 def _sse(data: Any, event: str | None = None) -> str:

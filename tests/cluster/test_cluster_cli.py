@@ -400,16 +400,24 @@ def test_status_summary_shapes_and_feasibility_against_live_nodes():
     assert " 1.0/2.0 CPU" in text and " 1.0/3.0 CPU" in text
 
 
-def test_dashboard_on_every_interface_is_said_and_needs_the_token(temp_root):
+@pytest.mark.parametrize("host", ["0.0.0.0", ""])
+def test_dashboard_on_every_interface_is_said_and_needs_the_token(temp_root, host):
+    """The empty host binds every interface as 0.0.0.0 does, so it needs the token as well
+    (it was once taken for loopback: the whole API, kill included, open to the network)."""
     import httpx
 
-    head = run(*head_args(free_port(), temp_root, "--dashboard-host", "0.0.0.0"))
-    assert "--dashboard-host 0.0.0.0 listens on every interface" in head.stderr
+    head = run(*head_args(free_port(), temp_root, "--dashboard-host", host))
+    shown = host or '""'
+    assert f"--dashboard-host {shown} listens on every interface" in head.stderr
     url = dashboard_url_in(head.stdout)
     refused = httpx.get(f"{url}/api/version", timeout=30)
     assert refused.status_code == 401
+    killed = httpx.post(f"{url}/api/actors/{'0' * 32}/kill", timeout=30)
+    assert killed.status_code == 401
     token = head.stdout.split("--token=")[1].split()[0]
     ok = httpx.get(f"{url}/api/version", headers={"Authorization": f"Bearer {token}"}, timeout=30)
     assert ok.status_code == 200
+    if not host:
+        return  # the rest is about the port, the same for both hosts
     bad_port = run(*head_args(free_port(), temp_root, "--dashboard-port", "70000"), check=False)
     assert bad_port.returncode == 2 and "--dashboard-port" in bad_port.stderr
