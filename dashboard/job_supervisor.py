@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from ember import runtime_env_packages as packages
+from ember.log_files import open_log
 
 # Ray's defaults, and Ray's variables to change them.
 STOP_SIGNAL = os.environ.get("RAY_JOB_STOP_SIGNAL", "SIGTERM")
@@ -173,7 +174,8 @@ def _node_ip() -> str:
 def _tail(path: str) -> str:
     """The last lines of the log (at most ``TAIL_CHARS``), for a failed job's message."""
     try:
-        with open(path, "rb") as f:
+        # Never through a link: a job may replace its log with one (to the cluster token).
+        with open_log(os.path.dirname(path), os.path.basename(path)) as f:
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - TAIL_CHARS))
             data = f.read()

@@ -111,6 +111,8 @@ async def job_logs(job_id: str, ctx: DashboardContext = Depends(get_ctx)) -> Res
     if not rec.get("log_name") or ctx.hub is None:
         return JSONResponse({"logs": ""})
     first = await _read(ctx, rec, 0)
+    if first.get("status") == 403:  # the job made its log a link: refused, saying why
+        raise HTTPException(403, first["error"])
     end = int(first.get("size") or first.get("next_offset") or 0)
     start = max(0, end - LOGS_MAX_BYTES)
     if start:

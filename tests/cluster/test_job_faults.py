@@ -259,3 +259,40 @@ def test_a_restarted_dashboard_watches_a_running_job_to_its_end(head, tmp_path):
     # Recorded in the GCS KV (what any later dashboard reads), not only in this one's memory.
     raw = c.gcs_call("kv_get", {"namespace": "jobs", "key": f"job:{sid}".encode()})
     assert b'"status": "SUCCEEDED"' in raw
+
+
+def test_a_job_that_links_its_log_to_the_token_gets_no_token_back(head):
+    """A job may replace its own log file with a link (to the session's cluster token, say):
+    its failure message, ``GET .../logs`` and the log's tail never follow it."""
+    cluster, http = head
+    session = cluster.head_node.session_dir
+    token_files = [
+        os.path.join(root, f)
+        for root, _, files in os.walk(session)
+        for f in files
+        if f == "cluster_token"
+    ]
+    assert token_files, "the head's session holds its token"
+    with open(token_files[0], "rb") as f:
+        token = f.read().strip()
+    sid = _submit(http, "true")
+    wait_until(lambda: http.get(f"/api/jobs/{sid}").json()["status"] in TERMINAL, 60, 0.2, "end")
+    log = os.path.join(session, "logs", http.get(f"/api/jobs/{sid}").json()["log_name"])
+    # The entrypoint swaps its log for a link to the token, then fails: the supervisor's tail
+    # of the log (for the message) must refuse the link.
+    evil = _submit(
+        http,
+        f'L="$(dirname {log})/job-driver-$EMBER_JOB_SUBMISSION_ID.log"; rm -f "$L"; '
+        f'ln -s {token_files[0]} "$L"; exit 7',
+    )
+    job = wait_until(
+        lambda: (j := http.get(f"/api/jobs/{evil}").json())["status"] in TERMINAL and j,
+        60,
+        0.2,
+        "the linking job to end",
+    )
+    assert job["status"] == "FAILED" and job["driver_exit_code"] == 7, job
+    assert token.decode(errors="replace") not in job["message"]
+    reply = http.get(f"/api/jobs/{evil}/logs")
+    assert reply.status_code == 403 and "link" in reply.text, reply.text
+    assert token not in reply.content
