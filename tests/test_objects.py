@@ -1034,3 +1034,23 @@ def test_refs_collected_while_a_runtime_lock_is_held_do_not_deadlock(shared_node
     t.start()
     assert finished.wait(10), "ObjectRef.__del__ blocked on a lock its own thread held"
     wait_until(lambda: store_used() < base + MB, 10, message="the collected ref's object freed")
+
+
+def test_a_deeply_nested_chain_of_refs_is_released_without_recursion(shared_node):
+    """``r = put([r])`` 10,000 times, then drop ``r``: the whole chain is freed at once, with
+    no RecursionError in the reference counter (it surfaced in an unrelated later call)."""
+    from ember import global_state
+
+    refs = global_state.worker.refs
+    before = len(refs)
+    r = ember.put(0)
+    for _ in range(10_000):
+        r = ember.put([r])
+    assert len(refs) >= before + 10_001
+    inner = ember.get(ember.get(r)[0])[0]  # two levels down, still alive
+    del inner
+    del r
+    gc.collect()
+    # Dropped refs are released in batches, on the worker's next calls.
+    assert ember.get(ember.put("after")) == "after"
+    wait_until(lambda: len(refs) == before, timeout=30, message="the chain to be released")

@@ -226,18 +226,22 @@ class ReferenceCounter:
 
     # -- freeing ---------------------------------------------------------------------------
     def _release(self, object_id: bytes, ref: Ref) -> None:
-        del self._refs[object_id]
-        if ref.owned:
-            self._on_free(object_id, ref)
-        elif ref.owner is not None:
-            self._on_borrow_released(object_id, ref.owner)
-        if ref.contains:
-            for inner_id, _ in ref.contains:
+        # A loop, not recursion: releasing ``r = put([r])`` nested 10,000 deep hit Python's
+        # recursion limit here, surfacing in whatever call dropped the outer ref.
+        work = [(object_id, ref)]
+        while work:
+            object_id, ref = work.pop()
+            del self._refs[object_id]
+            if ref.owned:
+                self._on_free(object_id, ref)
+            elif ref.owner is not None:
+                self._on_borrow_released(object_id, ref.owner)
+            for inner_id, _ in ref.contains or ():
                 inner = self._refs.get(inner_id)
                 if inner is not None:
                     inner.captured -= 1
                     if not inner.in_use():
-                        self._release(inner_id, inner)
+                        work.append((inner_id, inner))
 
     # -- views -----------------------------------------------------------------------------
     def has(self, object_id: bytes) -> bool:
