@@ -465,3 +465,50 @@ def test_task_event_buffer_is_bounded_and_reports_what_it_dropped(ember_start, m
     got, lost = wait_until(accounted, 30, interval=0.2, message="the events to be accounted for")
     assert lost > 0 and got >= 50  # the last 50, at least, reached the agent
     assert worker.event_exporter.reported_dropped == lost
+
+
+@ember.remote
+def _limits() -> tuple[int, tuple[int, int], tuple[int, int]]:
+    import resource
+
+    return (
+        os.getpid(),
+        resource.getrlimit(resource.RLIMIT_AS),
+        resource.getrlimit(resource.RLIMIT_NOFILE),
+    )
+
+
+@ember.remote
+def _cap_memory() -> int:
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, hard))  # soft only: can be put back
+    return os.getpid()
+
+
+@ember.remote
+def _lower_hard_files() -> int:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 512), min(hard, 512)))
+    return os.getpid()
+
+
+def test_a_tasks_resource_limits_do_not_outlive_it(shared_node):
+    """A reused worker runs the next task under the limits it started with: a soft limit a
+    task set is put back; a hard limit it lowered (which cannot be raised again) retires the
+    worker, and the next task runs in a fresh one."""
+    _, memory, files = ember.get(_limits.remote())
+    capper = ember.get(_cap_memory.remote())
+    seen_capper = False
+    deadline = time.time() + 30
+    while not seen_capper and time.time() < deadline:
+        for pid, mem, fds in ember.get([_limits.remote() for _ in range(4)]):
+            assert (mem, fds) == (memory, files), (pid, mem, fds)
+            seen_capper |= pid == capper
+    assert seen_capper, "the worker that set the limit ran no later task"
+    lowerer = ember.get(_lower_hard_files.remote())
+    for pid, mem, fds in ember.get([_limits.remote() for _ in range(8)]):
+        assert pid != lowerer and (mem, fds) == (memory, files), (pid, mem, fds)

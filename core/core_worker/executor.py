@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import cloudpickle
 from ember import runtime_env_packages as packages
+from ember.core_worker.process_limits import LimitWatch
 from ember.core_worker.reference_counter import ReferenceCounter
 from ember.core_worker.task_spec import (
     ACTOR_CREATION_TASK,
@@ -98,6 +99,7 @@ class Executor:
         self.cancelled: set[bytes] = set()
         self.exiting = False
         self._adopted: set[str] = set()  # the driver import dirs already on sys.path
+        self.limits = LimitWatch()  # a task's setrlimit does not outlive it (process_limits)
         self.tasks_done = 0
         self.interrupt_pending: bytes | None = None
         self.calls_per_function: dict[bytes, int] = {}
@@ -183,6 +185,8 @@ class Executor:
     def _run_and_reply(self, spec: TaskSpec, reply_to: Deferred) -> None:
         reply = self.execute(spec)
         retire = self._reached_max_calls(spec)
+        if self.limits.changed and spec.kind == 0 and not self.limits.restore():
+            retire = True  # a hard limit the task lowered cannot be raised again
         if retire:
             reply["worker_exiting"] = True
         reply_to.resolve_threadsafe(reply)
