@@ -7,6 +7,8 @@ sharing a machine, stop only their own). Idempotent: nothing to stop is not an e
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import sys
 import time
@@ -111,6 +113,59 @@ def _arena_paths(procs: list[psutil.Process]) -> list[str]:
     return paths
 
 
+def _orphan_arenas(temp_dir: str | None, live: list[psutil.Process]) -> list[str]:
+    """Arena files of this user that no running raylet uses: left by raylets that were killed
+    (SIGKILL runs no clean-up) before this command ran. With ``temp_dir``, only the arenas its
+    sessions recorded (``node.json``); without, every one of this user's."""
+    in_use = set(_arena_paths(live))
+    if temp_dir:
+        candidates = []
+        for info in glob.glob(os.path.join(temp_dir, "session_*", "node.json")):
+            try:
+                with open(info) as f:
+                    path = json.load(f).get("arena_path") or ""
+            except (OSError, ValueError):
+                continue
+            if path.startswith("/dev/shm/ember-"):
+                candidates.append(path)
+    else:
+        candidates = glob.glob("/dev/shm/ember-*")
+    uid = os.getuid()
+    out = []
+    for path in candidates:
+        try:
+            if os.stat(path).st_uid == uid and path not in in_use:
+                out.append(path)
+        except OSError:
+            continue
+    return out
+
+
+def _sessions(procs: list[psutil.Process], module: str) -> set[str]:
+    found = set()
+    for p in procs:
+        try:
+            cmd = p.cmdline()
+        except psutil.Error:
+            continue
+        if _module_of(cmd) == module and _session_of(cmd):
+            found.add(_session_of(cmd))
+    return found
+
+
+def _clean_leftovers(temp_dir: str | None) -> None:
+    """What killed processes leave behind: their arenas in /dev/shm and heads' notes."""
+    from ember.session import prune_head_markers
+
+    live = find_ember_processes(None)
+    for path in _orphan_arenas(temp_dir, live):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    prune_head_markers(_sessions(live, "ember.gcs.server"))
+
+
 def _is_daemon(p: psutil.Process) -> bool:
     try:
         mod = _module_of(p.cmdline()) or ""
@@ -131,6 +186,7 @@ def stop(force: bool, temp_dir: str | None, grace_period: float) -> None:
     """Stop this user's Ember processes on this machine."""
     procs = find_ember_processes(temp_dir)
     if not procs:
+        _clean_leftovers(temp_dir)
         where = f" under {temp_dir}" if temp_dir else ""
         click.echo(f"No Ember processes to stop{where}.")
         return
@@ -148,6 +204,7 @@ def stop(force: bool, temp_dir: str | None, grace_period: float) -> None:
             os.unlink(path)
         except OSError:
             pass
+    _clean_leftovers(temp_dir)
     left = find_ember_processes(temp_dir)
     if left:
         click.echo(

@@ -26,7 +26,13 @@ from ember import config
 from ember.ids import new_unique_id
 from ember.labels import check_labels
 from ember.process_util import wait_ready_line
-from ember.session import create_session_dir, register_head, socket_path, write_node_info
+from ember.session import (
+    create_session_dir,
+    register_head,
+    socket_path,
+    unregister_head,
+    write_node_info,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -414,7 +420,7 @@ class LocalNode:
                 proc.wait(5.0)
             except subprocess.TimeoutExpired:
                 pass
-        self._remove_arena()
+        self._remove_leftovers()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stops the raylet (which stops its workers), then the GCS; by force if they linger."""
@@ -436,9 +442,12 @@ class LocalNode:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(2.0)
-        self._remove_arena()
+        self._remove_leftovers()
 
-    def _remove_arena(self) -> None:
+    def _remove_leftovers(self) -> None:
+        """What outlives the processes: the head's note in the heads dir, the arena file."""
+        if self.head and self.gcs_address:
+            unregister_head(self.gcs_address, self.session_dir)
         if self.arena_path and os.path.exists(self.arena_path):
             try:
                 os.unlink(self.arena_path)

@@ -91,19 +91,55 @@ def _heads_dir() -> str:
 def register_head(gcs_address: str, session_dir: str) -> None:
     """Notes where this machine's head of ``gcs_address`` keeps its session, whatever its temp
     dir, so a node or driver started here with another temp dir finds the token."""
-    path = os.path.join(_heads_dir(), gcs_address.replace(":", "_").replace("/", "_"))
+    path = os.path.join(_heads_dir(), _marker_name(gcs_address))
     try:
         os.makedirs(_heads_dir(), mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}"
-        with open(tmp, "w") as f:
+        # Readable by this user only: it says where the session (and its token) lives.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
             f.write(session_dir)
         os.replace(tmp, path)
     except OSError:
         pass  # only a convenience: --token still works
 
 
+def unregister_head(gcs_address: str, session_dir: str) -> None:
+    """Removes the head's note (``register_head``) if it still names ``session_dir``."""
+    if registered_head_session(gcs_address) == session_dir:
+        try:
+            os.unlink(os.path.join(_heads_dir(), _marker_name(gcs_address)))
+        except OSError:
+            pass
+
+
+def prune_head_markers(live_sessions: set[str]) -> int:
+    """Removes the notes of heads whose session is not among ``live_sessions`` (their GCS is
+    gone: stopped, killed); how many were removed."""
+    removed = 0
+    try:
+        names = os.listdir(_heads_dir())
+    except OSError:
+        return 0
+    for name in names:
+        path = os.path.join(_heads_dir(), name)
+        try:
+            with open(path) as f:
+                session = f.read().strip()
+            if session not in live_sessions:
+                os.unlink(path)
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def _marker_name(gcs_address: str) -> str:
+    return gcs_address.replace(":", "_").replace("/", "_")
+
+
 def registered_head_session(gcs_address: str) -> str | None:
-    path = os.path.join(_heads_dir(), gcs_address.replace(":", "_").replace("/", "_"))
+    path = os.path.join(_heads_dir(), _marker_name(gcs_address))
     try:
         with open(path) as f:
             return f.read().strip() or None

@@ -17,7 +17,7 @@ import textwrap
 import psutil
 import pytest
 from ember.cli.stop import find_ember_processes
-from ember_test_utils import dashboard_url_in, free_port, wait_until
+from ember_test_utils import dashboard_url_in, ember_cli, free_port, head_cluster, wait_until
 
 EMBER = os.path.join(os.path.dirname(sys.executable), "ember")
 
@@ -421,3 +421,35 @@ def test_dashboard_on_every_interface_is_said_and_needs_the_token(temp_root, hos
         return  # the rest is about the port, the same for both hosts
     bad_port = run(*head_args(free_port(), temp_root, "--dashboard-port", "70000"), check=False)
     assert bad_port.returncode == 2 and "--dashboard-port" in bad_port.stderr
+
+
+def test_stop_removes_what_a_killed_raylet_left_behind():
+    """A SIGKILLed raylet runs no clean-up: its arena stays in /dev/shm. ``ember stop``
+    removes it, and the head's note in the heads dir (readable by this user only)."""
+    from ember.cli.stop import _module_of
+    from ember.session import _heads_dir, registered_head_session
+
+    with head_cluster() as (root, port, _started):
+        with open(os.path.join(root, "session_latest", "node.json")) as f:
+            node = json.load(f)
+        arena, session = node["arena_path"], node["session_dir"]
+        marker = os.path.join(_heads_dir(), f"tcp_127.0.0.1_{port}")
+        assert registered_head_session(f"tcp:127.0.0.1:{port}") == session
+        assert os.stat(marker).st_mode & 0o077 == 0, oct(os.stat(marker).st_mode)
+        [raylet] = [
+            p
+            for p in find_ember_processes(root)
+            if _module_of(p.cmdline()) == "ember.raylet.raylet"
+        ]
+        raylet.kill()
+        raylet.wait(10)
+        assert os.path.exists(arena)
+        out = subprocess.run(
+            [ember_cli(), "stop", "--force", "--temp-dir", root],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert out.returncode == 0, out.stderr
+        assert not os.path.exists(arena), "the killed raylet's arena is still in /dev/shm"
+        assert not os.path.exists(marker), "the stopped head's note is still there"
