@@ -118,15 +118,24 @@ class ActorError(EmberError):
 
 
 class ActorDiedError(ActorError):
-    """The actor is dead: killed, crashed past max_restarts, or its owner died."""
+    """The actor is dead (killed, crashed past max_restarts, or its owner died), or, with
+    ``restarting``, its worker died under this call and the actor is being restarted (Ray
+    raises this class for both: a call in flight is lost either way)."""
 
-    def __init__(self, actor_id: str = "", cause: str = "the actor died") -> None:
+    def __init__(
+        self, actor_id: str = "", cause: str = "the actor died", restarting: bool = False
+    ) -> None:
         self.actor_id = actor_id
         self.cause = cause
-        super().__init__(f"Actor {actor_id} is dead: {cause}")
+        self.restarting = restarting
+        if restarting:
+            text = f"Actor {actor_id} died before finishing this call and is restarting: {cause}"
+        else:
+            text = f"Actor {actor_id} is dead: {cause}"
+        super().__init__(text)
 
     def __reduce__(self):
-        return (ActorDiedError, (self.actor_id, self.cause))
+        return (ActorDiedError, (self.actor_id, self.cause, self.restarting))
 
 
 class ActorUnavailableError(ActorError):

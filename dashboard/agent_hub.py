@@ -137,11 +137,13 @@ class AgentHub:
         return link
 
     def close_link(self, link: AgentLink) -> None:
-        """The agent's stream ended: its node is marked lost unless it reconnected since."""
+        """The agent's stream ended (unless it reconnected since): the node may be alive
+        without it (an agent is restarted), so its death is the GCS's to say
+        (``DashboardState.agent_gone``)."""
         if self.links.get(link.node_id) is link:
             del self.links[link.node_id]
             link.fail_all(f"the agent of node {link.node_id[:12]} disconnected")
-            self.state.node_lost(link.node_id, "its agent disconnected")
+            self.state.agent_gone(link.node_id)
 
     async def _connect(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
         if self.token is not None:

@@ -52,6 +52,7 @@ class GcsClient:
         self.state.update_jobs(_hexify(await conn.call("list_jobs", None, timeout=10.0)))
         info = await conn.call("cluster_info", None, timeout=10.0)
         self.state.cluster = _hexify(info)
+        self.state.reconcile_nodes(self.state.cluster.get("nodes") or [])
         events = await conn.call("get_events", None, timeout=10.0)
         if len(events) < self._seen_events:
             self._seen_events = 0  # the GCS trimmed its list

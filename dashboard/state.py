@@ -105,6 +105,7 @@ class DashboardState:
         self.history = History(self.caps.history_seconds, self.caps.history_period)
         self.user_history = UserMetricHistory(self.caps.history_seconds, self.caps.history_period)
         self.cluster: dict[str, Any] = {}
+        self.gcs_polled = False  # the GCS's node table has been read: it decides node deaths
         self.pubsub = PubSub(self.caps.stream_queue)
         self.dropped: dict[str, int] = {
             "tasks": 0,
@@ -191,6 +192,40 @@ class DashboardState:
         if "cpu_percent" in total:
             total["cpu_percent"] = total["cpu_percent"] / len(live)
         self.history.add("cluster", t, total)
+
+    def agent_gone(self, node_id: str) -> None:
+        """A node's agent disconnected. With the GCS polled, the node stays as the GCS has it
+        (an agent restarted on a live node is no node loss; a node that died is declared by
+        the GCS with its reason, ``reconcile_nodes``); without, this is all there is to go on."""
+        if not self.gcs_polled:
+            self.node_lost(node_id, "its agent disconnected")
+            return
+        self.add_event(
+            "WARNING",
+            f"agent of node {node_id[:12]} disconnected: the node's metrics, logs and stacks "
+            "are unavailable until it reconnects",
+            source="dashboard",
+            node_id=node_id,
+            kind="AGENT_DISCONNECTED",
+        )
+
+    def reconcile_nodes(self, gcs_nodes: list[dict[str, Any]]) -> None:
+        """The GCS's node table (each poll): a node it declared dead is lost, with its reason."""
+        self.gcs_polled = True
+        for n in gcs_nodes:
+            nid = n.get("node_id") or ""
+            if not nid or n.get("state") != "DEAD":
+                continue
+            if nid not in self.nodes:
+                # It died before its agent ever reported. Not past the cap: the GCS keeps
+                # every dead node, and evicting one to add another each poll would churn.
+                if len(self.nodes) >= self.caps.max_nodes:
+                    continue
+                self.update_node(
+                    nid, {k: n.get(k) for k in ("node_ip", "hostname", "is_head") if n.get(k)}
+                )
+            reason = n.get("death_reason") or "no reason given"
+            self.node_lost(nid, f"the GCS declared it dead: {reason}")
 
     def node_lost(self, node_id: str, reason: str) -> None:
         node = self.nodes.get(node_id)

@@ -793,6 +793,33 @@ def test_max_task_retries_retries_the_call_in_flight(shared_node, tmp_path):
     assert marker.read_text().split() == [str(pid), str(result)]
 
 
+def test_a_call_lost_to_a_restart_says_the_actor_restarts_not_that_it_is_dead(
+    shared_node, tmp_path
+):
+    @ember.remote(max_restarts=1)
+    class Restartable:
+        def pid(self):
+            return os.getpid()
+
+        def work(self, path):
+            open(path, "w").close()
+            time.sleep(30)
+
+    a = Restartable.remote()
+    pid = ember.get(a.pid.remote())
+    marker = tmp_path / "started"
+    ref = a.work.remote(str(marker))
+    wait_until(marker.exists, 30, message="the call to start")
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(ActorDiedError) as lost:
+        ember.get(ref, timeout=60)
+    text = str(lost.value)
+    assert lost.value.restarting and "is restarting" in text and "is dead" not in text, text
+    assert "max_task_retries" in text
+    new_pid = call_until_ok(a.pid)
+    assert new_pid != pid  # and the actor is indeed back
+
+
 def test_constructor_error_makes_calls_raise_actor_died(shared_node):
     @ember.remote
     class Broken:

@@ -322,8 +322,10 @@ class ActorSubmitter:
                     spec,
                     ActorDiedError(
                         st.actor_id.hex(),
-                        "the actor's worker died while this call ran; it was not retried "
-                        "(set max_task_retries to retry calls on a restarted actor)",
+                        "its worker died while this call ran; the call was not retried (set "
+                        "max_task_retries to retry calls on a restarted actor); later calls "
+                        "go to the restarted actor",
+                        restarting=restarted,
                     ),
                 )
 

@@ -412,6 +412,8 @@ def test_dashboard_on_every_interface_is_said_and_needs_the_token(temp_root, hos
     url = dashboard_url_in(head.stdout)
     refused = httpx.get(f"{url}/api/version", timeout=30)
     assert refused.status_code == 401
+    # The 401 names the token this dashboard wants: the cluster's, which the head printed.
+    assert "cluster_token" in refused.text and "dashboard_token" not in refused.text, refused.text
     killed = httpx.post(f"{url}/api/actors/{'0' * 32}/kill", timeout=30)
     assert killed.status_code == 401
     token = head.stdout.split("--token=")[1].split()[0]

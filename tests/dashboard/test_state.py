@@ -125,6 +125,29 @@ def test_node_lost_keeps_its_data_and_says_why():
     assert any(e["kind"] == "NODE_LOST" for e in st.events)
 
 
+def test_a_lost_agent_is_not_a_lost_node_once_the_gcs_decides():
+    st = DashboardState()
+    st.node_metrics("a", 1.0, {"cpu_percent": 1.0})
+    st.agent_gone("a")  # no GCS read yet: the agent is all there is to go on
+    assert st.node_row("a")["lost_reason"] == "its agent disconnected"
+    st.update_node("a", {})
+    st.reconcile_nodes([{"node_id": "a", "state": "ALIVE"}])
+    st.agent_gone("a")  # an agent restarting on a live node
+    assert st.node_row("a")["state"] == "ALIVE"
+    assert st.events[-1]["kind"] == "AGENT_DISCONNECTED"
+    st.reconcile_nodes(
+        [
+            {"node_id": "a", "state": "DEAD", "death_reason": "its raylet disconnected"},
+            {"node_id": "b", "state": "DEAD", "death_reason": "no heartbeat", "node_ip": "10.0.0.2"},
+        ]
+    )
+    assert st.node_row("a")["lost_reason"] == "the GCS declared it dead: its raylet disconnected"
+    # A node that died before its agent reported is listed too, dead, with the GCS's reason.
+    assert st.node_row("b")["state"] == "DEAD" and st.node_row("b")["node_ip"] == "10.0.0.2"
+    st.reconcile_nodes([{"node_id": "a", "state": "DEAD", "death_reason": "x"}])
+    assert sum(e["kind"] == "NODE_LOST" and e["node_id"] == "a" for e in st.events) == 2
+
+
 def test_event_buffer_is_bounded():
     st = DashboardState(Caps(max_events=5))
     for i in range(8):
