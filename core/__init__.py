@@ -24,6 +24,12 @@ __version__ = "0.1.0"
 _PUBLIC: dict[str, str | None] = {
     "ActorClass": "ember.actor",
     "ActorHandle": "ember.actor",
+    "ActorID": "ember.id_types",
+    "JobID": "ember.id_types",
+    "NodeID": "ember.id_types",
+    "PlacementGroupID": "ember.id_types",
+    "TaskID": "ember.id_types",
+    "WorkerID": "ember.id_types",
     "ObjectID": "ember.object_ref",
     "ObjectRef": "ember.object_ref",
     "available_resources": "ember.api",
@@ -80,12 +86,19 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         timeline,
         wait,
     )
+    from ember.id_types import ActorID, JobID, NodeID, PlacementGroupID, TaskID, WorkerID
     from ember.object_ref import ObjectID, ObjectRef
     from ember.profiling import profile
 
 __all__ = [  # literal, so tools see the exports (the same names as _PUBLIC)
     "ActorClass",
     "ActorHandle",
+    "ActorID",
+    "JobID",
+    "NodeID",
+    "PlacementGroupID",
+    "TaskID",
+    "WorkerID",
     "ObjectID",
     "ObjectRef",
     "actor",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import threading
 from typing import Any
 
 from ember import global_state, options
@@ -43,8 +44,13 @@ def exit_actor() -> None:
     raise ActorExit(0)
 
 
+# Every actor has them (Ray's): ``__ray_ready__`` resolves once it is constructed,
+# ``__ray_terminate__`` ends it after the calls sent before it (the executor runs both).
+_BUILT_IN = {"num_returns": 1, "max_task_retries": None, "is_async": False}
+
+
 def _method_table(cls: type) -> dict[str, dict[str, Any]]:
-    table = {}
+    table = {"__ray_ready__": dict(_BUILT_IN), "__ray_terminate__": dict(_BUILT_IN)}
     for name, member in inspect.getmembers(cls):
         if not callable(member) or (name.startswith("__") and name != "__call__"):
             continue
@@ -89,6 +95,15 @@ class ActorClass:
             )
         raise AttributeError(f"actor class '{cls_name}' has no attribute {name!r}")
 
+    def __mro_entries__(self, bases: tuple) -> tuple:
+        # ``class B(A)`` with ``A`` an actor class: Python asks its bases here.
+        raise TypeError(
+            "Inheriting from actor classes is not currently supported. You can instead "
+            "inherit from a non-actor base class and make the derived class an actor class "
+            f"(with @ember.remote): class {self._name}Base: ..., then "
+            f"{self._name} = ember.remote({self._name}Base)."
+        )
+
     def options(self, **opts: Any) -> _BoundActorOptions:
         merged = {**self._opts, **options.validate(opts, options.ACTOR_OPTIONS, self._name)}
         return _BoundActorOptions(self, merged)
@@ -97,16 +112,40 @@ class ActorClass:
         return self._create(args, kwargs, self._opts)
 
     def _create(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle:
+        name, namespace = opts.get("name"), opts.get("namespace")
+        if name is not None and name == "":
+            raise ValueError("Actor name cannot be an empty string.")
+        if namespace is not None and namespace == "":
+            raise ValueError('"" is not a valid namespace. Pass None to not specify a namespace.')
         worker = current_worker()
         if worker.local_mode:
             return worker.create_local_actor(self, args, kwargs, opts)
-        name = opts.get("name")
-        namespace = opts.get("namespace") or worker.namespace
-        if name and opts.get("get_if_exists"):
+        namespace = namespace or worker.namespace
+        if not (name and opts.get("get_if_exists")):
+            return self._create_new(worker, args, kwargs, opts, name, namespace)
+        # Get or create, never an error: one creation at a time per name in this process, and
+        # a name another process took meanwhile means its actor is the one to return.
+        with _GET_IF_EXISTS_LOCK:
             try:
                 return get_actor(name, namespace=namespace)
             except ValueError:
                 pass
+            try:
+                return self._create_new(worker, args, kwargs, opts, name, namespace)
+            except ValueError as e:
+                if "is already taken" not in str(e):
+                    raise
+                return get_actor(name, namespace=namespace)
+
+    def _create_new(
+        self,
+        worker: Any,
+        args: tuple,
+        kwargs: dict,
+        opts: dict,
+        name: str | None,
+        namespace: str,
+    ) -> ActorHandle:
         if self._pickled is None:
             self._pickled = dumps_function(self._cls)
             self._class_id = hashlib.sha1(self._pickled).digest()[:16]
@@ -167,6 +206,9 @@ class ActorClass:
         return handle
 
 
+_GET_IF_EXISTS_LOCK = threading.Lock()
+
+
 class _BoundActorOptions:
     def __init__(self, actor_class: ActorClass, opts: dict[str, Any]) -> None:
         self._actor_class = actor_class
@@ -174,6 +216,24 @@ class _BoundActorOptions:
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         return self._actor_class._create(args, kwargs, self._opts)
+
+
+def current_actor_handle(worker: Any) -> ActorHandle:
+    """A handle to the actor ``worker`` runs (its creation spec has all a handle needs),
+    registered as a borrow of the creator's handle like one received in a call."""
+    spec = worker.executor.actor_spec
+    opts = spec.actor_options or {}
+    worker.refs.on_deserialized(actor_handle_object_id(spec.actor_id), spec.owner)
+    handle = ActorHandle(
+        spec.actor_id,
+        opts.get("class_name") or spec.function_name,
+        opts.get("methods") or {},
+        spec.owner,
+        opts.get("max_task_retries", 0) or 0,
+        max_pending_calls=opts.get("max_pending_calls", -1),
+    )
+    worker.register_new_borrows()
+    return handle
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:

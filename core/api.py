@@ -97,6 +97,8 @@ def wait(
     if not isinstance(object_refs, list | tuple):
         raise TypeError(f"wait() expected a list of ObjectRef, got {type(object_refs).__name__}")
     refs = list(object_refs)
+    if not refs:
+        return [], []  # as Ray: nothing to wait for, whatever num_returns says
     # Checked with C-level passes (map, set): wait() is often called in a loop over a long
     # list, one ready ref at a time, and a Python loop here would cost more than the wait.
     if not all(issubclass(kind, ObjectRef) for kind in set(map(type, refs))):

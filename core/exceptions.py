@@ -146,6 +146,10 @@ class ActorExit(SystemExit):
     """Raised by ``ember.actor.exit_actor()``: the actor's worker ends it after the current
     call. A SystemExit so that user code catching Exception does not swallow it."""
 
+    def __init__(self, code: int = 0, reason: str = "exit_actor() was called") -> None:
+        super().__init__(code)
+        self.reason = reason
+
 
 class GetTimeoutError(EmberError, TimeoutError):
     """``get`` reached its timeout before the objects were ready."""

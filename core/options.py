@@ -94,7 +94,12 @@ def _is_strategy(value: Any) -> bool:
 # and here.
 _RULES: dict[str, tuple[Any, Any, str]] = {
     "num_cpus": (_is_number, lambda v: v >= 0, "a non-negative number"),
-    "num_gpus": (_is_number, lambda v: v >= 0, "a non-negative number (fractions allowed)"),
+    # A task gets a fraction of one GPU or whole GPUs: 1.5 could never be placed.
+    "num_gpus": (
+        _is_number,
+        lambda v: v >= 0 and (v <= 1 or float(v).is_integer()),
+        "a non-negative number, a fraction only up to 1 (above 1, a whole number of GPUs)",
+    ),
     "memory": (_is_number, lambda v: v >= 0, "a non-negative number of bytes"),
     "object_store_memory": (_is_number, lambda v: v >= 0, "a non-negative number of bytes"),
     "num_returns": (_is_int, lambda v: v >= 0, "an integer >= 0"),

@@ -8,6 +8,7 @@ from typing import Any
 
 from ember.core_worker.core_worker import DRIVER
 from ember.driver import current_worker
+from ember.id_types import ActorID, JobID, NodeID, TaskID
 
 
 def get_runtime_context() -> RuntimeContext:
@@ -62,21 +63,34 @@ class RuntimeContext:
     def get_namespace(self) -> str:
         return self._worker.namespace
 
+    # Ray's deprecated properties return id objects (``.hex()``); the ``get_*`` methods, text.
     @property
-    def job_id(self) -> str:
-        return self.get_job_id()
+    def job_id(self) -> JobID:
+        return JobID(self._worker.job_id)
 
     @property
-    def node_id(self) -> str:
-        return self.get_node_id()
+    def node_id(self) -> NodeID:
+        return NodeID(self._worker.node_id)
 
     @property
-    def task_id(self) -> str | None:
-        return self.get_task_id()
+    def task_id(self) -> TaskID | None:
+        task_id = getattr(self._worker.current, "task_id", None)
+        return TaskID(task_id) if task_id else None
 
     @property
-    def actor_id(self) -> str | None:
-        return self.get_actor_id()
+    def actor_id(self) -> ActorID | None:
+        actor_id = getattr(self._worker, "actor_id", None)
+        return ActorID(actor_id) if actor_id else None
+
+    def get_task_name(self) -> str | None:
+        """The running task's name (``f``, ``Class.method``, or its ``name=`` option); None
+        in a driver."""
+        spec = getattr(self._worker.current, "spec", None)
+        return spec.display_name() if spec is not None else None
+
+    def get_task_function_name(self) -> str | None:
+        spec = getattr(self._worker.current, "spec", None)
+        return spec.function_name if spec is not None else None
 
     @property
     def was_current_actor_reconstructed(self) -> bool:
@@ -84,27 +98,39 @@ class RuntimeContext:
         return bool(executor and executor.actor_spec and executor.actor_spec.attempt > 0)
 
     def get_assigned_resources(self) -> dict[str, float]:
+        """What the running task or actor holds while it runs (Ray's rule: a task's CPU,
+        default 1; an actor's, default 0 once created), GPUs and custom resources included."""
         spec = getattr(self._worker.current, "spec", None)
         executor = getattr(self._worker, "executor", None)
-        if spec is None and executor is not None:
-            spec = executor.actor_spec
-        return dict(spec.resources) if spec is not None else {}
+        actor_spec = getattr(executor, "actor_spec", None)
+        if actor_spec is not None:
+            spec = actor_spec  # an actor's calls hold what the actor holds
+        if spec is None:
+            return {}
+        return {k: float(v) for k, v in spec.resources.items() if v}
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
         return {"GPU": [str(g) for g in get_gpu_ids()]}
 
     @property
     def current_actor(self) -> Any:
+        """A handle to the actor this code runs in (Ray's ``current_actor``)."""
         actor_id = getattr(self._worker, "actor_id", None)
         if actor_id is None:
             raise RuntimeError("This method is only available in an actor.")
-        return actor_id.hex()
+        from ember.actor import current_actor_handle
+
+        return current_actor_handle(self._worker)
 
     def get(self) -> dict[str, Any]:
-        return {
-            "job_id": self.get_job_id(),
-            "node_id": self.get_node_id(),
-            "task_id": self.get_task_id(),
-            "actor_id": self.get_actor_id(),
+        """Ray's summary: id objects, and the task and actor only where there are some."""
+        out: dict[str, Any] = {
+            "job_id": self.job_id,
+            "node_id": self.node_id,
             "namespace": self.namespace,
         }
+        if self.task_id is not None:
+            out["task_id"] = self.task_id
+        if self.actor_id is not None:
+            out["actor_id"] = self.actor_id
+        return out

@@ -64,7 +64,9 @@ def test_demo_holds_its_dashboard_up_showing_the_run_until_sigterm():
         kids = psutil.Process(proc.pid).children(recursive=True)
 
         def failed_task_listed():
-            with urllib.request.urlopen(f"{url}/api/tasks?state=FAILED&limit=10", timeout=5) as r:
+            with urllib.request.urlopen(
+                f"{url}/api/tasks?filter=state=FAILED&limit=10", timeout=5
+            ) as r:
                 rows = json.load(r)["items"]
             return [t for t in rows if "parse_record" in t.get("name", t.get("func_name", ""))]
 

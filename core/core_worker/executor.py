@@ -98,6 +98,7 @@ class Executor:
         self.running: dict[bytes, int] = {}  # {task_id: thread ident}
         self.cancelled: set[bytes] = set()
         self.exiting = False
+        self.exit_reason = ""  # why the actor ends on purpose (exit_actor, sys.exit, ...)
         self._adopted: set[str] = set()  # the driver import dirs already on sys.path
         self.limits = LimitWatch()  # a task's setrlimit does not outlive it (process_limits)
         self.tasks_done = 0
@@ -127,16 +128,16 @@ class Executor:
     def request_exit(self, body: dict) -> None:
         """Graceful exit (the actor's handles are gone): after the calls already queued.
 
-        ``force`` (``ember.kill``): now, running the actor's atexit handlers first, as Ray
-        0.8 documents for ``ray.kill`` ("Any exit handlers installed in the actor using
-        atexit will be called"); the raylet kills the process if that takes too long.
+        ``force`` (``ember.kill``): now, with no atexit handlers, as Ray 2.x's ``ray.kill``
+        ("atexit handlers installed in the actor will not be run"; an exit that runs them is
+        ``__ray_terminate__`` or ``exit_actor``); calls in flight fail. Only the output
+        already printed is flushed.
         """
         if body.get("force"):
             try:
-                atexit._run_exitfuncs()
-            finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
+            finally:
                 os._exit(1)
         self.queue.put(("exit", body))
 
@@ -195,7 +196,7 @@ class Executor:
             time.sleep(0.05)
             os._exit(0)
         if self.exiting and spec.kind == ACTOR_TASK:
-            self._exit_actor("exit_actor() was called")
+            self._exit_actor(self.exit_reason)
 
     def execute(self, spec: TaskSpec) -> dict:
         host = self.host
@@ -227,11 +228,13 @@ class Executor:
                     result = asyncio.run(result)
             timings["executed"] = time.time()
             reply = self.store_returns(spec, result)
-        except ActorExit:
-            self.exiting = True
-            reply = self._error_reply(
-                spec, ActorDiedError(host.current_actor_hex(), "exit_actor() was called"), app=False
-            )
+        except SystemExit as e:
+            # exit_actor(), __ray_terminate__ or sys.exit() in a method: the actor ends on
+            # purpose after this call. In a task, sys.exit() is the task's error.
+            if isinstance(e, ActorExit) or spec.kind == ACTOR_TASK:
+                reply = self._exit_reply(spec, e)
+            else:
+                reply = self._error_reply(spec, self._task_error(spec, e), app=True)
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             if isinstance(e, KeyboardInterrupt | SystemExit) and not isinstance(
                 e, TaskCancelledError
@@ -270,9 +273,15 @@ class Executor:
 
     def _task_error(self, spec: TaskSpec, e: BaseException) -> TaskError:
         tb = format_exception(e)
+        # A nested task's error re-raised here keeps the user's exception as its cause, so
+        # the caller's get() raises an instance of the original class at every level (the
+        # text still carries both tracebacks: the nested one is in this one's message).
+        inner: BaseException = e
+        while isinstance(inner, TaskError) and inner.cause is not None:
+            inner = inner.cause
         try:
-            pickle.loads(cloudpickle.dumps(e))
-            cause = e
+            pickle.loads(cloudpickle.dumps(inner))
+            cause = inner
         except Exception:
             cause = None
         return TaskError(
@@ -338,7 +347,9 @@ class Executor:
                 raise ActorDiedError(
                     spec.actor_id.hex() if spec.actor_id else "", "the actor is not constructed"
                 )
-            method = getattr(self.actor, spec.method_name, None)
+            method = _BUILT_IN_METHODS.get(spec.method_name) or getattr(
+                self.actor, spec.method_name, None
+            )
             if method is None:
                 raise AttributeError(
                     f"actor {type(self.actor).__name__} has no method {spec.method_name!r}"
@@ -496,7 +507,7 @@ class Executor:
             reply = await self._execute_async(spec)
         reply_to.resolve_threadsafe(reply)
         if self.exiting:
-            self._exit_actor("exit_actor() was called")
+            self._exit_actor(self.exit_reason)
 
     async def _execute_async(self, spec: TaskSpec) -> dict:
         timings = {"start": time.time()}
@@ -515,11 +526,8 @@ class Executor:
                 result = await result
             timings["executed"] = time.time()
             reply = self.store_returns(spec, result)
-        except ActorExit:
-            self.exiting = True
-            reply = self._error_reply(
-                spec, ActorDiedError(spec.actor_id.hex(), "exit_actor() was called"), app=False
-            )
+        except SystemExit as e:
+            reply = self._exit_reply(spec, e)
         except BaseException as e:  # noqa: BLE001
             if isinstance(e, TaskError) and getattr(e, "_from_arg", False):
                 reply = self._error_reply(spec, e, app=False)
@@ -530,9 +538,26 @@ class Executor:
         reply["node_id"] = self.host.node_id_hex
         return reply
 
+    def _exit_reply(self, spec: TaskSpec, e: SystemExit) -> dict:
+        """The reply of the call that ends the actor on purpose; the actor exits after it."""
+        self.exiting = True
+        if isinstance(e, ActorExit):
+            self.exit_reason = getattr(e, "reason", "") or "exit_actor() was called"
+        else:
+            self.exit_reason = f"sys.exit({e.code!r}) was called in {spec.display_name()}()"
+        self.exit_reason += " (an intentional exit)"
+        return self._error_reply(
+            spec, ActorDiedError(self.host.current_actor_hex(), self.exit_reason), app=False
+        )
+
     def _exit_actor(self, reason: str) -> None:
-        """Ends this actor's process after telling the GCS it meant to."""
+        """Ends this actor's process after telling the GCS it meant to; its ``atexit``
+        handlers run first, as Ray's do on an intentional exit (never on a kill)."""
         host = self.host
+        try:
+            atexit._run_exitfuncs()
+        except Exception:  # a failing handler must not keep the actor alive
+            logger.exception("an atexit handler of the exiting actor failed")
         try:
             host.call_gcs_sync(
                 "actor_exited", {"actor_id": host.actor_id, "reason": reason}, timeout=5.0
@@ -562,3 +587,11 @@ def _arg_error(value: Any) -> BaseException:
     if isinstance(value, BaseException):
         return value
     return RuntimeError(f"argument error: {value!r}")
+
+
+def _terminate() -> None:
+    raise ActorExit(0, "__ray_terminate__() was called")
+
+
+# Methods every actor has (Ray's): ready once constructed; end after the calls before it.
+_BUILT_IN_METHODS = {"__ray_ready__": lambda: True, "__ray_terminate__": _terminate}

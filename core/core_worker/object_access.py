@@ -209,16 +209,23 @@ class ObjectAccess:
         missing = [i for i, loc in enumerate(locs) if loc is None]
         if not missing:
             return locs
+        # A failed one raises now, as Ray's get does, not once the others are done too.
+        for r, loc in zip(refs, locs, strict=True):
+            if loc is not None and _is_error(loc):
+                self.materialize(r._id, loc)
         event = threading.Event()
         # One waiter per distinct object: a ref listed twice is waited for once.
         waiting = {refs[i]._id: refs[i] for i in missing}
         remaining = {"n": len(waiting)}
+        failed: list[bytes] = []
         lock = threading.Lock()
 
-        def on_ready(_oid, _value) -> None:
+        def on_ready(oid, value) -> None:
             with lock:
                 remaining["n"] -= 1
-                if remaining["n"] <= 0:
+                if _is_error(value):
+                    failed.append(oid)
+                if remaining["n"] <= 0 or failed:
                     event.set()
 
         self._ensure_resolving_many(waiting.values())
@@ -234,6 +241,9 @@ class ObjectAccess:
         finally:
             if blocked:
                 self._notify_unblocked()
+        if failed and remaining["n"] > 0:
+            store.remove_waiter_many(waiting, on_ready)
+            self.materialize(failed[0], store.get_if_ready(failed[0]))  # raises its error
         return [store.get_if_ready(r._id) for r in refs]
 
     def _ensure_resolving_many(self, refs) -> None:
@@ -487,3 +497,8 @@ class ObjectAccess:
 def _set_result(fut: asyncio.Future, value: Any) -> None:
     if not fut.done():
         fut.set_result(value)
+
+
+def _is_error(loc: Any) -> bool:
+    """Whether a location holds a failed task's error (errors are always inline)."""
+    return loc[0] == "inline" and loc[1] == META_ERROR

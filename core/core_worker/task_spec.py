@@ -46,6 +46,15 @@ class TaskSpec:
     def __init__(self, **kw: Any) -> None:
         self.__dict__.update(kw)
 
+    def __getstate__(self) -> dict:
+        # Only the owner decides on retries. The classes of retry_exceptions may live in the
+        # driver's __main__, which a worker cannot import: sent, they made its unpickling of
+        # the whole spec fail (the worker died, the call hung).
+        state = self.__dict__
+        if isinstance(state.get("retry_exceptions"), list | tuple):
+            state = {**state, "retry_exceptions": True}
+        return state
+
     def return_ids(self) -> list[bytes]:
         tid = self.task_id
         n = self.num_returns

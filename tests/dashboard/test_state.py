@@ -138,7 +138,12 @@ def test_a_lost_agent_is_not_a_lost_node_once_the_gcs_decides():
     st.reconcile_nodes(
         [
             {"node_id": "a", "state": "DEAD", "death_reason": "its raylet disconnected"},
-            {"node_id": "b", "state": "DEAD", "death_reason": "no heartbeat", "node_ip": "10.0.0.2"},
+            {
+                "node_id": "b",
+                "state": "DEAD",
+                "death_reason": "no heartbeat",
+                "node_ip": "10.0.0.2",
+            },
         ]
     )
     assert st.node_row("a")["lost_reason"] == "the GCS declared it dead: its raylet disconnected"

@@ -1,0 +1,291 @@
+"""Behaviour Ray's own test suite pins down (issue 17), each on its own: actor lifecycle
+(``__ray_ready__``, ``__ray_terminate__``, ``exit_actor`` and ``sys.exit`` as intentional exits
+that run ``atexit``), names and namespaces, ``get`` failing fast, nested errors keeping their
+class, ``retry_exceptions`` with a class of the driver's ``__main__``, option checks,
+``wait([])`` and the runtime context. The facts come from Ray 2.x's tests and docs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import ember
+import pytest
+from ember.exceptions import ActorDiedError, GetTimeoutError, TaskUnschedulableError
+from ember.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ember_test_utils import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@ember.remote
+class Box:
+    def __init__(self, marker: str | None = None) -> None:
+        self.items: list[int] = []
+        if marker:
+            import atexit
+
+            atexit.register(lambda: open(marker, "w").write("atexit ran"))
+
+    def add(self, x: int) -> int:
+        time.sleep(0.05)
+        self.items.append(x)
+        return len(self.items)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def leave(self) -> None:
+        ember.actor.exit_actor()
+
+    def quit(self, code: int) -> None:
+        sys.exit(code)
+
+    def context(self) -> tuple:
+        ctx = ember.get_runtime_context()
+        me = ctx.current_actor
+        return (
+            me,
+            None,
+            ctx.get_assigned_resources(),
+            ctx.get_task_name(),
+            ctx.actor_id,
+            ctx.get_actor_id(),
+        )
+
+
+def test_ray_ready_resolves_once_constructed(shared_node):
+    slow = Box.options(num_cpus=0).remote()
+    assert ember.get(slow.__ray_ready__.remote(), timeout=30) is True
+
+
+def test_ray_terminate_ends_the_actor_after_the_calls_before_it(shared_node):
+    box = Box.options(num_cpus=0).remote()
+    pid = ember.get(box.pid.remote())
+    before = [box.add.remote(i) for i in range(3)]
+    box.__ray_terminate__.remote()
+    assert ember.get(before, timeout=30) == [1, 2, 3]  # queued before it: all ran
+    with pytest.raises(ActorDiedError) as died:
+        ember.get(box.add.remote(9), timeout=30)
+    assert "__ray_terminate__" in str(died.value) and "intentional" in str(died.value)
+    wait_until(lambda: not _alive(pid), 15, message="the actor's process to end")
+
+
+def test_exit_actor_runs_atexit_and_later_calls_say_it_was_intentional(shared_node, tmp_path):
+    marker = tmp_path / "atexit"
+    box = Box.options(num_cpus=0).remote(str(marker))
+    ember.get(box.add.remote(1))
+    with pytest.raises(ActorDiedError):
+        ember.get(box.leave.remote(), timeout=30)
+    wait_until(marker.exists, 15, message="the actor's atexit handler")
+    assert marker.read_text() == "atexit ran"
+    with pytest.raises(ActorDiedError) as later:
+        ember.get(box.add.remote(2), timeout=30)
+    assert "exit_actor()" in str(later.value) and "intentional" in str(later.value)
+
+
+def test_sys_exit_in_a_method_is_an_intentional_exit(shared_node, tmp_path):
+    marker = tmp_path / "atexit"
+    box = Box.options(num_cpus=0).remote(str(marker))
+    with pytest.raises(ActorDiedError) as died:
+        ember.get(box.quit.remote(3), timeout=30)
+    assert "sys.exit(3)" in str(died.value) and "intentional" in str(died.value)
+    wait_until(marker.exists, 15, message="the actor's atexit handler")
+    with pytest.raises(ActorDiedError):
+        ember.get(box.add.remote(1), timeout=30)
+
+
+def test_kill_is_immediate_and_runs_no_atexit(shared_node, tmp_path):
+    marker = tmp_path / "atexit"
+    box = Box.options(num_cpus=0).remote(str(marker))
+    pid = ember.get(box.pid.remote())
+    running = box.add.remote(1)
+    ember.kill(box)
+    with pytest.raises(ActorDiedError):
+        ember.get([running, box.add.remote(2)], timeout=30)
+    wait_until(lambda: not _alive(pid), 15, message="the killed actor's process to end")
+    assert not marker.exists()
+
+
+def test_subclassing_an_actor_class_is_refused_clearly():
+    with pytest.raises(TypeError, match="Inheriting from actor classes is not"):
+
+        class Derived(Box):  # type: ignore[misc, valid-type]
+            pass
+
+
+def test_empty_names_and_namespaces_are_refused(shared_node):
+    with pytest.raises(ValueError, match="Actor name cannot be an empty string"):
+        Box.options(name="").remote()
+    with pytest.raises(ValueError, match="is not a valid namespace"):
+        Box.options(name="named", namespace="").remote()
+
+
+def test_concurrent_get_if_exists_return_one_actor(shared_node):
+    got: list = []
+
+    def make() -> None:
+        try:
+            got.append(Box.options(name="one-box", get_if_exists=True, num_cpus=0).remote())
+        except Exception as e:  # noqa: BLE001 - the test asserts there are none
+            got.append(e)
+
+    threads = [threading.Thread(target=make) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not [g for g in got if isinstance(g, Exception)], got
+    assert len({g._actor_id for g in got}) == 1 and len(got) == 8
+    ember.kill(got[0])
+
+
+@ember.remote(max_retries=0)
+def _boom() -> None:
+    raise KeyError("boom at once")
+
+
+@ember.remote
+def _sleepy(seconds: float) -> str:
+    time.sleep(seconds)
+    return "slept"
+
+
+def test_get_raises_a_failure_at_once_without_waiting_for_the_rest(shared_node):
+    # No CPU for the sleepers: _boom must be able to run beside them.
+    sleepers = [_sleepy.options(num_cpus=0).remote(20) for _ in range(2)]
+    try:
+        started = time.monotonic()
+        with pytest.raises(KeyError):
+            ember.get([sleepers[0], _boom.remote()], timeout=60)
+        assert time.monotonic() - started < 10
+        # A failure already known when get() starts raises too.
+        failed = _boom.remote()
+        with pytest.raises(KeyError):
+            ember.get(failed)
+        with pytest.raises(KeyError):
+            ember.get([sleepers[1], failed], timeout=60)
+        with pytest.raises(GetTimeoutError):
+            ember.get([sleepers[0], _sleepy.remote(0)], timeout=0.5)
+    finally:
+        for ref in sleepers:  # their CPUs are the next tests'
+            ember.cancel(ref, force=True)
+
+
+@ember.remote(max_retries=0)
+def _inner() -> None:
+    raise ValueError("deep down")
+
+
+@ember.remote(max_retries=0)
+def _middle() -> None:
+    ember.get(_inner.remote())
+
+
+@ember.remote(max_retries=0)
+def _outer() -> None:
+    ember.get(_middle.remote())
+
+
+def test_a_nested_error_keeps_its_class_at_every_level(shared_node):
+    with pytest.raises(ValueError) as err:
+        ember.get(_outer.remote())
+    assert isinstance(err.value, ember.exceptions.RayTaskError)
+    text = str(err.value)
+    # Every level's traceback is in the text, the original message too.
+    assert "deep down" in text and "_inner" in text and "_middle" in text and "_outer" in text
+    assert repr(err.value).startswith(("RayTaskError(ValueError)", "TaskError(ValueError)"))
+
+
+def test_retry_exceptions_of_a_class_in_the_drivers_main(tmp_path):
+    """The class lives in the driver's ``__main__``, which a worker cannot import."""
+    program = tmp_path / "prog.py"
+    program.write_text(
+        textwrap.dedent(
+            f"""
+            import os
+            import ember
+
+            class UserError(Exception):
+                pass
+
+            @ember.remote(retry_exceptions=[UserError], max_retries=2)
+            def flaky(path):
+                n = int(open(path).read()) if os.path.exists(path) else 0
+                open(path, "w").write(str(n + 1))
+                if n < 2:
+                    raise UserError(f"attempt {{n}}")
+                return n
+
+            ember.init(num_cpus=1, include_dashboard=False)
+            print("result", ember.get(flaky.remote({str(tmp_path / "count")!r}), timeout=60))
+            ember.shutdown()
+            """
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, str(program)], capture_output=True, text=True, timeout=90, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "result 2" in out.stdout
+
+
+def test_wait_on_nothing_returns_two_empty_lists(shared_node):
+    assert ember.wait([]) == ([], [])
+
+
+def test_gpus_above_one_must_be_whole():
+    with pytest.raises(ValueError, match="num_gpus.*1.5"):
+        _boom.options(num_gpus=1.5)
+    _boom.options(num_gpus=0.5)
+    _boom.options(num_gpus=2)
+
+
+def test_hard_affinity_to_a_missing_node_fails_at_once(shared_node):
+    missing = NodeAffinitySchedulingStrategy("ab" * 16, soft=False)
+    started = time.monotonic()
+    with pytest.raises(TaskUnschedulableError, match="abab.*not alive"):
+        ember.get(_sleepy.options(scheduling_strategy=missing).remote(0), timeout=30)
+    assert time.monotonic() - started < 5
+
+
+@ember.remote
+def _task_context() -> tuple:
+    ctx = ember.get_runtime_context()
+    return (
+        ctx.get_assigned_resources(),
+        ctx.get_task_name(),
+        ctx.task_id,
+        ctx.get_task_id(),
+        ctx.job_id,
+        ctx.node_id,
+        ctx.get(),
+    )
+
+
+def test_runtime_context_names_resources_and_ids(shared_node):
+    resources, name, task_id, task_hex, job_id, node_id, summary = ember.get(_task_context.remote())
+    assert resources == {"CPU": 1.0} and name == "_task_context"
+    assert isinstance(task_id, ember.TaskID) and task_id.hex() == task_hex
+    assert isinstance(job_id, ember.JobID)
+    assert job_id.hex() == ember.get_runtime_context().get_job_id()
+    assert node_id == ember.NodeID.from_hex(ember.get_runtime_context().get_node_id())
+    assert set(summary) == {"job_id", "node_id", "namespace", "task_id"}
+    box = Box.options(num_cpus=0).remote()
+    me, _, actor_resources, actor_task, actor_id, actor_hex = ember.get(box.context.remote())
+    assert me == box and ember.get(me.add.remote(5)) == 1  # a usable handle to itself
+    assert actor_resources == {} and actor_task == "Box.context"
+    assert isinstance(actor_id, ember.ActorID) and actor_id.hex() == actor_hex
+    assert ember.get_runtime_context().get_task_name() is None  # the driver runs no task
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
