@@ -1,4 +1,5 @@
-"""``ember.util``: ActorPool, placement groups, scheduling strategies, metrics, state.
+"""``ember.util``: ActorPool, placement groups, scheduling strategies, metrics, state, and
+Ray's ``queue`` (Queue).
 
 Loaded on first use, like ``ember`` itself: the agent reads ``ember.util.metrics`` and must
 not pull in the driver API with ``ActorPool`` and placement groups.
@@ -20,6 +21,7 @@ _PUBLIC: dict[str, str | None] = {
     "placement_group_table": "ember.util.placement_group",
     "remove_placement_group": "ember.util.placement_group",
     "metrics": None,
+    "queue": None,
     "scheduling_strategies": None,
     "state": None,
 }
@@ -30,7 +32,7 @@ __getattr__, __dir__ = lazy_exports("ember.util", _PUBLIC, globals())
 
 if TYPE_CHECKING:
     from ember.actor import get_actor
-    from ember.util import metrics, scheduling_strategies, state
+    from ember.util import metrics, queue, scheduling_strategies, state
     from ember.util.actor_pool import ActorPool
     from ember.util.placement_group import (
         PlacementGroup,
@@ -48,6 +50,7 @@ __all__ = [  # literal, so tools see the exports (the same names as _PUBLIC)
     "metrics",
     "placement_group",
     "placement_group_table",
+    "queue",
     "remove_placement_group",
     "scheduling_strategies",
     "state",
