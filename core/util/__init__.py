@@ -1,4 +1,6 @@
-"""``ember.util``: ActorPool, placement groups, scheduling strategies, metrics, state.
+"""``ember.util``: ActorPool, placement groups, scheduling strategies, metrics, state, and
+Ray's libraries ``queue`` (Queue) and ``multiprocessing`` (Pool); ``ember.util.joblib`` (a
+joblib backend) is imported by name only, since joblib is an optional dependency.
 
 Loaded on first use, like ``ember`` itself: the agent reads ``ember.util.metrics`` and must
 not pull in the driver API with ``ActorPool`` and placement groups.
@@ -20,6 +22,8 @@ _PUBLIC: dict[str, str | None] = {
     "placement_group_table": "ember.util.placement_group",
     "remove_placement_group": "ember.util.placement_group",
     "metrics": None,
+    "multiprocessing": None,
+    "queue": None,
     "scheduling_strategies": None,
     "state": None,
 }
@@ -30,7 +34,7 @@ __getattr__, __dir__ = lazy_exports("ember.util", _PUBLIC, globals())
 
 if TYPE_CHECKING:
     from ember.actor import get_actor
-    from ember.util import metrics, scheduling_strategies, state
+    from ember.util import metrics, multiprocessing, queue, scheduling_strategies, state
     from ember.util.actor_pool import ActorPool
     from ember.util.placement_group import (
         PlacementGroup,
@@ -46,8 +50,10 @@ __all__ = [  # literal, so tools see the exports (the same names as _PUBLIC)
     "get_actor",
     "get_placement_group",
     "metrics",
+    "multiprocessing",
     "placement_group",
     "placement_group_table",
+    "queue",
     "remove_placement_group",
     "scheduling_strategies",
     "state",

@@ -1,0 +1,77 @@
+"""Ray's libraries side by side: ``tests/tools/ray_util_programs.py`` runs the same program
+of queue, multiprocessing Pool and joblib cases on Ray 2.60 (its own environment,
+``tests/tools/.ray-venv``) and on Ember, and the outcomes must agree.
+
+Where Ember means to differ (``own``), Ember's answer is checked against the standard
+library's semantics; Ray's is only printed: those are Ray's bugs, not a contract.
+Without Ray's environment the test skips, except in CI where it fails naming the command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAM = ROOT / "tests" / "tools" / "ray_util_programs.py"
+RAY_PYTHON = ROOT / "tests" / "tools" / ".ray-venv" / "bin" / "python"
+SETUP = "scripts/dev.sh setup (or: python3 scripts/ray_venv.py tests/tools/.ray-venv 'ray[default]==2.60.0')"
+NO_JOBLIB = "joblib is not installed"
+
+# Ember's answers where it differs from Ray on purpose (see the program's comments).
+EMBER_OWN = {
+    "queue": {"get_timeout_zero_with_an_item": ["ok", "there"]},
+    "pool": {
+        "imap_error": [0, 1, 2, "raised ValueError", 4],
+        "returned_exception": ["ok", "KeyError"],
+        "error_callback_gets": ["ValueError"],
+        "callback_order": [[x * x for x in range(8)]],
+    },
+    "joblib": {"generator": ["ok", [0, 1, 4]]},
+}
+
+
+def _run(python: Path | str, runtime: str) -> dict:
+    # Each run starts its own local node: no address or setting of the test run leaks in.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "RAY_"))}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    done = subprocess.run(
+        [str(python), str(PROGRAM), runtime],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, f"{runtime} run failed:\n{done.stderr[-3000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(600)
+def test_ray_and_ember_agree_on_queue_pool_and_joblib():
+    if not RAY_PYTHON.exists():
+        why = f"Ray is not installed (no {RAY_PYTHON.relative_to(ROOT)}); run {SETUP}"
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(why)
+        pytest.skip(why)
+    ember = _run(sys.executable, "ember")
+    ray = _run(RAY_PYTHON, "ray")
+
+    if ray["same"]["joblib"] == NO_JOBLIB:  # Ray's environment lacks joblib: compare the rest
+        print("Ray's environment has no joblib: the joblib cases ran on Ember only")
+        ray["same"]["joblib"] = ember["same"]["joblib"]
+    for library in ("queue", "pool", "joblib"):
+        mine, theirs = ember["same"][library], ray["same"][library]
+        differ = {
+            k: (mine.get(k), theirs.get(k)) for k in mine | theirs if mine.get(k) != theirs.get(k)
+        }
+        assert not differ, f"{library}: Ember and Ray differ (ember, ray): {differ}"
+
+    for library, cases in EMBER_OWN.items():
+        assert ember["own"][library] == cases, library
+        print(library, "Ray's own answers:", ray["own"][library])
