@@ -55,7 +55,10 @@ def main(argv: Sequence[str]) -> int:
         print("usage: ray_venv.py VENV REQUIREMENT...", file=sys.stderr)
         return 2
     try:
-        py = ensure_ray_venv(Path(argv[0]), argv[1:])
+        # Each extra requirement must import too (joblib: Ray's joblib backend, compared
+        # with Ember's), or an environment made before it was listed would lack it.
+        extra = [r.split("=")[0].split("[")[0].split(">")[0] for r in argv[2:]]
+        py = ensure_ray_venv(Path(argv[0]), argv[1:], check_imports=", ".join(["ray", *extra]))
     except RayVenvError as e:
         print(f"ray_venv: {e}", file=sys.stderr)
         return 1
