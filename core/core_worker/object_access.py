@@ -25,7 +25,13 @@ from ember.call_site import user_call_site
 from ember.core_worker.locations import lost_location
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.reference_counter import ReferenceCounter
-from ember.exceptions import GetTimeoutError, ObjectLostError, OwnerDiedError, TaskError
+from ember.exceptions import (
+    GetTimeoutError,
+    ObjectLostError,
+    ObjectUnknownOwnerError,
+    OwnerDiedError,
+    TaskError,
+)
 from ember.ids import object_id_for_put
 from ember.object_ref import ObjectRef
 from ember.object_store.arena import Arena
@@ -249,12 +255,22 @@ class ObjectAccess:
             return
         owner = ref._owner
         self.memory_store.add_pending(ref._id)
-        if owner is None or owner[0] == self.worker_id:
+        if owner is None:
+            if not self.host.owns(ref._id):
+                why = "it was made from bare bytes, with no owner address"
+                self.memory_store.put(ref._id, lost_location(ref._id, ObjectUnknownOwnerError, why))
+            return
+        if owner[0] == self.worker_id:
             if not self.host.owns(ref._id):
                 self.memory_store.put(
                     ref._id,
                     lost_location(ref._id, ObjectLostError, "its owner no longer has it"),
                 )
+            return
+        if owner[2] in self.host.links.dead_nodes:
+            # Its owner's node is gone: no need to wait for a connection that cannot come.
+            why = f"its owner's node {owner[2].hex()[:12]} died"
+            self.memory_store.put(ref._id, lost_location(ref._id, OwnerDiedError, why))
             return
         self.loop.call_soon_threadsafe(self._fetch_from_owner, ref._id, owner)
 
