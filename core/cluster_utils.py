@@ -126,6 +126,10 @@ class Cluster:
         """One call to the head's GCS over TCP, with the token (as any remote tool would)."""
         return self._call(self.head_node.gcs_address, "gcs", op, body, timeout)
 
+    def raylet_call(self, node: LocalNode, op: str, body: Any = None, timeout: float = 10.0) -> Any:
+        """One call to a node's raylet (``node_stats``, say), as the node's own tools make."""
+        return self._call(node.raylet_address, "raylet", op, body, timeout)
+
     def _call(self, address: str, name: str, op: str, body: Any, timeout: float) -> Any:
         async def call() -> Any:
             conn = await conn_mod.connect(address, name=name, token=self.token, timeout=timeout)
@@ -169,7 +173,7 @@ class Cluster:
             time.sleep(0.05)
 
     def _sees_the_others(self, node: LocalNode, want: set[bytes]) -> bool:
-        stats = self._call(node.raylet_address, "raylet", "node_stats", {}, 10.0)
+        stats = self.raylet_call(node, "node_stats", {})
         return want - {node.node_id} <= set(stats.get("view_node_ids") or ())
 
     # -- drivers ---------------------------------------------------------------------------

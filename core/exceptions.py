@@ -182,6 +182,22 @@ class OwnerDiedError(ObjectLostError):
     """The process that owned the object (created it) died, taking its metadata with it."""
 
 
+class ObjectUnknownOwnerError(OwnerDiedError, ValueError):
+    """The ref names no owner: it was built from bare bytes (``ObjectRef(id)``) or carried
+    out of band, so no process can say where its value is or whether it exists.
+
+    Ray raises a ``ValueError`` for this (its ``ObjectUnknownOwner`` status); this is one,
+    and an ``OwnerDiedError``, so either ``except`` catches it."""
+
+    def __init__(self, object_id: str = "", reason: str = "") -> None:
+        super().__init__(object_id, reason)
+        self.args = (
+            f"Object {object_id} has no known owner: {reason or 'it names no owner'}. Only "
+            "refs returned by put() or .remote(), or received inside a value or as an "
+            "argument, can be read; a ref rebuilt from its bytes cannot.",
+        )
+
+
 class ObjectStoreFullError(EmberError):
     """The node's shared-memory store cannot hold the object, even after eviction."""
 

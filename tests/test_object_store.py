@@ -309,6 +309,44 @@ def test_release_client_leaves_sealed_creations() -> None:
     assert store.contains(oid(1))
 
 
+def test_delete_owned_by_frees_every_live_copy_of_a_dead_owner() -> None:
+    store = ObjectStore(16 * A)
+    dead = (b"dead-owner", "tcp:127.0.0.1:1", b"node-a")
+    alive = (b"live-owner", "tcp:127.0.0.1:2", b"node-a")
+    store.create(oid(1), A, "w", owner=dead)  # primary
+    store.seal(oid(1))
+    store.create(oid(2), A, "w", owner=dead, primary=False)  # a copy pulled from elsewhere
+    store.seal(oid(2))
+    store.create(oid(3), A, "w", owner=dead)  # still being written
+    store.create(oid(4), A, "w", owner=alive)
+    store.seal(oid(4))
+    assert store.get(oid(1), "reader") is not None  # a reader still maps it
+    assert sorted(store.delete_owned_by([b"dead-owner"])) == [oid(1), oid(2), oid(3)]
+    assert not store.contains(oid(1)) and not store.contains(oid(2))
+    assert store.contains(oid(4))
+    # The pinned copy and the unsealed one hold memory until their reader and writer are done.
+    assert store.stats()["num_objects"] == 3
+    store.release(oid(1), "reader")
+    store.seal(oid(3))
+    assert store.stats()["num_objects"] == 1
+    assert store.delete_owned_by([b"dead-owner"]) == []
+    # A new object of the same id under a live owner is not the dead owner's.
+    store.create(oid(1), A, "w", owner=alive)
+    assert store.delete_owned_by([b"dead-owner"]) == []
+    assert store.size_of(oid(1)) == A
+
+
+def test_owners_on_node_names_owners_by_their_node() -> None:
+    store = ObjectStore(16 * A)
+    store.create(oid(1), A, "w", owner=(b"o1", "a", b"node-a"))
+    store.create(oid(2), A, "w", owner=[b"o2", "b", b"node-b"])  # as a list off the wire
+    store.create(oid(3), A, "w", owner=b"plain")
+    assert store.owners_on_node(b"node-a") == [b"o1"]
+    assert store.owners_on_node(b"node-b") == [b"o2"]
+    store.abort(oid(1))
+    assert store.owners_on_node(b"node-a") == []
+
+
 def test_zero_size_objects() -> None:
     store = ObjectStore(2 * A)
     assert store.create(oid(1), 0, "w") == 0
@@ -321,6 +359,7 @@ def test_randomized_operations_keep_accounting_consistent() -> None:
     rng = random.Random(7)
     store = ObjectStore(64 * A)
     clients = ["a", "b", "c"]
+    owners = [b"o1", b"o2", None]
     pins: dict[tuple[bytes, str], int] = {}
     for step in range(5000):
         n = rng.randrange(40)
@@ -328,7 +367,13 @@ def test_randomized_operations_keep_accounting_consistent() -> None:
         client = rng.choice(clients)
         if op < 0.3:
             try:
-                store.create(oid(n), rng.randrange(0, 6 * A), client, primary=rng.random() < 0.5)
+                store.create(
+                    oid(n),
+                    rng.randrange(0, 6 * A),
+                    client,
+                    owner=rng.choice(owners),
+                    primary=rng.random() < 0.5,
+                )
             except (ValueError, ObjectStoreFullError):
                 pass
         elif op < 0.45:
@@ -350,6 +395,8 @@ def test_randomized_operations_keep_accounting_consistent() -> None:
                 store.set_primary(oid(n), rng.random() < 0.5)
             except KeyError:
                 pass
+        elif op < 0.91:
+            store.delete_owned_by([rng.choice(owners)])
         elif op < 0.93:
             store.release_client(client)
             pins = {k: v for k, v in pins.items() if k[1] != client}
@@ -366,6 +413,8 @@ def test_randomized_operations_keep_accounting_consistent() -> None:
         assert stats["num_pinned_by_readers"] == sum(r["readers"] > 0 for r in rows)
         assert sum(r["readers"] for r in rows) == sum(pins.values())
         assert stats["used_bytes"] == sum(max(A, -(-r["size"] // A) * A) for r in rows)
+        live_owned = sum(1 for r in rows if not r["deleted"] and r["owner"] is not None)
+        assert sum(map(len, store._owned.values())) == live_owned
         # No two objects overlap.
         spans = sorted((r["offset"], r["offset"] + max(A, r["size"])) for r in rows)
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))

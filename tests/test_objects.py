@@ -693,6 +693,49 @@ def test_ref_owned_by_actor_is_freed_when_the_driver_drops_it(shared_node):
     ember.kill(maker)
 
 
+def test_get_of_a_ref_nobody_owns_raises_at_once(shared_node):
+    """Issue 19, item 8: a ref rebuilt from bare bytes has no owner to ask; get() used to
+    wait for it until its timeout (forever without one). Ray raises a ValueError naming the
+    unknown owner; Ember's error is one, and an OwnerDiedError."""
+    from ember.exceptions import ObjectUnknownOwnerError, OwnerDiedError
+    from ember.ids import OBJECT_ID_SIZE
+
+    @ember.remote
+    def first(xs):
+        return ember.get(xs[0], timeout=60) if isinstance(xs, list) else xs
+
+    ref = ember.ObjectRef(os.urandom(OBJECT_ID_SIZE))
+    for read in (
+        lambda: ember.get(ref, timeout=60),
+        lambda: ember.get([ref, ember.put(1)], timeout=60),
+        lambda: ref.future().result(timeout=60),
+        # As an argument, or inside one: the task's worker finds no owner either.
+        lambda: ember.get(first.remote([ref]), timeout=60),
+        lambda: ember.get(first.remote(ref), timeout=60),
+    ):
+        started = time.monotonic()
+        with pytest.raises(ObjectUnknownOwnerError, match="no known owner") as info:
+            read()
+        assert time.monotonic() - started < 10
+        assert isinstance(info.value, ValueError) and isinstance(info.value, OwnerDiedError)
+    ready, _ = ember.wait([ref], timeout=60)
+    assert ready == [ref]  # an object that can never come counts as ready, with its error
+
+
+def test_get_of_a_ref_whose_owner_is_not_there_raises_at_once(shared_node):
+    from ember.exceptions import OwnerDiedError
+    from ember.ids import OBJECT_ID_SIZE, UNIQUE_ID_SIZE
+    from ember_test_utils import free_port
+
+    node_id = ember.get_runtime_context().get_node_id()
+    owner = (os.urandom(UNIQUE_ID_SIZE), f"tcp:127.0.0.1:{free_port()}", bytes.fromhex(node_id))
+    ref = ember.ObjectRef(os.urandom(OBJECT_ID_SIZE), owner)
+    started = time.monotonic()
+    with pytest.raises(OwnerDiedError, match="owner is unreachable"):
+        ember.get(ref)  # no timeout: it must not wait at all
+    assert time.monotonic() - started < 10
+
+
 def test_get_of_a_ref_whose_owner_died_raises_owner_died(shared_node):
     from ember.exceptions import ObjectLostError, OwnerDiedError
 

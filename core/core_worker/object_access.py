@@ -25,7 +25,13 @@ from ember.call_site import user_call_site
 from ember.core_worker.locations import lost_location
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.reference_counter import ReferenceCounter
-from ember.exceptions import GetTimeoutError, ObjectLostError, OwnerDiedError, TaskError
+from ember.exceptions import (
+    GetTimeoutError,
+    ObjectLostError,
+    ObjectUnknownOwnerError,
+    OwnerDiedError,
+    TaskError,
+)
 from ember.ids import object_id_for_put
 from ember.object_ref import ObjectRef
 from ember.object_store.arena import Arena
@@ -74,6 +80,7 @@ class ObjectAccessHost(Protocol):
     def current_task_id(self) -> bytes: ...
     def owns(self, object_id: bytes) -> bool: ...
     def call_raylet_sync(self, op: str, body: Any, timeout: float = 30.0) -> Any: ...
+    def run_sync(self, coro: Any, timeout: float | None) -> Any: ...
     def send_threadsafe(self, conn: Connection | None, op: str, body: Any) -> None: ...
     def register_new_borrows(self) -> None: ...
     async def connect_to_worker(self, worker_id: bytes | None, address: str) -> Connection: ...
@@ -258,12 +265,22 @@ class ObjectAccess:
             return
         owner = ref._owner
         self.memory_store.add_pending(ref._id)
-        if owner is None or owner[0] == self.worker_id:
+        if owner is None:
+            if not self.host.owns(ref._id):
+                why = "it was made from bare bytes, with no owner address"
+                self.memory_store.put(ref._id, lost_location(ref._id, ObjectUnknownOwnerError, why))
+            return
+        if owner[0] == self.worker_id:
             if not self.host.owns(ref._id):
                 self.memory_store.put(
                     ref._id,
                     lost_location(ref._id, ObjectLostError, "its owner no longer has it"),
                 )
+            return
+        if owner[2] in self.host.links.dead_nodes:
+            # Its owner's node is gone: no need to wait for a connection that cannot come.
+            why = f"its owner's node {owner[2].hex()[:12]} died"
+            self.memory_store.put(ref._id, lost_location(ref._id, OwnerDiedError, why))
             return
         self.loop.call_soon_threadsafe(self._fetch_from_owner, ref._id, owner)
 
@@ -316,16 +333,22 @@ class ObjectAccess:
         if node_id != self.node_id:
             ref = self.refs.get(object_id)
             owner = ref.owner if ref is not None else None
-            why = self.host.links.pull_to_local(object_id, node_id, loc[2], owner)
+            try:
+                why = self.host.links.pull_to_local(object_id, node_id, loc[2], owner)
+            except ObjectLostError:
+                self._raise_if_owner_died(object_id)
+                raise
             if why:
                 rebuilt = self.host.lineage.reconstruct(object_id)
                 if rebuilt is not None:
                     return rebuilt
+                self._raise_if_owner_died(object_id)
                 raise ObjectLostError(object_id.hex(), f"its only copies are gone: {why}")
         got = self.host.call_raylet_sync(
             "plasma_get", {"object_id": object_id, "client": self.worker_id}
         )
         if got is None:
+            self._raise_if_owner_died(object_id)
             raise ObjectLostError(object_id.hex(), "its shared-memory copy is gone")
         offset, size = got
         raylet = self.host.raylet
@@ -352,6 +375,32 @@ class ObjectAccess:
         meta, data, buffers = unpack_from(view)
         value = deserialize(data, buffers)
         return meta, value
+
+    def _raise_if_owner_died(self, object_id: bytes) -> None:
+        """Raises OwnerDiedError when the copies of a borrowed object are gone because its
+        owner is: the raylets free a dead owner's objects everywhere, and the borrower,
+        which may still hold their old location, must say why (as Ray does)."""
+        ref = self.refs.get(object_id)
+        owner = ref.owner if ref is not None and not ref.owned else None
+        if owner is None:
+            return
+        if owner[2] in self.host.links.dead_nodes:
+            raise OwnerDiedError(object_id.hex(), f"its owner's node {owner[2].hex()[:12]} died")
+
+        async def ask_owner() -> None:
+            conn = await self.host.connect_to_worker(owner[0], owner[1])
+            await conn.call("get_object", {"object_id": object_id}, 5.0)
+
+        try:
+            self.host.run_sync(ask_owner(), 10.0)
+        except TimeoutError:
+            pass  # slow, not known dead (TimeoutError is an OSError: caught first)
+        except OSError as e:  # refused, reset, closed: the owner's process is gone
+            raise OwnerDiedError(
+                object_id.hex(), f"its owner {owner[0].hex()[:12]} died ({e})"
+            ) from None
+        except Exception:
+            pass  # it answered (or is slow): alive, so the copy was lost some other way
 
     def wait(
         self,

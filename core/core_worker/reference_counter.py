@@ -137,7 +137,10 @@ class ReferenceCounter:
         with self._lock:
             ref = self._refs.get(object_id)
             if ref is None:
-                owned = owner is None or owner[0] == self.my_worker_id
+                # A ref with no owner address (``ObjectRef(some_bytes)``) is nobody's: this
+                # process owns only what it registered with add_owned, or names itself as
+                # owner of. Taking it as ours made get() wait for it forever.
+                owned = owner is not None and owner[0] == self.my_worker_id
                 ref = self._refs[object_id] = Ref(owned, owner)
             ref.local += 1
 
@@ -176,7 +179,7 @@ class ReferenceCounter:
             for object_id, owner in refs:
                 ref = self._refs.get(object_id)
                 if ref is None:
-                    owned = owner is None or owner[0] == self.my_worker_id
+                    owned = owner is not None and owner[0] == self.my_worker_id
                     ref = self._refs[object_id] = Ref(owned, owner)
                 ref.submitted += 1
 

@@ -116,6 +116,15 @@ class GcsServer:
         for node in self.node_table.alive():
             node.conn.send("job_finished", {"job_id": job_id})
 
+    def h_owners_died(self, conn: Connection, body: dict) -> None:
+        """A raylet's clients died: the objects they owned have copies on other nodes too
+        (results of tasks they ran there, copies pulled there), which only those raylets
+        can free."""
+        body = {"owner_ids": body["worker_ids"]}
+        for node in self.node_table.alive():
+            if node.conn is not conn and not node.conn.closed:
+                node.conn.send("free_owned_objects", body)
+
     # -- connections -----------------------------------------------------------------------
     def on_connect(self, conn: Connection) -> None:
         self.connections.add(conn)

@@ -8,13 +8,17 @@ pins an object on ``get`` and releases it when its last view of the bytes is gon
 Every operation is O(log n) or better in the number of objects: evictable objects sit in an
 ``OrderedDict`` in least-recently-used order, per-client indexes make disconnect clean-up
 proportional to what that client held, and the statistics are kept as running counters.
+
+Objects are also indexed by their owner's worker id, because an owner's death frees every
+live copy it owned, primary or secondary (``delete_owned_by``): nobody can reach them any
+more, and without the index a dead driver's objects would hold the store for good.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +27,13 @@ from ember.object_store.allocator import ArenaAllocator
 
 CREATED = "CREATED"
 SEALED = "SEALED"
+
+
+def owner_key(owner: Any) -> bytes | None:
+    """The owner's worker id: the first field of a core worker's owner address."""
+    if isinstance(owner, tuple | list):
+        return owner[0] if owner else None
+    return owner if isinstance(owner, bytes) else None
 
 
 class ObjectNotFoundError(KeyError):
@@ -42,7 +53,8 @@ class _Entry:
     size: int
     block: int
     creator: Hashable
-    owner: bytes | None
+    # (worker_id, address, node_id) from core workers; plain bytes in tests; None: unknown.
+    owner: Any
     primary: bool
     created_at: float
     last_access: float
@@ -68,6 +80,8 @@ class ObjectStore:
         self._deleted: dict[bytes, list[_Entry]] = {}
         self._client_pins: dict[Hashable, set[_Entry]] = {}
         self._client_creations: dict[Hashable, set[_Entry]] = {}
+        # {owner worker id: its live (not deleted) objects}, for freeing on the owner's death.
+        self._owned: dict[bytes, set[_Entry]] = {}
         self._evictable: OrderedDict[_Entry, None] = OrderedDict()
         self._evictable_bytes = 0
         self._num_sealed = 0
@@ -90,7 +104,7 @@ class ObjectStore:
         object_id: bytes,
         size: int,
         creator: Hashable,
-        owner: bytes | None = None,
+        owner: Any = None,
         primary: bool = True,
     ) -> int:
         """Reserves ``size`` bytes for a new object and returns their offset in the arena.
@@ -130,6 +144,9 @@ class ObjectStore:
         )
         self._objects[object_id] = entry
         self._client_creations.setdefault(creator, set()).add(entry)
+        owner_id = owner_key(owner)
+        if owner_id is not None:
+            self._owned.setdefault(owner_id, set()).add(entry)
         self._num_created_total += 1
         self._account(entry, +1)
         return offset
@@ -231,6 +248,7 @@ class ObjectStore:
             return False
         self._account(entry, -1)
         del self._objects[object_id]
+        self._unindex_owner(entry)
         entry.deleted = True
         self._deleted.setdefault(object_id, []).append(entry)
         if entry.sealed and not entry.pins:
@@ -239,6 +257,26 @@ class ObjectStore:
             # Readers still map these bytes, or the creator is still writing them.
             self._account(entry, +1)
         return True
+
+    def delete_owned_by(self, owner_ids: Iterable[bytes]) -> list[bytes]:
+        """The owners died: deletes every live object they owned (freed now, or at the last
+        release of a reader still mapping it). Returns the ids deleted."""
+        deleted = []
+        for owner_id in owner_ids:
+            for entry in list(self._owned.get(owner_id, ())):
+                if self._objects.get(entry.object_id) is entry:
+                    self.delete(entry.object_id)
+                    deleted.append(entry.object_id)
+        return deleted
+
+    def owners_on_node(self, node_id: bytes) -> list[bytes]:
+        """The owners of live objects here whose process ran on ``node_id``."""
+        found = []
+        for owner_id, entries in self._owned.items():
+            owner = next(iter(entries)).owner
+            if isinstance(owner, tuple | list) and len(owner) > 2 and owner[2] == node_id:
+                found.append(owner_id)
+        return found
 
     def set_primary(self, object_id: bytes, primary: bool) -> None:
         """Marks a live object as the primary copy (never evicted) or a secondary one."""
@@ -321,6 +359,7 @@ class ObjectStore:
                 del self._deleted[entry.object_id]
         elif self._objects.get(entry.object_id) is entry:
             del self._objects[entry.object_id]
+            self._unindex_owner(entry)
         creations = self._client_creations.get(entry.creator)
         if creations is not None:
             creations.discard(entry)
@@ -332,6 +371,14 @@ class ObjectStore:
         self._free(entry)
         self._num_evicted_total += 1
         self._bytes_evicted_total += entry.block
+
+    def _unindex_owner(self, entry: _Entry) -> None:
+        owner_id = owner_key(entry.owner)
+        owned = self._owned.get(owner_id) if owner_id is not None else None
+        if owned is not None:
+            owned.discard(entry)
+            if not owned:
+                del self._owned[owner_id]
 
     def _drop_client_pin(self, client: Hashable, entry: _Entry) -> None:
         pinned = self._client_pins.get(client)

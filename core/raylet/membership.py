@@ -147,6 +147,7 @@ class Membership:
         node_id = body["node_id"]
         self.raylet.view.remove(node_id)
         self.raylet.objects.drop_peer(node_id, "its node died")
+        self.raylet.objects.owner_node_died(node_id)
 
     async def rejoin_as_new(self, reason: str) -> None:
         """The cluster gave up on this node (it was silent too long) and redid its work

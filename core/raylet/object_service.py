@@ -1,6 +1,14 @@
-"""The raylet's object-store service: the local store's ``plasma_*`` messages, and copies of
+"""The raylet's object-store service: the local store's ``plasma_*`` messages, copies of
 objects between nodes (``pull_object`` for a local reader, ``export_object`` /
-``unexport_object`` for another node's raylet reading from this one).
+``unexport_object`` for another node's raylet reading from this one), and the end of objects
+whose owner died.
+
+An owner frees its objects while it lives; once it is gone nobody can, so the raylets do:
+the raylet an owner was connected to sees its connection close, deletes what it owned here
+and tells the GCS (``owners_died``), which has every other raylet delete its copies
+(``free_owned_objects``); a dead node's owners are freed on the GCS's ``node_dead``. A copy
+made after that news (a task of the dead driver still finishing, a pull in flight) is
+dropped as soon as it is written, so the raylet remembers recent dead owners.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ember import config
+from ember.object_store.store import owner_key
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
 from ember.protocol.messages.raylet import PullFailed
@@ -20,6 +29,10 @@ if TYPE_CHECKING:
     from ember.raylet.raylet import Raylet
 
 logger = logging.getLogger("ember.raylet")
+
+# Dead owners remembered to drop late copies of their objects. A late copy comes from work
+# already under way when the owner died (seconds), so the newest this many are plenty.
+DEAD_OWNERS_KEPT = 100_000
 
 
 class ObjectService:
@@ -37,6 +50,55 @@ class ObjectService:
         # the agent asks for those after the last seq it saw (node_stats).
         self.transfer_log: collections.deque = collections.deque(maxlen=1000)
         self.transfer_seq = 0
+        self.dead_owners: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self.dead_owner_nodes: set[bytes] = set()
+        # Totals for node_stats: dead owners heard of, their objects freed here, and copies
+        # of theirs dropped as soon as written ("late").
+        self.owned_freed = {"owners": 0, "objects": 0, "late": 0}
+
+    # -- owners that died ------------------------------------------------------------------
+    def owners_died(self, owner_ids: list[bytes], tell_cluster: bool) -> None:
+        """Deletes every object here owned by these (dead) owners; with ``tell_cluster``
+        (the owner was this node's client), has the GCS tell every other node too."""
+        for owner_id in owner_ids:
+            self.dead_owners[owner_id] = None
+            self.dead_owners.move_to_end(owner_id)
+        while len(self.dead_owners) > DEAD_OWNERS_KEPT:
+            self.dead_owners.popitem(last=False)
+        freed = self.store.delete_owned_by(owner_ids)
+        self.owned_freed["owners"] += len(owner_ids)
+        self.owned_freed["objects"] += len(freed)
+        if freed:
+            logger.info(
+                "freed %d objects of %d dead owners (%s)",
+                len(freed),
+                len(owner_ids),
+                ", ".join(o.hex()[:12] for o in owner_ids[:4]),
+            )
+        gcs = self.raylet.gcs
+        if tell_cluster and gcs is not None and not gcs.closed:
+            gcs.send("owners_died", {"worker_ids": owner_ids})
+
+    def owner_node_died(self, node_id: bytes) -> None:
+        """Every process of a dead node is gone, owners included: its raylet cannot say so."""
+        self.dead_owner_nodes.add(node_id)
+        owners = self.store.owners_on_node(node_id)
+        if owners:
+            self.owners_died(owners, tell_cluster=False)
+
+    def h_free_owned_objects(self, conn: Connection, body: dict) -> None:
+        self.owners_died(list(body["owner_ids"]), tell_cluster=False)
+
+    def _orphaned(self, owner: Any) -> bool:
+        """True if the object's owner is known dead: a copy of it would never be freed."""
+        owner_id = owner_key(owner)
+        if owner_id is not None and owner_id in self.dead_owners:
+            return True
+        return (
+            isinstance(owner, tuple | list)
+            and len(owner) > 2
+            and (owner[2] in self.dead_owner_nodes)
+        )
 
     def connection_closed(self, conn: Connection) -> None:
         """Objects another raylet was reading through ``conn`` are no longer pinned for it."""
@@ -52,9 +114,14 @@ class ObjectService:
             # the old, which readers that pinned it keep until they let go.
             logger.info("object %s is written again; replacing the old copy", oid.hex()[:16])
             self.store.delete(oid)
-        return self.store.create(
-            body["object_id"], body["size"], body.get("client"), owner=body.get("owner")
-        )
+        owner = body.get("owner")
+        offset = self.store.create(oid, body["size"], body.get("client"), owner=owner)
+        if self._orphaned(owner):
+            # A late result of a dead owner's task: the writer still fills and seals it
+            # (its memory is freed then), but no reader will ever find it.
+            self.store.delete(oid)
+            self.owned_freed["late"] += 1
+        return offset
 
     def h_plasma_seal(self, conn: Connection, body: dict) -> None:
         oid = body["object_id"]
@@ -213,6 +280,9 @@ class ObjectService:
                 peer.send("unexport_object", {"object_id": oid})
         self.store.seal(oid)
         self._wake_readers(oid)
+        if self._orphaned(owner):  # its owner died during the transfer
+            self.store.delete(oid)
+            self.owned_freed["late"] += 1
         logger.info("pulled %s (%d bytes) from %s", oid.hex()[:16], size, node_id.hex()[:12])
         self.transfer_stats["bytes"] += size
         self.record_transfer(oid, node_id, size, started, time.time())  # for the timeline

@@ -12,7 +12,7 @@ Messages it serves (framed transport, Unix socket for local processes, TCP for o
   ``worker_blocked`` / ``worker_unblocked``, ``plasma_*`` (create, seal, get, release,
   delete), ``worker_title``, ``worker_exit_reason``;
 - from the GCS: ``lease_actor_worker``, ``kill_worker``, ``reserve_bundles`` /
-  ``release_bundles``, ``job_finished``;
+  ``release_bundles``, ``job_finished``, ``free_owned_objects`` (owners dead elsewhere);
 - from tools: ``node_stats``, ``list_workers``, ``get_references``.
 """
 
@@ -118,6 +118,10 @@ class Raylet:
             return
         self.clients.pop(wid, None)
         self.store.release_client(wid)
+        if not self.stopping:
+            # A driver or worker that is gone owns nothing any more: free what it owned here
+            # and on every other node (its objects would hold the stores for good).
+            self.objects.owners_died([wid], tell_cluster=True)
         if conn.state.get("driver"):
             self.drivers.pop(wid, None)
             self.logs.remove_driver(conn)
@@ -203,6 +207,7 @@ class Raylet:
             "transfer_stats": dict(objects.transfer_stats, limit=config.max_concurrent_pulls),
             "pending_leases": self.leases.pending_leases(),
             "recent_exits": list(self.leases.recent_exits),
+            "owned_freed": dict(objects.owned_freed),  # objects of dead owners, freed here
         }
 
     async def h_collect_references(self, conn: Connection, body: Any) -> dict:

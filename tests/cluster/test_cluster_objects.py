@@ -71,27 +71,10 @@ def test_many_pulls_at_once_all_arrive(cluster):
     arrays = ember.get(refs, timeout=60)
     assert [int(a[0]) for a in arrays] == [i % 251 for i in range(24)]
     # The head's raylet pulled them all, never more at once than its bound.
-    stats = _raylet_call(cluster.head_node, "node_stats")["transfer_stats"]
+    stats = cluster.raylet_call(cluster.head_node, "node_stats")["transfer_stats"]
     assert stats["pulled"] >= 24 and stats["failed"] == 0
     assert 1 <= stats["peak"] <= stats["limit"]
     assert stats["bytes"] >= 24 * 1024 * 1024
-
-
-def _raylet_call(node, op: str):
-    from ember.protocol import connection as conn_mod
-
-    async def call():
-        conn = await conn_mod.connect(node.raylet_address, name="raylet", timeout=5)
-        try:
-            return await conn.call(op, None, timeout=10)
-        finally:
-            conn.close()
-
-    loop = conn_mod.new_event_loop()
-    try:
-        return loop.run_until_complete(call())
-    finally:
-        loop.close()
 
 
 def test_freeing_an_object_frees_every_node_copy(cluster):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ember
 import numpy as np
-from test_cluster_objects import _raylet_call
 
 MIB = 1024 * 1024
 
@@ -20,7 +19,7 @@ def test_wait_fetch_local_pulls_to_this_node_and_false_does_not(cluster):
         return np.full(10 * MIB, fill, dtype=np.uint8)  # 10 MB: in the far node's store
 
     def head_stats() -> dict:
-        return _raylet_call(cluster.head_node, "node_stats")
+        return cluster.raylet_call(cluster.head_node, "node_stats")
 
     def pulled_to_head() -> list[str]:
         return [t["object_id"] for t in head_stats()["transfers"]]
@@ -63,7 +62,9 @@ def test_wait_fetch_local_counts_only_pulled_objects_and_times_out_cleanly(clust
     inline = small.remote()
     ready, not_ready = ember.wait([*refs, inline], num_returns=4, timeout=60)
     assert set(ready) == {*refs, inline} and not_ready == []
-    pulled = [t["object_id"] for t in _raylet_call(cluster.head_node, "node_stats")["transfers"]]
+    pulled = [
+        t["object_id"] for t in cluster.raylet_call(cluster.head_node, "node_stats")["transfers"]
+    ]
     assert all(pulled.count(r.hex()) == 1 for r in refs)
     assert [int(a[0]) for a in ember.get(refs, timeout=60)] == [0, 1, 2]
     # A wait that cannot be satisfied still ends at its timeout.

@@ -268,6 +268,17 @@ class WorkerDied(GcsMessage):
     reason: str = OMIT
 
 
+class OwnersDied(GcsMessage):
+    """Drivers or workers of a raylet's node are gone: every other raylet must free the
+    objects they owned (the GCS forwards it as ``free_owned_objects``)."""
+
+    op = "owners_died"
+    sent_by = "raylet"
+    oneway = True
+
+    worker_ids: list[bytes]
+
+
 # -- the key-value store -------------------------------------------------------------------
 class KvPut(GcsMessage):
     op = "kv_put"

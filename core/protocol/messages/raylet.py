@@ -299,6 +299,17 @@ class DeclaredDead(RayletMessage):
     reason: str = OMIT
 
 
+class FreeOwnedObjects(RayletMessage):
+    """These owners (drivers or workers) died on another node: delete every copy here of
+    the objects they owned, and drop any copy made later."""
+
+    op = "free_owned_objects"
+    sent_by = "GCS (forwarding a raylet's owners_died)"
+    oneway = True
+
+    owner_ids: list[bytes]
+
+
 class NodeDead(RayletMessage):
     op = "node_dead"
     sent_by = "GCS"
