@@ -46,7 +46,34 @@ def exit_actor() -> None:
 
 # Every actor has them (Ray's): ``__ray_ready__`` resolves once it is constructed,
 # ``__ray_terminate__`` ends it after the calls sent before it (the executor runs both).
-_BUILT_IN = {"num_returns": 1, "max_task_retries": None, "is_async": False}
+_BUILT_IN = {"num_returns": 1, "max_task_retries": None, "is_async": False, "concurrency_group": ""}
+
+
+def _portable_retry(allowed: Any) -> Any:
+    """A method's ``retry_exceptions`` as the method table carries it: True/False, or the
+    list pickled by value (the table goes through the GCS, which must not need the classes:
+    one defined in the driver's ``__main__`` could not be imported there)."""
+    if isinstance(allowed, list | tuple):
+        import cloudpickle
+
+        return cloudpickle.dumps(list(allowed))
+    return bool(allowed)
+
+
+def _concurrency_groups(groups: Any, cls_name: str) -> dict[str, int]:
+    """``{name: size}`` from the class's ``concurrency_groups`` option (a dict; Ray's list
+    form names groups of size 1)."""
+    if not groups:
+        return {}
+    if isinstance(groups, list):
+        groups = dict.fromkeys(groups, 1)
+    for name, size in groups.items():
+        if not isinstance(name, str) or not name or not isinstance(size, int) or size < 1:
+            raise ValueError(
+                f"concurrency_groups of {cls_name}: each group is a non-empty name with a size "
+                f">= 1 (its number of concurrent calls); got {name!r}: {size!r}"
+            )
+    return dict(groups)
 
 
 def _method_table(cls: type) -> dict[str, dict[str, Any]]:
@@ -58,6 +85,8 @@ def _method_table(cls: type) -> dict[str, dict[str, Any]]:
         table[name] = {
             "num_returns": opts.get("num_returns", 1),
             "max_task_retries": opts.get("max_task_retries"),
+            "retry_exceptions": _portable_retry(opts.get("retry_exceptions")),
+            "concurrency_group": opts.get("concurrency_group") or "",
             "is_async": inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member),
         }
     return table
@@ -70,6 +99,15 @@ class ActorClass:
         self._opts = options.validate(opts, options.ACTOR_OPTIONS, f"actor class {self._name}")
         self._methods = _method_table(cls)
         self._is_async = any(m["is_async"] for m in self._methods.values())
+        self._groups = _concurrency_groups(self._opts.get("concurrency_groups"), self._name)
+        for method_name, meta in self._methods.items():
+            group = meta["concurrency_group"]
+            if group and group not in self._groups:
+                raise ValueError(
+                    f"{self._name}.{method_name} is in concurrency group {group!r}, which the "
+                    f"actor does not declare (declared: {sorted(self._groups) or 'none'}); add "
+                    f"it to @ember.remote(concurrency_groups={{{group!r}: N}})"
+                )
         self._pickled: bytes | None = None
         self._class_id: bytes | None = None
         self.__doc__ = cls.__doc__
@@ -178,6 +216,7 @@ class ActorClass:
                 "max_task_retries": opts.get("max_task_retries", 0),
                 "max_pending_calls": opts.get("max_pending_calls", -1),
                 "max_concurrency": opts.get("max_concurrency") or (1000 if self._is_async else 1),
+                "concurrency_groups": self._groups,
                 "is_async": self._is_async,
                 "needs_cpu_node": opts.get("num_cpus") is None,
                 "methods": self._methods,

@@ -9,6 +9,7 @@ sit below it so that the local-mode worker can make them too.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ember import global_state, options
@@ -134,6 +135,9 @@ class ActorMethod:
             args, kwargs, f"{handle._class_name}.{self._name}"
         )
         retries = opts.get("max_task_retries", self._meta.get("max_task_retries"))
+        allowed = opts.get("retry_exceptions", self._meta.get("retry_exceptions", False))
+        if isinstance(allowed, bytes):  # the method table's pickled list (actor._portable_retry)
+            allowed = _loads_retry(allowed)
         spec = TaskSpec(
             task_id=new_task_id(),
             kind=ACTOR_TASK,
@@ -144,7 +148,9 @@ class ActorMethod:
             num_returns=num_returns,
             actor_id=handle._actor_id,
             max_retries=retries if retries is not None else handle._max_task_retries,
+            retry_exceptions=allowed,
             nested_refs=nested,
+            **_group(opts.get("concurrency_group") or self._meta.get("concurrency_group")),
             name=opts.get("name") or "",
         )
         if handle._max_pending_calls > 0:
@@ -162,3 +168,16 @@ class _BoundMethodOptions:
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         return self._method._submit(args, kwargs, self._opts)
+
+
+@functools.lru_cache(maxsize=256)
+def _loads_retry(data: bytes) -> list:
+    import cloudpickle
+
+    return cloudpickle.loads(data)
+
+
+def _group(group: str | None) -> dict[str, str]:
+    """The call's concurrency group as a spec field, set only when it has one (a spec pickles
+    only the fields it sets)."""
+    return {"concurrency_group": group} if group else {}

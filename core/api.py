@@ -138,13 +138,18 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
-    """Cancels the task that makes the ref; its ``get`` raises TaskCancelledError."""
+    """Cancels the task that makes the ref; its ``get`` raises TaskCancelledError.
+
+    A running task is interrupted (``force``: its worker is killed); with ``recursive`` (the
+    default) the tasks it submitted are cancelled too. An actor call waiting to run is
+    dropped; a running one is interrupted only in an async actor (``CancelledError`` inside
+    it), as Ray does; ``force`` is refused for actor calls."""
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"ember.cancel() takes an ObjectRef, not {type(object_ref).__name__}")
     worker = _worker()
     if worker.local_mode:
         return
-    worker.cancel(object_ref, force)
+    worker.cancel(object_ref, force, recursive)
 
 
 # -- cluster ---------------------------------------------------------------------------------

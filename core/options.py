@@ -60,7 +60,14 @@ ACTOR_OPTIONS = {
 # across different drivers"): the GCS finds them from any other anonymous namespace.
 ANONYMOUS_NAMESPACE_PREFIX = "anonymous-"
 
-METHOD_OPTIONS = {"num_returns", "num_return_vals", "max_task_retries", "name", "concurrency_group"}
+METHOD_OPTIONS = {
+    "num_returns",
+    "num_return_vals",
+    "max_task_retries",
+    "retry_exceptions",
+    "name",
+    "concurrency_group",
+}
 
 
 class InvalidOptionTypeError(TypeError, ValueError):

@@ -289,3 +289,149 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+@ember.remote(max_task_retries=2)
+class Flaky:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @ember.method(retry_exceptions=[KeyError])
+    def listed(self) -> int:
+        self.calls += 1
+        if self.calls < 2:
+            raise KeyError("once")
+        return self.calls
+
+    def unlisted(self) -> int:
+        raise KeyError("not retried")
+
+
+def test_method_retry_exceptions_retries_the_listed_classes(shared_node):
+    actor = Flaky.options(num_cpus=0).remote()
+    assert ember.get(actor.listed.remote(), timeout=30) == 2
+    with pytest.raises(KeyError):
+        ember.get(actor.unlisted.remote(), timeout=30)
+    # The call's own option wins over the method's default.
+    with pytest.raises(KeyError):
+        ember.get(actor.unlisted.options(retry_exceptions=[ValueError]).remote(), timeout=30)
+
+
+@ember.remote(concurrency_groups={"io": 1, "compute": 2})
+class Grouped:
+    @ember.method(concurrency_group="io")
+    def hold(self, gate: str) -> str:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return "held"
+
+    @ember.method(concurrency_group="compute")
+    def compute(self) -> str:
+        return "computed"
+
+    def plain(self) -> str:
+        return "plain"
+
+
+def test_a_call_blocked_in_one_group_does_not_block_another(shared_node, tmp_path):
+    gate = tmp_path / "gate"
+    actor = Grouped.options(num_cpus=0).remote()
+    held = actor.hold.remote(str(gate))
+    # io has one thread, held: the other groups and the default group still answer.
+    assert ember.get(actor.compute.remote(), timeout=10) == "computed"
+    assert ember.get(actor.plain.remote(), timeout=10) == "plain"
+    queued = actor.plain.options(concurrency_group="io").remote()  # behind the held one
+    ready, _ = ember.wait([queued], timeout=0.5)
+    assert not ready
+    gate.touch()
+    assert ember.get([held, queued], timeout=30) == ["held", "plain"]
+    with pytest.raises(ValueError, match="concurrency group 'nope'"):
+        ember.get(actor.plain.options(concurrency_group="nope").remote(), timeout=30)
+
+
+def test_undeclared_concurrency_groups_are_refused():
+    with pytest.raises(ValueError, match="concurrency group 'io'.*does not declare"):
+
+        @ember.remote
+        class Undeclared:
+            @ember.method(concurrency_group="io")
+            def f(self) -> None:
+                pass
+
+
+@ember.remote(concurrency_groups={"slow": 1})
+class AsyncGrouped:
+    @ember.method(concurrency_group="slow")
+    async def slow(self) -> str:
+        import asyncio
+
+        await asyncio.sleep(1.0)
+        return "slow"
+
+    async def fast(self) -> str:
+        return "fast"
+
+    async def interruptible(self, marker: str) -> str:
+        import asyncio
+
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            open(marker, "w").write("cancelled inside")
+            raise
+        return "not cancelled"
+
+
+def test_async_groups_have_their_own_limits(shared_node):
+    actor = AsyncGrouped.options(num_cpus=0).remote()
+    started = time.monotonic()
+    slow = [actor.slow.remote() for _ in range(2)]  # a limit of 1: one after the other
+    assert ember.get(actor.fast.remote(), timeout=10) == "fast"
+    assert time.monotonic() - started < 0.9  # not behind the slow group
+    assert ember.get(slow, timeout=30) == ["slow", "slow"]
+    assert time.monotonic() - started >= 1.9
+
+
+def test_cancelling_an_async_actor_call_raises_cancelled_error_inside_it(shared_node, tmp_path):
+    marker = tmp_path / "marker"
+    actor = AsyncGrouped.options(num_cpus=0).remote()
+    ember.get(actor.fast.remote())
+    call = actor.interruptible.remote(str(marker))
+    time.sleep(0.3)  # let it start: the test is about a running call
+    ember.cancel(call)
+    with pytest.raises(ember.exceptions.TaskCancelledError):
+        ember.get(call, timeout=30)
+    wait_until(marker.exists, 10, message="CancelledError inside the call")
+    assert ember.get(actor.fast.remote(), timeout=10) == "fast"  # the actor lives on
+    with pytest.raises(ValueError, match="force=True is not supported for actor tasks"):
+        ember.cancel(actor.interruptible.remote(str(marker)), force=True)
+
+
+@ember.remote(max_retries=0)
+def _child(marker: str) -> str:
+    open(marker, "w").write("child running")
+    time.sleep(60)
+    return "child done"
+
+
+@ember.remote(max_retries=0)
+def _parent(marker: str) -> str:
+    return ember.get(_child.remote(marker))
+
+
+def test_cancel_is_recursive_by_default(shared_node, tmp_path):
+    marker = tmp_path / "child"
+    parent = _parent.remote(str(marker))
+    wait_until(marker.exists, 30, message="the child to start")
+    from ember.util import state
+
+    def child_state() -> str | None:
+        rows = state.list_tasks(filters=[("name", "=", "_child")], limit=100)
+        return rows[-1].state if rows else None
+
+    ember.cancel(parent)
+    with pytest.raises(ember.exceptions.TaskCancelledError):
+        ember.get(parent, timeout=30)
+    # The child was cancelled too: its CPU is free again, its row FAILED.
+    wait_until(lambda: child_state() == "FAILED", 30, message="the child to be cancelled")

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.task_spec import ARG_REF, TaskSpec
-from ember.exceptions import ActorDiedError
+from ember.exceptions import ActorDiedError, TaskCancelledError
 from ember.protocol.connection import Connection
 
 logger = logging.getLogger(__name__)
@@ -220,6 +220,46 @@ class ActorSubmitter:
         st.conn.request_cb(
             "push_actor_task", spec, lambda reply, exc: self._on_reply(st, spec, reply, exc)
         )
+
+    # -- cancel ----------------------------------------------------------------------------
+    @_locked
+    def has_call(self, task_id: bytes) -> bool:
+        """Whether ``task_id`` is a call of ours not done yet (``ember.cancel`` asks)."""
+        return any(self._find(st, task_id) is not None for st in self._actors.values())
+
+    def _find(self, st: _Actor, task_id: bytes) -> TaskSpec | None:
+        spec = st.in_flight.get(task_id)
+        if spec is None:
+            spec = next((s for s in st.queue if s.task_id == task_id), None)
+        return spec
+
+    @_locked
+    def cancel(self, task_id: bytes, recursive: bool) -> None:
+        """A call not sent yet is dropped and fails with TaskCancelledError; one sent is the
+        actor's to cancel (an async actor's running call gets CancelledError; a threaded
+        actor's running call is not interrupted, as in Ray)."""
+        for st in self._actors.values():
+            queued = next((s for s in st.queue if s.task_id == task_id), None)
+            if queued is not None:
+                st.queue.remove(queued)
+                self.host.fail_task(queued, TaskCancelledError(task_id.hex()))
+                self._flush(st)
+                return
+            if task_id in st.in_flight and st.conn is not None and not st.conn.closed:
+                body: dict = {"task_id": task_id}
+                if not recursive:
+                    body["recursive"] = False
+                st.conn.send("cancel_task", body)
+                return
+
+    @_locked
+    def children_of(self, parent_id: bytes) -> list[bytes]:
+        return [
+            spec.task_id
+            for st in self._actors.values()
+            for spec in (*st.in_flight.values(), *st.queue)
+            if spec.parent_task_id == parent_id
+        ]
 
     @_locked
     def end_after_calls(self, actor_id: bytes) -> bool:

@@ -385,6 +385,8 @@ class CoreWorker:
     def _h_cancel_task(self, conn: Connection, body: dict) -> None:
         if self.executor is not None:
             self.executor.cancel(body["task_id"], body.get("force", False))
+            if body.get("recursive", True):
+                self.tasks.cancel_children(body["task_id"])
 
     def _h_exit(self, conn: Connection, body: dict) -> None:
         if self.executor is not None:

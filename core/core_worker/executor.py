@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import cloudpickle
 from ember import runtime_env_packages as packages
+from ember.core_worker.concurrency_groups import ConcurrencyGroups, UnknownGroup
 from ember.core_worker.process_limits import LimitWatch
 from ember.core_worker.reference_counter import ReferenceCounter
 from ember.core_worker.task_spec import (
@@ -99,6 +100,8 @@ class Executor:
         self.cancelled: set[bytes] = set()
         self.exiting = False
         self.exit_reason = ""  # why the actor ends on purpose (exit_actor, sys.exit, ...)
+        self.groups: ConcurrencyGroups | None = None  # an actor's concurrency groups
+        self.async_calls: dict[bytes, asyncio.Future] = {}  # an async actor's calls, to cancel
         self._adopted: set[str] = set()  # the driver import dirs already on sys.path
         self.limits = LimitWatch()  # a task's setrlimit does not outlive it (process_limits)
         self.tasks_done = 0
@@ -117,7 +120,15 @@ class Executor:
 
     def on_push_actor_task(self, conn, spec: TaskSpec) -> object:
         reply_to = conn.deferred()
-        if self.async_loop is not None:
+        group = spec.concurrency_group
+        if group and self.groups is not None and not self.groups.is_async:
+            try:
+                self.groups.check(group)
+            except UnknownGroup as e:
+                reply_to.resolve(self._error_reply(spec, self._task_error(spec, e), app=False))
+                return DEFERRED
+            self.groups.pools[group].submit(self._run_and_reply, spec, reply_to)
+        elif self.async_loop is not None:
             self.async_loop.call_soon_threadsafe(self._start_async_call, spec, reply_to)
         elif self.pool is not None:
             self.pool.submit(self._run_and_reply, spec, reply_to)
@@ -143,9 +154,13 @@ class Executor:
 
     def cancel(self, task_id: bytes, force: bool) -> None:
         self.cancelled.add(task_id)
-        ident = self.running.get(task_id)
-        if ident is None:
+        call = self.async_calls.get(task_id)
+        if call is not None:  # an async actor's call: CancelledError inside it
+            self.async_loop.call_soon_threadsafe(call.cancel)
             return
+        ident = self.running.get(task_id)
+        if ident is None or self.actor is not None:
+            return  # a threaded actor's running call is not interrupted (Ray's rule)
         if force:
             os._exit(1)
         if ident == threading.main_thread().ident:
@@ -480,6 +495,9 @@ class Executor:
         self.actor = cls.__new__(cls)
         self.actor.__init__(*args, **kwargs)
         concurrency = opts.get("max_concurrency")
+        groups = opts.get("concurrency_groups")
+        if groups:
+            self.groups = ConcurrencyGroups(groups, bool(opts.get("is_async")))
         if opts.get("is_async"):
             self._start_async_loop(concurrency or 1000)
         elif concurrency and concurrency > 1:
@@ -492,6 +510,8 @@ class Executor:
         def run() -> None:
             asyncio.set_event_loop(loop)
             self.async_sem = asyncio.Semaphore(concurrency)
+            if self.groups is not None:
+                self.groups.make_limits()
             started.set()
             loop.run_forever()
 
@@ -500,11 +520,22 @@ class Executor:
         self.async_loop = loop
 
     def _start_async_call(self, spec: TaskSpec, reply_to: Deferred) -> None:
-        asyncio.ensure_future(self._run_async(spec, reply_to))
+        call = self.async_calls[spec.task_id] = asyncio.ensure_future(
+            self._run_async(spec, reply_to)
+        )
+        call.add_done_callback(lambda _: self.async_calls.pop(spec.task_id, None))
 
     async def _run_async(self, spec: TaskSpec, reply_to: Deferred) -> None:
-        async with self.async_sem:
-            reply = await self._execute_async(spec)
+        limit = self.async_sem
+        if spec.concurrency_group and self.groups is not None:
+            limit = self.groups.limit(spec.concurrency_group, limit)
+        try:
+            async with limit:
+                if spec.task_id in self.cancelled:
+                    raise asyncio.CancelledError
+                reply = await self._execute_async(spec)
+        except asyncio.CancelledError:  # cancelled while waiting for its turn, or in it
+            reply = self._error_reply(spec, TaskCancelledError(spec.task_id.hex()), app=False)
         reply_to.resolve_threadsafe(reply)
         if self.exiting:
             self._exit_actor(self.exit_reason)
@@ -528,6 +559,8 @@ class Executor:
             reply = self.store_returns(spec, result)
         except SystemExit as e:
             reply = self._exit_reply(spec, e)
+        except asyncio.CancelledError:
+            raise  # ember.cancel: _run_async answers TaskCancelledError
         except BaseException as e:  # noqa: BLE001
             if isinstance(e, TaskError) and getattr(e, "_from_arg", False):
                 reply = self._error_reply(spec, e, app=False)

@@ -237,6 +237,10 @@ class TaskAttempts:
         task.track.fire("cancel")
         return []
 
+    def children_of(self, parent_id: bytes) -> list[bytes]:
+        """The tasks submitted by task ``parent_id`` that are not done."""
+        return [t for t, task in self._tasks.items() if task.spec.parent_task_id == parent_id]
+
     def _end(self, task: _Task, instructions: list[tuple]) -> list[tuple]:
         """The task reached FINISHED or FAILED: nothing more happens to it here."""
         del self._tasks[task.spec.task_id]

@@ -34,12 +34,16 @@ from ember.serialization import serialize
 
 class _TaskSubmitter(Protocol):
     def submit(self, spec: TaskSpec) -> None: ...
-    def cancel(self, task_id: bytes, force: bool) -> None: ...
+    def cancel(self, task_id: bytes, force: bool, recursive: bool = True) -> None: ...
+    def children_of(self, parent_id: bytes) -> list[bytes]: ...
 
 
 class _ActorSubmitter(Protocol):
     def submit_direct(self, spec: TaskSpec) -> bool: ...
     def submit(self, spec: TaskSpec) -> None: ...
+    def has_call(self, task_id: bytes) -> bool: ...
+    def cancel(self, task_id: bytes, recursive: bool) -> None: ...
+    def children_of(self, parent_id: bytes) -> list[bytes]: ...
 
 
 class _Lineage(Protocol):
@@ -176,9 +180,23 @@ class TaskManager:
             self.loop.call_soon_threadsafe(self.host.actor_submitter.submit, spec)
         return refs
 
-    def cancel(self, ref: ObjectRef, force: bool) -> None:
+    def cancel(self, ref: ObjectRef, force: bool, recursive: bool = True) -> None:
         task_id = ref.task_id()
-        self.loop.call_soon_threadsafe(self.host.task_submitter.cancel, task_id, force)
+        calls = self.host.actor_submitter
+        if calls.has_call(task_id):
+            if force:
+                raise ValueError("force=True is not supported for actor tasks.")
+            self.loop.call_soon_threadsafe(calls.cancel, task_id, recursive)
+            return
+        self.loop.call_soon_threadsafe(self.host.task_submitter.cancel, task_id, force, recursive)
+
+    def cancel_children(self, parent_id: bytes) -> None:
+        """On the I/O thread: a cancelled task's children, the tasks and actor calls it
+        submitted that are not done, are cancelled too (and theirs, by their workers)."""
+        for task_id in self.host.task_submitter.children_of(parent_id):
+            self.host.task_submitter.cancel(task_id, False, True)
+        for task_id in self.host.actor_submitter.children_of(parent_id):
+            self.host.actor_submitter.cancel(task_id, True)
 
     def register_function(self, function_id: bytes, pickled: bytes) -> None:
         self._functions[function_id] = pickled

@@ -42,6 +42,7 @@ class TaskSpec:
     gpu_ids: list = []  # set from the lease that runs it
     namespace: str = ""  # the job's namespace, where get_actor() looks inside the task
     code_path: list | None = None  # the driver's import dirs, sent with the function bytes
+    concurrency_group: str = ""  # an actor call's group (concurrency_groups.py)
 
     def __init__(self, **kw: Any) -> None:
         self.__dict__.update(kw)

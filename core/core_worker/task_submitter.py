@@ -121,6 +121,9 @@ class TaskSubmitter:
         self.host = host
         self.attempts = TaskAttempts()
         self._classes: dict[Any, _Class] = {}
+        # The ``recursive`` of the cancel being carried out (the attempts' SEND_CANCEL
+        # instruction does not carry it; a cancel runs to its end on this one thread).
+        self._recursive = True
 
     # -- entry -----------------------------------------------------------------------------
     def submit(self, spec: TaskSpec) -> None:
@@ -162,7 +165,10 @@ class TaskSubmitter:
             elif op == DEQUEUE:
                 self._class_of(ins[1]).queue.remove(ins[1])
             elif op == SEND_CANCEL:
-                ins[2].conn.send("cancel_task", {"task_id": ins[1].task_id, "force": ins[3]})
+                body = {"task_id": ins[1].task_id, "force": ins[3]}
+                if not ins[3] and not self._recursive:
+                    body["recursive"] = False
+                ins[2].conn.send("cancel_task", body)
             elif op == FAIL_CRASHED:
                 self._fail_crashed(ins[1], ins[2], str(ins[3]))
             else:
@@ -351,9 +357,14 @@ class TaskSubmitter:
             self._run(self.attempts.handle(("unschedulable", cls.queue.popleft(), error)))
 
     # -- cancel ----------------------------------------------------------------------------
-    def cancel(self, task_id: bytes, force: bool) -> None:
-        """Cancels a queued task, or interrupts (force: kills) the worker running it."""
+    def cancel(self, task_id: bytes, force: bool, recursive: bool = True) -> None:
+        """Cancels a queued task, or interrupts (force: kills) the worker running it; with
+        ``recursive``, that worker cancels the tasks it submitted too."""
+        self._recursive = recursive
         self._run(self.attempts.handle(("cancel", task_id, force)))
+
+    def children_of(self, parent_id: bytes) -> list[bytes]:
+        return self.attempts.children_of(parent_id)
 
     def on_node_dead(self, node_id: bytes) -> None:
         """A node was declared dead: its workers' tasks are lost even if their sockets stay

@@ -63,6 +63,7 @@ class CancelTask(WorkerMessage):
 
     task_id: bytes
     force: bool = OMIT  # kill the worker rather than interrupt the task
+    recursive: bool = OMIT  # False: leave the tasks it submitted running (default True)
 
 
 class GetFunction(WorkerMessage):
