@@ -20,6 +20,7 @@ from ember.core_worker.task_spec import ACTOR_CREATION_TASK, TaskSpec
 from ember.driver import current_worker
 from ember.exceptions import ActorExit, RemoteUsageError
 from ember.ids import actor_handle_object_id, new_task_id, new_unique_id
+from ember.runtime_env import inherited_env
 from ember.serialization import dumps_function
 
 __all__ = ["ActorClass", "ActorHandle", "ActorMethod", "exit_actor", "get_actor", "method"]
@@ -225,6 +226,9 @@ class ActorClass:
             code_path=worker.code_path or None,
             namespace=worker.namespace,
         )
+        env = inherited_env(worker, opts.get("runtime_env"))
+        if env:
+            spec.runtime_env = env  # applied by its worker for the actor's life
         worker.own_actor_handle_object(actor_id)
         # Keep argument refs alive until the constructor has run.
         held = spec.arg_refs()

@@ -10,6 +10,7 @@ module sits below them and imports none of them.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import signal
@@ -139,6 +140,7 @@ def init(
             else f"{options.ANONYMOUS_NAMESPACE_PREFIX}{os.getpid()}",
             log_to_driver=log_to_driver,
         )
+        job_env = _job_runtime_env(runtime_env)
         try:
             worker.start()
         except BaseException:
@@ -146,8 +148,29 @@ def init(
                 _node.stop()
                 _node = None
             raise
+        if job_env:
+            from ember.runtime_env import upload_local
+
+            try:
+                job_env = upload_local(job_env, worker.call_gcs_sync)
+            except BaseException:
+                shutdown()  # nothing half-started is left behind
+                raise
+        worker.job_runtime_env = job_env
         _register_exit_hooks()
         return _context()
+
+
+def _job_runtime_env(given: dict | None) -> dict | None:
+    """The job's runtime_env: a submitted job's (its supervisor passes the env_vars the job
+    was submitted with, so the job's tasks get them too, not only its driver process) under
+    the one given to init()."""
+    from ember import runtime_env
+
+    own = runtime_env.validate(given, "ember.init()") if given else {}
+    submitted = os.environ.get("EMBER_JOB_ENV_VARS")
+    job = {"env_vars": json.loads(submitted)} if submitted else {}
+    return runtime_env.merge(job, own) or None
 
 
 def _level_name(level: int | str) -> str:

@@ -13,18 +13,14 @@ as Ray names packages) and uploaded once; the job's runtime_env then names the p
 from __future__ import annotations
 
 import enum
-import fnmatch
-import hashlib
-import io
 import os
-import zipfile
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from ember.dashboard_client import DashboardClient, DashboardError, connect_dashboard
+from ember.runtime_env_packages import package_name, zip_directory
 
 # Ray's limit on a package's size, and what its error says to do.
-MAX_PACKAGE_BYTES = 512 * 2**20
 PACKAGE_PROTOCOL = "gcs"
 
 
@@ -205,7 +201,7 @@ class JobSubmissionClient:
 
     def _upload_dir(self, path: str, excludes: list[str], parent: bool = False) -> str:
         data = zip_directory(path, excludes, include_parent_dir=parent)
-        name = f"_ray_pkg_{hashlib.sha1(data).hexdigest()[:16]}.zip"
+        name = package_name(data)
         where = f"/api/packages/{PACKAGE_PROTOCOL}/{name}"
         if self._status_of("GET", where) == 404:
             self._status_of("PUT", where, data)
@@ -214,49 +210,3 @@ class JobSubmissionClient:
 
 def _is_local(uri: str) -> bool:
     return "://" not in uri
-
-
-def zip_directory(path: str, excludes: list[str] = (), include_parent_dir: bool = False) -> bytes:
-    """The directory's files as a zip, paths relative to it (under its own name with
-    ``include_parent_dir``); ``excludes`` are glob patterns of relative paths (a pattern
-    matching a directory leaves out what is in it). Raises ValueError past
-    ``MAX_PACKAGE_BYTES``, naming the limit, the size and what to do."""
-    root = os.path.abspath(os.path.expanduser(path))
-    prefix = os.path.basename(root.rstrip(os.sep)) if include_parent_dir else ""
-    if not os.path.isdir(root):
-        raise ValueError(f"working_dir {path!r} is not a directory")
-    out = io.BytesIO()
-    total = 0
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        for folder, dirs, files in os.walk(root):
-            rel_folder = os.path.relpath(folder, root)
-            dirs[:] = sorted(
-                d
-                for d in dirs
-                if not _excluded(os.path.normpath(os.path.join(rel_folder, d)), excludes)
-            )
-            for f in sorted(files):
-                rel = os.path.normpath(os.path.join(rel_folder, f))
-                full = os.path.join(folder, f)
-                if _excluded(rel, excludes) or os.path.islink(full):
-                    continue
-                total += os.path.getsize(full)
-                if total > MAX_PACKAGE_BYTES:
-                    raise ValueError(
-                        f"the package {path!r} is over {MAX_PACKAGE_BYTES // 2**20} MiB "
-                        f"(at least {total // 2**20} MiB so far): leave large files out with "
-                        "runtime_env 'excludes', or keep data outside working_dir"
-                    )
-                arcname = os.path.join(prefix, rel) if prefix else rel
-                # A fixed date: the same files give the same bytes, so the same name.
-                info = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
-                info.external_attr = (os.stat(full).st_mode & 0o777) << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
-                with open(full, "rb") as src:
-                    z.writestr(info, src.read())
-    return out.getvalue()
-
-
-def _excluded(rel: str, patterns: list[str]) -> bool:
-    name = os.path.basename(rel)
-    return any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(name, p) for p in patterns)

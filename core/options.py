@@ -187,6 +187,10 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
             what,
         )
     opts = dict(options)
+    if opts.get("runtime_env") is not None:
+        from ember import runtime_env
+
+        opts["runtime_env"] = runtime_env.validate(opts["runtime_env"], what)
     if "num_return_vals" in opts:
         opts.setdefault("num_returns", opts.pop("num_return_vals"))
     if "max_reconstructions" in opts:

@@ -9,6 +9,7 @@ from ember import global_state, options
 from ember.core_worker.task_spec import NORMAL_TASK, TaskSpec
 from ember.driver import current_worker
 from ember.ids import new_task_id
+from ember.runtime_env import inherited_env
 from ember.serialization import dumps_function
 
 # Ray's default for remote functions: a task is retried up to 4 times if its worker dies.
@@ -83,6 +84,9 @@ class RemoteFunction:
             nested_refs=nested,
             actor_options={"max_calls": opts["max_calls"]} if opts.get("max_calls") else None,
         )
+        env = inherited_env(worker, opts.get("runtime_env"))
+        if env:
+            spec.runtime_env = env
         refs = worker.submit_task(spec)
         if num_returns == 1:
             return refs[0]

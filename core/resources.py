@@ -51,6 +51,10 @@ class NodeResources:
         n_gpus = int(total.get("GPU", 0))
         ids = gpu_ids if gpu_ids is not None else list(range(n_gpus))
         self.gpu_free: dict[int, int] = {g: UNIT for g in ids}  # {gpu id: free fraction}
+        # Placement groups' GPUs: a reserved bundle holds GPU ids, which the tasks placed in
+        # it get ({pg hex: {gpu id: free fraction}}, {(pg hex, bundle index): [gpu ids]}).
+        self.pg_gpu_free: dict[str, dict[int, int]] = {}
+        self.bundle_gpus: dict[tuple[str, int], list[int]] = {}
 
     def can_fit(self, shape: dict[str, float]) -> bool:
         avail = self.available
@@ -77,6 +81,9 @@ class NodeResources:
                 for g in picked:
                     self.gpu_free[g] -= share
                 gpu_ids = picked
+        group_gpus = _group_gpu_key(shape) if self.pg_gpu_free else None
+        if group_gpus is not None:
+            gpu_ids = self._take_group_gpus(*group_gpus)
         for name, amount in shape.items():
             self.available[name] = self.available.get(name, 0) - to_fixed(amount)
         return gpu_ids
@@ -84,10 +91,44 @@ class NodeResources:
     def release(self, shape: dict[str, float], gpu_ids: list[int] | None = None) -> None:
         for name, amount in shape.items():
             self.available[name] = self.available.get(name, 0) + to_fixed(amount)
+        group_gpus = _group_gpu_key(shape) if gpu_ids else None
+        if group_gpus is not None:
+            pg_hex, _, amount = group_gpus
+            free = self.pg_gpu_free.get(pg_hex)
+            share = to_fixed(amount) if amount < 1 else UNIT
+            for g in gpu_ids or ():
+                if free is not None and g in free:
+                    free[g] = min(UNIT, free[g] + share)
+            return
         if gpu_ids:
             share = to_fixed(shape.get("GPU", 1)) if shape.get("GPU", 1) < 1 else UNIT
             for g in gpu_ids:
                 self.gpu_free[g] = min(UNIT, self.gpu_free.get(g, 0) + share)
+
+    # -- placement groups' GPUs --------------------------------------------------------------
+    def reserve_bundle_gpus(self, pg_hex: str, index: int, gpu_ids: list[int]) -> None:
+        self.bundle_gpus[(pg_hex, index)] = list(gpu_ids)
+        self.pg_gpu_free.setdefault(pg_hex, {}).update(dict.fromkeys(gpu_ids, UNIT))
+
+    def drop_group_gpus(self, pg_hex: str) -> list[int]:
+        """Forgets a removed group's GPUs; the ids its bundles held."""
+        self.pg_gpu_free.pop(pg_hex, None)
+        held = []
+        for key in [k for k in self.bundle_gpus if k[0] == pg_hex]:
+            held += self.bundle_gpus.pop(key)
+        return held
+
+    def _take_group_gpus(self, pg_hex: str, index: int, amount: float) -> list[int]:
+        free = self.pg_gpu_free.get(pg_hex)
+        if not free:
+            return []
+        allowed = self.bundle_gpus.get((pg_hex, index)) if index >= 0 else list(free)
+        need = to_fixed(amount) if amount < 1 else UNIT
+        count = 1 if amount < 1 else int(amount)
+        picked = [g for g in sorted(allowed or ()) if free.get(g, 0) >= need][:count]
+        for g in picked:
+            free[g] -= need
+        return picked
 
     def _pick_gpus(self, amount: float) -> list[int] | None:
         if amount < 1:
@@ -118,6 +159,16 @@ class NodeResources:
 
     def available_dict(self) -> dict[str, float]:
         return {k: v / UNIT for k, v in self.available.items() if k in self.total}
+
+
+def _group_gpu_key(shape: dict[str, float]) -> tuple[str, int, float] | None:
+    """``(pg hex, bundle index or -1, amount)`` when the shape asks for a group's GPUs."""
+    for name, amount in shape.items():
+        if amount and name.startswith("GPU_group_"):
+            rest = name[len("GPU_group_") :]
+            index, _, pg_hex = rest.rpartition("_")
+            return pg_hex, int(index) if index else -1, amount
+    return None
 
 
 def pg_resource_name(resource: str, pg_id_hex: str, bundle_index: int = -1) -> str:

@@ -15,9 +15,12 @@ place in the session layout (``package_of``) and uses its own copy (``localize``
 
 from __future__ import annotations
 
+import fnmatch
+import io
 import os
 import re
 from collections.abc import Callable
+from typing import Any
 
 PROTOCOLS = frozenset({"gcs"})
 NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}$")
@@ -75,7 +78,6 @@ def read_chunk(session_dir: str, name: str, offset: int) -> dict:
 def unpack(session_dir: str, name: str, source: str | bytes, kind: str) -> str:
     """Package ``name`` (a zip file's path, or its bytes) unpacked under ``session_dir``,
     once per content; its directory. No member may land outside it."""
-    import io
     import zipfile  # here: the GCS imports this module and never unpacks
 
     root = os.path.join(session_dir, "runtime_resources", kind)
@@ -148,3 +150,105 @@ def localize(path: str, session_dir: str, fetch: ReadChunk) -> str:
         return path
     kind, name = found
     return ensure(session_dir, kind, name, fetch)
+
+
+# -- packing and uploading (the driver's side) ------------------------------------------------
+MAX_PACKAGE_BYTES = 512 * 2**20
+
+
+def package_name(data: bytes) -> str:
+    """A package's name is its content's hash, as Ray names them (``_ray_pkg_<hash>.zip``)."""
+    import hashlib
+
+    return f"_ray_pkg_{hashlib.sha1(data).hexdigest()[:16]}.zip"
+
+
+def zip_directory(path: str, excludes: list[str] = (), include_parent_dir: bool = False) -> bytes:
+    """The directory's files as a zip, paths relative to it (under its own name with
+    ``include_parent_dir``); ``excludes`` are glob patterns of relative paths (a pattern
+    matching a directory leaves out what is in it). Raises ValueError past
+    ``MAX_PACKAGE_BYTES``, naming the limit, the size and what to do."""
+    root = os.path.abspath(os.path.expanduser(path))
+    prefix = os.path.basename(root.rstrip(os.sep)) if include_parent_dir else ""
+    if not os.path.isdir(root):
+        raise ValueError(f"working_dir {path!r} is not a directory")
+    import zipfile
+
+    out = io.BytesIO()
+    total = 0
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for folder, dirs, files in os.walk(root):
+            rel_folder = os.path.relpath(folder, root)
+            dirs[:] = sorted(
+                d
+                for d in dirs
+                if not _excluded(os.path.normpath(os.path.join(rel_folder, d)), excludes)
+            )
+            for f in sorted(files):
+                rel = os.path.normpath(os.path.join(rel_folder, f))
+                full = os.path.join(folder, f)
+                if _excluded(rel, excludes) or os.path.islink(full):
+                    continue
+                total += os.path.getsize(full)
+                if total > MAX_PACKAGE_BYTES:
+                    raise ValueError(
+                        f"the package {path!r} is over {MAX_PACKAGE_BYTES // 2**20} MiB "
+                        f"(at least {total // 2**20} MiB so far): leave large files out with "
+                        "runtime_env 'excludes', or keep data outside working_dir"
+                    )
+                arcname = os.path.join(prefix, rel) if prefix else rel
+                # A fixed date: the same files give the same bytes, so the same name.
+                info = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
+                info.external_attr = (os.stat(full).st_mode & 0o777) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                with open(full, "rb") as src:
+                    z.writestr(info, src.read())
+    return out.getvalue()
+
+
+def _excluded(rel: str, patterns: list[str]) -> bool:
+    name = os.path.basename(rel)
+    return any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(name, p) for p in patterns)
+
+
+def upload(call_gcs: Callable[[str, dict], Any], data: bytes) -> str:
+    """Puts a package on the head through its GCS, a chunk a call (nothing when the head
+    has it already: the name is the content's hash); its ``gcs://`` URI."""
+    name = package_name(data)
+    for offset in range(0, max(len(data), 1), CHUNK_BYTES):
+        chunk = data[offset : offset + CHUNK_BYTES]
+        last = offset + len(chunk) >= len(data)
+        reply = call_gcs(
+            "put_package_chunk", {"name": name, "offset": offset, "data": chunk, "last": last}
+        )
+        if reply.get("exists"):
+            break
+    return f"gcs://{name}"
+
+
+def write_chunk(session_dir: str, name: str, offset: int, data: bytes, last: bool) -> dict:
+    """The GCS's side of ``upload``: appends to the package's partial file at ``offset``,
+    which must be where it ends, and makes it the package with the last chunk."""
+    path = package_file(session_dir, "gcs", name)
+    if offset == 0 and os.path.exists(path):
+        return {"exists": True}
+    part = f"{path}.part"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if offset == 0:
+        with open(part, "wb"):
+            pass
+    size = os.path.getsize(part) if os.path.exists(part) else -1
+    if size != offset:
+        raise PackageError(409, f"package {name}: chunk at {offset}, but {size} bytes are there")
+    if offset + len(data) > MAX_PACKAGE_BYTES:
+        os.unlink(part)
+        raise PackageError(
+            413,
+            f"package {name} is over {MAX_PACKAGE_BYTES // 2**20} MiB: leave large files out "
+            "with runtime_env 'excludes', or keep data outside working_dir",
+        )
+    with open(part, "ab") as f:
+        f.write(data)
+    if last:
+        os.replace(part, path)
+    return {"exists": False}

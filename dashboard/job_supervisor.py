@@ -17,6 +17,7 @@ still learns it.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -92,6 +93,12 @@ class JobSupervisor:
         # from an activated environment (a node started as .venv/bin/ember has no such PATH).
         env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
         env.update({str(k): str(v) for k, v in self.env_vars.items()})
+        if self.env_vars:
+            # The driver's init() makes them the job's runtime_env: its tasks and actors, on
+            # any node, get them too (not only this process and its children).
+            env["EMBER_JOB_ENV_VARS"] = json.dumps(
+                {str(k): str(v) for k, v in self.env_vars.items()}
+            )
         if dirs:
             # Each py_modules package holds its module's directory: the folder it is
             # unpacked in goes first on the entrypoint's import path.

@@ -435,3 +435,48 @@ def test_cancel_is_recursive_by_default(shared_node, tmp_path):
         ember.get(parent, timeout=30)
     # The child was cancelled too: its CPU is free again, its row FAILED.
     wait_until(lambda: child_state() == "FAILED", 30, message="the child to be cancelled")
+
+
+@ember.remote
+def _where_am_i() -> tuple:
+    from ember.util import get_current_placement_group
+
+    pg = get_current_placement_group()
+    return (pg.id if pg else None), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_placement_groups_wait_then_place_and_say_where_tasks_run(tmp_path):
+    from ember.util import placement_group, placement_group_table, remove_placement_group
+    from ember.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    if ember.is_initialized():
+        ember.shutdown()
+    ember.init(num_cpus=2, num_gpus=2, include_dashboard=False)
+    try:
+        first = placement_group([{"CPU": 2}], name="takes-all")
+        assert ember.get(first.ready(), timeout=30)
+        second = placement_group([{"CPU": 1, "GPU": 1}])
+        with pytest.raises(GetTimeoutError):  # no room now: PENDING, not an error
+            ember.get(second.ready(), timeout=1)
+        assert placement_group_table(second)["state"] == "PENDING"
+        remove_placement_group(first)
+        assert ember.get(second.ready(), timeout=30)  # placed once resources are free
+        table = placement_group_table(second)
+        assert table["state"] == "CREATED" and table["bundles"] == {0: {"CPU": 1.0, "GPU": 1.0}}
+        assert table["bundles_to_node_id"] == {0: ember.get_runtime_context().get_node_id()}
+        assert second.id in placement_group_table()
+        in_group = _where_am_i.options(
+            num_gpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(second)
+        )
+        pg_id, gpus = ember.get(in_group.remote())
+        assert pg_id == second.id and gpus is not None and len(gpus.split(",")) == 1
+        # The driver is in no group; a plain task neither, and it does not keep the last
+        # task's GPUs on the reused worker.
+        from ember.util import get_current_placement_group
+
+        assert get_current_placement_group() is None
+        for _ in range(4):
+            assert ember.get(_where_am_i.remote()) == (None, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        remove_placement_group(second)
+    finally:
+        ember.shutdown()

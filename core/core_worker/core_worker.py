@@ -84,6 +84,8 @@ class CoreWorker:
         self.namespace = namespace
         self.worker_id = worker_id or new_unique_id()
         self.log_to_driver = log_to_driver
+        # A driver's init(runtime_env=...) (and a submitted job's): what its tasks inherit.
+        self.job_runtime_env: dict | None = None
         self.register_extra = register_extra or {}
         self.local_mode = False
         # Where the driver imports from, so workers can import what its functions reference

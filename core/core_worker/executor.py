@@ -28,6 +28,7 @@ from ember import runtime_env_packages as packages
 from ember.core_worker.concurrency_groups import ConcurrencyGroups, UnknownGroup
 from ember.core_worker.process_limits import LimitWatch
 from ember.core_worker.reference_counter import ReferenceCounter
+from ember.core_worker.task_runtime_env import applied_env
 from ember.core_worker.task_spec import (
     ACTOR_CREATION_TASK,
     ACTOR_TASK,
@@ -102,6 +103,9 @@ class Executor:
         self.exit_reason = ""  # why the actor ends on purpose (exit_actor, sys.exit, ...)
         self.groups: ConcurrencyGroups | None = None  # an actor's concurrency groups
         self.async_calls: dict[bytes, asyncio.Future] = {}  # an async actor's calls, to cancel
+        # CUDA_VISIBLE_DEVICES as the worker started, and whether a task has changed it since.
+        self._gpus_at_start = os.environ.get("CUDA_VISIBLE_DEVICES")
+        self._gpus_set = False
         self._adopted: set[str] = set()  # the driver import dirs already on sys.path
         self.limits = LimitWatch()  # a task's setrlimit does not outlive it (process_limits)
         self.tasks_done = 0
@@ -225,9 +229,14 @@ class Executor:
         self.running[spec.task_id] = threading.get_ident()
         if spec.gpu_ids:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
+            self._gpus_set = True
+        elif self._gpus_set and spec.kind == 0:
+            self._restore_gpus()  # a reused worker: the last task's GPUs are not this one's
         timings: dict[str, float] = {"start": time.time()}
         self._record_running(spec)
         current.profile_spans = spans = []
+        # A task's runtime_env is its own for its run; an actor's, for its life (kept).
+        env = applied_env(spec, self) if spec.runtime_env and spec.kind != ACTOR_TASK else None
         try:
             if spec.task_id in self.cancelled:
                 raise TaskCancelledError(spec.task_id.hex())
@@ -262,6 +271,8 @@ class Executor:
             else:
                 reply = self._error_reply(spec, self._task_error(spec, e), app=True)
         finally:
+            if env is not None and spec.kind == 0:
+                env.restore()
             self.running.pop(spec.task_id, None)
             current.task_id = None
             current.spec = None
@@ -570,6 +581,13 @@ class Executor:
         reply["pid"] = os.getpid()
         reply["node_id"] = self.host.node_id_hex
         return reply
+
+    def _restore_gpus(self) -> None:
+        if self._gpus_at_start is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = self._gpus_at_start
+        self._gpus_set = False
 
     def _exit_reply(self, spec: TaskSpec, e: SystemExit) -> dict:
         """The reply of the call that ends the actor on purpose; the actor exits after it."""

@@ -43,6 +43,7 @@ class TaskSpec:
     namespace: str = ""  # the job's namespace, where get_actor() looks inside the task
     code_path: list | None = None  # the driver's import dirs, sent with the function bytes
     concurrency_group: str = ""  # an actor call's group (concurrency_groups.py)
+    runtime_env: dict | None = None  # a task's or actor's, merged with its parent's
 
     def __init__(self, **kw: Any) -> None:
         self.__dict__.update(kw)

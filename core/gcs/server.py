@@ -152,6 +152,16 @@ class GcsServer:
             packages.read_chunk, self.session_dir, body["name"], int(body["offset"])
         )
 
+    async def h_put_package_chunk(self, conn: Connection, body: Any) -> dict:
+        return await asyncio.to_thread(
+            packages.write_chunk,
+            self.session_dir,
+            body["name"],
+            int(body["offset"]),
+            body["data"],
+            bool(body.get("last")),
+        )
+
     def h_cluster_info(self, conn: Connection, body: Any) -> dict:
         return {
             "nodes": [n.public() for n in self.node_table.nodes.values()],

@@ -148,7 +148,9 @@ class Raylet:
             return False
         pg_hex = pg_id.hex()
         for index, shape in bundles:
-            res.acquire(shape)
+            # The bundle's GPUs are its tasks' to use (CUDA_VISIBLE_DEVICES), and come back
+            # to the node when the group goes.
+            res.reserve_bundle_gpus(pg_hex, index, res.acquire(shape))
             for k, v in shape.items():
                 res.add(pg_resource_name(k, pg_hex), v)
                 res.add(pg_resource_name(k, pg_hex, index), v)
@@ -167,13 +169,15 @@ class Raylet:
         res = self.resources
         # Workers still running in the group lose their room: stop them (Ray does too).
         self.leases.handle(ev.GroupRemoved(pg_hex))
+        held = {index: res.bundle_gpus.get((pg_hex, index), []) for index, _ in bundles}
+        res.drop_group_gpus(pg_hex)
         for index, shape in bundles:
             for k, v in shape.items():
                 res.remove(pg_resource_name(k, pg_hex), v)
                 res.remove(pg_resource_name(k, pg_hex, index), v)
             res.remove(pg_resource_name("bundle", pg_hex), 1)
             res.remove(pg_resource_name("bundle", pg_hex, index), 1)
-            res.release(shape)
+            res.release(shape, held[index])
         self.leases.handle(ev.ResourcesChanged())
 
     def h_job_finished(self, conn: Connection, body: dict) -> None:

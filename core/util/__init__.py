@@ -17,6 +17,7 @@ _PUBLIC: dict[str, str | None] = {
     "ActorPool": "ember.util.actor_pool",
     "get_actor": "ember.actor",  # Ray 0.8 had it here
     "PlacementGroup": "ember.util.placement_group",
+    "get_current_placement_group": "ember.util.placement_group",
     "get_placement_group": "ember.util.placement_group",
     "placement_group": "ember.util.placement_group",
     "placement_group_table": "ember.util.placement_group",
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from ember.util.actor_pool import ActorPool
     from ember.util.placement_group import (
         PlacementGroup,
+        get_current_placement_group,
         get_placement_group,
         placement_group,
         placement_group_table,
@@ -48,6 +50,7 @@ __all__ = [  # literal, so tools see the exports (the same names as _PUBLIC)
     "ActorPool",
     "PlacementGroup",
     "get_actor",
+    "get_current_placement_group",
     "get_placement_group",
     "metrics",
     "multiprocessing",

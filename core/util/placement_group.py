@@ -122,8 +122,45 @@ def get_placement_group(name: str) -> PlacementGroup:
     return PlacementGroup(info["pg_id"], info["bundles"], info["strategy"])
 
 
+def get_current_placement_group() -> PlacementGroup | None:
+    """The placement group the running task or actor was scheduled in; None in a driver or
+    outside any group (Ray's ``get_current_placement_group``)."""
+    worker = global_state.require_worker()
+    spec = getattr(worker.current, "spec", None)
+    if spec is None or spec.kind != 0:  # an actor's calls run in the actor's group
+        spec = getattr(getattr(worker, "executor", None), "actor_spec", None)
+    strategy = getattr(spec, "strategy", None)
+    if not (isinstance(strategy, tuple) and strategy and strategy[0] == "PLACEMENT_GROUP"):
+        return None
+    info = worker.call_gcs_sync("get_placement_group", {"pg_id": strategy[1]})
+    if info is None:
+        return PlacementGroup(strategy[1], [])
+    return PlacementGroup(strategy[1], info["bundles"], info["strategy"])
+
+
 def placement_group_table(placement_group: PlacementGroup | None = None) -> Any:
+    """Ray's table: one group's entry, or ``{id: entry}`` of every group; an entry has its
+    ``placement_group_id``, ``name``, ``bundles`` ({index: resources}),
+    ``bundles_to_node_id`` ({index: node id}), ``strategy``, ``state`` and ``stats``."""
     worker = global_state.require_worker()
     if placement_group is not None:
-        return worker.call_gcs_sync("get_placement_group", {"pg_id": placement_group.id_bytes})
-    return {g["placement_group_id"]: g for g in worker.call_gcs_sync("list_placement_groups", None)}
+        info = worker.call_gcs_sync("get_placement_group", {"pg_id": placement_group.id_bytes})
+        return _table_entry(info) if info is not None else {}
+    return {
+        g["placement_group_id"]: _table_entry(g)
+        for g in worker.call_gcs_sync("list_placement_groups", None)
+    }
+
+
+def _table_entry(info: dict[str, Any]) -> dict[str, Any]:
+    nodes = info.get("bundle_nodes") or []
+    return {
+        "placement_group_id": info["placement_group_id"],
+        "name": info.get("name") or "",
+        "bundles": dict(enumerate(info.get("bundles") or [])),
+        "bundles_to_node_id": dict(enumerate(nodes)),
+        "strategy": info.get("strategy") or "PACK",
+        "state": info.get("state") or "PENDING",
+        "stats": {"scheduling_state": info.get("reason") or info.get("state") or "PENDING"},
+        "is_detached": bool(info.get("detached")),
+    }

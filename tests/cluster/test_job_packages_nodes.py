@@ -33,13 +33,15 @@ PROGRAM = textwrap.dedent(
             wd_helper.MARK,
             pm_lib.greet("task"),
             os.path.dirname(wd_helper.__file__),
+            os.environ.get("JOB_FLAVOUR"),
         )
 
-    node, mark, greeting, where = ember.get(far.remote())
+    node, mark, greeting, where, flavour = ember.get(far.remote())
     print("driver-node", ember.get_runtime_context().get_node_id())
     print("task-node", node)
     print("task-read", mark, greeting)
     print("task-dir", where)
+    print("task-env", flavour)
     """
 )
 
@@ -56,7 +58,11 @@ def test_packages_reach_tasks_on_another_node(cluster, tmp_path):
     client = JobSubmissionClient(cluster.head_node.dashboard_url)
     sid = client.submit_job(
         entrypoint=f"{sys.executable} main.py",
-        runtime_env={"working_dir": str(work), "py_modules": [str(lib)]},
+        runtime_env={
+            "working_dir": str(work),
+            "py_modules": [str(lib)],
+            "env_vars": {"JOB_FLAVOUR": "spicy"},
+        },
     )
     wait_until(lambda: client.get_job_status(sid).is_terminal(), 90, 0.3, "the job's end")
     logs = client.get_job_logs(sid)
@@ -68,6 +74,8 @@ def test_packages_reach_tasks_on_another_node(cluster, tmp_path):
     # The task imported from the other node's own copy, unpacked in its session.
     assert lines["task-dir"].startswith(other.session_dir + os.sep), (lines, other.session_dir)
     assert os.path.isfile(os.path.join(lines["task-dir"], "wd_helper.py"))
+    # The job's env_vars reach its tasks on every node, not only its driver's process.
+    assert lines["task-env"] == "spicy", logs
 
 
 def test_an_unknown_package_name_is_refused_by_the_gcs(cluster):

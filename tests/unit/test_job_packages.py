@@ -10,7 +10,6 @@ import os
 import zipfile
 
 import pytest
-from ember import job_submission
 from ember.job_submission import JobDetails, JobStatus, zip_directory
 
 
@@ -59,7 +58,9 @@ def test_links_are_not_followed(tmp_path):
 
 def test_size_limit_names_the_limit_and_the_fix(tmp_path, monkeypatch):
     _tree(tmp_path)
-    monkeypatch.setattr(job_submission, "MAX_PACKAGE_BYTES", 500)
+    from ember import runtime_env_packages
+
+    monkeypatch.setattr(runtime_env_packages, "MAX_PACKAGE_BYTES", 500)
     with pytest.raises(ValueError, match=r"over 0 MiB.*excludes"):
         zip_directory(str(tmp_path))
     with pytest.raises(ValueError, match="is not a directory"):

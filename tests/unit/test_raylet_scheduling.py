@@ -202,3 +202,26 @@ def test_placement_group_resources_come_and_go() -> None:
 )
 def test_fits_rounds_to_the_fixed_point_unit(shape: dict, available: dict, ok: bool) -> None:
     assert fits(shape, available) is ok
+
+
+def test_a_bundles_gpus_go_to_its_tasks_and_back_to_the_node():
+    from ember.resources import NodeResources, pg_resource_name
+
+    res = NodeResources({"CPU": 4, "GPU": 4})
+    pg = "ab" * 16
+    held = res.acquire({"CPU": 1, "GPU": 2})  # the bundle's reservation
+    assert held == [0, 1]
+    res.reserve_bundle_gpus(pg, 0, held)
+    for name in (pg_resource_name("GPU", pg), pg_resource_name("GPU", pg, 0)):
+        res.add(name, 2)
+    # A task in bundle 0 gets one of the bundle's GPUs; one in "any bundle" the other.
+    first = res.acquire({pg_resource_name("GPU", pg, 0): 1})
+    second = res.acquire({pg_resource_name("GPU", pg): 1})
+    assert sorted(first + second) == [0, 1]
+    assert res.acquire({"GPU": 2}) == [2, 3]  # the node's other GPUs are untouched
+    res.release({pg_resource_name("GPU", pg, 0): 1}, first)
+    assert res.acquire({pg_resource_name("GPU", pg, 0): 0.5}) == first  # free again
+    # The group goes: its GPUs come back to the node.
+    assert sorted(res.drop_group_gpus(pg)) == [0, 1]
+    res.release({"CPU": 1, "GPU": 2}, held)
+    assert res._pick_gpus(2) == [0, 1]

@@ -330,6 +330,21 @@ class GetPackageChunk(GcsMessage):
     offset: int
 
 
+class PutPackageChunk(GcsMessage):
+    """A chunk of a package a driver uploads for a runtime_env's local working_dir or
+    py_modules (``ember.runtime_env_packages.upload``), written under the head's session;
+    the first answers ``{"exists": True}`` when the head has the package already."""
+
+    op = "put_package_chunk"
+    sent_by = "core worker (a driver's runtime_env with local directories)"
+    reply = '{"exists": bool}'
+
+    name: str
+    offset: int
+    data: bytes
+    last: bool
+
+
 # -- placement groups ----------------------------------------------------------------------
 class CreatePlacementGroup(GcsMessage):
     """Reserves bundles of resources; placed asynchronously (``wait_placement_group``). A bad
