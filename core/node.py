@@ -297,10 +297,11 @@ class LocalNode:
                     # The embedded node's hub is a Unix socket named in advance, so init()
                     # need not wait for the dashboard's imports (see _await_dashboard).
                     self._await_dashboard(dashboard_ready)
-            if self.cluster:
-                self.write_info()
-                if self.head:
-                    register_head(self.gcs_address, self.session_dir)
+            # node.json, so a second driver of this machine joins with the address init()
+            # reported (an embedded node's too: it lives as long as its first driver).
+            self.write_info()
+            if self.cluster and self.head:
+                register_head(self.gcs_address, self.session_dir)
         except BaseException:
             self.stop()
             raise
@@ -341,6 +342,7 @@ class LocalNode:
             "node_ip": self.node_ip,
             "token_file": self.token_file,
             "head": self.head,
+            "embedded": not self.cluster,  # ember.init()'s node, tied to its driver
             "resources": self.resources,
             "pids": {name: p.pid for name, p in self.procs.items()},
             "dashboard": {

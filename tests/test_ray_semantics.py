@@ -480,3 +480,42 @@ def test_placement_groups_wait_then_place_and_say_where_tasks_run(tmp_path):
         remove_placement_group(second)
     finally:
         ember.shutdown()
+
+
+def test_a_second_driver_joins_with_the_address_init_reported(shared_node, tmp_path):
+    """``init()``'s node takes a second driver of this machine, by the address it reported
+    (Ray's ``ray.init(address=...)`` on the first driver's local cluster), and the two see
+    each other's named actors."""
+    address = ember.get_runtime_context().gcs_address
+    keeper = Box.options(name="shared-box", namespace="joint", num_cpus=0).remote()
+    ember.get(keeper.add.remote(7))
+    program = tmp_path / "second.py"
+    program.write_text(
+        textwrap.dedent(
+            f"""
+            import ember
+            ember.init(address={address!r}, namespace="joint")
+
+            @ember.remote
+            def f():
+                return 42
+
+            box = ember.get_actor("shared-box")
+            print("second", ember.get(f.remote()), ember.get(box.add.remote(8)))
+            ember.shutdown()
+            """
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, str(program)], capture_output=True, text=True, timeout=90, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "second 42 2" in out.stdout
+    ember.kill(keeper)
+
+
+def test_every_timeline_event_carries_a_category(shared_node):
+    ember.get([_sleepy.remote(0) for _ in range(3)])
+    events = ember.timeline()
+    assert events and all("cat" in e for e in events), [e for e in events if "cat" not in e][:3]
+    assert {e["cat"] for e in events if e["ph"] == "M"} == {"__metadata"}

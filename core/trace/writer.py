@@ -88,7 +88,14 @@ class TraceWriter:
 
     def finish(self, metadata: dict[str, Any]) -> str:
         meta = json.dumps(
-            {"name": "ember_trace_info", "ph": "M", "pid": 0, "tid": 0, "args": metadata}
+            {
+                "name": "ember_trace_info",
+                "ph": "M",
+                "cat": "__metadata",
+                "pid": 0,
+                "tid": 0,
+                "args": metadata,
+            }
         )
         return self._line(meta) + "\n]\n"
 
@@ -100,10 +107,10 @@ class TraceWriter:
         pid = self._pids[node_id] = len(self._pids) + 1
         label = self.node_labels.get(node_id) or f"node {node_id[:12]}"
         text = self._line(
-            f'{{"name":"process_name","ph":"M","pid":{pid},"tid":0,'
+            f'{{"name":"process_name","ph":"M","cat":"__metadata","pid":{pid},"tid":0,'
             f'"args":{{"name":{self._q(label)}}}}}'
         ) + self._line(
-            f'{{"name":"process_sort_index","ph":"M","pid":{pid},"tid":0,'
+            f'{{"name":"process_sort_index","ph":"M","cat":"__metadata","pid":{pid},"tid":0,'
             f'"args":{{"sort_index":{pid}}}}}'
         )
         return pid, text
@@ -114,7 +121,7 @@ class TraceWriter:
         if len(self._threads) < 1_000_000:
             self._threads.add((pid, tid))
         return self._line(
-            f'{{"name":"thread_name","ph":"M","pid":{pid},"tid":{tid},'
+            f'{{"name":"thread_name","ph":"M","cat":"__metadata","pid":{pid},"tid":{tid},'
             f'"args":{{"name":{self._q(label)}}}}}'
         )
 
