@@ -820,6 +820,33 @@ def test_a_call_lost_to_a_restart_says_the_actor_restarts_not_that_it_is_dead(
     assert new_pid != pid  # and the actor is indeed back
 
 
+def test_max_task_retries_minus_one_retries_calls_for_every_restart(shared_node, tmp_path):
+    @ember.remote(max_restarts=-1, max_task_retries=-1)
+    class Phoenix:
+        def pid(self):
+            return os.getpid()
+
+        def work(self, path):
+            with open(path, "a") as f:
+                f.write(f"{os.getpid()}\n")
+            time.sleep(2.0)
+            return os.getpid()
+
+    p = Phoenix.remote()
+    marker = tmp_path / "attempts"
+    ref = p.work.remote(str(marker))
+    for attempt in range(1, 3):  # two deaths under the same call
+        wait_until(
+            lambda n=attempt: marker.exists() and len(marker.read_text().split()) == n,
+            30,
+            message=f"attempt {attempt} to start",
+        )
+        os.kill(int(marker.read_text().split()[-1]), signal.SIGKILL)
+    result = ember.get(ref, timeout=60)
+    pids = [int(x) for x in marker.read_text().split()]
+    assert len(pids) == 3 and result == pids[-1] and len(set(pids)) == 3
+
+
 def test_constructor_error_makes_calls_raise_actor_died(shared_node):
     @ember.remote
     class Broken:

@@ -354,7 +354,9 @@ class ActorSubmitter:
             lost.extend(st.in_flight.values())
             st.in_flight.clear()
         for spec in reversed(lost):
-            if spec.attempt < max(spec.max_retries, st.max_task_retries) and restarted:
+            limits = (spec.max_retries, st.max_task_retries)
+            # -1: retry for as long as the actor restarts (max(-1, 0) would have said never).
+            if restarted and (-1 in limits or spec.attempt < max(limits)):
                 spec.attempt += 1
                 st.queue.appendleft(spec)
             else:
