@@ -193,3 +193,38 @@ def test_an_actor_killed_by_the_monitor_dies_with_that_cause(node, gate):
     with pytest.raises(ActorDiedError, match="memory monitor"):
         ember.get(ref, timeout=30)
     _alive(node)
+
+
+def _grow(step_mb: int, max_mb: int) -> int:
+    """Allocates (and touches) ``step_mb`` more every 50 ms up to ``max_mb``, then holds it."""
+    chunks = []
+    while len(chunks) * step_mb < max_mb:
+        chunks.append(bytearray(step_mb * 1024 * 1024))  # zero-filled: every page touched
+        time.sleep(0.05)
+    time.sleep(30)
+    return len(chunks)
+
+
+grow = ember.remote(max_retries=0)(_grow)
+
+
+def test_real_memory_a_hog_is_killed_before_it_takes_much(ember_start, monkeypatch, tmp_path):
+    """No test hook: the threshold is put 200 MB above the machine's use now, and a task
+    grows toward 1 GB (far below what this machine has free) until the monitor kills it."""
+    from ember.raylet.memory_monitor import UsageReader
+
+    if ember.is_initialized():
+        ember.shutdown()
+    monkeypatch.delenv("EMBER_MEMORY_MONITOR_USAGE_FILE", raising=False)
+    monkeypatch.setenv("EMBER_MEMORY_MONITOR_REFRESH_MS", "100")
+    reading = UsageReader().read()
+    if reading.total - reading.used < 2 * 1024**3:
+        pytest.skip("less than 2 GiB free: not growing a task toward 1 GiB here")
+    threshold = (reading.used + 200 * 1024**2) / reading.total
+    monkeypatch.setenv("EMBER_MEMORY_USAGE_THRESHOLD", f"{threshold:.6f}")
+    ember_start(num_cpus=1, include_dashboard=False)
+    with pytest.raises(OutOfMemoryError, match=r"_grow\(\).*max_retries=0"):
+        ember.get(grow.remote(50, 1024), timeout=60)
+    gate = tmp_path / "open"
+    gate.touch()
+    assert ember.get(hold.remote("after", str(gate), str(tmp_path)), timeout=30)
