@@ -97,12 +97,19 @@ def _started(node, name: str, timeout: float = 30.0) -> int:
     return wait_until(pids, timeout, 0.01, f"task {name} to start")[-1]
 
 
+def _kills() -> int:
+    stats = ember.global_state.worker.call_raylet_sync("node_stats", None)
+    return stats["memory_monitor"]["kills_total"]
+
+
 def _kill_then_lower(node, pid: int) -> None:
-    """Usage above the threshold until the monitor kills ``pid``, then low again at once
-    (the monitor waits a refresh, 250 ms, before it judges again)."""
+    """Usage above the threshold until the monitor kills one worker, then low again at once:
+    the monitor judges again only a refresh (250 ms) after its victim's exit is seen."""
+    before = _kills()
     node["usage"].write_text(HIGH)
-    wait_until(lambda: not psutil.pid_exists(pid), 15, 0.005, f"the kill of {pid}")
+    wait_until(lambda: _kills() > before, 15, 0.005, "a kill")
     node["usage"].write_text(LOW)
+    wait_until(lambda: not psutil.pid_exists(pid), 15, 0.01, f"the end of {pid}")
 
 
 def _oom_events(node, name: str) -> list[dict]:
@@ -208,7 +215,7 @@ def _grow(step_mb: int, max_mb: int) -> int:
 grow = ember.remote(max_retries=0)(_grow)
 
 
-def test_real_memory_a_hog_is_killed_before_it_takes_much(ember_start, monkeypatch, tmp_path):
+def test_real_memory_a_hog_is_killed_before_it_takes_much(ember_start, monkeypatch):
     """No test hook: the threshold is put 200 MB above the machine's use now, and a task
     grows toward 1 GB (far below what this machine has free) until the monitor kills it."""
     from ember.raylet.memory_monitor import UsageReader
@@ -225,6 +232,7 @@ def test_real_memory_a_hog_is_killed_before_it_takes_much(ember_start, monkeypat
     ember_start(num_cpus=1, include_dashboard=False)
     with pytest.raises(OutOfMemoryError, match=r"_grow\(\).*max_retries=0"):
         ember.get(grow.remote(50, 1024), timeout=60)
-    gate = tmp_path / "open"
-    gate.touch()
-    assert ember.get(hold.remote("after", str(gate), str(tmp_path)), timeout=30)
+    # The node lives on. (No new task here: with the threshold this close, another user of
+    # this machine growing by 200 MB would get it killed too.)
+    assert psutil.pid_exists(_raylet_pid())
+    assert _kills() >= 1  # the raylet answers, and counted it
