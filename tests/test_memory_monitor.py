@@ -141,6 +141,13 @@ def test_a_hog_without_retries_fails_with_out_of_memory_error_naming_itself(node
     event = wait_until(lambda: _oom_events(node, "hog0"), 15, 0.2, "the dashboard's event")[0]
     assert event["severity"] == "ERROR" and "fails with OutOfMemoryError" in event["message"]
     assert "Biggest memory users" in event["detail"]
+    node_id_metrics = f"/api/nodes/{node_id}"
+    wait_until(
+        lambda: node["http"].get(node_id_metrics).json()["metrics"].get("oom_kills_total"),
+        15,
+        0.2,
+        "the node's count of kills",
+    )
     log = os.path.join(node["session"], "logs", "raylet.log")
     assert "running task hog0" in open(log).read()
     _alive(node)
