@@ -70,6 +70,21 @@ worker_exit_reasons_kept: int = _env("worker_exit_reasons_kept", 1_000)
 # such connections to one listener at once (their first frame is bounded to 4 KiB anyway).
 auth_deadline_seconds: float = _env("auth_deadline_seconds", 5.0)
 max_unauthenticated_per_ip: int = _env("max_unauthenticated_per_ip", 64)
+# The raylet's memory monitor (Ray's): every this many milliseconds it reads the node's
+# memory usage (its cgroup's limit and usage when it runs under a memory limit, else
+# /proc/meminfo) and, above the threshold (a fraction of the total), kills one worker (a
+# retriable task's first, the newest first) before the kernel's OOM killer picks a victim.
+# 0 disables it. EMBER_MEMORY_MONITOR_USAGE_FILE is a test hook: a file holding the usage
+# fraction the monitor reads instead of the real one, so tests need not fill the machine.
+memory_monitor_refresh_ms: int = _env("memory_monitor_refresh_ms", 250)
+memory_usage_threshold: float = _env("memory_usage_threshold", 0.95)
+memory_monitor_usage_file: str = _env("memory_monitor_usage_file", "")
+# A task the memory monitor killed runs again on its own budget, not max_retries (Ray's
+# rule): -1 is unlimited, unless max_retries is 0; each retry waits twice as long as the
+# last, from this base, at most oom_retry_delay_max_ms (the pressure has time to pass).
+task_oom_retries: int = _env("task_oom_retries", -1)
+task_oom_retry_delay_base_ms: int = _env("task_oom_retry_delay_base_ms", 1000)
+task_oom_retry_delay_max_ms: int = _env("task_oom_retry_delay_max_ms", 60_000)
 # The level of the "ember" loggers in a node's processes (GCS, raylet, agent, workers), a
 # name ("DEBUG") or a number: ember.init(logging_level=...) sets it for the node it starts.
 logging_level: str = _env("logging_level", "")

@@ -91,6 +91,9 @@ class Agent(DashboardStream):
         self.sample_wall_s = 0.0
         self.latest_metrics: dict[str, Any] | None = None
         self.transfer_seq = 0  # the raylet's object transfers already shipped (timeline)
+        # The raylet's memory-monitor kills already made events. A new agent reports the
+        # raylet's last 100 again: its dashboard may be new too (a kill may precede both).
+        self.oom_kill_seq = 0
         self.wakeup = asyncio.Event()
         self.known_workers: dict[int, dict[str, Any]] = {}
         self.log_disk_low = False  # an event said the logs' disk is (nearly) full
@@ -174,7 +177,9 @@ class Agent(DashboardStream):
         if self.raylet is not None and not self.raylet.closed:
             try:
                 stats = await self.raylet.call(
-                    "node_stats", {"transfers_after": self.transfer_seq}, timeout=5.0
+                    "node_stats",
+                    {"transfers_after": self.transfer_seq, "oom_kills_after": self.oom_kill_seq},
+                    timeout=5.0,
                 )
                 raylet_workers = await self.raylet.call("list_workers", None, timeout=5.0)
             except Exception as e:
@@ -231,6 +236,9 @@ class Agent(DashboardStream):
                 row.update(measured[pid])
                 workers.append(row)
         self._report_exits(by_pid, stats.get("recent_exits") or ())
+        monitor = stats.get("memory_monitor") or {}
+        self._report_oom_kills(monitor)
+        sample["oom_kills_total"] = monitor.get("kills_total", 0)
         sample["num_workers"] = sum(1 for w in workers if w["kind"] == "worker")
         sample["agent"] = self._self_metrics(measured.get(os.getpid(), {}))
         # ember.util.metrics: each process's snapshot file, shipped with the sample.
@@ -363,6 +371,29 @@ class Agent(DashboardStream):
                     }
                 )
         self.known_workers = current
+
+    def _report_oom_kills(self, monitor: dict[str, Any]) -> None:
+        """The raylet's memory monitor killed workers: an error event for each, with the
+        usage, the biggest users and what to do in its detail."""
+        seq = monitor.get("kills_seq", 0)
+        if seq < self.oom_kill_seq:
+            self.oom_kill_seq = 0  # a new raylet counts from 0 again
+        for kill in monitor.get("kills") or ():
+            if kill["seq"] <= self.oom_kill_seq:
+                continue
+            self.oom_kill_seq = kill["seq"]
+            self.events.append(
+                {
+                    "type": "event",
+                    "severity": "ERROR",
+                    "kind": "WORKER_OOM_KILLED",
+                    "pid": kill["pid"],
+                    "source": "raylet",
+                    "time": kill["time"],
+                    "message": kill["message"],
+                    "detail": kill["detail"],
+                }
+            )
 
     def _stderr_tail(self, pid: int) -> str | None:
         for f in self.logs.index():

@@ -23,6 +23,10 @@ Events (``handle``'s input):
 - ``("reply", task_id, reply)``: the worker answered (a value, or an error).
 - ``("worker_died", task_id, error, crashed)``: the push failed; ``crashed`` when the
   connection to the worker closed (the worker or its node died) rather than another error.
+- ``("oom_killed", task_id, error, retry)``: the node's memory monitor killed its worker
+  (``retry``: the raylet leaves it room to run again, its caller having other tasks there);
+  it runs again on its own OOM budget (``oom_retries``, -1 unlimited; not ``max_retries``,
+  as in Ray) unless ``max_retries`` is 0, after a delay doubling from ``oom_delay_base``.
 - ``("cancel", task_id, force)``: ``ember.cancel``.
 - ``("reconstruct", spec, waiting_on)``: a finished task runs again (lineage).
 
@@ -32,8 +36,8 @@ Instructions (``handle``'s output), executed in order:
 - ``(PUSH, spec, lease)``: send it to the leased worker.
 - ``(DEQUEUE, spec)``: take it out of its class's queue.
 - ``(SEND_CANCEL, spec, lease, force)``: ask the worker running it to cancel it.
-- ``(RETRY, spec)``: record the retry, then queue it again (``spec.attempt`` is already
-  the new attempt's number).
+- ``(RETRY, spec)`` or ``(RETRY, spec, delay)``: record the retry, then queue it again
+  (after ``delay`` seconds; ``spec.attempt`` is already the new attempt's number).
 - ``(FINISH, spec, reply)``: the reply is final: store the results (or the task's error).
 - ``(FAIL, spec, error)``: every result holds ``error``.
 - ``(FAIL_CRASHED, spec, lease, error)``: its worker died and no retry is left: fail it
@@ -122,8 +126,13 @@ class _Task:
 class TaskAttempts:
     """Every normal task this process owns that has not reached its end yet."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, oom_retries: int = -1, oom_delay_base: float = 1.0, oom_delay_max: float = 60.0
+    ) -> None:
         self._tasks: dict[bytes, _Task] = {}  # {task_id: _Task}
+        self.oom_retries = oom_retries
+        self.oom_delay_base = oom_delay_base
+        self.oom_delay_max = oom_delay_max
         self._handlers = {
             "submit": self._submit,
             "args_ready": self._args_ready,
@@ -131,6 +140,7 @@ class TaskAttempts:
             "unschedulable": self._unschedulable,
             "reply": self._reply,
             "worker_died": self._worker_died,
+            "oom_killed": self._oom_killed,
             "cancel": self._cancel,
             "reconstruct": self._reconstruct,
         }
@@ -221,6 +231,30 @@ class TaskAttempts:
         track.fire("failed")
         return self._end(task, [(FAIL_CRASHED, spec, lease, error)])
 
+    def oom_retry_allowed(self, spec: TaskSpec) -> bool:
+        """Whether a task the memory monitor kills may run again, by its own settings."""
+        budget = self.oom_retries
+        return spec.max_retries != 0 and (budget == -1 or spec.oom_retries < budget)
+
+    def _oom_killed(self, event: tuple) -> list[tuple]:
+        _, task_id, error, retry = event
+        task = self._tasks[task_id]
+        spec = task.spec
+        track = task.track
+        task.lease = None
+        if track.state is TaskState.CANCELLED_KILLING:  # cancelled as the monitor struck
+            track.fire("failed")
+            return self._end(task, [(FAIL, spec, cancelled_error(spec))])
+        if retry and self.oom_retry_allowed(spec):
+            track.fire("retry")
+            spec.attempt += 1
+            spec.oom_retries += 1
+            # Right away it would most likely meet the same pressure: back off, as Ray does.
+            delay = min(self.oom_delay_base * 2 ** (spec.oom_retries - 1), self.oom_delay_max)
+            return [(RETRY, spec, delay)]
+        track.fire("failed")
+        return self._end(task, [(FAIL, spec, error)])
+
     def _cancel(self, event: tuple) -> list[tuple]:
         _, task_id, force = event
         task = self._tasks.get(task_id)
@@ -249,13 +283,14 @@ class TaskAttempts:
 
 # -- decisions, shared with the actor submitter ------------------------------------------------
 def retries_left(spec: TaskSpec) -> bool:
-    """Whether a task whose worker died may run again (max_retries=-1: always)."""
-    return spec.max_retries == -1 or spec.attempt < spec.max_retries
+    """Whether a task whose worker died may run again (max_retries=-1: always). Attempts
+    the memory monitor ended have their own budget."""
+    return spec.max_retries == -1 or spec.attempt - spec.oom_retries < spec.max_retries
 
 
 def should_retry_app_error(spec: TaskSpec, reply: dict) -> bool:
     """Whether the exception a task raised is one its ``retry_exceptions`` retries."""
-    if spec.attempt >= spec.max_retries and spec.max_retries != -1:
+    if spec.attempt - spec.oom_retries >= spec.max_retries and spec.max_retries != -1:
         return False
     allowed = spec.retry_exceptions
     if allowed is True:

@@ -36,6 +36,7 @@ class _TaskSubmitter(Protocol):
     def submit(self, spec: TaskSpec) -> None: ...
     def cancel(self, task_id: bytes, force: bool, recursive: bool = True) -> None: ...
     def children_of(self, parent_id: bytes) -> list[bytes]: ...
+    def oom_notice(self, body: dict) -> dict | None: ...
 
 
 class _ActorSubmitter(Protocol):
@@ -218,6 +219,10 @@ class TaskManager:
 
     def h_get_function(self, conn: Connection, body: dict) -> bytes | None:
         return self._functions.get(body["function_id"])
+
+    def h_worker_oom_killed(self, conn: Connection, body: dict) -> dict | None:
+        """A raylet's memory monitor is killing a worker leased here (task_submitter.py)."""
+        return self.host.task_submitter.oom_notice(body)
 
     def handle_task_reply(self, spec: TaskSpec, reply: dict, retry) -> None:
         """An actor call's reply: retried (``retry(spec)``) if its ``retry_exceptions`` say

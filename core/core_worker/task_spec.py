@@ -38,6 +38,7 @@ class TaskSpec:
     actor_options: dict | None = None
     strategy: Any = None
     attempt: int = 0
+    oom_retries: int = 0  # attempts the memory monitor ended: not counted in max_retries
     nested_refs: list = []  # [(object_id, owner)] of refs inside argument values
     gpu_ids: list = []  # set from the lease that runs it
     namespace: str = ""  # the job's namespace, where get_actor() looks inside the task

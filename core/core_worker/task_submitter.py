@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from typing import Any, Protocol
 
@@ -35,7 +36,7 @@ from ember.core_worker.task_attempts import (
     crashed_error,
 )
 from ember.core_worker.task_spec import ARG_REF, TaskSpec
-from ember.exceptions import TaskUnschedulableError
+from ember.exceptions import OutOfMemoryError, TaskUnschedulableError
 from ember.protocol.connection import Connection, ConnectionClosedError
 
 logger = logging.getLogger(__name__)
@@ -119,11 +120,19 @@ class TaskSubmitter:
 
     def __init__(self, host: TaskSubmitterHost) -> None:
         self.host = host
-        self.attempts = TaskAttempts()
+        self.attempts = TaskAttempts(
+            config.task_oom_retries,
+            config.task_oom_retry_delay_base_ms / 1000.0,
+            config.task_oom_retry_delay_max_ms / 1000.0,
+        )
         self._classes: dict[Any, _Class] = {}
         # The ``recursive`` of the cancel being carried out (the attempts' SEND_CANCEL
         # instruction does not carry it; a cancel runs to its end on this one thread).
         self._recursive = True
+        # Workers a raylet's memory monitor said it is killing: {worker_id: (when, what it
+        # said, retry)}, read when the worker's connection closes.
+        self._oom_notices: dict[bytes, tuple[float, str, bool]] = {}
+        self._backoff: dict[bytes, asyncio.TimerHandle] = {}  # OOM retries waiting to queue
 
     # -- entry -----------------------------------------------------------------------------
     def submit(self, spec: TaskSpec) -> None:
@@ -157,13 +166,20 @@ class TaskSubmitter:
                 self.host.complete_task(ins[1], ins[2])
             elif op == RETRY:
                 self.host.record_event(ins[1], "RETRYING")
-                self._enqueue(ins[1])
+                if len(ins) > 2:
+                    self._enqueue_later(ins[1], ins[2])
+                else:
+                    self._enqueue(ins[1])
             elif op == FAIL:
                 self.host.fail_task(ins[1], ins[2])
             elif op == WAIT_ARGS:
                 self._wait_args(ins[1], ins[2])
             elif op == DEQUEUE:
-                self._class_of(ins[1]).queue.remove(ins[1])
+                waiting = self._backoff.pop(ins[1].task_id, None)
+                if waiting is not None:
+                    waiting.cancel()
+                else:
+                    self._class_of(ins[1]).queue.remove(ins[1])
             elif op == SEND_CANCEL:
                 body = {"task_id": ins[1].task_id, "force": ins[3]}
                 if not ins[3] and not self._recursive:
@@ -190,11 +206,21 @@ class TaskSubmitter:
         self._run(self.attempts.handle(("args_ready", spec.task_id)))
 
     def _class_of(self, spec: TaskSpec) -> _Class:
-        key = (tuple(sorted(spec.resources.items())), _strategy_key(spec.strategy))
+        # Retriable or not is part of the class: a lease tells its raylet which it is, for
+        # the memory monitor, which kills retriable work first.
+        retriable = spec.max_retries != 0
+        key = (tuple(sorted(spec.resources.items())), _strategy_key(spec.strategy), retriable)
         cls = self._classes.get(key)
         if cls is None:
             cls = self._classes[key] = _Class(key, spec.resources, spec.strategy)
         return cls
+
+    def _enqueue_later(self, spec: TaskSpec, delay: float) -> None:
+        def due() -> None:
+            if self._backoff.pop(spec.task_id, None) is not None:
+                self._enqueue(spec)
+
+        self._backoff[spec.task_id] = self.host.loop.call_later(delay, due)
 
     def _enqueue(self, spec: TaskSpec) -> None:
         cls = self._class_of(spec)
@@ -223,6 +249,7 @@ class TaskSubmitter:
             "client": self.host.worker_id,
             "job_id": self.host.job_id,
             "name": cls.queue[0].function_name if cls.queue else "",
+            "retriable": cls.key[2],
         }
         raylet = self.host.raylet
         try:
@@ -314,7 +341,11 @@ class TaskSubmitter:
             # The worker went away mid-task: the lease is gone; retry or fail the task.
             self._return_lease(cls, lease, worker_died=True)
             crashed = isinstance(exc, ConnectionClosedError)
-            self._run(self.attempts.handle(("worker_died", spec.task_id, exc, crashed)))
+            notice = self._oom_notices.pop(lease.worker_id, None)
+            if crashed and notice is not None and time.monotonic() - notice[0] < 60.0:
+                self._oom_killed(spec, notice[1], notice[2])
+            else:
+                self._run(self.attempts.handle(("worker_died", spec.task_id, exc, crashed)))
             self._pump(cls)
             return
         self._run(self.attempts.handle(("reply", spec.task_id, reply)))
@@ -346,6 +377,53 @@ class TaskSubmitter:
         raylet.request("worker_exit_reason", {"worker_id": lease.worker_id}).add_done_callback(
             on_reason
         )
+
+    # -- the memory monitor ----------------------------------------------------------------
+    def oom_notice(self, body: dict) -> dict | None:
+        """A raylet's memory monitor is killing one of our leased workers: the task it runs
+        and whether that will run again (``worker_oom_killed``)."""
+        wid = body["worker_id"]
+        for cls in self._classes.values():
+            for lease in cls.leases:
+                if lease.worker_id != wid:
+                    continue
+                spec = lease.spec
+                if spec is None:
+                    return None  # idle: no task of ours is lost with it
+                retry = bool(body.get("retry")) and self.attempts.oom_retry_allowed(spec)
+                self._oom_notices[wid] = (time.monotonic(), body["detail"], retry)
+                return {"task_id": spec.task_id, "name": spec.display_name(), "retry": retry}
+        return None
+
+    def _oom_killed(self, spec: TaskSpec, detail: str, retry: bool) -> None:
+        name = f"{spec.display_name()}() (task {spec.task_id.hex()})"
+        if spec.max_retries == 0:
+            why = "it has max_retries=0"
+        elif not retry:
+            why = (
+                "it was the only task its caller had running on the node, so running it "
+                "again would only meet the same pressure"
+            )
+        else:
+            budget = config.task_oom_retries
+            why = f"its memory-monitor retries (EMBER_TASK_OOM_RETRIES={budget}) are used up"
+        error = OutOfMemoryError(
+            f"Task {name} was killed by the memory monitor of its node, which was running "
+            f"out of memory, and is not retried: {why}.\n{detail}"
+        )
+        instructions = self.attempts.handle(("oom_killed", spec.task_id, error, retry))
+        for ins in instructions:
+            if ins[0] == RETRY:  # Ray's owner warns of each OOM retry too
+                logger.warning(
+                    "Task %s was killed by its node's memory monitor; it runs again in %.1f s "
+                    "(memory-monitor retry %d, EMBER_TASK_OOM_RETRIES=%d).\n%s",
+                    name,
+                    ins[2],
+                    spec.oom_retries,
+                    config.task_oom_retries,
+                    detail,
+                )
+        self._run(instructions)
 
     def _idle_expired(self, cls: _Class, lease: _Lease) -> None:
         lease.idle_handle = None

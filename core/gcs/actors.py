@@ -182,6 +182,9 @@ class ActorManager:
                     "job_id": actor.job_id,
                     "class_name": actor.class_name,
                     "strategy": actor.spec.strategy,
+                    # Restarts left: the node's memory monitor kills such an actor first.
+                    "retriable": actor.max_restarts == -1
+                    or actor.num_restarts < actor.max_restarts,
                 },
             )
         except Exception as e:

@@ -153,6 +153,7 @@ class Request:
         "actor_id",
         "spilled",
         "view_check",
+        "retriable",
     )
 
     def __init__(
@@ -165,6 +166,7 @@ class Request:
         name: str,
         actor_id: bytes | None = None,
         spilled: bool = False,
+        retriable: bool = False,
     ) -> None:
         self.reply = reply
         self.shape = shape
@@ -177,10 +179,22 @@ class Request:
         self.actor_id = actor_id
         self.spilled = spilled  # sent here by another raylet: run here, never spill again
         self.view_check = ViewCheck.NOT_ASKED
+        # Its work may run again if the memory monitor kills it (max_retries / restarts left).
+        self.retriable = retriable
 
 
 class Lease:
-    __slots__ = ("lease_id", "worker", "shape", "gpu_ids", "client", "released", "is_actor")
+    __slots__ = (
+        "lease_id",
+        "worker",
+        "shape",
+        "gpu_ids",
+        "client",
+        "released",
+        "is_actor",
+        "retriable",
+        "granted_at",
+    )
 
     def __init__(
         self,
@@ -190,6 +204,8 @@ class Lease:
         gpu_ids: list[int],
         client: Any,
         is_actor: bool,
+        retriable: bool = False,
+        granted_at: float = 0.0,
     ) -> None:
         self.lease_id = lease_id
         self.worker = worker
@@ -198,6 +214,8 @@ class Lease:
         self.client = client
         self.released = False  # CPU handed back while the worker is blocked in get()
         self.is_actor = is_actor
+        self.retriable = retriable  # the memory monitor kills retriable work first
+        self.granted_at = granted_at  # ... and, of that, the newest first
 
 
 class LeaseMachine:
@@ -468,7 +486,10 @@ class LeaseMachine:
             lease_id = self._next_lease_id
             self._next_lease_id = lease_id + 1
             is_actor = req.actor_id is not None
-            lease = Lease(lease_id, w, req.shape, res.acquire(req.shape), req.client, is_actor)
+            gpus = res.acquire(req.shape)
+            lease = Lease(
+                lease_id, w, req.shape, gpus, req.client, is_actor, req.retriable, self.clock()
+            )
             self.leases[lease_id] = lease
             w.lease_id = lease_id
             w.job_id = req.job_id

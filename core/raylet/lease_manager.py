@@ -137,7 +137,16 @@ class LeaseManager:
         fut = asyncio.get_running_loop().create_future()
         strategy = body.get("strategy")
         shape = apply_strategy(body["resources"], strategy)
-        req = lm.Request(fut, shape, strategy, client, body.get("job_id"), name, **kw)
+        req = lm.Request(
+            fut,
+            shape,
+            strategy,
+            client,
+            body.get("job_id"),
+            name,
+            retriable=bool(body.get("retriable", False)),
+            **kw,
+        )
         self.handle(ev.LeaseRequested(req))
         return fut
 

@@ -5,7 +5,8 @@ process (``python -m ember.raylet.raylet``) and the client registry; the work is
 - ``lease_manager`` / ``lease_machine``: worker leases (the I/O shell and its state machine);
 - ``object_service``: the ``plasma_*`` messages and copies of objects between nodes;
 - ``membership``: registration, heartbeats and the cluster view (``cluster_view``);
-- ``worker_pool`` / ``zygote``: worker processes; ``log_forwarder``: their output.
+- ``worker_pool`` / ``zygote``: worker processes; ``log_forwarder``: their output;
+- ``memory_monitor``: kills a worker before the node runs out of memory.
 
 Messages it serves (framed transport, Unix socket for local processes, TCP for other nodes):
 - from core workers: ``register_client``, ``request_lease`` / ``return_lease``,
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 from typing import Any
@@ -36,6 +38,7 @@ from ember.raylet.cluster_view import ClusterView
 from ember.raylet.lease_manager import LeaseManager
 from ember.raylet.log_forwarder import LogForwarder
 from ember.raylet.membership import Membership
+from ember.raylet.memory_monitor import MemoryMonitor
 from ember.raylet.object_service import ObjectService
 from ember.raylet.worker_pool import WorkerPool
 from ember.resources import NodeResources, pg_resource_name
@@ -69,6 +72,7 @@ class Raylet:
         self.membership = Membership(self)
         self.leases = LeaseManager(self)
         self.objects = ObjectService(self)
+        self.memory = MemoryMonitor(self)
         # Every op of the catalogue, from the parts' h_<op> methods (checked at start-up).
         self.handlers = handlers_from(
             RAYLET,
@@ -195,7 +199,8 @@ class Raylet:
 
     # -- views -----------------------------------------------------------------------------
     def h_node_stats(self, conn: Connection, body: Any) -> dict:
-        after = (body or {}).get("transfers_after", 0) if isinstance(body, dict) else 0
+        body = body if isinstance(body, dict) else {}
+        after = body.get("transfers_after", 0)
         objects = self.objects
         return {
             "transfers": [t for seq, t in objects.transfer_log if seq > after],
@@ -212,6 +217,8 @@ class Raylet:
             "pending_leases": self.leases.pending_leases(),
             "recent_exits": list(self.leases.recent_exits),
             "owned_freed": dict(objects.owned_freed),  # objects of dead owners, freed here
+            # The memory monitor's settings, last reading and kills (the agent makes events).
+            "memory_monitor": self.memory.stats(body.get("oom_kills_after", 0)),
         }
 
     async def h_collect_references(self, conn: Connection, body: Any) -> dict:
@@ -304,6 +311,12 @@ async def serve(args: argparse.Namespace) -> None:
         asyncio.ensure_future(raylet.leases.reaper()),
         asyncio.ensure_future(raylet.logs.run()),
     ]
+    if raylet.memory.enabled:
+        tasks.append(asyncio.ensure_future(raylet.memory.run()))
+    else:
+        logging.getLogger("ember.raylet").info(
+            "memory monitor disabled (EMBER_MEMORY_MONITOR_REFRESH_MS=0)"
+        )
     from ember.process_util import signal_ready
 
     signal_ready(args.ready_fd, args.address)

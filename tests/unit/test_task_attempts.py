@@ -20,7 +20,7 @@ from ember.core_worker.task_attempts import (
     TaskState,
 )
 from ember.core_worker.task_spec import TaskSpec
-from ember.exceptions import TaskCancelledError
+from ember.exceptions import OutOfMemoryError, TaskCancelledError
 from ember.lifecycle import TransitionError
 from ember.serialization import serialize_error
 
@@ -214,3 +214,57 @@ def test_every_state_is_reachable_and_only_failed_is_terminal() -> None:
     reached = {s for moves in TASK_ATTEMPT.table.values() for s in moves.values()}
     assert reached | {TaskState.PENDING_ARGS_AVAIL} == set(TaskState)
     assert TASK_ATTEMPT.terminal() == {TaskState.FAILED}
+
+
+# -- the memory monitor's kills ---------------------------------------------------------------
+def _oom(tasks: TaskAttempts, spec: TaskSpec, retry: bool = True) -> list[tuple]:
+    return tasks.handle(("oom_killed", spec.task_id, OutOfMemoryError("oom"), retry))
+
+
+def test_an_oom_kill_retries_on_its_own_budget_with_a_doubling_delay() -> None:
+    tasks = TaskAttempts(oom_retries=-1, oom_delay_base=1.0, oom_delay_max=3.0)
+    spec = _spec(max_retries=1)
+    _running(tasks, spec)
+    delays = []
+    for _ in range(4):
+        (ins,) = _oom(tasks, spec)
+        assert ins[:2] == (RETRY, spec)
+        delays.append(ins[2])
+        assert tasks.handle(("lease_granted", spec, LEASE)) == [(PUSH, spec, LEASE)]
+    assert delays == [1.0, 2.0, 3.0, 3.0]  # capped
+    assert spec.attempt == 4 and spec.oom_retries == 4
+    # Its one max_retries is still there for a crash: OOM retries do not count against it.
+    assert _ops(tasks.handle(("worker_died", spec.task_id, OSError("gone"), True))) == [RETRY]
+    assert tasks.handle(("lease_granted", spec, LEASE)) == [(PUSH, spec, LEASE)]
+    assert _ops(tasks.handle(("worker_died", spec.task_id, OSError("gone"), True))) == [
+        FAIL_CRASHED
+    ]
+
+
+def test_an_oom_kill_fails_without_leave_max_retries_or_budget() -> None:
+    tasks = TaskAttempts(oom_retries=1)
+    for spec, retry in ((_spec(max_retries=0), True), (_spec(max_retries=3), False)):
+        _running(tasks, spec)
+        (ins,) = _oom(tasks, spec, retry)
+        assert ins[0] == FAIL and isinstance(ins[2], OutOfMemoryError)
+        assert tasks.state_of(spec.task_id) is None
+    spec = _spec(max_retries=-1)
+    _running(tasks, spec)
+    assert _ops(_oom(tasks, spec)) == [RETRY]
+    tasks.handle(("lease_granted", spec, LEASE))
+    assert _ops(_oom(tasks, spec)) == [FAIL]  # the budget of one is used up
+
+
+def test_a_task_cancelled_as_the_monitor_kills_it_is_cancelled() -> None:
+    tasks, spec = TaskAttempts(), _spec(max_retries=3)
+    _running(tasks, spec)
+    tasks.handle(("cancel", spec.task_id, True))
+    (ins,) = _oom(tasks, spec)
+    assert ins[0] == FAIL and isinstance(ins[2], TaskCancelledError)
+
+
+def test_cancelling_a_task_that_waits_out_its_oom_delay_dequeues_it() -> None:
+    tasks, spec = TaskAttempts(), _spec(max_retries=3)
+    _running(tasks, spec)
+    _oom(tasks, spec)
+    assert _ops(tasks.handle(("cancel", spec.task_id, False))) == [DEQUEUE, FAIL]

@@ -66,6 +66,7 @@ class RequestLease(RayletMessage):
     job_id: bytes | None = OMIT
     name: str = OMIT  # the first queued task's function name (the worker's title)
     spilled: bool = OMIT  # already redirected once: do not spill again
+    retriable: bool = OMIT  # its tasks' max_retries is not 0: the memory monitor kills it first
 
 
 class ReturnLease(RayletMessage):
@@ -89,6 +90,7 @@ class LeaseActorWorker(RayletMessage):
     job_id: bytes | None = OMIT
     class_name: str = OMIT
     strategy: Any = OMIT
+    retriable: bool = OMIT  # restarts left: the memory monitor kills it before others
 
 
 class ReturnActorLease(RayletMessage):
@@ -348,10 +350,12 @@ class NodeStats(RayletMessage):
     reply = (
         '{"transfers", "transfers_seq", "node_id", "pid", "resources_total", '
         '"resources_available", "store", "num_workers", "recent_exits": [[pid, reason, '
-        "intended]], ...}"
+        'intended]], "memory_monitor": {"enabled", "threshold", "used_bytes", "total_bytes", '
+        '"kills_total", "kills_seq", "kills": [...]}, ...}'
     )
 
     transfers_after: int = OMIT  # only transfers logged after this sequence number
+    oom_kills_after: int = OMIT  # only memory-monitor kills after this sequence number
 
 
 class CollectReferences(RayletMessage):

@@ -167,6 +167,20 @@ class MayExit(WorkerMessage):
     reply = "bool"
 
 
+class WorkerOomKilled(WorkerMessage):
+    """The memory monitor is about to kill a worker this process leased: which task runs on
+    it, and will it run again? The owner then fails it with OutOfMemoryError or retries it
+    when the worker's connection closes."""
+
+    op = "worker_oom_killed"
+    sent_by = "raylet (memory monitor)"
+    reply = '{"task_id": bytes, "name": str, "retry": bool} | None (no task running on it)'
+
+    worker_id: bytes
+    detail: str  # the node, its usage and threshold, the biggest users, what to do
+    retry: bool  # the raylet's leave: its caller has other tasks running on the node
+
+
 class NodeDead(WorkerMessage):
     op = "node_dead"
     sent_by = "GCS (to subscribe_node_events subscribers)"
