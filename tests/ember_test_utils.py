@@ -130,3 +130,14 @@ def fake_spawn(monkeypatch, supervisor, code: str) -> list:
 
     monkeypatch.setattr(supervisor, "_spawn", spawn)
     return spawned
+
+
+def process_gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie its parent has not reaped yet counts as
+    exited: ``psutil.pid_exists`` says True for one)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -16,23 +16,14 @@ import threading
 import time
 
 import ember
-import psutil
 import pytest
 from ember.exceptions import ActorDiedError, RayActorError
-from ember_test_utils import wait_until
+from ember_test_utils import process_gone, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
 
 # -- helpers -----------------------------------------------------------------------------------
-def process_gone(pid: int) -> bool:
-    """True once ``pid`` has exited (a zombie not yet reaped counts as exited)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 def call_until_ok(method, *args, timeout: float = 30.0, **kwargs):
     """Calls ``method.remote(...)`` until a call succeeds (an actor may be restarting: Ray lets
     calls that reach a dying worker fail with an actor error); returns that call's value."""

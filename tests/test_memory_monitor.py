@@ -14,7 +14,7 @@ import psutil
 import pytest
 from ember import config
 from ember.exceptions import ActorDiedError, OutOfMemoryError
-from ember_test_utils import assert_no_ember_children, wait_until
+from ember_test_utils import assert_no_ember_children, process_gone, wait_until
 
 HIGH, LOW = "0.99", "0.10"
 
@@ -109,7 +109,7 @@ def _kill_then_lower(node, pid: int) -> None:
     node["usage"].write_text(HIGH)
     wait_until(lambda: _kills() > before, 15, 0.005, "a kill")
     node["usage"].write_text(LOW)
-    wait_until(lambda: not psutil.pid_exists(pid), 15, 0.01, f"the end of {pid}")
+    wait_until(lambda: process_gone(pid), 15, 0.01, f"the end of {pid}")
 
 
 def _oom_events(node, name: str) -> list[dict]:

@@ -17,7 +17,7 @@ import ember
 import pytest
 from ember.exceptions import ActorDiedError, GetTimeoutError, TaskUnschedulableError
 from ember.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-from ember_test_utils import wait_until
+from ember_test_utils import process_gone, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -72,7 +72,7 @@ def test_ray_terminate_ends_the_actor_after_the_calls_before_it(shared_node):
     with pytest.raises(ActorDiedError) as died:
         ember.get(box.add.remote(9), timeout=30)
     assert "__ray_terminate__" in str(died.value) and "intentional" in str(died.value)
-    wait_until(lambda: not _alive(pid), 15, message="the actor's process to end")
+    wait_until(lambda: process_gone(pid), 15, message="the actor's process to end")
 
 
 def test_exit_actor_runs_atexit_and_later_calls_say_it_was_intentional(shared_node, tmp_path):
@@ -107,7 +107,7 @@ def test_kill_is_immediate_and_runs_no_atexit(shared_node, tmp_path):
     ember.kill(box)
     with pytest.raises(ActorDiedError):
         ember.get([running, box.add.remote(2)], timeout=30)
-    wait_until(lambda: not _alive(pid), 15, message="the killed actor's process to end")
+    wait_until(lambda: process_gone(pid), 15, message="the killed actor's process to end")
     assert not marker.exists()
 
 
@@ -281,14 +281,6 @@ def test_runtime_context_names_resources_and_ids(shared_node):
     assert actor_resources == {} and actor_task == "Box.context"
     assert isinstance(actor_id, ember.ActorID) and actor_id.hex() == actor_hex
     assert ember.get_runtime_context().get_task_name() is None  # the driver runs no task
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @ember.remote(max_task_retries=2)

@@ -13,7 +13,7 @@ import pytest
 from ember import config
 from ember.exceptions import OutOfMemoryError
 from ember.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-from ember_test_utils import wait_until
+from ember_test_utils import process_gone, wait_until
 
 
 @ember.remote
@@ -56,7 +56,7 @@ def test_a_worker_nodes_monitor_kills_the_newest_and_the_owner_retries_or_fails(
         usage.write_text("0.99")
         wait_until(lambda: kills() > before, 15, 0.005, "a kill")
         usage.write_text("0.1")
-        wait_until(lambda: not psutil.pid_exists(pid), 15, 0.01, f"the end of {pid}")
+        wait_until(lambda: process_gone(pid), 15, 0.01, f"the end of {pid}")
 
     older = hold.options(name="older", scheduling_strategy=there).remote("older", gate, tmp)
     older_pid = _started(tmp, "older")
