@@ -211,3 +211,56 @@ def test_an_ended_job_is_deleted_and_a_long_log_is_bounded(page, cluster, jobs):
     wait_until(lambda: _row(page, sid).count() == 0, 10, 0.1, "the deleted job's row to go")
     assert "sel=" not in page.url
     assert sid not in {j.submission_id for j in client.list_jobs()}
+
+
+def test_a_job_whose_node_dies_reads_failed_with_the_reason(page):
+    """A second machine's node (``ember start --address``) runs the job; its processes are
+    killed: the page shows the job FAILED, naming that node and its death."""
+    import json
+    import shutil
+    import subprocess
+    import tempfile
+
+    from ember_test_utils import ember_cli
+
+    with head_cluster("--num-cpus", "1", "--dashboard-port", "0") as (_root, port, started):
+        url = re.search(r"Dashboard: (http://[0-9.:]+)", started.stdout).group(1).rstrip("/")
+        worker_root = tempfile.mkdtemp(prefix="emb-w-", dir="/tmp")
+        stop = [ember_cli(), "stop", "--force", "--temp-dir", worker_root]
+        try:
+            joined = subprocess.run(
+                [
+                    ember_cli(),
+                    "start",
+                    "--address",
+                    f"127.0.0.1:{port}",
+                    "--temp-dir",
+                    worker_root,
+                    "--num-cpus",
+                    "1",
+                    "--resources",
+                    json.dumps({"only_there": 1}),
+                    "--object-store-memory",
+                    str(64 * 2**20),
+                    "--node-ip-address",
+                    "127.0.0.1",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=90,
+            )
+            assert joined.returncode == 0, joined.stderr
+            client = JobSubmissionClient(url)
+            sid = client.submit_job(entrypoint="sleep 600", entrypoint_resources={"only_there": 1})
+            _status(client, sid, JobStatus.RUNNING, 60)
+            node_id = client.get_job_info(sid).driver_node_id
+            subprocess.run(stop, capture_output=True, timeout=90)  # the node dies
+            open_page(page, url, f"jobs?sel={sid}")
+            detail = page.locator(f"[data-testid=job-detail][data-submission-id={sid}]")
+            _wait_text(detail.locator("[data-testid=job-detail-status]"), "FAILED", 60)
+            message = _read(detail.locator("[data-testid=job-message]")) or ""
+            assert f"node {node_id}" in message and "died" in message, message
+            _wait_text(_row(page, sid).locator("[data-testid=job-status]"), "FAILED")
+        finally:
+            subprocess.run(stop, capture_output=True, timeout=90)
+            shutil.rmtree(worker_root, ignore_errors=True)
