@@ -113,6 +113,13 @@ async def job_logs(job_id: str, ctx: DashboardContext = Depends(get_ctx)) -> Res
     first = await _read(ctx, rec, 0)
     if first.get("status") == 403:  # the job made its log a link: refused, saying why
         raise HTTPException(403, first["error"])
+    if first.get("error"):
+        # The node holding the log does not answer (it died, or its agent is away): an
+        # empty log for Ray's clients, and why, for those that read this header.
+        why = f"the log is on node {rec.get('driver_node_id')}, which does not answer: "
+        return JSONResponse(
+            {"logs": ""}, headers={"X-Ember-Logs-Unavailable": (why + first["error"])[:500]}
+        )
     end = int(first.get("size") or first.get("next_offset") or 0)
     start = max(0, end - LOGS_MAX_BYTES)
     if start:

@@ -64,6 +64,10 @@ def test_a_job_whose_node_dies_fails_naming_the_death(cluster):
         assert job["error_type"] == "JOB_SUPERVISOR_ACTOR_DIED"
         assert f"node {worker.node_id.hex()}" in job["message"] and "died" in job["message"]
         wait_until(lambda: not _group(pgid), 10, 0.1, "the entrypoint's process group to be gone")
+        # Its log was on the dead node: Ray's empty log, and why in a header of Ember's.
+        logs = http.get(f"/api/jobs/{sid}/logs")
+        assert logs.status_code == 200 and logs.json() == {"logs": ""}
+        assert worker.node_id.hex() in logs.headers["X-Ember-Logs-Unavailable"]
         # What `ember job status` tells its user, from the CLI as users run it.
         url = cluster.head_node.dashboard_url
         out = subprocess.run(

@@ -261,6 +261,10 @@ def test_a_job_whose_node_dies_reads_failed_with_the_reason(page):
             message = _read(detail.locator("[data-testid=job-message]")) or ""
             assert f"node {node_id}" in message and "died" in message, message
             _wait_text(_row(page, sid).locator("[data-testid=job-status]"), "FAILED")
+            # Its log was on the dead node: the page says so rather than "No output yet".
+            error = detail.locator(".error", has_text="does not answer")
+            wait_until(lambda: error.count() > 0, 30, 0.2, "the log's unavailability")
+            assert node_id in error.first.inner_text()
         finally:
             subprocess.run(stop, capture_output=True, timeout=90)
             shutil.rmtree(worker_root, ignore_errors=True)

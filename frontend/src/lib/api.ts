@@ -61,6 +61,12 @@ export async function getJSON<T>(path: string, params?: Params, signal?: AbortSi
   return parse<T>(res);
 }
 
+/** getJSON, with the reply's headers (some replies say more there than in Ray's body). */
+export async function getJSONAndHeaders<T>(path: string, signal?: AbortSignal, timeoutMs?: number): Promise<{ body: T; headers: Headers }> {
+  const res = await fetch(apiUrl(path), { signal: withDeadline(signal, timeoutMs) });
+  return { body: await parse<T>(res), headers: res.headers };
+}
+
 export async function postJSON<T>(path: string, body?: unknown, params?: Params, timeoutMs?: number): Promise<T> {
   const res = await fetch(apiUrl(path, params), {
     method: "POST",

@@ -5,7 +5,7 @@
 // Delete ask first.
 import { useEffect, useRef, useState } from "preact/hooks";
 import { BarLegend, ErrorBox, Modal, ProgressBar, StateBadge, taskBuckets } from "../components/bits";
-import { deleteJSON, errorText, getJSON, postJSON, wsUrl } from "../lib/api";
+import { deleteJSON, errorText, getJSONAndHeaders, postJSON, wsUrl } from "../lib/api";
 import { useApi } from "../lib/data";
 import { bytes, duration, resources, shortId, time } from "../lib/format";
 import { href, setParams } from "../lib/router";
@@ -370,11 +370,11 @@ function JobLogs({ id, ended }: { id: string; ended: boolean }) {
     const ctl = new AbortController();
     const path = `api/jobs/${encodeURIComponent(id)}/logs`;
     const whole = () =>
-      getJSON<{ logs: string }>(path, {}, ctl.signal, 60_000)
+      fetchLogs(path, ctl.signal)
         .then((r) => {
           if (closed) return;
           setBuf((b) => boundedLines(b, splitLines(r.logs), true));
-          setErr(undefined);
+          setErr(r.unavailable);
         })
         .catch((e) => {
           if (!closed) setErr(errorText(e));
@@ -451,4 +451,11 @@ function JobLogs({ id, ended }: { id: string; ended: boolean }) {
       </pre>
     </>
   );
+}
+
+/** The whole log (GET, Ray's `{"logs"}`), and why it is empty when its node does not answer
+ * (the `X-Ember-Logs-Unavailable` header: a dead node's log cannot be read). */
+async function fetchLogs(path: string, signal: AbortSignal): Promise<{ logs: string; unavailable?: string }> {
+  const { body, headers } = await getJSONAndHeaders<{ logs: string }>(path, signal, 60_000);
+  return { logs: body.logs, unavailable: headers.get("X-Ember-Logs-Unavailable") ?? undefined };
 }
