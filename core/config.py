@@ -44,6 +44,11 @@ prestart_worker_cap: int = _env("prestart_worker_cap", 4)
 # raylet counts a lease's resources only once a worker takes it, so while a node starts its
 # first worker its heartbeats show it free and other raylets spill more work to it.
 local_prestart_worker_cap: int = _env("local_prestart_worker_cap", 0)
+# Workers a raylet starts at once (spawned, not yet registered); more wait their turn. Ray caps
+# this too: 1,000 actor leases at once made 1,000 spawn requests, which filled the fork
+# server's pipe and blocked the raylet's loop until its heartbeats lapsed and the node
+# declared itself dead. 0: twice the machine's CPUs, at least 8.
+max_starting_workers: int = _env("max_starting_workers", 0)
 # Idle workers beyond the CPU count are stopped after this long.
 idle_worker_kill_seconds: float = _env("idle_worker_kill_seconds", 10.0)
 # Print the infeasible-task warning after this long pending (Ray warns too).

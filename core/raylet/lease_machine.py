@@ -229,6 +229,7 @@ class LeaseMachine:
         *,
         clock: Callable[[], float],
         can_refresh_view: Callable[[], bool] = lambda: False,
+        max_starting: int = 1_000_000,
     ) -> None:
         self.node_id = node_id
         self.resources = resources
@@ -240,6 +241,7 @@ class LeaseMachine:
         self.leases: dict[int, Lease] = {}
         self.idle: list[Worker] = []
         self.starting = 0  # workers in STARTING, and those StartWorkers asked for
+        self.max_starting = max_starting
         self.spread_index = 0
         self.stopping = False
         self._next_lease_id = 1
@@ -500,7 +502,8 @@ class LeaseMachine:
             else:
                 w.track.fire("leased")
             out.append(Grant(req, lease))
-        to_start = need_workers - self.starting
+        # At most max_starting at once: a burst waits here, not in the fork server's pipe.
+        to_start = min(need_workers, self.max_starting) - self.starting
         if to_start > 0:
             self.starting += to_start
             out.append(StartWorkers(to_start))

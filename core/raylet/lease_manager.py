@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import signal
 import time
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from ember.raylet.raylet import Raylet
 
 logger = logging.getLogger("ember.raylet")
+START_FAILURE_LOG_S = 10.0
 
 
 class LeaseManager:
@@ -40,6 +42,7 @@ class LeaseManager:
             raylet.view,
             clock=time.monotonic,
             can_refresh_view=self._gcs_up,
+            max_starting=config.max_starting_workers or max(8, 2 * (os.cpu_count() or 1)),
         )
         # Why recent workers ended ({worker_id: reason}), for holders whose task's worker
         # died: the newest config.worker_exit_reasons_kept, older ones counted as forgotten.
@@ -48,6 +51,8 @@ class LeaseManager:
         # when asked for (an actor killed or told to exit, an idle worker retired, a lease
         # ended) or a clean exit; the agent reports the others as crashes.
         self.recent_exits: collections.deque[tuple[int, str, bool]] = collections.deque(maxlen=256)
+        self._start_failures = 0  # since the last line about them (_start_failed)
+        self._start_failure_logged = -START_FAILURE_LOG_S
         self.exit_reasons_forgotten = 0
         self._do = {
             ev.StartWorkers: self._start_workers,
@@ -321,5 +326,18 @@ class LeaseManager:
             )
 
     def _start_failed(self, ins: ev.StartFailed) -> None:
+        """Logged once per START_FAILURE_LOG_S with how many more failed since: a burst of
+        failed starts once wrote the same line 28,000 times."""
         w: Any = ins.worker
-        logger.error("worker %s died while starting: %s", w.pid, w.exit_reason)
+        now = time.monotonic()
+        self._start_failures += 1
+        if now - self._start_failure_logged < START_FAILURE_LOG_S:
+            return
+        more = self._start_failures - 1
+        self._start_failure_logged, self._start_failures = now, 0
+        logger.error(
+            "worker %s died while starting: %s%s",
+            w.pid,
+            w.exit_reason,
+            f" ({more} more failed to start in the last {START_FAILURE_LOG_S:g} s)" if more else "",
+        )

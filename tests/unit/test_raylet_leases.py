@@ -368,3 +368,25 @@ def test_the_table_names_every_state() -> None:
     for state, moves in WORKER_LIFECYCLE.table.items():
         assert "kill" in moves, state
         assert "died" in moves or "start_failed" in moves, state
+
+
+def test_a_burst_of_leases_starts_workers_a_few_at_a_time() -> None:
+    """1,000 actor leases at once must not spawn 1,000 workers at once: at most
+    ``max_starting`` are on their way; each registration lets the next start."""
+    m = LeaseMachine(
+        HERE,
+        NodeResources({"CPU": 2}),
+        ClusterView(),
+        clock=Clock(),
+        max_starting=4,
+    )
+    started = 0
+    for i in range(50):
+        out = ask(m, request({}, actor_id=i.to_bytes(4, "big")))
+        started += sum(o.count for o in out if isinstance(o, StartWorkers))
+    assert started == 4 and m.starting == 4
+    # One registers: it takes a lease, and one more starts in its place.
+    w = Worker(b"w-01", m.clock())  # one of the four asked for (STARTING)
+    out = m.handle(WorkerRegistered(w))
+    assert [type(o) for o in out].count(Grant) == 1
+    assert sum(o.count for o in out if isinstance(o, StartWorkers)) == 1
