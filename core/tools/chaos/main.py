@@ -147,12 +147,14 @@ def _as_json(rows: list[Row], total: Row, extra: dict[str, Any]) -> dict[str, An
     return {"rows": [one(r) for r in rows], "total": one(total), **extra}
 
 
-def _raise_on_sigterm() -> None:
+def _interrupt_on_signals() -> None:
     # SIGTERM (a CI's timeout, say) ends the run through the same cleanup as Ctrl-C.
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, handler)
+    # A background job's SIGINT starts ignored; the suite's Ctrl-C must still clean up.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    _raise_on_sigterm()
+    _interrupt_on_signals()
     rows = [Row(name) for name, _ in chosen]
     h = Harness(log)
     interrupted, crashed = "", ""
