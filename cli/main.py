@@ -52,6 +52,26 @@ def demo(num_cpus: float | None, tasks: int, hold: float | None) -> None:
     run_demo(num_cpus=num_cpus, num_tasks=tasks, hold_seconds=hold)
 
 
+@main.command()
+@click.option("--quick", is_flag=True, help="Each fault once (about 3 minutes).")
+@click.option("--rounds", type=click.IntRange(min=1), default=None, help="Rounds of each fault.")
+@click.option("--json", "json_path", default=None, help="Also write the results to this file.")
+@click.option("--filter", "filter_", default=None, help="Only faults whose name contains this.")
+def chaos(quick: bool, rounds: int | None, json_path: str | None, filter_: str | None) -> None:
+    """Inject faults and hostile peers into a 2-node loopback cluster under load; print what
+    survived and what leaked (exit status 1 if anything was not survived or leaked)."""
+    from ember.tools.chaos.main import main as run_chaos
+
+    argv = ["--quick"] if quick else []
+    if rounds is not None:
+        argv += ["--rounds", str(rounds)]
+    if json_path:
+        argv += ["--json", json_path]
+    if filter_:
+        argv += ["--filter", filter_]
+    sys.exit(run_chaos(argv))
+
+
 def _register() -> None:
     from ember.cli.dashboard_url import dashboard
     from ember.cli.get_state import get_state

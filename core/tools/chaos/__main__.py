@@ -1,0 +1,7 @@
+"""``python -m ember.tools.chaos``."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())
