@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import cloudpickle
 from ember import runtime_env_packages as packages
+from ember.core_worker import generators
 from ember.core_worker.process_limits import LimitWatch
 from ember.core_worker.reference_counter import ReferenceCounter
 from ember.core_worker.task_spec import (
@@ -108,6 +109,8 @@ class Executor:
 
     # -- on the I/O thread -----------------------------------------------------------------
     def on_push_task(self, conn, spec: TaskSpec) -> object:
+        if spec.generator:
+            spec.stream_conn = conn  # its items go back on it (generators.py)
         self.queue.put((spec, conn.deferred()))
         return DEFERRED
 
@@ -117,6 +120,8 @@ class Executor:
 
     def on_push_actor_task(self, conn, spec: TaskSpec) -> object:
         reply_to = conn.deferred()
+        if spec.generator:
+            spec.stream_conn = conn  # its items go back on it (generators.py)
         if self.async_loop is not None:
             self.async_loop.call_soon_threadsafe(self._start_async_call, spec, reply_to)
         elif self.pool is not None:
@@ -226,6 +231,8 @@ class Executor:
                 result = fn(*args, **kwargs)
                 if inspect.iscoroutine(result):
                     result = asyncio.run(result)
+                if spec.generator:
+                    result = generators.run(self, spec, result)
             timings["executed"] = time.time()
             reply = self.store_returns(spec, result)
         except SystemExit as e:
@@ -524,6 +531,8 @@ class Executor:
             result = method(*args, **kwargs)
             if inspect.isawaitable(result):
                 result = await result
+            if spec.generator:
+                result = await generators.run_async(self, spec, result)
             timings["executed"] = time.time()
             reply = self.store_returns(spec, result)
         except SystemExit as e:
