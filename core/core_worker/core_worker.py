@@ -378,9 +378,13 @@ class CoreWorker:
 
     # -- worker side: handlers that the executor serves ------------------------------------
     def _h_push_task(self, conn: Connection, spec: TaskSpec):
+        if spec.generator:
+            spec.stream_conn = conn  # its items go back on it (generators.py)
         return self.executor.on_push_task(conn, spec)
 
     def _h_push_actor_task(self, conn: Connection, spec: TaskSpec):
+        if spec.generator:
+            spec.stream_conn = conn
         return self.executor.on_push_actor_task(conn, spec)
 
     def _h_create_actor(self, conn: Connection, spec: TaskSpec):

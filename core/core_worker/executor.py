@@ -109,8 +109,6 @@ class Executor:
 
     # -- on the I/O thread -----------------------------------------------------------------
     def on_push_task(self, conn, spec: TaskSpec) -> object:
-        if spec.generator:
-            spec.stream_conn = conn  # its items go back on it (generators.py)
         self.queue.put((spec, conn.deferred()))
         return DEFERRED
 
@@ -120,8 +118,6 @@ class Executor:
 
     def on_push_actor_task(self, conn, spec: TaskSpec) -> object:
         reply_to = conn.deferred()
-        if spec.generator:
-            spec.stream_conn = conn  # its items go back on it (generators.py)
         if self.async_loop is not None:
             self.async_loop.call_soon_threadsafe(self._start_async_call, spec, reply_to)
         elif self.pool is not None:

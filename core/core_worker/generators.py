@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from ember.core_worker.generator_streams import item_id
 from ember.core_worker.task_spec import GEN_DYNAMIC, GEN_STATIC, TaskSpec
+from ember.exceptions import TaskCancelledError
 from ember.object_ref import ObjectRef
 from ember.object_ref_generator import DynamicObjectRefGenerator
 from ember.serialization import SerializedObject, serialize, serialize_error
@@ -126,7 +127,7 @@ class _Sender:
         self.executor = executor
         self.host = executor.host
         self.spec = spec
-        # Set by the executor when the push came in: the connection to answer on.
+        # Set by the core worker when the push came in: the connection to answer on.
         self.conn = spec.__dict__.get("stream_conn")
         self.dynamic = spec.generator == GEN_DYNAMIC
         self.index = 0
@@ -152,7 +153,7 @@ class _Sender:
     def raised(self, e: Exception) -> None:
         """The generator raised: a dynamic task's last item is the error (as in Ray); a
         streaming task fails with it and its owner decides (retry, or the last item)."""
-        if not self.dynamic:
+        if not self.dynamic or isinstance(e, TaskCancelledError):
             raise e
         index = self.index
         self.index += 1
