@@ -83,11 +83,14 @@ class ObjectRefGenerator:
     Not thread-safe (as Ray's): one consumer at a time.
     """
 
-    def __init__(self, generator_ref: ObjectRef, worker: Any, stream: Any) -> None:
+    def __init__(
+        self, generator_ref: ObjectRef, worker: Any, stream: Any, streams: Any = None
+    ) -> None:
         # The task's own return: ready when the task ends; holds its error if it died.
         self._generator_ref = generator_ref
         self._worker = worker
-        self._streams = worker.streams
+        # Where the stream's items are (the core worker's; local mode brings its own).
+        self._streams = worker.streams if streams is None else streams
         self._stream = stream
         self._task_id = generator_ref.task_id()
         self._generator_task_raised = False

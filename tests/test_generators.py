@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import os
 import pickle
+import subprocess
+import sys
 import time
 
 import ember
@@ -381,10 +384,8 @@ def test_an_actor_killed_mid_generator(shared_node):
 def test_cancel_a_generator(shared_node):
     @ember.remote
     def forever():
-        i = 0
-        while True:
+        for i in itertools.count():
             yield i
-            i += 1
             time.sleep(0.1)
 
     gen = forever.remote()
@@ -421,3 +422,33 @@ def test_a_generator_is_not_a_value(shared_node):
     with pytest.raises(NotImplementedError):
         gen.send(None)
     assert [ember.get(r) for r in gen] == [0]
+
+
+def test_local_mode_runs_generators(tmp_path):
+    script = tmp_path / "local.py"
+    script.write_text(
+        "import ember\n"
+        "ember.init(local_mode=True)\n"
+        "@ember.remote\n"
+        "def gen(n):\n"
+        "    yield from range(n)\n"
+        "    raise ValueError('end')\n"
+        "g = gen.remote(2)\n"
+        "out = [ember.get(next(g)), ember.get(next(g))]\n"
+        "try:\n"
+        "    ember.get(next(g))\n"
+        "except ValueError:\n"
+        "    out.append('raised')\n"
+        "out.append(sum(1 for _ in g))\n"
+        "d = ember.get(gen.options(num_returns='dynamic').remote(1))\n"
+        "out.append(len(d))\n"
+        "@ember.remote(num_returns=2)\n"
+        "def two():\n"
+        "    yield 'a'\n"
+        "    yield 'b'\n"
+        "out.append(ember.get(two.remote()))\n"
+        "print(out)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[0, 1, 'raised', 0, 2, ['a', 'b']]"
