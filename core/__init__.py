@@ -32,6 +32,8 @@ _PUBLIC: dict[str, str | None] = {
     "WorkerID": "ember.id_types",
     "ObjectID": "ember.object_ref",
     "ObjectRef": "ember.object_ref",
+    "ObjectRefGenerator": "ember.object_ref_generator",
+    "DynamicObjectRefGenerator": "ember.object_ref_generator",
     "available_resources": "ember.api",
     "cancel": "ember.api",
     "cluster_resources": "ember.api",
@@ -88,6 +90,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     )
     from ember.id_types import ActorID, JobID, NodeID, PlacementGroupID, TaskID, WorkerID
     from ember.object_ref import ObjectID, ObjectRef
+    from ember.object_ref_generator import DynamicObjectRefGenerator, ObjectRefGenerator
     from ember.profiling import profile
 
 __all__ = [  # literal, so tools see the exports (the same names as _PUBLIC)
@@ -101,6 +104,8 @@ __all__ = [  # literal, so tools see the exports (the same names as _PUBLIC)
     "WorkerID",
     "ObjectID",
     "ObjectRef",
+    "ObjectRefGenerator",
+    "DynamicObjectRefGenerator",
     "actor",
     "available_resources",
     "cancel",

@@ -20,6 +20,7 @@ from ember.core_worker.task_spec import ACTOR_CREATION_TASK, TaskSpec
 from ember.driver import current_worker
 from ember.exceptions import ActorExit, RemoteUsageError
 from ember.ids import actor_handle_object_id, new_task_id, new_unique_id
+from ember.object_ref_generator import check_generator_returns
 from ember.runtime_env import inherited_env
 from ember.serialization import dumps_function
 
@@ -83,13 +84,18 @@ def _method_table(cls: type) -> dict[str, dict[str, Any]]:
         if not callable(member) or (name.startswith("__") and name != "__call__"):
             continue
         opts = getattr(member, "__ember_method_options__", {})
+        generator = inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member)
+        check_generator_returns(opts.get("num_returns"), generator, f"{cls.__name__}.{name}")
         table[name] = {
-            "num_returns": opts.get("num_returns", 1),
+            # A generator method streams its items unless num_returns says otherwise.
+            "num_returns": opts.get("num_returns", "streaming" if generator else 1),
             "max_task_retries": opts.get("max_task_retries"),
             "retry_exceptions": _portable_retry(opts.get("retry_exceptions")),
             "concurrency_group": opts.get("concurrency_group") or "",
             "is_async": inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member),
         }
+        if generator:
+            table[name]["generator"] = True
     return table
 
 

@@ -16,6 +16,7 @@ from ember import global_state, options
 from ember.core_worker.task_spec import ACTOR_TASK, TaskSpec
 from ember.ids import actor_handle_object_id, new_task_id
 from ember.object_ref import ObjectRef
+from ember.object_ref_generator import check_generator_returns, generator_mode, submit_generator
 
 
 class ActorHandle:
@@ -120,6 +121,9 @@ class ActorMethod:
 
     def options(self, **opts: Any) -> _BoundMethodOptions:
         opts = options.validate(opts, options.METHOD_OPTIONS, f"method {self._name}")
+        check_generator_returns(
+            opts.get("num_returns"), bool(self._meta.get("generator")), f"method {self._name}"
+        )
         return _BoundMethodOptions(self, opts)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
@@ -131,6 +135,9 @@ class ActorMethod:
         if worker.local_mode:
             return worker.call_local_actor(handle, self._name, args, kwargs, opts, self._meta)
         num_returns = opts.get("num_returns", self._meta.get("num_returns", 1))
+        generator = 0
+        if self._meta.get("generator"):
+            num_returns, generator = generator_mode(num_returns)
         encoded, kw_names, nested = worker.encode_args(
             args, kwargs, f"{handle._class_name}.{self._name}"
         )
@@ -155,6 +162,9 @@ class ActorMethod:
         )
         if handle._max_pending_calls > 0:
             worker.admit_limited_call(spec, handle._max_pending_calls)
+        if generator:
+            spec.generator = generator
+            return submit_generator(worker, spec, worker.submit_actor_task)
         refs = worker.submit_actor_task(spec)
         if num_returns == 1:
             return refs[0]

@@ -20,6 +20,7 @@ from ember.driver import current_worker as _worker
 from ember.driver import init, is_initialized, shutdown
 from ember.exceptions import GetTimeoutError
 from ember.object_ref import ObjectRef
+from ember.object_ref_generator import ObjectRefGenerator
 from ember.protocol.messages.gcs import NoSuchActor
 from ember.remote_function import RemoteFunction
 from ember.runtime_context import get_gpu_ids, get_runtime_context
@@ -70,13 +71,23 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
             if not isinstance(r, ObjectRef):
                 raise ValueError(
                     f"ember.get() takes an ObjectRef or a list of ObjectRefs; item {i} is a "
-                    f"{type(r).__name__}."
+                    f"{type(r).__name__}.{_GENERATOR_HINT if _is_generator(r) else ''}"
                 )
         return worker.get(list(object_refs), timeout)
     raise ValueError(
         f"ember.get() takes an ObjectRef or a list of ObjectRefs, not a "
-        f"{type(object_refs).__name__}."
+        f"{type(object_refs).__name__}.{_GENERATOR_HINT if _is_generator(object_refs) else ''}"
     )
+
+
+_GENERATOR_HINT = (
+    " A generator task's items are refs: iterate it (for ref in gen: ember.get(ref)), or "
+    "get gen.completed() to wait for the task's end."
+)
+
+
+def _is_generator(value: Any) -> bool:
+    return isinstance(value, ObjectRefGenerator)
 
 
 def wait(
@@ -103,6 +114,8 @@ def wait(
     # list, one ready ref at a time, and a Python loop here would cost more than the wait.
     if not all(issubclass(kind, ObjectRef) for kind in set(map(type, refs))):
         bad = next(r for r in refs if not isinstance(r, ObjectRef))
+        if isinstance(bad, ObjectRefGenerator):
+            return _wait_with_generators(refs, num_returns, timeout, fetch_local)
         raise TypeError(f"wait() expected a list of ObjectRef, found a {type(bad).__name__}")
     if len(set(map(_ref_id, refs))) != len(refs):
         raise ValueError("Wait requires a list of unique object refs.")
@@ -113,6 +126,27 @@ def wait(
     if timeout is not None and timeout < 0:
         raise ValueError("timeout must be non-negative (or None to wait forever)")
     return _worker().wait(refs, num_returns, timeout, fetch_local)
+
+
+def _wait_with_generators(
+    items: list, num_returns: int, timeout: float | None, fetch_local: bool
+) -> tuple[list, list]:
+    """wait() over refs and ObjectRefGenerators: a generator is ready when ``next`` on it
+    would return at once (its next item is here, or it has ended), as in Ray."""
+    probes = []
+    for item in items:
+        if isinstance(item, ObjectRefGenerator):
+            probes.append(item._ready_probe())
+        elif isinstance(item, ObjectRef):
+            probes.append(item)
+        else:
+            raise TypeError(f"wait() expected a list of ObjectRef, found a {type(item).__name__}")
+    ready, _ = wait(probes, num_returns=num_returns, timeout=timeout, fetch_local=fetch_local)
+    ready_ids = {r._id for r in ready}
+    done = [item for item, probe in zip(items, probes, strict=True) if probe._id in ready_ids]
+    return done, [
+        item for item, probe in zip(items, probes, strict=True) if probe._id not in ready_ids
+    ]
 
 
 # -- actors ----------------------------------------------------------------------------------
@@ -144,6 +178,8 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     default) the tasks it submitted are cancelled too. An actor call waiting to run is
     dropped; a running one is interrupted only in an async actor (``CancelledError`` inside
     it), as Ray does; ``force`` is refused for actor calls."""
+    if isinstance(object_ref, ObjectRefGenerator):
+        object_ref = object_ref.completed()  # the generator task itself
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"ember.cancel() takes an ObjectRef, not {type(object_ref).__name__}")
     worker = _worker()

@@ -17,6 +17,7 @@ from ember.actor_handle import ActorHandle
 from ember.exceptions import ActorDiedError, GetTimeoutError, TaskError, format_exception
 from ember.ids import new_task_id, new_unique_id, object_id_for_put, object_id_for_return
 from ember.object_ref import ObjectRef
+from ember.object_ref_generator import DynamicObjectRefGenerator, ObjectRefGenerator
 from ember.serialization import deserialize, serialize
 
 
@@ -88,7 +89,9 @@ class LocalModeWorker:
 
         return [one(a) for a in args], {k: one(v) for k, v in kwargs.items()}
 
-    def _run(self, name: str, fn: Any, args: tuple, kwargs: dict, num_returns: int) -> Any:
+    def _run(self, name: str, fn: Any, args: tuple, kwargs: dict, num_returns: Any) -> Any:
+        if num_returns in ("streaming", "dynamic", None):
+            return self._run_generator(name, fn, args, kwargs, num_returns)
         task_id = new_task_id()
         ids = [object_id_for_return(task_id, i + 1) for i in range(max(num_returns, 1))]
         self.current.task_id = task_id
@@ -97,6 +100,13 @@ class LocalModeWorker:
             result = fn(*a, **kw)
             if inspect.iscoroutine(result):
                 result = asyncio.run(result)
+            if inspect.isgenerator(result):  # a generator with a static num_returns
+                result = list(result)
+                if len(result) != num_returns:
+                    raise ValueError(
+                        f"Task returned {len(result)} objects, but num_returns={num_returns}."
+                    )
+                result = result[0] if num_returns == 1 else result
             values = [result] if num_returns == 1 else list(result)
             refs = [self._store(i, v) for i, v in zip(ids, values, strict=False)]
         except Exception as e:
@@ -108,9 +118,39 @@ class LocalModeWorker:
             return refs[0]
         return refs if num_returns else None
 
+    def _run_generator(self, name: str, fn: Any, args: tuple, kwargs: dict, mode: Any) -> Any:
+        """A streaming or dynamic generator, run to its end at once: its items' refs, the
+        error (if it raised) as the last one."""
+        task_id = new_task_id()
+        refs: list[ObjectRef] = []
+        self.current.task_id = task_id
+        try:
+            a, kw = self._resolve(args, kwargs)
+            result = fn(*a, **kw)
+            if inspect.isasyncgen(result):
+                result = asyncio.run(_collect_async(result))
+            for value in result:
+                refs.append(self._store(object_id_for_return(task_id, len(refs) + 2), value))
+        except Exception as e:
+            err = TaskError(name, format_exception(e), e, pid=os.getpid())
+            oid = object_id_for_return(task_id, len(refs) + 2)
+            refs.append(self._store(oid, err, is_error=True))
+        finally:
+            self.current.task_id = None
+        if mode == "dynamic":
+            return self._store(object_id_for_return(task_id, 1), DynamicObjectRefGenerator(refs))
+        stream = _LocalStream(refs)
+        done = self._store(object_id_for_return(task_id, 1), None)
+        return ObjectRefGenerator(done, self, stream, streams=stream)
+
     def run_local(self, fn: Any, args: tuple, kwargs: dict, opts: dict) -> Any:
+        generator = inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)
         return self._run(
-            getattr(fn, "__name__", "task"), fn, args, kwargs, opts.get("num_returns", 1)
+            getattr(fn, "__name__", "task"),
+            fn,
+            args,
+            kwargs,
+            opts.get("num_returns", "streaming" if generator else 1),
         )
 
     def create_local_actor(self, actor_class: Any, args: tuple, kwargs: dict, opts: dict) -> Any:
@@ -151,3 +191,24 @@ class LocalModeWorker:
     def shutdown(self) -> None:
         self._objects.clear()
         self._actors.clear()
+
+
+async def _collect_async(agen: Any) -> list:
+    return [value async for value in agen]
+
+
+class _LocalStream:
+    """A local-mode generator's items, all there from the start: what ``ObjectRefGenerator``
+    asks of a stream (``streams.peek``/``take``/``finished``), over a list."""
+
+    def __init__(self, refs: list[ObjectRef]) -> None:
+        self.refs = list(refs)
+
+    def peek(self, stream: _LocalStream) -> tuple[bool, ObjectRef]:
+        return True, ObjectRef.nil()
+
+    def take(self, stream: _LocalStream) -> ObjectRef | None:
+        return self.refs.pop(0) if self.refs else None
+
+    def finished(self, stream: _LocalStream) -> bool:
+        return not self.refs

@@ -12,7 +12,7 @@ import concurrent.futures
 from typing import Any
 
 from ember import global_state
-from ember.ids import task_id_of
+from ember.ids import OBJECT_ID_SIZE, task_id_of
 from ember.serialization import record_contained_ref
 
 # (worker_id, address, node_id): where the owner's core worker listens.
@@ -46,6 +46,14 @@ class ObjectRef:
                     worker.dropped_refs.append(self._id)
                 except Exception:  # interpreter shutdown: nothing left to free
                     pass
+
+    @classmethod
+    def nil(cls) -> ObjectRef:
+        """The id of no object (what a generator's ``_next_sync`` gives when it timed out)."""
+        return cls(bytes(OBJECT_ID_SIZE), None, _count=False)
+
+    def is_nil(self) -> bool:
+        return not any(self._id)
 
     def binary(self) -> bytes:
         return self._id

@@ -109,7 +109,12 @@ _RULES: dict[str, tuple[Any, Any, str]] = {
     ),
     "memory": (_is_number, lambda v: v >= 0, "a non-negative number of bytes"),
     "object_store_memory": (_is_number, lambda v: v >= 0, "a non-negative number of bytes"),
-    "num_returns": (_is_int, lambda v: v >= 0, "an integer >= 0"),
+    # "streaming" and "dynamic" are a generator function's (checked with the function).
+    "num_returns": (
+        lambda v: _is_int(v) or isinstance(v, str),
+        lambda v: v in ("streaming", "dynamic") if isinstance(v, str) else v >= 0,
+        "an integer >= 0, or 'streaming' or 'dynamic' for a generator function",
+    ),
     "max_calls": (_is_int, lambda v: v >= 0, "an integer >= 0 (0: no limit)"),
     "max_retries": (_is_int, lambda v: v >= -1, "an integer >= -1 (-1: retry forever)"),
     "max_restarts": (_is_int, lambda v: v >= -1, "an integer >= -1 (-1: restart forever)"),

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 from typing import Any
 
 from ember import global_state, options
 from ember.core_worker.task_spec import NORMAL_TASK, TaskSpec
 from ember.driver import current_worker
 from ember.ids import new_task_id
+from ember.object_ref_generator import check_generator_returns, generator_mode, submit_generator
 from ember.runtime_env import inherited_env
 from ember.serialization import dumps_function
 
@@ -24,6 +26,11 @@ class RemoteFunction:
         # errors), as Ray names them: without the module.
         self._qualname = function.__qualname__
         self._opts = options.validate(opts, options.TASK_OPTIONS, f"remote function {self._name}")
+        # A generator function's tasks stream their items unless num_returns says otherwise.
+        self._is_generator = inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(
+            function
+        )
+        check_generator_returns(self._opts.get("num_returns"), self._is_generator, self._name)
         self._pickled: bytes | None = None
         self._function_id: bytes | None = None
         self._registered_with: Any = None
@@ -46,6 +53,7 @@ class RemoteFunction:
 
     def options(self, **opts: Any) -> _BoundOptions:
         merged = {**self._opts, **options.validate(opts, options.TASK_OPTIONS, self._name)}
+        check_generator_returns(merged.get("num_returns"), self._is_generator, self._name)
         return _BoundOptions(self, merged)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
@@ -67,6 +75,9 @@ class RemoteFunction:
             return worker.run_local(self._function, args, kwargs, opts)
         self._ensure_exported(worker)
         num_returns = opts.get("num_returns", 1)
+        generator = 0
+        if self._is_generator:
+            num_returns, generator = generator_mode(opts.get("num_returns"))
         encoded, kw_names, nested = worker.encode_args(args, kwargs, self._name)
         spec = TaskSpec(
             task_id=new_task_id(),
@@ -87,6 +98,9 @@ class RemoteFunction:
         env = inherited_env(worker, opts.get("runtime_env"))
         if env:
             spec.runtime_env = env
+        if generator:
+            spec.generator = generator
+            return submit_generator(worker, spec, worker.submit_task)
         refs = worker.submit_task(spec)
         if num_returns == 1:
             return refs[0]

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import subprocess
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -141,3 +145,39 @@ def process_gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+# Ray 2.60 in its own environment, for the programs run on both runtimes.
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RAY_PYTHON = REPO_ROOT / "tests" / "tools" / ".ray-venv" / "bin" / "python"
+RAY_SETUP = (
+    "scripts/dev.sh setup (or: python3 scripts/ray_venv.py tests/tools/.ray-venv "
+    "'ray[default]==2.60.0')"
+)
+
+
+def require_ray_python() -> Path:
+    """Ray's interpreter; skips the test without it, except in CI where it fails."""
+    if not RAY_PYTHON.exists():
+        why = f"Ray is not installed (no {RAY_PYTHON.relative_to(REPO_ROOT)}); run {RAY_SETUP}"
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(why)
+        pytest.skip(why)
+    return RAY_PYTHON
+
+
+def run_compare_program(program: Path, python: Path | str, runtime: str) -> dict:
+    """Runs a program of ``tests/tools`` on one runtime; its last line of output, as JSON."""
+    # Each run starts its own local node: no address or setting of the test run leaks in.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "RAY_"))}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    done = subprocess.run(
+        [str(python), str(program), runtime],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=REPO_ROOT,
+    )
+    assert done.returncode == 0, f"{runtime} run failed:\n{done.stderr[-3000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -254,7 +254,8 @@ BAD_ACTOR_OPTIONS = [
 BAD_METHOD_OPTIONS = [
     ({"num_returns": -1}, ["'num_returns'", "-1", "integer >= 0"]),
     ({"num_return_vals": -1}, ["'num_returns'", "-1", "integer >= 0"]),
-    ({"num_returns": "2"}, ["'num_returns'", "'2'", "str", "integer >= 0"]),
+    # A string is a value error now: "streaming" and "dynamic" are allowed (generators).
+    ({"num_returns": "2"}, ["'num_returns'", "'2'", "integer >= 0", "'streaming'"]),
     ({"max_task_retries": -2}, ["'max_task_retries'", "-2", "integer >= -1"]),
     ({"name": 1.0}, ["'name'", "1.0", "float", "a string"]),
     ({"concurrency_group": 3}, ["'concurrency_group'", "3", "a string"]),

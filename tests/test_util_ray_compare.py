@@ -9,18 +9,14 @@ Without Ray's environment the test skips, except in CI where it fails naming the
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ember_test_utils import require_ray_python, run_compare_program
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "tools" / "ray_util_programs.py"
-RAY_PYTHON = ROOT / "tests" / "tools" / ".ray-venv" / "bin" / "python"
-SETUP = "scripts/dev.sh setup (or: python3 scripts/ray_venv.py tests/tools/.ray-venv 'ray[default]==2.60.0')"
 NO_JOBLIB = "joblib is not installed"
 
 # Ember's answers where it differs from Ray on purpose (see the program's comments).
@@ -36,31 +32,11 @@ EMBER_OWN = {
 }
 
 
-def _run(python: Path | str, runtime: str) -> dict:
-    # Each run starts its own local node: no address or setting of the test run leaks in.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "RAY_"))}
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
-    done = subprocess.run(
-        [str(python), str(PROGRAM), runtime],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, f"{runtime} run failed:\n{done.stderr[-3000:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.timeout(600)
 def test_ray_and_ember_agree_on_queue_pool_and_joblib():
-    if not RAY_PYTHON.exists():
-        why = f"Ray is not installed (no {RAY_PYTHON.relative_to(ROOT)}); run {SETUP}"
-        if os.environ.get("CI", "").lower() in ("true", "1"):
-            pytest.fail(why)
-        pytest.skip(why)
-    ember = _run(sys.executable, "ember")
-    ray = _run(RAY_PYTHON, "ray")
+    ray_python = require_ray_python()
+    ember = run_compare_program(PROGRAM, sys.executable, "ember")
+    ray = run_compare_program(PROGRAM, ray_python, "ray")
 
     if ray["same"]["joblib"] == NO_JOBLIB:  # Ray's environment lacks joblib: compare the rest
         print("Ray's environment has no joblib: the joblib cases ran on Ember only")

@@ -12,6 +12,7 @@ exactly what it uses of it:
 - ``ownership`` (ownership.py): frees and borrowing; ``actors`` (created_actors.py): the
   lifetime of actors created here;
 - ``tasks`` (task_manager.py): the owner's side of every task, from call to results;
+  ``streams`` (generator_streams.py): the items of generator tasks as they arrive;
   ``task_submitter`` (leases, and the task state machine in task_attempts.py) and
   ``actor_submitter`` send them; ``lineage`` re-runs them to rebuild lost objects;
 - ``links`` (cluster_links.py): other nodes; ``peers`` (peers.py): other core workers;
@@ -39,6 +40,7 @@ from ember.core_worker.actor_submitter import ActorSubmitter
 from ember.core_worker.cluster_links import ClusterLinks
 from ember.core_worker.created_actors import CreatedActors
 from ember.core_worker.event_export import EventExporter
+from ember.core_worker.generator_streams import GeneratorStreams
 from ember.core_worker.lineage import Lineage
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.object_access import ObjectAccess
@@ -138,6 +140,7 @@ class CoreWorker:
         )
         self.handlers: dict[str, Any] = {}
         self.peers = Peers(wid, self.handlers, loop, self.refs.remove_borrower_everywhere)
+        self.streams = GeneratorStreams(self, memory_store=store, refs=self.refs)
         self.task_submitter = TaskSubmitter(self)
         self.actor_submitter = ActorSubmitter(self)
         self.links = ClusterLinks(self)  # other nodes: spillback, pulls, deaths
@@ -188,6 +191,7 @@ class CoreWorker:
                 tasks,
                 self.actors,
                 self.links,
+                self.streams,
             )
         )
 
@@ -376,9 +380,13 @@ class CoreWorker:
 
     # -- worker side: handlers that the executor serves ------------------------------------
     def _h_push_task(self, conn: Connection, spec: TaskSpec):
+        if spec.generator:
+            spec.stream_conn = conn  # its items go back on it (generators.py)
         return self.executor.on_push_task(conn, spec)
 
     def _h_push_actor_task(self, conn: Connection, spec: TaskSpec):
+        if spec.generator:
+            spec.stream_conn = conn
         return self.executor.on_push_actor_task(conn, spec)
 
     def _h_create_actor(self, conn: Connection, spec: TaskSpec):

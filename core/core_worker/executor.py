@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import cloudpickle
 from ember import runtime_env_packages as packages
+from ember.core_worker import generators
 from ember.core_worker.concurrency_groups import ConcurrencyGroups, UnknownGroup
 from ember.core_worker.process_limits import LimitWatch
 from ember.core_worker.reference_counter import ReferenceCounter
@@ -250,6 +251,8 @@ class Executor:
                 result = fn(*args, **kwargs)
                 if inspect.iscoroutine(result):
                     result = asyncio.run(result)
+                if spec.generator:
+                    result = generators.run(self, spec, result)
             timings["executed"] = time.time()
             reply = self.store_returns(spec, result)
         except SystemExit as e:
@@ -566,6 +569,8 @@ class Executor:
             result = method(*args, **kwargs)
             if inspect.isawaitable(result):
                 result = await result
+            if spec.generator:
+                result = await generators.run_async(self, spec, result)
             timings["executed"] = time.time()
             reply = self.store_returns(spec, result)
         except SystemExit as e:

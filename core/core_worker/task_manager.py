@@ -19,12 +19,13 @@ from typing import Any, Protocol
 
 from ember import config
 from ember.call_site import user_call_site
+from ember.core_worker.generator_streams import NONE_LOCATION
 from ember.core_worker.locations import error_location
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.reference_counter import ReferenceCounter
 from ember.core_worker.task_attempts import should_retry_app_error
 from ember.core_worker.task_events import TaskEvents
-from ember.core_worker.task_spec import ARG_INLINE, ARG_REF, TaskSpec
+from ember.core_worker.task_spec import ARG_INLINE, ARG_REF, GEN_STREAMING, TaskSpec
 from ember.exceptions import PendingCallsLimitExceeded, error_type_of
 from ember.ids import TASK_ID_SIZE
 from ember.object_ref import ObjectRef, counted_ref
@@ -55,6 +56,11 @@ class _Ownership(Protocol):
     def send_remove_borrower(self, object_id: bytes, owner: Any) -> None: ...
 
 
+class _Streams(Protocol):
+    def error_item(self, spec: TaskSpec, error_loc: tuple) -> None: ...
+    def task_ended(self, spec: TaskSpec) -> None: ...
+
+
 class TaskManagerHost(Protocol):
     """What the task manager needs of the rest of the core worker."""
 
@@ -69,6 +75,7 @@ class TaskManagerHost(Protocol):
     actor_submitter: _ActorSubmitter
     lineage: _Lineage
     ownership: _Ownership
+    streams: _Streams
 
     def drain_dropped_refs(self) -> None: ...
     def current_task_id(self) -> bytes: ...
@@ -238,6 +245,11 @@ class TaskManager:
         """A task's final reply: its results (or its error) go where its refs can read them."""
         # Bookkeeping first, values last: storing a value wakes the user's thread, which then
         # needs the GIL this thread holds until it goes back to waiting for input.
+        if spec.generator == GEN_STREAMING and reply.get("app_error"):
+            # As Ray: the exception is the item after the last one yielded, and the task's
+            # own return (completed()) holds None; only a task that died holds an error.
+            self.host.streams.error_item(spec, reply["returns"][0])
+            reply = {**reply, "returns": [NONE_LOCATION]}
         for start, event in reply.get("profile") or ():
             self.events.append((spec.task_id, "PROFILE", start, 0, event))
         self._task_done(
@@ -274,6 +286,8 @@ class TaskManager:
                 for inner_id, inner_owner in inner or ():
                     if inner_owner[0] != self.worker_id:
                         self.host.ownership.send_remove_borrower(inner_id, inner_owner)
+        if spec.generator:
+            self.host.streams.task_ended(spec)
 
     def fail_task(self, spec: TaskSpec, error: BaseException) -> None:
         """The task will not run (again): every return holds ``error``."""
@@ -281,6 +295,8 @@ class TaskManager:
         for oid in spec.return_ids():
             if self.refs.has(oid):
                 self.memory_store.put(oid, loc)
+        if spec.generator:
+            self.host.streams.task_ended(spec)
         self._task_done(
             spec,
             "FAILED",

@@ -12,6 +12,10 @@ from typing import Any
 
 NORMAL_TASK, ACTOR_CREATION_TASK, ACTOR_TASK = 0, 1, 2
 ARG_INLINE, ARG_REF = 0, 1
+# A generator task's kind of returns (``TaskSpec.generator``; ``core_worker/generators.py``):
+# items streamed to the caller as they are yielded, all of them behind one ref, or a
+# fixed number of returns, one per item.
+GEN_STREAMING, GEN_DYNAMIC, GEN_STATIC = 1, 2, 3
 
 
 class TaskSpec:
@@ -45,6 +49,8 @@ class TaskSpec:
     code_path: list | None = None  # the driver's import dirs, sent with the function bytes
     concurrency_group: str = ""  # an actor call's group (concurrency_groups.py)
     runtime_env: dict | None = None  # a task's or actor's, merged with its parent's
+    generator: int = 0  # GEN_*: a generator function's returns; 0: an ordinary task
+    generator_skip: int = 0  # items its caller already has: a retry does not send them again
 
     def __init__(self, **kw: Any) -> None:
         self.__dict__.update(kw)

@@ -255,6 +255,11 @@ class Connection(asyncio.Protocol):
                 return False
         return True
 
+    def send_direct(self, op: str, body: Any = None) -> bool:
+        """``send`` from a thread other than the loop's, written straight to the socket when
+        nothing is queued ahead of it. False, having sent nothing: use ``send_threadsafe``."""
+        return self.write_direct(_encode_oneway(op, body))
+
     def deferred(self) -> Deferred:
         """Inside a request handler: a handle to answer this request later, from any thread."""
         return Deferred(self, self._current_rid)

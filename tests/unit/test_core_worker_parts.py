@@ -24,6 +24,7 @@ PARTS = [
     ("ember.core_worker.ownership", "Ownership", "OwnershipHost"),
     ("ember.core_worker.created_actors", "CreatedActors", "CreatedActorsHost"),
     ("ember.core_worker.task_manager", "TaskManager", "TaskManagerHost"),
+    ("ember.core_worker.generator_streams", "GeneratorStreams", "GeneratorStreamsHost"),
 ]
 
 

@@ -319,6 +319,7 @@ HANDLER_FILES = {
             "task_manager",
             "created_actors",
             "cluster_links",
+            "generator_streams",
         )
     ),
     "agent": ("core/agent/agent.py",),

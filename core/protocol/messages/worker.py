@@ -77,6 +77,21 @@ class GetFunction(WorkerMessage):
     function_id: bytes
 
 
+class GeneratorItem(WorkerMessage):
+    """An item a generator task yielded, for its caller (who owns it); an attempt's items
+    all come before its reply, on the connection the task was pushed on."""
+
+    op = "generator_item"
+    sent_by = "core worker (executor, running a streaming or dynamic generator task)"
+    oneway = True
+
+    task_id: bytes
+    index: int  # 0-based: object index + 2 of the task (1 is its own return)
+    loc: Any  # location
+    contained: Any  # [(object_id, owner)] of refs inside the item, or None
+    dynamic: bool = OMIT  # a num_returns="dynamic" task's item (no stream)
+
+
 # -- objects and references ----------------------------------------------------------------
 class GetObject(WorkerMessage):
     """Where an object this process owns is; answered once it is ready."""

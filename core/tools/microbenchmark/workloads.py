@@ -69,6 +69,18 @@ def define(rt: ModuleType) -> SimpleNamespace:
         async def small_value_batch(self, n: int) -> None:
             await asyncio.wait([small_value.remote() for _ in range(n)])
 
+    # Not in Ray's list: streaming generators (rows marked extra, below).
+    @rt.remote
+    def stream_items(n: int):
+        for _ in range(n):
+            yield b"ok"
+
+    @rt.remote(num_cpus=0)
+    class Streamer:
+        def stream_items(self, n: int):
+            for _ in range(n):
+                yield b"ok"
+
     @rt.remote(num_cpus=0)
     class Client:
         def __init__(self, servers: object) -> None:
@@ -107,6 +119,8 @@ def define(rt: ModuleType) -> SimpleNamespace:
         AsyncActor=AsyncActor,
         Client=Client,
         make_work=make_work,
+        stream_items=stream_items,
+        Streamer=Streamer,
     )
 
 
@@ -132,7 +146,8 @@ class Workload:
     # "default": inside rt.init(); "pg": inside rt.init(resources={"custom": 100});
     # "probe": in fresh processes.
     session: str = "default"
-    # Rows of `ray microbenchmark` outside Ember's comparison set: run with extra=True.
+    # Rows outside Ember's comparison set (Ray's extra rows, and the generator rows that
+    # `ray microbenchmark` lacks): run with extra=True.
     extra: bool = False
 
 
@@ -380,6 +395,26 @@ def _async_actor_n_n(c: Context) -> Bench:
         c.rt.get([work.remote(actors) for _ in range(m)])
 
     return async_actor_multi, m * n
+
+
+@_workload("single client streaming generator items", extra=True)
+def _generator_items(c: Context) -> Bench:
+    def generator_items() -> None:
+        for ref in c.d.stream_items.remote(1000):
+            c.rt.get(ref)
+
+    return generator_items, 1000  # items read, as each arrives
+
+
+@_workload("1:1 actor streaming generator items", extra=True)
+def _actor_generator_items(c: Context) -> Bench:
+    a = c.d.Streamer.remote()
+
+    def actor_generator_items() -> None:
+        for ref in a.stream_items.remote(1000):
+            c.rt.get(ref)
+
+    return actor_generator_items, 1000
 
 
 NUM_PGS = 100
