@@ -56,7 +56,7 @@ def test_the_leak_measures_see_a_live_drivers_objects_and_processes():
         assert h.settle(timeout=1) > 0  # its objects are held: not idle
         assert any(tag == "driver" for _, tag in h.marked())
         assert h.stray_processes(timeout=0.5)  # a driver still running counts
-        d.send("end now")
+        d.tell("end now")
         assert d.wait(60) == 0
         assert h.settle() == 0
         assert h.stray_processes() == []

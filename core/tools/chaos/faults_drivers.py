@@ -26,7 +26,7 @@ def driver_ends(h: Harness, mode: str) -> Injected:
         if mode == "sigkill":
             d.proc.send_signal(signal.SIGKILL)
         else:
-            d.send("end now")
+            d.tell("end now")
         left = 0
         if mode == "shutdown":
             d.expect("SHUT_DOWN", TIMEOUT)

@@ -134,7 +134,7 @@ def under_load(h: Harness, inject: Inject, fragile: bool = False) -> str:
         what = inject(h, ready)
         for _ in range(2):  # two full rounds after the fault: the cluster kept serving
             load.expect("ITER", LOAD_TIMEOUT)
-        load.send("stop")
+        load.tell("stop")
         if fragile:
             load.expect("FRAGILE_DIED", LOAD_TIMEOUT)
         load.expect("DONE", LOAD_TIMEOUT)

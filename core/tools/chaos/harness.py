@@ -134,7 +134,7 @@ class Driver:
             if line.split()[0] == word:
                 return line.split()[1:]
 
-    def send(self, line: str = "go") -> None:
+    def tell(self, line: str = "go") -> None:
         with contextlib.suppress(OSError):
             self.proc.stdin.write(line + "\n")
             self.proc.stdin.flush()
