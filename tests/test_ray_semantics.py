@@ -511,3 +511,14 @@ def test_every_timeline_event_carries_a_category(shared_node):
     events = ember.timeline()
     assert events and all("cat" in e for e in events), [e for e in events if "cat" not in e][:3]
     assert {e["cat"] for e in events if e["ph"] == "M"} == {"__metadata"}
+
+
+def test_placement_group_is_callable_however_it_was_imported():
+    """``ember.util.placement_group`` is the function and the module of that name, as in
+    Ray; importing the module first must not make ``ember.util.placement_group(...)`` fail."""
+    import ember.util
+    from ember.util.placement_group import PlacementGroup  # noqa: F401 - binds the module
+
+    assert callable(ember.util.placement_group)
+    with pytest.raises(ValueError, match="non-empty list"):
+        ember.util.placement_group([])

@@ -4,6 +4,8 @@ tasks and actors into them (``PlacementGroupSchedulingStrategy``)."""
 from __future__ import annotations
 
 import asyncio
+import sys
+import types
 from typing import Any
 
 from ember import global_state
@@ -164,3 +166,16 @@ def _table_entry(info: dict[str, Any]) -> dict[str, Any]:
         "stats": {"scheduling_state": info.get("reason") or info.get("state") or "PENDING"},
         "is_detached": bool(info.get("detached")),
     }
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as the function of its name. ``ember.util.placement_group``
+    names both (as ``ray.util.placement_group`` does); Python binds the package's attribute
+    to the module when the module is first imported (``from ember.util.placement_group
+    import ...``), so after that ``ember.util.placement_group([...])`` reached the module."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> PlacementGroup:
+        return placement_group(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
