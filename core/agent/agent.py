@@ -456,6 +456,16 @@ class Agent(DashboardStream):
 
     async def stacks(self, pids: list[int] | None) -> dict[str, Any]:
         rows = {w["pid"]: w for w in self.known_workers.values()}
+        # What each runs now, asked of the raylet: the sample's list can be a second old, and
+        # a stack taken just after a task started said its worker was idle.
+        now: dict[int, str | None] = {}
+        if self.raylet is not None and not self.raylet.closed:
+            try:
+                for w in await self.raylet.call("list_workers", None, timeout=5.0):
+                    busy = w.get("state") in ("LEASED", "ACTOR")
+                    now[w.get("pid")] = (w.get("title") or "a task") if busy else None
+            except Exception as e:  # the sample's view is the best there is
+                logger.info("raylet did not list its workers for stacks: %s", e)
         if pids is None:
             pids = [p for p, w in rows.items() if w["kind"] in ("worker", "driver")]
         from ember.agent import pyspy  # on demand, like profiles
@@ -473,7 +483,9 @@ class Agent(DashboardStream):
                 **res,
                 "kind": w.get("kind"),
                 "worker_id": w.get("worker_id"),
-                "current_task": w.get("current_task") or w.get("actor_class"),
+                "current_task": now[pid]
+                if pid in now
+                else w.get("current_task") or w.get("actor_class"),
             }
 
         procs = await asyncio.gather(*(one(p) for p in pids))

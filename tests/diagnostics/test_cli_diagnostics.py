@@ -249,11 +249,14 @@ def test_logs_format_json_and_rotated_files_by_pid(cluster):
         os.unlink(rotated)
 
 
-def _running_pid(address: str) -> int | None:
-    """The pid of the worker running ``slow_marker`` now, as ``ember list tasks`` says."""
+def _running_pid(address: str, task_id: str | None = None) -> int | None:
+    """The pid of the worker running ``slow_marker`` now (that task, given its id), as
+    ``ember list tasks`` says. The id matters: an earlier test's cancelled one may still read
+    RUNNING for a moment, on a worker that is gone."""
+    which = ["--filter", f"task_id={task_id}"] if task_id else []
     out = run(
         "list", "tasks", "--filter", "state=RUNNING", "--filter", "name=slow_marker",
-        "--format", "json", "--address", address,
+        *which, "--format", "json", "--address", address,
     )  # fmt: skip
     rows = json.loads(out.stdout) if out.returncode == 0 else []
     return rows[0]["worker_pid"] if rows else None
@@ -262,10 +265,14 @@ def _running_pid(address: str) -> int | None:
 def test_stack_shows_the_running_task(cluster):
     ctx, _, _ = cluster
     ref = slow_marker.remote(30)
+    task_id = ref.task_id().hex()
 
     worker = {
         "pid": wait_until(
-            lambda: _running_pid(ctx.dashboard_url), timeout=30, interval=0.3, message="RUNNING"
+            lambda: _running_pid(ctx.dashboard_url, task_id),
+            timeout=30,
+            interval=0.3,
+            message="RUNNING",
         )
     }
     out = run("stack", "--pid", str(worker["pid"]), "--address", ctx.dashboard_url)
