@@ -68,6 +68,15 @@ def test_a_worker_nodes_monitor_kills_the_newest_and_the_owner_retries_or_fails(
     assert ember.get([older, newer], timeout=30) == [("older", older_pid), ("newer", retried)]
 
     os.unlink(gate)
+
+    # The finished tasks' workers may stay leased to the driver for a while (it reuses
+    # leases), and the monitor kills a leased retriable worker first: wait for their return,
+    # so the hog is the only worker on its way to be chosen.
+    def leased() -> int:
+        rows = cluster.raylet_call(worker, "list_workers")
+        return sum(w.get("state") == "LEASED" for w in rows)
+
+    wait_until(lambda: leased() == 0, 60, 0.2, "the finished tasks' leases to be returned")
     hog = hold.options(name="hog", max_retries=0, scheduling_strategy=there)
     ref = hog.remote("hog", gate, tmp)
     kill_then_lower(_started(tmp, "hog"))
