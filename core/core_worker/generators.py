@@ -69,28 +69,22 @@ def run(executor: GeneratorExecutor, spec: TaskSpec, result: Any) -> Any:
 
 
 async def run_async(executor: GeneratorExecutor, spec: TaskSpec, result: Any) -> Any:
-    """``run`` on an event loop (an async actor's): async generators are awaited on it."""
+    """``run`` on an event loop (an async actor's): async generators are awaited on it; a
+    plain one is ``run``'s."""
     if not inspect.isasyncgen(result):
-        _check_iterable(spec, result)
+        return run(executor, spec, result)
     if spec.generator == GEN_STATIC:
         wanted = max(spec.num_returns, 0) + 1
-        if inspect.isasyncgen(result):
-            values = []
-            async for value in result:
-                values.append(value)
-                if len(values) >= wanted:
-                    break
-        else:
-            values = list(itertools.islice(result, wanted))
+        values = []
+        async for value in result:
+            values.append(value)
+            if len(values) >= wanted:
+                break
         return _static(spec, values)
     sender = _Sender(executor, spec)
     try:
-        if inspect.isasyncgen(result):
-            async for value in result:
-                sender.item(value)
-        else:
-            for value in result:
-                sender.item(value)
+        async for value in result:
+            sender.item(value)
     except Exception as e:
         sender.raised(e)
     finally:
