@@ -1,5 +1,5 @@
 """The CLI's way to the dashboard's REST API (``docs/dashboard-api.md``): the client of
-``ember.dashboard_client`` with its errors as one-line click errors, and the options every
+``ember.rest_client`` with its errors as one-line click errors, and the options every
 command that talks to a cluster shares (``cluster_options``: ``--address``, ``--token``,
 ``--temp-dir``), ``--format`` and table printing."""
 
@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
-from ember.dashboard_client import DashboardClient, DashboardError, connect_dashboard
+from ember.rest_client import DashboardClient, DashboardError, connect_dashboard
 
 
 class Api(DashboardClient):

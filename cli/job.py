@@ -15,8 +15,8 @@ from typing import Any
 import click
 import yaml
 from ember.cli.api_client import cluster_options, resolve, table
-from ember.dashboard_client import DashboardClient
 from ember.job_submission import JobStatus, JobSubmissionClient
+from ember.rest_client import DashboardClient
 
 LIST_COLUMNS = ["submission_id", "status", "entrypoint", "start_time", "end_time", "message"]
 

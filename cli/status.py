@@ -53,7 +53,7 @@ def fetch(address: str | None, temp_dir: str | None, token: str | None = None) -
 
 
 def _from_dashboard(address: str | None, temp_dir: str | None, token: str | None) -> dict:
-    from ember.dashboard_client import DashboardError, connect_dashboard
+    from ember.rest_client import DashboardError, connect_dashboard
 
     try:
         api = connect_dashboard(address, token, temp_dir)

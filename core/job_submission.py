@@ -17,7 +17,7 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from ember.dashboard_client import DashboardClient, DashboardError, connect_dashboard
+from ember.rest_client import DashboardClient, DashboardError, connect_dashboard
 from ember.runtime_env_packages import package_name, zip_directory
 
 # Ray's limit on a package's size, and what its error says to do.

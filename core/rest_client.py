@@ -1,4 +1,5 @@
-"""Reaching a cluster's dashboard over HTTP from a tool or a program (the ``ember`` CLI,
+"""The runtime's HTTP client of a cluster's REST API (the dashboard serves it; this module
+imports nothing of the dashboard's wing): reaching it from a tool or a program (the ``ember`` CLI,
 ``ember.util.state``): finding its URL and token, and calling its REST API with a deadline.
 
 ``address`` is the dashboard's URL (``http://host:8265``) or the cluster's GCS address

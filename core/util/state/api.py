@@ -2,7 +2,7 @@
 API, ``docs/dashboard-api.md``): the same names, parameters, defaults and results, so a Ray
 program's state queries run unchanged with ``import ember as ray``.
 
-The dashboard is found by ``ember.dashboard_client.connect_dashboard(address)``; this module
+The dashboard is found by ``ember.rest_client.connect_dashboard(address)``; this module
 is runtime-side and reaches the dashboard only over HTTP.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from ember import global_state
 from ember.cluster_token import dashboard_token
-from ember.dashboard_client import DashboardClient, DashboardError, connect_dashboard
+from ember.rest_client import DashboardClient, DashboardError, connect_dashboard
 from ember.util.state.common import (
     DEFAULT_LIMIT,
     DEFAULT_RPC_TIMEOUT,

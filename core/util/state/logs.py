@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ember.dashboard_client import DashboardClient, DashboardError
+from ember.rest_client import DashboardClient, DashboardError
 from ember.util.state.api import StateClient, one
 from ember.util.state.common import DEFAULT_RPC_TIMEOUT, StateApiException
 
