@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -181,3 +182,24 @@ def run_compare_program(program: Path, python: Path | str, runtime: str) -> dict
     )
     assert done.returncode == 0, f"{runtime} run failed:\n{done.stderr[-3000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+class PeakRss:
+    """The highest RSS of ``proc`` while the block runs, sampled every 20 ms in a thread."""
+
+    def __init__(self, proc: psutil.Process) -> None:
+        self.proc, self.peak, self._done = proc, 0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.is_set():
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            time.sleep(0.02)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()

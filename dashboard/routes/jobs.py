@@ -9,14 +9,22 @@ import asyncio
 import json
 import os
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 from ember.dashboard import job_packages as pk
 from ember.dashboard import job_records as jr
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.job_manager import JobError, JobManager, job_manager
 from ember.dashboard.schemas import JOBS
-from fastapi import APIRouter, Depends, HTTPException, Request, WebSocket, WebSocketDisconnect
+from fastapi import (
+    APIRouter,
+    Depends,
+    HTTPException,
+    Query,
+    Request,
+    WebSocket,
+    WebSocketDisconnect,
+)
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
@@ -25,6 +33,11 @@ CHUNK = 256 * 1024
 TAIL_POLL_S = 0.5
 # What GET .../logs holds at most: the end of a larger log, with a line saying so.
 LOGS_MAX_BYTES = int(os.environ.get("EMBER_JOB_LOGS_MAX_BYTES", str(64 * 1024 * 1024)))
+LAST_BYTES_MAX = 1 << 40
+LastBytes = Annotated[
+    int | None,
+    Query(ge=0, le=LAST_BYTES_MAX, description="only the log's last N bytes, from a line's start"),
+]
 
 
 class JobSubmitRequest(BaseModel):
@@ -100,13 +113,18 @@ async def delete_job(job_id: str, ctx: DashboardContext = Depends(get_ctx)) -> d
 
 
 @router.get("/api/jobs/{job_id}/logs")
-async def job_logs(job_id: str, ctx: DashboardContext = Depends(get_ctx)) -> Response:
+async def job_logs(
+    job_id: str,
+    last_bytes: LastBytes = None,
+    ctx: DashboardContext = Depends(get_ctx),
+) -> Response:
     """Ray's ``{"logs": text}``, streamed a chunk at a time, so the dashboard holds one chunk
     whatever the log's size (holding the text, its bytes and its JSON at once cost ~4x the
-    log). A log over ``LOGS_MAX_BYTES`` gives its end from a line's start, after a line
-    saying how much was left out, and says so in ``X-Ember-Logs-Left-Out`` (Ray's client
-    reads only ``logs``: a JSON field more would break it). What is written while it is read
-    waits for the next read: the reply stops at the end the first read saw."""
+    log). A log over ``LOGS_MAX_BYTES`` (or ``last_bytes``, an Ember extension the page
+    uses) gives its end from a line's start, after a line saying how much was left out, and
+    says so in ``X-Ember-Logs-Left-Out`` (Ray's client reads only ``logs``: a JSON field more
+    would break it). What is written while it is read waits for the next read: the reply
+    stops at the end the first read saw."""
     rec = await _call(manager(ctx).find(job_id))
     if not rec.get("log_name") or ctx.hub is None:
         return JSONResponse({"logs": ""})
@@ -121,17 +139,39 @@ async def job_logs(job_id: str, ctx: DashboardContext = Depends(get_ctx)) -> Res
             {"logs": ""}, headers={"X-Ember-Logs-Unavailable": (why + first["error"])[:500]}
         )
     end = int(first.get("size") or first.get("next_offset") or 0)
-    start = max(0, end - LOGS_MAX_BYTES)
-    if start:
-        first = await _read(ctx, rec, start)
-        head = _encoded(first)
-        cut = head.find(b"\n") + 1  # from a line's start; none in a chunk: from here
-        first["data"] = head[cut:].decode("utf-8", "surrogateescape")
-        start += cut
+    keep = min(LOGS_MAX_BYTES, last_bytes) if last_bytes is not None else LOGS_MAX_BYTES
+    start, first = await _from_a_line_start(ctx, rec, first, max(0, end - keep))
     headers = {"X-Ember-Logs-Left-Out": str(start)} if start else {}
     return StreamingResponse(
         _logs_json(ctx, rec, first, start, end), media_type="application/json", headers=headers
     )
+
+
+async def _from_a_line_start(
+    ctx: DashboardContext, rec: dict[str, Any], first: dict[str, Any], start: int
+) -> tuple[int, dict[str, Any]]:
+    """The first line start at or after ``start`` and the read from there (``first``, the
+    read at 0, when ``start`` is 0). A chunk with no line end starts where it is."""
+    if not start:
+        return 0, first
+    res = await _read(ctx, rec, start)
+    head = _encoded(res)
+    cut = head.find(b"\n") + 1
+    res["data"] = head[cut:].decode("utf-8", "surrogateescape")
+    return start + cut, res
+
+
+def _last_bytes(raw: str | None) -> int | None:
+    """The tail's ``last_bytes`` query value (WebSocket routes get no Query validation)."""
+    if raw is None:
+        return None
+    if not raw.isdigit() or int(raw) > LAST_BYTES_MAX:
+        raise ValueError(f"last_bytes must be a whole number of bytes from 0 to 2**40, got {raw!r}")
+    return int(raw)
+
+
+def _left_out_line(left_out: int) -> str:
+    return f"[ember: the first {left_out} bytes of this log are left out]\n"
 
 
 async def _logs_json(
@@ -139,7 +179,7 @@ async def _logs_json(
 ) -> AsyncIterator[bytes]:
     yield b'{"logs": "'
     if left_out:
-        yield _json_str(f"[ember: the first {left_out} bytes of this log are left out]\n")
+        yield _json_str(_left_out_line(left_out))
     while True:
         yield _json_str(res.get("data", ""))
         offset = res.get("next_offset", end)
@@ -171,7 +211,9 @@ async def _read(
 @router.websocket("/api/jobs/{job_id}/logs/tail")
 async def tail_job_logs(ws: WebSocket, job_id: str) -> None:
     """Text messages of whole lines as they are written; closed (1000) once the job has
-    ended and its last line was sent."""
+    ended and its last line was sent. With ``?last_bytes=N`` (an Ember extension: the page
+    sends it so that opening a long log does not stream all of it to the browser), it starts
+    from the first line of the log's last N bytes, after a line saying what was left out."""
     ctx: DashboardContext = ws.app.state.ctx
     try:
         rec = await manager(ctx).find(job_id)
@@ -179,8 +221,19 @@ async def tail_job_logs(ws: WebSocket, job_id: str) -> None:
         await ws.close(code=1008, reason=str(e)[:120])
         return
     await ws.accept()
+    try:
+        last_bytes = _last_bytes(ws.query_params.get("last_bytes"))
+    except ValueError as e:  # accepted first: a close before it reaches the client as a 403
+        await ws.close(code=1008, reason=str(e)[:120])
+        return
     offset, partial = 0, b""
     try:
+        if last_bytes is not None and rec.get("log_name"):
+            first = await _read(ctx, rec, 0)
+            end = int(first.get("size") or first.get("next_offset") or 0)
+            if end > last_bytes and not first.get("error"):
+                offset, _ = await _from_a_line_start(ctx, rec, first, end - last_bytes)
+                await ws.send_text(_left_out_line(offset))
         while True:
             ended = rec["status"] in jr.TERMINAL  # read before the file: no line is missed
             res = await _read(ctx, rec, offset) if rec.get("log_name") else {"eof": True}

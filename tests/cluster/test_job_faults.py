@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 import time
 
 import ember
@@ -16,7 +15,7 @@ import httpx
 import psutil
 import pytest
 from ember.cluster_utils import Cluster
-from ember_test_utils import assert_no_ember_children, ember_cli, wait_until
+from ember_test_utils import PeakRss, assert_no_ember_children, ember_cli, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -161,27 +160,6 @@ def _dashboard(session_dir: str, but: int | None = None) -> psutil.Process | Non
         if "ember.dashboard.server" in cmd and session_dir in cmd:
             return p
     return None
-
-
-class PeakRss:
-    """The highest RSS of ``proc`` while the block runs, sampled every 20 ms in a thread."""
-
-    def __init__(self, proc: psutil.Process) -> None:
-        self.proc, self.peak, self._done = proc, 0, threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._done.is_set():
-            self.peak = max(self.peak, self.proc.memory_info().rss)
-            time.sleep(0.02)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._done.set()
-        self._thread.join()
 
 
 def test_a_200_mb_log_is_followed_and_fetched_in_bounded_memory(head):

@@ -150,6 +150,37 @@ def test_tail_streams_lines_until_the_end(head):
     assert http.get(f"/api/jobs/{sid}").json()["status"] == "SUCCEEDED"
 
 
+def test_last_bytes_gives_the_end_from_a_line_start(head):
+    """``?last_bytes=N`` on the log and its tail: the lines of the last N bytes, after a
+    line naming what was left out; a bad value is refused naming the parameter."""
+    _, http = head
+    sid = _submit(http, "seq 1 1000")  # 3,893 bytes
+    _ended(http, sid)
+    r = http.get(f"/api/jobs/{sid}/logs", params={"last_bytes": 20})
+    # The last 20 bytes start inside "996"; the first whole line after is "997".
+    assert r.json()["logs"] == (
+        "[ember: the first 3876 bytes of this log are left out]\n997\n998\n999\n1000\n"
+    )
+    assert r.headers["X-Ember-Logs-Left-Out"] == "3876"
+    assert http.get(f"/api/jobs/{sid}/logs", params={"last_bytes": 10**6}).json()["logs"] == (
+        "".join(f"{i}\n" for i in range(1, 1001))
+    )
+    assert http.get(f"/api/jobs/{sid}/logs", params={"last_bytes": -1}).status_code == 422
+    base = str(http.base_url).rstrip("/").replace("http", "ws", 1)
+    from websockets.exceptions import ConnectionClosedError
+    from websockets.sync.client import connect
+
+    with connect(f"{base}/api/jobs/{sid}/logs/tail?last_bytes=20") as ws:
+        got = "".join(ws)
+    assert got == "[ember: the first 3876 bytes of this log are left out]\n997\n998\n999\n1000\n"
+    with (
+        pytest.raises(ConnectionClosedError) as e,
+        connect(f"{base}/api/jobs/{sid}/logs/tail?last_bytes=lots") as ws,
+    ):
+        ws.recv(timeout=10)
+    assert e.value.rcvd.code == 1008 and "last_bytes" in e.value.rcvd.reason
+
+
 def test_packages_upload_validation_and_limit(head):
     _, http = head
     name = "_ray_pkg_0123abcd.zip"

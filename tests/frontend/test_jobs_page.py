@@ -11,10 +11,11 @@ import shlex
 import textwrap
 
 import ember
+import psutil
 import pytest
 from browser_utils import open_page
 from ember.job_submission import JobStatus, JobSubmissionClient
-from ember_test_utils import head_cluster, wait_until
+from ember_test_utils import PeakRss, head_cluster, wait_until
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -211,6 +212,108 @@ def test_an_ended_job_is_deleted_and_a_long_log_is_bounded(page, cluster, jobs):
     wait_until(lambda: _row(page, sid).count() == 0, 10, 0.1, "the deleted job's row to go")
     assert "sel=" not in page.url
     assert sid not in {j.submission_id for j in client.list_jobs()}
+
+
+# Waits for its gate, then writes 200 MB of numbered 100-byte lines and a last line.
+BIG_LOG_LINES = 2_000_000
+BIG_LOG_PROGRAM = textwrap.dedent(
+    f"""
+    import os, sys, time
+    deadline = time.time() + 60
+    while not os.path.exists(sys.argv[1]):
+        if time.time() > deadline:
+            sys.exit("the test never opened the gate")
+        time.sleep(0.05)
+    pad = "x" * 89
+    for block in range(0, {BIG_LOG_LINES}, 10_000):
+        sys.stdout.write("".join(f"{{i:09d}} {{pad}}\\n" for i in range(block, block + 10_000)))
+    print("the last line", flush=True)
+    """
+)
+
+
+def _listener(url: str) -> psutil.Process:
+    """The process listening on the dashboard's port."""
+    port = int(url.rsplit(":", 1)[1])
+    pids = {
+        c.pid
+        for c in psutil.net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid
+    }
+    assert len(pids) == 1, f"{len(pids)} processes listen on {port}"
+    return psutil.Process(pids.pop())
+
+
+def test_a_200_mb_log_is_followed_live_in_bounded_memory(page, cluster, jobs, tmp_path):
+    """The page follows a job while it writes 200 MB: every line reaches it in order (it
+    counts the ones it dropped to keep 5,000), the last line shows, and the dashboard's RSS
+    grows by a few MiB, not by the log."""
+    url, _ = cluster
+    client, _, _ = jobs
+    program, gate = tmp_path / "big_log.py", tmp_path / "gate"
+    program.write_text(BIG_LOG_PROGRAM)
+    sid = client.submit_job(entrypoint=f"python {program} {shlex.quote(str(gate))}")
+    _status(client, sid, JobStatus.RUNNING)
+    open_page(page, url, f"jobs?sel={sid}")
+    detail = page.locator(f"[data-testid=job-detail][data-submission-id={sid}]")
+    _wait_text(detail.locator("[data-testid=job-logs-source]"), "(live)")
+    dashboard = _listener(url)
+    before = dashboard.memory_info().rss
+    with PeakRss(dashboard) as rss:
+        gate.touch()
+        _wait_text(detail.locator("[data-testid=job-logs-source]"), "(ended)", 120)
+    _status(client, sid, JobStatus.SUCCEEDED)
+    lines = _read(detail.locator("[data-testid=job-logs]")).splitlines()
+    assert len(lines) == 5000 and lines[-1] == "the last line"
+    assert lines[0].startswith(f"{BIG_LOG_LINES - 4999:09d} ") and len(lines[0]) == 99
+    # Every line came, none twice: the dropped ones and the kept ones make the whole log.
+    _wait_text(
+        detail.locator("[data-testid=job-logs-dropped]"),
+        f"{BIG_LOG_LINES + 1 - 5000:,} earlier lines",
+        contains=True,
+    )
+    # Still the followed end once the status poll says SUCCEEDED (not refetched).
+    wait_until(
+        lambda: _read(_row(page, sid).locator("[data-testid=job-status]")) == "SUCCEEDED",
+        10,
+        0.1,
+        "the row to read SUCCEEDED",
+    )
+    assert _read(detail.locator("[data-testid=job-logs-source]")) == "(ended)"
+    grew = (rss.peak - before) / 2**20
+    print(f"dashboard RSS {before / 2**20:.1f} MiB, peak +{grew:.1f} MiB while following 200 MB")
+    assert grew < 20, f"the dashboard grew by {grew:.1f} MiB following the log"
+
+
+def test_a_long_logs_page_starts_at_its_end(page, cluster, jobs):
+    """A running job that has already written ~4 MB: the page asks the tail for the end
+    (``last_bytes``) and says what it left out, instead of streaming the whole log."""
+    url, _ = cluster
+    client, _, _ = jobs
+    sid = client.submit_job(entrypoint="seq 1 600000; sleep 600")
+    wait_until(
+        lambda: "600000" in client.get_job_logs(sid)[-8:], 30, 0.2, "the job's 600,000 lines"
+    )
+    try:
+        open_page(page, url, f"jobs?sel={sid}")
+        detail = page.locator(f"[data-testid=job-detail][data-submission-id={sid}]")
+        _wait_text(detail.locator("[data-testid=job-logs-source]"), "(live)")
+        logs = detail.locator("[data-testid=job-logs]")
+        wait_until(lambda: (_read(logs) or "").endswith("\n600000"), 20, 0.1, "the last line")
+        lines = _read(logs).splitlines()
+        assert len(lines) == 5000 and lines[-1] == "600000" and lines[0] == "595001"
+        # What the tail left out (the page asked for the last MiB) and what the page dropped
+        # of the rest add up to the lines before its first.
+        dropped = int(
+            re.search(
+                r"([\d,]+) earlier lines", _read(detail.locator("[data-testid=job-logs-dropped]"))
+            )
+            .group(1)
+            .replace(",", "")
+        )
+        assert dropped < 600000 - 5000  # it did not stream the whole log
+    finally:
+        client.stop_job(sid)
 
 
 def test_a_job_whose_node_dies_reads_failed_with_the_reason(page):

@@ -1,8 +1,8 @@
 // Jobs: the submitted jobs (Ray's Jobs API, /api/jobs/), newest first, polled every 2 s (the
 // live stream does not carry jobs). Selecting one (sel=) shows its status and message, its
 // settings, the progress of its driver's tasks, links to its tasks and actors, and its log:
-// the tail WebSocket while it runs, then the whole log, at most MAX_LINES lines kept. Stop and
-// Delete ask first.
+// the tail WebSocket while it runs (from the end of a long log), then the log's end, at most
+// MAX_LINES lines kept. Stop and Delete ask first.
 import { useEffect, useRef, useState } from "preact/hooks";
 import { BarLegend, ErrorBox, Modal, ProgressBar, StateBadge, taskBuckets } from "../components/bits";
 import { deleteJSON, errorText, getJSONAndHeaders, postJSON, wsUrl } from "../lib/api";
@@ -15,6 +15,10 @@ const STATUSES = ["", "PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"];
 const ENDED = new Set(["STOPPED", "SUCCEEDED", "FAILED"]);
 /** The most log lines the page keeps for one job; older ones are dropped (and counted). */
 export const MAX_LINES = 5000;
+// What the page asks of a log: its end, not all of it (a 200 MB log would otherwise stream
+// whole into the browser to keep its last MAX_LINES lines).
+const LOG_LAST_BYTES = 1 << 20;
+const FLUSH_MS = 200; // how often the live tail's new lines are rendered
 const POLL_MS = 2000;
 
 export const jobEnded = (j: JobDetails) => ENDED.has(j.status);
@@ -353,7 +357,7 @@ function splitLines(text: string): string[] {
 
 /**
  * The job's output: while it runs, the tail WebSocket's lines as they are written (polling the
- * whole log every 2 s if the WebSocket does not open); once it has ended, the whole log.
+ * log's end every 2 s if the WebSocket does not open); opened after the job ended, the log's end.
  */
 function JobLogs({ id, ended }: { id: string; ended: boolean }) {
   const [buf, setBuf] = useState<LogBuf>({ lines: [], dropped: 0 });
@@ -361,16 +365,32 @@ function JobLogs({ id, ended }: { id: string; ended: boolean }) {
   const [err, setErr] = useState<string | undefined>();
   const pre = useRef<HTMLPreElement>(null);
   const stick = useRef(true); // follow the end unless the user scrolled up
+  // Read by the effect, which must not restart when the job ends: a live tail still sending
+  // the log's last lines would be dropped for a refetch of its end.
+  const endedNow = useRef(ended);
+  endedNow.current = ended;
 
   useEffect(() => {
     let closed = false;
     let ws: WebSocket | null = null;
     let poll = 0;
     let openTimer = 0;
+    let flushTimer = 0;
     const ctl = new AbortController();
     const path = `api/jobs/${encodeURIComponent(id)}/logs`;
+    // Lines the tail sent since the last render (the last MAX_LINES of them, and how many
+    // were dropped): a fast log sends hundreds of messages a second, and rendering each
+    // would fall ever further behind it.
+    const pending: LogBuf = { lines: [], dropped: 0 };
+    const flush = () => {
+      if (!pending.lines.length) return;
+      const { lines, dropped } = pending;
+      pending.lines = [];
+      pending.dropped = 0;
+      setBuf((b) => boundedLines({ lines: b.lines, dropped: b.dropped + dropped }, lines));
+    };
     const whole = () =>
-      fetchLogs(path, ctl.signal)
+      fetchLogs(`${path}?last_bytes=${LOG_LAST_BYTES}`, ctl.signal)
         .then((r) => {
           if (closed) return;
           setBuf((b) => boundedLines(b, splitLines(r.logs), true));
@@ -383,14 +403,17 @@ function JobLogs({ id, ended }: { id: string; ended: boolean }) {
       if (closed || poll) return;
       setSource("polled every 2 s (the live tail did not connect)");
       void whole();
-      poll = window.setInterval(whole, POLL_MS);
+      poll = window.setInterval(() => {
+        if (endedNow.current) clearInterval(poll); // this read is the last one needed
+        void whole();
+      }, POLL_MS);
     };
-    if (ended) {
+    if (endedNow.current) {
       setSource("the whole log");
       void whole();
     } else {
       setSource("connecting…");
-      ws = new WebSocket(wsUrl(`${path}/tail`));
+      ws = new WebSocket(wsUrl(`${path}/tail?last_bytes=${LOG_LAST_BYTES}`));
       openTimer = window.setTimeout(() => {
         if (ws) ws.onclose = null;
         ws?.close();
@@ -400,10 +423,19 @@ function JobLogs({ id, ended }: { id: string; ended: boolean }) {
         clearTimeout(openTimer);
         setSource("live");
       };
-      ws.onmessage = (e) => setBuf((b) => boundedLines(b, splitLines(String(e.data))));
+      ws.onmessage = (e) => {
+        for (const line of splitLines(String(e.data))) pending.lines.push(line);
+        const over = pending.lines.length - MAX_LINES;
+        if (over > 0) {
+          pending.lines.splice(0, over);
+          pending.dropped += over;
+        }
+      };
+      flushTimer = window.setInterval(flush, FLUSH_MS);
       ws.onclose = (e) => {
         clearTimeout(openTimer);
         if (closed) return;
+        flush();
         // 1000: the job ended and its last line came; its status follows on the next poll.
         if (e.code === 1000) setSource("ended");
         else fallback();
@@ -414,13 +446,14 @@ function JobLogs({ id, ended }: { id: string; ended: boolean }) {
       ctl.abort();
       clearTimeout(openTimer);
       clearInterval(poll);
+      clearInterval(flushTimer);
       if (ws) {
         ws.onclose = null;
         ws.onmessage = null;
         ws.close();
       }
     };
-  }, [id, ended]);
+  }, [id]);
 
   useEffect(() => {
     const el = pre.current;
