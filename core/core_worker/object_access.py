@@ -24,10 +24,12 @@ from ember import config
 from ember.call_site import user_call_site
 from ember.core_worker.locations import lost_location
 from ember.core_worker.memory_store import MemoryStore
+from ember.core_worker.plasma_pins import PlasmaPins
 from ember.core_worker.reference_counter import ReferenceCounter
 from ember.exceptions import (
     GetTimeoutError,
     ObjectLostError,
+    ObjectStoreFullError,
     ObjectUnknownOwnerError,
     OwnerDiedError,
     TaskError,
@@ -111,9 +113,22 @@ class ObjectAccess:
         self._put_index = itertools.count(1)
         self._dropped_refs = host.dropped_refs  # one deque for the process's life
         self._arena: Arena | None = None
-        # {object_id: (live zero-copy views, size)}: a value backed by shared memory pins it
-        # (PINNED_IN_MEMORY in ember memory, even after its ObjectRef is gone).
-        self.plasma_views: dict[bytes, tuple[int, int]] = {}
+        self.pins = PlasmaPins(self._send_release, self._call_later)
+
+    @property
+    def plasma_views(self) -> dict[bytes, tuple[int, int]]:
+        """``{object_id: (live zero-copy views, size)}``: a value backed by shared memory pins
+        it (PINNED_IN_MEMORY in ember memory, even after its ObjectRef is gone)."""
+        return self.pins.views()
+
+    def _send_release(self, object_id: bytes, offset: int) -> None:
+        if not self.host.shutting_down:
+            body = {"object_id": object_id, "client": self.worker_id, "offset": offset}
+            self.host.send_threadsafe(self.host.raylet, "plasma_release", body)
+
+    def _call_later(self, delay: float, fn: Any) -> None:
+        if not self.host.shutting_down:
+            self.loop.call_soon_threadsafe(self.loop.call_later, delay, fn)
 
     def put(self, value: Any) -> ObjectRef:
         if isinstance(value, ObjectRef):
@@ -143,10 +158,14 @@ class ObjectAccess:
         if not zero_copy and ser.total_size <= config.max_direct_call_object_size:
             return ("inline", ser.meta, ser.data, [memoryview(b).tobytes() for b in ser.buffers])
         size = ser.packed_size()
-        offset = self.host.call_raylet_sync(
-            "plasma_create",
-            {"object_id": object_id, "size": size, "owner": owner, "client": self.worker_id},
-        )
+        create = {"object_id": object_id, "size": size, "owner": owner, "client": self.worker_id}
+        try:
+            offset = self.host.call_raylet_sync("plasma_create", create)
+        except ObjectStoreFullError:
+            # Pins held here for a next get may keep copies the store could evict.
+            if not self.pins.release_idle():
+                raise
+            offset = self.host.call_raylet_sync("plasma_create", create)
         view = self.arena.writable_view(offset, size)
         try:
             ser.pack_into(view)
@@ -329,52 +348,43 @@ class ObjectAccess:
         return value
 
     def read_plasma(self, object_id: bytes, loc: tuple) -> tuple[int, Any]:
-        node_id = loc[1]
-        if node_id != self.node_id:
-            ref = self.refs.get(object_id)
-            owner = ref.owner if ref is not None else None
-            try:
-                why = self.host.links.pull_to_local(object_id, node_id, loc[2], owner)
-            except ObjectLostError:
-                self._raise_if_owner_died(object_id)
-                raise
-            if why:
-                rebuilt = self.host.lineage.reconstruct(object_id)
+        pins = self.pins
+        got = pins.acquire(object_id)  # a pin held here: the object is in this node's store
+        if got is None:
+            if loc[1] != self.node_id:
+                rebuilt = self._pull_here(object_id, loc)
                 if rebuilt is not None:
                     return rebuilt
+            got = self.host.call_raylet_sync(
+                "plasma_get", {"object_id": object_id, "client": self.worker_id}
+            )
+            if got is None:
                 self._raise_if_owner_died(object_id)
-                raise ObjectLostError(object_id.hex(), f"its only copies are gone: {why}")
-        got = self.host.call_raylet_sync(
-            "plasma_get", {"object_id": object_id, "client": self.worker_id}
-        )
-        if got is None:
-            self._raise_if_owner_died(object_id)
-            raise ObjectLostError(object_id.hex(), "its shared-memory copy is gone")
+                raise ObjectLostError(object_id.hex(), "its shared-memory copy is gone")
+            pins.add(object_id, got[0], got[1])
         offset, size = got
-        raylet = self.host.raylet
-        host = self.host
-
-        def release() -> None:
-            if not host.shutting_down:
-                host.send_threadsafe(
-                    raylet, "plasma_release", {"object_id": object_id, "client": self.worker_id}
-                )
-
-        views = self.plasma_views
-        views[object_id] = (views.get(object_id, (0, size))[0] + 1, size)
-
-        def release_and_count() -> None:
-            left = views.get(object_id, (1, size))[0] - 1
-            if left > 0:
-                views[object_id] = (left, size)
-            else:
-                views.pop(object_id, None)
-            release()
-
-        view = self.arena.view(offset, size, on_release=release_and_count)
+        view = self.arena.view(offset, size, on_release=lambda: pins.release_view(object_id))
         meta, data, buffers = unpack_from(view)
         value = deserialize(data, buffers)
         return meta, value
+
+    def _pull_here(self, object_id: bytes, loc: tuple) -> tuple[int, Any] | None:
+        """Copies the object from another node's store into this one's: None once it is
+        here, or the value lineage rebuilt when every copy is gone."""
+        ref = self.refs.get(object_id)
+        owner = ref.owner if ref is not None else None
+        try:
+            why = self.host.links.pull_to_local(object_id, loc[1], loc[2], owner)
+        except ObjectLostError:
+            self._raise_if_owner_died(object_id)
+            raise
+        if not why:
+            return None
+        rebuilt = self.host.lineage.reconstruct(object_id)
+        if rebuilt is not None:
+            return rebuilt
+        self._raise_if_owner_died(object_id)
+        raise ObjectLostError(object_id.hex(), f"its only copies are gone: {why}")
 
     def _raise_if_owner_died(self, object_id: bytes) -> None:
         """Raises OwnerDiedError when the copies of a borrowed object are gone because its

@@ -34,8 +34,13 @@ class _Actors(Protocol):
     def out_of_scope(self, handle_object_id: bytes) -> None: ...
 
 
+class _Pins(Protocol):
+    def forget(self, object_id: bytes) -> None: ...
+
+
 class _Objects(Protocol):
     plasma_views: dict[bytes, tuple[int, int]]
+    pins: _Pins
 
 
 class OwnershipHost(Protocol):
@@ -76,6 +81,7 @@ class Ownership:
         return ref is not None and ref.owned
 
     def on_free(self, object_id: bytes, ref: Ref) -> None:
+        self.host.objects.pins.forget(object_id)  # before the delete: it frees at once then
         loc = self.memory_store.delete(object_id)
         copies = self.host.links.take_copies(object_id, loc)
         if self.host.lineage.specs:
@@ -91,6 +97,7 @@ class Ownership:
                 self.loop.call_soon_threadsafe(self.host.links.delete_remote, object_id, copies)
 
     def on_borrow_released(self, object_id: bytes, owner) -> None:
+        self.host.objects.pins.forget(object_id)
         self.memory_store.delete(object_id)
         if not self.host.shutting_down:
             self.loop.call_soon_threadsafe(self.send_remove_borrower, object_id, owner)

@@ -156,7 +156,7 @@ class ObjectService:
         return self.store.size_of(oid) is not None and not self.store.contains(oid)
 
     def h_plasma_release(self, conn: Connection, body: dict) -> None:
-        self.store.release(body["object_id"], body["client"])
+        self.store.release(body["object_id"], body["client"], body.get("offset"))
 
     def h_plasma_delete(self, conn: Connection, body: dict) -> None:
         for oid in body["object_ids"]:

@@ -192,12 +192,16 @@ class PlasmaGet(RayletMessage):
 
 
 class PlasmaRelease(RayletMessage):
+    """Drops one of ``client``'s pins; ``offset`` names the copy it pinned (the id may have
+    been deleted and made again since)."""
+
     op = "plasma_release"
     sent_by = "core worker"
     oneway = True
 
     object_id: bytes
     client: bytes
+    offset: int = OMIT
 
 
 class PlasmaDelete(RayletMessage):
