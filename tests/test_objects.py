@@ -559,6 +559,16 @@ def test_a_released_get_keeps_its_pin_a_moment_then_gives_it_back(shared_node):
     assert _pinned_by_readers() == 0
 
 
+def test_a_get_of_many_shared_memory_objects_pins_each_and_reads_each(shared_node):
+    refs = [ember.put(np.full(MB // 8, i)) for i in range(12)]
+    values = ember.get(refs + refs[:3])  # repeats too
+    assert [int(v[0]) for v in values] == list(range(12)) + [0, 1, 2]
+    assert _pinned_by_readers() == 12
+    del values, refs
+    gc.collect()
+    wait_until(lambda: _pinned_by_readers() == 0, 10, message="every pin given back")
+
+
 def test_deleting_a_large_task_return_frees_store_memory(shared_node):
     @ember.remote
     def big():

@@ -200,7 +200,28 @@ class ObjectAccess:
             loc = self.memory_store.get_if_ready(ref._id) or self._wait_one(ref, timeout)
             return [self.materialize(ref._id, loc)]
         locs = self.wait_locations(refs, timeout)
+        self._pin_local_batch(locs, refs)
         return [self.materialize(r._id, loc) for r, loc in zip(refs, locs, strict=True)]
+
+    def _pin_local_batch(self, locs: list[tuple], refs: list[ObjectRef]) -> None:
+        """Pins, in one raylet call, the objects of a multi-get that are in this node's
+        store and not pinned here yet (one call each would cost a round trip each)."""
+        node_id, holds = self.node_id, self.pins.holds
+        ids = list(
+            dict.fromkeys(
+                r._id
+                for r, loc in zip(refs, locs, strict=True)
+                if loc[0] == "plasma" and loc[1] == node_id and not holds(r._id)
+            )
+        )
+        if len(ids) < 2:
+            return
+        got = self.host.call_raylet_sync(
+            "plasma_get_many", {"object_ids": ids, "client": self.worker_id}
+        )
+        for object_id, pinned in zip(ids, got, strict=True):
+            if pinned is not None:  # None: gone; its own get says why
+                self.pins.add_idle(object_id, pinned[0], pinned[1])
 
     def _wait_one(self, ref: ObjectRef, timeout: float | None) -> tuple:
         """One ref: a lock to sleep on instead of the general countdown."""

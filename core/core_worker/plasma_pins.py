@@ -78,6 +78,28 @@ class PlasmaPins:
             pin.views += 1
         self._send_release(object_id, offset)
 
+    def add_idle(self, object_id: bytes, offset: int, size: int) -> None:
+        """A pin granted ahead of its first view (a batch of a ``get`` of many): held as if
+        its last view had just gone, so it is given back if no view ever comes."""
+        schedule = False
+        with self._lock:
+            if object_id in self._pins:
+                duplicate = True
+            else:
+                duplicate = False
+                pin = self._pins[object_id] = _Pin(offset, size)
+                pin.views, pin.idle_since = 0, self._clock()
+                self._idle[object_id] = None
+                if not self._sweep_due:
+                    self._sweep_due = schedule = True
+        if duplicate:
+            self._send_release(object_id, offset)
+        if schedule:
+            self._call_later(self._hold_s, self._sweep)
+
+    def holds(self, object_id: bytes) -> bool:
+        return object_id in self._pins
+
     def release_view(self, object_id: bytes) -> None:
         """A view is gone. At the last one the pin is kept a moment, unless this process no
         longer references the object (its owner may be freeing it)."""

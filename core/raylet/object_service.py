@@ -155,6 +155,10 @@ class ObjectService:
     def _is_unsealed(self, oid: bytes) -> bool:
         return self.store.size_of(oid) is not None and not self.store.contains(oid)
 
+    async def h_plasma_get_many(self, conn: Connection, body: dict) -> list[tuple[int, int] | None]:
+        client = body["client"]
+        return [await self._get_sealed(oid, client) for oid in body["object_ids"]]
+
     def h_plasma_release(self, conn: Connection, body: dict) -> None:
         self.store.release(body["object_id"], body["client"], body.get("offset"))
 

@@ -99,3 +99,17 @@ def test_a_second_pin_of_a_held_object_is_given_back():
     p.release_view(A)
     h.advance(1.1)
     assert h.released == [(A, 0), (A, 0)]
+
+
+def test_a_pin_granted_ahead_is_used_by_the_next_get_or_given_back():
+    h = Harness()
+    p = h.pins
+    p.add_idle(A, 0, 10)  # pinned in a batch, before its view is made
+    p.add_idle(B, 64, 10)
+    assert p.holds(A) and p.views() == {}
+    assert p.acquire(A) == (0, 10)  # the get that follows maps it
+    h.advance(1.1)
+    assert h.released == [(B, 64)]  # B's view never came: given back after the hold
+    p.release_view(A)
+    h.advance(1.1)
+    assert h.released == [(B, 64), (A, 0)]

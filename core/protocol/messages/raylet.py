@@ -191,6 +191,17 @@ class PlasmaGet(RayletMessage):
     client: bytes
 
 
+class PlasmaGetMany(RayletMessage):
+    """``plasma_get`` for each of ``object_ids``, in one call (a get of many objects)."""
+
+    op = "plasma_get_many"
+    sent_by = "core worker"
+    reply = "list of (offset, size) | None, in order"
+
+    object_ids: list[bytes]
+    client: bytes
+
+
 class PlasmaRelease(RayletMessage):
     """Drops one of ``client``'s pins; ``offset`` names the copy it pinned (the id may have
     been deleted and made again since)."""
