@@ -19,6 +19,9 @@ def _env(name: str, default, cast=None):
 
 # Objects up to this size travel inside messages; larger ones go to shared memory.
 max_direct_call_object_size: int = _env("max_direct_call_object_size", 100 * 1024)
+# A get's read pin on a shared-memory object is held this long after its last view, so the
+# next get of the object needs no raylet call (0: give pins back at once).
+plasma_pin_hold_seconds: float = _env("plasma_pin_hold_seconds", 1.0)
 # An idle leased worker is kept this long for the next task of its class (saves a round trip
 # to the raylet per task in a sync loop); the raylet can take it back sooner.
 lease_idle_seconds: float = _env("lease_idle_seconds", 0.05)

@@ -157,6 +157,7 @@ class CoreWorker:
         self.wait_locations = objects.wait_locations
         self.materialize = objects.materialize
         self.read_plasma = objects.read_plasma
+        self.forget_pin = objects.pins.forget
         self.store_serialized = objects.store_serialized
         self.new_pending_object = objects.new_pending_object
         self.fill_object = objects.fill_object

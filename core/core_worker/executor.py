@@ -80,6 +80,7 @@ class ExecutorHost(Protocol):
     def register_new_borrows(self) -> None: ...
     def wait_locations(self, refs: list[ObjectRef], timeout: float | None) -> list[tuple]: ...
     def materialize(self, object_id: bytes, loc: tuple) -> Any: ...
+    def forget_pin(self, object_id: bytes) -> None: ...
     def store_serialized(
         self, object_id: bytes, ser: SerializedObject, owner: Any, zero_copy: bool = False
     ) -> tuple: ...
@@ -435,11 +436,15 @@ class Executor:
         host.register_new_borrows()
         if refs:
             locs = host.wait_locations(refs, None)
+            forget = host.forget_pin
             for pos, ref, loc in zip(ref_positions, refs, locs, strict=True):
                 try:
                     values[pos] = host.materialize(ref._id, loc)
                 except TaskError as e:
                     raise _arg_error(e) from None
+                # Its pin goes with the task's last use of it, not a moment later: the
+                # caller frees the argument as the task ends and may need its room at once.
+                forget(ref._id)
         nkw = len(spec.kwarg_names)
         if nkw:
             kwargs = dict(zip(spec.kwarg_names, values[-nkw:], strict=True))

@@ -382,7 +382,7 @@ class ObjectAccess:
             if got is None:
                 self._raise_if_owner_died(object_id)
                 raise ObjectLostError(object_id.hex(), "its shared-memory copy is gone")
-            pins.add(object_id, got[0], got[1])
+            pins.add(object_id, got[0], got[1], self.refs.has(object_id))
         offset, size = got
         view = self.arena.view(offset, size, on_release=lambda: pins.release_view(object_id))
         meta, data, buffers = unpack_from(view)

@@ -17,7 +17,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-HOLD_S = 1.0
+from ember import config
+
+HOLD_S = config.plasma_pin_hold_seconds
 MAX_IDLE = 128
 
 
@@ -65,13 +67,16 @@ class PlasmaPins:
             pin.views += 1
             return pin.offset, pin.size
 
-    def add(self, object_id: bytes, offset: int, size: int) -> None:
+    def add(self, object_id: bytes, offset: int, size: int, referenced: bool = True) -> None:
         """A pin the raylet just granted, with its first view. A second pin of the same
-        object (two threads missed at once) is given back at once: one is enough."""
+        object (two threads missed at once) is given back at once: one is enough. A pin on
+        an object this process holds no reference to (a task's argument passed by value) is
+        never held: no ``forget`` would come when it is done with."""
         with self._lock:
             pin = self._pins.get(object_id)
             if pin is None:
-                self._pins[object_id] = _Pin(offset, size)
+                pin = self._pins[object_id] = _Pin(offset, size)
+                pin.unreferenced = not referenced
                 return
             if not pin.views:
                 self._idle.pop(object_id, None)
@@ -112,7 +117,7 @@ class PlasmaPins:
             pin.views -= 1
             if pin.views:
                 return
-            if pin.unreferenced:
+            if pin.unreferenced or self._hold_s <= 0:  # (holding is off at 0)
                 del self._pins[object_id]
                 expired.append((object_id, pin.offset))
             else:

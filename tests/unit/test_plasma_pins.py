@@ -113,3 +113,13 @@ def test_a_pin_granted_ahead_is_used_by_the_next_get_or_given_back():
     p.release_view(A)
     h.advance(1.1)
     assert h.released == [(B, 64), (A, 0)]
+
+
+def test_a_pin_on_an_object_not_referenced_here_goes_with_its_last_view():
+    h = Harness()
+    p = h.pins
+    p.add(A, 0, 10, referenced=False)  # e.g. a task's argument: no forget will come
+    assert p.acquire(A) == (0, 10)
+    p.release_view(A)
+    p.release_view(A)
+    assert h.released == [(A, 0)] and p.held() == 0
