@@ -20,10 +20,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ember import config
-from ember.object_store.store import owner_key
+from ember.exceptions import ObjectStoreFullError
+from ember.object_store.spill import SpillFiles, spill_dir_for
+from ember.object_store.store import SpillNeeded, owner_key
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
 from ember.protocol.messages.raylet import PullFailed
+from ember.raylet.object_spiller import ObjectSpiller
 
 if TYPE_CHECKING:
     from ember.raylet.raylet import Raylet
@@ -55,6 +58,13 @@ class ObjectService:
         # Totals for node_stats: dead owners heard of, their objects freed here, and copies
         # of theirs dropped as soon as written ("late").
         self.owned_freed = {"owners": 0, "objects": 0, "late": 0}
+        self.spiller = ObjectSpiller(
+            self.store,
+            lambda: self.arena,
+            _spill_files(raylet),
+            config.object_spilling_threshold,
+            config.object_spilling_batch_bytes,
+        )
 
     # -- owners that died ------------------------------------------------------------------
     def owners_died(self, owner_ids: list[bytes], tell_cluster: bool) -> None:
@@ -107,15 +117,28 @@ class ObjectService:
             self.store.release(oid, ("export", id(conn)))
 
     # -- plasma ----------------------------------------------------------------------------
-    def h_plasma_create(self, conn: Connection, body: dict) -> int:
+    def h_plasma_create(self, conn: Connection, body: dict) -> Any:
         oid = body["object_id"]
         if self.store.contains(oid):
             # A re-run of the task that made it (a retry, a rebuild): the new copy replaces
             # the old, which readers that pinned it keep until they let go.
             logger.info("object %s is written again; replacing the old copy", oid.hex()[:16])
             self.store.delete(oid)
-        owner = body.get("owner")
-        offset = self.store.create(oid, body["size"], body.get("client"), owner=owner)
+        owner, size, client = body.get("owner"), body["size"], body.get("client")
+        try:
+            offset = self.store.create(oid, size, client, owner=owner)
+        except (SpillNeeded, ObjectStoreFullError) as e:
+            if not self.spiller.may_make_room(e):
+                raise
+            return self._create_spilling(oid, size, client, owner)
+        self.spiller.check_high_water()
+        return self._created(oid, owner, offset)
+
+    async def _create_spilling(self, oid: bytes, size: int, client: Any, owner: Any) -> int:
+        offset = await self.spiller.create(oid, size, client, owner, primary=True)
+        return self._created(oid, owner, offset)
+
+    def _created(self, oid: bytes, owner: Any, offset: int) -> int:
         if self._orphaned(owner):
             # A late result of a dead owner's task: the writer still fills and seals it
             # (its memory is freed then), but no reader will ever find it.
@@ -127,6 +150,7 @@ class ObjectService:
         oid = body["object_id"]
         self.store.seal(oid)
         self._wake_readers(oid)
+        self.spiller.check_high_water()  # a sealed primary may now be spilled
 
     def _wake_readers(self, oid: bytes) -> None:
         for fut in self.seal_waiters.pop(oid, ()):
@@ -142,6 +166,14 @@ class ObjectService:
         got = self.store.get(oid, client)
         if got is not None:
             return got
+        # On disk: read it back, then pin it (it could be dropped again before we pin it,
+        # if room is needed that very moment: a few tries).
+        for _ in range(3):
+            if not await self.spiller.restore(oid):
+                break
+            got = self.store.get(oid, client)
+            if got is not None:
+                return got
         if not self._is_unsealed(oid):
             return None
         fut = asyncio.get_running_loop().create_future()
@@ -254,7 +286,7 @@ class ObjectService:
         if size is None:
             raise PullFailed(f"node {node_id.hex()[:12]} no longer holds it")
         try:
-            offset = self.store.create(oid, size, ("pull", oid), owner=owner, primary=False)
+            offset = await self.spiller.create(oid, size, ("pull", oid), owner, primary=False)
         except Exception:
             peer.send("unexport_object", {"object_id": oid})
             raise  # e.g. ObjectStoreFullError: no room for a copy here
@@ -327,3 +359,20 @@ class ObjectService:
         peer = self.peer_raylets.pop(node_id, None)
         if peer is not None:
             peer.close(reason)
+
+
+def _spill_files(raylet: Raylet) -> SpillFiles | None:
+    """Where this raylet spills (``--spill-dir``, else under the configured directory or
+    the session directory), or None when spilling is off."""
+    if not config.automatic_object_spilling_enabled:
+        return None
+    args = raylet.args
+    directory = getattr(args, "spill_dir", None) or spill_dir_for(
+        config.object_spilling_directory or args.session_dir, raylet.node_id.hex()
+    )
+    max_bytes = getattr(args, "spill_max_bytes", None)
+    return SpillFiles(
+        directory,
+        config.object_spilling_max_bytes if max_bytes is None else max_bytes,
+        config.local_fs_capacity_threshold,
+    )
