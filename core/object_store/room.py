@@ -10,12 +10,15 @@ to disk first) twice their size; blocks that are pinned or still being written c
 and split the arena into separate runs. Ties go to the window whose newest member was used
 longest ago, so with equal sizes this is plain LRU.
 
+The same search plans compaction: with every unpinned copy MOVABLE (cost: its size, the bytes
+copied), the window is the run to empty by moving its objects to free blocks elsewhere.
+
 Pure: the store builds the segments and carries out the plan.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +27,10 @@ EVICTABLE = 1
 SPILLABLE = 2
 FIXED = 3
 
-_WEIGHT = {FREE: 0, EVICTABLE: 1, SPILLABLE: 2}
+# MOVABLE: an unpinned copy that can be copied elsewhere in the arena (compaction).
+MOVABLE = 4
+
+_WEIGHT = {FREE: 0, EVICTABLE: 1, SPILLABLE: 2, MOVABLE: 1}
 
 
 @dataclass(slots=True)
@@ -41,13 +47,20 @@ class Segment:
 
 def plan(segments: Sequence[Segment], need: int) -> list[Segment] | None:
     """The cheapest window of adjacent movable segments spanning at least ``need`` bytes,
-    as the segments to free (free blocks left out); None if no window is big enough.
+    free blocks included; None if no window is big enough."""
+    for window in windows(segments, need):
+        return window
+    return None
+
+
+def windows(segments: Sequence[Segment], need: int) -> Iterator[list[Segment]]:
+    """Every window worth considering, cheapest first: for each end, the shortest window of
+    adjacent movable segments ending there that spans at least ``need`` bytes.
 
     ``segments`` must tile the arena in address order. Two pointers over each run of
-    movable segments: O(n) for n segments.
+    movable segments: O(n) windows for n segments, sorted by (cost, newest rank).
     """
-    best: tuple[int, int] | None = None  # (cost, newest rank)
-    best_range: tuple[int, int] = (0, 0)
+    found: list[tuple[tuple[int, int], int, int]] = []  # (key, start, end)
     n = len(segments)
     i = 0
     while i < n:
@@ -72,11 +85,8 @@ def plan(segments: Sequence[Segment], need: int) -> list[Segment] | None:
                 left += 1
             if span >= need:
                 newest = max(s.rank for s in segments[left : right + 1])
-                key = (cost, newest)
-                if best is None or key < best:
-                    best, best_range = key, (left, right + 1)
+                found.append(((cost, newest), left, right + 1))
         i = j
-    if best is None:
-        return None
-    start, end = best_range
-    return [s for s in segments[start:end] if s.kind != FREE]
+    found.sort(key=lambda f: f[0])
+    for _key, start, end in found:
+        yield list(segments[start:end])

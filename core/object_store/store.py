@@ -13,12 +13,9 @@ Objects are also indexed by their owner's worker id, because an owner's death fr
 live copy it owned, primary or secondary (``delete_owned_by``): nobody can reach them any
 more, and without the index a dead driver's objects would hold the store for good.
 
-Spilling (the I/O is ``ember.raylet.object_spiller``'s): a primary copy nobody pins can be
-written to disk (``begin_spill`` / ``finish_spill``). From then on its memory is like a cached
-copy's, freed at once or whenever room is needed, while the entry stays live with its
-``spill_path``; ``get`` of it returns None until ``begin_restore`` / ``finish_restore`` bring
-the bytes back. A restored copy keeps its file, so spilling it again costs nothing. Deleting
-the object (owner freed it or died) hands its file to ``on_spill_freed``.
+Making room for a new object (evicting, compacting, spilling) and restoring spilled objects
+are in ``relocation`` (part of this class); the I/O is the raylet's ``object_spiller``'s.
+Deleting a spilled object (its owner freed it or died) hands its file to ``on_spill_freed``.
 """
 
 from __future__ import annotations
@@ -26,12 +23,14 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ember.exceptions import ObjectStoreFullError
-from ember.object_store import room
 from ember.object_store.allocator import ArenaAllocator
+from ember.object_store.entry import Entry, MoveNeeded, SpillNeeded
+from ember.object_store.relocation import Relocation
+
+__all__ = ["ObjectStore", "ObjectNotFoundError", "SpillNeeded", "MoveNeeded", "owner_key"]
 
 CREATED = "CREATED"
 SEALED = "SEALED"
@@ -44,19 +43,6 @@ def owner_key(owner: Any) -> bytes | None:
     return owner if isinstance(owner, bytes) else None
 
 
-class SpillNeeded(Exception):
-    """``create`` can make room only by spilling these primary copies first (then retry)."""
-
-    def __init__(self, entries: list[_Entry]) -> None:
-        super().__init__(f"{len(entries)} objects must be spilled to make room")
-        self.entries = entries
-
-
-# Internal readers: a copy being written to disk or read back must stay where it is.
-SPILLER = ("spill",)
-RESTORER = ("restore",)
-
-
 class ObjectNotFoundError(KeyError):
     """The object store holds no object with that id (in the state the operation needs)."""
 
@@ -65,55 +51,7 @@ class ObjectNotFoundError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-@dataclass(slots=True, eq=False)
-class _Entry:
-    # eq=False keeps identity hashing: entries are keys of the LRU and per-client indexes,
-    # and two copies of one id can coexist (a deleted-but-pinned one and its re-creation).
-    object_id: bytes
-    offset: int  # -1: not in memory (spilled)
-    size: int
-    block: int
-    creator: Hashable
-    # (worker_id, address, node_id) from core workers; plain bytes in tests; None: unknown.
-    owner: Any
-    primary: bool
-    created_at: float
-    last_access: float
-    sealed: bool = False
-    deleted: bool = False
-    pins: int = 0
-    readers: dict[Hashable, int] = field(default_factory=dict)
-    spill_path: str | None = None  # its copy on disk, once written
-    restoring: bool = False  # in memory, being read back from disk: not readable yet
-
-    @property
-    def in_memory(self) -> bool:
-        return self.offset >= 0
-
-    @property
-    def evictable(self) -> bool:
-        # A primary copy that is also on disk can leave memory like a cached copy.
-        return (
-            self.sealed
-            and not self.pins
-            and not self.deleted
-            and self.offset >= 0
-            and (not self.primary or self.spill_path is not None)
-        )
-
-    @property
-    def spillable(self) -> bool:
-        return (
-            self.sealed
-            and self.primary
-            and not self.pins
-            and not self.deleted
-            and self.offset >= 0
-            and self.spill_path is None
-        )
-
-
-class ObjectStore:
+class ObjectStore(Relocation):
     """Which object lives where in the arena, who is reading it, and when it can go."""
 
     def __init__(
@@ -122,22 +60,25 @@ class ObjectStore:
         alignment: int = 4096,
         spilling: bool = False,
         on_spill_freed: Callable[[str, int], None] | None = None,
+        compacting: bool = False,
     ) -> None:
         self._alloc = ArenaAllocator(capacity, alignment)
-        # With spilling, create() may answer SpillNeeded; without, primaries never move.
+        # With spilling, create() may answer SpillNeeded; without, primaries stay in memory.
         self.spilling = spilling
+        # With compacting, create() may answer MoveNeeded (copies moved within the arena).
+        self.compacting = compacting
         # Called with (path, size) when a spilled object is deleted: its file can go.
         self.on_spill_freed = on_spill_freed
         # Live objects: created or sealed, not deleted by their owner.
-        self._objects: dict[bytes, _Entry] = {}
+        self._objects: dict[bytes, Entry] = {}
         # Objects the owner deleted whose memory is still in use (by readers or the creator).
         # A list because the id may be deleted, re-created and deleted again meanwhile.
-        self._deleted: dict[bytes, list[_Entry]] = {}
-        self._client_pins: dict[Hashable, set[_Entry]] = {}
-        self._client_creations: dict[Hashable, set[_Entry]] = {}
+        self._deleted: dict[bytes, list[Entry]] = {}
+        self._client_pins: dict[Hashable, set[Entry]] = {}
+        self._client_creations: dict[Hashable, set[Entry]] = {}
         # {owner worker id: its live (not deleted) objects}, for freeing on the owner's death.
-        self._owned: dict[bytes, set[_Entry]] = {}
-        self._evictable: OrderedDict[_Entry, None] = OrderedDict()
+        self._owned: dict[bytes, set[Entry]] = {}
+        self._evictable: OrderedDict[Entry, None] = OrderedDict()
         self._evictable_bytes = 0
         self._num_sealed = 0
         self._num_primary = 0
@@ -146,7 +87,7 @@ class ObjectStore:
         self._bytes_evicted_total = 0
         self._num_created_total = 0
         # Primary copies that could be spilled, least recently used first.
-        self._spillable: OrderedDict[_Entry, None] = OrderedDict()
+        self._spillable: OrderedDict[Entry, None] = OrderedDict()
         self._spillable_bytes = 0
         # Live objects with a copy on disk (whether or not also in memory).
         self._num_spilled = 0
@@ -181,9 +122,10 @@ class ObjectStore:
     ) -> int:
         """Reserves ``size`` bytes for a new object and returns their offset in the arena.
 
-        Evicts unpinned secondary copies, least recently used first, when that makes room.
-        Raises ObjectStoreFullError when the object cannot fit and ValueError if the id is
-        already live.
+        Evicts unpinned cached copies when that makes room; raises MoveNeeded or SpillNeeded
+        when copies must be moved or spilled first (then call again; see ``relocation``),
+        ObjectStoreFullError when the object cannot fit and ValueError if the id is already
+        live.
         """
         if size < 0:
             raise ValueError(f"object {object_id.hex()}: size must not be negative, got {size}")
@@ -195,7 +137,7 @@ class ObjectStore:
         if offset is None:
             raise ObjectStoreFullError(self._full_message(object_id, size, too_big=False))
         now = time.time()
-        entry = _Entry(
+        entry = Entry(
             object_id=object_id,
             offset=offset,
             size=size,
@@ -214,59 +156,6 @@ class ObjectStore:
         self._num_created_total += 1
         self._account(entry, +1)
         return offset
-
-    def _make_room(self, size: int) -> int | None:
-        """Allocates ``size`` bytes, evicting cached copies if that makes room; raises
-        SpillNeeded when primaries must be spilled first; None when nothing can help."""
-        offset = self._alloc.allocate(size)
-        if offset is not None:
-            return offset
-        need = self._alloc.block_size(size)
-        # The common case, cheaply: the least recently used cached copy alone is big enough.
-        while self._evictable:
-            lru = next(iter(self._evictable))
-            if lru.block < need:
-                break
-            self._evict(lru)
-            offset = self._alloc.allocate(size)
-            if offset is not None:
-                return offset
-        movable = self._evictable_bytes + (self._spillable_bytes if self.spilling else 0)
-        if self._alloc.free_bytes + movable < need:
-            # Even perfectly coalesced memory would be too small: keep the cached copies
-            # rather than throwing them away for nothing.
-            return None
-        chosen = room.plan(self._segments(), need)
-        if chosen is None:
-            return None
-        to_spill = [s.item for s in chosen if s.kind == room.SPILLABLE]
-        if to_spill:
-            raise SpillNeeded(to_spill)
-        for seg in chosen:
-            self._evict(seg.item)
-        return self._alloc.allocate(size)
-
-    def _segments(self) -> list[room.Segment]:
-        """The arena as blocks in address order, each with what freeing it would take."""
-        evict_rank = {e: i + 1 for i, e in enumerate(self._evictable)}
-        spill_rank = {e: i + 1 for i, e in enumerate(self._spillable)} if self.spilling else {}
-        segs = [room.Segment(off, size, room.FREE) for off, size in self._alloc.free_blocks()]
-        for entry in self._in_memory_entries():
-            if entry in evict_rank:
-                kind, rank = room.EVICTABLE, evict_rank[entry]
-            elif entry in spill_rank:
-                kind, rank = room.SPILLABLE, spill_rank[entry]
-            else:
-                kind, rank = room.FIXED, 0
-            segs.append(room.Segment(entry.offset, entry.block, kind, rank, entry))
-        segs.sort(key=lambda s: s.offset)
-        return segs
-
-    def _in_memory_entries(self) -> list[_Entry]:
-        entries = [e for e in self._objects.values() if e.offset >= 0]
-        for copies in self._deleted.values():
-            entries.extend(e for e in copies if e.offset >= 0)
-        return entries
 
     def seal(self, object_id: bytes) -> None:
         """Marks a created object complete, so readers can get it."""
@@ -290,7 +179,7 @@ class ObjectStore:
         self._account(entry, -1)
         self._free(entry)
 
-    def _unsealed_entry(self, object_id: bytes, if_sealed: str) -> _Entry:
+    def _unsealed_entry(self, object_id: bytes, if_sealed: str) -> Entry:
         """The object still being written under this id (maybe deleted meanwhile)."""
         entry = self._objects.get(object_id)
         if entry is None or entry.sealed:
@@ -305,7 +194,7 @@ class ObjectStore:
     def get(self, object_id: bytes, client: Hashable) -> tuple[int, int] | None:
         """Pins a sealed object for ``client``; returns ``(offset, size)`` or None if absent."""
         entry = self._objects.get(object_id)
-        if entry is None or not entry.sealed or entry.offset < 0 or entry.restoring:
+        if entry is None or not entry.sealed or entry.offset < 0 or entry.busy:
             return None
         entry.last_access = time.time()
         self._pin(entry, client)
@@ -325,7 +214,7 @@ class ObjectStore:
             self._drop_client_pin(client, entry)
         self._unpin(entry, client)
 
-    def _after_unpin(self, entry: _Entry) -> None:
+    def _after_unpin(self, entry: Entry) -> None:
         """After pins dropped (the entry was taken out of the accounting by the caller)."""
         if not entry.pins:
             # Being read counts as use, so LRU age runs from the last release.
@@ -399,88 +288,13 @@ class ObjectStore:
         entry.primary = primary
         self._account(entry, +1)
 
-    # -- spilling (the spiller does the I/O between these calls) -----------------------
-    def spill_candidates(self, max_bytes: int, max_count: int) -> list[_Entry]:
-        """Primary copies nobody pins, least recently used first, up to about ``max_bytes``
-        (at least one) and ``max_count``."""
-        out: list[_Entry] = []
-        total = 0
-        for entry in self._spillable:
-            if out and (total >= max_bytes or len(out) >= max_count):
-                break
-            out.append(entry)
-            total += entry.size
-        return out
-
-    def begin_spill(self, entry: _Entry) -> tuple[int, int] | None:
-        """Pins a spillable copy while it is written out; its ``(offset, size)`` or None if
-        it can no longer be spilled."""
-        if not entry.spillable:
-            return None
-        self._pin(entry, SPILLER)
-        return entry.offset, entry.size
-
-    def finish_spill(self, entry: _Entry, path: str | None) -> bool:
-        """The write ended (``path`` None: it failed). Frees the memory copy if nobody reads
-        it. Returns False if the file is not wanted (the object was deleted meanwhile), in
-        which case the caller removes it."""
-        self._unpin(entry, SPILLER)
-        if path is None:
-            return True
-        if entry.deleted or self._objects.get(entry.object_id) is not entry:
-            return False
-        self._account(entry, -1)
-        entry.spill_path = path
-        self._spill_totals["num_spilled_total"] += 1
-        self._spill_totals["bytes_spilled_total"] += entry.size
-        self._account(entry, +1)
-        if entry.evictable:
-            self._evict(entry)
-        return True
-
-    def spilled_entry(self, object_id: bytes) -> _Entry | None:
-        """The live object if its only copy is on disk (a get must restore it first)."""
-        entry = self._objects.get(object_id)
-        if entry is None or entry.offset >= 0 or entry.spill_path is None:
-            return None
-        return entry
-
-    def begin_restore(self, entry: _Entry) -> int:
-        """Memory for reading a spilled object back; returns its offset. Raises
-        SpillNeeded or ObjectStoreFullError like ``create``."""
-        offset = self._make_room(entry.size)
-        if offset is None:
-            raise ObjectStoreFullError(
-                self._full_message(entry.object_id, entry.size, too_big=False)
-            )
-        self._account(entry, -1)
-        entry.offset = offset
-        entry.block = self._alloc.size_of(offset) or 0
-        entry.restoring = True
-        self._account(entry, +1)
-        self._pin(entry, RESTORER)
-        return offset
-
-    def finish_restore(self, entry: _Entry, ok: bool) -> None:
-        """The read ended: the copy is readable (its file kept), or on failure its memory
-        goes back."""
-        self._account(entry, -1)
-        entry.restoring = False
-        if ok:
-            self._spill_totals["num_restored_total"] += 1
-            self._spill_totals["bytes_restored_total"] += entry.size
-        self._account(entry, +1)
-        self._unpin(entry, RESTORER)
-        if not ok and not entry.deleted and entry.evictable:
-            self._evict(entry)
-
-    def _pin(self, entry: _Entry, client: Hashable) -> None:
+    def _pin(self, entry: Entry, client: Hashable) -> None:
         self._account(entry, -1)
         entry.readers[client] = entry.readers.get(client, 0) + 1
         entry.pins += 1
         self._account(entry, +1)
 
-    def _unpin(self, entry: _Entry, client: Hashable) -> None:
+    def _unpin(self, entry: Entry, client: Hashable) -> None:
         self._account(entry, -1)
         count = entry.readers[client] - 1
         if count:
@@ -541,7 +355,7 @@ class ObjectStore:
             for e in entries
         ]
 
-    def _account(self, entry: _Entry, sign: int) -> None:
+    def _account(self, entry: Entry, sign: int) -> None:
         # Every mutation of an entry is bracketed by _account(-1) and _account(+1) (or a
         # free), so the counters and the LRU set can never drift from the entries' state.
         if entry.sealed:
@@ -560,7 +374,7 @@ class ObjectStore:
             self._num_spilled += sign
             self._spilled_bytes += sign * entry.size
 
-    def _free(self, entry: _Entry) -> None:
+    def _free(self, entry: Entry) -> None:
         # The caller has already taken the entry out of the accounting.
         if entry.offset >= 0:
             self._alloc.free(entry.offset)
@@ -578,7 +392,7 @@ class ObjectStore:
             if not creations:
                 del self._client_creations[entry.creator]
 
-    def _evict(self, entry: _Entry) -> None:
+    def _evict(self, entry: Entry) -> None:
         self._account(entry, -1)
         if entry.primary:
             # Its copy on disk stays the object: only the memory goes (not an eviction).
@@ -590,7 +404,7 @@ class ObjectStore:
         self._num_evicted_total += 1
         self._bytes_evicted_total += entry.block
 
-    def _unindex_owner(self, entry: _Entry) -> None:
+    def _unindex_owner(self, entry: Entry) -> None:
         owner_id = owner_key(entry.owner)
         owned = self._owned.get(owner_id) if owner_id is not None else None
         if owned is not None:
@@ -598,22 +412,20 @@ class ObjectStore:
             if not owned:
                 del self._owned[owner_id]
 
-    def _drop_client_pin(self, client: Hashable, entry: _Entry) -> None:
+    def _drop_client_pin(self, client: Hashable, entry: Entry) -> None:
         pinned = self._client_pins.get(client)
         if pinned is not None:
             pinned.discard(entry)
             if not pinned:
                 del self._client_pins[client]
 
-    def _find_deleted(self, object_id: bytes, predicate: Callable[[_Entry], bool]) -> _Entry | None:
+    def _find_deleted(self, object_id: bytes, predicate: Callable[[Entry], bool]) -> Entry | None:
         for entry in self._deleted.get(object_id, ()):
             if predicate(entry):
                 return entry
         return None
 
-    def _pinned_entry(
-        self, object_id: bytes, client: Hashable, offset: int | None
-    ) -> _Entry | None:
+    def _pinned_entry(self, object_id: bytes, client: Hashable, offset: int | None) -> Entry | None:
         live = self._objects.get(object_id)
         if live is not None and client in live.readers and offset in (None, live.offset):
             return live
@@ -642,7 +454,7 @@ class ObjectStore:
         )
 
 
-def _index(lru: OrderedDict[_Entry, None], entry: _Entry, sign: int) -> None:
+def _index(lru: OrderedDict[Entry, None], entry: Entry, sign: int) -> None:
     """Adds the entry as the most recently used (sign > 0), or takes it out."""
     if sign > 0:
         lru[entry] = None

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ember import config
 from ember.exceptions import ObjectStoreFullError
 from ember.object_store.spill import SpillFiles, spill_dir_for
-from ember.object_store.store import SpillNeeded, owner_key
+from ember.object_store.store import MoveNeeded, SpillNeeded, owner_key
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
 from ember.protocol.messages.raylet import PullFailed
@@ -127,15 +127,18 @@ class ObjectService:
         owner, size, client = body.get("owner"), body["size"], body.get("client")
         try:
             offset = self.store.create(oid, size, client, owner=owner)
-        except (SpillNeeded, ObjectStoreFullError) as e:
+        except (MoveNeeded, SpillNeeded, ObjectStoreFullError) as e:
             if not self.spiller.may_make_room(e):
                 raise
-            return self._create_spilling(oid, size, client, owner)
+            return self._create_later(oid, size, client, owner, e)
         self.spiller.check_high_water()
         return self._created(oid, owner, offset)
 
-    async def _create_spilling(self, oid: bytes, size: int, client: Any, owner: Any) -> int:
-        offset = await self.spiller.create(oid, size, client, owner, primary=True)
+    async def _create_later(
+        self, oid: bytes, size: int, client: Any, owner: Any, first: Exception
+    ) -> int:
+        """A create that must wait for copies to move or spill (``first``: why)."""
+        offset = await self.spiller.create(oid, size, client, owner, primary=True, pending=first)
         return self._created(oid, owner, offset)
 
     def _created(self, oid: bytes, owner: Any, offset: int) -> int:

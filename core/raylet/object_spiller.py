@@ -29,7 +29,7 @@ from typing import Any
 
 from ember.exceptions import ObjectStoreFullError
 from ember.object_store.spill import SpillFiles, SpillSpaceError
-from ember.object_store.store import ObjectStore, SpillNeeded
+from ember.object_store.store import MoveNeeded, ObjectStore, SpillNeeded
 
 logger = logging.getLogger("ember.raylet")
 
@@ -37,6 +37,8 @@ logger = logging.getLogger("ember.raylet")
 ROOM_DEADLINE_SECONDS = 120.0
 # Objects written per batch at most (each its own file).
 MAX_BATCH_OBJECTS = 1000
+# Bytes copied at a time when an object moves within the arena.
+MOVE_CHUNK = 8 * 1024 * 1024
 
 
 class ObjectSpiller:
@@ -60,11 +62,19 @@ class ObjectSpiller:
         self.batch_bytes = max(1, batch_bytes)
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ember-spill")
         self._restores: dict[bytes, asyncio.Future] = {}
+        self._busy: dict[bytes, asyncio.Future] = {}  # objects being moved in the arena
         self._background: asyncio.Future | None = None
         self._batches: set[asyncio.Future] = set()  # spills in flight (waited on for room)
         self.last_error = ""
         self._in_flight = 0  # objects being written now
-        self._io = {"write_seconds": 0.0, "read_seconds": 0.0, "failed_writes": 0}
+        self._io = {
+            "write_seconds": 0.0,
+            "read_seconds": 0.0,
+            "failed_writes": 0,
+            "moved_objects": 0,
+            "moved_bytes": 0,
+        }
+        store.compacting = True  # moving copies within the arena needs no disk
         if files is not None:
             store.spilling = True
             store.on_spill_freed = self._file_freed
@@ -74,10 +84,22 @@ class ObjectSpiller:
         return self.files is not None
 
     # -- making room -----------------------------------------------------------------------
-    async def create(self, oid: bytes, size: int, creator: Any, owner: Any, primary: bool) -> int:
-        """``store.create``, spilling to make room when it must; checks the high-water mark."""
+    async def create(
+        self,
+        oid: bytes,
+        size: int,
+        creator: Any,
+        owner: Any,
+        primary: bool,
+        pending: Exception | None = None,
+    ) -> int:
+        """``store.create``, moving or spilling copies to make room when it must (``pending``:
+        what a first, synchronous try raised, to act on first); checks the high-water mark."""
         offset = await self._with_room(
-            oid, size, lambda: self.store.create(oid, size, creator, owner=owner, primary=primary)
+            oid,
+            size,
+            lambda: self.store.create(oid, size, creator, owner=owner, primary=primary),
+            pending,
         )
         self.check_high_water()
         return offset
@@ -85,15 +107,29 @@ class ObjectSpiller:
     def may_make_room(self, error: Exception) -> bool:
         """Whether a create that failed with ``error`` may succeed after spilling (or after
         the spills in flight end)."""
+        if isinstance(error, MoveNeeded):
+            return True
         if self.files is None:
             return False
         return isinstance(error, SpillNeeded) or bool(self._batches)
 
-    async def _with_room(self, oid: bytes, size: int, attempt: Callable[[], int]) -> int:
+    async def _with_room(
+        self,
+        oid: bytes,
+        size: int,
+        attempt: Callable[[], int],
+        pending: Exception | None = None,
+    ) -> int:
         deadline = time.monotonic() + ROOM_DEADLINE_SECONDS
         while True:
             try:
+                if pending is not None:
+                    # A MoveNeeded holds reservations: it must be carried out, not re-planned.
+                    error, pending = pending, None
+                    raise error
                 return attempt()
+            except MoveNeeded as need:
+                await self.move(need)
             except SpillNeeded as need:
                 try:
                     if not await self.spill(need.entries):
@@ -218,10 +254,50 @@ class ObjectSpiller:
         self._io["write_seconds"] += time.monotonic() - started
         return out
 
+    # -- compaction ------------------------------------------------------------------------
+    async def move(self, need: MoveNeeded) -> None:
+        """Copies the chosen objects to their new places (on a spill thread) so their old
+        range becomes one free run; readers of them wait meanwhile."""
+        loop = asyncio.get_running_loop()
+        job = loop.run_in_executor(self._executor, self._copy_moves, need.moves)
+        for entry, _old, _new in need.moves:
+            self._busy[entry.object_id] = job
+        ok = False
+        try:
+            await asyncio.shield(job)
+            ok = True
+        finally:
+            for entry, _old, _new in need.moves:
+                if self._busy.get(entry.object_id) is job:
+                    del self._busy[entry.object_id]
+            self.store.finish_moves(need, ok)
+        self._io["moved_objects"] += len(need.moves)
+        self._io["moved_bytes"] += sum(e.size for e, _o, _n in need.moves)
+
+    def _copy_moves(self, moves: list) -> None:
+        arena = self._arena()
+        for entry, old, new in moves:
+            src = arena.writable_view(old, entry.size)
+            dst = arena.writable_view(new, entry.size)
+            # In chunks: a memoryview copy holds the GIL, and the loop must keep running. A
+            # slide's destination may overlap its source from below: chunks no longer than
+            # the distance never overwrite bytes not yet copied.
+            step = min(MOVE_CHUNK, abs(old - new)) if abs(old - new) < entry.size else MOVE_CHUNK
+            try:
+                for i in range(0, entry.size, step):
+                    dst[i : i + step] = src[i : i + step]
+            finally:
+                src.release()
+                dst.release()
+
     # -- restoring -------------------------------------------------------------------------
     async def restore(self, oid: bytes) -> bool:
         """Reads a spilled object back into memory (one read however many ask); False if it
         is not spilled. Raises ObjectStoreFullError when no room can be made for it."""
+        moving = self._busy.get(oid)
+        if moving is not None:  # being moved in the arena: readable once it is done
+            await asyncio.shield(moving)
+            return True
         pending = self._restores.get(oid)
         if pending is None:
             if self.store.spilled_entry(oid) is None:
