@@ -140,3 +140,32 @@ def test_a_killed_raylet_leaves_no_spill_files_after_ember_stop(two_nodes):
     assert out.returncode == 0, out.stderr
     assert not os.path.exists(far.spill_dir), os.listdir(far.spill_dir)
     del held
+
+
+def test_ember_start_spilling_flags(tmp_path):
+    from ember_test_utils import head_cluster
+
+    if ember.is_initialized():
+        ember.shutdown()
+    spill_root = tmp_path / "spill-here"
+    flags = ["--object-spilling-directory", str(spill_root)]
+    flags += ["--object-spilling-max-bytes", str(150 * MB)]
+    with head_cluster(*flags) as (root, port, _):
+        ember.init(address=f"127.0.0.1:{port}", temp_dir=root, log_to_driver=False)
+        try:
+            # 64 MiB store (head_cluster's): 100 MB of puts spill into the named directory.
+            refs = [ember.put(_array(i, 10 * MB)) for i in range(10)]
+            stats = ember.global_state.worker.call_raylet_sync("node_stats", None)
+            assert stats["spill"]["max_bytes"] == 150 * MB
+            assert stats["spill"]["directory"].startswith(str(spill_root))
+            wait_until(
+                lambda: glob.glob(str(spill_root / "ember-spill-*" / "*.spill")),
+                30,
+                0.1,
+                "spill files in the directory given to ember start",
+            )
+            assert _digest(ember.get(refs[0])) == _digest(_array(0, 10 * MB))
+        finally:
+            ember.shutdown()
+    # ember stop (head_cluster's end) leaves nothing spilled behind.
+    assert glob.glob(str(spill_root / "ember-spill-*")) == []
