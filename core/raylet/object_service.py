@@ -1,7 +1,9 @@
 """The raylet's object-store service: the local store's ``plasma_*`` messages, copies of
 objects between nodes (``pull_object`` for a local reader, ``export_object`` /
 ``unexport_object`` for another node's raylet reading from this one), and the end of objects
-whose owner died.
+whose owner died. Making room (moving and spilling copies) and reading spilled objects back
+is ``object_spiller``'s; this service calls it where a create does not fit and where a
+get or an export finds the object on disk.
 
 An owner frees its objects while it lives; once it is gone nobody can, so the raylets do:
 the raylet an owner was connected to sees its connection close, deletes what it owned here

@@ -208,10 +208,11 @@ class ObjectSpiller:
         self._batches.add(batch)
         self._in_flight += len(jobs)
         try:
-            results = await asyncio.shield(batch)
+            results, seconds = await asyncio.shield(batch)
         finally:
             self._batches.discard(batch)
             self._in_flight -= len(jobs)
+        self._io["write_seconds"] += seconds  # summed here: two batches may run at once
         spilled = 0
         for (entry, _offset, size, path), error in zip(jobs, results, strict=True):
             if error is not None:
@@ -232,15 +233,18 @@ class ObjectSpiller:
             logger.info("spilled %d objects (%d bytes)", len(jobs), spilled)
         return spilled
 
-    def _write_batch(self, jobs: list[tuple[Any, int, int, str]]) -> list[Exception | None]:
-        """On a spill thread: each object to its file; an error per object, or None."""
+    def _write_batch(
+        self, jobs: list[tuple[Any, int, int, str]]
+    ) -> tuple[list[Exception | None], float]:
+        """On a spill thread: each object to its file; an error per object, or None, and
+        the seconds it took."""
         started = time.monotonic()
         out: list[Exception | None] = []
         assert self.files is not None
         try:
             self.files.check_disk(sum(size for _e, _o, size, _p in jobs))
         except SpillSpaceError as e:
-            return [e] * len(jobs)
+            return [e] * len(jobs), 0.0
         arena = self._arena()
         for _entry, offset, size, path in jobs:
             view = arena.writable_view(offset, size)
@@ -251,8 +255,7 @@ class ObjectSpiller:
                 out.append(e)
             finally:
                 view.release()
-        self._io["write_seconds"] += time.monotonic() - started
-        return out
+        return out, time.monotonic() - started
 
     # -- compaction ------------------------------------------------------------------------
     async def move(self, need: MoveNeeded) -> None:
