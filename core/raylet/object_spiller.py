@@ -64,7 +64,9 @@ class ObjectSpiller:
         self._restores: dict[bytes, asyncio.Future] = {}
         self._busy: dict[bytes, asyncio.Future] = {}  # objects being moved in the arena
         self._background: asyncio.Future | None = None
-        self._batches: set[asyncio.Future] = set()  # spills in flight (waited on for room)
+        # Spills and moves in flight: their copies are pinned meanwhile, so a create that
+        # found no room waits for them before it gives up.
+        self._batches: set[asyncio.Future] = set()
         self.last_error = ""
         self._in_flight = 0  # objects being written now
         self._io = {
@@ -105,13 +107,9 @@ class ObjectSpiller:
         return offset
 
     def may_make_room(self, error: Exception) -> bool:
-        """Whether a create that failed with ``error`` may succeed after spilling (or after
-        the spills in flight end)."""
-        if isinstance(error, MoveNeeded):
-            return True
-        if self.files is None:
-            return False
-        return isinstance(error, SpillNeeded) or bool(self._batches)
+        """Whether a create that failed with ``error`` may succeed after moving or spilling
+        copies (or once the moves and spills in flight end)."""
+        return isinstance(error, MoveNeeded | SpillNeeded) or bool(self._batches)
 
     async def _with_room(
         self,
@@ -140,7 +138,7 @@ class ObjectSpiller:
                         f"store: it is full and spilling to make room failed: {e}"
                     ) from None
             except ObjectStoreFullError:
-                # Objects being spilled are pinned meanwhile: once written they can go.
+                # Copies being spilled or moved are pinned meanwhile: wait for them.
                 if not self._batches or time.monotonic() > deadline:
                     raise
                 await asyncio.wait(list(self._batches))
@@ -265,11 +263,13 @@ class ObjectSpiller:
         job = loop.run_in_executor(self._executor, self._copy_moves, need.moves)
         for entry, _old, _new in need.moves:
             self._busy[entry.object_id] = job
+        self._batches.add(job)
         ok = False
         try:
             await asyncio.shield(job)
             ok = True
         finally:
+            self._batches.discard(job)
             for entry, _old, _new in need.moves:
                 if self._busy.get(entry.object_id) is job:
                     del self._busy[entry.object_id]
