@@ -19,7 +19,7 @@ import ember
 import numpy as np
 import pytest
 from ember.exceptions import ObjectStoreFullError
-from ember_test_utils import assert_no_ember_children, wait_until
+from ember_test_utils import assert_no_ember_children, sigkill_driver_when_ready, wait_until
 
 MB = 1_000_000
 STORE = 100 * MB
@@ -225,3 +225,31 @@ def test_store_holds_objects_totalling_close_to_its_size(node):
     node(store=store, EMBER_AUTOMATIC_OBJECT_SPILLING_ENABLED="1")
     refs = [ember.put(np.full(50 * MB, i, dtype=np.uint8)) for i in range(6)]
     assert [int(ember.get(r)[-1]) for r in refs] == list(range(6))
+
+
+KILLED_DRIVER = """
+import glob, os, sys, time, numpy as np, ember
+ctx = ember.init(num_cpus=1, object_store_memory=100_000_000, include_dashboard=False)
+held = [ember.put(np.full(20_000_000, i, dtype=np.uint8)) for i in range(8)]
+deadline = time.monotonic() + 30
+while not glob.glob(os.path.join(sys.argv[1], "ember-spill-*", "*.spill")):
+    assert time.monotonic() < deadline, "nothing spilled"
+    time.sleep(0.05)
+print("SPILLED", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_sigkilled_drivers_node_removes_its_spill_files(tmp_path):
+    # The driver's own node (raylet and all) ends with it; nothing spilled stays on disk.
+    root = tmp_path / "spill"
+    env = {**os.environ, "EMBER_OBJECT_SPILLING_DIRECTORY": str(root)}
+    sigkill_driver_when_ready(
+        KILLED_DRIVER, [str(root)], "SPILLED", lambda: _spill_files(root), env=env
+    )
+    wait_until(
+        lambda: not glob.glob(os.path.join(str(root), "ember-spill-*")),
+        30,
+        0.1,
+        "the dead driver's raylet to remove its spill directory",
+    )

@@ -9,13 +9,12 @@ import hashlib
 import os
 import signal
 import subprocess
-import sys
 
 import ember
 import numpy as np
 import pytest
 from ember.cluster_utils import Cluster
-from ember_test_utils import ember_cli, wait_until
+from ember_test_utils import ember_cli, sigkill_driver_when_ready, wait_until
 
 MB = 1_000_000
 STORE = 100 * MB
@@ -90,26 +89,17 @@ time.sleep(600)
 def test_an_owners_death_deletes_its_spilled_files(two_nodes):
     cluster = two_nodes
     head = cluster.head_node
-    proc = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, head.gcs_address, os.path.dirname(head.session_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout.readline().strip() == "READY", proc.stderr.read()
-        wait_until(
+    sigkill_driver_when_ready(
+        DRIVER,
+        [head.gcs_address, os.path.dirname(head.session_dir)],
+        "READY",
+        lambda: wait_until(
             lambda: _store(cluster, head)["num_spilled"] >= 3 and _files(head),
             30,
             0.1,
             "the driver's objects to spill",
-        )
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
+        ),
+    )
     wait_until(lambda: not _files(head), 30, 0.1, "the dead owner's spill files to go")
     store = _store(cluster, head)
     assert (store["num_spilled"], store["spilled_bytes"], store["used_bytes"]) == (0, 0, 0)
