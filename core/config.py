@@ -46,6 +46,10 @@ object_spilling_directory: str = _env("object_spilling_directory", "")
 object_spilling_max_bytes: int = _env("object_spilling_max_bytes", 0)
 object_spilling_batch_bytes: int = _env("object_spilling_batch_bytes", 100 * 1024 * 1024)
 local_fs_capacity_threshold: float = _env("local_fs_capacity_threshold", 0.95)
+# A create or restore that finds no room while readers pin objects waits up to this long for
+# pins to be released before it raises ObjectStoreFullError (Ray's oom_grace_period_s): a
+# process keeps a read pin about a second past its last view, for its next get.
+object_store_full_grace_seconds: float = _env("object_store_full_grace_seconds", 2.0)
 # How often the raylet reports its resources and heartbeats to the GCS.
 heartbeat_interval: float = _env("heartbeat_interval", 0.5)
 # A node silent this long is marked dead by the GCS.

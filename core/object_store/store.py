@@ -108,6 +108,11 @@ class ObjectStore(Relocation):
         return self._alloc.used
 
     @property
+    def has_pins(self) -> bool:
+        """Whether any object is pinned (by a reader, or while it is spilled or moved)."""
+        return self._num_pinned > 0
+
+    @property
     def evictable_bytes(self) -> int:
         """Memory that can be dropped at once (cached copies, primaries also on disk)."""
         return self._evictable_bytes

@@ -66,6 +66,7 @@ class ObjectService:
             _spill_files(raylet),
             config.object_spilling_threshold,
             config.object_spilling_batch_bytes,
+            config.object_store_full_grace_seconds,
         )
 
     # -- owners that died ------------------------------------------------------------------
@@ -78,6 +79,7 @@ class ObjectService:
         while len(self.dead_owners) > DEAD_OWNERS_KEPT:
             self.dead_owners.popitem(last=False)
         freed = self.store.delete_owned_by(owner_ids)
+        self.spiller.room_freed()
         self.owned_freed["owners"] += len(owner_ids)
         self.owned_freed["objects"] += len(freed)
         if freed:
@@ -198,10 +200,12 @@ class ObjectService:
 
     def h_plasma_release(self, conn: Connection, body: dict) -> None:
         self.store.release(body["object_id"], body["client"], body.get("offset"))
+        self.spiller.room_freed()
 
     def h_plasma_delete(self, conn: Connection, body: dict) -> None:
         for oid in body["object_ids"]:
             self.store.delete(oid)
+        self.spiller.room_freed()
 
     def h_plasma_abort(self, conn: Connection, body: dict) -> None:
         self.store.abort(body["object_id"])

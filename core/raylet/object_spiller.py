@@ -21,6 +21,7 @@ is deleted when the object is (its owner freed it, or died).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -49,6 +50,7 @@ class ObjectSpiller:
         files: SpillFiles | None,
         threshold: float = 0.8,
         batch_bytes: int = 100 * 1024 * 1024,
+        grace_seconds: float = 2.0,
     ) -> None:
         if not 0 < threshold <= 1:
             raise ValueError(
@@ -68,6 +70,8 @@ class ObjectSpiller:
         # found no room waits for them before it gives up.
         self._batches: set[asyncio.Future] = set()
         self.last_error = ""
+        self.grace_seconds = grace_seconds
+        self._room_freed = asyncio.Event()
         self._in_flight = 0  # objects being written now
         self._io = {
             "write_seconds": 0.0,
@@ -108,8 +112,14 @@ class ObjectSpiller:
 
     def may_make_room(self, error: Exception) -> bool:
         """Whether a create that failed with ``error`` may succeed after moving or spilling
-        copies (or once the moves and spills in flight end)."""
-        return isinstance(error, MoveNeeded | SpillNeeded) or bool(self._batches)
+        copies, once the moves and spills in flight end, or once readers let go."""
+        if isinstance(error, MoveNeeded | SpillNeeded) or self._batches:
+            return True
+        return self.grace_seconds > 0 and self.store.has_pins
+
+    def room_freed(self) -> None:
+        """A pin was released or an object deleted: a create waiting for room tries again."""
+        self._room_freed.set()
 
     async def _with_room(
         self,
@@ -118,7 +128,8 @@ class ObjectSpiller:
         attempt: Callable[[], int],
         pending: Exception | None = None,
     ) -> int:
-        deadline = time.monotonic() + ROOM_DEADLINE_SECONDS
+        started = time.monotonic()
+        deadline = started + ROOM_DEADLINE_SECONDS
         while True:
             try:
                 if pending is not None:
@@ -138,10 +149,20 @@ class ObjectSpiller:
                         f"store: it is full and spilling to make room failed: {e}"
                     ) from None
             except ObjectStoreFullError:
-                # Copies being spilled or moved are pinned meanwhile: wait for them.
-                if not self._batches or time.monotonic() > deadline:
+                now = time.monotonic()
+                if self._batches and now < deadline:
+                    # Copies being spilled or moved are pinned meanwhile: wait for them.
+                    await asyncio.wait(list(self._batches))
+                elif self.store.has_pins and now < started + self.grace_seconds:
+                    # Readers may let go soon (held pins last about a second): wait for a
+                    # release or a delete, within the grace period.
+                    self._room_freed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(
+                            self._room_freed.wait(), started + self.grace_seconds - now
+                        )
+                else:
                     raise
-                await asyncio.wait(list(self._batches))
             if time.monotonic() > deadline:
                 raise ObjectStoreFullError(
                     f"Cannot create object {oid.hex()} of {size} bytes in the object store: "

@@ -122,6 +122,7 @@ class Raylet:
             return
         self.clients.pop(wid, None)
         self.store.release_client(wid)
+        self.objects.spiller.room_freed()
         if not self.stopping:
             # A driver or worker that is gone owns nothing any more: free what it owned here
             # and on every other node (its objects would hold the stores for good).
