@@ -253,3 +253,22 @@ def test_a_sigkilled_drivers_node_removes_its_spill_files(tmp_path):
         0.1,
         "the dead driver's raylet to remove its spill directory",
     )
+
+
+def test_a_get_of_more_than_the_store_holds_fails_and_leaves_no_pins(node):
+    # A get maps every value it returns at once: 150 MB of values cannot be in a 100 MB
+    # store together. It says so, and the pins it took on the way are given back.
+    node()
+    refs = [ember.put(_array(i, 15 * MB)) for i in range(10)]
+    with pytest.raises(ObjectStoreFullError):
+        ember.get(refs, timeout=120)
+    gc.collect()
+    wait_until(
+        lambda: _stats()["store"]["num_pinned_by_readers"] == 0,
+        20,
+        0.1,
+        "every pin to be given back",
+    )
+    # One at a time they all read back.
+    for i, ref in enumerate(refs):
+        assert _digest(ember.get(ref)) == _digest(_array(i, 15 * MB))

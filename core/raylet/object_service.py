@@ -196,7 +196,19 @@ class ObjectService:
 
     async def h_plasma_get_many(self, conn: Connection, body: dict) -> list[tuple[int, int] | None]:
         client = body["client"]
-        return [await self._get_sealed(oid, client) for oid in body["object_ids"]]
+        got: list[tuple[int, int] | None] = []
+        try:
+            for oid in body["object_ids"]:
+                got.append(await self._get_sealed(oid, client))
+        except Exception:
+            # The caller gets the error, not the pins taken so far: give them back (e.g. no
+            # room to read the next one back from disk with the others held).
+            for oid, pinned in zip(body["object_ids"], got, strict=False):
+                if pinned is not None:
+                    self.store.release(oid, client, pinned[0])
+            self.spiller.room_freed()
+            raise
+        return got
 
     def h_plasma_release(self, conn: Connection, body: dict) -> None:
         self.store.release(body["object_id"], body["client"], body.get("offset"))
