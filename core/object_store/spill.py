@@ -1,7 +1,7 @@
 """Spill files: objects' bytes on local disk while the shared-memory store is under pressure.
 
 One raylet owns one directory, ``<root>/ember-spill-<node id>``, and one file per object in
-it (``<object id>.spill``), so freeing an object removes its file at once and a directory
+it (``<object id>-<n>.spill``), so freeing an object removes its file at once and a directory
 left by a killed raylet is recognisable by its name (``ember stop`` and the node's own
 clean-up remove it). The bytes are copied between the arena mapping and the file by the
 kernel (``write`` from, ``readinto`` to, a memoryview of the mapping), on the spiller's
@@ -43,6 +43,7 @@ class SpillFiles:
         self.disk_threshold = disk_threshold
         self._lock = threading.Lock()
         self._bytes = 0  # files written or reserved
+        self._seq = 0
         self._created = False
 
     @property
@@ -62,7 +63,11 @@ class SpillFiles:
                     f"EMBER_OBJECT_SPILLING_MAX_BYTES=N (0 means no cap), or free objects."
                 )
             self._bytes += size
-        return os.path.join(self.directory, object_id.hex() + ".spill")
+            self._seq += 1
+            # A sequence number too: an id written again (a retried task's result) must not
+            # share a name with its old file, whose removal may still be queued.
+            name = f"{object_id.hex()}-{self._seq}.spill"
+        return os.path.join(self.directory, name)
 
     def unreserve(self, size: int) -> None:
         with self._lock:
