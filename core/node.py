@@ -478,7 +478,7 @@ class LocalNode:
     def _spill_dir(self) -> str:
         from ember.object_store.spill import spill_dir_for
 
-        root = self.spill_root or self.session_dir
+        root = os.path.abspath(self.spill_root or self.session_dir)  # node.json and stop
         try:
             os.makedirs(root, exist_ok=True)
         except OSError as e:
