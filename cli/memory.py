@@ -34,6 +34,14 @@ def collect(api: Any) -> dict[str, Any]:
             "used_bytes": m.get("object_store_used_bytes") or 0,
             "capacity_bytes": m.get("object_store_capacity_bytes") or 0,
             "num_objects": m.get("object_store_objects") or 0,
+            "spilled_bytes": m.get("object_store_spilled_bytes") or 0,
+            "spilled_objects": m.get("object_store_spilled_objects") or 0,
+            "spilled_bytes_total": m.get("object_store_spilled_bytes_total") or 0,
+            "spilled_objects_total": m.get("object_store_spilled_objects_total") or 0,
+            "restored_bytes_total": m.get("object_store_restored_bytes_total") or 0,
+            "restored_objects_total": m.get("object_store_restored_objects_total") or 0,
+            "write_seconds": m.get("object_store_spill_write_seconds") or 0.0,
+            "read_seconds": m.get("object_store_restore_read_seconds") or 0.0,
         }
     return {"objects": objects, "missing": last.get("missing") or {}, "store": store}
 
@@ -143,9 +151,40 @@ def render(data: dict[str, Any], group_by: str, sort_by: str, units: str) -> str
         f"Shared-memory store usage {used / 2**20:.0f} MiB, {count} objects, "
         f"{used / cap * 100:.2f}% full"
     )
+    lines.extend(_spill_lines(stores))
     for node_id, why in sorted(data["missing"].items()):
         lines.append(f"(node {node_id} is not listed in full: {why})")
     return "\n".join(lines)
+
+
+def _spill_lines(stores: Any) -> list[str]:
+    """Ray's spill lines: what is on disk now, what was written and read back so far (with
+    the average throughput of the spill threads' I/O)."""
+    stores = list(stores)
+
+    def total(key: str) -> float:
+        return sum(n.get(key, 0) for n in stores)
+
+    on_disk, n_disk = total("spilled_bytes"), total("spilled_objects")
+    written, n_written = total("spilled_bytes_total"), total("spilled_objects_total")
+    restored, n_restored = total("restored_bytes_total"), total("restored_objects_total")
+    if not (on_disk or written or restored):
+        return []
+    mib = 2**20
+    lines = [f"Spilled on disk now {on_disk / mib:.0f} MiB, {int(n_disk)} objects"]
+    if written:
+        speed = written / mib / max(total("write_seconds"), 1e-9)
+        lines.append(
+            f"Spilled {written / mib:.0f} MiB, {int(n_written)} objects, "
+            f"avg write throughput {speed:.0f} MiB/s"
+        )
+    if restored:
+        speed = restored / mib / max(total("read_seconds"), 1e-9)
+        lines.append(
+            f"Restored {restored / mib:.0f} MiB, {int(n_restored)} objects, "
+            f"avg read throughput {speed:.0f} MiB/s"
+        )
+    return lines
 
 
 @click.command("memory")

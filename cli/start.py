@@ -46,6 +46,17 @@ def _parse_resources(raw: str | None) -> dict[str, float] | None:
 )
 @click.option("--memory", type=float, default=None, help="Bytes of memory for tasks.")
 @click.option("--object-store-memory", type=int, default=None, help="Bytes of shared memory.")
+@click.option(
+    "--object-spilling-directory",
+    default=None,
+    help="Where objects spill to disk when the store is full (default: the session directory).",
+)
+@click.option(
+    "--object-spilling-max-bytes",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Cap on the bytes of spilled objects on this node (0: no cap, the default).",
+)
 @click.option("--temp-dir", default=None, help="Root of the session directories.")
 @click.option("--token", default=None, envvar="EMBER_TOKEN", help="The cluster token (joining).")
 @click.option("--block", is_flag=True, help="Stay in the foreground; stop on SIGTERM/Ctrl-C.")
@@ -74,6 +85,8 @@ def start(
     labels: str | None,
     memory: float | None,
     object_store_memory: int | None,
+    object_spilling_directory: str | None,
+    object_spilling_max_bytes: int | None,
     temp_dir: str | None,
     token: str | None,
     block: bool,
@@ -120,6 +133,8 @@ def start(
         "labels": node_labels,
         "memory": memory,
         "object_store_memory": object_store_memory,
+        "object_spilling_directory": object_spilling_directory,
+        "object_spilling_max_bytes": object_spilling_max_bytes,
         "temp_dir": temp_dir,
         "cluster": True,
         "dashboard": dashboard,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -99,18 +100,21 @@ def stop_processes(procs: list[psutil.Process], force: bool, grace: float = 10.0
     return len(procs)
 
 
-def _arena_paths(procs: list[psutil.Process]) -> list[str]:
-    paths = []
+def _raylet_args(procs: list[psutil.Process], flag: str) -> list[str]:
+    """The value of ``flag`` on these raylets' command lines."""
+    values = []
     for p in procs:
         try:
             cmd = p.cmdline()
         except psutil.Error:
             continue
-        if "--arena-path" in cmd and _module_of(cmd) == "ember.raylet.raylet":
-            path = cmd[cmd.index("--arena-path") + 1]
-            if path.startswith("/dev/shm/ember-"):
-                paths.append(path)
-    return paths
+        if flag in cmd[:-1] and _module_of(cmd) == "ember.raylet.raylet":
+            values.append(cmd[cmd.index(flag) + 1])
+    return values
+
+
+def _arena_paths(procs: list[psutil.Process]) -> list[str]:
+    return [p for p in _raylet_args(procs, "--arena-path") if p.startswith("/dev/shm/ember-")]
 
 
 def _orphan_arenas(temp_dir: str | None, live: list[psutil.Process]) -> list[str]:
@@ -141,6 +145,46 @@ def _orphan_arenas(temp_dir: str | None, live: list[psutil.Process]) -> list[str
     return out
 
 
+def _spill_dirs(procs: list[psutil.Process]) -> list[str]:
+    """The spill directories of these raylets."""
+    return [d for d in _raylet_args(procs, "--spill-dir") if _is_spill_dir(d)]
+
+
+def _is_spill_dir(path: str) -> bool:
+    from ember.object_store.spill import SPILL_DIR_PREFIX
+
+    return os.path.basename(os.path.normpath(path)).startswith(SPILL_DIR_PREFIX)
+
+
+def _orphan_spill_dirs(temp_dir: str | None, live: list[psutil.Process]) -> list[str]:
+    """Spill directories of this user's sessions (under ``temp_dir``, else the usual roots)
+    that no running raylet uses: killed raylets could not remove their spilled objects."""
+    from ember.session import temp_roots
+
+    in_use = set(_spill_dirs(live))
+    candidates = []
+    for root in temp_roots(temp_dir):
+        sessions = glob.glob(os.path.join(root, "session_*"))
+        for session in sessions:
+            candidates.extend(glob.glob(os.path.join(session, "ember-spill-*")))
+            try:
+                with open(os.path.join(session, "node.json")) as f:
+                    recorded = json.load(f).get("spill_dir") or ""
+            except (OSError, ValueError):
+                continue
+            if recorded:
+                candidates.append(recorded)
+    uid = os.getuid()
+    out = []
+    for path in dict.fromkeys(candidates):
+        try:
+            if _is_spill_dir(path) and os.stat(path).st_uid == uid and path not in in_use:
+                out.append(path)
+        except OSError:
+            continue
+    return out
+
+
 def _sessions(procs: list[psutil.Process], module: str) -> set[str]:
     found = set()
     for p in procs:
@@ -163,6 +207,8 @@ def _clean_leftovers(temp_dir: str | None) -> None:
             os.unlink(path)
         except OSError:
             pass
+    for path in _orphan_spill_dirs(temp_dir, live):
+        shutil.rmtree(path, ignore_errors=True)
     prune_head_markers(_sessions(live, "ember.gcs.server"))
 
 
@@ -191,6 +237,7 @@ def stop(force: bool, temp_dir: str | None, grace_period: float) -> None:
         click.echo(f"No Ember processes to stop{where}.")
         return
     arenas = _arena_paths(procs)
+    spill_dirs = _spill_dirs(procs)
     n = stop_processes(procs, force, grace_period)
     # Workers die with their raylet; wait for them so the command returns with nothing left.
     deadline = time.monotonic() + 10.0
@@ -204,6 +251,8 @@ def stop(force: bool, temp_dir: str | None, grace_period: float) -> None:
             os.unlink(path)
         except OSError:
             pass
+    for path in spill_dirs:  # and its spilled objects
+        shutil.rmtree(path, ignore_errors=True)
     _clean_leftovers(temp_dir)
     left = find_ember_processes(temp_dir)
     if left:

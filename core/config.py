@@ -35,6 +35,24 @@ task_events_buffer_size: int = _env("task_events_buffer_size", 100_000)
 # Fraction of system memory the object store takes when object_store_memory is not given.
 object_store_memory_fraction: float = _env("object_store_memory_fraction", 0.3)
 object_store_memory_cap: int = _env("object_store_memory_cap", 200 * 1024**3)
+# Object spilling (Ray's): when the store's memory that cannot simply be dropped passes this
+# fraction of its capacity, or an object cannot fit, the raylet writes primary copies that no
+# process has mapped to files under the directory ("" = the session directory), at most
+# object_spilling_max_bytes of them (0 = no fixed cap; the disk is still kept under
+# local_fs_capacity_threshold full), in batches of up to object_spilling_batch_bytes.
+# EMBER_AUTOMATIC_OBJECT_SPILLING_ENABLED=0 turns it off (a full store then raises).
+automatic_object_spilling_enabled: bool = _env(
+    "automatic_object_spilling_enabled", True, lambda v: v.lower() not in ("0", "false", "no")
+)
+object_spilling_threshold: float = _env("object_spilling_threshold", 0.8)
+object_spilling_directory: str = _env("object_spilling_directory", "")
+object_spilling_max_bytes: int = _env("object_spilling_max_bytes", 0)
+object_spilling_batch_bytes: int = _env("object_spilling_batch_bytes", 100 * 1024 * 1024)
+local_fs_capacity_threshold: float = _env("local_fs_capacity_threshold", 0.95)
+# A create or restore that finds no room while readers pin objects waits up to this long for
+# pins to be released before it raises ObjectStoreFullError (Ray's oom_grace_period_s): a
+# process keeps a read pin about a second past its last view, for its next get.
+object_store_full_grace_seconds: float = _env("object_store_full_grace_seconds", 2.0)
 # How often the raylet reports its resources and heartbeats to the GCS.
 heartbeat_interval: float = _env("heartbeat_interval", 0.5)
 # A node silent this long is marked dead by the GCS.

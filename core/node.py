@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -139,8 +140,26 @@ class LocalNode:
         dashboard_port: int | None = None,
         dashboard_url_prefix: str = "",
         labels: dict[str, str] | None = None,
+        object_spilling_directory: str | None = None,
+        object_spilling_max_bytes: int | None = None,
     ) -> None:
         self.labels = check_labels(labels or {})
+        if object_spilling_max_bytes is not None and object_spilling_max_bytes < 0:
+            raise ValueError(
+                f"object_spilling_max_bytes must be 0 (no cap) or more, got "
+                f"{object_spilling_max_bytes}"
+            )
+        # Where the raylet spills objects: a directory of its own under this root (default:
+        # the session directory), removed with the node. The environment is read now, not at
+        # import: the raylet reads its other spilling settings from the same environment.
+        self.spill_root = (
+            object_spilling_directory
+            or (env or {}).get("EMBER_OBJECT_SPILLING_DIRECTORY")
+            or os.environ.get("EMBER_OBJECT_SPILLING_DIRECTORY")
+            or config.object_spilling_directory
+        )
+        self.spill_max_bytes = object_spilling_max_bytes
+        self.spill_dir = ""
         self.object_store_memory = int(object_store_memory or default_object_store_memory())
         self.resources = build_resources(
             num_cpus, num_gpus, resources, memory, self.object_store_memory
@@ -187,6 +206,7 @@ class LocalNode:
             "gcs_address": self.gcs_address,
             "arena_path": self.arena_path,
             "arena_capacity": self.object_store_memory,
+            "spill_dir": self.spill_dir,
             "node_ip": self.node_ip,
             "token_file": self.token_file,
             "gcs_unix_address": self.gcs_unix_address,
@@ -210,6 +230,7 @@ class LocalNode:
             self.gcs_address = local_gcs
         self.raylet_address = "unix:" + socket_path(self.session_dir, "raylet")
         self.arena_path = f"/dev/shm/ember-{os.getpid()}-{self.node_id.hex()[:12]}"
+        self.spill_dir = self._spill_dir()
         parent = ["--parent-pid", str(self.tied_to)] if self.tied_to else []
         token_args = ["--token-file", self.token_file] if self.cluster else []
         try:
@@ -269,6 +290,13 @@ class LocalNode:
                         str(self.object_store_memory),
                         "--arena-path",
                         self.arena_path,
+                        "--spill-dir",
+                        self.spill_dir,
+                        *(
+                            ["--spill-max-bytes", str(self.spill_max_bytes)]
+                            if self.spill_max_bytes is not None
+                            else []
+                        ),
                         "--node-ip",
                         self.node_ip,
                         "--prestart",
@@ -339,6 +367,7 @@ class LocalNode:
             "gcs_unix_address": self.gcs_unix_address,
             "arena_path": self.arena_path,
             "arena_capacity": self.object_store_memory,
+            "spill_dir": self.spill_dir,
             "node_ip": self.node_ip,
             "token_file": self.token_file,
             "head": self.head,
@@ -446,8 +475,29 @@ class LocalNode:
                 proc.wait(2.0)
         self._remove_leftovers()
 
+    def _spill_dir(self) -> str:
+        from ember.object_store.spill import spill_dir_for
+
+        root = os.path.abspath(self.spill_root or self.session_dir)  # node.json and stop
+        try:
+            os.makedirs(root, exist_ok=True)
+        except OSError as e:
+            raise ValueError(
+                f"the object spilling directory {root} cannot be created ({e}): pass a "
+                f"writable directory (--object-spilling-directory, EMBER_OBJECT_SPILLING_DIRECTORY)"
+            ) from None
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise ValueError(
+                f"the object spilling directory {root} is not writable: pass one you can "
+                f"write (--object-spilling-directory, EMBER_OBJECT_SPILLING_DIRECTORY)"
+            )
+        return spill_dir_for(root, self.node_id.hex())
+
     def _remove_leftovers(self) -> None:
-        """What outlives the processes: the head's note in the heads dir, the arena file."""
+        """What outlives the processes: the head's note in the heads dir, the arena file, the
+        spill files (a raylet killed by force could not remove them)."""
+        if self.spill_dir:
+            shutil.rmtree(self.spill_dir, ignore_errors=True)
         if self.head and self.gcs_address:
             unregister_head(self.gcs_address, self.session_dir)
         if self.arena_path and os.path.exists(self.arena_path):

@@ -17,6 +17,7 @@ SERIES = (
     "net_recv_bytes_per_s",
     "object_store_used_bytes",
     "object_store_capacity_bytes",
+    "object_store_spilled_bytes",
     "num_workers",
 )
 

@@ -48,6 +48,16 @@ _NODE_GAUGES = {
     "object_store_used_bytes": ("object_store_used_bytes", "Shared-memory store in use"),
     "object_store_capacity_bytes": ("object_store_capacity_bytes", "Store capacity"),
     "object_store_objects": ("object_store_objects", "Objects in the store"),
+    "object_store_spilled_bytes": ("object_store_spilled_bytes", "Bytes of objects on disk"),
+    "object_store_spilled_objects": ("object_store_spilled_objects", "Objects on disk"),
+    "object_store_spilled_bytes_total": (
+        "object_store_spilled_bytes_total",
+        "Bytes written to disk by spilling since the node started",
+    ),
+    "object_store_restored_bytes_total": (
+        "object_store_restored_bytes_total",
+        "Bytes read back from disk since the node started",
+    ),
 }
 
 # Ember's cluster-wide families (without the prefix). An application metric may not take

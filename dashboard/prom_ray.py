@@ -129,9 +129,12 @@ def node_metrics(st: Any, nodes: list[tuple[str, Any]], session: str) -> Iterato
                 if is_number(gpu.get("memory_total_bytes")):
                     free = gpu["memory_total_bytes"] - gpu["memory_used_bytes"]
                     gram_avail.add_metric(gl, max(free, 0) / MIB)
-        # Ember's store is shared memory; it neither spills nor falls back to disk mappings.
+        # Ember's store is shared memory (no fallback to disk mappings); spilled objects
+        # are on disk, Ray's SPILLED location.
         if is_number(m.get("object_store_used_bytes")):
             store.add_metric([*lv, "MMAP_SHM"], float(m["object_store_used_bytes"]))
+        if is_number(m.get("object_store_spilled_bytes")):
+            store.add_metric([*lv, "SPILLED"], float(m["object_store_spilled_bytes"]))
     yield from families.values()
     yield from (disk_used, disk_free, disk_pct, gpu_util, gpu_avail, gram_used, gram_avail)
     yield store

@@ -381,6 +381,9 @@ async def object_groups(
             "used": n.metrics.get("object_store_used_bytes"),
             "capacity": n.metrics.get("object_store_capacity_bytes"),
             "objects": n.metrics.get("object_store_objects"),
+            "spilled": n.metrics.get("object_store_spilled_bytes"),
+            "spilled_objects": n.metrics.get("object_store_spilled_objects"),
+            "restored": n.metrics.get("object_store_restored_bytes_total"),
         }
         for nid, n in st.nodes.items()
     }

@@ -203,3 +203,31 @@ class PeakRss:
     def __exit__(self, *exc) -> None:
         self._done.set()
         self._thread.join()
+
+
+def sigkill_driver_when_ready(
+    script: str, args: list[str], ready: str, check=None, env: dict | None = None
+) -> None:
+    """Runs ``python -c script *args`` (a driver), waits for its line ``ready``, runs
+    ``check()`` (the driver still alive), then SIGKILLs it and reaps it."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout.readline().strip() == ready, proc.stderr.read()
+        if check is not None:
+            check()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()

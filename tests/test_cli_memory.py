@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 
 import ember
 import numpy as np
@@ -73,3 +74,52 @@ def test_memory_without_a_cluster_is_a_one_line_error(tmp_path):
     assert result.returncode == 1
     assert "could not reach the cluster" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_memory_shows_spilled_and_restored_bytes(ember_start, monkeypatch):
+    import re
+
+    from ember_test_utils import wait_until
+
+    monkeypatch.setenv("EMBER_OBJECT_SPILLING_THRESHOLD", "0.5")
+    ctx = ember_start(num_cpus=1, object_store_memory=100_000_000)
+    refs = [ember.put(np.full(20_000_000, i, dtype=np.uint8)) for i in range(5)]
+
+    def stats() -> dict:
+        return ember.global_state.worker.call_raylet_sync("node_stats", None)
+
+    # 100 MB in a store whose mark is 50 MB: the oldest go to disk.
+    store = wait_until(
+        lambda: (s := stats())["spill"]["spilling_now"] == 0 and s["store"]["num_spilled"] and s,
+        30,
+        0.05,
+        "spilling to settle",
+    )["store"]
+    assert store["num_spilled"] >= 2
+    assert int(ember.get(refs[0])[0]) == 0  # read back from disk
+    after = stats()["store"]
+    assert after["num_restored_total"] == 1
+    spilled_mib = round(after["spilled_bytes"] / 2**20)
+    written_mib = round(after["bytes_spilled_total"] / 2**20)
+    restored_mib = round(after["bytes_restored_total"] / 2**20)
+    wait_for_node_agents(ctx.dashboard_url)
+    want = [
+        f"Spilled on disk now {spilled_mib} MiB, {after['num_spilled']} objects",
+        f"Spilled {written_mib} MiB, {after['num_spilled_total']} objects, avg write throughput",
+        f"Restored {restored_mib} MiB, 1 objects, avg read throughput",
+    ]
+
+    def shown() -> str | None:
+        out = _run("memory", "--address", ctx.address).stdout
+        return out if all(w in out for w in want) else None
+
+    out = wait_until(shown, 30, 0.5, f"ember memory to show {want}")
+    assert re.search(r"avg write throughput \d+ MiB/s", out)
+    # The dashboard's Memory page reads the same figures per node.
+    url = f"{ctx.dashboard_url.rstrip('/')}/api/frontend/object_groups"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        (node,) = json.load(r)["store"].values()
+    assert node["spilled"] == after["spilled_bytes"]
+    assert node["spilled_objects"] == after["num_spilled"]
+    assert node["restored"] == after["bytes_restored_total"]
+    del refs

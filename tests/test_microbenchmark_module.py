@@ -72,3 +72,20 @@ def test_single_client_rows_quick(tmp_path):
         line = re.compile(rf"^{re.escape(name)} per second \d+(\.\d+)? \+- \d", re.M)
         assert line.search(done.stdout), f"no 'per second' line for {name!r}\n{report}"
     assert done.returncode == 0, report
+
+
+@runtime_built
+def test_spilled_object_rows_quick(tmp_path):
+    # Ember's rows for spilled objects (with --extra): a 300 MiB store holding 600 MiB.
+    names = [w.name for w in microbenchmark.select("(spilled)", extra=True)]
+    assert names == [
+        "single client put gigabytes (spilled)",
+        "single client get gigabytes (spilled)",
+    ]
+    assert microbenchmark.select("(spilled)") == []  # not in Ray's comparison set
+    done = _run(["--quick", "--extra", "--filter", "(spilled)"], tmp_path, 240)
+    report = f"stdout:\n{done.stdout}\nstderr (tail):\n{done.stderr[-3000:]}"
+    assert "FAILED" not in done.stdout, report
+    for name in names:
+        line = re.compile(rf"^{re.escape(name)} per second \d+(\.\d+)? \+- \d", re.M)
+        assert line.search(done.stdout), f"no 'per second' line for {name!r}\n{report}"

@@ -64,6 +64,13 @@ def test_stats_track_lifecycle() -> None:
         "num_evicted_total": 0,
         "bytes_evicted_total": 0,
         "num_created_total": 0,
+        "num_spilled": 0,
+        "spilled_bytes": 0,
+        "spillable_bytes": 0,
+        "num_spilled_total": 0,
+        "bytes_spilled_total": 0,
+        "num_restored_total": 0,
+        "bytes_restored_total": 0,
     }
     store.create(oid(1), A + 1, "w")
     put(store, 2, primary=False)

@@ -866,7 +866,14 @@ def test_idle_worker_that_owns_referenced_objects_is_not_reaped(ember_start, mon
 
 
 # -- store full --------------------------------------------------------------------------
-def test_object_store_full_error_then_recovers(ember_start):
+@pytest.fixture
+def no_spilling(monkeypatch):
+    """The node started next keeps every primary copy in memory (tests/test_spilling.py
+    covers a full store that spills)."""
+    monkeypatch.setenv("EMBER_AUTOMATIC_OBJECT_SPILLING_ENABLED", "0")
+
+
+def test_object_store_full_error_then_recovers(ember_start, no_spilling):
     ember_start(num_cpus=1, object_store_memory=100 * MB)
     held = []
     with pytest.raises(ObjectStoreFullError) as info:
@@ -909,7 +916,7 @@ def test_value_from_get_survives_store_reuse(ember_start):
     assert ember.get(others[0])[0] == 2.0
 
 
-def test_task_return_too_large_for_the_store_fails_without_hanging(ember_start):
+def test_task_return_too_large_for_the_store_fails_without_hanging(ember_start, no_spilling):
     ember_start(num_cpus=1, object_store_memory=100 * MB)
 
     @ember.remote(max_retries=0)

@@ -194,6 +194,16 @@ class Agent(DashboardStream):
             "capacity", store.get("capacity_bytes", 0)
         )
         sample["object_store_objects"] = store.get("num_objects", store.get("objects", 0))
+        # Spilling: what is on disk now, and what was written and read back so far.
+        spill = stats.get("spill") or {}
+        sample["object_store_spilled_bytes"] = store.get("spilled_bytes", 0)
+        sample["object_store_spilled_objects"] = store.get("num_spilled", 0)
+        sample["object_store_spilled_bytes_total"] = store.get("bytes_spilled_total", 0)
+        sample["object_store_spilled_objects_total"] = store.get("num_spilled_total", 0)
+        sample["object_store_restored_bytes_total"] = store.get("bytes_restored_total", 0)
+        sample["object_store_restored_objects_total"] = store.get("num_restored_total", 0)
+        sample["object_store_spill_write_seconds"] = spill.get("write_seconds", 0.0)
+        sample["object_store_restore_read_seconds"] = spill.get("read_seconds", 0.0)
         by_pid: dict[int, dict[str, Any]] = {}
         for w in raylet_workers:
             if not w.get("pid"):

@@ -93,23 +93,56 @@ class ArenaAllocator:
         self._used += need
         return offset
 
+    def take(self, offset: int) -> int:
+        """Allocates the whole free block that starts at ``offset``; returns its size. (The
+        store reserves the free blocks of a range it is emptying, so that objects moved out
+        of the range cannot land back in it.)"""
+        size = self._free_by_start.get(offset)
+        if size is None:
+            raise ValueError(f"no free block starts at offset {offset}")
+        self._remove_free(offset, size)
+        self._allocated[offset] = size
+        self._used += size
+        return size
+
+    def shift_down(self, offset: int) -> int:
+        """Moves the allocated block at ``offset`` down to the start of the free block just
+        below it (compaction slides objects together); returns its new offset. The space it
+        leaves at its top joins the free block above, if any."""
+        size = self._allocated.get(offset)
+        if size is None:
+            raise ValueError(f"offset {offset} is not the start of an allocated block")
+        below = self._free_by_end.get(offset)
+        if below is None:
+            raise ValueError(f"no free block ends at offset {offset}")
+        gap = offset - below
+        self._remove_free(below, gap)
+        del self._allocated[offset]
+        self._allocated[below] = size
+        self._add_free_merging(below + size, offset + size)
+        return below
+
     def free(self, offset: int) -> int:
         """Releases the block at ``offset``, merging it with free neighbours; returns its size."""
         size = self._allocated.pop(offset, None)
         if size is None:
             raise ValueError(f"offset {offset} is not the start of an allocated block")
         self._used -= size
-        start, end = offset, offset + size
+        start = offset
         before = self._free_by_end.get(start)
         if before is not None:
             self._remove_free(before, start - before)
             start = before
+        self._add_free_merging(start, offset + size)
+        return size
+
+    def _add_free_merging(self, start: int, end: int) -> None:
+        """Adds ``[start, end)`` as free, merged with the free block that follows it."""
         after_size = self._free_by_start.get(end)
         if after_size is not None:
             self._remove_free(end, after_size)
             end += after_size
         self._add_free(start, end - start)
-        return size
 
     def free_blocks(self) -> list[tuple[int, int]]:
         """The free blocks as ``(offset, size)`` in address order (for tests and debugging)."""

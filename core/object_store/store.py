@@ -12,6 +12,10 @@ proportional to what that client held, and the statistics are kept as running co
 Objects are also indexed by their owner's worker id, because an owner's death frees every
 live copy it owned, primary or secondary (``delete_owned_by``): nobody can reach them any
 more, and without the index a dead driver's objects would hold the store for good.
+
+Making room for a new object (evicting, compacting, spilling) and restoring spilled objects
+are in ``relocation`` (part of this class); the I/O is the raylet's ``object_spiller``'s.
+Deleting a spilled object (its owner freed it or died) hands its file to ``on_spill_freed``.
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ember.exceptions import ObjectStoreFullError
 from ember.object_store.allocator import ArenaAllocator
+from ember.object_store.entry import Entry, MoveNeeded, SpillNeeded
+from ember.object_store.relocation import Relocation
+
+__all__ = ["ObjectStore", "ObjectNotFoundError", "SpillNeeded", "MoveNeeded", "owner_key"]
 
 CREATED = "CREATED"
 SEALED = "SEALED"
@@ -44,45 +51,34 @@ class ObjectNotFoundError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-@dataclass(slots=True, eq=False)
-class _Entry:
-    # eq=False keeps identity hashing: entries are keys of the LRU and per-client indexes,
-    # and two copies of one id can coexist (a deleted-but-pinned one and its re-creation).
-    object_id: bytes
-    offset: int
-    size: int
-    block: int
-    creator: Hashable
-    # (worker_id, address, node_id) from core workers; plain bytes in tests; None: unknown.
-    owner: Any
-    primary: bool
-    created_at: float
-    last_access: float
-    sealed: bool = False
-    deleted: bool = False
-    pins: int = 0
-    readers: dict[Hashable, int] = field(default_factory=dict)
-
-    @property
-    def evictable(self) -> bool:
-        return self.sealed and not self.primary and not self.pins and not self.deleted
-
-
-class ObjectStore:
+class ObjectStore(Relocation):
     """Which object lives where in the arena, who is reading it, and when it can go."""
 
-    def __init__(self, capacity: int, alignment: int = 4096) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        alignment: int = 4096,
+        spilling: bool = False,
+        on_spill_freed: Callable[[str, int], None] | None = None,
+        compacting: bool = False,
+    ) -> None:
         self._alloc = ArenaAllocator(capacity, alignment)
+        # With spilling, create() may answer SpillNeeded; without, primaries stay in memory.
+        self.spilling = spilling
+        # With compacting, create() may answer MoveNeeded (copies moved within the arena).
+        self.compacting = compacting
+        # Called with (path, size) when a spilled object is deleted: its file can go.
+        self.on_spill_freed = on_spill_freed
         # Live objects: created or sealed, not deleted by their owner.
-        self._objects: dict[bytes, _Entry] = {}
+        self._objects: dict[bytes, Entry] = {}
         # Objects the owner deleted whose memory is still in use (by readers or the creator).
         # A list because the id may be deleted, re-created and deleted again meanwhile.
-        self._deleted: dict[bytes, list[_Entry]] = {}
-        self._client_pins: dict[Hashable, set[_Entry]] = {}
-        self._client_creations: dict[Hashable, set[_Entry]] = {}
+        self._deleted: dict[bytes, list[Entry]] = {}
+        self._client_pins: dict[Hashable, set[Entry]] = {}
+        self._client_creations: dict[Hashable, set[Entry]] = {}
         # {owner worker id: its live (not deleted) objects}, for freeing on the owner's death.
-        self._owned: dict[bytes, set[_Entry]] = {}
-        self._evictable: OrderedDict[_Entry, None] = OrderedDict()
+        self._owned: dict[bytes, set[Entry]] = {}
+        self._evictable: OrderedDict[Entry, None] = OrderedDict()
         self._evictable_bytes = 0
         self._num_sealed = 0
         self._num_primary = 0
@@ -90,6 +86,18 @@ class ObjectStore:
         self._num_evicted_total = 0
         self._bytes_evicted_total = 0
         self._num_created_total = 0
+        # Primary copies that could be spilled, least recently used first.
+        self._spillable: OrderedDict[Entry, None] = OrderedDict()
+        self._spillable_bytes = 0
+        # Live objects with a copy on disk (whether or not also in memory).
+        self._num_spilled = 0
+        self._spilled_bytes = 0
+        self._spill_totals = {
+            "num_spilled_total": 0,
+            "bytes_spilled_total": 0,
+            "num_restored_total": 0,
+            "bytes_restored_total": 0,
+        }
 
     @property
     def capacity(self) -> int:
@@ -98,6 +106,16 @@ class ObjectStore:
     @property
     def used_bytes(self) -> int:
         return self._alloc.used
+
+    @property
+    def has_pins(self) -> bool:
+        """Whether any object is pinned (by a reader, or while it is spilled or moved)."""
+        return self._num_pinned > 0
+
+    @property
+    def evictable_bytes(self) -> int:
+        """Memory that can be dropped at once (cached copies, primaries also on disk)."""
+        return self._evictable_bytes
 
     def create(
         self,
@@ -109,9 +127,10 @@ class ObjectStore:
     ) -> int:
         """Reserves ``size`` bytes for a new object and returns their offset in the arena.
 
-        Evicts unpinned secondary copies, least recently used first, when that makes room.
-        Raises ObjectStoreFullError when the object cannot fit and ValueError if the id is
-        already live.
+        Evicts unpinned cached copies when that makes room; raises MoveNeeded or SpillNeeded
+        when copies must be moved or spilled first (then call again; see ``relocation``),
+        ObjectStoreFullError when the object cannot fit and ValueError if the id is already
+        live.
         """
         if size < 0:
             raise ValueError(f"object {object_id.hex()}: size must not be negative, got {size}")
@@ -119,19 +138,11 @@ class ObjectStore:
             raise ValueError(f"object {object_id.hex()} already exists in the object store")
         if size > self._alloc.capacity:
             raise ObjectStoreFullError(self._full_message(object_id, size, too_big=True))
-        offset = self._alloc.allocate(size)
+        offset = self._make_room(size)
         if offset is None:
-            # Evicting cannot help if even perfectly coalesced memory would be too small; in
-            # that case keep the cached copies rather than throwing them away for nothing.
-            need = self._alloc.block_size(size)
-            if self._alloc.free_bytes + self._evictable_bytes >= need:
-                while offset is None and self._evictable:
-                    self._evict(next(iter(self._evictable)))
-                    offset = self._alloc.allocate(size)
-            if offset is None:
-                raise ObjectStoreFullError(self._full_message(object_id, size, too_big=False))
+            raise ObjectStoreFullError(self._full_message(object_id, size, too_big=False))
         now = time.time()
-        entry = _Entry(
+        entry = Entry(
             object_id=object_id,
             offset=offset,
             size=size,
@@ -173,7 +184,7 @@ class ObjectStore:
         self._account(entry, -1)
         self._free(entry)
 
-    def _unsealed_entry(self, object_id: bytes, if_sealed: str) -> _Entry:
+    def _unsealed_entry(self, object_id: bytes, if_sealed: str) -> Entry:
         """The object still being written under this id (maybe deleted meanwhile)."""
         entry = self._objects.get(object_id)
         if entry is None or entry.sealed:
@@ -188,14 +199,11 @@ class ObjectStore:
     def get(self, object_id: bytes, client: Hashable) -> tuple[int, int] | None:
         """Pins a sealed object for ``client``; returns ``(offset, size)`` or None if absent."""
         entry = self._objects.get(object_id)
-        if entry is None or not entry.sealed:
+        if entry is None or not entry.sealed or entry.offset < 0 or entry.busy:
             return None
-        self._account(entry, -1)
-        entry.readers[client] = entry.readers.get(client, 0) + 1
-        entry.pins += 1
         entry.last_access = time.time()
+        self._pin(entry, client)
         self._client_pins.setdefault(client, set()).add(entry)
-        self._account(entry, +1)
         return entry.offset, entry.size
 
     def release(self, object_id: bytes, client: Hashable, offset: int | None = None) -> None:
@@ -207,17 +215,11 @@ class ObjectStore:
         entry = self._pinned_entry(object_id, client, offset)
         if entry is None:
             raise ValueError(f"client {client!r} holds no pin on object {object_id.hex()}")
-        self._account(entry, -1)
-        count = entry.readers[client] - 1
-        if count:
-            entry.readers[client] = count
-        else:
-            del entry.readers[client]
+        if entry.readers[client] == 1:
             self._drop_client_pin(client, entry)
-        entry.pins -= 1
-        self._after_unpin(entry)
+        self._unpin(entry, client)
 
-    def _after_unpin(self, entry: _Entry) -> None:
+    def _after_unpin(self, entry: Entry) -> None:
         """After pins dropped (the entry was taken out of the accounting by the caller)."""
         if not entry.pins:
             # Being read counts as use, so LRU age runs from the last release.
@@ -251,6 +253,10 @@ class ObjectStore:
         self._unindex_owner(entry)
         entry.deleted = True
         self._deleted.setdefault(object_id, []).append(entry)
+        if entry.spill_path is not None:
+            path, entry.spill_path = entry.spill_path, None
+            if self.on_spill_freed is not None:
+                self.on_spill_freed(path, entry.size)
         if entry.sealed and not entry.pins:
             self._free(entry)
         else:
@@ -287,6 +293,22 @@ class ObjectStore:
         entry.primary = primary
         self._account(entry, +1)
 
+    def _pin(self, entry: Entry, client: Hashable) -> None:
+        self._account(entry, -1)
+        entry.readers[client] = entry.readers.get(client, 0) + 1
+        entry.pins += 1
+        self._account(entry, +1)
+
+    def _unpin(self, entry: Entry, client: Hashable) -> None:
+        self._account(entry, -1)
+        count = entry.readers[client] - 1
+        if count:
+            entry.readers[client] = count
+        else:
+            del entry.readers[client]
+        entry.pins -= 1
+        self._after_unpin(entry)
+
     def contains(self, object_id: bytes) -> bool:
         """True if the object is sealed and not deleted, i.e. a get would succeed."""
         entry = self._objects.get(object_id)
@@ -309,6 +331,10 @@ class ObjectStore:
             "num_evicted_total": self._num_evicted_total,
             "bytes_evicted_total": self._bytes_evicted_total,
             "num_created_total": self._num_created_total,
+            "num_spilled": self._num_spilled,
+            "spilled_bytes": self._spilled_bytes,
+            "spillable_bytes": self._spillable_bytes,
+            **self._spill_totals,
         }
 
     def list_objects(self) -> list[dict[str, Any]]:
@@ -325,6 +351,8 @@ class ObjectStore:
                 "primary": e.primary,
                 "readers": e.pins,
                 "deleted": e.deleted,
+                "in_memory": e.offset >= 0,
+                "spilled": e.spill_path is not None,
                 "owner": e.owner,
                 "created_at": e.created_at,
                 "last_access": e.last_access,
@@ -332,7 +360,7 @@ class ObjectStore:
             for e in entries
         ]
 
-    def _account(self, entry: _Entry, sign: int) -> None:
+    def _account(self, entry: Entry, sign: int) -> None:
         # Every mutation of an entry is bracketed by _account(-1) and _account(+1) (or a
         # free), so the counters and the LRU set can never drift from the entries' state.
         if entry.sealed:
@@ -342,16 +370,19 @@ class ObjectStore:
         if entry.pins:
             self._num_pinned += sign
         if entry.evictable:
-            if sign > 0:
-                self._evictable[entry] = None
-                self._evictable_bytes += entry.block
-            else:
-                del self._evictable[entry]
-                self._evictable_bytes -= entry.block
+            self._evictable_bytes += sign * entry.block
+            _index(self._evictable, entry, sign)
+        if entry.spillable:
+            self._spillable_bytes += sign * entry.block
+            _index(self._spillable, entry, sign)
+        if entry.spill_path is not None and not entry.deleted:
+            self._num_spilled += sign
+            self._spilled_bytes += sign * entry.size
 
-    def _free(self, entry: _Entry) -> None:
+    def _free(self, entry: Entry) -> None:
         # The caller has already taken the entry out of the accounting.
-        self._alloc.free(entry.offset)
+        if entry.offset >= 0:
+            self._alloc.free(entry.offset)
         if entry.deleted:
             copies = self._deleted[entry.object_id]
             copies.remove(entry)
@@ -366,13 +397,19 @@ class ObjectStore:
             if not creations:
                 del self._client_creations[entry.creator]
 
-    def _evict(self, entry: _Entry) -> None:
+    def _evict(self, entry: Entry) -> None:
         self._account(entry, -1)
+        if entry.primary:
+            # Its copy on disk stays the object: only the memory goes (not an eviction).
+            self._alloc.free(entry.offset)
+            entry.offset, entry.block = -1, 0
+            self._account(entry, +1)
+            return
         self._free(entry)
         self._num_evicted_total += 1
         self._bytes_evicted_total += entry.block
 
-    def _unindex_owner(self, entry: _Entry) -> None:
+    def _unindex_owner(self, entry: Entry) -> None:
         owner_id = owner_key(entry.owner)
         owned = self._owned.get(owner_id) if owner_id is not None else None
         if owned is not None:
@@ -380,22 +417,20 @@ class ObjectStore:
             if not owned:
                 del self._owned[owner_id]
 
-    def _drop_client_pin(self, client: Hashable, entry: _Entry) -> None:
+    def _drop_client_pin(self, client: Hashable, entry: Entry) -> None:
         pinned = self._client_pins.get(client)
         if pinned is not None:
             pinned.discard(entry)
             if not pinned:
                 del self._client_pins[client]
 
-    def _find_deleted(self, object_id: bytes, predicate: Callable[[_Entry], bool]) -> _Entry | None:
+    def _find_deleted(self, object_id: bytes, predicate: Callable[[Entry], bool]) -> Entry | None:
         for entry in self._deleted.get(object_id, ()):
             if predicate(entry):
                 return entry
         return None
 
-    def _pinned_entry(
-        self, object_id: bytes, client: Hashable, offset: int | None
-    ) -> _Entry | None:
+    def _pinned_entry(self, object_id: bytes, client: Hashable, offset: int | None) -> Entry | None:
         live = self._objects.get(object_id)
         if live is not None and client in live.readers and offset in (None, live.offset):
             return live
@@ -422,3 +457,11 @@ class ObjectStore:
             f"ObjectRefs and drop values returned by get), or start Ember with a larger "
             f"object_store_memory."
         )
+
+
+def _index(lru: OrderedDict[Entry, None], entry: Entry, sign: int) -> None:
+    """Adds the entry as the most recently used (sign > 0), or takes it out."""
+    if sign > 0:
+        lru[entry] = None
+    else:
+        del lru[entry]

@@ -1,7 +1,9 @@
 """The raylet's object-store service: the local store's ``plasma_*`` messages, copies of
 objects between nodes (``pull_object`` for a local reader, ``export_object`` /
 ``unexport_object`` for another node's raylet reading from this one), and the end of objects
-whose owner died.
+whose owner died. Making room (moving and spilling copies) and reading spilled objects back
+is ``object_spiller``'s; this service calls it where a create does not fit and where a
+get or an export finds the object on disk.
 
 An owner frees its objects while it lives; once it is gone nobody can, so the raylets do:
 the raylet an owner was connected to sees its connection close, deletes what it owned here
@@ -20,10 +22,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ember import config
-from ember.object_store.store import owner_key
+from ember.exceptions import ObjectStoreFullError
+from ember.object_store.spill import SpillFiles, spill_dir_for
+from ember.object_store.store import MoveNeeded, SpillNeeded, owner_key
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
 from ember.protocol.messages.raylet import PullFailed
+from ember.raylet.object_spiller import ObjectSpiller
 
 if TYPE_CHECKING:
     from ember.raylet.raylet import Raylet
@@ -55,6 +60,14 @@ class ObjectService:
         # Totals for node_stats: dead owners heard of, their objects freed here, and copies
         # of theirs dropped as soon as written ("late").
         self.owned_freed = {"owners": 0, "objects": 0, "late": 0}
+        self.spiller = ObjectSpiller(
+            self.store,
+            lambda: self.arena,
+            _spill_files(raylet),
+            config.object_spilling_threshold,
+            config.object_spilling_batch_bytes,
+            config.object_store_full_grace_seconds,
+        )
 
     # -- owners that died ------------------------------------------------------------------
     def owners_died(self, owner_ids: list[bytes], tell_cluster: bool) -> None:
@@ -66,6 +79,7 @@ class ObjectService:
         while len(self.dead_owners) > DEAD_OWNERS_KEPT:
             self.dead_owners.popitem(last=False)
         freed = self.store.delete_owned_by(owner_ids)
+        self.spiller.room_freed()
         self.owned_freed["owners"] += len(owner_ids)
         self.owned_freed["objects"] += len(freed)
         if freed:
@@ -107,15 +121,31 @@ class ObjectService:
             self.store.release(oid, ("export", id(conn)))
 
     # -- plasma ----------------------------------------------------------------------------
-    def h_plasma_create(self, conn: Connection, body: dict) -> int:
+    def h_plasma_create(self, conn: Connection, body: dict) -> Any:
         oid = body["object_id"]
         if self.store.contains(oid):
             # A re-run of the task that made it (a retry, a rebuild): the new copy replaces
             # the old, which readers that pinned it keep until they let go.
             logger.info("object %s is written again; replacing the old copy", oid.hex()[:16])
             self.store.delete(oid)
-        owner = body.get("owner")
-        offset = self.store.create(oid, body["size"], body.get("client"), owner=owner)
+        owner, size, client = body.get("owner"), body["size"], body.get("client")
+        try:
+            offset = self.store.create(oid, size, client, owner=owner)
+        except (MoveNeeded, SpillNeeded, ObjectStoreFullError) as e:
+            if not self.spiller.may_make_room(e):
+                raise
+            return self._create_later(oid, size, client, owner, e)
+        self.spiller.check_high_water()
+        return self._created(oid, owner, offset)
+
+    async def _create_later(
+        self, oid: bytes, size: int, client: Any, owner: Any, first: Exception
+    ) -> int:
+        """A create that must wait for copies to move or spill (``first``: why)."""
+        offset = await self.spiller.create(oid, size, client, owner, primary=True, pending=first)
+        return self._created(oid, owner, offset)
+
+    def _created(self, oid: bytes, owner: Any, offset: int) -> int:
         if self._orphaned(owner):
             # A late result of a dead owner's task: the writer still fills and seals it
             # (its memory is freed then), but no reader will ever find it.
@@ -127,6 +157,7 @@ class ObjectService:
         oid = body["object_id"]
         self.store.seal(oid)
         self._wake_readers(oid)
+        self.spiller.check_high_water()  # a sealed primary may now be spilled
 
     def _wake_readers(self, oid: bytes) -> None:
         for fut in self.seal_waiters.pop(oid, ()):
@@ -142,6 +173,14 @@ class ObjectService:
         got = self.store.get(oid, client)
         if got is not None:
             return got
+        # On disk: read it back, then pin it (it could be dropped again before we pin it,
+        # if room is needed that very moment: a few tries).
+        for _ in range(3):
+            if not await self.spiller.restore(oid):
+                break
+            got = self.store.get(oid, client)
+            if got is not None:
+                return got
         if not self._is_unsealed(oid):
             return None
         fut = asyncio.get_running_loop().create_future()
@@ -157,14 +196,28 @@ class ObjectService:
 
     async def h_plasma_get_many(self, conn: Connection, body: dict) -> list[tuple[int, int] | None]:
         client = body["client"]
-        return [await self._get_sealed(oid, client) for oid in body["object_ids"]]
+        got: list[tuple[int, int] | None] = []
+        try:
+            for oid in body["object_ids"]:
+                got.append(await self._get_sealed(oid, client))
+        except Exception:
+            # The caller gets the error, not the pins taken so far: give them back (e.g. no
+            # room to read the next one back from disk with the others held).
+            for oid, pinned in zip(body["object_ids"], got, strict=False):
+                if pinned is not None:
+                    self.store.release(oid, client, pinned[0])
+            self.spiller.room_freed()
+            raise
+        return got
 
     def h_plasma_release(self, conn: Connection, body: dict) -> None:
         self.store.release(body["object_id"], body["client"], body.get("offset"))
+        self.spiller.room_freed()
 
     def h_plasma_delete(self, conn: Connection, body: dict) -> None:
         for oid in body["object_ids"]:
             self.store.delete(oid)
+        self.spiller.room_freed()
 
     def h_plasma_abort(self, conn: Connection, body: dict) -> None:
         self.store.abort(body["object_id"])
@@ -254,7 +307,7 @@ class ObjectService:
         if size is None:
             raise PullFailed(f"node {node_id.hex()[:12]} no longer holds it")
         try:
-            offset = self.store.create(oid, size, ("pull", oid), owner=owner, primary=False)
+            offset = await self.spiller.create(oid, size, ("pull", oid), owner, primary=False)
         except Exception:
             peer.send("unexport_object", {"object_id": oid})
             raise  # e.g. ObjectStoreFullError: no room for a copy here
@@ -327,3 +380,20 @@ class ObjectService:
         peer = self.peer_raylets.pop(node_id, None)
         if peer is not None:
             peer.close(reason)
+
+
+def _spill_files(raylet: Raylet) -> SpillFiles | None:
+    """Where this raylet spills (``--spill-dir``, else under the configured directory or
+    the session directory), or None when spilling is off."""
+    if not config.automatic_object_spilling_enabled:
+        return None
+    args = raylet.args
+    directory = getattr(args, "spill_dir", None) or spill_dir_for(
+        config.object_spilling_directory or args.session_dir, raylet.node_id.hex()
+    )
+    max_bytes = getattr(args, "spill_max_bytes", None)
+    return SpillFiles(
+        directory,
+        config.object_spilling_max_bytes if max_bytes is None else max_bytes,
+        config.local_fs_capacity_threshold,
+    )

@@ -122,6 +122,7 @@ class Raylet:
             return
         self.clients.pop(wid, None)
         self.store.release_client(wid)
+        self.objects.spiller.room_freed()
         if not self.stopping:
             # A driver or worker that is gone owns nothing any more: free what it owned here
             # and on every other node (its objects would hold the stores for good).
@@ -217,6 +218,7 @@ class Raylet:
             "pending_leases": self.leases.pending_leases(),
             "recent_exits": list(self.leases.recent_exits),
             "owned_freed": dict(objects.owned_freed),  # objects of dead owners, freed here
+            "spill": objects.spiller.stats(),  # where and how much it spills (store: totals)
             # The memory monitor's settings, last reading and kills (the agent makes events).
             "memory_monitor": self.memory.stats(body.get("oom_kills_after", 0)),
         }
@@ -342,6 +344,7 @@ async def serve(args: argparse.Namespace) -> None:
     await raylet.logs.final_flush()
     if raylet.gcs is not None:
         raylet.gcs.close("raylet stopping")
+    await loop.run_in_executor(None, raylet.objects.spiller.close)  # its files go too
     remove_arena_file(args.arena_path)
     try:
         os.unlink(args.address[len("unix:") :])
@@ -369,6 +372,12 @@ def main(argv: list[str] | None = None) -> None:
         "--dashboard",
         default="",
         help="JSON: how to start the head's dashboard again if it dies (dashboard_supervisor)",
+    )
+    parser.add_argument(
+        "--spill-dir", default="", help="where objects spill (default: under the session dir)"
+    )
+    parser.add_argument(
+        "--spill-max-bytes", type=int, default=None, help="cap on spill files (0: none)"
     )
     parser.add_argument("--ready-fd", type=int, default=-1)
     parser.add_argument("--parent-pid", type=int, default=0)

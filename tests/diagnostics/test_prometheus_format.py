@@ -38,6 +38,10 @@ SAMPLE = {
     "object_store_used_bytes": 1e6,
     "object_store_capacity_bytes": 1e9,
     "object_store_objects": 3,
+    "object_store_spilled_bytes": 5e8,
+    "object_store_spilled_objects": 5,
+    "object_store_spilled_bytes_total": 7e8,
+    "object_store_restored_bytes_total": 2e8,
     "agent": {
         "in_dashboard": False,
         "cpu_percent": 1.5,
@@ -130,6 +134,10 @@ def test_metrics_parse_with_units_and_values(client):
     assert _value(fams, "ember_node_disk_used_bytes", mount="/") == 4e10
     assert _value(fams, "ember_node_cpu_core_percent", core="1") == 30.0
     assert _value(fams, "ember_object_store_capacity_bytes") == 1e9
+    assert _value(fams, "ember_object_store_spilled_bytes") == 5e8
+    assert _value(fams, "ember_object_store_spilled_objects") == 5
+    assert _value(fams, "ember_object_store_spilled_bytes_total") == 7e8
+    assert _value(fams, "ember_object_store_restored_bytes_total") == 2e8
     assert _value(fams, "ember_component_cpu_percent", component="worker") == 75.0
     assert _value(fams, "ember_component_processes", component="worker") == 2
     assert _value(fams, "ember_actors", state="ALIVE", class_name="Worker") == 1
@@ -266,6 +274,7 @@ def test_ray_compatible_set(client, tmp_path):
     assert _value(fams, "ray_node_disk_usage", **node) == 4e10
     assert _value(fams, "ray_node_disk_free", **node) == 6e10
     assert _value(fams, "ray_object_store_memory", Location="MMAP_SHM") == 1e6
+    assert _value(fams, "ray_object_store_memory", Location="SPILLED") == 5e8
     assert _value(fams, "ray_resources", Name="CPU", State="USED", NodeId=NODE) == 1.5
     assert _value(fams, "ray_resources", Name="CPU", State="AVAILABLE") == 0.5
     # A placement group's own resources are left out (one name per group and bundle).

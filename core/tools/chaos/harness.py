@@ -1,6 +1,7 @@
 """The chaos suite's cluster and its bookkeeping: a real two-node cluster on loopback, the
-driver processes it runs, and the three measures of a leak (store bytes above the idle
-baseline, arena files in /dev/shm, processes left).
+driver processes it runs, and the three measures of a leak (store bytes, in memory or
+spilled, above the idle baseline; arena files in /dev/shm and spill directories; processes
+left).
 
 Every process the suite starts, node or driver, carries ``EMBER_CHAOS_RUN=<this run>`` and
 ``EMBER_CHAOS_TAG=<node or "driver">`` in its environment (workers inherit their raylet's),
@@ -227,11 +228,13 @@ class Harness:
         return {"head", f"far{self.far_count}"}
 
     def store_use(self) -> dict[bytes, int]:
-        """Bytes used in every live node's store, from its raylet."""
-        return {
-            n.node_id: self.cluster.raylet_call(n, "node_stats")["store"]["used_bytes"]
-            for n in self.cluster.list_all_nodes()
-        }
+        """Bytes every live node's store holds, in memory or spilled to disk, from its
+        raylet."""
+        use = {}
+        for n in self.cluster.list_all_nodes():
+            store = self.cluster.raylet_call(n, "node_stats")["store"]
+            use[n.node_id] = store["used_bytes"] + store.get("spilled_bytes", 0)
+        return use
 
     # -- drivers ---------------------------------------------------------------------------
     def driver(self, mode: str, extra: str = "") -> Driver:
@@ -311,11 +314,17 @@ class Harness:
         return out
 
     def shm_files(self) -> list[str]:
-        """Arena files of this process's nodes (``LocalNode`` names them by its pid)."""
-        return sorted(glob.glob(f"/dev/shm/ember-{os.getpid()}-*"))
+        """Arena files of this process's nodes (``LocalNode`` names them by its pid) and
+        their spill directories (objects spilled to disk)."""
+        spill = []
+        if self.cluster is not None:
+            nodes = self.cluster.removed_nodes + self.cluster.list_all_nodes()
+            spill = [n.spill_dir for n in nodes if n.spill_dir and os.path.exists(n.spill_dir)]
+        return sorted(glob.glob(f"/dev/shm/ember-{os.getpid()}-*") + spill)
 
     def stray_shm(self) -> list[str]:
-        live = {n.arena_path for n in self.cluster.list_all_nodes()} if self.cluster else set()
+        nodes = self.cluster.list_all_nodes() if self.cluster else []
+        live = {n.arena_path for n in nodes} | {n.spill_dir for n in nodes}
         return [f for f in self.shm_files() if f not in live]
 
     # -- the end ---------------------------------------------------------------------------
@@ -347,6 +356,8 @@ class Harness:
                 p.send_signal(signal.SIGKILL)
         shm = self.shm_files()
         for path in shm:
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
             with contextlib.suppress(OSError):
                 os.unlink(path)
         shutil.rmtree(self.work_dir, ignore_errors=True)

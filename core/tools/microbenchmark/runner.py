@@ -115,7 +115,7 @@ def run(
         if on_result is not None:
             on_result(r)
 
-    for session in ("default", "pg"):
+    for session in ("default", "pg", "spill"):
         group = [w for w in rows if w.session == session]
         if group:
             _run_session(rt, session, group, timing, row_timeout, record)

@@ -144,7 +144,7 @@ class Workload:
     name: str
     setup: Callable[[Context], Bench] | None
     # "default": inside rt.init(); "pg": inside rt.init(resources={"custom": 100});
-    # "probe": in fresh processes.
+    # "spill": inside rt.init() with a 300 MiB store; "probe": in fresh processes.
     session: str = "default"
     # Rows outside Ember's comparison set (Ray's extra rows, and the generator rows that
     # `ray microbenchmark` lacks): run with extra=True.
@@ -417,6 +417,46 @@ def _actor_generator_items(c: Context) -> Bench:
     return actor_generator_items, 1000
 
 
+# Spilled objects (Ember's rows; `ray microbenchmark` has none, Ray runs them alike): a
+# session with a small store, and more large objects held than it can keep in memory, so
+# each put spills an older object and each get reads one back from disk.
+SPILL_STORE_BYTES = 300 * 1024 * 1024
+SPILL_OBJECT_INTS = 100 * 1024 * 1024 // 8  # 100 MiB, counted as 0.1 "GB" as Ray counts
+SPILL_HELD = 6  # 600 MiB of live objects in a 300 MiB store
+
+
+@_workload("single client put gigabytes (spilled)", session="spill", extra=True)
+def _put_spilled(c: Context) -> Bench:
+    import numpy as np
+
+    arr = np.ones(SPILL_OBJECT_INTS, dtype=np.int64)
+    held: list = []
+
+    def put_spilled() -> None:
+        held.append(c.rt.put(arr))
+        if len(held) > SPILL_HELD:
+            del held[0]
+
+    return put_spilled, 0.1
+
+
+@_workload("single client get gigabytes (spilled)", session="spill", extra=True)
+def _get_spilled(c: Context) -> Bench:
+    import numpy as np
+
+    refs = [c.rt.put(np.full(SPILL_OBJECT_INTS, i, dtype=np.int64)) for i in range(SPILL_HELD)]
+    turn = [0]
+
+    def get_spilled() -> None:
+        # Round robin over more than the store holds: the next one is always on disk.
+        ref = refs[turn[0] % SPILL_HELD]
+        turn[0] += 1
+        if int(c.rt.get(ref)[-1]) != (turn[0] - 1) % SPILL_HELD:
+            raise AssertionError("a spilled object came back with the wrong bytes")
+
+    return get_spilled, 0.1
+
+
 NUM_PGS = 100
 NUM_BUNDLES = 1
 
@@ -449,6 +489,7 @@ WORKLOADS.append(Workload(MEMORY_ROW, None, session="probe"))
 SESSION_INIT_KWARGS: dict[str, dict[str, Any]] = {
     "default": {},
     "pg": {"resources": {"custom": 100}},
+    "spill": {"object_store_memory": SPILL_STORE_BYTES},
 }
 
 

@@ -23,6 +23,9 @@ export interface HistorySample {
   net_recv_bytes_per_s?: number;
   object_store_used_bytes?: number;
   object_store_capacity_bytes?: number;
+  object_store_spilled_bytes?: number;
+  object_store_spilled_objects?: number;
+  object_store_restored_bytes_total?: number;
   num_workers?: number;
 }
 

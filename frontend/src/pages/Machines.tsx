@@ -123,6 +123,7 @@ function NodeMetrics({ id }: { id: string }) {
           <div class="label">Object store</div>
           <div class="sub">
             {bytes(m.object_store_used_bytes)} / {bytes(m.object_store_capacity_bytes)} · {m.object_store_objects ?? "–"} objects
+            {" · "}spilled {bytes(m.object_store_spilled_bytes ?? 0)}, {m.object_store_spilled_objects ?? 0} objects · restored {bytes(m.object_store_restored_bytes_total ?? 0)}
           </div>
         </div>
         {Array.isArray(m.gpus) &&

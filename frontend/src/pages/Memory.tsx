@@ -21,7 +21,7 @@ interface Groups {
   by: string;
   groups: Group[];
   missing: Record<string, string>;
-  store: Record<string, { used?: number; capacity?: number; objects?: number }>;
+  store: Record<string, { used?: number; capacity?: number; objects?: number; spilled?: number; spilled_objects?: number; restored?: number }>;
 }
 
 const SORTABLE = new Set(["object_id", "reference_type", "object_size", "status", "node_id", "pid", "call_site"]);
@@ -59,7 +59,7 @@ export function Memory({ params }: { params: URLSearchParams }) {
     { key: "bytes", title: "Size", align: "right", render: (g) => bytes(g.bytes) },
     { key: "types", title: "Reference types", render: (g) => Object.entries(g.types).map(([t, n]) => `${t} ${n}`).join(" · ") },
     ...(by === "node_id"
-      ? [{ key: "store", title: "Object store", render: (g: Group) => { const s = groups.data?.store[g.node_id]; return s ? `${bytes(s.used)} / ${bytes(s.capacity)} · ${s.objects ?? "–"} objects` : "–"; } }]
+      ? [{ key: "store", title: "Object store", render: (g: Group) => { const s = groups.data?.store[g.node_id]; return s ? `${bytes(s.used)} / ${bytes(s.capacity)} · ${s.objects ?? "–"} objects` + (s.spilled || s.restored ? ` · spilled ${bytes(s.spilled)}, ${s.spilled_objects ?? 0} objects · restored ${bytes(s.restored)}` : "") : "–"; } }]
       : []),
   ];
   const cols: Column<ObjectRow>[] = [

@@ -13,7 +13,7 @@ import { wholeBuckets } from "./Overview";
 const PANELS: { title: string; keys: (keyof HistorySample)[]; labels: string[]; fmt: (v: number) => string; yMax?: number }[] = [
   { title: "CPU", keys: ["cpu_percent"], labels: ["CPU %"], fmt: (v) => `${v.toFixed(0)}%`, yMax: 100 },
   { title: "Memory", keys: ["mem_used_bytes", "mem_total_bytes"], labels: ["used", "total"], fmt: bytes },
-  { title: "Object store", keys: ["object_store_used_bytes", "object_store_capacity_bytes"], labels: ["used", "capacity"], fmt: bytes },
+  { title: "Object store", keys: ["object_store_used_bytes", "object_store_capacity_bytes", "object_store_spilled_bytes"], labels: ["used", "capacity", "spilled"], fmt: bytes },
   { title: "Disk I/O", keys: ["disk_read_bytes_per_s", "disk_write_bytes_per_s"], labels: ["read/s", "write/s"], fmt: bytes },
   { title: "Network", keys: ["net_sent_bytes_per_s", "net_recv_bytes_per_s"], labels: ["sent/s", "received/s"], fmt: bytes },
   { title: "Workers", keys: ["num_workers"], labels: ["workers"], fmt: (v) => v.toFixed(0) },
