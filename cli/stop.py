@@ -117,26 +117,28 @@ def _arena_paths(procs: list[psutil.Process]) -> list[str]:
     return [p for p in _raylet_args(procs, "--arena-path") if p.startswith("/dev/shm/ember-")]
 
 
-def _orphan_arenas(temp_dir: str | None, live: list[psutil.Process]) -> list[str]:
-    """Arena files of this user that no running raylet uses: left by raylets that were killed
-    (SIGKILL runs no clean-up) before this command ran. With ``temp_dir``, only the arenas its
-    sessions recorded (``node.json``); without, every one of this user's."""
-    in_use = set(_arena_paths(live))
-    if temp_dir:
-        candidates = []
-        for info in glob.glob(os.path.join(temp_dir, "session_*", "node.json")):
-            try:
-                with open(info) as f:
-                    path = json.load(f).get("arena_path") or ""
-            except (OSError, ValueError):
-                continue
-            if path.startswith("/dev/shm/ember-"):
-                candidates.append(path)
-    else:
-        candidates = glob.glob("/dev/shm/ember-*")
+def _arena_candidates(temp_dir: str | None) -> list[str]:
+    """Arena files that may be leftovers: with ``temp_dir``, the ones its sessions recorded
+    (``node.json``); without, every one in /dev/shm."""
+    if not temp_dir:
+        return glob.glob("/dev/shm/ember-*")
+    candidates = []
+    for info in glob.glob(os.path.join(temp_dir, "session_*", "node.json")):
+        try:
+            with open(info) as f:
+                path = json.load(f).get("arena_path") or ""
+        except (OSError, ValueError):
+            continue
+        if path.startswith("/dev/shm/ember-"):
+            candidates.append(path)
+    return candidates
+
+
+def _unused(candidates: list[str], in_use: set[str]) -> list[str]:
+    """This user's ``candidates`` that no running raylet uses."""
     uid = os.getuid()
     out = []
-    for path in candidates:
+    for path in dict.fromkeys(candidates):
         try:
             if os.stat(path).st_uid == uid and path not in in_use:
                 out.append(path)
@@ -156,12 +158,11 @@ def _is_spill_dir(path: str) -> bool:
     return os.path.basename(os.path.normpath(path)).startswith(SPILL_DIR_PREFIX)
 
 
-def _orphan_spill_dirs(temp_dir: str | None, live: list[psutil.Process]) -> list[str]:
+def _spill_candidates(temp_dir: str | None) -> list[str]:
     """Spill directories of this user's sessions (under ``temp_dir``, else the usual roots)
-    that no running raylet uses: killed raylets could not remove their spilled objects."""
+    that may be leftovers: killed raylets could not remove their spilled objects."""
     from ember.session import temp_roots
 
-    in_use = set(_spill_dirs(live))
     candidates = []
     for root in temp_roots(temp_dir):
         sessions = glob.glob(os.path.join(root, "session_*"))
@@ -174,15 +175,7 @@ def _orphan_spill_dirs(temp_dir: str | None, live: list[psutil.Process]) -> list
                 continue
             if recorded:
                 candidates.append(recorded)
-    uid = os.getuid()
-    out = []
-    for path in dict.fromkeys(candidates):
-        try:
-            if _is_spill_dir(path) and os.stat(path).st_uid == uid and path not in in_use:
-                out.append(path)
-        except OSError:
-            continue
-    return out
+    return [c for c in candidates if _is_spill_dir(c)]
 
 
 def _sessions(procs: list[psutil.Process], module: str) -> set[str]:
@@ -201,13 +194,17 @@ def _clean_leftovers(temp_dir: str | None) -> None:
     """What killed processes leave behind: their arenas in /dev/shm and heads' notes."""
     from ember.session import prune_head_markers
 
+    arenas, spills = _arena_candidates(temp_dir), _spill_candidates(temp_dir)
+    # Who runs is read after the files are listed: a raylet's process exists before it makes
+    # its files, so a node starting meanwhile (another session's) is seen running, or made
+    # its files after the listing. Read before, it was neither, and lost its arena.
     live = find_ember_processes(None)
-    for path in _orphan_arenas(temp_dir, live):
+    for path in _unused(arenas, set(_arena_paths(live))):
         try:
             os.unlink(path)
         except OSError:
             pass
-    for path in _orphan_spill_dirs(temp_dir, live):
+    for path in _unused(spills, set(_spill_dirs(live))):
         shutil.rmtree(path, ignore_errors=True)
     prune_head_markers(_sessions(live, "ember.gcs.server"))
 
