@@ -118,28 +118,31 @@ class ActorError(EmberError):
 
 
 class ActorDiedError(ActorError):
-    """The actor is dead (killed, crashed past max_restarts, or its owner died), or, with
-    ``restarting``, its worker died under this call and the actor is being restarted (Ray
-    raises this class for both: a call in flight is lost either way)."""
+    """The actor is dead: killed, exited, crashed past max_restarts, or its owner died."""
 
-    def __init__(
-        self, actor_id: str = "", cause: str = "the actor died", restarting: bool = False
-    ) -> None:
+    def __init__(self, actor_id: str = "", cause: str = "the actor died") -> None:
         self.actor_id = actor_id
         self.cause = cause
-        self.restarting = restarting
-        if restarting:
-            text = f"Actor {actor_id} died before finishing this call and is restarting: {cause}"
-        else:
-            text = f"Actor {actor_id} is dead: {cause}"
-        super().__init__(text)
+        super().__init__(f"Actor {actor_id} is dead: {cause}")
 
     def __reduce__(self):
-        return (ActorDiedError, (self.actor_id, self.cause, self.restarting))
+        return (ActorDiedError, (self.actor_id, self.cause))
 
 
 class ActorUnavailableError(ActorError):
-    """The actor is restarting; the call may be retried."""
+    """The actor's worker died under this call and the actor is restarting: the call is lost
+    (unless ``max_task_retries`` retries it), later calls go to the restarted actor. Ray
+    raises this class, not ActorDiedError, for a call lost to a restart."""
+
+    def __init__(self, actor_id: str = "", cause: str = "the actor is restarting") -> None:
+        self.actor_id = actor_id
+        self.cause = cause
+        super().__init__(
+            f"Actor {actor_id} died before finishing this call and is restarting: {cause}"
+        )
+
+    def __reduce__(self):
+        return (ActorUnavailableError, (self.actor_id, self.cause))
 
 
 class ActorExit(SystemExit):
