@@ -6,6 +6,7 @@ original exception's class, so ``except ValueError`` works as it does in modern 
 
 from __future__ import annotations
 
+import os
 import traceback
 from typing import Any
 
@@ -107,6 +108,24 @@ def _dual_class(cause_cls: type) -> type:
 
 def format_exception(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+_EMBER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def format_user_exception(exc: BaseException) -> str:
+    """``exc``'s traceback without Ember's own frames (the executor, ``get``), as Ray shows a
+    task's error: the user's frames only; all of them when every frame is Ember's."""
+    shown = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    seen: set[int] = set()
+    part: traceback.TracebackException | None = shown
+    while part is not None and id(part) not in seen:  # the chain of causes, once each
+        seen.add(id(part))
+        users = [f for f in part.stack if not f.filename.startswith(_EMBER_DIR)]
+        if users:
+            part.stack = traceback.StackSummary.from_list(users)
+        part = part.__cause__ or part.__context__
+    return "".join(shown.format())
 
 
 class WorkerCrashedError(EmberError):

@@ -199,6 +199,12 @@ def test_a_nested_error_keeps_its_class_at_every_level(shared_node):
     # Every level's traceback is in the text, the original message too.
     assert "deep down" in text and "_inner" in text and "_middle" in text and "_outer" in text
     assert repr(err.value).startswith(("RayTaskError(ValueError)", "TaskError(ValueError)"))
+    # As Ray shows it: the user's frames only, under their file's real name, with their
+    # source lines; none of Ember's (the executor, get).
+    import re
+
+    assert set(re.findall(r'File "([^"]+)"', text)) == {__file__}, text
+    assert 'raise ValueError("deep down")' in text
 
 
 def test_retry_exceptions_of_a_class_in_the_drivers_main(tmp_path):

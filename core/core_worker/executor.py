@@ -42,7 +42,7 @@ from ember.exceptions import (
     TaskCancelledError,
     TaskError,
     error_type_of,
-    format_exception,
+    format_user_exception,
 )
 from ember.object_ref import ObjectRef
 from ember.protocol.connection import DEFERRED, Connection, Deferred, new_event_loop
@@ -305,7 +305,7 @@ class Executor:
         return n >= limit
 
     def _task_error(self, spec: TaskSpec, e: BaseException) -> TaskError:
-        tb = format_exception(e)
+        tb = format_user_exception(e)
         # A nested task's error re-raised here keeps the user's exception as its cause, so
         # the caller's get() raises an instance of the original class at every level (the
         # text still carries both tracebacks: the nested one is in this one's message).

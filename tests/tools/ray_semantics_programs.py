@@ -17,6 +17,7 @@ import atexit
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -294,6 +295,10 @@ def error_cases(ray: Any, tmp: str) -> dict:
             "in_str": {f: f in text for f in ("deep down", "inner", "middle", "outer")},
             # The remote traceback: Ray prints its frames without Python's header line.
             "str_has_frames": 'File "' in text and ", in inner" in text,
+            # Only the user's frames, with their file's real name: none of the runtime's.
+            "frames_all_in_program": sorted(set(re.findall(r'File "([^"]+)"', text)))
+            == [os.path.abspath(__file__)],
+            "source_lines_shown": 'raise ValueError("deep down")' in text,
             "str_mentions_ValueError": "ValueError" in text,
         }
     out["retry_main_class"] = outcome(lambda: ray.get(flaky.remote(f"{tmp}/flaky"), timeout=T))
