@@ -102,7 +102,7 @@ def _method_table(cls: type) -> dict[str, dict[str, Any]]:
 class ActorClass:
     def __init__(self, cls: type, opts: dict[str, Any]) -> None:
         self._cls = cls
-        self._name = cls.__qualname__
+        self._name = cls.__name__  # as Ray: Box.method, wherever Box is nested
         self._opts = options.validate(opts, options.ACTOR_OPTIONS, f"actor class {self._name}")
         self._methods = _method_table(cls)
         self._is_async = any(m["is_async"] for m in self._methods.values())

@@ -6,6 +6,7 @@ original exception's class, so ``except ValueError`` works as it does in modern 
 
 from __future__ import annotations
 
+import os
 import traceback
 from typing import Any
 
@@ -109,6 +110,24 @@ def format_exception(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
+_EMBER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def format_user_exception(exc: BaseException) -> str:
+    """``exc``'s traceback without Ember's own frames (the executor, ``get``), as Ray shows a
+    task's error: the user's frames only; all of them when every frame is Ember's."""
+    shown = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    seen: set[int] = set()
+    part: traceback.TracebackException | None = shown
+    while part is not None and id(part) not in seen:  # the chain of causes, once each
+        seen.add(id(part))
+        users = [f for f in part.stack if not f.filename.startswith(_EMBER_DIR)]
+        if users:
+            part.stack = traceback.StackSummary.from_list(users)
+        part = part.__cause__ or part.__context__
+    return "".join(shown.format())
+
+
 class WorkerCrashedError(EmberError):
     """The worker running the task died (exit, signal, out of memory) and retries ran out."""
 
@@ -118,28 +137,31 @@ class ActorError(EmberError):
 
 
 class ActorDiedError(ActorError):
-    """The actor is dead (killed, crashed past max_restarts, or its owner died), or, with
-    ``restarting``, its worker died under this call and the actor is being restarted (Ray
-    raises this class for both: a call in flight is lost either way)."""
+    """The actor is dead: killed, exited, crashed past max_restarts, or its owner died."""
 
-    def __init__(
-        self, actor_id: str = "", cause: str = "the actor died", restarting: bool = False
-    ) -> None:
+    def __init__(self, actor_id: str = "", cause: str = "the actor died") -> None:
         self.actor_id = actor_id
         self.cause = cause
-        self.restarting = restarting
-        if restarting:
-            text = f"Actor {actor_id} died before finishing this call and is restarting: {cause}"
-        else:
-            text = f"Actor {actor_id} is dead: {cause}"
-        super().__init__(text)
+        super().__init__(f"Actor {actor_id} is dead: {cause}")
 
     def __reduce__(self):
-        return (ActorDiedError, (self.actor_id, self.cause, self.restarting))
+        return (ActorDiedError, (self.actor_id, self.cause))
 
 
 class ActorUnavailableError(ActorError):
-    """The actor is restarting; the call may be retried."""
+    """The actor's worker died under this call and the actor is restarting: the call is lost
+    (unless ``max_task_retries`` retries it), later calls go to the restarted actor. Ray
+    raises this class, not ActorDiedError, for a call lost to a restart."""
+
+    def __init__(self, actor_id: str = "", cause: str = "the actor is restarting") -> None:
+        self.actor_id = actor_id
+        self.cause = cause
+        super().__init__(
+            f"Actor {actor_id} died before finishing this call and is restarting: {cause}"
+        )
+
+    def __reduce__(self):
+        return (ActorUnavailableError, (self.actor_id, self.cause))
 
 
 class ActorExit(SystemExit):

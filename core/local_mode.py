@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from ember.actor_handle import ActorHandle
-from ember.exceptions import ActorDiedError, GetTimeoutError, TaskError, format_exception
+from ember.exceptions import ActorDiedError, GetTimeoutError, TaskError, format_user_exception
 from ember.ids import new_task_id, new_unique_id, object_id_for_put, object_id_for_return
 from ember.object_ref import ObjectRef
 from ember.object_ref_generator import DynamicObjectRefGenerator, ObjectRefGenerator
@@ -110,7 +110,7 @@ class LocalModeWorker:
             values = [result] if num_returns == 1 else list(result)
             refs = [self._store(i, v) for i, v in zip(ids, values, strict=False)]
         except Exception as e:
-            err = TaskError(name, format_exception(e), e, pid=os.getpid())
+            err = TaskError(name, format_user_exception(e), e, pid=os.getpid())
             refs = [self._store(i, err, is_error=True) for i in ids]
         finally:
             self.current.task_id = None
@@ -132,7 +132,7 @@ class LocalModeWorker:
             for value in result:
                 refs.append(self._store(object_id_for_return(task_id, len(refs) + 2), value))
         except Exception as e:
-            err = TaskError(name, format_exception(e), e, pid=os.getpid())
+            err = TaskError(name, format_user_exception(e), e, pid=os.getpid())
             oid = object_id_for_return(task_id, len(refs) + 2)
             refs.append(self._store(oid, err, is_error=True))
         finally:

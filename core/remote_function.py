@@ -22,9 +22,10 @@ class RemoteFunction:
     def __init__(self, function: Any, opts: dict[str, Any]) -> None:
         self._function = function
         self._name = f"{function.__module__}.{function.__qualname__}"
-        # What its tasks are called where users read them (the state API, pages, timeline,
-        # errors), as Ray names them: without the module.
-        self._qualname = function.__qualname__
+        # What its tasks are called where users read them (get_task_name, the state API,
+        # pages, timeline, errors), as Ray names them: the function's own name, without its
+        # module or the functions it is nested in.
+        self._task_name = function.__name__
         self._opts = options.validate(opts, options.TASK_OPTIONS, f"remote function {self._name}")
         # A generator function's tasks stream their items unless num_returns says otherwise.
         self._is_generator = inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(
@@ -83,7 +84,7 @@ class RemoteFunction:
             task_id=new_task_id(),
             kind=NORMAL_TASK,
             function_id=self._function_id,
-            function_name=self._qualname,
+            function_name=self._task_name,
             args=encoded,
             kwarg_names=kw_names,
             num_returns=num_returns,

@@ -94,8 +94,19 @@ class RuntimeContext:
 
     @property
     def was_current_actor_reconstructed(self) -> bool:
+        """True in an actor the GCS restarted after its process died (its constructor
+        included), as Ray's; asked of the GCS once per actor process, so creating an actor
+        costs nothing more."""
         executor = getattr(self._worker, "executor", None)
-        return bool(executor and executor.actor_spec and executor.actor_spec.attempt > 0)
+        spec = getattr(executor, "actor_spec", None)
+        if spec is None:
+            return False
+        if executor.actor_restarted is None:
+            info = self._worker.call_gcs_sync(
+                "get_actor_info", {"actor_id": spec.actor_id}, timeout=30
+            )
+            executor.actor_restarted = spec.attempt > 0 or bool((info or {}).get("num_restarts"))
+        return executor.actor_restarted
 
     def get_assigned_resources(self) -> dict[str, float]:
         """What the running task or actor holds while it runs (Ray's rule: a task's CPU,

@@ -8,9 +8,12 @@ shared-memory arena (``pack_into``/``unpack_from``) and read back without a copy
 
 from __future__ import annotations
 
+import io
 import pickle
 import struct
 import threading
+import types
+from collections import ChainMap
 from collections.abc import Sequence
 from typing import Any
 
@@ -149,10 +152,33 @@ def deserialize(data: bytes | memoryview, buffers: Sequence = ()) -> Any:
     return pickle.loads(data, buffers=buffers)
 
 
+def _code_keeping_its_file(code: types.CodeType) -> tuple:
+    """cloudpickle's reduction of a code object, with its real file name back: cloudpickle
+    (3.x) writes ``<dynamic-code>``, so a worker's traceback could show neither the file nor
+    the line's source, where Ray's shows both."""
+    ctor, args = _cloudpickle_code_reduce(code)
+    return ctor, tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
+
+
+_cloudpickle_code_reduce = getattr(getattr(cloudpickle, "cloudpickle", None), "_code_reduce", None)
+
+
+class _FunctionPickler(cloudpickle.Pickler):
+    if _cloudpickle_code_reduce is not None and isinstance(
+        cloudpickle.Pickler.dispatch_table, ChainMap
+    ):
+        dispatch_table = ChainMap(
+            {types.CodeType: _code_keeping_its_file}, cloudpickle.Pickler.dispatch_table
+        )
+
+
 def dumps_function(fn: Any) -> bytes:
-    """Pickles a function or class by value where needed (cloudpickle)."""
+    """Pickles a function or class by value where needed (cloudpickle), its code keeping
+    the name of the file it was defined in (for the tracebacks of its tasks)."""
     try:
-        return cloudpickle.dumps(fn, protocol=5)
+        out = io.BytesIO()
+        _FunctionPickler(out, protocol=5).dump(fn)
+        return out.getvalue()
     except Exception as e:
         raise SerializationError(describe_unpicklable(fn, getattr(fn, "__name__", "it"), e)) from e
 

@@ -199,6 +199,12 @@ def test_a_nested_error_keeps_its_class_at_every_level(shared_node):
     # Every level's traceback is in the text, the original message too.
     assert "deep down" in text and "_inner" in text and "_middle" in text and "_outer" in text
     assert repr(err.value).startswith(("RayTaskError(ValueError)", "TaskError(ValueError)"))
+    # As Ray shows it: the user's frames only, under their file's real name, with their
+    # source lines; none of Ember's (the executor, get).
+    import re
+
+    assert set(re.findall(r'File "([^"]+)"', text)) == {__file__}, text
+    assert 'raise ValueError("deep down")' in text
 
 
 def test_retry_exceptions_of_a_class_in_the_drivers_main(tmp_path):
@@ -403,7 +409,11 @@ def test_cancelling_an_async_actor_call_raises_cancelled_error_inside_it(shared_
 @ember.remote(max_retries=0)
 def _child(marker: str) -> str:
     open(marker, "w").write("child running")
-    time.sleep(60)
+    try:
+        time.sleep(60)
+    except BaseException as e:  # what a cancelled task sees inside: Ray's KeyboardInterrupt
+        open(marker + ".saw", "w").write(type(e).__name__)
+        raise
     return "child done"
 
 
@@ -427,6 +437,10 @@ def test_cancel_is_recursive_by_default(shared_node, tmp_path):
         ember.get(parent, timeout=30)
     # The child was cancelled too: its CPU is free again, its row FAILED.
     wait_until(lambda: child_state() == "FAILED", 30, message="the child to be cancelled")
+    # Inside, the cancelled child saw KeyboardInterrupt, as a Ray task does.
+    saw = tmp_path / "child.saw"
+    wait_until(saw.exists, 10, message="the child's except clause")
+    assert saw.read_text() == "KeyboardInterrupt"
 
 
 @ember.remote
@@ -434,7 +448,7 @@ def _where_am_i() -> tuple:
     from ember.util import get_current_placement_group
 
     pg = get_current_placement_group()
-    return (pg.id if pg else None), os.environ.get("CUDA_VISIBLE_DEVICES")
+    return (pg.id.hex() if pg else None), os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
 def test_placement_groups_wait_then_place_and_say_where_tasks_run(tmp_path):
@@ -454,14 +468,23 @@ def test_placement_groups_wait_then_place_and_say_where_tasks_run(tmp_path):
         remove_placement_group(first)
         assert ember.get(second.ready(), timeout=30)  # placed once resources are free
         table = placement_group_table(second)
+        assert set(table) == {  # Ray 2.x's keys, no more
+            "placement_group_id",
+            "name",
+            "bundles",
+            "bundles_to_node_id",
+            "strategy",
+            "state",
+            "stats",
+        }
         assert table["state"] == "CREATED" and table["bundles"] == {0: {"CPU": 1.0, "GPU": 1.0}}
         assert table["bundles_to_node_id"] == {0: ember.get_runtime_context().get_node_id()}
-        assert second.id in placement_group_table()
+        assert second.id.hex() in placement_group_table()
         in_group = _where_am_i.options(
             num_gpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(second)
         )
         pg_id, gpus = ember.get(in_group.remote())
-        assert pg_id == second.id and gpus is not None and len(gpus.split(",")) == 1
+        assert pg_id == second.id.hex() and gpus is not None and len(gpus.split(",")) == 1
         # The driver is in no group; a plain task neither, and it does not keep the last
         # task's GPUs on the reused worker.
         from ember.util import get_current_placement_group
@@ -522,3 +545,71 @@ def test_placement_group_is_callable_however_it_was_imported():
     assert callable(ember.util.placement_group)
     with pytest.raises(ValueError, match="non-empty list"):
         ember.util.placement_group([])
+
+
+def test_task_and_method_names_are_ray_short_names(shared_node):
+    """Ray names a task by the function's own name and a call ``Class.method``, however deep
+    the function or class is nested (get_task_name, the state API, the timeline)."""
+
+    @ember.remote
+    def nested_task() -> str | None:
+        return ember.get_runtime_context().get_task_name()
+
+    @ember.remote
+    class NestedActor:
+        def name(self) -> str | None:
+            return ember.get_runtime_context().get_task_name()
+
+    assert ember.get(nested_task.remote(), timeout=30) == "nested_task"
+    actor = NestedActor.options(num_cpus=0).remote()
+    assert ember.get(actor.name.remote(), timeout=30) == "NestedActor.name"
+    ember.kill(actor)
+
+
+@ember.remote(max_restarts=1, max_task_retries=1)
+class _Phoenix:
+    def crash_once(self, marker: str) -> str:
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)
+        return "after restart"
+
+    def reconstructed(self) -> bool:
+        return ember.get_runtime_context().was_current_actor_reconstructed
+
+
+def test_was_current_actor_reconstructed_after_a_restart(shared_node, tmp_path):
+    actor = _Phoenix.options(num_cpus=0).remote()
+    assert ember.get(actor.reconstructed.remote(), timeout=30) is False
+    # The call that killed it is retried on the restarted actor, which knows it restarted.
+    assert ember.get(actor.crash_once.remote(str(tmp_path / "m")), timeout=30) == "after restart"
+    assert ember.get(actor.reconstructed.remote(), timeout=30) is True
+    ember.kill(actor)
+
+
+def test_placement_group_ids_are_id_objects_and_the_module_pickles(shared_node):
+    """``pg.id`` is a PlacementGroupID (``.hex()`` is the table's key), and a task that
+    captured the ``placement_group`` module (callable, so a ModuleType subclass) ships."""
+    import importlib
+
+    # The module (``import ... as`` would give the function of its name, in Ray too).
+    pgs = importlib.import_module("ember.util.placement_group")
+    pg = pgs.placement_group([{"CPU": 0.01}])
+    try:
+        assert ember.get(pg.ready(), timeout=30) == pg
+        assert isinstance(pg.id, ember.PlacementGroupID)
+        assert pgs.placement_group_table(pg)["placement_group_id"] == pg.id.hex()
+
+        @ember.remote
+        def group_of_caller() -> str | None:
+            current = pgs.get_current_placement_group()
+            return current.id.hex() if current else None
+
+        from ember.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        placed = group_of_caller.options(
+            num_cpus=0.01, scheduling_strategy=PlacementGroupSchedulingStrategy(pg)
+        )
+        assert ember.get(placed.remote(), timeout=30) == pg.id.hex()
+    finally:
+        pgs.remove_placement_group(pg)

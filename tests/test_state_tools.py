@@ -167,7 +167,7 @@ def test_nodes_workers_jobs_and_placement_groups(cluster):
     assert jobs[0].driver_info.pid == str(os.getpid())
     assert state.get_job(jobs[0].job_id).job_id == jobs[0].job_id
     pgs = state.list_placement_groups()
-    pg_id = cluster["pg"].id
+    pg_id = cluster["pg"].id.hex()
     assert [(p.placement_group_id, p.name, p.state) for p in pgs] == [
         (pg_id, "state-pg", "CREATED")
     ]
@@ -201,7 +201,7 @@ def test_ember_rows_and_ray_rows_agree(cluster):
     assert ember_rows("/api/nodes", "node_id") == ray_rows(state.list_nodes(), "node_id")
     pgs = ember_rows("/api/placement_groups", "placement_group_id")
     assert pgs == ray_rows(state.list_placement_groups(), "placement_group_id")
-    assert pgs == {cluster["pg"].id: "CREATED"}
+    assert pgs == {cluster["pg"].id.hex(): "CREATED"}
     jobs = _api(cluster, "/api/jobs/")
     assert {j["job_id"]: j["status"] for j in jobs} == ray_rows(
         state.list_jobs(), "job_id", "status"
@@ -217,7 +217,7 @@ def test_ember_rows_and_ray_rows_agree(cluster):
 def test_placement_group_and_job_rows(cluster):
     """The rows ``/api`` declares for placement groups and jobs (``schemas.py``) are what the
     endpoints return, with the values the cluster has."""
-    ctx, pg_id = cluster["ctx"], cluster["pg"].id
+    ctx, pg_id = cluster["ctx"], cluster["pg"].id.hex()
     page = _api(cluster, "/api/placement_groups?filter=name=state-pg")
     PLACEMENT_GROUPS.page_model.model_validate(page)
     [row] = page["items"]
@@ -297,7 +297,7 @@ def test_cli_list_shows_full_ids_and_counts(cluster):
     code, out, _ = ember_cli(cluster, "list", "objects", "--limit", "1000")
     assert cluster["blob"].hex() in out.split()
     code, out, _ = ember_cli(cluster, "list", "placement-groups")
-    assert cluster["pg"].id in out.split()
+    assert cluster["pg"].id.hex() in out.split()
     code, out, _ = ember_cli(
         cluster, "list", "tasks", "-f", "state!=finished", "-f", "STATE!=failed"
     )

@@ -3,7 +3,8 @@
 The GCS tells us where each actor lives and when it restarts or dies (``actor_update``); until
 it is alive, calls wait here in order. Calls in flight when the connection drops wait for the
 GCS's verdict: a restarted actor gets them again while ``max_task_retries`` allows, otherwise
-they fail with ``ActorDiedError``.
+they fail with ``ActorUnavailableError`` (Ray's class for a call lost to a restart); calls to
+a dead actor fail with ``ActorDiedError``.
 
 Threads: everything runs on the core worker's I/O thread except ``submit_direct``, which the
 user's thread calls first. When the actor is connected and nothing of ours is queued ahead,
@@ -24,7 +25,7 @@ from typing import Any, Protocol
 
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.task_spec import ARG_REF, TaskSpec
-from ember.exceptions import ActorDiedError, TaskCancelledError
+from ember.exceptions import ActorDiedError, ActorUnavailableError, TaskCancelledError
 from ember.protocol.connection import Connection
 
 logger = logging.getLogger(__name__)
@@ -333,11 +334,11 @@ class ActorSubmitter:
             new_life = st.incarnation != -1 and st.incarnation != incarnation
             st.incarnation = incarnation
             if new_life:
-                self._resolve_lost(st, restarted=True)
+                self._resolve_lost(st)
             self._flush(st)
         elif state == "RESTARTING":
             st.conn = None
-            self._resolve_lost(st, restarted=True)
+            self._resolve_lost(st)
         elif state == "DEAD":
             st.conn = None
             err = self._died(st)
@@ -347,7 +348,8 @@ class ActorSubmitter:
             for spec in lost:
                 self.host.fail_task(spec, err)
 
-    def _resolve_lost(self, st: _Actor, restarted: bool) -> None:
+    def _resolve_lost(self, st: _Actor) -> None:
+        """The actor restarted: calls lost with its old worker go again, or fail."""
         lost, st.lost = st.lost, []
         # Calls in flight on the dead connection whose replies never came count as lost too.
         if st.conn is None and st.in_flight:
@@ -356,20 +358,16 @@ class ActorSubmitter:
         for spec in reversed(lost):
             limits = (spec.max_retries, st.max_task_retries)
             # -1: retry for as long as the actor restarts (max(-1, 0) would have said never).
-            if restarted and (-1 in limits or spec.attempt < max(limits)):
+            if -1 in limits or spec.attempt < max(limits):
                 spec.attempt += 1
                 st.queue.appendleft(spec)
             else:
-                self.host.fail_task(
-                    spec,
-                    ActorDiedError(
-                        st.actor_id.hex(),
-                        "its worker died while this call ran; the call was not retried (set "
-                        "max_task_retries to retry calls on a restarted actor); later calls "
-                        "go to the restarted actor",
-                        restarting=restarted,
-                    ),
+                cause = (
+                    "its worker died while this call ran; the call was not retried (set "
+                    "max_task_retries to retry calls on a restarted actor); later calls go "
+                    "to the restarted actor"
                 )
+                self.host.fail_task(spec, ActorUnavailableError(st.actor_id.hex(), cause))
 
     def _died(self, st: _Actor) -> ActorDiedError:
         return ActorDiedError(st.actor_id.hex(), st.death_cause or "the actor died")

@@ -42,7 +42,7 @@ from ember.exceptions import (
     TaskCancelledError,
     TaskError,
     error_type_of,
-    format_exception,
+    format_user_exception,
 )
 from ember.object_ref import ObjectRef
 from ember.protocol.connection import DEFERRED, Connection, Deferred, new_event_loop
@@ -95,6 +95,9 @@ class Executor:
         self.functions: dict[bytes, Any] = {}  # {function_id: callable}
         self.actor: Any = None
         self.actor_spec: TaskSpec | None = None
+        # Whether this actor is a restart, asked of the GCS on first use: the constructor
+        # the GCS sends again is the first one's spec, so only the GCS knows.
+        self.actor_restarted: bool | None = None
         self.actor_name = ""
         self.pool: ThreadPoolExecutor | None = None
         self.async_loop: asyncio.AbstractEventLoop | None = None
@@ -174,18 +177,19 @@ class Executor:
             self.interrupt_pending = task_id
             signal.pthread_kill(ident, signal.SIGINT)
             return
-        # Other threads: raise TaskCancelledError at the thread's next bytecode.
+        # Other threads: raise KeyboardInterrupt at the thread's next bytecode.
         ctypes.pythonapi.PyThreadState_SetAsyncExc(
-            ctypes.c_ulong(ident), ctypes.py_object(TaskCancelledError)
+            ctypes.c_ulong(ident), ctypes.py_object(KeyboardInterrupt)
         )
 
     def install_interrupt_handler(self) -> None:
-        """SIGINT in a worker means "cancel the running task" (``ember.cancel``)."""
+        """SIGINT in a worker means "cancel the running task" (``ember.cancel``): the task
+        sees KeyboardInterrupt, as in Ray, and its caller TaskCancelledError."""
 
         def on_sigint(signum, frame) -> None:
             pending, self.interrupt_pending = self.interrupt_pending, None
             if pending is not None and pending in self.running:
-                raise TaskCancelledError(pending.hex())
+                raise KeyboardInterrupt
 
         signal.signal(signal.SIGINT, on_sigint)
 
@@ -264,12 +268,12 @@ class Executor:
             else:
                 reply = self._error_reply(spec, self._task_error(spec, e), app=True)
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
-            if isinstance(e, KeyboardInterrupt | SystemExit) and not isinstance(
-                e, TaskCancelledError
+            if isinstance(e, TaskCancelledError) or (
+                isinstance(e, KeyboardInterrupt) and spec.task_id in self.cancelled
             ):
-                reply = self._error_reply(spec, self._task_error(spec, e), app=True)
-            elif isinstance(e, TaskCancelledError):
                 reply = self._error_reply(spec, TaskCancelledError(spec.task_id.hex()), app=False)
+            elif isinstance(e, KeyboardInterrupt | SystemExit):
+                reply = self._error_reply(spec, self._task_error(spec, e), app=True)
             elif isinstance(e, TaskError) and getattr(e, "_from_arg", False):
                 reply = self._error_reply(spec, e, app=False)  # an upstream failure, as is
             else:
@@ -302,7 +306,7 @@ class Executor:
         return n >= limit
 
     def _task_error(self, spec: TaskSpec, e: BaseException) -> TaskError:
-        tb = format_exception(e)
+        tb = format_user_exception(e)
         # A nested task's error re-raised here keeps the user's exception as its cause, so
         # the caller's get() raises an instance of the original class at every level (the
         # text still carries both tracebacks: the nested one is in this one's message).

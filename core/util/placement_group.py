@@ -4,11 +4,13 @@ tasks and actors into them (``PlacementGroupSchedulingStrategy``)."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import sys
 import types
 from typing import Any
 
 from ember import global_state
+from ember.id_types import PlacementGroupID
 from ember.ids import new_unique_id
 from ember.object_ref import ObjectRef
 
@@ -22,15 +24,17 @@ class PlacementGroup:
         self.strategy = strategy
 
     @property
-    def id(self) -> str:
-        return self.id_bytes.hex()
+    def id(self) -> PlacementGroupID:
+        """An id object, as Ray's (``.hex()`` is the text the table and the state API use)."""
+        return PlacementGroupID(self.id_bytes)
 
     @property
     def bundle_count(self) -> int:
         return len(self.bundle_specs)
 
     def ready(self) -> ObjectRef:
-        """A ref that becomes ready (True) once every bundle is reserved."""
+        """A ref that becomes ready once every bundle is reserved; its value is this group,
+        as Ray's (``get(pg.ready())`` is the group)."""
         worker = global_state.require_worker()
         ref = worker.new_pending_object()
 
@@ -38,7 +42,7 @@ class PlacementGroup:
             try:
                 ok = await worker.gcs.call("wait_placement_group", {"pg_id": self.id_bytes})
                 if ok:
-                    worker.fill_object(ref.binary(), True)
+                    worker.fill_object(ref.binary(), self)
                 else:
                     worker.fill_object(
                         ref.binary(),
@@ -164,7 +168,6 @@ def _table_entry(info: dict[str, Any]) -> dict[str, Any]:
         "strategy": info.get("strategy") or "PACK",
         "state": info.get("state") or "PENDING",
         "stats": {"scheduling_state": info.get("reason") or info.get("state") or "PENDING"},
-        "is_detached": bool(info.get("detached")),
     }
 
 
@@ -176,6 +179,11 @@ class _CallableModule(types.ModuleType):
 
     def __call__(self, *args: Any, **kwargs: Any) -> PlacementGroup:
         return placement_group(*args, **kwargs)
+
+    def __reduce__(self) -> tuple:
+        # By name, as pickle does a plain module: a task that captured this module (Ray's
+        # is an ordinary one) must serialize, and a subclass of ModuleType is not by default.
+        return importlib.import_module, (self.__name__,)
 
 
 sys.modules[__name__].__class__ = _CallableModule

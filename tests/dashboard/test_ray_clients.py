@@ -110,7 +110,7 @@ def cluster():
                 if a["name"] != "counter"
             ),
             "node": node,
-            "pg_id": pg.id,
+            "pg_id": pg.id.hex(),
             "object_id": ref.hex(),
             "pid": os.getpid(),
             "handles": (counter, ref, pg),

@@ -182,21 +182,21 @@ def test_actors_page_lists_placement_groups(page, cluster):
         ember.get(placed.ready(), timeout=30)
         node_id = ember.get_runtime_context().get_node_id()
         open_page(page, url, "actors")
-        row = page.locator(f"[data-testid=pg-row][data-pg-id='{placed.id}']")
+        row = page.locator(f"[data-testid=pg-row][data-pg-id='{placed.id.hex()}']")
         row.wait_for()
         page.wait_for_selector(
-            f"[data-testid=pg-row][data-pg-id='{placed.id}'][data-state=CREATED]"
+            f"[data-testid=pg-row][data-pg-id='{placed.id.hex()}'][data-state=CREATED]"
         )
         text = row.inner_text()
-        assert "frontend_pg" in text and placed.id in text and "PACK" in text, text
+        assert "frontend_pg" in text and placed.id.hex() in text and "PACK" in text, text
         bundle = row.locator("[data-testid=pg-bundle]")
         assert "CPU: 0.01" in bundle.inner_text()
         assert bundle.locator("[title]").get_attribute("title") == node_id
-        waiting = page.locator(f"[data-testid=pg-row][data-pg-id='{stuck.id}']")
+        waiting = page.locator(f"[data-testid=pg-row][data-pg-id='{stuck.id.hex()}']")
         waiting.wait_for()
         assert waiting.get_attribute("data-state") == "PENDING"
         assert "not placed" in waiting.inner_text() and "SPREAD" in waiting.inner_text()
-        page.wait_for_selector(f"[data-testid=pg-row][data-pg-id='{stuck.id}'] .reason")
+        page.wait_for_selector(f"[data-testid=pg-row][data-pg-id='{stuck.id.hex()}'] .reason")
         assert "GPU" in waiting.locator(".reason").inner_text()
     finally:
         remove_placement_group(placed)

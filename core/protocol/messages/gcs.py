@@ -195,7 +195,7 @@ class UnsubscribeActor(GcsMessage):
 
 class GetActorInfo(GcsMessage):
     op = "get_actor_info"
-    sent_by = "tools"
+    sent_by = "tools; a core worker (was_current_actor_reconstructed)"
     reply = "ActorInfo | None"
 
     actor_id: bytes
