@@ -139,7 +139,12 @@ class LocalNode:
         dashboard_port: int | None = None,
         dashboard_url_prefix: str = "",
         labels: dict[str, str] | None = None,
+        gcs_storage: str = "",
     ) -> None:
+        """``gcs_storage``: where the head's GCS keeps its tables (``ember.gcs.storage``:
+        ``sqlite:PATH``, ``redis://HOST:PORT``, ``memory:``; default a SQLite file in the
+        session directory)."""
+        self.gcs_storage = gcs_storage
         self.labels = check_labels(labels or {})
         self.object_store_memory = int(object_store_memory or default_object_store_memory())
         self.resources = build_resources(
@@ -227,6 +232,8 @@ class LocalNode:
                     ),
                     *parent,
                 ]
+                if self.gcs_storage:
+                    gcs_args += ["--storage", self.gcs_storage]
                 if self.cluster:
                     gcs_args += ["--tcp", f"tcp:{self.node_ip}:{self.gcs_port}", *token_args]
                 # The GCS first: its ready line says the TCP port it really bound.
@@ -234,6 +241,10 @@ class LocalNode:
                 ready = self._wait_ready(name, fd, time.monotonic() + config.process_start_timeout)
                 if self.cluster:
                     self.gcs_address = ready
+                    # A GCS started again binds the port this one bound.
+                    gcs_args[gcs_args.index("--tcp") + 1] = ready
+                # The head's raylet starts the GCS again if it dies (gcs_supervisor).
+                gcs_restart = {"argv": gcs_args[2:], "pid": self.procs["gcs_server"].pid}
             # The dashboard before the raylet: the head's agent runs in the dashboard's
             # process, and the raylet starts an agent only where there is no dashboard.
             from ember.launch import agent_argv_for, start_dashboard_for
@@ -274,6 +285,7 @@ class LocalNode:
                         "--prestart",
                         str(self.prestart),
                         *(["--head"] if self.head else []),
+                        *(["--gcs", json.dumps(gcs_restart)] if self.head else []),
                         *token_args,
                         *(["--cluster-address", self.gcs_address] if self.cluster else []),
                         # No dashboard here: the raylet runs the agent (else it is in

@@ -13,6 +13,7 @@ without limit), unless it was killed for good or told to exit, and unless its jo
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Callable
 from typing import Any
@@ -112,6 +113,34 @@ class ActorInfo:
     @property
     def state(self) -> ActorState:
         return self.track.state
+
+    # What storage keeps: the spec and everything the machine moved (not the pending reason,
+    # which the next placement attempt says again).
+    _KEPT = (
+        "address",
+        "worker_id",
+        "node_id",
+        "pid",
+        "num_restarts",
+        "death_cause",
+        "start_time",
+        "end_time",
+        "lease_id",
+        "no_restart",
+    )
+
+    def record(self) -> bytes:
+        kept = {k: getattr(self, k) for k in self._KEPT}
+        return pickle.dumps((self.spec, self.track.state.name, kept))
+
+    @classmethod
+    def from_record(cls, data: bytes) -> ActorInfo:
+        spec, state, kept = pickle.loads(data)
+        actor = cls(spec)
+        actor.track = ACTOR_LIFECYCLE.track(spec.actor_id, ActorState[state])
+        for k, v in kept.items():
+            setattr(actor, k, v)
+        return actor
 
     @property
     def wants_worker(self) -> bool:

@@ -300,6 +300,12 @@ async def serve(args: argparse.Namespace) -> None:
 
         agent = AgentSupervisor(json.loads(args.agent), args.session_dir)
         agent.launch(config.process_start_timeout)
+    gcs_keeper = None
+    if args.gcs:  # the head's GCS: started again if it dies, on the same storage
+        from ember.raylet.gcs_supervisor import GcsSupervisor
+
+        gcs_keeper = GcsSupervisor(json.loads(args.gcs), args.session_dir)
+        gcs_keeper.start()
     dashboard = None
     if args.dashboard:  # the head's dashboard (and its agent): started again if it dies
         from ember.raylet.dashboard_supervisor import DashboardSupervisor
@@ -331,6 +337,8 @@ async def serve(args: argparse.Namespace) -> None:
         await agent.stop()
     if dashboard is not None:
         await dashboard.stop()
+    if gcs_keeper is not None:
+        await gcs_keeper.stop()
     for t in tasks:
         t.cancel()
     for srv in servers:
@@ -369,6 +377,11 @@ def main(argv: list[str] | None = None) -> None:
         "--dashboard",
         default="",
         help="JSON: how to start the head's dashboard again if it dies (dashboard_supervisor)",
+    )
+    parser.add_argument(
+        "--gcs",
+        default="",
+        help="JSON: how to start the head's GCS again if it dies (gcs_supervisor)",
     )
     parser.add_argument("--ready-fd", type=int, default=-1)
     parser.add_argument("--parent-pid", type=int, default=0)

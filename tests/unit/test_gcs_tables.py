@@ -130,7 +130,7 @@ def test_node_registration_and_the_death_timeout() -> None:
     # A dead node hears so on its next heartbeat and cannot rejoin under its old id.
     with pytest.raises(NodeDeclaredDead, match="not alive"):
         gcs.handlers["heartbeat"](a_conn, {"node_id": a, "available": {}})
-    with pytest.raises(ValueError, match="declared dead"):
+    with pytest.raises(NodeDeclaredDead, match="declared dead"):
         gcs.handlers["register_node"](a_conn, {"node_id": a, "address": "x", "resources": {}})
 
 
