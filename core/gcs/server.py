@@ -124,15 +124,20 @@ class GcsServer:
             if inspect.isawaitable(result):
                 return self._ack_when_durable(result)
             if store.pending:
-                return self._ack_when_durable(result)
+                # Taken now: the batch may be written before the reply's task first runs.
+                return self._reply_after(result, store.durable())
             return result
 
         return durable
 
     async def _ack_when_durable(self, result: Any) -> Any:
-        if inspect.isawaitable(result):
-            result = await result
+        result = await result
         await self.store.durable()
+        return result
+
+    @staticmethod
+    async def _reply_after(result: Any, durable: Any) -> Any:
+        await durable
         return result
 
     def restore(self, tables: dict[str, dict[bytes, bytes]]) -> None:
@@ -276,8 +281,7 @@ async def serve(args: argparse.Namespace) -> None:
     await stop.wait()
     for s in servers:
         s.close()
-    await asyncio.wait_for(store.flush_now(), 10.0)
-    store.close()
+    await asyncio.wait_for(store.close(), 10.0)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,5 +23,5 @@ class MemoryBackend:
             else:
                 rows[key] = value
 
-    def close(self) -> None:
+    async def close(self) -> None:
         pass

@@ -41,5 +41,5 @@ class RedisBackend:
                 pipe.hset(self.prefix + table, key, value)
         await pipe.execute()
 
-    def close(self) -> None:
-        pass  # the process is ending; the client's sockets go with it
+    async def close(self) -> None:
+        await self.client.aclose()

@@ -52,5 +52,5 @@ class SqliteBackend:
             db.execute("ROLLBACK")
             raise
 
-    def close(self) -> None:
+    async def close(self) -> None:
         self.db.close()

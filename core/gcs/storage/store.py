@@ -38,7 +38,7 @@ class Backend(Protocol):
 
     def write(self, changes: list[Change]) -> Awaitable[None] | None: ...
 
-    def close(self) -> None: ...
+    async def close(self) -> None: ...
 
 
 class Store:
@@ -139,8 +139,10 @@ class Store:
         while self.pending:
             await self.durable()
 
-    def close(self) -> None:
-        self.backend.close()
+    async def close(self) -> None:
+        """Writes what is batched, then lets the backend go."""
+        await self.flush_now()
+        await self.backend.close()
 
 
 async def _done() -> None:

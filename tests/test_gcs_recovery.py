@@ -1,0 +1,153 @@
+"""Head recovery with real processes: the head's GCS is SIGKILLed mid-workload (tasks
+running, an actor holding state, a named detached actor, a placement group); the head's
+raylet starts it again, it reads its tables back, and everything reconnects. The user's
+view: the actor kept its state and answered during the outage, its name still resolves,
+the group is still CREATED, new tasks and actors work (a creation sent during the outage
+waits for the new GCS), the job is never FAILED, and no process is left over. Past the
+reconnect timeout with no GCS coming back, every process exits on its own and says why."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import ember
+import psutil
+import pytest
+from ember import config
+from ember.cli.stop import find_ember_processes
+from ember.cluster_utils import Cluster
+from ember_test_utils import redis_server, wait_until
+
+FAST = {
+    "EMBER_HEARTBEAT_INTERVAL": "0.2",
+    "EMBER_NODE_DEATH_TIMEOUT": "5",
+    "EMBER_GCS_RECONNECT_TIMEOUT": "30",
+}
+
+
+@ember.remote
+class Counter:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def inc(self) -> int:
+        self.n += 1
+        return self.n
+
+
+@ember.remote
+def slow(x: int, seconds: float) -> int:
+    time.sleep(seconds)
+    return x * 10
+
+
+def gcs_processes(root: str) -> list[psutil.Process]:
+    return [p for p in find_ember_processes(root) if "ember.gcs.server" in " ".join(p.cmdline())]
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def storage(request, tmp_path):
+    if request.param == "sqlite":
+        yield ""  # the default: a SQLite file in the session directory
+    else:
+        with redis_server(str(tmp_path)) as url:
+            yield url
+
+
+def test_a_killed_gcs_comes_back_with_everything_the_user_was_promised(storage, monkeypatch):
+    monkeypatch.setattr(config, "gcs_reconnect_timeout", 30.0)  # this process is the driver
+    if ember.is_initialized():
+        ember.shutdown()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 2, "gcs_storage": storage},
+        env=FAST,
+    )
+    root = cluster.temp_root
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.connect()
+        keeper = Counter.options(name="keeper", lifetime="detached", max_restarts=-1).remote()
+        assert [ember.get(keeper.inc.remote(), timeout=30) for _ in range(3)] == [1, 2, 3]
+        pg = ember.util.placement_group([{"CPU": 1}], strategy="PACK")
+        assert pg.wait(30)
+        running = [slow.remote(i, 2.0) for i in range(2)]
+        job_id = ember.get_runtime_context().get_job_id()
+        [old] = gcs_processes(root)
+
+        start = time.monotonic()
+        old.send_signal(signal.SIGKILL)
+        old.wait(10)
+        # A live actor answers during the outage: its callers reach its worker directly.
+        assert ember.get(keeper.inc.remote(), timeout=10) == 4
+        # A new actor sent during the outage waits for the new GCS instead of failing.
+        fresh = Counter.remote()
+        assert ember.get(fresh.inc.remote(), timeout=60) == 1
+        recovered = time.monotonic() - start
+        assert recovered < 20, f"recovery took {recovered:.1f} s"
+
+        [new] = wait_until(lambda: gcs_processes(root), timeout=30, message="a new GCS")
+        assert new.pid != old.pid and not psutil.pid_exists(old.pid)
+        # The tasks that were running finish; new tasks run.
+        assert ember.get(running, timeout=60) == [0, 10]
+        assert ember.get(slow.remote(7, 0.0), timeout=60) == 70
+        # The detached actor's name resolves to the same actor, with its state.
+        again = ember.get_actor("keeper")
+        assert ember.get(again.inc.remote(), timeout=30) == 5
+        actors = {a["name"]: a for a in cluster.gcs_call("list_actors")}
+        assert actors["keeper"]["state"] == "ALIVE" and actors["keeper"]["num_restarts"] == 0
+        # The group is still CREATED on the node it was on.
+        table = cluster.gcs_call("get_placement_group", {"pg_id": pg.id_bytes})
+        assert table["state"] == "CREATED" and len(table["bundle_nodes"]) == 1
+        # Both nodes reconnected under their own ids; nobody was declared dead.
+        nodes = cluster.gcs_call("list_nodes")
+        assert sorted(n["state"] for n in nodes) == ["ALIVE", "ALIVE"]
+        assert {n["node_id"] for n in nodes} == {n.node_id for n in cluster.list_all_nodes()}
+        # The job runs on; a GCS restart never ends it.
+        [job] = [j for j in cluster.gcs_call("list_jobs") if j["job_id"].hex() == job_id]
+        assert job["state"] == "RUNNING"
+        ember.shutdown()
+        cluster.connected = False
+        [job] = [j for j in cluster.gcs_call("list_jobs") if j["job_id"].hex() == job_id]
+        assert job["state"] == "FINISHED" and job["finished_by_driver"] is True
+    finally:
+        cluster.shutdown()
+    left = wait_until(lambda: not find_ember_processes(root), timeout=20, message="no leftovers")
+    assert left
+
+
+def test_past_the_reconnect_timeout_every_process_exits_and_says_why(monkeypatch):
+    """The head's raylet is killed with its GCS, so nothing starts the GCS again: the worker
+    node and the head's dashboard give up after the reconnect timeout, no orphans left."""
+    if ember.is_initialized():
+        ember.shutdown()
+    env = dict(FAST, EMBER_GCS_RECONNECT_TIMEOUT="3")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1}, env=env)
+    root = cluster.temp_root
+    try:
+        worker = cluster.add_node(num_cpus=1)
+        head = cluster.head_node
+        assert "dashboard" in head.procs
+        procs = [psutil.Process(p.pid) for p in worker.procs.values()]
+        procs += psutil.Process(worker.procs["raylet"].pid).children(recursive=True)
+        procs.append(psutil.Process(head.procs["dashboard"].pid))
+        start = time.monotonic()
+        for name in ("raylet", "gcs_server"):
+            os.kill(head.procs[name].pid, signal.SIGKILL)
+        gone, alive = psutil.wait_procs(procs, timeout=30)
+        assert not alive, [(p.pid, p.name()) for p in alive]
+        took = time.monotonic() - start
+        assert 3 <= took < 25, took
+        with open(os.path.join(worker.session_dir, "logs", "raylet.log")) as f:
+            log = f.read()
+        assert "could not reconnect to the GCS" in log and "within 3 s" in log, log[-2000:]
+        assert "the node shuts down" in log
+        with open(os.path.join(head.session_dir, "logs", "dashboard.log")) as f:
+            log = f.read()
+        assert "the head is gone; the dashboard exits" in log, log[-2000:]
+        # Only the head's own leftovers (the node's zygote and workers die with its raylet).
+        wait_until(lambda: not find_ember_processes(root), timeout=20, message="no orphans")
+    finally:
+        cluster.shutdown()
