@@ -41,6 +41,9 @@ node_death_timeout: float = _env("node_death_timeout", 10.0)
 # up: a raylet then stops its node, a driver fails what it waits for. Ray's
 # gcs_rpc_server_reconnect_timeout_s.
 gcs_reconnect_timeout: float = _env("gcs_reconnect_timeout", 60.0)
+# Where a head's GCS keeps its tables when the node is not told (ember.gcs.storage):
+# "" is a SQLite file in the session directory; memory:, sqlite:PATH, redis://HOST:PORT.
+gcs_storage: str = _env("gcs_storage", "")
 # Workers a cluster node's raylet starts ahead of demand: one per CPU, at most this cap.
 prestart_worker_cap: int = _env("prestart_worker_cap", 4)
 # The same for the embedded node of ember.init(): 0, so an idle local node keeps no idle

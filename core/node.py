@@ -144,7 +144,7 @@ class LocalNode:
         """``gcs_storage``: where the head's GCS keeps its tables (``ember.gcs.storage``:
         ``sqlite:PATH``, ``redis://HOST:PORT``, ``memory:``; default a SQLite file in the
         session directory)."""
-        self.gcs_storage = gcs_storage
+        self.gcs_storage = gcs_storage or config.gcs_storage
         self.labels = check_labels(labels or {})
         self.object_store_memory = int(object_store_memory or default_object_store_memory())
         self.resources = build_resources(
