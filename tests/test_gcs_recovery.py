@@ -8,6 +8,7 @@ reconnect timeout with no GCS coming back, every process exits on its own and sa
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -151,3 +152,86 @@ def test_past_the_reconnect_timeout_every_process_exits_and_says_why(monkeypatch
         wait_until(lambda: not find_ember_processes(root), timeout=20, message="no orphans")
     finally:
         cluster.shutdown()
+
+
+DRIVER_BEFORE = """
+import sys, ember
+ember.init(address=sys.argv[1], namespace="app")
+
+@ember.remote
+class Counter:
+    def __init__(self):
+        self.n = 0
+    def inc(self):
+        self.n += 1
+        return self.n
+
+k = Counter.options(name="keeper", lifetime="detached", max_restarts=-1).remote()
+print([ember.get(k.inc.remote(), timeout=30) for _ in range(3)])
+"""
+
+DRIVER_AFTER = """
+import sys, ember
+ember.init(address=sys.argv[1], namespace="app")
+k = ember.get_actor("keeper")
+print(ember.get(k.inc.remote(), timeout=60))
+"""
+
+
+def test_a_new_head_on_the_same_redis_finds_the_named_detached_actor(tmp_path):
+    """The whole head dies (every process SIGKILLed); ``ember start --head --storage
+    redis://...`` again reads the tables back: the old node is declared dead after the death
+    timeout, its detached actor restarts on the new head (its memory died with the machine,
+    as with Ray), and a new driver finds it by name."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from ember_test_utils import ember_cli, free_port
+
+    root = tempfile.mkdtemp(prefix="emb-redis-", dir="/tmp")  # short: Unix socket paths
+    port = free_port()
+    env = dict(os.environ, EMBER_NODE_DEATH_TIMEOUT="3", EMBER_GCS_RECONNECT_TIMEOUT="10")
+    with redis_server(str(tmp_path)) as url:
+        start = [ember_cli(), "start", "--head", "--port", str(port), "--num-cpus", "1"]
+        start += ["--node-ip-address", "127.0.0.1", "--temp-dir", root, "--storage", url]
+        start += ["--include-dashboard", "false", "--object-store-memory", str(64 * 2**20)]
+        address = f"127.0.0.1:{port}"
+
+        def run(argv: list[str]) -> str:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+            assert out.returncode == 0, out.stderr[-3000:]
+            return out.stdout
+
+        try:
+            run(start)
+            assert run([sys.executable, "-c", DRIVER_BEFORE, address]).strip() == "[1, 2, 3]"
+            for p in find_ember_processes(root):  # the head machine is gone
+                p.kill()
+            wait_until(lambda: not find_ember_processes(root), timeout=20, message="head gone")
+            run(start)
+            assert run([sys.executable, "-c", DRIVER_AFTER, address]).strip() == "1"
+            status = subprocess.run(
+                [ember_cli(), "status", "--address", address, "--format", "json"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+            )
+            assert status.returncode == 0, status.stderr
+            summary = json.loads(status.stdout)
+            # The old head is listed dead, saying why; the new one runs the actor.
+            assert len(summary["active_nodes"]) == 1
+            [dead] = summary["dead_nodes"]
+            assert "did not reconnect" in dead["death_reason"], dead
+        finally:
+            subprocess.run(
+                [ember_cli(), "stop", "--force", "--temp-dir", root],
+                capture_output=True,
+                timeout=90,
+            )
+            left = find_ember_processes(root)
+            import shutil
+
+            shutil.rmtree(root, ignore_errors=True)
+            assert not left, f"processes left behind: {left}"
