@@ -119,6 +119,68 @@ def test_a_killed_gcs_comes_back_with_everything_the_user_was_promised(storage, 
     assert left
 
 
+JOB_PROGRAM = """
+import sys, time, ember
+ember.init()
+
+@ember.remote
+def add_one(x):
+    return x + 1
+
+print("before", ember.get(add_one.remote(1), timeout=60), flush=True)
+gate = sys.argv[1]
+deadline = time.monotonic() + 60
+while not __import__("os").path.exists(gate) and time.monotonic() < deadline:
+    time.sleep(0.1)  # the test kills the GCS meanwhile, and it comes back
+print("after", ember.get(add_one.remote(2), timeout=60), flush=True)
+"""
+
+
+def test_a_submitted_job_running_across_a_gcs_restart_succeeds(tmp_path):
+    """A job of the Jobs API whose driver runs while the GCS is killed and comes back ends
+    SUCCEEDED, with both halves of its output: a restart never fails a job."""
+    from ember.job_submission import JobStatus, JobSubmissionClient
+
+    if ember.is_initialized():
+        ember.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2}, env=FAST)
+    root = cluster.temp_root
+    try:
+        client = JobSubmissionClient(cluster.head_node.dashboard_url)
+        program = tmp_path / "job.py"
+        program.write_text(JOB_PROGRAM)
+        gate = tmp_path / "gate"
+        sid = client.submit_job(entrypoint=f"python {program} {gate}")
+        wait_until(
+            lambda: "before 2" in client.get_job_logs(sid),
+            timeout=60,
+            message="the job's first task",
+        )
+        [old] = gcs_processes(root)
+        old.kill()
+        old.wait(10)
+        wait_until(
+            lambda: [p for p in gcs_processes(root) if p.pid != old.pid],
+            timeout=30,
+            message="a new GCS",
+        )
+        gate.touch()
+        wait_until(
+            lambda: client.get_job_status(sid) in (JobStatus.SUCCEEDED, JobStatus.FAILED),
+            timeout=90,
+            interval=0.2,
+            message="the job to end",
+        )
+        logs = client.get_job_logs(sid)
+        assert client.get_job_status(sid) == JobStatus.SUCCEEDED, logs[-3000:]
+        assert "before 2" in logs and "after 3" in logs
+        drivers = [j for j in cluster.gcs_call("list_jobs") if j.get("submission_id") == sid]
+        assert [(j["state"], j["finished_by_driver"]) for j in drivers] == [("FINISHED", True)]
+    finally:
+        cluster.shutdown()
+    wait_until(lambda: not find_ember_processes(root), timeout=20, message="no leftovers")
+
+
 def test_past_the_reconnect_timeout_every_process_exits_and_says_why(monkeypatch):
     """The head's raylet is killed with its GCS, so nothing starts the GCS again: the worker
     node and the head's dashboard give up after the reconnect timeout, no orphans left."""

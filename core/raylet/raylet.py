@@ -332,13 +332,13 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     raylet.stopping = True
+    if gcs_keeper is not None:  # a GCS stopped with the node is not started again
+        gcs_keeper.stopping = True
     raylet.leases.handle(ev.ShuttingDown())
     if agent is not None:
         await agent.stop()
     if dashboard is not None:
         await dashboard.stop()
-    if gcs_keeper is not None:
-        await gcs_keeper.stop()
     for t in tasks:
         t.cancel()
     for srv in servers:
@@ -350,6 +350,8 @@ async def serve(args: argparse.Namespace) -> None:
     await raylet.logs.final_flush()
     if raylet.gcs is not None:
         raylet.gcs.close("raylet stopping")
+    if gcs_keeper is not None:  # a GCS this raylet started: the node's last process
+        await gcs_keeper.stop()
     remove_arena_file(args.arena_path)
     try:
         os.unlink(args.address[len("unix:") :])
