@@ -358,7 +358,10 @@ class CoreWorker:
     def call_gcs_sync(self, op: str, body: Any, timeout: float | None = None) -> Any:
         if self.dropped_refs:
             self.drain_dropped_refs()
-        return self.run_sync(self.gcs.call(op, body), timeout or config.gcs_rpc_timeout)
+        limit = timeout or config.gcs_rpc_timeout
+        if not self.gcs.connected:  # restarting: wait for it as long as the link tries
+            limit += self.gcs.reconnect_timeout
+        return self.run_sync(self.gcs.call(op, body), limit)
 
     def _on_raylet_closed(self, conn: Connection) -> None:
         if not self.shutting_down and self.mode == DRIVER:
