@@ -256,3 +256,41 @@ def test_storage_urls_are_checked_with_a_clear_error():
     )
     assert out.returncode != 0
     assert "Invalid value for --storage" in out.stderr and "redis://HOST:PORT" in out.stderr
+
+
+def test_a_creation_cut_off_by_a_restart_ends_its_worker_and_places_the_actor_again(tmp_path):
+    async def main() -> None:
+        url = default_url(str(tmp_path))
+        gcs, _, _ = make_gcs(Store(open_backend(url)))
+        node_id, _ = add_node(gcs)
+
+        class Silent(FakeConn):  # a worker whose constructor never finishes
+            async def call(self, op, body=None, timeout=None):
+                await asyncio.get_running_loop().create_future()
+
+        async def connect(address, handlers, name="", on_close=None):
+            return Silent()
+
+        gcs.actors.connect = connect
+        creating = spec()
+        await answer(gcs, "create_actor", FakeConn(), creating)
+        await settle()
+        first = gcs.actors.actors[creating.actor_id]
+        assert first.state is ActorState.PENDING_CREATION and first.worker_id is not None
+        await gcs.store.flush_now()
+
+        again, _, _ = make_gcs(Store(open_backend(url)))
+        again.restore(await again.store.load())
+        raylet = node_conn()
+        again.on_connect(raylet)
+        body = {"node_id": node_id, "address": "unix:/r", "resources": {"CPU": 2}}
+        await answer(again, "register_node", raylet, body)
+        await settle()
+        [kill] = raylet.ops("kill_worker")
+        assert kill["worker_id"] == first.worker_id and "cut off by a GCS restart" in kill["reason"]
+        placed = again.actors.actors[creating.actor_id]
+        assert placed.state is ActorState.ALIVE and placed.worker_id != first.worker_id
+        await gcs.store.close()
+        await again.store.close()
+
+    asyncio.run(main())

@@ -81,6 +81,9 @@ class ActorManager:
         self.worker_conns: dict[bytes, Connection] = {}  # {worker_id: connection we opened}
         self.pending: list[bytes] = []  # actor ids waiting for a node with resources
         self.store: Store | None = None  # where actor records are kept
+        # {actor_id: (node_id, worker_id)}: restored actors whose creation a GCS restart cut
+        # off; _place ends that worker before placing the actor again.
+        self.cut_off: dict[bytes, tuple[bytes, bytes]] = {}
         self._do = {
             Place: lambda a, i: self._schedule(a),
             Publish: lambda a, i: self._publish(a),
@@ -108,6 +111,10 @@ class ActorManager:
                 self.named[(actor.namespace, actor.name)] = actor_id
             if actor.wants_worker:
                 actor.pending_reason = "waiting for the nodes to reconnect after a GCS restart"
+                if actor.worker_id is not None and actor.node_id is not None:
+                    # Its constructor may still run there, answering the dead GCS: that
+                    # worker is ended before the actor is placed again.
+                    self.cut_off[actor_id] = (actor.node_id, actor.worker_id)
                 self._park(actor)
 
     # -- carrying out the machine's instructions ------------------------------------------
@@ -197,7 +204,17 @@ class ActorManager:
             placement_groups=self.placement_groups,
         )
 
+    def _end_cut_off_creation(self, actor: ActorInfo) -> None:
+        node_id, worker_id = self.cut_off.pop(actor.actor_id)
+        node = self.nodes.get_alive(node_id)
+        if node is not None:
+            reason = "its actor's creation was cut off by a GCS restart; placed again"
+            node.conn.send("kill_worker", {"worker_id": worker_id, "reason": reason, "grace": 0})
+        actor.worker_id = actor.node_id = actor.pid = None
+
     async def _place(self, actor: ActorInfo) -> None:
+        if actor.actor_id in self.cut_off:
+            self._end_cut_off_creation(actor)
         node = self._pick_node(actor)
         if node is None:
             actor.pending_reason = self._why_pending(actor)
@@ -231,6 +248,8 @@ class ActorManager:
         if type(out[0]) is ReturnLease:
             node.conn.send("return_actor_lease", {"lease_id": out[0].lease_id, "kill": True})
             return
+        # Kept, so a GCS started while the constructor runs can end that worker (restore).
+        self._save(actor)
         try:
             wconn = await self.connect(
                 grant["address"],

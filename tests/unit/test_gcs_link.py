@@ -14,7 +14,8 @@ from ember.protocol import connection as conn_mod
 
 
 class Server:
-    """Answers ``echo``; records one-way ``note`` bodies and every op in arrival order."""
+    """Answers ``kv_get`` with its body (an echo); records what arrives, in order: one-way
+    ``subscribe_actor`` bodies, ``kv_get`` and ``register_node`` (the reconnect hook's)."""
 
     def __init__(self, address: str) -> None:
         self.address = address
@@ -24,9 +25,9 @@ class Server:
 
     async def start(self) -> None:
         handlers = {
-            "echo": lambda c, b: self.seen.append(("echo", b)) or b,
-            "note": lambda c, b: self.seen.append(("note", b)),
-            "hello": lambda c, b: self.seen.append(("hello", b)) or "hi",
+            "kv_get": lambda c, b: self.seen.append(("echo", b)) or b,
+            "subscribe_actor": lambda c, b: self.seen.append(("note", b)),
+            "register_node": lambda c, b: self.seen.append(("hello", b)) or "hi",
         }
         self.server, _ = await conn_mod.serve(
             self.address, handlers, name="fake-gcs", on_connect=self.conns.append
@@ -46,16 +47,16 @@ def test_calls_wait_for_the_gcs_to_come_back_and_messages_follow_the_reconnect(t
         await server.start()
 
         async def hello(conn) -> None:
-            assert await conn.call("hello", "again", timeout=5) == "hi"
+            assert await conn.call("register_node", "again", timeout=5) == "hi"
 
         link = GcsLink(address, {}, reconnect_timeout=10, on_reconnect=hello)
         await link.connect(5)
-        assert await link.call("echo", 1, timeout=5) == 1
+        assert await link.call("kv_get", 1, timeout=5) == 1
         server.kill()
         await asyncio.sleep(0.05)
         assert not link.connected and not link.closed
-        link.send("note", "queued")
-        pending = asyncio.ensure_future(link.call("echo", 2, timeout=10))
+        link.send("subscribe_actor", "queued")
+        pending = asyncio.ensure_future(link.call("kv_get", 2, timeout=10))
         await asyncio.sleep(0.3)
         assert not pending.done()  # waits: the GCS is away, not gone
         await server.start()
@@ -78,13 +79,13 @@ def test_past_the_timeout_the_link_gives_up_once_saying_why(tmp_path):
         link = GcsLink(address, {}, reconnect_timeout=0.5, on_lost=lost.append)
         await link.connect(5)
         server.kill()
-        waiting = asyncio.ensure_future(link.call("echo", 1))  # no deadline of its own
+        waiting = asyncio.ensure_future(link.call("kv_get", 1))  # no deadline of its own
         with pytest.raises(conn_mod.ConnectionClosedError, match="within 0.5 s"):
             await asyncio.wait_for(waiting, 10)
         assert len(lost) == 1 and "could not reconnect to the GCS" in lost[0]
         assert link.closed
         with pytest.raises(conn_mod.ConnectionClosedError):
-            await asyncio.wait_for(link.call("echo", 2), 1)
+            await asyncio.wait_for(link.call("kv_get", 2), 1)
 
     asyncio.run(main())
 
@@ -101,11 +102,11 @@ def test_the_queue_while_away_is_bounded_and_counts_its_drops(tmp_path, monkeypa
         server.kill()
         await asyncio.sleep(0.05)
         for i in range(5):
-            link.send("note", i)
+            link.send("subscribe_actor", i)
         assert link.dropped == 2
         await server.start()
         await asyncio.wait_for(link.wait_connected(), 10)
-        await link.call("echo", "last", timeout=5)
+        await link.call("kv_get", "last", timeout=5)
         assert server.seen[-4:] == [("note", 2), ("note", 3), ("note", 4), ("echo", "last")]
         link.close()
         server.kill()
