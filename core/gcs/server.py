@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
         help="where the tables are kept: sqlite:PATH (default: in the session directory), "
         "redis://HOST:PORT or memory:",
     )
-    parser.add_argument("--storage-namespace", default="default")
+    parser.add_argument("--storage-namespace", default=config.gcs_storage_namespace)
     parser.add_argument("--ready-fd", type=int, default=-1)
     parser.add_argument("--parent-pid", type=int, default=0)
     args = parser.parse_args(argv)
