@@ -124,18 +124,18 @@ class GcsLink:
     async def _reconnect(self, why: str) -> None:
         deadline = time.monotonic() + self.reconnect_timeout
         while not self.closed:
+            if time.monotonic() > deadline:
+                self._give_up(
+                    f"could not reconnect to the GCS at {self.address} within "
+                    f"{self.reconnect_timeout:g} s (it went away: {why})"
+                )
+                return
             try:
                 conn = await self._open()
             except conn_mod.AuthenticationError as e:
                 self._give_up(f"the GCS refused this process's token: {e}")
                 return
             except (OSError, TimeoutError):
-                if time.monotonic() > deadline:
-                    self._give_up(
-                        f"could not reconnect to the GCS at {self.address} within "
-                        f"{self.reconnect_timeout:g} s (it went away: {why})"
-                    )
-                    return
                 await asyncio.sleep(RECONNECT_INTERVAL)
                 continue
             self.conn = conn
@@ -158,7 +158,7 @@ class GcsLink:
             return
 
     def _give_up(self, reason: str) -> None:
-        logger.error("%s", reason)
+        (logger.error if self._say is logger.warning else self._say)("%s", reason)
         self.closed = True
         self.close_reason = reason
         if self._up is not None:
@@ -169,7 +169,10 @@ class GcsLink:
     # -- what callers use ------------------------------------------------------------------
     @property
     def connected(self) -> bool:
-        return not self.closed and self.conn is not None and not self.conn.closed
+        """Connected and, after a reconnection, past ``on_reconnect``."""
+        conn = self.conn
+        up = self._up is not None and self._up.is_set()
+        return not self.closed and up and conn is not None and not conn.closed
 
     @property
     def state(self) -> dict:
@@ -183,9 +186,9 @@ class GcsLink:
         while True:
             if self.closed:
                 raise self._closed_error()
-            conn = self.conn
-            if conn is not None and not conn.closed and self._up is not None and self._up.is_set():
-                return conn
+            if self.connected:
+                assert self.conn is not None
+                return self.conn
             assert self._up is not None
             await asyncio.wait_for(self._up.wait(), timeout)
 
@@ -209,9 +212,9 @@ class GcsLink:
     def send(self, op: Any, body: Any = None) -> None:
         if self.closed:
             return
-        conn = self.conn
-        if conn is not None and not conn.closed and self._up is not None and self._up.is_set():
-            conn.send(op, body)
+        if self.connected:
+            assert self.conn is not None
+            self.conn.send(op, body)
             return
         if len(self._queue) == self._queue.maxlen:
             self.dropped += 1
