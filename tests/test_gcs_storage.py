@@ -294,3 +294,26 @@ def test_a_creation_cut_off_by_a_restart_ends_its_worker_and_places_the_actor_ag
         await again.store.close()
 
     asyncio.run(main())
+
+
+def test_a_head_whose_redis_does_not_answer_fails_to_start_saying_so(tmp_path):
+    import shutil
+    import tempfile
+
+    from ember.cli.stop import find_ember_processes
+    from ember_test_utils import free_port
+
+    root = tempfile.mkdtemp(prefix="emb-noredis-", dir="/tmp")
+    nobody = f"redis://127.0.0.1:{free_port()}"
+    argv = [ember_cli(), "start", "--head", "--port", str(free_port()), "--num-cpus", "1"]
+    argv += ["--node-ip-address", "127.0.0.1", "--temp-dir", root, "--storage", nobody]
+    argv += ["--include-dashboard", "false"]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    finally:
+        left = find_ember_processes(root)
+        shutil.rmtree(root, ignore_errors=True)
+    assert not left, left
+    assert out.returncode != 0
+    assert f"the GCS could not read its tables from {nobody}" in out.stderr, out.stderr
+    assert "Connection refused" in out.stderr

@@ -244,7 +244,13 @@ async def serve(args: argparse.Namespace) -> None:
     storage = args.storage or default_url(args.session_dir)
     store = Store(open_backend(storage, args.storage_namespace))
     gcs = GcsServer(args.session_dir, args.node_death_timeout, store)
-    gcs.restore(await store.load())
+    try:
+        tables = await store.load()
+    except Exception as e:  # Redis down or unreachable, a SQLite file that is not one...
+        raise SystemExit(
+            f"the GCS could not read its tables from {store.backend.description}: {e}"
+        ) from None
+    gcs.restore(tables)
     if args.token_file:
         from ember.cluster_token import read_token
 
