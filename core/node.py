@@ -368,9 +368,11 @@ class LocalNode:
         write_node_info(self.session_dir, info)
 
     def dead_processes(self) -> list[str]:
-        """The node's processes that exited; not the dashboard, which the raylet starts
-        again when it dies (dashboard_supervisor)."""
-        return [n for n, p in self.procs.items() if n != "dashboard" and p.poll() is not None]
+        """The node's processes that exited; not the dashboard or the GCS, which the raylet
+        starts again when they die (dashboard_supervisor, gcs_supervisor): the raylet
+        stops when it gives up on them."""
+        exited = [n for n, p in self.procs.items() if p.poll() is not None]  # reaps them too
+        return [n for n in exited if n not in ("dashboard", "gcs_server")]
 
     def _spawn(self, name: str, args: list[str], fds: tuple[int, ...] = ()) -> tuple[str, int]:
         r, w = os.pipe()

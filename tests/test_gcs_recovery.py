@@ -297,3 +297,58 @@ def test_a_new_head_on_the_same_redis_finds_the_named_detached_actor(tmp_path):
 
             shutil.rmtree(root, ignore_errors=True)
             assert not left, f"processes left behind: {left}"
+
+
+def test_ember_start_block_outlives_a_gcs_restart(tmp_path):
+    """``ember start --head --block`` watches its node's processes: a GCS the raylet starts
+    again is not the node's end, and SIGTERM still stops everything."""
+    import subprocess
+    import tempfile
+
+    from ember_test_utils import ember_cli, free_port
+
+    root = tempfile.mkdtemp(prefix="emb-block-", dir="/tmp")
+    port = free_port()
+    argv = [ember_cli(), "start", "--head", "--port", str(port), "--num-cpus", "1", "--block"]
+    argv += ["--node-ip-address", "127.0.0.1", "--temp-dir", root]
+    argv += ["--include-dashboard", "false", "--object-store-memory", str(64 * 2**20)]
+    log = open(tmp_path / "block.out", "w+")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True)
+
+    def status_ok() -> bool:
+        out = subprocess.run(
+            [ember_cli(), "status", "--address", f"127.0.0.1:{port}", "--temp-dir", root],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return out.returncode == 0 and " 1 node_" in out.stdout
+
+    try:
+        wait_until(status_ok, timeout=90, interval=0.5, message="the head to answer")
+        [old] = gcs_processes(root)
+        old.kill()
+        old.wait(10)
+        wait_until(
+            lambda: [p for p in gcs_processes(root) if p.pid != old.pid] and status_ok(),
+            timeout=60,
+            interval=0.5,
+            message="a new GCS answering",
+        )
+        assert proc.poll() is None  # still in the foreground, the node still running
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        log.seek(0)
+        assert "Stopping the node (SIGTERM)" in log.read()
+        wait_until(lambda: not find_ember_processes(root), timeout=20, message="no leftovers")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+        subprocess.run(
+            [ember_cli(), "stop", "--force", "--temp-dir", root], capture_output=True, timeout=90
+        )
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
