@@ -109,6 +109,7 @@ class ActorInfo:
         self.end_time: float | None = None
         self.lease_id: Any = None
         self.no_restart = False
+        self._spec_blob: bytes | None = None  # the spec as stored (record())
 
     @property
     def state(self) -> ActorState:
@@ -130,14 +131,18 @@ class ActorInfo:
     )
 
     def record(self) -> bytes:
+        # The spec (with the class, maybe large) never changes: pickled once, not per move.
+        if self._spec_blob is None:
+            self._spec_blob = pickle.dumps(self.spec)
         kept = {k: getattr(self, k) for k in self._KEPT}
-        return pickle.dumps((self.spec, self.track.state.name, kept))
+        return pickle.dumps((self._spec_blob, self.track.state.name, kept))
 
     @classmethod
     def from_record(cls, data: bytes) -> ActorInfo:
-        spec, state, kept = pickle.loads(data)
-        actor = cls(spec)
-        actor.track = ACTOR_LIFECYCLE.track(spec.actor_id, ActorState[state])
+        blob, state, kept = pickle.loads(data)
+        actor = cls(pickle.loads(blob))
+        actor._spec_blob = blob
+        actor.track = ACTOR_LIFECYCLE.track(actor.actor_id, ActorState[state])
         for k, v in kept.items():
             setattr(actor, k, v)
         return actor
@@ -348,6 +353,7 @@ class ActorMachine:
         actor.node_id = event.node_id
         actor.pid = grant.get("pid")
         actor.spec.gpu_ids = grant.get("gpu_ids", [])
+        actor._spec_blob = None  # the spec changed: stored again
         return [PUSH_CREATION]
 
     def _lease_failed(self, actor: ActorInfo, event: LeaseFailed) -> list[Instruction]:
