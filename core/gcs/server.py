@@ -250,7 +250,14 @@ async def serve(args: argparse.Namespace) -> None:
         raise SystemExit(
             f"the GCS could not read its tables from {store.backend.description}: {e}"
         ) from None
-    gcs.restore(tables)
+    try:
+        gcs.restore(tables)
+    except Exception as e:  # written by another version of Ember, or damaged
+        raise SystemExit(
+            f"the GCS could not read back the tables in {store.backend.description} "
+            f"({type(e).__name__}: {e}): were they written by another version of Ember? "
+            "Start the head on a new namespace (EMBER_GCS_STORAGE_NAMESPACE) or storage."
+        ) from None
     if args.token_file:
         from ember.cluster_token import read_token
 
