@@ -106,6 +106,18 @@ def test_a_killed_gcs_comes_back_with_everything_the_user_was_promised(storage, 
         nodes = cluster.gcs_call("list_nodes")
         assert sorted(n["state"] for n in nodes) == ["ALIVE", "ALIVE"]
         assert {n["node_id"] for n in nodes} == {n.node_id for n in cluster.list_all_nodes()}
+        # The dashboard's process list names the new process as the gcs_server.
+        import httpx
+
+        def gcs_rows() -> list[int]:
+            r = httpx.get(
+                f"{cluster.head_node.dashboard_url}/api/workers",
+                params={"filter": ["kind=gcs_server"]},
+                timeout=30,
+            )
+            return [w["pid"] for w in r.json()["items"]] if r.status_code == 200 else []
+
+        wait_until(lambda: gcs_rows() == [new.pid], timeout=30, message="the new gcs_server row")
         # The job runs on; a GCS restart never ends it.
         [job] = [j for j in cluster.gcs_call("list_jobs") if j["job_id"].hex() == job_id]
         assert job["state"] == "RUNNING"

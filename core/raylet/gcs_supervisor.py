@@ -27,6 +27,11 @@ class GcsSupervisor(AdoptedSupervisor):
         super().__init__(session_dir, int(spec["pid"]))
         self.argv: list[str] = _without(list(spec["argv"]), ("--parent-pid", "--ready-fd"))
 
+    @property
+    def pid(self) -> int:
+        """The GCS's pid now: the node's first one, or the latest this raylet started."""
+        return self.proc.pid if self.proc is not None else self._first_pid
+
     def _spawn(self) -> subprocess.Popen:
         return self._popen(["-m", "ember.gcs.server", *self.argv])
 

@@ -69,6 +69,7 @@ class Raylet:
         self.tcp_address = ""
         self.logs = LogForwarder(self)
         self.stopping = False
+        self.gcs_keeper: Any = None  # the head's GCS supervisor (gcs_supervisor), if any
         self.membership = Membership(self)
         self.leases = LeaseManager(self)
         self.objects = ObjectService(self)
@@ -207,6 +208,9 @@ class Raylet:
             "transfers_seq": objects.transfer_seq,
             "node_id": self.node_id,
             "pid": os.getpid(),  # the head's agent starts before the raylet: it learns it here
+            # The head's GCS as of now (the raylet starts it again when it dies): the agent
+            # labels that process gcs_server.
+            "gcs_pid": self.gcs_keeper.pid if self.gcs_keeper is not None else None,
             "resources_total": self.resources.total_dict(),
             "resources_available": self.resources.available_dict(),
             "store": self.store.stats(),
@@ -306,6 +310,7 @@ async def serve(args: argparse.Namespace) -> None:
 
         gcs_keeper = GcsSupervisor(json.loads(args.gcs), args.session_dir)
         gcs_keeper.start()
+        raylet.gcs_keeper = gcs_keeper
     dashboard = None
     if args.dashboard:  # the head's dashboard (and its agent): started again if it dies
         from ember.raylet.dashboard_supervisor import DashboardSupervisor
