@@ -19,11 +19,15 @@ def main() -> None:
 )
 @click.option("--quick", is_flag=True, help="Short trials (a smoke test, not a measurement).")
 @click.option("--json", "json_path", default=None, help="Also write the results to this file.")
-def microbenchmark(filter_: str | None, quick: bool, json_path: str | None) -> None:
-    """Run the workloads of `ray microbenchmark` on a local node."""
+@click.pass_context
+def microbenchmark(
+    ctx: click.Context, filter_: str | None, quick: bool, json_path: str | None
+) -> None:
+    """Run the workloads of `ray microbenchmark` on a local node (more options, such as
+    --extra, --trials and --settle: python -m ember.tools.microbenchmark --help)."""
     from ember.tools import microbenchmark as mb
 
-    argv = []
+    argv = list(ctx.args)  # the module's other options, passed through
     if filter_:
         argv += ["--filter", filter_]
     if quick:

@@ -74,6 +74,13 @@ def _parse_resources(raw: str | None) -> dict[str, float] | None:
     default="",
     help="Serve the dashboard under this path too (behind a reverse proxy), e.g. /ember.",
 )
+@click.option(
+    "--storage",
+    default="",
+    help="Where the head's GCS keeps the cluster's tables so they survive its restart: "
+    "redis://HOST:PORT (pip install 'ember[redis]'), sqlite:PATH, or memory: "
+    "(default: a SQLite file in the session directory).",
+)
 def start(
     head: bool,
     address: str | None,
@@ -94,6 +101,7 @@ def start(
     dashboard_host: str,
     dashboard_port: int,
     dashboard_url_prefix: str,
+    storage: str,
 ) -> None:
     """Start Ember's processes on this machine."""
     from ember.cluster_address import normalize_address, token_for
@@ -110,6 +118,15 @@ def start(
             "nodes reach this one at (e.g. 10.0.0.5), or leave it out to detect it",
             param_hint="--node-ip-address",
         )
+    if storage:
+        from ember.gcs.storage import check_url
+
+        if not head:
+            raise click.UsageError("--storage is the head's (the GCS runs there): pass --head")
+        try:
+            check_url(storage)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--storage") from None
     custom = _parse_resources(resources)
     try:
         node_labels = parse_labels(labels) if labels else {}
@@ -142,7 +159,9 @@ def start(
     if head:
         node_ip = node_ip_address or node_ip_for()
         secret = _user_token(token, normalize)
-        node = LocalNode(head=True, node_ip=node_ip, gcs_port=port, token=secret, **common)
+        node = LocalNode(
+            head=True, node_ip=node_ip, gcs_port=port, token=secret, gcs_storage=storage, **common
+        )
     else:
         try:
             gcs = normalize_address(address)

@@ -75,8 +75,10 @@ class Cluster:
         env: dict[str, str] | None = None,
         prestart: int | None = None,
         labels: dict[str, str] | None = None,
+        gcs_storage: str = "",
     ) -> LocalNode:
-        """Starts a node (the first one is the head); waits until the GCS lists it."""
+        """Starts a node (the first one is the head); waits until the GCS lists it.
+        ``gcs_storage``: the head's GCS storage (``ember.gcs.storage``; default SQLite)."""
         self._count += 1
         head = self.head_node is None
         temp_dir = os.path.join(self.temp_root, f"node{self._count}")
@@ -95,6 +97,7 @@ class Cluster:
             token=self.token,
             env={**self.env, **(env or {})},
             prestart=prestart,
+            gcs_storage=gcs_storage if head else "",
         )
         node.start()
         if head:

@@ -57,6 +57,17 @@ object_store_full_grace_seconds: float = _env("object_store_full_grace_seconds",
 heartbeat_interval: float = _env("heartbeat_interval", 0.5)
 # A node silent this long is marked dead by the GCS.
 node_death_timeout: float = _env("node_death_timeout", 10.0)
+# How long raylets, agents, workers and drivers try to reconnect to a GCS that went away
+# (restarted by the head's raylet, or started again on the same storage) before they give
+# up: a raylet then stops its node, a driver fails what it waits for. Ray's
+# gcs_rpc_server_reconnect_timeout_s.
+gcs_reconnect_timeout: float = _env("gcs_reconnect_timeout", 60.0)
+# Where a head's GCS keeps its tables when the node is not told (ember.gcs.storage):
+# "" is a SQLite file in the session directory; memory:, sqlite:PATH, redis://HOST:PORT.
+gcs_storage: str = _env("gcs_storage", "")
+# Keeps apart the clusters that share one Redis server (Ray's external_storage_namespace): a
+# head started again with the same one finds that cluster's tables.
+gcs_storage_namespace: str = _env("gcs_storage_namespace", "default")
 # Workers a cluster node's raylet starts ahead of demand: one per CPU, at most this cap.
 prestart_worker_cap: int = _env("prestart_worker_cap", 4)
 # The same for the embedded node of ember.init(): 0, so an idle local node keeps no idle

@@ -142,7 +142,12 @@ class LocalNode:
         labels: dict[str, str] | None = None,
         object_spilling_directory: str | None = None,
         object_spilling_max_bytes: int | None = None,
+        gcs_storage: str = "",
     ) -> None:
+        """``gcs_storage``: where the head's GCS keeps its tables (``ember.gcs.storage``:
+        ``sqlite:PATH``, ``redis://HOST:PORT``, ``memory:``; default a SQLite file in the
+        session directory)."""
+        self.gcs_storage = gcs_storage or config.gcs_storage
         self.labels = check_labels(labels or {})
         if object_spilling_max_bytes is not None and object_spilling_max_bytes < 0:
             raise ValueError(
@@ -248,6 +253,8 @@ class LocalNode:
                     ),
                     *parent,
                 ]
+                if self.gcs_storage:
+                    gcs_args += ["--storage", self.gcs_storage]
                 if self.cluster:
                     gcs_args += ["--tcp", f"tcp:{self.node_ip}:{self.gcs_port}", *token_args]
                 # The GCS first: its ready line says the TCP port it really bound.
@@ -255,6 +262,10 @@ class LocalNode:
                 ready = self._wait_ready(name, fd, time.monotonic() + config.process_start_timeout)
                 if self.cluster:
                     self.gcs_address = ready
+                    # A GCS started again binds the port this one bound.
+                    gcs_args[gcs_args.index("--tcp") + 1] = ready
+                # The head's raylet starts the GCS again if it dies (gcs_supervisor).
+                gcs_restart = {"argv": gcs_args[2:], "pid": self.procs["gcs_server"].pid}
             # The dashboard before the raylet: the head's agent runs in the dashboard's
             # process, and the raylet starts an agent only where there is no dashboard.
             from ember.launch import agent_argv_for, start_dashboard_for
@@ -302,6 +313,7 @@ class LocalNode:
                         "--prestart",
                         str(self.prestart),
                         *(["--head"] if self.head else []),
+                        *(["--gcs", json.dumps(gcs_restart)] if self.head else []),
                         *token_args,
                         *(["--cluster-address", self.gcs_address] if self.cluster else []),
                         # No dashboard here: the raylet runs the agent (else it is in
@@ -385,9 +397,11 @@ class LocalNode:
         write_node_info(self.session_dir, info)
 
     def dead_processes(self) -> list[str]:
-        """The node's processes that exited; not the dashboard, which the raylet starts
-        again when it dies (dashboard_supervisor)."""
-        return [n for n, p in self.procs.items() if n != "dashboard" and p.poll() is not None]
+        """The node's processes that exited; not the dashboard or the GCS, which the raylet
+        starts again when they die (dashboard_supervisor, gcs_supervisor): the raylet
+        stops when it gives up on them."""
+        exited = [n for n, p in self.procs.items() if p.poll() is not None]  # reaps them too
+        return [n for n in exited if n not in ("dashboard", "gcs_server")]
 
     def _spawn(self, name: str, args: list[str], fds: tuple[int, ...] = ()) -> tuple[str, int]:
         r, w = os.pipe()

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+import time
 from typing import Any
 
+from ember import config
 from ember.dashboard.state import DashboardState
 from ember.protocol import connection as conn_mod
 
@@ -31,13 +35,29 @@ class GcsClient:
         return self.conn
 
     async def poll_loop(self) -> None:
+        """Polls while the GCS answers. A GCS silent for longer than the reconnect timeout
+        (``config.gcs_reconnect_timeout``; a restarted one is back within seconds) is gone
+        with its head: the dashboard exits rather than report a dead cluster as alive."""
+        last_ok = time.monotonic()
         while True:
             try:
                 await self.poll_once()
+                last_ok = time.monotonic()
             except Exception as e:
                 if self.connected:
                     logger.warning("GCS poll failed: %s", e)
                 self.connected = False
+                silent = time.monotonic() - last_ok
+                if silent > config.gcs_reconnect_timeout:
+                    logger.error(
+                        "the GCS at %s has not answered for %.0f s (reconnect timeout %g s): "
+                        "the head is gone; the dashboard exits",
+                        self.address,
+                        silent,
+                        config.gcs_reconnect_timeout,
+                    )
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    return
             await asyncio.sleep(self.interval)
 
     async def poll_once(self) -> None:

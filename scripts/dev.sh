@@ -9,11 +9,13 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 
 # What the tests drive from Debian: iproute2 (nodes in network namespaces), prometheus (a real
-# server scraping /metrics) and chromium (the browser tests and the timeline viewer). One
-# apt-get run, only for what is missing; the demo needs none of them.
+# server scraping /metrics), chromium (the browser tests and the timeline viewer) and
+# redis-server (the GCS's Redis storage, against a real server). One apt-get run, only for
+# what is missing; the demo needs none of them.
 system_packages() {
   missing=""
   command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
+  command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
   command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
   command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
   [ -z "$missing" ] && return 0

@@ -231,3 +231,45 @@ def sigkill_driver_when_ready(
         if proc.poll() is None:
             proc.kill()
         proc.communicate()
+
+
+@contextlib.contextmanager
+def redis_server(directory: str):
+    """A real ``redis-server`` on a free loopback port, its files in ``directory``, with the
+    append-only file on (a write is in its log before Redis answers); yields its
+    ``redis://`` URL and stops it (SIGTERM, then SIGKILL). Skips when it is not installed
+    (``.ci/run`` installs it)."""
+    import shutil
+
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    port = free_port()
+    argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", directory]
+    argv += ["--save", "", "--appendonly", "yes", "--daemonize", "no", "--protected-mode", "yes"]
+    log = open(os.path.join(directory, "redis.log"), "ab")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    url = f"redis://127.0.0.1:{port}"
+    try:
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1)
+
+        def answers() -> bool:
+            assert proc.poll() is None, f"redis-server exited: see {directory}/redis.log"
+            try:
+                return bool(client.ping())
+            except redis.ConnectionError:
+                return False
+
+        wait_until(answers, timeout=20, message="redis-server to answer")
+        client.close()
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()

@@ -188,6 +188,12 @@ class Agent(DashboardStream):
             # The head's agent starts before its raylet, so learns the raylet's pid here.
             self.components[stats["pid"]] = "raylet"
             self.info["start_time"] = self._node_start_time()
+        gcs_pid = stats.get("gcs_pid")
+        if gcs_pid and gcs_pid not in self.components:
+            # The head's raylet started the GCS again: the new process is the gcs_server.
+            for pid in [p for p, name in self.components.items() if name == "gcs_server"]:
+                del self.components[pid]
+            self.components[gcs_pid] = "gcs_server"
         store = stats.get("store") or {}
         sample["object_store_used_bytes"] = store.get("used", store.get("used_bytes", 0))
         sample["object_store_capacity_bytes"] = store.get(

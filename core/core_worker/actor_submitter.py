@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.task_spec import ARG_REF, TaskSpec
 from ember.exceptions import ActorDiedError, ActorUnavailableError, TaskCancelledError
+from ember.gcs_link import GcsLink
 from ember.protocol.connection import Connection
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def _locked(method):
 class ActorSubmitterHost(Protocol):
     """What the actor submitter needs of the rest of the core worker."""
 
-    gcs: Connection
+    gcs: GcsLink
     loop: asyncio.AbstractEventLoop
     memory_store: MemoryStore
 
@@ -111,6 +112,14 @@ class ActorSubmitter:
         return st
 
     @_locked
+    @_locked
+    def resubscribe(self, conn: Connection) -> None:
+        """A new GCS process: the actors followed here are followed there too (it answers
+        each with the actor's state, which it read back from storage)."""
+        for st in list(self._actors.values()):
+            if st.subscribed:
+                conn.send("subscribe_actor", {"actor_id": st.actor_id})
+
     def set_retries(self, actor_id: bytes, max_task_retries: int) -> None:
         self._get(actor_id).max_task_retries = max_task_retries
 

@@ -24,6 +24,7 @@ from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.reference_counter import ReferenceCounter
 from ember.core_worker.task_spec import ARG_REF
 from ember.exceptions import ObjectLostError
+from ember.gcs_link import GcsLink
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
 from ember.protocol.messages.raylet import PullFailed
@@ -46,7 +47,7 @@ class ClusterLinksHost(Protocol):
     log_to_driver: bool
     handlers: dict[str, Any]  # this process's ops, served on other raylets' connections too
     raylet: Connection
-    gcs: Connection
+    gcs: GcsLink
     loop: asyncio.AbstractEventLoop
     memory_store: MemoryStore
     refs: ReferenceCounter
@@ -261,7 +262,7 @@ class ClusterLinks:
             return
 
         def fail() -> None:
-            if self.host.gcs is not None and self.host.gcs.closed:
+            if self.host.gcs is not None and not self.host.gcs.connected:
                 self._fail_pending(self._head_gone(self.host.gcs.close_reason))
             else:
                 self._fail_pending(f"the node this driver runs on stopped (its raylet: {why})")

@@ -51,6 +51,7 @@ from ember.core_worker.task_events import TaskEvents
 from ember.core_worker.task_manager import TaskManager
 from ember.core_worker.task_spec import TaskSpec
 from ember.core_worker.task_submitter import TaskSubmitter
+from ember.gcs_link import GcsLink
 from ember.ids import new_task_id, new_unique_id
 from ember.log_monitor import print_worker_lines
 from ember.protocol import connection as conn_mod
@@ -101,7 +102,7 @@ class CoreWorker:
         self.shutting_down = False
         self.executor: Any = None  # set by the worker main
         self.raylet: Connection = None  # type: ignore[assignment]
-        self.gcs: Connection = None  # type: ignore[assignment]
+        self.gcs: GcsLink = None  # type: ignore[assignment]
         self.io_thread: threading.Thread | None = None
         self._server: Any = None
         self.loop = loop = conn_mod.new_event_loop()
@@ -247,9 +248,14 @@ class CoreWorker:
             name="raylet",
             on_close=self._on_raylet_closed,
         )
-        self.gcs = await conn_mod.connect(
-            self.node["gcs_address"], self.handlers, name="gcs", on_close=self._on_gcs_closed
+        self.gcs = GcsLink(
+            self.node["gcs_address"],
+            self.handlers,
+            on_reconnect=self._gcs_back,
+            on_lost=self._on_gcs_lost,
+            quiet=self.mode != DRIVER,
         )
+        await self.gcs.connect(config.process_start_timeout)
         if self.node.get("token_file"):  # a cluster: other nodes' deaths matter here
             self.gcs.send("subscribe_node_events")
         await self.raylet.call(
@@ -265,23 +271,32 @@ class CoreWorker:
             },
         )
         if self.mode == DRIVER:
-            await self.gcs.call(
-                "register_job",
-                {
-                    "job_id": self.job_id,
-                    "driver_worker_id": self.worker_id,
-                    "driver_pid": os.getpid(),
-                    "node_id": self.node_id,
-                    "namespace": self.namespace,
-                    "entrypoint": _command_line(),
-                    "submission_id": os.environ.get("EMBER_JOB_SUBMISSION_ID", ""),
-                },
-            )
+            await self.gcs.call("register_job", self._job_registration())
             if self.links.wants_remote_logs():
                 await self.links.subscribe_all_logs()
         # Task events to the node's agent, for the dashboard (event_export.py says how).
         self.event_exporter = EventExporter(self, self.task_events)
         self.event_exporter.start()
+
+    def _job_registration(self) -> dict:
+        return {
+            "job_id": self.job_id,
+            "driver_worker_id": self.worker_id,
+            "driver_pid": os.getpid(),
+            "node_id": self.node_id,
+            "namespace": self.namespace,
+            "entrypoint": _command_line(),
+            "submission_id": os.environ.get("EMBER_JOB_SUBMISSION_ID", ""),
+        }
+
+    async def _gcs_back(self, conn: Connection) -> None:
+        """A new GCS process read the tables back: tell it what lived on this connection
+        (the job, and what this process follows), so nothing here notices the restart."""
+        if self.node.get("token_file"):
+            conn.send("subscribe_node_events")
+        if self.mode == DRIVER:
+            await conn.call("register_job", self._job_registration(), timeout=10.0)
+        self.actor_submitter.resubscribe(conn)
 
     def shutdown(self) -> None:
         if self.shutting_down:
@@ -344,7 +359,10 @@ class CoreWorker:
     def call_gcs_sync(self, op: str, body: Any, timeout: float | None = None) -> Any:
         if self.dropped_refs:
             self.drain_dropped_refs()
-        return self.run_sync(self.gcs.call(op, body), timeout or config.gcs_rpc_timeout)
+        limit = timeout or config.gcs_rpc_timeout
+        if not self.gcs.connected:  # restarting: wait for it as long as the link tries
+            limit += self.gcs.reconnect_timeout
+        return self.run_sync(self.gcs.call(op, body), limit)
 
     def _on_raylet_closed(self, conn: Connection) -> None:
         if not self.shutting_down and self.mode == DRIVER:
@@ -354,11 +372,10 @@ class CoreWorker:
             logger.info("raylet connection closed (%s); worker exiting", conn.close_reason)
             os._exit(0)
 
-    def _on_gcs_closed(self, conn: Connection) -> None:
-        if not self.shutting_down:
-            logger.warning("lost the connection to the GCS: %s", conn.close_reason)
-            if self.mode == DRIVER:
-                self.links.on_gcs_lost(conn.close_reason)
+    def _on_gcs_lost(self, reason: str) -> None:
+        """The GCS did not come back within the reconnect timeout (``gcs_link``)."""
+        if not self.shutting_down and self.mode == DRIVER:
+            self.links.on_gcs_lost(reason)
 
     # -- what every part may use -----------------------------------------------------------
     def current_task_id(self) -> bytes:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from ember.core_worker.reference_counter import ReferenceCounter
 from ember.core_worker.task_spec import TaskSpec
+from ember.gcs_link import GcsLink
 from ember.ids import actor_handle_object_id
 from ember.protocol.connection import Connection
 
@@ -27,7 +28,7 @@ class CreatedActorsHost(Protocol):
     """What the created-actors table needs of the rest of the core worker."""
 
     owner_address: Any
-    gcs: Connection
+    gcs: GcsLink
     actor_submitter: _ActorSubmitter
 
     def call_gcs_sync(self, op: str, body: Any, timeout: float | None = None) -> Any: ...

@@ -13,6 +13,7 @@ without limit), unless it was killed for good or told to exit, and unless its jo
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Callable
 from typing import Any
@@ -108,10 +109,43 @@ class ActorInfo:
         self.end_time: float | None = None
         self.lease_id: Any = None
         self.no_restart = False
+        self._spec_blob: bytes | None = None  # the spec as stored (record())
 
     @property
     def state(self) -> ActorState:
         return self.track.state
+
+    # What storage keeps: the spec and everything the machine moved (not the pending reason,
+    # which the next placement attempt says again).
+    _KEPT = (
+        "address",
+        "worker_id",
+        "node_id",
+        "pid",
+        "num_restarts",
+        "death_cause",
+        "start_time",
+        "end_time",
+        "lease_id",
+        "no_restart",
+    )
+
+    def record(self) -> bytes:
+        # The spec (with the class, maybe large) never changes: pickled once, not per move.
+        if self._spec_blob is None:
+            self._spec_blob = pickle.dumps(self.spec)
+        kept = {k: getattr(self, k) for k in self._KEPT}
+        return pickle.dumps((self._spec_blob, self.track.state.name, kept))
+
+    @classmethod
+    def from_record(cls, data: bytes) -> ActorInfo:
+        blob, state, kept = pickle.loads(data)
+        actor = cls(pickle.loads(blob))
+        actor._spec_blob = blob
+        actor.track = ACTOR_LIFECYCLE.track(actor.actor_id, ActorState[state])
+        for k, v in kept.items():
+            setattr(actor, k, v)
+        return actor
 
     @property
     def wants_worker(self) -> bool:
@@ -319,6 +353,7 @@ class ActorMachine:
         actor.node_id = event.node_id
         actor.pid = grant.get("pid")
         actor.spec.gpu_ids = grant.get("gpu_ids", [])
+        actor._spec_blob = None  # the spec changed: stored again
         return [PUSH_CREATION]
 
     def _lease_failed(self, actor: ActorInfo, event: LeaseFailed) -> list[Instruction]:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.gcs.actor_machine import (
     ActorInfo,
@@ -48,6 +48,9 @@ from ember.protocol.messages.gcs import NoSuchActor
 from ember.resources import fits, fmt
 from ember.scheduling import pick_node
 
+if TYPE_CHECKING:
+    from ember.gcs.storage import Store
+
 logger = logging.getLogger("ember.gcs")
 
 _DEAD = ActorState.DEAD
@@ -77,6 +80,10 @@ class ActorManager:
         self.subscribers: dict[bytes, set[Connection]] = {}  # {actor_id: connections}
         self.worker_conns: dict[bytes, Connection] = {}  # {worker_id: connection we opened}
         self.pending: list[bytes] = []  # actor ids waiting for a node with resources
+        self.store: Store | None = None  # where actor records are kept
+        # {actor_id: (node_id, worker_id)}: restored actors whose creation a GCS restart cut
+        # off; _place ends that worker before placing the actor again.
+        self.cut_off: dict[bytes, tuple[bytes, bytes]] = {}
         self._do = {
             Place: lambda a, i: self._schedule(a),
             Publish: lambda a, i: self._publish(a),
@@ -86,8 +93,33 @@ class ActorManager:
             KillWorker: self._kill_worker,
         }
 
+    # -- storage --------------------------------------------------------------------------
+    def _save(self, actor: ActorInfo) -> None:
+        if self.store is not None:
+            self.store.mark("actors", actor.actor_id, actor.record)
+
+    def restore(self, rows: dict[bytes, bytes]) -> None:
+        """The actors a previous GCS process knew, with their names. A live actor's worker
+        kept running and its callers reach it directly; one that was being placed is placed
+        again once nodes reconnect."""
+        for actor_id, data in rows.items():
+            actor = ActorInfo.from_record(data)
+            self.actors[actor_id] = actor
+            if actor.state is _DEAD:
+                continue
+            if actor.name:
+                self.named[(actor.namespace, actor.name)] = actor_id
+            if actor.wants_worker:
+                actor.pending_reason = "waiting for the nodes to reconnect after a GCS restart"
+                if actor.worker_id is not None and actor.node_id is not None:
+                    # Its constructor may still run there, answering the dead GCS: that
+                    # worker is ended before the actor is placed again.
+                    self.cut_off[actor_id] = (actor.node_id, actor.worker_id)
+                self._park(actor)
+
     # -- carrying out the machine's instructions ------------------------------------------
     def _carry_out(self, actor: ActorInfo, instructions: list[Instruction]) -> None:
+        self._save(actor)  # every event the machine handled may have moved the record
         for ins in instructions:
             self._do[type(ins)](actor, ins)
 
@@ -124,6 +156,12 @@ class ActorManager:
 
     # -- creation and placement -----------------------------------------------------------
     def h_create_actor(self, conn: Connection, spec: Any) -> dict:
+        known = self.actors.get(spec.actor_id)
+        if known is not None:
+            # Sent again by an owner whose first request's reply was lost with a GCS
+            # process that had already stored it.
+            self.subscribers.setdefault(known.actor_id, set()).add(conn)
+            return {"ok": True}
         actor = ActorInfo(spec)
         if actor.name:
             key = (actor.namespace, actor.name)
@@ -166,7 +204,17 @@ class ActorManager:
             placement_groups=self.placement_groups,
         )
 
+    def _end_cut_off_creation(self, actor: ActorInfo) -> None:
+        node_id, worker_id = self.cut_off.pop(actor.actor_id)
+        node = self.nodes.get_alive(node_id)
+        if node is not None:
+            reason = "its actor's creation was cut off by a GCS restart; placed again"
+            node.conn.send("kill_worker", {"worker_id": worker_id, "reason": reason, "grace": 0})
+        actor.worker_id = actor.node_id = actor.pid = None
+
     async def _place(self, actor: ActorInfo) -> None:
+        if actor.actor_id in self.cut_off:
+            self._end_cut_off_creation(actor)
         node = self._pick_node(actor)
         if node is None:
             actor.pending_reason = self._why_pending(actor)
@@ -200,6 +248,8 @@ class ActorManager:
         if type(out[0]) is ReturnLease:
             node.conn.send("return_actor_lease", {"lease_id": out[0].lease_id, "kill": True})
             return
+        # Kept, so a GCS started while the constructor runs can end that worker (restore).
+        self._save(actor)
         try:
             wconn = await self.connect(
                 grant["address"],

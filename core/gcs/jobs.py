@@ -5,12 +5,16 @@ placement groups, the raylets' per-job state) is wired in by the server as ``on_
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.lifecycle import Lifecycle, LifecycleState, Track
 from ember.protocol.connection import Connection
+
+if TYPE_CHECKING:
+    from ember.gcs.storage import Store
 
 
 class JobState(LifecycleState):
@@ -37,6 +41,31 @@ class JobTable:
         self.tracks: dict[bytes, Track[JobState]] = {}
         # (job_id, reason): a job finished.
         self.on_finished: Callable[[bytes, str], None] = _nothing
+        self.store: Store | None = None
+        # Jobs read back from storage as RUNNING whose driver has not registered again on
+        # this GCS process: ``expire_unclaimed`` ends them once the reconnect timeout passed.
+        self.unclaimed: set[bytes] = set()
+
+    def _save(self, job_id: bytes) -> None:
+        if self.store is not None:
+            self.store.mark("jobs", job_id, lambda: pickle.dumps(self.jobs[job_id]))
+
+    def restore(self, rows: dict[bytes, bytes]) -> None:
+        for job_id, data in rows.items():
+            job = pickle.loads(data)
+            self.jobs[job_id] = job
+            self.tracks[job_id] = JOB_LIFECYCLE.track(job_id.hex(), JobState[job["state"]])
+            if job["state"] == JobState.RUNNING.name:
+                self.unclaimed.add(job_id)
+
+    def expire_unclaimed(self, timeout: float) -> None:
+        """Ends the restored jobs whose driver did not come back within ``timeout``: it died
+        while the GCS was away (a restart alone never ends a job)."""
+        for job_id in list(self.unclaimed):
+            self.finish(
+                job_id, f"its driver did not reconnect within {timeout:g} s of the GCS restarting"
+            )
+        self.unclaimed.clear()
 
     def running(self, job_id: bytes) -> bool:
         """True unless the job is known to have finished: an actor of a job never registered
@@ -46,9 +75,13 @@ class JobTable:
 
     def h_register_job(self, conn: Connection, body: dict) -> dict:
         job_id = body["job_id"]
+        conn.state["job_id"] = job_id
+        if job_id in self.unclaimed:  # its driver is back after a GCS restart
+            self.unclaimed.discard(job_id)
+            return {"ok": True}
         self.tracks[job_id] = JOB_LIFECYCLE.track(job_id.hex(), JobState.RUNNING)
         self.jobs[job_id] = dict(body, start_time=time.time(), state=JobState.RUNNING.name)
-        conn.state["job_id"] = job_id
+        self._save(job_id)
         return {"ok": True}
 
     def h_job_finished(self, conn: Connection, body: dict) -> dict:
@@ -71,4 +104,6 @@ class JobTable:
         job["end_time"] = time.time()
         job["end_reason"] = reason
         job["finished_by_driver"] = by_driver
+        self.unclaimed.discard(job_id)
+        self._save(job_id)
         self.on_finished(job_id, reason)

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import pickle
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember import config
 from ember.lifecycle import Lifecycle, LifecycleState, Track
 from ember.protocol.connection import Connection
 from ember.protocol.messages.gcs import NodeDeclaredDead
+
+if TYPE_CHECKING:
+    from ember.gcs.storage import Store
 
 logger = logging.getLogger("ember.gcs")
 
@@ -33,8 +37,26 @@ NODE_LIFECYCLE: Lifecycle[NodeState] = Lifecycle(
 )
 
 
+class Unconnected:
+    """A node's connection while the GCS waits for its raylet to come back: a GCS started
+    again reads the node back from storage, but the raylet's old connection died with the
+    old process. Sends go nowhere; calls fail; the node is left out of placement."""
+
+    closed = True
+    close_reason = "the raylet has not reconnected since the GCS restarted"
+
+    def __init__(self) -> None:
+        self.state: dict = {}
+
+    def send(self, op: Any, body: Any = None) -> None:
+        pass
+
+    async def call(self, op: Any, body: Any = None, timeout: float | None = None) -> Any:
+        raise ConnectionError(self.close_reason)
+
+
 class NodeInfo:
-    def __init__(self, node_id: bytes, body: dict, conn: Connection, now: float) -> None:
+    def __init__(self, node_id: bytes, body: dict, conn: Any, now: float) -> None:
         self.node_id = node_id
         self.conn = conn
         self.address: str = body["address"]
@@ -55,6 +77,34 @@ class NodeInfo:
     @property
     def state(self) -> NodeState:
         return self.track.state
+
+    @property
+    def connected(self) -> bool:
+        return not isinstance(self.conn, Unconnected)
+
+    def record(self) -> bytes:
+        """What storage keeps of it: its registration and its fate, not its heartbeats."""
+        return pickle.dumps(
+            {
+                "body": self.info,
+                "state": self.track.state.name,
+                "start_time": self.start_time,
+                "end_time": self.end_time,
+                "death_reason": self.death_reason,
+            }
+        )
+
+    @classmethod
+    def from_record(cls, node_id: bytes, data: bytes, now: float) -> NodeInfo:
+        rec = pickle.loads(data)
+        node = cls(node_id, rec["body"], Unconnected(), now)
+        node.track = NODE_LIFECYCLE.track(node_id.hex()[:12], NodeState[rec["state"]])
+        node.start_time = rec["start_time"]
+        node.end_time = rec["end_time"]
+        node.death_reason = rec["death_reason"]
+        if node.track.state is NodeState.DEAD:
+            node.available = {}
+        return node
 
     def public(self) -> dict[str, Any]:
         return {
@@ -111,9 +161,22 @@ class NodeTable:
         self.on_died: Callable[[bytes, str], None] = _nothing
         # (node, available before): a heartbeat brought new availability.
         self.on_heartbeat: Callable[[NodeInfo, dict[str, float]], None] = _nothing
+        self.store: Store | None = None  # where registrations and deaths are kept
+
+    def _save(self, node: NodeInfo) -> None:
+        if self.store is not None:
+            self.store.mark("nodes", node.node_id, node.record)
+
+    def restore(self, rows: dict[bytes, bytes]) -> None:
+        """The nodes a previous GCS process knew. A live one waits, unconnected, for its
+        raylet to register again; silent for the death timeout, it is declared dead."""
+        now = self.clock()
+        for node_id, data in rows.items():
+            self.nodes[node_id] = NodeInfo.from_record(node_id, data, now)
 
     def alive(self) -> list[NodeInfo]:
-        return [n for n in self.nodes.values() if n.track.state is NodeState.ALIVE]
+        """The live nodes the GCS can talk to now (placement, news for raylets)."""
+        return [n for n in self.nodes.values() if n.track.state is NodeState.ALIVE and n.connected]
 
     def get_alive(self, node_id: bytes | None) -> NodeInfo | None:
         node = self.nodes.get(node_id) if node_id else None
@@ -123,16 +186,23 @@ class NodeTable:
         node_id = body["node_id"]
         old = self.nodes.get(node_id)
         if old is not None and old.track.state is NodeState.DEAD:
-            raise ValueError(f"node {node_id.hex()} was declared dead; rejoin with a new id")
+            raise NodeDeclaredDead(f"node {node_id.hex()} was declared dead; rejoin with a new id")
         node = NodeInfo(node_id, body, conn, self.clock())
+        if old is not None:  # its raylet came back after a GCS restart: same node, same start
+            node.start_time = old.start_time
+            logger.info("node %s reconnected", node_id.hex()[:12])
         self.nodes[node_id] = node
+        self._save(node)
         conn.state["node_id"] = node_id
         conn.state["node_events"] = True
-        logger.info("node %s registered at %s", node_id.hex()[:12], node.address)
+        if old is None:
+            logger.info("node %s registered at %s", node_id.hex()[:12], node.address)
+            self.record("INFO", f"node {node_id.hex()} joined at {node.node_ip}")
+        else:
+            self.record("INFO", f"node {node_id.hex()} reconnected after a GCS restart")
         for c in list(self.connections):  # drivers subscribe to its workers' logs
             if not c.closed and c is not conn and c.state.get("node_events"):
                 c.send("node_added", {"node_id": node_id, "tcp_address": node.tcp_address})
-        self.record("INFO", f"node {node_id.hex()} joined at {node.node_ip}")
         self.on_change()
         return {"ok": True, "view": self.cluster_view()}
 
@@ -185,6 +255,7 @@ class NodeTable:
         node.end_time = time.time()
         node.available = {}
         node.death_reason = reason
+        self._save(node)
         logger.warning("node %s died: %s", node_id.hex()[:12], reason)
         self.record("ERROR", f"node {node_id.hex()} died: {reason}")
         # Owners retry the tasks it ran and stop reading objects from it; raylets stop
@@ -202,10 +273,10 @@ class NodeTable:
         for node in list(self.nodes.values()):
             silent = now - node.last_heartbeat
             if node.track.state is NodeState.ALIVE and silent > self.death_timeout:
+                why = "no heartbeat" if node.connected else "its raylet did not reconnect"
                 self.node_died(
                     node.node_id,
-                    f"no heartbeat for {silent:.1f} s (node death timeout "
-                    f"{self.death_timeout:g} s)",
+                    f"{why} for {silent:.1f} s (node death timeout {self.death_timeout:g} s)",
                 )
 
     async def monitor(self) -> None:

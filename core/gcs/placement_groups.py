@@ -11,11 +11,15 @@ removes it or its non-detached job ends; REMOVED is final.
 from __future__ import annotations
 
 import asyncio
+import pickle
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.lifecycle import Lifecycle, LifecycleState, Track
 from ember.resources import fits, fmt
+
+if TYPE_CHECKING:
+    from ember.gcs.storage import Store
 
 
 class PgState(LifecycleState):
@@ -37,6 +41,7 @@ PG_LIFECYCLE: Lifecycle[PgState] = Lifecycle(
 
 class _Group:
     def __init__(self, body: dict) -> None:
+        self.body = body  # as created: what storage keeps, with the fields below
         self.pg_id: bytes = body["pg_id"]
         self.bundles: list[dict[str, float]] = body["bundles"]
         self.strategy: str = body.get("strategy", "PACK")
@@ -52,6 +57,18 @@ class _Group:
     @property
     def state(self) -> PgState:
         return self.track.state
+
+    def record(self) -> bytes:
+        return pickle.dumps((self.body, self.track.state.name, self.placement, self.created_at))
+
+    @classmethod
+    def from_record(cls, data: bytes) -> _Group:
+        body, state, placement, created_at = pickle.loads(data)
+        pg = cls(body)
+        pg.track = PG_LIFECYCLE.track(pg.pg_id.hex(), PgState[state])
+        pg.placement = placement
+        pg.created_at = created_at
+        return pg
 
     def public(self) -> dict[str, Any]:
         return {
@@ -78,6 +95,21 @@ class PlacementGroupManager:
         # groups stay listed, so scanning every group on each removal grew without bound.
         self.pending: dict[bytes, _Group] = {}
         self._placing = False
+        self.store: Store | None = None
+
+    def _save(self, pg: _Group) -> None:
+        if self.store is not None:
+            self.store.mark("placement_groups", pg.pg_id, pg.record)
+
+    def restore(self, rows: dict[bytes, bytes]) -> None:
+        """The groups a previous GCS process knew. A created group's bundles stay reserved
+        on their raylets, which outlived that process; a pending one is placed again once
+        nodes reconnect."""
+        for pg_id, data in rows.items():
+            pg = _Group.from_record(data)
+            self.groups[pg_id] = pg
+            if pg.state is PgState.PENDING:
+                self.pending[pg_id] = pg
 
     def h_create_placement_group(self, conn: Any, body: dict) -> dict:
         pg = _Group(body)
@@ -88,7 +120,10 @@ class PlacementGroupManager:
             )
         if not pg.bundles or any(not b or not isinstance(b, dict) for b in pg.bundles):
             raise ValueError("A placement group needs a list of non-empty resource dicts.")
+        if pg.pg_id in self.groups:  # sent again: the first reply was lost with a GCS process
+            return {"ok": True}
         self.groups[pg.pg_id] = pg
+        self._save(pg)
         self.pending[pg.pg_id] = pg
         asyncio.ensure_future(self._place(pg))
         return {"ok": True}
@@ -127,6 +162,7 @@ class PlacementGroupManager:
             return
         pg.placement = [n.node_id for n in plan]
         pg.track.fire("reserved")
+        self._save(pg)
         self.pending.pop(pg.pg_id, None)
         pg.reason = ""
         for fut in pg.waiters:
@@ -143,6 +179,7 @@ class PlacementGroupManager:
         was_created = pg.state is PgState.CREATED
         if pg.state is not PgState.REMOVED:  # removing twice only wakes waiters again
             pg.track.fire("removed")
+            self._save(pg)
             self.pending.pop(pg.pg_id, None)
         for fut in pg.waiters:
             if not fut.done():

@@ -11,7 +11,13 @@ others, and serves their handlers. The parts:
 - ``jobs.py``: the job table;
 - ``actors.py``: the actor manager, the I/O shell of ``actor_machine.py``'s lifecycle;
 - ``placement_groups.py``: placement groups;
-- ``kv.py`` and ``events.py``: the key-value store and the cluster event log.
+- ``kv.py`` and ``events.py``: the key-value store and the cluster event log;
+- ``storage/``: where the tables are written so that they outlive this process. A GCS
+  started again (by the head's raylet, ``raylet/gcs_supervisor.py``) reads them back, and
+  the raylets, workers and drivers reconnect to it.
+
+A request that changed a table is answered only once the change is durable
+(``_ack_when_durable``); the changes of one loop turn are written together.
 
 Runtime clients reach it on the framed transport (``protocol/connection.py``): actor creation
 and placement groups are on the benchmark path, where a gRPC unary call (~450 µs measured)
@@ -22,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
+import logging
 import os
 import sys
 import time
@@ -36,10 +44,14 @@ from ember.gcs.jobs import JobTable
 from ember.gcs.kv import DASHBOARD_URL_KEY, KvStore
 from ember.gcs.nodes import NodeInfo, NodeState, NodeTable
 from ember.gcs.placement_groups import PlacementGroupManager
+from ember.gcs.storage import Store, default_url, open_backend
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
 from ember.protocol.handler_table import handlers_from
 from ember.protocol.messages.gcs import GCS
+from ember.protocol.stream import Handler
+
+logger = logging.getLogger("ember.gcs")
 
 __all__ = [
     "ACTOR_STATES",
@@ -56,10 +68,16 @@ ACTOR_STATES = tuple(s.name for s in ActorState)
 
 
 class GcsServer:
+    """``store``: where the tables are written (None: nowhere, for tests of one process)."""
+
     def __init__(
-        self, session_dir: str, node_death_timeout: float = config.node_death_timeout
+        self,
+        session_dir: str,
+        node_death_timeout: float = config.node_death_timeout,
+        store: Store | None = None,
     ) -> None:
         self.session_dir = session_dir
+        self.store = store
         self.start_time = time.time()
         self.connections: set[Connection] = set()  # everyone to tell about node deaths
         self.log = EventLog()
@@ -74,8 +92,10 @@ class GcsServer:
         self.node_table.on_died = self._node_died
         self.node_table.on_heartbeat = self._heartbeat
         self.jobs.on_finished = self._job_finished
+        for part in (self.node_table, self.jobs, self.actors, self.kv, self.placement_groups):
+            part.store = store
         # Every op of the catalogue, from the parts' h_<op> methods (checked at start-up).
-        self.handlers = handlers_from(
+        handlers = handlers_from(
             GCS,
             self,
             self.node_table,
@@ -89,6 +109,53 @@ class GcsServer:
                 "ping": lambda c, b: "pong",
             },
         )
+        self.handlers = (
+            handlers if store is None else {op: self._durable(h) for op, h in handlers.items()}
+        )
+
+    # -- storage ---------------------------------------------------------------------------
+    def _durable(self, handler: Handler) -> Handler:
+        """``handler``, answering only once what it changed is written (see storage/)."""
+        store = self.store
+        assert store is not None
+
+        def durable(conn: Connection, body: Any) -> Any:
+            result = handler(conn, body)
+            if inspect.isawaitable(result):
+                return self._ack_when_durable(result)
+            if store.pending:
+                # Taken now: the batch may be written before the reply's task first runs.
+                return self._reply_after(result, store.durable())
+            return result
+
+        return durable
+
+    async def _ack_when_durable(self, result: Any) -> Any:
+        result = await result
+        await self.store.durable()
+        return result
+
+    @staticmethod
+    async def _reply_after(result: Any, durable: Any) -> Any:
+        await durable
+        return result
+
+    def restore(self, tables: dict[str, dict[bytes, bytes]]) -> None:
+        """The tables a previous GCS process wrote: this one carries on from them."""
+        if not any(tables.values()):
+            return
+        self.node_table.restore(tables["nodes"])
+        self.jobs.restore(tables["jobs"])
+        self.kv.restore(tables["kv"])
+        self.placement_groups.restore(tables["placement_groups"])
+        self.actors.restore(tables["actors"])
+        counts = ", ".join(f"{len(rows)} {name}" for name, rows in tables.items())
+        logger.info("read back from %s: %s", self.store.backend.description, counts)
+        self.log.record("WARNING", f"the GCS restarted and read back its tables ({counts})")
+        # A restored job whose driver does not register again within the reconnect timeout
+        # died meanwhile; one that does carries on (a GCS restart never ends a job).
+        timeout = config.gcs_reconnect_timeout
+        asyncio.get_running_loop().call_later(timeout, self.jobs.expire_unclaimed, timeout)
 
     # -- what one part's news means to the others ------------------------------------------
     def _capacity_changed(self) -> None:
@@ -174,7 +241,23 @@ class GcsServer:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    gcs = GcsServer(args.session_dir, args.node_death_timeout)
+    storage = args.storage or default_url(args.session_dir)
+    store = Store(open_backend(storage, args.storage_namespace))
+    gcs = GcsServer(args.session_dir, args.node_death_timeout, store)
+    try:
+        tables = await store.load()
+    except Exception as e:  # Redis down or unreachable, a SQLite file that is not one...
+        raise SystemExit(
+            f"the GCS could not read its tables from {store.backend.description}: {e}"
+        ) from None
+    try:
+        gcs.restore(tables)
+    except Exception as e:  # written by another version of Ember, or damaged
+        raise SystemExit(
+            f"the GCS could not read back the tables in {store.backend.description} "
+            f"({type(e).__name__}: {e}): were they written by another version of Ember? "
+            "Start the head on a new namespace (EMBER_GCS_STORAGE_NAMESPACE) or storage."
+        ) from None
     if args.token_file:
         from ember.cluster_token import read_token
 
@@ -211,6 +294,7 @@ async def serve(args: argparse.Namespace) -> None:
     await stop.wait()
     for s in servers:
         s.close()
+    await asyncio.wait_for(store.close(), 10.0)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -220,6 +304,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tcp", default=None, help="tcp:host:port for other nodes")
     parser.add_argument("--token-file", default=None)
     parser.add_argument("--node-death-timeout", type=float, default=config.node_death_timeout)
+    parser.add_argument(
+        "--storage",
+        default="",
+        help="where the tables are kept: sqlite:PATH (default: in the session directory), "
+        "redis://HOST:PORT or memory:",
+    )
+    parser.add_argument("--storage-namespace", default=config.gcs_storage_namespace)
     parser.add_argument("--ready-fd", type=int, default=-1)
     parser.add_argument("--parent-pid", type=int, default=0)
     args = parser.parse_args(argv)

@@ -8,7 +8,8 @@ The agent ties its life to the raylet (``--parent-pid``: ``PR_SET_PDEATHSIG``), 
 daemon node (``ember start``, no driver) it ends with the raylet, e.g. after the head went
 away; on an embedded node the raylet itself dies with the driver. ``stop`` (the raylet's
 SIGTERM) stops it first. ``ChildSupervisor`` is that policy for any process of the raylet's;
-the head's dashboard (``dashboard_supervisor``) is the other one.
+the head's dashboard (``dashboard_supervisor``) and GCS (``gcs_supervisor``) are the others,
+``AdoptedSupervisor``s: the node started their first process.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -161,6 +163,54 @@ class ChildSupervisor:
         if self._watch is not None:
             self._watch.cancel()
         await terminate(self.proc)
+
+
+class AdoptedSupervisor(ChildSupervisor):
+    """A process the node started before the raylet (so not the raylet's child): the raylet
+    watches it through a pidfd, which says when that very process exits whoever reaps it,
+    and starts its replacements as its own children. ``first_pid``: the node's process."""
+
+    def __init__(self, session_dir: str, first_pid: int) -> None:
+        super().__init__(session_dir)
+        self._first_pid = first_pid
+        self._first_pidfd = _pidfd(first_pid)
+
+    def start(self) -> None:
+        self._watch = asyncio.ensure_future(self._watch_loop())
+
+    def _alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        fd = self._first_pidfd
+        if fd is None:
+            return False
+        readable, _, _ = select.select([fd], [], [], 0)
+        if not readable:
+            return True
+        os.close(fd)
+        self._first_pidfd = None
+        return False
+
+    def _report_exit(self) -> None:
+        if self.proc is not None:
+            super()._report_exit()
+        else:  # the node's child: its exit status is the node's to read
+            logger.warning("the %s (pid %d) exited", self.name, self._first_pid)
+
+    async def stop(self) -> None:
+        """Stops a process this raylet started (the first one is the node's to stop)."""
+        if self._first_pidfd is not None:
+            os.close(self._first_pidfd)
+            self._first_pidfd = None
+        await super().stop()
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of ``pid`` (readable once it exits), or None if it is already gone."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
 
 
 class AgentSupervisor(ChildSupervisor):

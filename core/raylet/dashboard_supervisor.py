@@ -14,54 +14,24 @@ nodes find the new hub address in the GCS, where the new dashboard publishes it.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import os
-import select
 import subprocess
 from typing import Any
 
 from ember.launch import DASHBOARD_MODULE, bind_port
-from ember.raylet.child_supervisor import ChildSupervisor
-
-logger = logging.getLogger("ember.raylet")
+from ember.raylet.child_supervisor import AdoptedSupervisor
 
 
-class DashboardSupervisor(ChildSupervisor):
+class DashboardSupervisor(AdoptedSupervisor):
     """``spec``: ``{"argv", "host", "port", "pid"}`` from ``launch.start_dashboard`` and the
     node (the first dashboard's pid)."""
 
     name = "dashboard"
 
     def __init__(self, spec: dict[str, Any], session_dir: str) -> None:
-        super().__init__(session_dir)
+        super().__init__(session_dir, int(spec["pid"]))
         self.argv: list[str] = list(spec["argv"])
         self.host: str = spec["host"]
         self.port: int = int(spec["port"])
-        self._first_pid = int(spec["pid"])
-        self._first_pidfd = _pidfd(self._first_pid)
-
-    def start(self) -> None:
-        self._watch = asyncio.ensure_future(self._watch_loop())
-
-    def _alive(self) -> bool:
-        if self.proc is not None:
-            return self.proc.poll() is None
-        fd = self._first_pidfd
-        if fd is None:
-            return False
-        readable, _, _ = select.select([fd], [], [], 0)
-        if not readable:
-            return True
-        os.close(fd)
-        self._first_pidfd = None
-        return False
-
-    def _report_exit(self) -> None:
-        if self.proc is not None:
-            super()._report_exit()
-        else:  # the node's child: its exit status is the node's to read
-            logger.warning("the dashboard (pid %d) exited", self._first_pid)
 
     def _restarted(self) -> str:
         return f"{super()._restarted()} on {self.host}:{self.port}"
@@ -75,18 +45,3 @@ class DashboardSupervisor(ChildSupervisor):
             return self._popen(argv, (sock.fileno(),))
         finally:
             sock.close()  # the dashboard has its own copy
-
-    async def stop(self) -> None:
-        """Stops a dashboard this raylet started (the first one is the node's to stop)."""
-        if self._first_pidfd is not None:
-            os.close(self._first_pidfd)
-            self._first_pidfd = None
-        await super().stop()
-
-
-def _pidfd(pid: int) -> int | None:
-    """A pidfd of ``pid`` (readable once it exits), or None if it is already gone."""
-    try:
-        return os.pidfd_open(pid)
-    except ProcessLookupError:
-        return None

@@ -12,10 +12,10 @@ import logging
 import os
 import signal
 import socket
-import time
 from typing import TYPE_CHECKING, Any
 
 from ember import config
+from ember.gcs_link import GcsLink
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
 from ember.protocol.messages.gcs import NodeDeclaredDead
@@ -30,7 +30,7 @@ logger = logging.getLogger("ember.raylet")
 class Membership:
     def __init__(self, raylet: Raylet) -> None:
         self.raylet = raylet
-        self.gcs: Connection | None = None
+        self.gcs: GcsLink | None = None
         self._rejoining = False
 
     def registration(self) -> dict[str, Any]:
@@ -53,23 +53,25 @@ class Membership:
         }
 
     async def connect_gcs(self) -> None:
-        deadline = time.monotonic() + config.process_start_timeout
-        while True:
-            try:
-                self.gcs = await conn_mod.connect(
-                    self.raylet.args.gcs_address,
-                    self.raylet.handlers,
-                    name="gcs",
-                    on_close=self._gcs_closed,
-                )
-                break
-            except conn_mod.AuthenticationError:
-                raise
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.05)
+        self.gcs = GcsLink(
+            self.raylet.args.gcs_address,
+            self.raylet.handlers,
+            on_reconnect=self._registered_again,
+            on_lost=self._gcs_lost,
+        )
+        await self.gcs.connect(config.process_start_timeout)
         reply = await self.gcs.call("register_node", self.registration(), timeout=30.0)
+        self.set_view(reply.get("view", []))
+
+    async def _registered_again(self, conn: Connection) -> None:
+        """A new GCS process (the old one died; it read this node back from storage): the
+        same node registers again, with its workers, leases and objects as they are."""
+        try:
+            reply = await conn.call("register_node", self.registration(), timeout=30.0)
+        except NodeDeclaredDead:
+            # It gave up on this node meanwhile: join as a new one once the link is up.
+            asyncio.ensure_future(self.rejoin_as_new("the GCS declared this node dead"))
+            return
         self.set_view(reply.get("view", []))
 
     async def refresh_view(self) -> None:
@@ -95,9 +97,9 @@ class Membership:
             if node_id not in r.view.by_id:
                 r.objects.drop_peer(node_id, "its node left the cluster")
 
-    def _gcs_closed(self, conn: Connection) -> None:
+    def _gcs_lost(self, reason: str) -> None:
         if not self.raylet.stopping:
-            logger.error("lost the GCS (%s); the node shuts down", conn.close_reason)
+            logger.error("lost the GCS (%s); the node shuts down", reason)
             os.kill(os.getpid(), signal.SIGTERM)
 
     async def heartbeat(self) -> None:
@@ -112,6 +114,10 @@ class Membership:
             await asyncio.sleep(config.heartbeat_interval)
             if self.gcs is None or self.gcs.closed:
                 return
+            conn = self.gcs.conn
+            if not self.gcs.connected or conn is None:
+                unanswered = 0  # the GCS is away: the link reconnects (or gives up)
+                continue
             body = {
                 "node_id": r.node_id,
                 "available": r.resources.available_dict(),
@@ -120,9 +126,8 @@ class Membership:
                 "store_stats": r.store.stats(),
             }
             try:
-                reply = await self.gcs.call(
-                    "heartbeat", body, timeout=config.heartbeat_interval * 4
-                )
+                # On this connection only: a beat is not worth sending to the next GCS.
+                reply = await conn.call("heartbeat", body, timeout=config.heartbeat_interval * 4)
             except TimeoutError:
                 unanswered += 1
                 if unanswered >= limit:
@@ -135,8 +140,11 @@ class Membership:
             except NodeDeclaredDead:
                 await self.rejoin_as_new("the GCS declared this node dead")
                 continue
-            except Exception:
-                return  # closed: _gcs_closed handles it
+            except conn_mod.ConnectionClosedError:
+                continue  # the GCS went away: the link reconnects (or gives up)
+            except Exception as e:
+                logger.warning("heartbeat failed: %s", e)
+                continue
             unanswered = 0
             self.set_view(reply.get("view", []))
 

@@ -69,6 +69,7 @@ class Raylet:
         self.tcp_address = ""
         self.logs = LogForwarder(self)
         self.stopping = False
+        self.gcs_keeper: Any = None  # the head's GCS supervisor (gcs_supervisor), if any
         self.membership = Membership(self)
         self.leases = LeaseManager(self)
         self.objects = ObjectService(self)
@@ -208,6 +209,9 @@ class Raylet:
             "transfers_seq": objects.transfer_seq,
             "node_id": self.node_id,
             "pid": os.getpid(),  # the head's agent starts before the raylet: it learns it here
+            # The head's GCS as of now (the raylet starts it again when it dies): the agent
+            # labels that process gcs_server.
+            "gcs_pid": self.gcs_keeper.pid if self.gcs_keeper is not None else None,
             "resources_total": self.resources.total_dict(),
             "resources_available": self.resources.available_dict(),
             "store": self.store.stats(),
@@ -302,6 +306,13 @@ async def serve(args: argparse.Namespace) -> None:
 
         agent = AgentSupervisor(json.loads(args.agent), args.session_dir)
         agent.launch(config.process_start_timeout)
+    gcs_keeper = None
+    if args.gcs:  # the head's GCS: started again if it dies, on the same storage
+        from ember.raylet.gcs_supervisor import GcsSupervisor
+
+        gcs_keeper = GcsSupervisor(json.loads(args.gcs), args.session_dir)
+        gcs_keeper.start()
+        raylet.gcs_keeper = gcs_keeper
     dashboard = None
     if args.dashboard:  # the head's dashboard (and its agent): started again if it dies
         from ember.raylet.dashboard_supervisor import DashboardSupervisor
@@ -328,6 +339,8 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     raylet.stopping = True
+    if gcs_keeper is not None:  # a GCS stopped with the node is not started again
+        gcs_keeper.stopping = True
     raylet.leases.handle(ev.ShuttingDown())
     if agent is not None:
         await agent.stop()
@@ -345,6 +358,8 @@ async def serve(args: argparse.Namespace) -> None:
     if raylet.gcs is not None:
         raylet.gcs.close("raylet stopping")
     await loop.run_in_executor(None, raylet.objects.spiller.close)  # its files go too
+    if gcs_keeper is not None:  # a GCS this raylet started: the node's last process
+        await gcs_keeper.stop()
     remove_arena_file(args.arena_path)
     try:
         os.unlink(args.address[len("unix:") :])
@@ -378,6 +393,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--spill-max-bytes", type=int, default=None, help="cap on spill files (0: none)"
+    )
+    parser.add_argument(
+        "--gcs",
+        default="",
+        help="JSON: how to start the head's GCS again if it dies (gcs_supervisor)",
     )
     parser.add_argument("--ready-fd", type=int, default=-1)
     parser.add_argument("--parent-pid", type=int, default=0)

@@ -10,6 +10,8 @@ from ember.cluster_utils import Cluster
 FAST_FAILURE_ENV = {
     "EMBER_HEARTBEAT_INTERVAL": "0.2",
     "EMBER_NODE_DEATH_TIMEOUT": "2",
+    # A head that is gone (not restarting its GCS) is given up on in seconds.
+    "EMBER_GCS_RECONNECT_TIMEOUT": "4",
 }
 
 

@@ -10,6 +10,7 @@ import time
 import ember
 import numpy as np
 import pytest
+from ember import config
 from ember.exceptions import ObjectLostError, WorkerCrashedError
 from ember_test_utils import wait_until
 
@@ -174,7 +175,9 @@ def test_silent_node_is_declared_dead_and_rejoins_as_new(cluster, tmp_path):
     assert len(ember.get(refs, timeout=30)) == 4
 
 
-def test_head_loss_gives_a_clear_error_within_seconds(cluster, tmp_path):
+def test_head_loss_gives_a_clear_error_within_seconds(cluster, tmp_path, monkeypatch):
+    # The driver (this process) tries to reconnect as long as the nodes do.
+    monkeypatch.setattr(config, "gcs_reconnect_timeout", 4.0)
     worker = cluster.add_node(num_cpus=1)
     cluster.connect(node=worker)  # the driver lives on the worker node
     marks = str(tmp_path)

@@ -4,106 +4,12 @@ loop only runs the GCS's own coroutines against fakes."""
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-from typing import Any
-
 import pytest
-from ember.core_worker.task_spec import ACTOR_CREATION_TASK, TaskSpec
 from ember.gcs.actor_machine import ActorState
 from ember.gcs.nodes import NodeState
 from ember.gcs.placement_groups import PgState
-from ember.gcs.server import GcsServer
 from ember.protocol.messages.gcs import NodeDeclaredDead, NoSuchActor
-
-_ids = itertools.count(1)
-
-
-class FakeConn:
-    """Records what the GCS sends; answers calls from ``replies`` ({op: value or fn(body)})."""
-
-    def __init__(self, replies: dict | None = None) -> None:
-        self.state: dict = {}
-        self.closed = False
-        self.sent: list[tuple[str, Any]] = []
-        self.replies = replies or {}
-
-    def send(self, op: str, body: Any = None) -> None:
-        self.sent.append((op, body))
-
-    async def call(self, op: str, body: Any = None, timeout: float | None = None) -> Any:
-        reply = self.replies[op]
-        return reply(body) if callable(reply) else reply
-
-    def ops(self, op: str) -> list:
-        return [b for o, b in self.sent if o == op]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def node_conn() -> FakeConn:
-    """A raylet that grants every lease with a new worker and reserves every bundle."""
-
-    def lease(body: dict) -> dict:
-        n = next(_ids)
-        return {"lease_id": n, "worker_id": n.to_bytes(28, "big"), "address": f"unix:/w{n}"}
-
-    return FakeConn({"lease_actor_worker": lease, "reserve_bundles": True})
-
-
-def make_gcs() -> tuple[GcsServer, Clock, list[FakeConn]]:
-    gcs = GcsServer("/nonexistent", node_death_timeout=10.0)
-    clock = Clock()
-    gcs.node_table.clock = clock
-    workers: list[FakeConn] = []
-
-    async def connect(address: str, handlers: dict, name: str = "", on_close: Any = None):
-        w = FakeConn({"create_actor": {}})
-        w.address = address
-        workers.append(w)
-        return w
-
-    gcs.actors.connect = connect
-    return gcs, clock, workers
-
-
-def add_node(gcs: GcsServer, cpus: float = 2, **extra: float) -> tuple[bytes, FakeConn]:
-    node_id = next(_ids).to_bytes(28, "big")
-    conn = node_conn()
-    gcs.on_connect(conn)
-    body = {"node_id": node_id, "address": f"unix:/raylet{node_id[-1]}"}
-    gcs.handlers["register_node"](conn, body | {"resources": {"CPU": cpus, **extra}})
-    return node_id, conn
-
-
-def spec(job: bytes = b"job1", resources: dict | None = None, **options: Any) -> TaskSpec:
-    n = next(_ids)
-    options.setdefault("class_name", "A")
-    return TaskSpec(
-        task_id=n.to_bytes(24, "big"),
-        kind=ACTOR_CREATION_TASK,
-        actor_id=n.to_bytes(16, "big"),
-        job_id=job,
-        owner=(b"w" * 28, "unix:/owner", b""),
-        resources={"CPU": 1.0} if resources is None else resources,
-        actor_options=options,
-    )
-
-
-async def settle() -> None:
-    """Lets the GCS's placement coroutines run to completion against the fakes."""
-    for _ in range(20):
-        await asyncio.sleep(0)
-
-
-def run(test: Any) -> None:
-    asyncio.run(test())
+from gcs_fakes import FakeConn, add_node, make_gcs, run, settle, spec
 
 
 # -- nodes ---------------------------------------------------------------------------------
@@ -130,7 +36,7 @@ def test_node_registration_and_the_death_timeout() -> None:
     # A dead node hears so on its next heartbeat and cannot rejoin under its old id.
     with pytest.raises(NodeDeclaredDead, match="not alive"):
         gcs.handlers["heartbeat"](a_conn, {"node_id": a, "available": {}})
-    with pytest.raises(ValueError, match="declared dead"):
+    with pytest.raises(NodeDeclaredDead, match="declared dead"):
         gcs.handlers["register_node"](a_conn, {"node_id": a, "address": "x", "resources": {}})
 
 

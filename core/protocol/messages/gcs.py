@@ -33,7 +33,7 @@ class NodeDeclaredDead(Refused):
 # -- nodes ---------------------------------------------------------------------------------
 class RegisterNode(GcsMessage):
     """A raylet joins the cluster (and rejoins after a GCS restart). A node id the GCS has
-    declared dead is refused (ValueError): it must rejoin under a new id."""
+    declared dead is refused (NodeDeclaredDead): it must rejoin under a new id."""
 
     op = "register_node"
     sent_by = "raylet"

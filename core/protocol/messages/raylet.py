@@ -363,7 +363,7 @@ class NodeStats(RayletMessage):
     op = "node_stats"
     sent_by = "dashboard agent, core worker (ember.nodes), tests"
     reply = (
-        '{"transfers", "transfers_seq", "node_id", "pid", "resources_total", '
+        '{"transfers", "transfers_seq", "node_id", "pid", "gcs_pid", "resources_total", '
         '"resources_available", "store", "num_workers", "recent_exits": [[pid, reason, '
         'intended]], "memory_monitor": {"enabled", "threshold", "used_bytes", "total_bytes", '
         '"kills_total", "kills_seq", "kills": [...]}, ...}'

@@ -457,6 +457,41 @@ def _get_spilled(c: Context) -> Bench:
     return get_spilled, 0.1
 
 
+# Not in `ray microbenchmark`: actors created and ended, anonymous and named. Every creation
+# is a GCS write (the actor's record), so these rows show what durable storage costs
+# (EMBER_GCS_STORAGE=memory: | sqlite:PATH | redis://HOST:PORT picks the GCS's storage).
+NUM_ACTORS = 10
+
+
+def _create_and_end(c: Context, named: bool) -> Callable[[], None]:
+    counter = iter(range(10**9))
+
+    def actor_lifecycle() -> None:
+        if named:
+            names = [f"bench-{next(counter)}" for _ in range(NUM_ACTORS)]
+            actors = [c.d.Streamer.options(name=n).remote() for n in names]
+            # Found by name, as a second process would, then called (the creator's handles
+            # stay: a named actor still ends with the last of them).
+            found = [c.rt.get_actor(n) for n in names]
+        else:
+            actors = found = [c.d.Streamer.remote() for _ in range(NUM_ACTORS)]
+        c.rt.get([a.__ray_ready__.remote() for a in found])
+        for a in actors:
+            c.rt.kill(a)
+
+    return actor_lifecycle
+
+
+@_workload("actor creation", extra=True)
+def _actor_creation(c: Context) -> Bench:
+    return _create_and_end(c, named=False), NUM_ACTORS
+
+
+@_workload("named actor creation and get_actor", extra=True)
+def _named_actor_creation(c: Context) -> Bench:
+    return _create_and_end(c, named=True), NUM_ACTORS
+
+
 NUM_PGS = 100
 NUM_BUNDLES = 1
 
