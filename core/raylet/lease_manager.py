@@ -22,6 +22,7 @@ from ember.exceptions import TaskUnschedulableError
 from ember.protocol.connection import Connection
 from ember.raylet import lease_events as ev
 from ember.raylet import lease_machine as lm
+from ember.raylet.lease_records import Request
 from ember.raylet.worker_pool import WorkerProc
 from ember.resources import apply_strategy
 
@@ -142,7 +143,7 @@ class LeaseManager:
         fut = asyncio.get_running_loop().create_future()
         strategy = body.get("strategy")
         shape = apply_strategy(body["resources"], strategy)
-        req = lm.Request(
+        req = Request(
             fut,
             shape,
             strategy,

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from ember.ids import new_unique_id
-from ember.raylet.lease_machine import Worker
+from ember.raylet.lease_records import Worker
 
 logger = logging.getLogger("ember.raylet")
 

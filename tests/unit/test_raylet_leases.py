@@ -39,8 +39,9 @@ from ember.raylet.lease_events import (
     WorkerStarted,
     WorkerUnblocked,
 )
-from ember.raylet.lease_machine import WORKER_LIFECYCLE, LeaseMachine, Request, Worker
-from ember.raylet.lease_machine import WorkerState as S
+from ember.raylet.lease_machine import LeaseMachine
+from ember.raylet.lease_records import WORKER_LIFECYCLE, Request, Worker
+from ember.raylet.lease_records import WorkerState as S
 from ember.resources import NodeResources
 
 HERE = b"here"
