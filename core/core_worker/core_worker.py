@@ -361,6 +361,10 @@ class CoreWorker:
                 self.links.on_gcs_lost(conn.close_reason)
 
     # -- what every part may use -----------------------------------------------------------
+    def blocked_in_get(self) -> bool:
+        """Whether this worker's task waits in get/wait with its CPU lent out."""
+        return self.objects.blocked_waits > 0
+
     def current_task_id(self) -> bytes:
         return getattr(self.current, "task_id", None) or self.root_task_id
 

@@ -56,7 +56,7 @@ from ember.raylet.lease_events import (
     WorkerUnblocked,
 )
 from ember.raylet.lease_records import Lease, Request, ViewCheck, W, Worker
-from ember.resources import NodeResources, fits, fmt
+from ember.resources import NodeResources, fits, fmt, to_fixed
 from ember.scheduling import NodeView, lease_decision
 
 
@@ -196,8 +196,17 @@ class LeaseMachine:
 
     # -- leases -----------------------------------------------------------------------------
     def _on_requested(self, ev: LeaseRequested, out: list) -> None:
-        ev.request.since = self.clock()
-        self.queue.append(ev.request)
+        req = ev.request
+        req.since = self.clock()
+        # Deeper requests first, in arrival order within a depth: a task blocked on its
+        # children frees its CPU for them, and serving the children before the parent's
+        # siblings keeps the tree depth-first, so the blocked tasks (each one holding a
+        # worker process) stay about depth x CPUs rather than the tree's whole width.
+        queue = self.queue
+        i = len(queue)
+        while i and queue[i - 1].depth < req.depth:
+            i -= 1
+        queue.insert(i, req)
         self._dispatch(out)
 
     def _on_returned(self, ev: LeaseReturned, out: list) -> None:
@@ -304,6 +313,9 @@ class LeaseMachine:
         queue = self.queue
         idle = self.idle
         need_workers = 0
+        # What grants waiting only for a worker would take: a worker is started for a
+        # request only if it would still fit after those before it.
+        promised: dict[str, int] = {}
         i = 0
         while i < len(queue):
             req = queue[i]
@@ -322,7 +334,10 @@ class LeaseMachine:
                 i += 1
                 continue
             if not idle:
-                need_workers += 1
+                if _fits_beside(res, req.shape, promised):
+                    need_workers += 1
+                    for k, v in req.shape.items():
+                        promised[k] = promised.get(k, 0) + to_fixed(v)
                 i += 1
                 continue
             queue.pop(i)
@@ -336,6 +351,7 @@ class LeaseMachine:
             )
             self.leases[lease_id] = lease
             w.lease_id = lease_id
+            w.depth = req.depth
             w.job_id = req.job_id
             w.title = req.name
             if is_actor:
@@ -409,6 +425,15 @@ class LeaseMachine:
             )
             d["count"] += 1
         return list(demands.values())
+
+
+def _fits_beside(res: NodeResources, shape: dict[str, float], promised: dict[str, int]) -> bool:
+    """Whether ``shape`` fits in what is available once ``promised`` (fixed point) is taken."""
+    avail = res.available
+    for name, amount in shape.items():
+        if amount > 0 and avail.get(name, 0) - promised.get(name, 0) < to_fixed(amount):
+            return False
+    return True
 
 
 _ON: dict[type, Callable[[LeaseMachine, Any, list], None]] = {

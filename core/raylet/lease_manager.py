@@ -132,7 +132,13 @@ class LeaseManager:
 
     # -- messages ---------------------------------------------------------------------------
     def h_request_lease(self, conn: Connection, body: dict) -> asyncio.Future:
-        return self._request(body, conn, body.get("name", ""), spilled=body.get("spilled", False))
+        # A worker of ours asking runs a task at some depth; its children are one deeper. A
+        # driver's (or another node's) tasks are depth 1.
+        holder = self.pool.workers.get(body.get("client", b""))
+        depth = holder.depth + 1 if holder is not None and holder.lease_id else 1
+        return self._request(
+            body, conn, body.get("name", ""), spilled=body.get("spilled", False), depth=depth
+        )
 
     def h_lease_actor_worker(self, conn: Connection, body: dict) -> asyncio.Future:
         # The GCS holds an actor's lease for its life: no client connection ends it.

@@ -61,6 +61,7 @@ class Worker:
         "blocked",
         "tasks_run",
         "idle_since",
+        "depth",
     )
 
     def __init__(self, worker_id: bytes, now: float) -> None:
@@ -73,6 +74,7 @@ class Worker:
         self.blocked = False  # its task waits in get(): its CPU is lent to others
         self.tasks_run = 0
         self.idle_since = now
+        self.depth = 0  # the nesting depth of the lease it runs (its request's)
 
     @property
     def state(self) -> WorkerState:
@@ -104,6 +106,7 @@ class Request:
         "spilled",
         "view_check",
         "retriable",
+        "depth",
     )
 
     def __init__(
@@ -117,6 +120,7 @@ class Request:
         actor_id: bytes | None = None,
         spilled: bool = False,
         retriable: bool = False,
+        depth: int = 1,
     ) -> None:
         self.reply = reply
         self.shape = shape
@@ -131,6 +135,9 @@ class Request:
         self.view_check = ViewCheck.NOT_ASKED
         # Its work may run again if the memory monitor kills it (max_retries / restarts left).
         self.retriable = retriable
+        # How deep its tasks nest: 1 for a driver's, one more than the requesting worker's
+        # lease for a task's. The queue serves deeper requests first (see LeaseMachine).
+        self.depth = depth
 
 
 class Lease:

@@ -150,6 +150,33 @@ def test_a_blocked_worker_lends_its_cpu_until_it_unblocks() -> None:
     assert m.resources.available_dict() == {"CPU": -1.0}  # oversubscribed for a moment
 
 
+def test_workers_start_only_for_requests_that_would_be_granted() -> None:
+    """Ten queued one-CPU requests on a two-CPU node need two workers, not ten: the
+    others could not be granted a worker if one were there (blocked tasks once
+    multiplied processes this way)."""
+    m = make({"CPU": 2})
+    started = 0
+    for _ in range(10):
+        started += sum(o.count for o in ask(m, request()) if isinstance(o, StartWorkers))
+    assert started == 2 and m.starting == 2
+
+
+def test_deeper_requests_are_served_first() -> None:
+    """A child of a running task (deeper) goes before a sibling of its parent, in arrival
+    order within one depth, so a tree of blocking tasks runs depth-first."""
+    m = make({"CPU": 1})
+    workers(m, 3)
+    parent = only(ask(m, request()), Grant).lease.worker
+    assert parent.depth == 1
+    shallow = [request(depth=1), request(depth=1)]
+    deep = [request(depth=2), request(depth=2)]
+    for r in (shallow[0], deep[0], shallow[1], deep[1]):
+        assert ask(m, r) == []
+    assert m.queue == deep + shallow
+    grant = only(m.handle(WorkerBlocked(parent)), Grant)  # the parent waits on its child
+    assert grant.request is deep[0] and grant.lease.worker.depth == 2
+
+
 def test_worker_death_while_leased_frees_its_lease() -> None:
     m = make()
     (w,) = workers(m, 1)
@@ -383,7 +410,7 @@ def test_a_burst_of_leases_starts_workers_a_few_at_a_time() -> None:
     )
     started = 0
     for i in range(50):
-        out = ask(m, request({}, actor_id=i.to_bytes(4, "big")))
+        out = ask(m, request({"CPU": 0}, actor_id=i.to_bytes(4, "big")))
         started += sum(o.count for o in out if isinstance(o, StartWorkers))
     assert started == 4 and m.starting == 4
     # One registers: it takes a lease, and one more starts in its place.
