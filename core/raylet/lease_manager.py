@@ -23,6 +23,7 @@ from ember.protocol.connection import Connection
 from ember.raylet import lease_events as ev
 from ember.raylet import lease_machine as lm
 from ember.raylet.lease_records import Request
+from ember.raylet.start_admission import StartAdmission
 from ember.raylet.worker_pool import WorkerProc
 from ember.resources import apply_strategy
 
@@ -55,6 +56,7 @@ class LeaseManager:
         self._start_failures = 0  # since the last line about them (_start_failed)
         self._start_failure_logged = -START_FAILURE_LOG_S
         self.exit_reasons_forgotten = 0
+        self.admission = StartAdmission(raylet.memory.reader, raylet.memory.threshold)
         self._do = {
             ev.StartWorkers: self._start_workers,
             ev.Grant: self._grant,
@@ -244,6 +246,17 @@ class LeaseManager:
 
     # -- instructions -----------------------------------------------------------------------
     def _start_workers(self, ins: ev.StartWorkers) -> None:
+        workers = len(self.pool.workers)
+        self.admission.check_open_files(workers + ins.count)
+        why = self.admission.memory_allows(workers) if self.raylet.memory.enabled else None
+        if why is not None:
+            # Held back, not failed: the reaper's pass asks again (start_admission.py).
+            if why:
+                logger.error(why)
+                self._tell_drivers(why, "memory")
+            for _ in range(ins.count):
+                self.handle(ev.WorkerNotStarted())
+            return
         for _ in range(ins.count):
             try:
                 self.pool.start_worker()
@@ -286,10 +299,14 @@ class LeaseManager:
     def _warn_infeasible(self, ins: ev.WarnInfeasible) -> None:
         logger.warning(ins.message)
         client = ins.request.client
-        targets = [client] if client is not None else list(self.raylet.drivers.values())
-        for c in targets:
+        self._tell_drivers(ins.message, "infeasible", [client] if client is not None else None)
+
+    def _tell_drivers(self, message: str, kind: str, targets: list[Any] | None = None) -> None:
+        """A warning printed by drivers (``targets``: those connections; None: every driver
+        of this node)."""
+        for c in targets if targets is not None else list(self.raylet.drivers.values()):
             if c is not None and not c.closed:
-                c.send("warning", {"message": ins.message, "kind": "infeasible"})
+                c.send("warning", {"message": message, "kind": kind})
 
     def _refresh_view(self, ins: ev.RefreshView) -> None:
         asyncio.ensure_future(self.raylet.membership.refresh_view())
