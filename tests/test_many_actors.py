@@ -82,7 +82,7 @@ def test_a_node_short_of_memory_holds_worker_starts_and_says_why(fresh, tmp_path
     log = _raylet_log(ctx)
     assert log.count("Not starting more worker processes") == 1, "said once per episode"
     line = next(x for x in log.splitlines() if "Not starting more worker processes" in x)
-    assert "88% used" in line and "EMBER_MEMORY_USAGE_THRESHOLD 0.9" in line, line
+    assert "88.0% used" in line and "EMBER_MEMORY_USAGE_THRESHOLD 0.9" in line, line
     # The driver was told too.
     wait_until(
         lambda: "Not starting more worker processes" in capfd.readouterr().err,

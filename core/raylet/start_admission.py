@@ -1,7 +1,7 @@
 """Whether the raylet may start one more worker process, and what to say when it may not.
 
-Each worker is a process with its own private memory (~5-6 MB for an idle actor) and, on
-the head, two open files in the GCS (its connection to the GCS and the GCS's to it) and
+Each worker is a process with its own memory (~5 MB for an idle actor, page tables
+included) and, on the head, two open files in the GCS (its connection to the GCS and the GCS's to it) and
 one in the raylet. A burst of actor creations (thousands with ``num_cpus=0``) would
 otherwise start processes until the kernel's OOM killer or ``EMFILE`` ended something at
 random; here the limit is named before it is hit:
@@ -62,11 +62,11 @@ class StartAdmission:
         self.held = True
         return (
             f"Not starting more worker processes: the node's memory is "
-            f"{reading.fraction:.0%} used ({_gib(reading.used)} of {_gib(reading.total)}, "
-            f"{reading.source}), above the {self.limit:.0%} at which starts stop (the memory "
+            f"{reading.fraction:.1%} used ({_gib(reading.used)} of {_gib(reading.total)}, "
+            f"{reading.source}), above the {self.limit:.1%} at which starts stop (the memory "
             f"monitor's EMBER_MEMORY_USAGE_THRESHOLD {self.limit + START_MARGIN:g} less "
-            f"{START_MARGIN:g}). {workers} workers run on this node; each idle actor holds "
-            f"about 5-6 MB of private memory. Tasks and actors waiting for a worker stay "
+            f"{START_MARGIN:g}). {workers} workers run on this node; each idle actor takes "
+            f"about 5 MB. Tasks and actors waiting for a worker stay "
             f"pending until memory frees up: end actors you no longer need (ember.kill), "
             f"or give the node more memory."
         )
