@@ -7,7 +7,7 @@ otherwise start processes until the kernel's OOM killer or ``EMFILE`` ended some
 random; here the limit is named before it is hit:
 
 - memory: no worker starts while the node's memory use (the memory monitor's reading) is
-  above ``config.memory_usage_threshold`` less ``START_MARGIN``. The request waits (the
+  within ``START_MARGIN`` of ``config.memory_usage_threshold``. The request waits (the
   reaper's pass tries again) and the raylet's log and every driver are told once per
   episode, with the figures. The margin keeps starts from pushing the node to the point
   where the memory monitor starts killing workers.
@@ -28,7 +28,10 @@ from ember import config
 
 logger = logging.getLogger("ember.raylet")
 
-START_MARGIN = 0.03  # below the memory monitor's kill threshold, as a fraction of memory
+# Below the memory monitor's kill threshold: room for the starts already under way (at most
+# max_starting_workers, a few MB each) and the lag of a reading; small enough that a node
+# whose threshold sits just above its use (a test's) still starts its first workers.
+START_MARGIN = 128 * 1024**2
 READ_EVERY_S = 0.1  # the memory reading is reused for this long (a burst asks per start)
 FILES_PER_WORKER = 2  # open files a worker costs its busiest peer (the GCS)
 FILES_RESERVED = 256  # the process's own files: logs, listeners, the store, other clients
@@ -37,7 +40,7 @@ FILES_RESERVED = 256  # the process's own files: logs, listeners, the store, oth
 class StartAdmission:
     def __init__(self, reader: Any, threshold: float = config.memory_usage_threshold) -> None:
         self.reader = reader  # memory_monitor.UsageReader
-        self.limit = max(threshold - START_MARGIN, 0.0)
+        self.threshold = threshold
         self._reading: Any = None
         self._read_at = -READ_EVERY_S
         self.held = False  # starts are held back for memory now (told once per episode)
@@ -53,7 +56,8 @@ class StartAdmission:
     def memory_allows(self, workers: int) -> str | None:
         """None if a worker may start; else why not (once per episode, else "")."""
         reading = self.reading()
-        if reading.fraction < self.limit:
+        limit = self.threshold * reading.total - START_MARGIN
+        if reading.used < limit:
             self.held = False
             return None
         self.held_total += 1
@@ -63,9 +67,9 @@ class StartAdmission:
         return (
             f"Not starting more worker processes: the node's memory is "
             f"{reading.fraction:.1%} used ({_gib(reading.used)} of {_gib(reading.total)}, "
-            f"{reading.source}), above the {self.limit:.1%} at which starts stop (the memory "
-            f"monitor's EMBER_MEMORY_USAGE_THRESHOLD {self.limit + START_MARGIN:g} less "
-            f"{START_MARGIN:g}). {workers} workers run on this node; each idle actor takes "
+            f"{reading.source}), within {START_MARGIN >> 20} MiB of the memory monitor's "
+            f"threshold (EMBER_MEMORY_USAGE_THRESHOLD {self.threshold:g}), where it kills "
+            f"workers. {workers} workers run on this node; each idle actor takes "
             f"about 5 MB. Tasks and actors waiting for a worker stay "
             f"pending until memory frees up: end actors you no longer need (ember.kill), "
             f"or give the node more memory."
