@@ -338,6 +338,13 @@ class LeaseMachine:
                     need_workers += 1
                     for k, v in req.shape.items():
                         promised[k] = promised.get(k, 0) + to_fixed(v)
+                    if need_workers >= self.max_starting and not self.view.nodes:
+                        # Alone, with no idle worker and every start slot wanted, nothing
+                        # further down can change this pass: stop (each registration once
+                        # rescanned thousands of queued actor leases). The tick still warns
+                        # of infeasible ones; in a cluster every request is looked at, as
+                        # any may spill.
+                        break
                 i += 1
                 continue
             queue.pop(i)

@@ -418,3 +418,20 @@ def test_a_burst_of_leases_starts_workers_a_few_at_a_time() -> None:
     out = m.handle(WorkerRegistered(w))
     assert [type(o) for o in out].count(Grant) == 1
     assert sum(o.count for o in out if isinstance(o, StartWorkers)) == 1
+
+
+def test_a_registration_does_not_rescan_a_long_queue() -> None:
+    """With thousands of actor leases queued on a lone node and every start slot taken, a
+    worker's registration looks at a few requests, not all of them (each registration once
+    scanned the whole queue: quadratic in the number of actors)."""
+    m = LeaseMachine(HERE, NodeResources({"CPU": 2}), ClusterView(), clock=Clock(), max_starting=4)
+    for i in range(2000):
+        ask(m, request({"CPU": 0}, actor_id=i.to_bytes(4, "big")))
+    looked = []
+    can_fit = m.resources.can_fit
+    m.resources.can_fit = lambda shape: looked.append(shape) or can_fit(shape)  # type: ignore[method-assign]
+    out = m.handle(WorkerRegistered(Worker(b"w-01", m.clock())))
+    assert [type(o) for o in out].count(Grant) == 1
+    assert sum(o.count for o in out if isinstance(o, StartWorkers)) == 1
+    assert len(looked) <= 1 + 4, len(looked)
+    assert len(m.queue) == 1999
