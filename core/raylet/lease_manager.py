@@ -24,6 +24,7 @@ from ember.raylet import lease_events as ev
 from ember.raylet import lease_machine as lm
 from ember.raylet.lease_records import Request
 from ember.raylet.start_admission import StartAdmission
+from ember.raylet.start_failures import StartFailures
 from ember.raylet.worker_pool import WorkerProc
 from ember.resources import apply_strategy
 
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from ember.raylet.raylet import Raylet
 
 logger = logging.getLogger("ember.raylet")
-START_FAILURE_LOG_S = 10.0
 
 
 class LeaseManager:
@@ -53,8 +53,9 @@ class LeaseManager:
         # when asked for (an actor killed or told to exit, an idle worker retired, a lease
         # ended) or a clean exit; the agent reports the others as crashes.
         self.recent_exits: collections.deque[tuple[int, str, bool]] = collections.deque(maxlen=256)
-        self._start_failures = 0  # since the last line about them (_start_failed)
-        self._start_failure_logged = -START_FAILURE_LOG_S
+        self.start_failures = StartFailures(
+            os.path.join(raylet.pool.node["session_dir"], "logs"), time.monotonic
+        )
         self.exit_reasons_forgotten = 0
         self.admission = StartAdmission(raylet.memory.reader, raylet.memory.threshold)
         self._do = {
@@ -127,6 +128,7 @@ class LeaseManager:
                 if self.machine.in_cluster:
                     patience += 2 * config.heartbeat_interval
                 self.handle(ev.Tick(config.idle_worker_kill_seconds, patience))
+                self.start_failures.flush()
             except Exception:
                 # A bug (a TransitionError names the worker and its moves) must not stop
                 # the node from ever reaping again.
@@ -350,18 +352,4 @@ class LeaseManager:
             )
 
     def _start_failed(self, ins: ev.StartFailed) -> None:
-        """Logged once per START_FAILURE_LOG_S with how many more failed since: a burst of
-        failed starts once wrote the same line 28,000 times."""
-        w: Any = ins.worker
-        now = time.monotonic()
-        self._start_failures += 1
-        if now - self._start_failure_logged < START_FAILURE_LOG_S:
-            return
-        more = self._start_failures - 1
-        self._start_failure_logged, self._start_failures = now, 0
-        logger.error(
-            "worker %s died while starting: %s%s",
-            w.pid,
-            w.exit_reason,
-            f" ({more} more failed to start in the last {START_FAILURE_LOG_S:g} s)" if more else "",
-        )
+        self.start_failures.record(ins.worker)
