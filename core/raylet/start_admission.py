@@ -7,9 +7,9 @@ otherwise start processes until the kernel's OOM killer or ``EMFILE`` ended some
 random; here the limit is named before it is hit:
 
 - memory: no worker starts while the node's memory use (the memory monitor's reading) is
-  within ``START_MARGIN`` of ``config.memory_usage_threshold``. The request waits (the
-  reaper's pass tries again) and the raylet's log and every driver are told once per
-  episode, with the figures. The margin keeps starts from pushing the node to the point
+  within ``START_MARGIN`` of ``config.memory_usage_threshold`` (and, once held, until twice
+  that is free). The request waits (the reaper's pass tries again) and the raylet's log
+  and every driver are told once per episode, with the figures. The margin keeps starts from pushing the node to the point
   where the memory monitor starts killing workers.
 - open files: the raylet and GCS raise their soft limit to the hard limit at start-up
   (``process_limits.raise_open_files_limit``); when the workers would need more than that
@@ -57,6 +57,10 @@ class StartAdmission:
         """None if a worker may start; else why not (once per episode, else "")."""
         reading = self.reading()
         limit = self.threshold * reading.total - START_MARGIN
+        if self.held:
+            # Resume only with twice the margin free: the memory monitor's kills free a few
+            # MB each, and starting again at once made a cycle of starts and kills.
+            limit -= START_MARGIN
         if reading.used < limit:
             self.held = False
             return None

@@ -29,7 +29,10 @@ def test_starts_are_held_near_the_threshold_and_said_once_per_episode() -> None:
     assert "EMBER_MEMORY_USAGE_THRESHOLD 0.9" in why and "128 MiB" in why
     assert gate.memory_allows(10) == ""  # held still, not said again
     assert gate.held_total == 2
-    reader.used = GIB
+    reader.used = 9 * GIB - START_MARGIN - 1
+    gate._read_at = -1e9
+    assert gate.memory_allows(10) == ""  # held until twice the margin is free
+    reader.used = 9 * GIB - 2 * START_MARGIN - 1
     gate._read_at = -1e9
     assert gate.memory_allows(10) is None  # the episode ends
     reader.used = 9 * GIB
