@@ -250,7 +250,9 @@ class LeaseManager:
     def _start_workers(self, ins: ev.StartWorkers) -> None:
         workers = len(self.pool.workers)
         self.admission.check_open_files(workers + ins.count)
-        why = self.admission.memory_allows(workers) if self.raylet.memory.enabled else None
+        why = self.admission.tasks_allow(ins.count)
+        if why is None and self.raylet.memory.enabled:
+            why = self.admission.memory_allows(workers)
         if why is not None:
             # Held back, not failed: the reaper's pass asks again (start_admission.py).
             if why:

@@ -11,6 +11,9 @@ random; here the limit is named before it is hit:
   that is free). The request waits (the reaper's pass tries again) and the raylet's log
   and every driver are told once per episode, with the figures. The margin keeps starts from pushing the node to the point
   where the memory monitor starts killing workers.
+- processes: no worker starts when the machine's processes and threads (each worker is
+  two) would come within ``TASKS_RESERVED`` of its limit (kernel.pid_max,
+  kernel.threads-max, ulimit -u), told as for memory; a fork past it fails with EAGAIN.
 - open files: the raylet and GCS raise their soft limit to the hard limit at start-up
   (``process_limits.raise_open_files_limit``); when the workers would need more than that
   limit allows, the log says so once, naming the limit and how to raise it. Starts go on:
@@ -20,6 +23,7 @@ random; here the limit is named before it is hit:
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import time
 from typing import Any
@@ -35,6 +39,8 @@ START_MARGIN = 128 * 1024**2
 READ_EVERY_S = 0.1  # the memory reading is reused for this long (a burst asks per start)
 FILES_PER_WORKER = 2  # open files a worker costs its busiest peer (the GCS)
 FILES_RESERVED = 256  # the process's own files: logs, listeners, the store, other clients
+TASKS_PER_WORKER = 2  # a worker's process and its I/O thread
+TASKS_RESERVED = 512  # pids left for everything else on the machine
 
 
 class StartAdmission:
@@ -46,6 +52,8 @@ class StartAdmission:
         self.held = False  # starts are held back for memory now (told once per episode)
         self.held_total = 0  # starts held back since the node started
         self._files_told = False
+        self.tasks_held = False  # starts are held back for the process limit now
+        self._task_limit: tuple[int, str] | None = None
 
     def reading(self) -> Any:
         now = time.monotonic()
@@ -79,6 +87,28 @@ class StartAdmission:
             f"or give the node more memory."
         )
 
+    def tasks_allow(self, starting: int) -> str | None:
+        """None if ``starting`` more workers fit under the machine's limit on processes and
+        threads; else why not (once per episode, else ""). Each worker is two (its process
+        and its I/O thread); a fork past the limit fails with EAGAIN."""
+        if self._task_limit is None:  # read once: the kernel's limits seldom change
+            self._task_limit = task_limit()
+        limit, names = self._task_limit
+        running = running_tasks()
+        if running + TASKS_PER_WORKER * starting + TASKS_RESERVED < limit:
+            self.tasks_held = False
+            return None
+        if self.tasks_held:
+            return ""
+        self.tasks_held = True
+        return (
+            f"Not starting more worker processes: the machine runs {running} processes and "
+            f"threads, and its limit is {limit} ({names}); each worker takes "
+            f"{TASKS_PER_WORKER}. Tasks and actors waiting for a worker stay pending until "
+            f"some end; raise the limit (sysctl kernel.pid_max / kernel.threads-max, or "
+            f"ulimit -u) to run more."
+        )
+
     def check_open_files(self, workers: int) -> None:
         """Logs once when ``workers`` workers would need more open files than the limit."""
         if self._files_told:
@@ -101,6 +131,37 @@ class StartAdmission:
             capacity,
             FILES_PER_WORKER,
         )
+
+
+def task_limit() -> tuple[int, str]:
+    """The most processes and threads this user may have on this machine, and which limits
+    that is (kernel.pid_max, kernel.threads-max, and ulimit -u unless we are root)."""
+    limits = []
+    for name, path in (
+        ("kernel.pid_max", "/proc/sys/kernel/pid_max"),
+        ("kernel.threads-max", "/proc/sys/kernel/threads-max"),
+    ):
+        try:
+            with open(path) as f:
+                limits.append((int(f.read()), name))
+        except (OSError, ValueError):
+            pass
+    soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if soft != resource.RLIM_INFINITY and os.geteuid() != 0:  # root is not held to it
+        limits.append((soft, "ulimit -u"))
+    if not limits:
+        return 1 << 30, "none found"
+    lowest = min(n for n, _ in limits)
+    return lowest, ", ".join(f"{name} {n}" for n, name in limits)
+
+
+def running_tasks() -> int:
+    """Processes and threads on the machine now (the kernel's count, from /proc/loadavg)."""
+    try:
+        with open("/proc/loadavg") as f:
+            return int(f.read().split()[3].split("/")[1])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _gib(n: int) -> str:

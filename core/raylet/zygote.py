@@ -7,6 +7,7 @@ replacement) and actor creation wait for. The zygote stays single-threaded, so f
 Protocol on its stdin/stdout (lines of JSON):
   raylet → zygote: {"spawn": [worker_main args]}
   zygote → raylet: {"spawned": pid}            after each fork
+  zygote → raylet: {"spawn_failed": reason}     when a fork fails (the spawn's turn)
   zygote → raylet: {"exited": pid, "code": n}  when a child ends (negative: killed by signal)
 """
 
@@ -99,7 +100,13 @@ def main() -> None:
             os._exit(0)  # the raylet closed our pipe: it is gone
         msg = json.loads(line)
         args = msg["spawn"]
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as e:
+            # Out of processes (pid_max, threads-max, ulimit -u) or memory: say so and go
+            # on; a zygote that died here took every worker it had forked with it.
+            send({"spawn_failed": f"fork failed: {e}"})
+            continue
         if pid == 0:
             reader.close()
             _child(args, out_fd, in_fd)

@@ -38,3 +38,27 @@ def test_starts_are_held_near_the_threshold_and_said_once_per_episode() -> None:
     reader.used = 9 * GIB
     gate._read_at = -1e9
     assert gate.memory_allows(11)  # a new episode is said again
+
+
+def test_starts_are_held_near_the_process_limit_and_say_which(monkeypatch) -> None:
+    from ember.raylet import start_admission as sa
+
+    monkeypatch.setattr(sa, "task_limit", lambda: (4096, "kernel.pid_max 4096"))
+    running = [1000]
+    monkeypatch.setattr(sa, "running_tasks", lambda: running[0])
+    gate = StartAdmission(Reader(), threshold=0.9)
+    assert gate.tasks_allow(8) is None
+    running[0] = 4096 - sa.TASKS_RESERVED - 2 * 8
+    why = gate.tasks_allow(8)
+    assert why and "runs 3568 processes and threads" in why and "kernel.pid_max 4096" in why
+    assert gate.tasks_allow(8) == ""  # said once
+    running[0] = 1000
+    assert gate.tasks_allow(8) is None
+
+
+def test_the_real_limits_are_read() -> None:
+    from ember.raylet.start_admission import running_tasks, task_limit
+
+    limit, names = task_limit()
+    assert limit > 0 and "kernel.pid_max" in names
+    assert 0 < running_tasks() < limit
