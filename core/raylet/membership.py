@@ -112,14 +112,14 @@ class Membership:
             await asyncio.sleep(config.heartbeat_interval)
             if self.gcs is None or self.gcs.closed:
                 return
-            body = {
-                "node_id": r.node_id,
-                "available": r.resources.available_dict(),
-                "total": r.resources.total_dict(),
-                "pending_demands": r.leases.machine.pending_demands(),
-                "store_stats": r.store.stats(),
-            }
             try:
+                body = {
+                    "node_id": r.node_id,
+                    "available": r.resources.available_dict(),
+                    "total": r.resources.total_dict(),
+                    "pending_demands": r.leases.machine.pending_demands(),
+                    "store_stats": r.store.stats(),
+                }
                 reply = await self.gcs.call(
                     "heartbeat", body, timeout=config.heartbeat_interval * 4
                 )
@@ -135,8 +135,14 @@ class Membership:
             except NodeDeclaredDead:
                 await self.rejoin_as_new("the GCS declared this node dead")
                 continue
-            except Exception:
-                return  # closed: _gcs_closed handles it
+            except Exception as e:
+                if self.gcs is None or self.gcs.closed or isinstance(e, ConnectionError):
+                    return  # closed: _gcs_closed handles it
+                # Anything else (a bug here or in the GCS's handler) must not end the beats:
+                # a node whose heartbeat task died was declared dead ten seconds later with
+                # nothing in its log to say why.
+                logger.exception("a heartbeat to the GCS failed; the next goes as usual")
+                continue
             unanswered = 0
             self.set_view(reply.get("view", []))
 
