@@ -103,7 +103,11 @@ def init(
         else:
             # Imported here: ember.node (process launching, the dashboard's launcher) is
             # needed only by a driver that starts its own node.
+            from ember.core_worker.process_limits import raise_open_files_limit
             from ember.node import LocalNode
+
+            # The driver holds a connection per actor it calls; the node it starts inherits.
+            raise_open_files_limit(logging.getLogger("ember"), "driver")
 
             node = LocalNode(
                 num_cpus=num_cpus,

@@ -44,6 +44,8 @@ class ObjectRef:
             if worker is not None:
                 try:
                     worker.dropped_refs.append(self._id)
+                    if worker.drain_asleep:  # an idle worker drains only when woken
+                        worker.wake_drain()
                 except Exception:  # interpreter shutdown: nothing left to free
                     pass
 

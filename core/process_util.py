@@ -17,11 +17,16 @@ from ember import config
 PR_SET_PDEATHSIG = 1
 
 
+_libc: ctypes.CDLL | None = None  # loaded once: a forked worker reuses the zygote's
+
+
 def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> None:
     """Asks Linux to signal us when our parent dies, so a SIGKILLed driver leaves no orphans."""
+    global _libc
     try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, sig)
+        if _libc is None:
+            _libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        _libc.prctl(PR_SET_PDEATHSIG, sig)
     except OSError:
         pass
     # The parent may have died before prctl took effect.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import signal
@@ -39,25 +38,50 @@ def _log_ember_records(base: str) -> None:
     log.addHandler(to_stderr)
 
 
+# The raylet's arguments (worker_pool.start_worker): name, required. Parsed by hand, not by
+# argparse: a forked worker building an ArgumentParser wrote to ~1.2 MB of the pages it
+# shares with the zygote, a fifth of an idle actor's private memory.
+_OPTIONS = {
+    "worker-id": True,
+    "node-id": True,
+    "session-dir": True,
+    "raylet-address": True,
+    "gcs-address": True,
+    "arena-path": True,
+    "arena-capacity": True,
+    "node-ip": False,
+    "raylet-pid": False,
+    "token-file": False,
+}
+
+
+def parse_args(argv: list[str]) -> dict[str, str]:
+    """``--name value`` pairs into {name: value}; a clear error for anything else."""
+    if len(argv) % 2:
+        raise SystemExit(f"ember-worker: expected --name value pairs, got {argv!r}")
+    opts: dict[str, str] = {}
+    for flag, value in zip(argv[::2], argv[1::2], strict=True):
+        name = flag[2:] if flag.startswith("--") else ""
+        if name not in _OPTIONS:
+            raise SystemExit(
+                f"ember-worker: unknown option {flag!r} (known: {', '.join(_OPTIONS)})"
+            )
+        opts[name] = value
+    missing = [n for n, required in _OPTIONS.items() if required and n not in opts]
+    if missing:
+        raise SystemExit(f"ember-worker: missing {', '.join('--' + n for n in missing)}")
+    return opts
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="ember-worker")
-    parser.add_argument("--worker-id", required=True)
-    parser.add_argument("--node-id", required=True)
-    parser.add_argument("--session-dir", required=True)
-    parser.add_argument("--raylet-address", required=True)
-    parser.add_argument("--gcs-address", required=True)
-    parser.add_argument("--arena-path", required=True)
-    parser.add_argument("--arena-capacity", type=int, required=True)
-    parser.add_argument("--node-ip", default="127.0.0.1")
-    parser.add_argument("--raylet-pid", type=int, default=0)
-    parser.add_argument("--token-file", default=None)
-    args = parser.parse_args(argv)
+    opts = parse_args(sys.argv[1:] if argv is None else argv)
+    worker_id, session_dir = opts["worker-id"], opts["session-dir"]
 
     from ember.process_util import die_with_parent
 
     # A worker never outlives its raylet, whatever killed the raylet.
-    die_with_parent(args.raylet_pid, signal.SIGKILL)
-    base = os.path.join(args.session_dir, "logs", f"worker-{args.worker_id[:16]}-{os.getpid()}")
+    die_with_parent(int(opts.get("raylet-pid", 0)), signal.SIGKILL)
+    base = os.path.join(session_dir, "logs", f"worker-{worker_id[:16]}-{os.getpid()}")
     log_paths = _redirect_output(base)
     _log_ember_records(base)
 
@@ -65,20 +89,20 @@ def main(argv: list[str] | None = None) -> None:
     from ember.core_worker.executor import Executor
 
     node = {
-        "node_id": bytes.fromhex(args.node_id),
-        "session_dir": args.session_dir,
-        "raylet_address": args.raylet_address,
-        "gcs_address": args.gcs_address,
-        "arena_path": args.arena_path,
-        "arena_capacity": args.arena_capacity,
-        "node_ip": args.node_ip,
-        "token_file": args.token_file,
+        "node_id": bytes.fromhex(opts["node-id"]),
+        "session_dir": session_dir,
+        "raylet_address": opts["raylet-address"],
+        "gcs_address": opts["gcs-address"],
+        "arena_path": opts["arena-path"],
+        "arena_capacity": int(opts["arena-capacity"]),
+        "node_ip": opts.get("node-ip", "127.0.0.1"),
+        "token_file": opts.get("token-file"),
     }
     cw = CoreWorker(
         mode=WORKER,
         node=node,
         job_id=b"",
-        worker_id=bytes.fromhex(args.worker_id),
+        worker_id=bytes.fromhex(worker_id),
         register_extra={"log_paths": log_paths},
     )
     cw.executor = Executor(cw)

@@ -64,6 +64,12 @@ logger = logging.getLogger(__name__)
 DRIVER, WORKER = "driver", "worker"
 
 
+# How often dropped ObjectRefs are applied outside tasks (seconds): soon after a drop, less
+# and less often while none come.
+DRAIN_PERIOD_MIN = 0.05
+DRAIN_PERIOD_MAX = 1.0
+
+
 class CoreWorker:
     def __init__(
         self,
@@ -109,6 +115,7 @@ class CoreWorker:
         self.memory_store = store = MemoryStore()
         # Ids of ObjectRefs garbage-collected since the last drain (appended lock-free).
         self.dropped_refs: deque[bytes] = deque()
+        self.drain_asleep = False  # no drain is scheduled: a dropped ref wakes it
         self.task_events = TaskEvents(self.current, self.root_task_id)
         self.events = self.task_events.buffer  # read by the timeline and by tests
 
@@ -225,10 +232,28 @@ class CoreWorker:
                 return
             remove(object_id)
 
-    def _drain_periodically(self) -> None:
+    def _drain_periodically(self, period: float = DRAIN_PERIOD_MIN) -> None:
+        # Tasks drain as they start and end; this catches refs dropped in between. An idle
+        # worker backs off, then stops until a ref is dropped (``wake_drain``): a node of
+        # thousands of idle actors woke 20 times a second per actor, which took both CPUs
+        # of a small machine.
+        idle = not self.dropped_refs and self.mode == WORKER
         self.drain_dropped_refs()
-        if not self.shutting_down:
-            self.loop.call_later(0.05, self._drain_periodically)
+        if self.shutting_down:
+            return
+        if idle and period >= DRAIN_PERIOD_MAX:
+            self.drain_asleep = True
+            if self.dropped_refs:  # dropped meanwhile, before the flag was seen
+                self.wake_drain()
+            return
+        period = min(period * 2, DRAIN_PERIOD_MAX) if idle else DRAIN_PERIOD_MIN
+        self.loop.call_later(period, self._drain_periodically, period)
+
+    def wake_drain(self) -> None:
+        """A ref was dropped while the drain slept: drain soon (any thread)."""
+        if self.drain_asleep:
+            self.drain_asleep = False
+            self.loop.call_soon_threadsafe(self._drain_periodically)
 
     async def _connect_all(self) -> None:
         if self.node.get("token_file"):
@@ -378,6 +403,10 @@ class CoreWorker:
             self.links.on_gcs_lost(reason)
 
     # -- what every part may use -----------------------------------------------------------
+    def blocked_in_get(self) -> bool:
+        """Whether this worker's task waits in get/wait with its CPU lent out."""
+        return self.objects.blocked_waits > 0
+
     def current_task_id(self) -> bytes:
         return getattr(self.current, "task_id", None) or self.root_task_id
 

@@ -1,7 +1,8 @@
 """Task events, from this process's bounded buffer to the node's agent (for the dashboard).
 
 Every ``PERIOD`` seconds the I/O loop sends the events recorded since the last flush to the
-agent's Unix socket (``sockets/agent``, op ``task_events``) in batches of at most ``BATCH``.
+agent's Unix socket (``sockets/agent``, op ``task_events``) in batches of at most ``BATCH``;
+after ``QUIET_FLUSHES`` empty flushes it sleeps until the next event recorded wakes it.
 The hot path is untouched: recording stays one ``deque.append``; the flusher finds what is
 new by the identity of the last event it sent, so it keeps no per-event state. Sends are
 one-way (no reply awaited): a slow or dead agent never stalls this process. While the agent
@@ -14,6 +15,7 @@ before they were sent: only those are lost to the agent.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from typing import Any, Protocol
@@ -26,6 +28,7 @@ PERIOD = float(os.environ.get("EMBER_TASK_EVENTS_FLUSH_SECONDS", "1.0"))
 BATCH = 5_000
 RETRY_SECONDS = 5.0
 STOP_SECONDS = 3.0  # at exit, for the last batches to reach the agent
+QUIET_FLUSHES = 3  # empty flushes in a row after which the exporter sleeps until an event
 
 
 class EventExporterHost(Protocol):
@@ -51,12 +54,28 @@ class EventExporter:
         self.task: asyncio.Future | None = None
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        quiet = 0  # flushes in a row that found nothing new
         while not self.host.shutting_down:
-            await asyncio.sleep(PERIOD)
+            if quiet < QUIET_FLUSHES:
+                await asyncio.sleep(PERIOD)
+            else:
+                # Nothing for a while (an idle actor): sleep until the next event rather
+                # than wake every PERIOD; thousands of idle actors each woke once a second.
+                woken = asyncio.Event()
+                self.events.wake = functools.partial(loop.call_soon_threadsafe, woken.set)
+                try:
+                    if not self.new_events()[0]:  # none slipped in before the hook was set
+                        await woken.wait()
+                finally:
+                    self.events.wake = None
+                await asyncio.sleep(PERIOD)  # gather the burst that woke us, as before
             try:
-                await self.flush()
+                new = await self.flush()
             except Exception:
                 logger.debug("task event flush failed", exc_info=True)
+                new = True
+            quiet = 0 if new else quiet + 1
 
     def new_events(self) -> tuple[list[tuple], int, int]:
         """(events not sent yet, how many fell out of the buffer unsent, events recorded)."""
@@ -86,13 +105,14 @@ class EventExporter:
         # those recorded between the last sent and the oldest kept are lost.
         return snapshot, max(0, oldest - self.sent_upto), recorded
 
-    async def flush(self) -> None:
+    async def flush(self) -> bool:
+        """Sends what is new; whether there was anything (sent or kept for later)."""
         new, lost, recorded = self.new_events()
         if not new:
-            return
+            return False
         conn = await self._connection()
         if conn is None:
-            return  # the agent is away; the events stay in the bounded buffer
+            return True  # the agent is away; the events stay in the bounded buffer
         host = self.host
         for i in range(0, len(new), BATCH):
             chunk = new[i : i + BATCH]
@@ -108,6 +128,7 @@ class EventExporter:
         self.reported_dropped += lost
         self.sent_upto = recorded
         self.last = new[-1]
+        return True
 
     async def _connection(self) -> Any:
         if self.conn is not None and not self.conn.closed:

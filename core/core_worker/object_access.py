@@ -101,6 +101,8 @@ class ObjectAccess:
         refs: ReferenceCounter,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
+        # Waits in get/wait that lent this worker's CPU out (the task submitter reads it).
+        self.blocked_waits = 0
         self.host = host
         self._node = node
         self.node_id: bytes = node["node_id"]
@@ -565,10 +567,12 @@ class ObjectAccess:
             return False
         if getattr(self._current, "is_actor", False):
             return False
+        self.blocked_waits += 1
         self.host.send_threadsafe(self.host.raylet, "worker_blocked", {"worker_id": self.worker_id})
         return True
 
     def _notify_unblocked(self) -> None:
+        self.blocked_waits -= 1
         self.host.send_threadsafe(
             self.host.raylet, "worker_unblocked", {"worker_id": self.worker_id}
         )

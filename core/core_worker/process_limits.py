@@ -11,6 +11,7 @@ retires after replying, and a fresh one takes its place (as ``max_calls`` does).
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 from typing import Any
@@ -51,3 +52,40 @@ class LimitWatch:
             except (ValueError, OSError):
                 whole = False
         return whole
+
+
+def raise_open_files_limit(log: logging.Logger, process: str) -> int:
+    """Raises this process's soft limit on open files to its hard limit (as Ray does at
+    start-up) and returns the soft limit in force. Every worker, actor and caller is a
+    socket: the usual soft limit of 1,024 stops a node at a few hundred actors, while the
+    hard limit is often far higher. Children inherit the raised limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:
+        target = _kernel_open_files_cap()
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as e:
+            log.warning(
+                "%s: could not raise the open-files limit from %d to %d: %s",
+                process,
+                soft,
+                target,
+                e,
+            )
+            return soft
+        log.info(
+            "%s: open-files limit raised from %d to %d (its hard limit)", process, soft, target
+        )
+        return target
+    return soft
+
+
+def _kernel_open_files_cap() -> int:
+    """The most open files one process may have when its hard limit is unlimited."""
+    try:
+        with open("/proc/sys/fs/nr_open") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 1 << 20

@@ -25,6 +25,8 @@ class TaskEvents:
         self.dropped = 0  # events that fell out of the buffer, ever
         self._current = current
         self._root_task_id = root_task_id
+        # Set by the exporter while it sleeps for want of events: the next one wakes it.
+        self.wake: Any = None
 
     def record(self, spec: TaskSpec, state: str, **extra: Any) -> None:
         self.append((spec.task_id, state, time.time(), spec.attempt, extra or None))
@@ -36,6 +38,12 @@ class TaskEvents:
         if len(events) == events.maxlen:
             self.dropped += 1
         events.append(event)
+        if self.wake is not None:
+            wake, self.wake = self.wake, None
+            try:
+                wake()
+            except RuntimeError:  # the loop closed meanwhile (shutdown): nothing to wake
+                pass
 
     def record_profile(self, name: str, start: float, end: float, extra: dict) -> None:
         """A span of ``ember.profile``; inside a task it travels back with the task's reply."""

@@ -42,6 +42,12 @@ from ember.protocol.connection import Connection, ConnectionClosedError
 logger = logging.getLogger(__name__)
 
 MAX_PENDING_LEASES_PER_CLASS = 16
+# How long an idle lease is kept while our own task waits in get with its CPU lent out. The
+# usual hold (config.lease_idle_seconds) lets a submit-get loop reuse the worker; but a
+# task blocked on several children keeps the first child's lease idle, holding its CPU,
+# while the others still need CPUs: in a tree of blocking tasks that stalled every level
+# for the whole hold. A loop's next submit comes within this much of the reply.
+BLOCKED_OWNER_IDLE_SECONDS = 0.002
 
 
 class _Lease:
@@ -106,6 +112,7 @@ class TaskSubmitterHost(Protocol):
     links: _Links
 
     def owns(self, object_id: bytes) -> bool: ...
+    def blocked_in_get(self) -> bool: ...
     def inline_small_args(self, spec: TaskSpec) -> None: ...
     def attach_function(self, spec: TaskSpec, conn: Connection) -> None: ...
     def record_event(self, spec: TaskSpec, state: str, **extra: Any) -> None: ...
@@ -357,9 +364,10 @@ class TaskSubmitter:
             self._dispatch(lease, cls.queue.popleft())
             return
         cls.idle.append(lease)
-        lease.idle_handle = self.host.loop.call_later(
-            config.lease_idle_seconds, self._idle_expired, cls, lease
-        )
+        hold = config.lease_idle_seconds
+        if self.host.blocked_in_get():
+            hold = min(hold, BLOCKED_OWNER_IDLE_SECONDS)
+        lease.idle_handle = self.host.loop.call_later(hold, self._idle_expired, cls, lease)
 
     def _fail_crashed(self, spec: TaskSpec, lease: _Lease, reason: str) -> None:
         """Fails a task whose worker died, saying how it died (exit code or signal), which

@@ -319,6 +319,9 @@ def main(argv: list[str] | None = None) -> None:
     setup_process_logging(os.path.join(args.session_dir, "logs", "gcs_server.log"))
     if args.parent_pid:
         die_with_parent(args.parent_pid)
+    from ember.core_worker.process_limits import raise_open_files_limit
+
+    raise_open_files_limit(logging.getLogger("ember"), "GCS")
     loop = conn_mod.new_event_loop()
     asyncio.set_event_loop(loop)
     try:

@@ -192,6 +192,12 @@ class _Servers:
             await server.wait_closed()
 
 
+# Connections waiting to be accepted (the kernel caps it at net.core.somaxconn). asyncio's
+# 100 refused connections when hundreds of workers started at once dialled the raylet and
+# the GCS (a Unix socket whose backlog is full fails a non-blocking connect at once, EAGAIN).
+LISTEN_BACKLOG = 1024
+
+
 class UnixBackend:
     needs_token = False
 
@@ -201,7 +207,9 @@ class UnixBackend:
         return conn
 
     async def listen(self, target: str, factory: ConnectionFactory) -> tuple[Any, str]:
-        server = await asyncio.get_running_loop().create_unix_server(factory, target)
+        server = await asyncio.get_running_loop().create_unix_server(
+            factory, target, backlog=LISTEN_BACKLOG
+        )
         os.chmod(target, 0o600)  # the file's mode is this listener's only guard
         return server, target
 
@@ -225,15 +233,17 @@ class TcpBackend:
         loop = asyncio.get_running_loop()
         twin = rule_for(target[0], cluster=True).twin
         if twin is None:
-            server = await loop.create_server(factory, *target)
+            server = await loop.create_server(factory, *target, backlog=LISTEN_BACKLOG)
             return server, server.sockets[0].getsockname()[:2]
         # A port picked by the kernel for the node IP may be taken on loopback: pick again.
         tries = 1 if target[1] else TWIN_PORT_TRIES
         for attempt in range(tries):
-            server = await loop.create_server(factory, *target)
+            server = await loop.create_server(factory, *target, backlog=LISTEN_BACKLOG)
             bound = server.sockets[0].getsockname()[:2]
             try:
-                twin_server = await loop.create_server(factory, twin, bound[1])
+                twin_server = await loop.create_server(
+                    factory, twin, bound[1], backlog=LISTEN_BACKLOG
+                )
             except OSError as e:
                 server.close()
                 if attempt + 1 < tries:

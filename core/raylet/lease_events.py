@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ember.records import Record
 
 if TYPE_CHECKING:
-    from ember.raylet.lease_machine import Lease, Request, Worker
+    from ember.raylet.lease_records import Lease, Request, Worker
 
 
 # -- events ---------------------------------------------------------------------------------

@@ -18,10 +18,8 @@ holder is told once, naming the task and the shapes (as Ray does).
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import Enum
 from typing import Any
 
-from ember.lifecycle import Lifecycle, LifecycleState, Track
 from ember.raylet.cluster_view import ClusterView
 from ember.raylet.lease_events import (
     ActorWorkerDied,
@@ -57,165 +55,9 @@ from ember.raylet.lease_events import (
     WorkerStarted,
     WorkerUnblocked,
 )
-from ember.resources import NodeResources, fits, fmt
+from ember.raylet.lease_records import Lease, Request, ViewCheck, W, Worker
+from ember.resources import NodeResources, fits, fmt, to_fixed
 from ember.scheduling import NodeView, lease_decision
-
-
-class WorkerState(LifecycleState):
-    STARTING = "STARTING"  # process started, not yet registered with the raylet
-    IDLE = "IDLE"  # registered, free for the next lease
-    LEASED = "LEASED"  # runs a task holder's tasks
-    ACTOR = "ACTOR"  # hosts an actor; never goes back to the pool
-    CHECKING = "CHECKING"  # idle too long: asked whether it owns objects still in use
-    EXITING = "EXITING"  # told to exit (killed or retired); waiting to see its process end
-    DEAD = "DEAD"  # its process has exited
-
-
-W = WorkerState
-WORKER_LIFECYCLE: Lifecycle[WorkerState] = Lifecycle(
-    "worker",
-    {
-        W.STARTING: {"registered": W.IDLE, "start_failed": W.DEAD, "kill": W.EXITING},
-        W.IDLE: {
-            "leased": W.LEASED,
-            "actor": W.ACTOR,
-            "idle_timeout": W.CHECKING,
-            "kill": W.EXITING,
-            "died": W.DEAD,
-        },
-        W.LEASED: {"returned": W.IDLE, "kill": W.EXITING, "died": W.DEAD},
-        W.ACTOR: {"kill": W.EXITING, "died": W.DEAD},
-        W.CHECKING: {
-            "may_exit": W.EXITING,
-            "must_stay": W.IDLE,
-            "kill": W.EXITING,
-            "died": W.DEAD,
-        },
-        # Killed before it registered: its late registration changes nothing.
-        W.EXITING: {"kill": W.EXITING, "registered": W.EXITING, "died": W.DEAD},
-    },
-)
-
-
-class Worker:
-    """What the lease machine knows of one worker. The pool's ``WorkerProc`` adds the
-    process, its pid and its connection."""
-
-    __slots__ = (
-        "worker_id",
-        "track",
-        "lease_id",
-        "job_id",
-        "actor_id",
-        "title",
-        "blocked",
-        "tasks_run",
-        "idle_since",
-    )
-
-    def __init__(self, worker_id: bytes, now: float) -> None:
-        self.worker_id = worker_id
-        self.track: Track[WorkerState] = WORKER_LIFECYCLE.track(worker_id.hex()[:12], W.STARTING)
-        self.lease_id: int | None = None
-        self.job_id: bytes | None = None
-        self.actor_id: bytes | None = None
-        self.title = ""
-        self.blocked = False  # its task waits in get(): its CPU is lent to others
-        self.tasks_run = 0
-        self.idle_since = now
-
-    @property
-    def state(self) -> WorkerState:
-        return self.track.state
-
-
-class ViewCheck(Enum):
-    """Whether a request about to fail asked the GCS for a fresh view first."""
-
-    NOT_ASKED = 1
-    PENDING = 2
-    DONE = 3
-
-
-class Request:
-    """One lease request waiting for a worker. ``reply`` is the shell's handle for answering
-    it (a future); the machine only passes it back in instructions."""
-
-    __slots__ = (
-        "reply",
-        "shape",
-        "strategy",
-        "client",
-        "job_id",
-        "name",
-        "since",
-        "warned",
-        "actor_id",
-        "spilled",
-        "view_check",
-        "retriable",
-    )
-
-    def __init__(
-        self,
-        reply: Any,
-        shape: dict[str, float],
-        strategy: Any,
-        client: Any,
-        job_id: bytes | None,
-        name: str,
-        actor_id: bytes | None = None,
-        spilled: bool = False,
-        retriable: bool = False,
-    ) -> None:
-        self.reply = reply
-        self.shape = shape
-        self.strategy = strategy
-        self.client = client  # the holder's connection; None for actor leases (the GCS's)
-        self.job_id = job_id
-        self.name = name
-        self.since = 0.0  # set when the machine queues it
-        self.warned = False
-        self.actor_id = actor_id
-        self.spilled = spilled  # sent here by another raylet: run here, never spill again
-        self.view_check = ViewCheck.NOT_ASKED
-        # Its work may run again if the memory monitor kills it (max_retries / restarts left).
-        self.retriable = retriable
-
-
-class Lease:
-    __slots__ = (
-        "lease_id",
-        "worker",
-        "shape",
-        "gpu_ids",
-        "client",
-        "released",
-        "is_actor",
-        "retriable",
-        "granted_at",
-    )
-
-    def __init__(
-        self,
-        lease_id: int,
-        worker: Worker,
-        shape: dict[str, float],
-        gpu_ids: list[int],
-        client: Any,
-        is_actor: bool,
-        retriable: bool = False,
-        granted_at: float = 0.0,
-    ) -> None:
-        self.lease_id = lease_id
-        self.worker = worker
-        self.shape = shape
-        self.gpu_ids = gpu_ids
-        self.client = client
-        self.released = False  # CPU handed back while the worker is blocked in get()
-        self.is_actor = is_actor
-        self.retriable = retriable  # the memory monitor kills retriable work first
-        self.granted_at = granted_at  # ... and, of that, the newest first
 
 
 class LeaseMachine:
@@ -354,8 +196,17 @@ class LeaseMachine:
 
     # -- leases -----------------------------------------------------------------------------
     def _on_requested(self, ev: LeaseRequested, out: list) -> None:
-        ev.request.since = self.clock()
-        self.queue.append(ev.request)
+        req = ev.request
+        req.since = self.clock()
+        # Deeper requests first, in arrival order within a depth: a task blocked on its
+        # children frees its CPU for them, and serving the children before the parent's
+        # siblings keeps the tree depth-first, so the blocked tasks (each one holding a
+        # worker process) stay about depth x CPUs rather than the tree's whole width.
+        queue = self.queue
+        i = len(queue)
+        while i and queue[i - 1].depth < req.depth:
+            i -= 1
+        queue.insert(i, req)
         self._dispatch(out)
 
     def _on_returned(self, ev: LeaseReturned, out: list) -> None:
@@ -462,6 +313,9 @@ class LeaseMachine:
         queue = self.queue
         idle = self.idle
         need_workers = 0
+        # What grants waiting only for a worker would take: a worker is started for a
+        # request only if it would still fit after those before it.
+        promised: dict[str, int] = {}
         i = 0
         while i < len(queue):
             req = queue[i]
@@ -480,7 +334,17 @@ class LeaseMachine:
                 i += 1
                 continue
             if not idle:
-                need_workers += 1
+                if _fits_beside(res, req.shape, promised):
+                    need_workers += 1
+                    for k, v in req.shape.items():
+                        promised[k] = promised.get(k, 0) + to_fixed(v)
+                    if need_workers >= self.max_starting and not self.view.nodes:
+                        # Alone, with no idle worker and every start slot wanted, nothing
+                        # further down can change this pass: stop (each registration once
+                        # rescanned thousands of queued actor leases). The tick still warns
+                        # of infeasible ones; in a cluster every request is looked at, as
+                        # any may spill.
+                        break
                 i += 1
                 continue
             queue.pop(i)
@@ -494,6 +358,7 @@ class LeaseMachine:
             )
             self.leases[lease_id] = lease
             w.lease_id = lease_id
+            w.depth = req.depth
             w.job_id = req.job_id
             w.title = req.name
             if is_actor:
@@ -567,6 +432,15 @@ class LeaseMachine:
             )
             d["count"] += 1
         return list(demands.values())
+
+
+def _fits_beside(res: NodeResources, shape: dict[str, float], promised: dict[str, int]) -> bool:
+    """Whether ``shape`` fits in what is available once ``promised`` (fixed point) is taken."""
+    avail = res.available
+    for name, amount in shape.items():
+        if amount > 0 and avail.get(name, 0) - promised.get(name, 0) < to_fixed(amount):
+            return False
+    return True
 
 
 _ON: dict[type, Callable[[LeaseMachine, Any, list], None]] = {

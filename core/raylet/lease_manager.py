@@ -22,6 +22,9 @@ from ember.exceptions import TaskUnschedulableError
 from ember.protocol.connection import Connection
 from ember.raylet import lease_events as ev
 from ember.raylet import lease_machine as lm
+from ember.raylet.lease_records import Request
+from ember.raylet.start_admission import StartAdmission
+from ember.raylet.start_failures import StartFailures
 from ember.raylet.worker_pool import WorkerProc
 from ember.resources import apply_strategy
 
@@ -29,7 +32,6 @@ if TYPE_CHECKING:
     from ember.raylet.raylet import Raylet
 
 logger = logging.getLogger("ember.raylet")
-START_FAILURE_LOG_S = 10.0
 
 
 class LeaseManager:
@@ -51,9 +53,11 @@ class LeaseManager:
         # when asked for (an actor killed or told to exit, an idle worker retired, a lease
         # ended) or a clean exit; the agent reports the others as crashes.
         self.recent_exits: collections.deque[tuple[int, str, bool]] = collections.deque(maxlen=256)
-        self._start_failures = 0  # since the last line about them (_start_failed)
-        self._start_failure_logged = -START_FAILURE_LOG_S
+        self.start_failures = StartFailures(
+            os.path.join(raylet.pool.node["session_dir"], "logs"), time.monotonic
+        )
         self.exit_reasons_forgotten = 0
+        self.admission = StartAdmission(raylet.memory.reader, raylet.memory.threshold)
         self._do = {
             ev.StartWorkers: self._start_workers,
             ev.Grant: self._grant,
@@ -124,6 +128,7 @@ class LeaseManager:
                 if self.machine.in_cluster:
                     patience += 2 * config.heartbeat_interval
                 self.handle(ev.Tick(config.idle_worker_kill_seconds, patience))
+                self.start_failures.flush()
             except Exception:
                 # A bug (a TransitionError names the worker and its moves) must not stop
                 # the node from ever reaping again.
@@ -131,7 +136,13 @@ class LeaseManager:
 
     # -- messages ---------------------------------------------------------------------------
     def h_request_lease(self, conn: Connection, body: dict) -> asyncio.Future:
-        return self._request(body, conn, body.get("name", ""), spilled=body.get("spilled", False))
+        # A worker of ours asking runs a task at some depth; its children are one deeper. A
+        # driver's (or another node's) tasks are depth 1.
+        holder = self.pool.workers.get(body.get("client", b""))
+        depth = holder.depth + 1 if holder is not None and holder.lease_id else 1
+        return self._request(
+            body, conn, body.get("name", ""), spilled=body.get("spilled", False), depth=depth
+        )
 
     def h_lease_actor_worker(self, conn: Connection, body: dict) -> asyncio.Future:
         # The GCS holds an actor's lease for its life: no client connection ends it.
@@ -142,7 +153,7 @@ class LeaseManager:
         fut = asyncio.get_running_loop().create_future()
         strategy = body.get("strategy")
         shape = apply_strategy(body["resources"], strategy)
-        req = lm.Request(
+        req = Request(
             fut,
             shape,
             strategy,
@@ -237,6 +248,19 @@ class LeaseManager:
 
     # -- instructions -----------------------------------------------------------------------
     def _start_workers(self, ins: ev.StartWorkers) -> None:
+        workers = len(self.pool.workers)
+        self.admission.check_open_files(workers + ins.count)
+        why = self.admission.tasks_allow(ins.count)
+        if why is None and self.raylet.memory.enabled:
+            why = self.admission.memory_allows(workers)
+        if why is not None:
+            # Held back, not failed: the reaper's pass asks again (start_admission.py).
+            if why:
+                logger.error(why)
+                self._tell_drivers(why, "memory")
+            for _ in range(ins.count):
+                self.handle(ev.WorkerNotStarted())
+            return
         for _ in range(ins.count):
             try:
                 self.pool.start_worker()
@@ -279,10 +303,14 @@ class LeaseManager:
     def _warn_infeasible(self, ins: ev.WarnInfeasible) -> None:
         logger.warning(ins.message)
         client = ins.request.client
-        targets = [client] if client is not None else list(self.raylet.drivers.values())
-        for c in targets:
+        self._tell_drivers(ins.message, "infeasible", [client] if client is not None else None)
+
+    def _tell_drivers(self, message: str, kind: str, targets: list[Any] | None = None) -> None:
+        """A warning printed by drivers (``targets``: those connections; None: every driver
+        of this node)."""
+        for c in targets if targets is not None else list(self.raylet.drivers.values()):
             if c is not None and not c.closed:
-                c.send("warning", {"message": ins.message, "kind": "infeasible"})
+                c.send("warning", {"message": message, "kind": kind})
 
     def _refresh_view(self, ins: ev.RefreshView) -> None:
         asyncio.ensure_future(self.raylet.membership.refresh_view())
@@ -326,18 +354,4 @@ class LeaseManager:
             )
 
     def _start_failed(self, ins: ev.StartFailed) -> None:
-        """Logged once per START_FAILURE_LOG_S with how many more failed since: a burst of
-        failed starts once wrote the same line 28,000 times."""
-        w: Any = ins.worker
-        now = time.monotonic()
-        self._start_failures += 1
-        if now - self._start_failure_logged < START_FAILURE_LOG_S:
-            return
-        more = self._start_failures - 1
-        self._start_failure_logged, self._start_failures = now, 0
-        logger.error(
-            "worker %s died while starting: %s%s",
-            w.pid,
-            w.exit_reason,
-            f" ({more} more failed to start in the last {START_FAILURE_LOG_S:g} s)" if more else "",
-        )
+        self.start_failures.record(ins.worker)

@@ -118,14 +118,14 @@ class Membership:
             if not self.gcs.connected or conn is None:
                 unanswered = 0  # the GCS is away: the link reconnects (or gives up)
                 continue
-            body = {
-                "node_id": r.node_id,
-                "available": r.resources.available_dict(),
-                "total": r.resources.total_dict(),
-                "pending_demands": r.leases.machine.pending_demands(),
-                "store_stats": r.store.stats(),
-            }
             try:
+                body = {
+                    "node_id": r.node_id,
+                    "available": r.resources.available_dict(),
+                    "total": r.resources.total_dict(),
+                    "pending_demands": r.leases.machine.pending_demands(),
+                    "store_stats": r.store.stats(),
+                }
                 # On this connection only: a beat is not worth sending to the next GCS.
                 reply = await conn.call("heartbeat", body, timeout=config.heartbeat_interval * 4)
             except TimeoutError:
@@ -142,8 +142,11 @@ class Membership:
                 continue
             except conn_mod.ConnectionClosedError:
                 continue  # the GCS went away: the link reconnects (or gives up)
-            except Exception as e:
-                logger.warning("heartbeat failed: %s", e)
+            except Exception:
+                # Anything else (a bug here or in the GCS's handler) must not end the beats:
+                # a node whose heartbeat task died was declared dead ten seconds later with
+                # nothing in its log to say why.
+                logger.exception("a heartbeat to the GCS failed; the next goes as usual")
                 continue
             unanswered = 0
             self.set_view(reply.get("view", []))

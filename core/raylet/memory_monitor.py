@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ember import config
 from ember.raylet import lease_events as ev
-from ember.raylet.lease_machine import WorkerState
+from ember.raylet.lease_records import WorkerState
 
 if TYPE_CHECKING:
     from ember.raylet.raylet import Raylet

@@ -71,9 +71,9 @@ class Raylet:
         self.stopping = False
         self.gcs_keeper: Any = None  # the head's GCS supervisor (gcs_supervisor), if any
         self.membership = Membership(self)
+        self.memory = MemoryMonitor(self)  # before the leases: worker starts read its usage
         self.leases = LeaseManager(self)
         self.objects = ObjectService(self)
-        self.memory = MemoryMonitor(self)
         # Every op of the catalogue, from the parts' h_<op> methods (checked at start-up).
         self.handlers = handlers_from(
             RAYLET,
@@ -407,6 +407,9 @@ def main(argv: list[str] | None = None) -> None:
     setup_process_logging(os.path.join(args.session_dir, "logs", "raylet.log"))
     if args.parent_pid:
         die_with_parent(args.parent_pid)
+    from ember.core_worker.process_limits import raise_open_files_limit
+
+    raise_open_files_limit(logging.getLogger("ember"), "raylet")
     loop = conn_mod.new_event_loop()
     asyncio.set_event_loop(loop)
     loop.run_until_complete(serve(args))

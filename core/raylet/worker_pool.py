@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from ember.ids import new_unique_id
-from ember.raylet.lease_machine import Worker
+from ember.raylet.lease_records import Worker
 
 logger = logging.getLogger("ember.raylet")
 
@@ -67,12 +67,16 @@ class WorkerProc(Worker):
         }
 
 
+FORK_FAILED = 255  # the exit code a worker whose fork failed is given
+
+
 class ForkedProc:
     """A worker forked by the zygote, with the part of Popen's interface the pool uses."""
 
     def __init__(self, pid: int, zygote: Zygote) -> None:
         self.pid = pid
         self.returncode: int | None = None
+        self.error = ""  # why it never started (the zygote's fork failed)
         self.pending_signal: int | None = None
         self._zygote = zygote
 
@@ -164,6 +168,10 @@ class Zygote:
                     proc.returncode = self._exited.pop(proc.pid)
                 elif proc.pending_signal is not None:
                     proc.send_signal(proc.pending_signal)
+            elif "spawn_failed" in msg:
+                proc = self._pending.pop(0)
+                proc.error = msg["spawn_failed"]
+                proc.returncode = FORK_FAILED
             elif "exited" in msg:
                 proc = self._procs.pop(msg["exited"], None)
                 if proc is None:
@@ -272,7 +280,8 @@ class WorkerPool:
                 continue
             w.dead = True
             w.exit_code = code
-            w.exit_reason = describe_exit(code) if not w.kill_reason else w.kill_reason
+            error = getattr(w.proc, "error", "")
+            w.exit_reason = w.kill_reason or error or describe_exit(code)
             dead.append(w)
         return dead
 

@@ -7,11 +7,13 @@ replacement) and actor creation wait for. The zygote stays single-threaded, so f
 Protocol on its stdin/stdout (lines of JSON):
   raylet → zygote: {"spawn": [worker_main args]}
   zygote → raylet: {"spawned": pid}            after each fork
+  zygote → raylet: {"spawn_failed": reason}     when a fork fails (the spawn's turn)
   zygote → raylet: {"exited": pid, "code": n}  when a child ends (negative: killed by signal)
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -19,13 +21,20 @@ import sys
 
 
 def _preimport() -> None:
+    # Everything a worker imports on its way to running its first task or actor: what a
+    # child imports itself is private to it (~160 kB for shutil and its compressors).
+    import shutil  # noqa: F401
+
     import cloudpickle  # noqa: F401
     import ember  # noqa: F401
     import ember.core_worker.core_worker  # noqa: F401
     import ember.core_worker.executor  # noqa: F401
     import ember.object_store.arena  # noqa: F401
     import ember.worker_main  # noqa: F401
-    import uvloop  # noqa: F401
+    import uvloop
+
+    # A loop made and closed here leaves uvloop's lazily built module state shared.
+    uvloop.new_event_loop().close()
 
 
 def _child(args: list[str], out_fd: int, in_fd: int) -> None:
@@ -53,6 +62,11 @@ def main() -> None:
 
     die_with_parent(parent, signal.SIGKILL)
     _preimport()
+    # Objects the imports made move to a generation the collector never scans: a child's
+    # collection would otherwise write to the header of every one of them, copying nearly
+    # every page of the heap it shares with us (the bulk of an idle actor's private memory).
+    gc.collect()
+    gc.freeze()
     in_fd = sys.stdin.fileno()
     out_fd = sys.stdout.fileno()
     reader = os.fdopen(os.dup(in_fd), "r")
@@ -86,7 +100,13 @@ def main() -> None:
             os._exit(0)  # the raylet closed our pipe: it is gone
         msg = json.loads(line)
         args = msg["spawn"]
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as e:
+            # Out of processes (pid_max, threads-max, ulimit -u) or memory: say so and go
+            # on; a zygote that died here took every worker it had forked with it.
+            send({"spawn_failed": f"fork failed: {e}"})
+            continue
         if pid == 0:
             reader.close()
             _child(args, out_fd, in_fd)

@@ -39,8 +39,9 @@ from ember.raylet.lease_events import (
     WorkerStarted,
     WorkerUnblocked,
 )
-from ember.raylet.lease_machine import WORKER_LIFECYCLE, LeaseMachine, Request, Worker
-from ember.raylet.lease_machine import WorkerState as S
+from ember.raylet.lease_machine import LeaseMachine
+from ember.raylet.lease_records import WORKER_LIFECYCLE, Request, Worker
+from ember.raylet.lease_records import WorkerState as S
 from ember.resources import NodeResources
 
 HERE = b"here"
@@ -147,6 +148,33 @@ def test_a_blocked_worker_lends_its_cpu_until_it_unblocks() -> None:
     assert m.handle(WorkerUnblocked(leased)) == []
     assert not leased.blocked
     assert m.resources.available_dict() == {"CPU": -1.0}  # oversubscribed for a moment
+
+
+def test_workers_start_only_for_requests_that_would_be_granted() -> None:
+    """Ten queued one-CPU requests on a two-CPU node need two workers, not ten: the
+    others could not be granted a worker if one were there (blocked tasks once
+    multiplied processes this way)."""
+    m = make({"CPU": 2})
+    started = 0
+    for _ in range(10):
+        started += sum(o.count for o in ask(m, request()) if isinstance(o, StartWorkers))
+    assert started == 2 and m.starting == 2
+
+
+def test_deeper_requests_are_served_first() -> None:
+    """A child of a running task (deeper) goes before a sibling of its parent, in arrival
+    order within one depth, so a tree of blocking tasks runs depth-first."""
+    m = make({"CPU": 1})
+    workers(m, 3)
+    parent = only(ask(m, request()), Grant).lease.worker
+    assert parent.depth == 1
+    shallow = [request(depth=1), request(depth=1)]
+    deep = [request(depth=2), request(depth=2)]
+    for r in (shallow[0], deep[0], shallow[1], deep[1]):
+        assert ask(m, r) == []
+    assert m.queue == deep + shallow
+    grant = only(m.handle(WorkerBlocked(parent)), Grant)  # the parent waits on its child
+    assert grant.request is deep[0] and grant.lease.worker.depth == 2
 
 
 def test_worker_death_while_leased_frees_its_lease() -> None:
@@ -382,7 +410,7 @@ def test_a_burst_of_leases_starts_workers_a_few_at_a_time() -> None:
     )
     started = 0
     for i in range(50):
-        out = ask(m, request({}, actor_id=i.to_bytes(4, "big")))
+        out = ask(m, request({"CPU": 0}, actor_id=i.to_bytes(4, "big")))
         started += sum(o.count for o in out if isinstance(o, StartWorkers))
     assert started == 4 and m.starting == 4
     # One registers: it takes a lease, and one more starts in its place.
@@ -390,3 +418,20 @@ def test_a_burst_of_leases_starts_workers_a_few_at_a_time() -> None:
     out = m.handle(WorkerRegistered(w))
     assert [type(o) for o in out].count(Grant) == 1
     assert sum(o.count for o in out if isinstance(o, StartWorkers)) == 1
+
+
+def test_a_registration_does_not_rescan_a_long_queue() -> None:
+    """With thousands of actor leases queued on a lone node and every start slot taken, a
+    worker's registration looks at a few requests, not all of them (each registration once
+    scanned the whole queue: quadratic in the number of actors)."""
+    m = LeaseMachine(HERE, NodeResources({"CPU": 2}), ClusterView(), clock=Clock(), max_starting=4)
+    for i in range(2000):
+        ask(m, request({"CPU": 0}, actor_id=i.to_bytes(4, "big")))
+    looked = []
+    can_fit = m.resources.can_fit
+    m.resources.can_fit = lambda shape: looked.append(shape) or can_fit(shape)  # type: ignore[method-assign]
+    out = m.handle(WorkerRegistered(Worker(b"w-01", m.clock())))
+    assert [type(o) for o in out].count(Grant) == 1
+    assert sum(o.count for o in out if isinstance(o, StartWorkers)) == 1
+    assert len(looked) <= 1 + 4, len(looked)
+    assert len(m.queue) == 1999
