@@ -1,6 +1,7 @@
 """The raylet's heartbeat loop (``raylet/membership.py``) with a fake GCS: an unexpected
 error in one beat is logged and the next beat goes (the loop once ended silently, and the
-GCS declared the node dead ten seconds later); a closed connection ends it."""
+GCS declared the node dead ten seconds later); a closed connection waits for the link to
+reconnect, and a closed link ends it."""
 
 from __future__ import annotations
 
@@ -14,15 +15,21 @@ from ember.raylet.membership import Membership
 
 
 class FakeGcs:
+    """The GCS link (``gcs_link.GcsLink``) and its connection in one: closed once its
+    outcomes are used up."""
+
     closed = False
+    connected = True
 
     def __init__(self, outcomes: list) -> None:
         self.outcomes = outcomes
         self.calls = 0
+        self.conn = self
 
     async def call(self, op: str, body: dict, timeout: float) -> dict:
         self.calls += 1
         outcome = self.outcomes.pop(0)
+        self.closed = not self.outcomes
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
@@ -46,5 +53,5 @@ def test_a_failed_beat_is_logged_and_the_next_goes(monkeypatch, caplog) -> None:
     m.gcs = gcs  # type: ignore[assignment]
     caplog.set_level(logging.ERROR, logger="ember.raylet")
     asyncio.run(asyncio.wait_for(m.heartbeat(), 5))
-    assert gcs.calls == 3  # the beat after the failure went, and the closed one ended it
+    assert gcs.calls == 3  # the beat after the failure went, and the closed link ended it
     assert "a heartbeat to the GCS failed" in caplog.text and "a bug in a handler" in caplog.text
