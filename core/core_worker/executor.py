@@ -25,10 +25,9 @@ from typing import Any, Protocol
 
 import cloudpickle
 from ember import runtime_env_packages as packages
-from ember.core_worker import generators
+from ember.core_worker import generators, task_values
 from ember.core_worker.concurrency_groups import ConcurrencyGroups, UnknownGroup
 from ember.core_worker.process_limits import LimitWatch
-from ember.core_worker.reference_counter import ReferenceCounter
 from ember.core_worker.task_runtime_env import applied_env
 from ember.core_worker.task_spec import (
     ACTOR_CREATION_TASK,
@@ -44,25 +43,20 @@ from ember.exceptions import (
     error_type_of,
     format_user_exception,
 )
-from ember.object_ref import ObjectRef
 from ember.protocol.connection import DEFERRED, Connection, Deferred, new_event_loop
 from ember.serialization import (
-    META_ERROR,
-    SerializedObject,
-    deserialize,
-    serialize,
     serialize_error,
 )
 
 logger = logging.getLogger(__name__)
 
 
-class ExecutorHost(Protocol):
-    """What the executor needs of the rest of the core worker. It sets ``job_id``,
-    ``namespace`` and ``actor_id`` (the task running now; the actor constructed here) and
-    ``code_path`` (the driver's import dirs, for the tasks this worker submits)."""
+class ExecutorHost(task_values.ValuesHost, Protocol):
+    """What the executor needs of the rest of the core worker (besides what a task's values
+    need). It sets ``job_id``, ``namespace`` and ``actor_id`` (the task running now; the
+    actor constructed here) and ``code_path`` (the driver's import dirs, for the tasks this
+    worker submits)."""
 
-    worker_id: bytes
     node: dict[str, Any]
     node_id_hex: str
     job_id: bytes
@@ -71,19 +65,9 @@ class ExecutorHost(Protocol):
     code_path: list[str]
     current: threading.local  # .task_id, .spec, .is_actor, .actor_id, .profile_spans
     raylet: Connection
-    refs: ReferenceCounter
     task_events: Any  # TaskEvents: RUNNING is appended to it directly (the hot path)
 
-    def run_sync(self, coro: Any, timeout: float | None) -> Any: ...
     def call_gcs_sync(self, op: str, body: Any, timeout: float | None = None) -> Any: ...
-    async def connect_to_worker(self, worker_id: bytes | None, address: str) -> Connection: ...
-    def register_new_borrows(self) -> None: ...
-    def wait_locations(self, refs: list[ObjectRef], timeout: float | None) -> list[tuple]: ...
-    def materialize(self, object_id: bytes, loc: tuple) -> Any: ...
-    def forget_pin(self, object_id: bytes) -> None: ...
-    def store_serialized(
-        self, object_id: bytes, ser: SerializedObject, owner: Any, zero_copy: bool = False
-    ) -> tuple: ...
     def current_actor_hex(self) -> str: ...
     def record_event(self, spec: TaskSpec, state: str, **extra: Any) -> None: ...
 
@@ -423,86 +407,10 @@ class Executor:
         return data
 
     def resolve_args(self, spec: TaskSpec) -> tuple[list, dict]:
-        host = self.host
-        values: list[Any] = []
-        refs: list[ObjectRef] = []
-        ref_positions: list[int] = []
-        for a in spec.args:
-            if a[0] == ARG_INLINE:
-                value = deserialize(a[2], a[3])
-                if a[1] == META_ERROR:
-                    raise _arg_error(value)
-                values.append(value)
-            else:
-                ref_positions.append(len(values))
-                refs.append(ObjectRef(a[1], a[2]))
-                values.append(None)
-        host.register_new_borrows()
-        if refs:
-            locs = host.wait_locations(refs, None)
-            forget = host.forget_pin
-            for pos, ref, loc in zip(ref_positions, refs, locs, strict=True):
-                try:
-                    values[pos] = host.materialize(ref._id, loc)
-                except TaskError as e:
-                    raise _arg_error(e) from None
-                # Its pin goes with the task's last use of it, not a moment later: the
-                # caller frees the argument as the task ends and may need its room at once.
-                forget(ref._id)
-        nkw = len(spec.kwarg_names)
-        if nkw:
-            kwargs = dict(zip(spec.kwarg_names, values[-nkw:], strict=True))
-            return values[:-nkw], kwargs
-        return values, {}
+        return task_values.resolve_args(self.host, spec)
 
     def store_returns(self, spec: TaskSpec, result: Any) -> dict:
-        n = spec.num_returns
-        if n == 1:
-            values = [result]
-        elif n == 0:
-            values = []
-        else:
-            if not isinstance(result, tuple | list) or len(result) != n:
-                got = len(result) if isinstance(result, tuple | list) else "a non-sequence"
-                raise ValueError(
-                    f"{spec.display_name()}() was declared with num_returns={n} but returned "
-                    f"{got}; return a tuple of {n} values."
-                )
-            values = list(result)
-        host = self.host
-        returns, contained = [], []
-        caller = spec.owner
-        for oid, value in zip(spec.return_ids(), values, strict=True):
-            ser = serialize(value, what=f"the return value of {spec.display_name()}()")
-            returns.append(host.store_serialized(oid, ser, caller))
-            if ser.contained:
-                self._register_caller_as_borrower(ser.contained, caller)
-            contained.append(ser.contained or None)
-        return {"returns": returns, "contained": contained}
-
-    def _register_caller_as_borrower(self, inner: list, caller) -> None:
-        """Refs inside a return value stay alive for the caller until it registers itself."""
-        host = self.host
-        by_owner: dict[bytes, tuple[Any, list[bytes]]] = {}
-        for object_id, owner in inner:
-            if owner is None or owner[0] == caller[0]:
-                continue  # the caller owns it: its own count covers it
-            if owner[0] == host.worker_id:
-                host.refs.add_borrower(object_id, caller[0])
-            else:
-                by_owner.setdefault(owner[0], (owner, []))[1].append(object_id)
-        if not by_owner:
-            return
-
-        async def register() -> None:
-            for owner, ids in by_owner.values():
-                try:
-                    conn = await host.connect_to_worker(owner[0], owner[1])
-                    await conn.call("add_borrower", {"object_ids": ids, "borrower": caller[0]}, 10)
-                except Exception:
-                    pass  # the owner died: the caller will see OwnerDiedError
-
-        host.run_sync(register(), 15.0)
+        return task_values.store_returns(self.host, spec, result)
 
     # -- actors ----------------------------------------------------------------------------
     def _construct_actor(self, spec: TaskSpec, cls: Any, args: list, kwargs: dict) -> None:
@@ -642,16 +550,6 @@ def _ended(timings: dict[str, float]) -> dict[str, float]:
     if "args_ready" in timings and "executed" not in timings:
         timings["executed"] = end
     return timings
-
-
-def _arg_error(value: Any) -> BaseException:
-    """An argument that is a failed task's error: this task fails with that same error."""
-    if isinstance(value, TaskError):
-        value._from_arg = True
-        return value
-    if isinstance(value, BaseException):
-        return value
-    return RuntimeError(f"argument error: {value!r}")
 
 
 def _terminate() -> None:

@@ -25,6 +25,7 @@ import inspect
 import itertools
 from typing import Any, Protocol
 
+from ember.core_worker import task_values
 from ember.core_worker.generator_streams import item_id
 from ember.core_worker.task_spec import GEN_DYNAMIC, GEN_STATIC, TaskSpec
 from ember.exceptions import TaskCancelledError
@@ -141,7 +142,7 @@ class _Sender:
         ser = serialize(value, what=f"item {index} of {spec.display_name()}()")
         loc = self.host.store_serialized(oid, ser, spec.owner)
         if ser.contained:
-            self.executor._register_caller_as_borrower(ser.contained, spec.owner)
+            task_values.register_caller_as_borrower(self.executor.host, ser.contained, spec.owner)
         self._send(index, loc, ser.contained or None)
 
     def raised(self, e: Exception) -> None:
