@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psutil
+from ember.agent.health_events import NodeHealth
 from ember.agent.link import DashboardStream
 from ember.agent.logs import LogDir
 from ember.agent.metrics import NodeSampler, ProcessSampler
@@ -48,9 +49,6 @@ logger = logging.getLogger("ember.agent")
 PERIOD = float(os.environ.get("EMBER_AGENT_PERIOD", "2.0"))
 # Task events held while the dashboard is unreachable; past this the oldest batches go.
 MAX_BUFFERED_EVENTS = int(os.environ.get("EMBER_AGENT_MAX_BUFFERED_EVENTS", "200000"))
-# Below this much free space on the disk holding the session's logs, the agent sends an error
-# event (once, until space comes back): processes writing logs there will soon fail.
-LOG_DISK_MIN_FREE = int(os.environ.get("EMBER_AGENT_LOG_DISK_MIN_FREE", str(100 * 2**20)))
 _STATE = {
     "LEASED": "RUNNING",
     "ACTOR": "ACTOR",
@@ -91,12 +89,10 @@ class Agent(DashboardStream):
         self.sample_wall_s = 0.0
         self.latest_metrics: dict[str, Any] | None = None
         self.transfer_seq = 0  # the raylet's object transfers already shipped (timeline)
-        # The raylet's memory-monitor kills already made events. A new agent reports the
-        # raylet's last 100 again: its dashboard may be new too (a kill may precede both).
-        self.oom_kill_seq = 0
         self.wakeup = asyncio.Event()
-        self.known_workers: dict[int, dict[str, Any]] = {}
-        self.log_disk_low = False  # an event said the logs' disk is (nearly) full
+        # Log disk, worker deaths, memory-monitor kills. A new agent reports the raylet's
+        # last 100 kills again: its dashboard may be new too (a kill may precede both).
+        self.health = NodeHealth(self.events, self.logs)
         self.info = {
             "node_ip": args.node_ip,
             "hostname": socket.gethostname(),
@@ -178,7 +174,10 @@ class Agent(DashboardStream):
             try:
                 stats = await self.raylet.call(
                     "node_stats",
-                    {"transfers_after": self.transfer_seq, "oom_kills_after": self.oom_kill_seq},
+                    {
+                        "transfers_after": self.transfer_seq,
+                        "oom_kills_after": self.health.oom_kill_seq,
+                    },
                     timeout=5.0,
                 )
                 raylet_workers = await self.raylet.call("list_workers", None, timeout=5.0)
@@ -251,15 +250,15 @@ class Agent(DashboardStream):
             if pid in measured:
                 row.update(measured[pid])
                 workers.append(row)
-        self._report_exits(by_pid, stats.get("recent_exits") or ())
+        self.health.report_exits(by_pid, stats.get("recent_exits") or (), self.stopping)
         monitor = stats.get("memory_monitor") or {}
-        self._report_oom_kills(monitor)
+        self.health.report_oom_kills(monitor)
         sample["oom_kills_total"] = monitor.get("kills_total", 0)
         sample["num_workers"] = sum(1 for w in workers if w["kind"] == "worker")
         sample["agent"] = self._self_metrics(measured.get(os.getpid(), {}))
         # ember.util.metrics: each process's snapshot file, shipped with the sample.
         sample["user_metrics"] = user_metrics
-        sample["log_disk"] = self._check_log_disk()
+        sample["log_disk"] = self.health.check_log_disk()
         info = dict(self.info)
         if stats:
             info["resources_total"] = stats.get("resources_total", {})
@@ -302,123 +301,6 @@ class Agent(DashboardStream):
         )
         self.sample_cpu_s += time.thread_time() - cpu0
         return out
-
-    def _check_log_disk(self) -> dict[str, Any]:
-        """Free space where the session's logs go; an ERROR event when it falls below
-        ``LOG_DISK_MIN_FREE`` (or it has no free inodes left), an INFO one when
-        it is back above. The log endpoints keep serving either way: they only read."""
-        path = self.logs.path
-        try:
-            usage = psutil.disk_usage(path)
-        except OSError as e:
-            return {"path": path, "error": str(e)}
-        mount = _mount_of(path)
-        low = usage.free < LOG_DISK_MIN_FREE or self._enospc_seen()
-        if low and not self.log_disk_low:
-            self.events.append(
-                {
-                    "type": "event",
-                    "severity": "ERROR",
-                    "kind": "LOG_DISK_FULL",
-                    "source": "agent",
-                    "time": time.time(),
-                    "message": (
-                        f"the disk holding this node's logs ({mount}) is nearly full: "
-                        f"{_mb(usage.free)} free of {_mb(usage.total)} (below "
-                        f"{_mb(LOG_DISK_MIN_FREE)}, EMBER_AGENT_LOG_DISK_MIN_FREE); logs may "
-                        f"be truncated; free space on {mount} or move temp_dir "
-                        "(ember start --temp-dir, ember.init(temp_dir=...)) to a larger disk"
-                    ),
-                    "detail": f"logs: {path}",
-                }
-            )
-        elif not low and self.log_disk_low:
-            self.events.append(
-                {
-                    "type": "event",
-                    "severity": "INFO",
-                    "kind": "LOG_DISK_OK",
-                    "source": "agent",
-                    "time": time.time(),
-                    "message": f"the disk holding this node's logs ({mount}) has "
-                    f"{_mb(usage.free)} free again",
-                }
-            )
-        self.log_disk_low = low
-        return {
-            "path": path,
-            "mount": mount,
-            "free_bytes": usage.free,
-            "total_bytes": usage.total,
-            "min_free_bytes": LOG_DISK_MIN_FREE,
-            "low": low,
-        }
-
-    def _enospc_seen(self) -> bool:
-        """Whether creating a file there would fail with ENOSPC for want of inodes (a disk
-        can run out of them with bytes to spare; many small worker logs do that)."""
-        try:
-            st = os.statvfs(self.logs.path)
-        except OSError:
-            return False
-        return st.f_files > 0 and st.f_favail == 0
-
-    def _report_exits(self, current: dict[int, dict[str, Any]], exits: Any = ()) -> None:
-        """A worker gone while running a task or an actor crashed: an error event with the
-        end of its stderr (its traceback, when Python printed one). Exits the raylet says
-        were asked for (an actor killed or ended, a job's supervisor done) are not crashes."""
-        asked = {pid for pid, _reason, intended in exits if intended}
-        for pid, old in self.known_workers.items():
-            if pid in current or old["kind"] != "worker" or pid in asked:
-                continue
-            if old["state"] in ("RUNNING", "ACTOR") and not self.stopping:
-                detail = self._stderr_tail(pid)
-                what = old.get("current_task") or old.get("actor_class") or "a task"
-                self.events.append(
-                    {
-                        "type": "event",
-                        "severity": "ERROR",
-                        "kind": "WORKER_DIED",
-                        "pid": pid,
-                        "source": "worker",
-                        "time": time.time(),
-                        "message": f"worker {pid} exited while running {what}",
-                        "detail": detail,
-                    }
-                )
-        self.known_workers = current
-
-    def _report_oom_kills(self, monitor: dict[str, Any]) -> None:
-        """The raylet's memory monitor killed workers: an error event for each, with the
-        usage, the biggest users and what to do in its detail."""
-        seq = monitor.get("kills_seq", 0)
-        if seq < self.oom_kill_seq:
-            self.oom_kill_seq = 0  # a new raylet counts from 0 again
-        for kill in monitor.get("kills") or ():
-            if kill["seq"] <= self.oom_kill_seq:
-                continue
-            self.oom_kill_seq = kill["seq"]
-            self.events.append(
-                {
-                    "type": "event",
-                    "severity": "ERROR",
-                    "kind": "WORKER_OOM_KILLED",
-                    "pid": kill["pid"],
-                    "source": "raylet",
-                    "time": kill["time"],
-                    "message": kill["message"],
-                    "detail": kill["detail"],
-                }
-            )
-
-    def _stderr_tail(self, pid: int) -> str | None:
-        for f in self.logs.index():
-            if f.get("pid") == pid and f.get("stream") == "err":
-                try:
-                    return "\n".join(self.logs.tail(f["name"], 40)["lines"])
-                except OSError:
-                    return None
-        return None
 
     # -- requests from the dashboard -------------------------------------------------------
     async def handle_request(self, msg: dict[str, Any]) -> None:
@@ -471,7 +353,7 @@ class Agent(DashboardStream):
         raise ValueError(f"unknown agent op {op!r}")
 
     async def stacks(self, pids: list[int] | None) -> dict[str, Any]:
-        rows = {w["pid"]: w for w in self.known_workers.values()}
+        rows = {w["pid"]: w for w in self.health.known_workers.values()}
         # What each runs now, asked of the raylet: the sample's list can be a second old, and
         # a stack taken just after a task started said its worker was idle.
         now: dict[int, str | None] = {}
@@ -606,21 +488,6 @@ class Agent(DashboardStream):
         logger.error(
             "could not reach the raylet at %s; serving without it", self.args.raylet_address
         )
-
-
-def _mount_of(path: str) -> str:
-    """The mount point of the filesystem holding ``path``."""
-    path = os.path.realpath(path)
-    while not os.path.ismount(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
-
-
-def _mb(n: float) -> str:
-    return f"{n / 2**20:.0f} MiB"
 
 
 def _activity(state: str, title: str) -> str:
