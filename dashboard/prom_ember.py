@@ -50,12 +50,15 @@ _NODE_GAUGES = {
     "object_store_objects": ("object_store_objects", "Objects in the store"),
     "object_store_spilled_bytes": ("object_store_spilled_bytes", "Bytes of objects on disk"),
     "object_store_spilled_objects": ("object_store_spilled_objects", "Objects on disk"),
+}
+# Sample key -> (counter family name without the prefix or ``_total``, help).
+_NODE_COUNTERS = {
     "object_store_spilled_bytes_total": (
-        "object_store_spilled_bytes_total",
+        "object_store_bytes_spilled",
         "Bytes written to disk by spilling since the node started",
     ),
     "object_store_restored_bytes_total": (
-        "object_store_restored_bytes_total",
+        "object_store_bytes_restored",
         "Bytes read back from disk since the node started",
     ),
 }
@@ -105,7 +108,8 @@ def node_metrics(nodes: list[tuple[str, Any]]) -> Iterator[Metric]:
     age = _g("node_metrics_age_seconds", "Seconds since the node's agent last reported", labels)
     gpu_util = _g("node_gpu_utilization_percent", "GPU utilisation", [*labels, "gpu"])
     gpu_mem = _g("node_gpu_memory_used_bytes", "GPU memory in use", [*labels, "gpu"])
-    # Counters since the machine booted; rate() over them is what the gauges above estimate.
+    # Counters since the machine booted (or the node started); rate() over the network ones
+    # is what the gauges above estimate.
     net_totals = {
         "net_sent_bytes": _c(
             "node_network_sent_bytes", "Bytes sent by the node since boot", labels
@@ -113,6 +117,7 @@ def node_metrics(nodes: list[tuple[str, Any]]) -> Iterator[Metric]:
         "net_recv_bytes": _c(
             "node_network_received_bytes", "Bytes received by the node since boot", labels
         ),
+        **{key: _c(name, doc, labels) for key, (name, doc) in _NODE_COUNTERS.items()},
     }
     now = time.time()
     for nid, node in nodes:

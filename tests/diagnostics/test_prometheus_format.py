@@ -136,8 +136,8 @@ def test_metrics_parse_with_units_and_values(client):
     assert _value(fams, "ember_object_store_capacity_bytes") == 1e9
     assert _value(fams, "ember_object_store_spilled_bytes") == 5e8
     assert _value(fams, "ember_object_store_spilled_objects") == 5
-    assert _value(fams, "ember_object_store_spilled_bytes_total") == 7e8
-    assert _value(fams, "ember_object_store_restored_bytes_total") == 2e8
+    assert _value(fams, "ember_object_store_bytes_spilled_total") == 7e8
+    assert _value(fams, "ember_object_store_bytes_restored_total") == 2e8
     assert _value(fams, "ember_component_cpu_percent", component="worker") == 75.0
     assert _value(fams, "ember_component_processes", component="worker") == 2
     assert _value(fams, "ember_actors", state="ALIVE", class_name="Worker") == 1
