@@ -126,14 +126,8 @@ class AgentHub:
         if old is not None:
             old.fail_all(f"the agent of node {node_id[:12]} reconnected")
         link = self.links[node_id] = AgentLink(node_id)
-        self.state.update_node(node_id, info)
-        self.state.add_event(
-            "INFO",
-            f"agent of node {node_id[:12]} connected",
-            source="dashboard",
-            node_id=node_id,
-            kind="AGENT_CONNECTED",
-        )
+        agent_connected(self.state, node_id, info)
+        self.state.record("hello", {"node": node_id, "info": info})
         return link
 
     def close_link(self, link: AgentLink) -> None:
@@ -144,6 +138,7 @@ class AgentHub:
             del self.links[link.node_id]
             link.fail_all(f"the agent of node {link.node_id[:12]} disconnected")
             self.state.agent_gone(link.node_id)
+            self.state.record("gone", {"node": link.node_id})
 
     async def _connect(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
         if self.token is not None:
@@ -196,39 +191,10 @@ class AgentHub:
                 logger.warning("bad message from the agent of %s: %s", link.node_id[:12], e)
 
     def ingest(self, link: AgentLink, msg: dict[str, Any]) -> None:
-        st = self.state
         kind = msg["type"]
-        if kind == "metrics":
-            if msg.get("info"):
-                st.update_node(link.node_id, msg["info"])
-            if "workers" in msg:
-                st.set_workers(link.node_id, msg["workers"])
-            if "logs" in msg:
-                st.set_log_index(link.node_id, msg["logs"])
-            st.node_metrics(link.node_id, float(msg.get("time") or time.time()), msg["sample"])
-            for transfer in msg.get("transfers") or ():
-                st.timeline.add_transfer(transfer)  # object copies between nodes
-        elif kind == "task_events":
-            st.add_task_events(
-                link.node_id,
-                str(msg.get("job_id") or ""),
-                msg["events"],
-                int(msg.get("dropped") or 0),
-            )
-        elif kind == "actors":
-            for row in msg["actors"]:
-                st.update_actor(row)
-        elif kind == "event":
-            st.add_event(
-                str(msg.get("severity", "ERROR")),
-                str(msg.get("message", "")),
-                source=str(msg.get("source", "agent")),
-                node_id=link.node_id,
-                pid=msg.get("pid"),
-                kind=str(msg.get("kind", "")),
-                detail=msg.get("detail"),
-                t=msg.get("time"),
-            )
+        if kind in RECORDED:
+            apply_agent_message(self.state, link.node_id, msg)
+            self.state.record("agent", {"node": link.node_id, "msg": msg})
         elif kind == "reply":
             fut = link.waiting.pop(int(msg["rid"]), None)
             if fut is not None and not fut.done():
@@ -271,3 +237,55 @@ async def _next(iterator: Any) -> bytes:
     async for item in iterator:
         return item
     raise StopAsyncIteration
+
+
+# The agents' messages that change the state (and so are kept as the session's history).
+RECORDED = ("metrics", "task_events", "actors", "event")
+
+
+def apply_agent_message(st: DashboardState, node_id: str, msg: dict[str, Any]) -> None:
+    """One agent message into the state: from the agent's stream, or replayed from the
+    session's history (``history_reader``)."""
+    kind = msg["type"]
+    if kind == "metrics":
+        if msg.get("info"):
+            st.update_node(node_id, msg["info"])
+        if "workers" in msg:
+            st.set_workers(node_id, msg["workers"])
+        if "logs" in msg:
+            st.set_log_index(node_id, msg["logs"])
+        st.node_metrics(node_id, float(msg.get("time") or st.clock()), msg["sample"])
+        for transfer in msg.get("transfers") or ():
+            st.timeline.add_transfer(transfer)  # object copies between nodes
+    elif kind == "task_events":
+        st.add_task_events(
+            node_id,
+            str(msg.get("job_id") or ""),
+            msg["events"],
+            int(msg.get("dropped") or 0),
+        )
+    elif kind == "actors":
+        for row in msg["actors"]:
+            st.update_actor(row)
+    elif kind == "event":
+        st.add_event(
+            str(msg.get("severity", "ERROR")),
+            str(msg.get("message", "")),
+            source=str(msg.get("source", "agent")),
+            node_id=node_id,
+            pid=msg.get("pid"),
+            kind=str(msg.get("kind", "")),
+            detail=msg.get("detail"),
+            t=msg.get("time"),
+        )
+
+
+def agent_connected(st: DashboardState, node_id: str, info: dict[str, Any]) -> None:
+    st.update_node(node_id, info)
+    st.add_event(
+        "INFO",
+        f"agent of node {node_id[:12]} connected",
+        source="dashboard",
+        node_id=node_id,
+        kind="AGENT_CONNECTED",
+    )

@@ -19,6 +19,7 @@ import socket
 
 from ember import config
 from ember.cluster_token import user_token
+from ember.dashboard import history_writer
 from ember.dashboard.agent_hub import AgentHub
 from ember.dashboard.app import DashboardContext, create_app
 from ember.dashboard.auth import CLUSTER_TOKEN_PLACE, DASHBOARD_TOKEN_PLACE, ENV_TOKEN_PLACE
@@ -99,6 +100,10 @@ async def serve(args: argparse.Namespace) -> None:
     elif not agent_host.startswith("unix:") and rule_for(agent_host, cluster=False).reachable:
         hub_token = token or load_token(agent_host, args.session_dir, None)
     state = DashboardState()
+    # The session's history on disk (history_writer): what the state ingests, appended.
+    writer = history_writer.attach(state, args.session_dir)
+    if writer is not None:
+        state.record("start", {"session_dir": args.session_dir, "pid": os.getpid()})
     hub = AgentHub(state, hub_token)
     agent_address = await hub.start(agent_host, args.agent_port)
     gcs_token = token or hub_token
@@ -181,6 +186,9 @@ async def serve(args: argparse.Namespace) -> None:
         await asyncio.wait_for(serving, 3.0)
     except (TimeoutError, asyncio.CancelledError):
         pass
+    if writer is not None:
+        state.record("stop", {})
+        await asyncio.to_thread(writer.close)
 
 
 async def _run_node_agent(argv_json: str, hub: AgentHub, stop: asyncio.Event) -> None:

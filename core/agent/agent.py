@@ -36,7 +36,6 @@ from ember.agent.link import DashboardStream
 from ember.agent.logs import LogDir
 from ember.agent.metrics import NodeSampler, ProcessSampler
 from ember.cluster_token import user_token
-from ember.log_files import REFUSED_STATUS, LogFileRefused
 from ember.process_util import signal_ready
 from ember.protocol import connection as conn_mod
 from ember.protocol.handler_table import handlers_from
@@ -431,35 +430,9 @@ class Agent(DashboardStream):
         self.replies.append(reply)
         self.wakeup.set()
 
-    async def _log_op(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
-        """A log read, in a thread (LogDir holds no state): a search through large files must
-        not stall the loop, which on the head is the dashboard's. A file the logs directory
-        holds but Ember will not serve (a link: ``ember.log_files``) is an error with the
-        HTTP status to answer, never its contents."""
-        name = body.get("name")
-        try:
-            if op == "log_tail":
-                return await asyncio.to_thread(self.logs.tail, name, int(body.get("lines", 100)))
-            if op == "log_read":
-                return await asyncio.to_thread(
-                    self.logs.read,
-                    name,
-                    int(body.get("offset", 0)),
-                    int(body.get("size", 0)),
-                    body.get("file_id"),
-                    body.get("mark"),
-                )
-            return await asyncio.to_thread(
-                self.logs.search, body["pattern"], name, int(body.get("max_matches", 500))
-            )
-        except LogFileRefused as e:
-            return {"name": name, "error": str(e), "status": REFUSED_STATUS, "eof": True}
-        except FileNotFoundError:  # indexed a moment ago, deleted since
-            return {"name": name, "error": f"log file {name} no longer exists on this node"}
-
     async def dispatch(self, op: str, body: dict[str, Any]) -> Any:
         if op in ("log_tail", "log_read", "log_search"):
-            return await self._log_op(op, body)
+            return await self.logs.serve(op, body)
         if op == "stack":
             return await self.stacks(body.get("pids"))
         if op == "profile":

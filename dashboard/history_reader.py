@@ -1,0 +1,238 @@
+"""A stopped session's history, read back: the journal ``history_writer`` appended is
+replayed, record by record and at each record's time, into a fresh ``DashboardState``
+through the same functions that fed the live one (``agent_hub.apply_agent_message``,
+``gcs_client.apply_gcs_poll``), so every route reads it as it read the live state.
+
+What the live dashboard asked of agents and the GCS on demand is answered from the session
+directory instead: the head node's log files (``HistoryHub``: ``logs/`` read as its agent
+read them) and the submitted jobs' records and drivers (``HistoryJobs``). Stacks, profiles
+and object listings need live processes: they answer that this is history.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ember.agent.logs import LogDir
+from ember.dashboard import job_records as jr
+from ember.dashboard.agent_hub import agent_connected, apply_agent_message
+from ember.dashboard.app import AgentUnavailable
+from ember.dashboard.gcs_client import apply_gcs_poll
+from ember.dashboard.history_writer import HISTORY_DIR, read_dropped, segments
+from ember.dashboard.job_manager import JobError
+from ember.dashboard.state import DashboardState
+
+LOG_OPS = ("log_tail", "log_read", "log_search")
+
+
+class NoHistory(LookupError):
+    """A path that holds no session history; the message says what was looked for."""
+
+
+@dataclass
+class Session:
+    """One session's history, replayed."""
+
+    session_dir: str
+    state: DashboardState
+    jobs: dict[str, dict[str, Any]]  # {submission id: the last record}
+    gcs_jobs: list[dict[str, Any]]  # the GCS's job table as last polled
+    started: float
+    stopped_at: float
+    records: int = 0
+    skipped: int = 0  # lines that did not parse (the last one of a killed writer)
+    dropped: dict[str, Any] = field(default_factory=dict)  # history_writer's counts
+    head_node: str | None = None
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.session_dir.rstrip("/"))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "session_name": self.name,
+            "session_dir": self.session_dir,
+            "started": self.started,
+            "stopped_at": self.stopped_at,
+            "records": self.records,
+            "skipped_records": self.skipped,
+            "dropped": self.dropped,
+        }
+
+
+def has_history(path: str) -> bool:
+    return bool(segments(os.path.join(path, HISTORY_DIR)))
+
+
+def find_sessions(path: str) -> list[str]:
+    """The session directories under ``path``, oldest first: ``path`` itself if it holds a
+    history, else its ``session_*`` directories that do (a temp root: ``--temp-dir``)."""
+    path = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isdir(path):
+        raise NoHistory(f"{path} is not a directory: give a session directory or a temp root")
+    if has_history(path):
+        return [path]
+    found = []
+    for name in sorted(os.listdir(path)):
+        full = os.path.join(path, name)
+        if name.startswith("session_") and not os.path.islink(full) and has_history(full):
+            found.append(full)
+    if not found:
+        raise NoHistory(
+            f"no session history under {path}: expected {path}/{HISTORY_DIR}/journal-*.jsonl "
+            f"or {path}/session_*/{HISTORY_DIR}/ (the dashboard writes it while a cluster runs, "
+            "unless EMBER_HISTORY=0)"
+        )
+    return found
+
+
+def load(session_dir: str) -> Session:
+    """Replays ``session_dir``'s journal (can take a while for a long session: call it off
+    the loop)."""
+    history_dir = os.path.join(session_dir, HISTORY_DIR)
+    state = DashboardState()
+    now = [0.0]
+    state.set_clock(lambda: now[0])
+    jobs: dict[str, dict[str, Any]] = {}
+    gcs_jobs: list[dict[str, Any]] = []
+    started = stopped = 0.0
+    records = skipped = 0
+    for _, path in segments(history_dir):
+        with open(path, "rb") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                    t = float(rec["t"])
+                except (ValueError, KeyError, TypeError):
+                    skipped += 1
+                    continue
+                now[0] = t
+                started = started or t
+                stopped = max(stopped, t)
+                records += 1
+                try:
+                    gcs_jobs = _apply(state, rec, jobs, gcs_jobs)
+                except Exception:  # a record this version cannot apply: skip it, count it
+                    skipped += 1
+    session = Session(
+        session_dir=session_dir,
+        state=state,
+        jobs=jobs,
+        gcs_jobs=gcs_jobs,
+        started=started,
+        stopped_at=stopped,
+        records=records,
+        skipped=skipped,
+        dropped=read_dropped(history_dir),
+    )
+    state.started = started
+    session.head_node = _head_node(state, session_dir)
+    if session.head_node:
+        # The head's log files are on this disk: index them as they are now (every file the
+        # session wrote, not only those its agent last listed).
+        state.set_log_index(session.head_node, LogDir(os.path.join(session_dir, "logs")).index())
+    return session
+
+
+def _apply(
+    st: DashboardState,
+    rec: dict[str, Any],
+    jobs: dict[str, dict[str, Any]],
+    gcs_jobs: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    kind = rec["k"]
+    if kind == "agent":
+        apply_agent_message(st, rec["node"], rec["msg"])
+    elif kind == "hello":
+        agent_connected(st, rec["node"], rec.get("info") or {})
+    elif kind == "gone":
+        st.agent_gone(rec["node"])
+    elif kind == "gcs":
+        if "jobs" in rec:
+            gcs_jobs = rec["jobs"]
+        # The job table every poll (unchanged ones were not written): a job's end fails its
+        # open tasks once its grace has passed, at the time of this record.
+        apply_gcs_poll(
+            st, rec.get("actors") or [], gcs_jobs, rec.get("cluster"), rec.get("events") or []
+        )
+    elif kind == "job":
+        jobs[rec["record"]["submission_id"]] = rec["record"]
+    elif kind == "job_deleted":
+        jobs.pop(rec["submission_id"], None)
+    return gcs_jobs
+
+
+def _head_node(state: DashboardState, session_dir: str) -> str | None:
+    real = os.path.realpath(session_dir)
+    for nid, node in state.nodes.items():
+        sd = node.info.get("session_dir")
+        if sd and os.path.realpath(sd) == real:
+            return nid
+    return next((nid for nid, n in state.nodes.items() if n.info.get("is_head")), None)
+
+
+class HistoryHub:
+    """Stands in for the agents' hub: the head's logs are read from the session directory;
+    anything else needs the live node and says so."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.links: dict[str, Any] = {}
+        self.logs = LogDir(os.path.join(session.session_dir, "logs"))
+
+    def connected_nodes(self) -> list[str]:
+        return []
+
+    async def call(self, node_id: str, op: str, body: dict[str, Any], timeout: float) -> Any:
+        if op in LOG_OPS and node_id == self.session.head_node:
+            return await self.logs.serve(op, body)
+        what = f"{op} on node {node_id[:12]}"
+        if op in LOG_OPS:
+            why = (
+                "its logs stayed on its own machine (only the head node's logs are in the "
+                "session directory)"
+            )
+        else:
+            why = "it needs the node's live processes"
+        raise AgentUnavailable(
+            f"{what} is not available: this is the history of session {self.session.name} "
+            f"(stopped), and {why}"
+        )
+
+
+class HistoryJobs:
+    """Stands in for the job manager: the submitted jobs' last records and the drivers of
+    the GCS's job table, read-only."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    async def find(self, job_id: str) -> dict[str, Any]:
+        recs = await self.list()
+        for key in ("submission_id", "job_id"):
+            rec = next((r for r in recs if r.get(key) == job_id), None)
+            if rec is not None:
+                return rec
+        raise JobError(404, f"Job {job_id} does not exist in session {self.session.name}.")
+
+    async def list(self) -> list[dict[str, Any]]:
+        st = self.session.state
+        head = st.nodes.get(self.session.head_node or "")
+        ip = (head.info.get("node_ip") if head else None) or ""
+        drivers = [d for j in self.session.gcs_jobs if (d := jr.driver_details(j, ip))]
+        submitted = sorted(self.session.jobs.values(), key=lambda r: r.get("start_time") or 0)
+        return submitted + drivers
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(jr.STATES, 0)
+        for rec in self.session.jobs.values():
+            out[rec["status"]] = out.get(rec["status"], 0) + 1
+        return out
+
+    async def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise JobError(405, f"session {self.session.name} is history: its jobs cannot change")
+
+    submit = stop = delete = _refuse

@@ -1,0 +1,201 @@
+"""The session's history outlives the cluster: a cluster head runs a job (log lines, a failed
+task with its traceback, a detached actor), is stopped with ``ember stop``, and
+``ember dashboard --history <temp dir>`` serves what happened, read-only, through the same API.
+Plus the writer's retention limits, which must report what they drop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import httpx
+import psutil
+import pytest
+from ember.dashboard.history_writer import HistoryWriter, read_dropped, segments
+from ember_test_utils import dashboard_url_in, ember_cli, head_cluster, wait_until
+
+JOB = """
+import ember
+
+ember.init()
+
+@ember.remote
+def boom():
+    raise ValueError("history-boom-42")
+
+@ember.remote
+class Keeper:
+    def ping(self):
+        return "pong"
+
+k = Keeper.options(name="keeper", lifetime="detached").remote()
+print("LOG-LINE", ember.get(k.ping.remote()), flush=True)
+try:
+    ember.get(boom.remote())
+except Exception as e:
+    print("caught", type(e).__name__, flush=True)
+print("LOG-END", flush=True)
+"""
+
+
+def _get(http: httpx.Client, path: str, **params) -> object:
+    r = http.get(path, params=params)
+    assert r.status_code == 200, (path, r.status_code, r.text)
+    return r.json()
+
+
+def _failed_task(http: httpx.Client) -> dict | None:
+    rows = _get(http, "/api/tasks", filter="state=FAILED")["items"]
+    rows = [t for t in rows if t.get("name", "").endswith("boom")]
+    if not rows:
+        return None
+    return _get(http, f"/api/tasks/{rows[0]['task_id']}")
+
+
+def test_history_of_a_stopped_cluster():
+    with head_cluster(prefix="emb-hist-") as (root, _port, head):
+        live = httpx.Client(base_url=dashboard_url_in(head.stdout), timeout=30)
+        script = os.path.join(root, "job.py")
+        with open(script, "w") as f:
+            f.write(JOB)
+        r = live.post("/api/jobs/", json={"entrypoint": f"{sys.executable} {script}"})
+        assert r.status_code == 200, r.text
+        sid = r.json()["submission_id"]
+
+        def ended():
+            job = _get(live, f"/api/jobs/{sid}")
+            return job if job["status"] in ("SUCCEEDED", "FAILED", "STOPPED") else None
+
+        job = wait_until(ended, 90, 0.3, "the job to end")
+        assert job["status"] == "SUCCEEDED", job
+        # The dashboard has what the history must keep: the task's end, the actor, samples.
+        wait_until(lambda: _failed_task(live), 30, 0.3, "the failed task on the dashboard")
+        wait_until(lambda: len(_get(live, "/api/history")["samples"]) >= 2, 30, 0.3, "2 samples")
+        live.close()
+        stop = subprocess.run(
+            [ember_cli(), "stop", "--temp-dir", root], capture_output=True, text=True, timeout=90
+        )
+        assert stop.returncode == 0, stop.stderr
+        sessions = [d for d in os.listdir(root) if d.startswith("session_") and "latest" not in d]
+        assert len(sessions) == 1, sessions
+        assert segments(os.path.join(root, sessions[0], "history"))
+
+        server = subprocess.Popen(
+            [ember_cli(), "dashboard", "--history", root, "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            line = server.stdout.readline()
+            assert " at http://127.0.0.1:" in line, (line, server.stderr.read())
+            url = line.rsplit(" at ", 1)[1].strip()
+            _check_history(url, sid, sessions[0])
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                code = server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                raise
+        assert code == 0, server.stderr.read()
+        assert not psutil.pid_exists(server.pid) or psutil.Process(server.pid).status() == "zombie"
+
+
+def _check_history(url: str, sid: str, session: str) -> None:
+    http = httpx.Client(base_url=url, timeout=60)
+    version = _get(http, "/api/version")
+    assert version["history"] is True
+    assert version["session_name"] == session
+    assert version["stopped_at"] > version["started"] > 0
+    assert _get(http, "/api/sessions")["sessions"][0]["session_name"] == session
+
+    # The job: its status and its log lines, read from the head's logs directory.
+    job = _get(http, f"/api/jobs/{sid}")
+    assert job["status"] == "SUCCEEDED"
+    logs = _get(http, f"/api/jobs/{sid}/logs")["logs"]
+    assert "LOG-LINE pong\n" in logs and "caught" in logs and "LOG-END" in logs, logs
+
+    # The failed task, with its traceback.
+    task = _failed_task(http)
+    assert task is not None
+    assert task["error_type"], task
+    assert "history-boom-42" in task["error"] and "Traceback" in task["error"], task["error"]
+
+    # The detached actor as the GCS last reported it.
+    actors = _get(http, "/api/actors", filter="class_name=Keeper")["items"]
+    assert [a["state"] for a in actors] == ["ALIVE"], actors
+    assert actors[0]["name"] == "keeper"
+
+    # The metrics history the charts read (the node's series up to the stop).
+    samples = _get(http, "/api/history")["samples"]
+    assert len(samples) >= 2 and samples[-1]["cpu_percent"] is not None, samples[-3:]
+    assert samples[-1]["time"] <= version["stopped_at"] + 1
+
+    # The timeline has the task; the head's log files are listed and readable.
+    trace = http.get("/api/timeline").json()
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    assert any("boom" in str(e.get("name", "")) for e in events)
+    files = _get(http, "/api/logs", limit=1000)["items"]
+    raylet = next(f for f in files if f["name"] == "raylet.log")
+    tail = _get(http, "/api/logs/tail", node_id=raylet["node_id"], name="raylet.log")
+    assert tail["lines"], tail
+
+    # Nothing can change: every mutating route is refused, saying it is history.
+    for method, path in [
+        ("POST", f"/api/actors/{actors[0]['actor_id']}/kill"),
+        ("POST", f"/api/jobs/{sid}/stop"),
+        ("DELETE", f"/api/jobs/{sid}"),
+        ("POST", "/api/jobs/"),
+    ]:
+        r = http.request(method, path, json={"entrypoint": "true"})
+        assert r.status_code == 405, (method, path, r.status_code, r.text)
+        assert "history" in r.json()["detail"] and session in r.json()["detail"]
+    # The same session under its own path (the browser app's relative URLs live there).
+    assert _get(http, f"/sessions/{session}/api/jobs/{sid}")["status"] == "SUCCEEDED"
+    assert http.get("/api/version", params={"session": "session_nope"}).status_code == 404
+    http.close()
+
+
+def test_retention_drops_oldest_segments_and_reports_them(tmp_path):
+    w = HistoryWriter(str(tmp_path), flush_s=60, segment_bytes=4096, max_bytes=8192, max_age_s=3600)
+    w.start()
+    for i in range(200):
+        w.record("agent", {"node": "n", "msg": {"type": "event", "i": i, "pad": "x" * 100}})
+    w.close()
+    history = tmp_path / "history"
+    kept = segments(str(history))
+    size = sum(os.path.getsize(p) for _, p in kept)
+    assert size <= 8192 + 4096  # the limit, plus the segment being written
+    dropped = read_dropped(str(history))
+    kept_lines = sum(len(open(p).readlines()) for _, p in kept)
+    assert dropped["records"] == 200 - kept_lines > 0
+    assert dropped["segments"] >= 1
+    # The newest records are the ones kept.
+    last = json.loads(open(kept[-1][1]).readlines()[-1])
+    assert last["msg"]["i"] == 199
+
+
+def test_queue_bound_counts_what_it_drops(tmp_path):
+    w = HistoryWriter(str(tmp_path), flush_s=60, max_queue_bytes=1000)
+    for i in range(50):
+        w.record("agent", {"node": "n", "msg": {"type": "event", "i": i}})
+    assert 0 < w.dropped["queue_full"] < 50
+    w.close()
+    assert read_dropped(str(tmp_path / "history"))["queue_full"] == w.dropped["queue_full"]
+
+
+@pytest.mark.parametrize("bad", ["/nonexistent-dir", "EMPTY"])
+def test_history_of_nothing_is_a_clear_error(tmp_path, bad):
+    path = str(tmp_path) if bad == "EMPTY" else bad
+    r = subprocess.run(
+        [ember_cli(), "dashboard", "--history", path, "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode != 0
+    assert "session" in r.stderr and path in r.stderr, r.stderr
