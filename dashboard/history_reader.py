@@ -11,20 +11,23 @@ and object listings need live processes: they answer that this is history.
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ember.agent.logs import LogDir
+from ember.dashboard import history_format as fmt
 from ember.dashboard import job_records as jr
 from ember.dashboard.agent_hub import agent_connected, apply_agent_message
 from ember.dashboard.app import AgentUnavailable
 from ember.dashboard.gcs_client import apply_gcs_poll
-from ember.dashboard.history_writer import HISTORY_DIR, read_dropped, segments
+from ember.dashboard.history_format import HISTORY_DIR, segments
+from ember.dashboard.history_writer import read_dropped
 from ember.dashboard.job_manager import JobError
 from ember.dashboard.state import DashboardState
 
+logger = logging.getLogger("ember.dashboard")
 LOG_OPS = ("log_tail", "log_read", "log_search")
 
 
@@ -101,22 +104,23 @@ def load(session_dir: str) -> Session:
     started = stopped = 0.0
     records = skipped = 0
     for _, path in segments(history_dir):
-        with open(path, "rb") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                    t = float(rec["t"])
-                except (ValueError, KeyError, TypeError):
+        try:
+            for rec in fmt.records(path):
+                if rec is None:
                     skipped += 1
                     continue
+                t, kind, body = rec
                 now[0] = t
                 started = started or t
                 stopped = max(stopped, t)
                 records += 1
                 try:
-                    gcs_jobs = _apply(state, rec, jobs, gcs_jobs)
+                    gcs_jobs = _apply(state, kind, body, jobs, gcs_jobs)
                 except Exception:  # a record this version cannot apply: skip it, count it
                     skipped += 1
+        except (OSError, EOFError) as e:  # a damaged compressed segment: what it gave is in
+            logger.warning("history segment %s ends early: %s", path, e)
+            skipped += 1
     session = Session(
         session_dir=session_dir,
         state=state,
@@ -139,11 +143,11 @@ def load(session_dir: str) -> Session:
 
 def _apply(
     st: DashboardState,
+    kind: str,
     rec: dict[str, Any],
     jobs: dict[str, dict[str, Any]],
     gcs_jobs: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    kind = rec["k"]
     if kind == "agent":
         apply_agent_message(st, rec["node"], rec["msg"])
     elif kind == "hello":

@@ -1,20 +1,16 @@
 """The session's history on disk: what the dashboard ingests (agents' samples, task events,
 actors, events; the GCS's actors, jobs, cluster and events; submitted jobs' records),
-appended as JSON lines to ``<session_dir>/history/journal-<n>.jsonl`` so that it outlives
-the cluster. ``history_reader`` replays the lines into a fresh ``DashboardState``, so the
-history server answers every page with the same code as the live dashboard.
+appended to ``<session_dir>/history/`` (``history_format``: segments of framed records) so
+that it outlives the cluster. ``history_reader`` replays them into a fresh
+``DashboardState``, so the history server answers every page with the live dashboard's code.
 
-Why JSON lines in segments rather than SQLite: the reader never queries, it replays
-everything into the state the routes already read; appending a line is the cheapest write
-there is (no index, no transaction, no schema to migrate); a crash leaves at most one partial
-line, which the reader skips; and retention is deleting the oldest segment file.
-
-Off the request path: ``record`` (on the dashboard's loop) encodes the line (so no object the
-loop goes on mutating is shared with another thread) and appends it to a bounded queue; a
-thread writes the queue out every ``EMBER_HISTORY_FLUSH_S`` seconds, rotates segments at
-``EMBER_HISTORY_SEGMENT_BYTES`` and applies the retention limits (``EMBER_HISTORY_MAX_BYTES``,
-``EMBER_HISTORY_MAX_AGE_S``). Whatever is dropped (past the queue's bound, or by retention) is
-counted in ``history/dropped.json``, logged, and shown as a ``HISTORY_DROPPED`` event and in
+Off the request path: ``record`` (on the dashboard's loop) encodes the record (so no object
+the loop goes on mutating is shared with another thread) and appends it to a bounded queue;
+a thread writes the queue out every ``EMBER_HISTORY_FLUSH_S`` seconds, rotates segments at
+``EMBER_HISTORY_SEGMENT_BYTES`` (compressing the closed one) and applies the retention
+limits (``EMBER_HISTORY_MAX_BYTES`` of compressed segments, ``EMBER_HISTORY_MAX_AGE_S``).
+Whatever is dropped (past the queue's bound, or by retention) is counted in
+``history/dropped.json``, logged, and shown as a ``HISTORY_DROPPED`` event and in
 ``/api/cluster_status``'s ``dropped``.
 """
 
@@ -24,18 +20,15 @@ import asyncio
 import json
 import logging
 import os
-import re
 import threading
 import time
 from collections import deque
 from typing import Any
 
-from ember.agent import wire
+from ember.dashboard import history_format as fmt
 
 logger = logging.getLogger("ember.dashboard")
 
-HISTORY_DIR = "history"
-SEGMENT = re.compile(r"^journal-(\d{6,})\.jsonl$")
 DROPPED_FILE = "dropped.json"
 
 
@@ -52,16 +45,6 @@ def _env_float(name: str, default: float) -> float:
 def enabled() -> bool:
     """``EMBER_HISTORY=0`` turns the writer off (the history server then finds nothing)."""
     return os.environ.get("EMBER_HISTORY", "1") not in ("0", "false", "no", "")
-
-
-def segments(history_dir: str) -> list[tuple[int, str]]:
-    """``[(number, path)]`` of the journal's segments, oldest first."""
-    try:
-        names = os.listdir(history_dir)
-    except OSError:
-        return []
-    found = [(int(m.group(1)), n) for n in names if (m := SEGMENT.match(n))]
-    return [(num, os.path.join(history_dir, n)) for num, n in sorted(found)]
 
 
 def read_dropped(history_dir: str) -> dict[str, Any]:
@@ -83,7 +66,7 @@ class HistoryWriter:
         max_age_s: float | None = None,
         max_queue_bytes: int | None = None,
     ) -> None:
-        self.dir = os.path.join(session_dir, HISTORY_DIR)
+        self.dir = os.path.join(session_dir, fmt.HISTORY_DIR)
         os.makedirs(self.dir, exist_ok=True)
         self.flush_s = flush_s if flush_s is not None else _env_float("EMBER_HISTORY_FLUSH_S", 1.0)
         self.segment_bytes = int(
@@ -110,7 +93,7 @@ class HistoryWriter:
         self._saved = dict(self.dropped)
         self.written = 0
         self._lines: dict[str, int] = {}  # {segment path: lines} of segments written here
-        existing = segments(self.dir)
+        existing = fmt.segments(self.dir)
         # A dashboard started again in the session opens a new segment after the last.
         self._num = existing[-1][0] + 1 if existing else 1
         self._file: Any = None
@@ -128,8 +111,7 @@ class HistoryWriter:
 
     # -- the loop's side -------------------------------------------------------------------
     def record(self, kind: str, body: dict[str, Any]) -> None:
-        # The agents' wire encoding: the same JSON (bytes as hex) as their messages.
-        line = wire.encode({"t": time.time(), "k": kind, **body}) + b"\n"
+        line = fmt.encode(time.time(), kind, body)
         with self._lock:
             if self._queued_bytes + len(line) > self.max_queue_bytes:
                 self.dropped["queue_full"] += 1
@@ -146,16 +128,15 @@ class HistoryWriter:
             )
 
     def close(self, timeout: float = 5.0) -> None:
-        """Writes what is queued and stops the thread (within ``timeout``)."""
+        """Writes what is queued, compresses the last segment and stops the thread (within
+        ``timeout``)."""
         self._stopping = True
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
         else:
             self._flush()
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._close_segment()
 
     # -- the thread ------------------------------------------------------------------------
     def _run(self) -> None:
@@ -186,17 +167,29 @@ class HistoryWriter:
         self._file.flush()
 
     def _rotate(self) -> None:
-        if self._file is not None:
-            self._file.close()
-        self._path = os.path.join(self.dir, f"journal-{self._num:06d}.jsonl")
+        self._close_segment()
+        self._path = fmt.segment_path(self.dir, self._num)
         self._num += 1
         self._file = open(self._path, "ab")  # noqa: SIM115 (kept open across flushes)
         self._retain()
 
+    def _close_segment(self) -> None:
+        if self._file is None:
+            return
+        self._file.close()
+        self._file = None
+        try:
+            packed = fmt.compress(self._path)
+        except OSError as e:  # kept plain: the reader reads both
+            logger.warning("could not compress %s: %s", self._path, e)
+            return
+        if self._path in self._lines:
+            self._lines[packed] = self._lines.pop(self._path)
+
     def _retain(self) -> None:
         """Deletes the oldest segments (never the one being written) past the size or age
         limit, counting what they held."""
-        segs = [(p, os.stat(p)) for _, p in segments(self.dir) if p != self._path]
+        segs = [(p, os.stat(p)) for _, p in fmt.segments(self.dir) if p != self._path]
         total = sum(st.st_size for _, st in segs)
         now = time.time()
         for path, st in segs:
@@ -205,7 +198,7 @@ class HistoryWriter:
                 break
             lines = self._lines.pop(path, None)
             if lines is None:
-                lines = _count_lines(path)
+                lines = fmt.count(path)
             try:
                 os.unlink(path)
             except OSError:
@@ -240,17 +233,6 @@ class HistoryWriter:
             self._saved = counts
         except OSError as e:
             logger.warning("could not write %s: %s", DROPPED_FILE, e)
-
-
-def _count_lines(path: str) -> int:
-    n = 0
-    try:
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                n += chunk.count(b"\n")
-    except OSError:
-        pass
-    return n
 
 
 def attach(state: Any, session_dir: str) -> HistoryWriter | None:

@@ -5,7 +5,6 @@ Plus the writer's retention limits, which must report what they drop."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,7 +13,8 @@ import sys
 import httpx
 import psutil
 import pytest
-from ember.dashboard.history_writer import HistoryWriter, read_dropped, segments
+from ember.dashboard.history_format import records, segments
+from ember.dashboard.history_writer import HistoryWriter, read_dropped
 from ember_test_utils import dashboard_url_in, ember_cli, head_cluster, wait_until
 
 JOB = """
@@ -164,19 +164,19 @@ def test_retention_drops_oldest_segments_and_reports_them(tmp_path):
     w = HistoryWriter(str(tmp_path), flush_s=60, segment_bytes=4096, max_bytes=8192, max_age_s=3600)
     w.start()
     for i in range(200):
-        w.record("agent", {"node": "n", "msg": {"type": "event", "i": i, "pad": "x" * 100}})
+        w.record("agent", {"node": "n", "msg": {"type": "event", "i": i, "pad": os.urandom(100)}})
     w.close()
     history = tmp_path / "history"
     kept = segments(str(history))
     size = sum(os.path.getsize(p) for _, p in kept)
     assert size <= 8192 + 4096  # the limit, plus the segment being written
     dropped = read_dropped(str(history))
-    kept_lines = sum(len(open(p).readlines()) for _, p in kept)
-    assert dropped["records"] == 200 - kept_lines > 0
+    kept_records = [r for _, p in kept for r in records(p)]
+    assert dropped["records"] == 200 - len(kept_records) > 0
     assert dropped["segments"] >= 1
-    # The newest records are the ones kept.
-    last = json.loads(open(kept[-1][1]).readlines()[-1])
-    assert last["msg"]["i"] == 199
+    # The newest records are the ones kept, all of them, in order, and compressed.
+    assert [r[2]["msg"]["i"] for r in kept_records] == list(range(200 - len(kept_records), 200))
+    assert all(p.endswith(".gz") for _, p in kept)
 
 
 def test_queue_bound_counts_what_it_drops(tmp_path):
