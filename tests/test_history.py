@@ -81,7 +81,10 @@ def test_history_of_a_stopped_cluster():
         assert stop.returncode == 0, stop.stderr
         sessions = [d for d in os.listdir(root) if d.startswith("session_") and "latest" not in d]
         assert len(sessions) == 1, sessions
-        assert segments(os.path.join(root, sessions[0], "history"))
+        kept = segments(os.path.join(root, sessions[0], "history"))
+        # The dashboard wrote out everything at `ember stop`: its last record says it stopped.
+        last = [r for _, p in kept for r in records(p)][-1]
+        assert last is not None and last[1] == "stop", last
 
         server = subprocess.Popen(
             [ember_cli(), "dashboard", "--history", root, "--port", "0"],

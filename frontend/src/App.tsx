@@ -1,4 +1,5 @@
 import { useEffect, useState } from "preact/hooks";
+import { getJSON } from "./lib/api";
 import { href, useRoute } from "./lib/router";
 import { stream, useStreamStatus } from "./lib/stream";
 import { currentTheme, toggleTheme } from "./lib/theme";
@@ -43,6 +44,28 @@ function StreamBanner() {
   );
 }
 
+interface VersionInfo {
+  history?: boolean;
+  session_name?: string;
+  stopped_at?: number | null;
+}
+
+/** `ember dashboard --history`: a stopped session's dashboard, read-only (`/api/version` says so). */
+function HistoryBanner() {
+  const [info, setInfo] = useState<VersionInfo | null>(null);
+  useEffect(() => {
+    getJSON<VersionInfo>("api/version").then(setInfo, () => setInfo(null));
+  }, []);
+  if (!info?.history) return null;
+  const stopped = info.stopped_at ? new Date(info.stopped_at * 1000).toLocaleString() : "an unknown time";
+  return (
+    <div class="banner history" role="status" data-testid="history-banner">
+      History of session {info.session_name}, stopped at {stopped}. Read-only: nothing here can be killed, stopped or
+      submitted.
+    </div>
+  );
+}
+
 export function App() {
   const route = useRoute();
   const [theme, setTheme] = useState(currentTheme());
@@ -72,6 +95,7 @@ export function App() {
           {theme === "dark" ? "☀ Light" : "☾ Dark"}
         </button>
       </header>
+      <HistoryBanner />
       <StreamBanner />
       <main data-page={route.page}>
         {Page ? (
