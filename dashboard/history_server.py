@@ -110,7 +110,10 @@ class HistoryServer:
         ]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] not in ("http", "websocket"):
+        if scope["type"] == "lifespan":  # nothing to start or stop: say so
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
             return
         path = scope["path"]
         if path.rstrip("/") == "/api/sessions" and scope["type"] == "http":
@@ -221,8 +224,14 @@ def serve(path: str, host: str, port: int, token: str | None, announce: Any = pr
     announce(f"Ember history of {len(dirs)} session(s) ({names}) at {url}")
 
     async def run() -> None:
+        # A browser's open event stream must not hold the exit up.
         config = uvicorn.Config(
-            app, loop="asyncio", lifespan="off", log_level="warning", access_log=False
+            app,
+            loop="asyncio",
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=3,
         )
         server = uvicorn.Server(config)
         server.install_signal_handlers = lambda: None

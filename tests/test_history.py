@@ -9,13 +9,22 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import httpx
 import psutil
 import pytest
 from ember.dashboard.history_format import records, segments
 from ember.dashboard.history_writer import HistoryWriter, read_dropped
-from ember_test_utils import dashboard_url_in, ember_cli, head_cluster, wait_until
+from ember_test_utils import (
+    HISTORY_NODE,
+    HISTORY_TRACEBACK,
+    dashboard_url_in,
+    ember_cli,
+    head_cluster,
+    wait_until,
+    write_history_session,
+)
 
 JOB = """
 import ember
@@ -202,3 +211,49 @@ def test_history_of_nothing_is_a_clear_error(tmp_path, bad):
     )
     assert r.returncode != 0
     assert "session" in r.stderr and path in r.stderr, r.stderr
+
+
+def test_several_sessions_token_and_refusals(tmp_path):
+    """The multi-session app in process: sessions listed, picked by path or ?session=, the
+    newest by default; a token off loopback; every mutation refused naming the session."""
+    import warnings
+
+    from ember.dashboard.history_reader import find_sessions
+    from ember.dashboard.history_server import HistoryServer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    t0 = time.time() - 600
+    old = write_history_session(str(tmp_path), "session_a_1", t0 - 3600)
+    new = write_history_session(str(tmp_path), "session_b_2", t0)
+    os.symlink(new, tmp_path / "session_latest")  # a link is not a session of its own
+    dirs = find_sessions(str(tmp_path))
+    assert dirs == [old, new]
+    with TestClient(HistoryServer(dirs, token="s3cret")) as c:
+        assert c.get("/api/sessions").status_code == 401
+        auth = {"Authorization": "Bearer s3cret"}
+        listed = c.get("/api/sessions", headers=auth).json()
+        assert [s["session_name"] for s in listed["sessions"]] == ["session_a_1", "session_b_2"]
+        assert c.get("/api/version").status_code == 401
+        v = c.get("/api/version", headers=auth).json()
+        assert v["history"] is True and v["session_name"] == "session_b_2"
+        v = c.get("/api/version", params={"session": "session_a_1"}, headers=auth).json()
+        assert v["session_name"] == "session_a_1"
+        # Records carry the time the dashboard wrote them: these were written just now.
+        assert time.time() - 60 < v["stopped_at"] <= time.time()
+        r = c.get("/sessions/session_a_1/api/tasks", headers=auth)
+        [task] = r.json()["items"]
+        assert task["state"] == "FAILED" and task["name"] == "boom"
+        detail = c.get(f"/sessions/session_a_1/api/tasks/{task['task_id']}", headers=auth).json()
+        assert detail["error"] == HISTORY_TRACEBACK
+        samples = c.get("/api/history", params={"node_id": HISTORY_NODE}, headers=auth).json()
+        assert [s["cpu_percent"] for s in samples["samples"]] == [10.0, 11.0, 12.0]
+        r = c.post("/sessions/session_b_2/api/actors/00/kill", headers=auth)
+        assert r.status_code == 405 and "session_b_2" in r.json()["detail"]
+        r = c.get("/sessions/nope/api/version", headers=auth)
+        assert r.status_code == 404 and "session_a_1" in r.json()["detail"]
+        # Live-only routes say why they cannot answer.
+        r = c.get("/api/stack", params={"node_id": HISTORY_NODE}, headers=auth)
+        assert r.status_code == 503 and "history" in r.text, r.text

@@ -5,54 +5,19 @@ traceback, and the server stops cleanly."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
 
 import httpx
-from ember.dashboard.history_writer import HistoryWriter
-from ember_test_utils import ember_cli
-
-NODE = "ab" * 14
-TRACEBACK = (
-    'Traceback (most recent call last):\n  File "job.py", line 3\nValueError: boom-in-history'
-)
-
-
-def _session(root: str, name: str, t0: float) -> str:
-    session = os.path.join(root, name)
-    os.makedirs(os.path.join(session, "logs"))
-    w = HistoryWriter(session, flush_s=60)
-    info = {"node_ip": "127.0.0.1", "hostname": "h", "is_head": True, "session_dir": session}
-    w.record("hello", {"node": NODE, "info": info})
-    for i in range(3):
-        sample = {"cpu_percent": 10.0 + i, "mem_used_bytes": 1 << 30, "mem_total_bytes": 4 << 30}
-        msg = {"type": "metrics", "time": t0 + 2 * i, "sample": sample}
-        w.record("agent", {"node": NODE, "msg": msg})
-    task = "cd" * 12
-    events = [
-        [task, "PENDING_ARGS_AVAIL", t0, 0, {"name": "boom", "actor_id": None}],
-        [task, "RUNNING", t0 + 0.1, 0, {"name": "boom", "pid": 4242}],
-        [
-            task,
-            "FAILED",
-            t0 + 0.2,
-            0,
-            {"name": "boom", "error": TRACEBACK, "error_type": "TASK_EXECUTION_EXCEPTION"},
-        ],
-    ]
-    msg = {"type": "task_events", "job_id": "01000000", "events": events}
-    w.record("agent", {"node": NODE, "msg": msg})
-    w.close()
-    return session
+from ember_test_utils import ember_cli, write_history_session
 
 
 def test_history_pages_in_the_browser(browser, tmp_path):
     t0 = time.time() - 3600
-    _session(str(tmp_path), "session_2026-01-01_00-00-00_1", t0 - 86_400)
+    write_history_session(str(tmp_path), "session_2026-01-01_00-00-00_1", t0 - 86_400)
     newest = "session_2026-01-02_00-00-00_2"
-    _session(str(tmp_path), newest, t0)
+    write_history_session(str(tmp_path), newest, t0)
     server = subprocess.Popen(
         [ember_cli(), "dashboard", "--history", str(tmp_path), "--port", "0"],
         stdout=subprocess.PIPE,
