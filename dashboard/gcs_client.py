@@ -31,6 +31,12 @@ class GcsClient:
         self._last_jobs: Any = None
         self._last_info: Any = None
 
+    def resume_events(self, seen: int) -> None:
+        """Skips the GCS's first ``seen`` cluster events (a restarted dashboard's history has
+        them); a GCS whose list is shorter was restarted, and its events are read from the
+        first."""
+        self._seen_events = seen
+
     async def _ensure(self) -> Any:
         if self.conn is None or self.conn.closed:
             self.conn = await conn_mod.connect(self.address, name="gcs", token=self.token)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,8 @@ class Session:
     skipped: int = 0  # lines that did not parse (the last one of a killed writer)
     dropped: dict[str, Any] = field(default_factory=dict)  # history_writer's counts
     head_node: str | None = None
+    gcs_events: int = 0  # the GCS's cluster events recorded (the poller's place in them)
+    left_out: int = 0  # older segments not replayed (``restore``'s bound)
 
     @property
     def name(self) -> str:
@@ -92,62 +95,75 @@ def find_sessions(path: str) -> list[str]:
     return found
 
 
-def load(session_dir: str) -> Session:
-    """Replays ``session_dir``'s journal (can take a while for a long session: call it off
-    the loop)."""
+def replay(state: DashboardState, session_dir: str, max_bytes: int | None = None) -> Session:
+    """Feeds ``session_dir``'s journal into ``state``, each record at its own time (the
+    state's clock stays at the last one). With ``max_bytes``, only the newest segments that
+    fit in it (an older task's first events are then missing). Takes a while for a long
+    session: call it off the loop, or before the state is shared."""
     history_dir = os.path.join(session_dir, HISTORY_DIR)
-    state = DashboardState()
     now = [0.0]
     state.set_clock(lambda: now[0])
-    jobs: dict[str, dict[str, Any]] = {}
-    gcs_jobs: list[dict[str, Any]] = []
-    started = stopped = 0.0
-    records = skipped = 0
-    for _, path in segments(history_dir):
+    session = Session(session_dir, state, {}, [], 0.0, 0.0, dropped=read_dropped(history_dir))
+    segs = segments(history_dir)
+    if max_bytes is not None:
+        total, keep = 0, 0
+        for _, path in reversed(segs):
+            total += os.path.getsize(path)
+            if total > max_bytes and keep:
+                break
+            keep += 1
+        session.left_out = len(segs) - keep
+        segs = segs[len(segs) - keep :]
+    for _, path in segs:
         try:
             for rec in fmt.records(path):
                 if rec is None:
-                    skipped += 1
+                    session.skipped += 1
                     continue
                 t, kind, body = rec
                 now[0] = t
-                started = started or t
-                stopped = max(stopped, t)
-                records += 1
+                session.started = session.started or t
+                session.stopped_at = max(session.stopped_at, t)
+                session.records += 1
                 try:
-                    gcs_jobs = _apply(state, kind, body, jobs, gcs_jobs)
+                    _apply(session, kind, body)
                 except Exception:  # a record this version cannot apply: skip it, count it
-                    skipped += 1
+                    session.skipped += 1
         except (OSError, EOFError) as e:  # a damaged compressed segment: what it gave is in
             logger.warning("history segment %s ends early: %s", path, e)
-            skipped += 1
-    session = Session(
-        session_dir=session_dir,
-        state=state,
-        jobs=jobs,
-        gcs_jobs=gcs_jobs,
-        started=started,
-        stopped_at=stopped,
-        records=records,
-        skipped=skipped,
-        dropped=read_dropped(history_dir),
-    )
-    state.started = started
+            session.skipped += 1
     session.head_node = _head_node(state, session_dir)
-    if session.head_node:
-        # The head's log files are on this disk: index them as they are now (every file the
-        # session wrote, not only those its agent last listed).
-        state.set_log_index(session.head_node, LogDir(os.path.join(session_dir, "logs")).index())
     return session
 
 
-def _apply(
-    st: DashboardState,
-    kind: str,
-    rec: dict[str, Any],
-    jobs: dict[str, dict[str, Any]],
-    gcs_jobs: list[dict[str, Any]],
-) -> list[dict[str, Any]]:
+def load(session_dir: str) -> Session:
+    """A stopped session, for the history server: its state stays at the session's end."""
+    state = DashboardState()
+    session = replay(state, session_dir)
+    state.started = session.started
+    if session.head_node:
+        # The head's log files are on this disk: index them as they are now (every file the
+        # session wrote, not only those its agent last listed).
+        logs = LogDir(os.path.join(session_dir, "logs")).index()
+        state.set_log_index(session.head_node, logs)
+    return session
+
+
+def restore(state: DashboardState, session_dir: str) -> Session | None:
+    """A dashboard started again in a running session carries on from what the one before it
+    wrote (the newest ``EMBER_HISTORY_RESTORE_MAX_BYTES`` of it, 8 MB of compressed
+    segments: ~130,000 tasks, a few seconds), then runs on the wall clock. None when the
+    session has no history yet."""
+    if not has_history(session_dir):
+        return None
+    max_bytes = int(os.environ.get("EMBER_HISTORY_RESTORE_MAX_BYTES", str(8 << 20)))
+    session = replay(state, session_dir, max_bytes)
+    state.set_clock(time.time)
+    return session
+
+
+def _apply(session: Session, kind: str, rec: dict[str, Any]) -> None:
+    st = session.state
     if kind == "agent":
         apply_agent_message(st, rec["node"], rec["msg"])
     elif kind == "hello":
@@ -156,17 +172,16 @@ def _apply(
         st.agent_gone(rec["node"])
     elif kind == "gcs":
         if "jobs" in rec:
-            gcs_jobs = rec["jobs"]
+            session.gcs_jobs = rec["jobs"]
+        events = rec.get("events") or []
+        session.gcs_events += len(events)
         # The job table every poll (unchanged ones were not written): a job's end fails its
         # open tasks once its grace has passed, at the time of this record.
-        apply_gcs_poll(
-            st, rec.get("actors") or [], gcs_jobs, rec.get("cluster"), rec.get("events") or []
-        )
+        apply_gcs_poll(st, rec.get("actors") or [], session.gcs_jobs, rec.get("cluster"), events)
     elif kind == "job":
-        jobs[rec["record"]["submission_id"]] = rec["record"]
+        session.jobs[rec["record"]["submission_id"]] = rec["record"]
     elif kind == "job_deleted":
-        jobs.pop(rec["submission_id"], None)
-    return gcs_jobs
+        session.jobs.pop(rec["submission_id"], None)
 
 
 def _head_node(state: DashboardState, session_dir: str) -> str | None:

@@ -19,7 +19,7 @@ import socket
 
 from ember import config
 from ember.cluster_token import user_token
-from ember.dashboard import history_writer
+from ember.dashboard import history_reader, history_writer
 from ember.dashboard.agent_hub import AgentHub
 from ember.dashboard.app import DashboardContext, create_app
 from ember.dashboard.auth import CLUSTER_TOKEN_PLACE, DASHBOARD_TOKEN_PLACE, ENV_TOKEN_PLACE
@@ -100,6 +100,19 @@ async def serve(args: argparse.Namespace) -> None:
     elif not agent_host.startswith("unix:") and rule_for(agent_host, cluster=False).reachable:
         hub_token = token or load_token(agent_host, args.session_dir, None)
     state = DashboardState()
+    # A dashboard started again in its session (the raylet restarts a dead one) carries on
+    # from the session's history, before anything else touches the state.
+    restored = (
+        await asyncio.to_thread(history_reader.restore, state, args.session_dir)
+        if history_writer.enabled()
+        else None
+    )
+    if restored is not None:
+        logger.info(
+            "restored %d records of the session's history (%d older segments left out)",
+            restored.records,
+            restored.left_out,
+        )
     # The session's history on disk (history_writer): what the state ingests, appended.
     writer = history_writer.attach(state, args.session_dir)
     if writer is not None:
@@ -112,6 +125,8 @@ async def serve(args: argparse.Namespace) -> None:
         if args.gcs_address
         else None
     )
+    if gcs is not None and restored is not None:
+        gcs.resume_events(restored.gcs_events)  # the GCS's events already in the history
     ctx = DashboardContext(
         state=state,
         hub=hub,
