@@ -19,6 +19,7 @@ import grpc
 from ember import config
 from ember.agent import wire
 from ember.dashboard.app import AgentUnavailable
+from ember.dashboard.node_logs import NodeLogs, shipped_logs
 from ember.dashboard.state import DashboardState
 from ember.listen_rules import rule_for
 from ember.process_util import trim_heap
@@ -78,6 +79,7 @@ class AgentHub:
         self.server: grpc.aio.Server | None = None
         self.address = ""
         self._received_since_trim = 0  # bytes of agent messages since the last heap trim
+        self.node_logs: NodeLogs | None = None  # where other nodes' logs are kept (server.py)
 
     # -- server ----------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -195,6 +197,9 @@ class AgentHub:
         if kind in RECORDED:
             apply_agent_message(self.state, link.node_id, msg)
             self.state.record("agent", {"node": link.node_id, "msg": msg})
+        elif kind == "log_chunk":  # another node's log, kept on the head (node_logs.py)
+            if self.node_logs is not None:
+                self.node_logs.chunk(link.node_id, msg)
         elif kind == "reply":
             fut = link.waiting.pop(int(msg["rid"]), None)
             if fut is not None and not fut.done():
@@ -208,6 +213,11 @@ class AgentHub:
     # -- requests to an agent --------------------------------------------------------------
     async def call(self, node_id: str, op: str, body: dict[str, Any], timeout: float) -> Any:
         link = self.links.get(node_id)
+        if link is None and op in LOG_OPS and self.node_logs is not None:
+            # A node that is gone (or whose agent is away): the copy of its logs on the head.
+            shipped = shipped_logs(self.node_logs.session_dir, node_id)
+            if shipped is not None:
+                return await shipped.serve(op, body)
         if link is None:
             node = self.state.nodes.get(node_id)
             why = f" ({node.lost_reason})" if node and node.lost_reason else ""
@@ -241,6 +251,7 @@ async def _next(iterator: Any) -> bytes:
 
 # The agents' messages that change the state (and so are kept as the session's history).
 RECORDED = ("metrics", "task_events", "actors", "event")
+LOG_OPS = ("log_tail", "log_read", "log_search")
 
 
 def apply_agent_message(st: DashboardState, node_id: str, msg: dict[str, Any]) -> None:

@@ -20,16 +20,16 @@ from typing import Any
 from ember.agent.logs import LogDir
 from ember.dashboard import history_format as fmt
 from ember.dashboard import job_records as jr
-from ember.dashboard.agent_hub import agent_connected, apply_agent_message
+from ember.dashboard.agent_hub import LOG_OPS, agent_connected, apply_agent_message
 from ember.dashboard.app import AgentUnavailable
 from ember.dashboard.gcs_client import apply_gcs_poll
 from ember.dashboard.history_format import HISTORY_DIR, segments
 from ember.dashboard.history_writer import read_dropped
 from ember.dashboard.job_manager import JobError
+from ember.dashboard.node_logs import shipped_logs
 from ember.dashboard.state import DashboardState
 
 logger = logging.getLogger("ember.dashboard")
-LOG_OPS = ("log_tail", "log_read", "log_search")
 
 
 class NoHistory(LookupError):
@@ -146,6 +146,10 @@ def load(session_dir: str) -> Session:
         # session wrote, not only those its agent last listed).
         logs = LogDir(os.path.join(session_dir, "logs")).index()
         state.set_log_index(session.head_node, logs)
+    for nid in state.nodes:
+        shipped = shipped_logs(session_dir, nid) if nid != session.head_node else None
+        if shipped is not None:
+            state.set_log_index(nid, shipped.index())
     return session
 
 
@@ -208,12 +212,12 @@ class HistoryHub:
     async def call(self, node_id: str, op: str, body: dict[str, Any], timeout: float) -> Any:
         if op in LOG_OPS and node_id == self.session.head_node:
             return await self.logs.serve(op, body)
+        shipped = shipped_logs(self.session.session_dir, node_id) if op in LOG_OPS else None
+        if shipped is not None:  # another node's, copied to the head as it was written
+            return await shipped.serve(op, body)
         what = f"{op} on node {node_id[:12]}"
         if op in LOG_OPS:
-            why = (
-                "its logs stayed on its own machine (only the head node's logs are in the "
-                "session directory)"
-            )
+            why = "no copy of its logs reached the head"
         else:
             why = "it needs the node's live processes"
         raise AgentUnavailable(

@@ -24,6 +24,7 @@ from ember.dashboard.agent_hub import AgentHub
 from ember.dashboard.app import DashboardContext, create_app
 from ember.dashboard.auth import CLUSTER_TOKEN_PLACE, DASHBOARD_TOKEN_PLACE, ENV_TOKEN_PLACE
 from ember.dashboard.gcs_client import GcsClient
+from ember.dashboard.node_logs import NodeLogs
 from ember.dashboard.routes.frontend import default_frontend_dir
 from ember.dashboard.state import DashboardState
 from ember.launch import DEFAULT_PORT, bind_port, dashboard_url, url_prefix_of
@@ -118,6 +119,8 @@ async def serve(args: argparse.Namespace) -> None:
     if writer is not None:
         state.record("start", {"session_dir": args.session_dir, "pid": os.getpid()})
     hub = AgentHub(state, hub_token)
+    # Other nodes' logs, kept here as their agents send them (node_logs.py).
+    hub.node_logs = NodeLogs(args.session_dir, state) if history_writer.enabled() else None
     agent_address = await hub.start(agent_host, args.agent_port)
     gcs_token = token or hub_token
     gcs = (
@@ -204,6 +207,8 @@ async def serve(args: argparse.Namespace) -> None:
     if writer is not None:
         state.record("stop", {})
         await asyncio.to_thread(writer.close)
+    if hub.node_logs is not None:
+        await asyncio.to_thread(hub.node_logs.close)
 
 
 async def _run_node_agent(argv_json: str, hub: AgentHub, stop: asyncio.Event) -> None:

@@ -5,11 +5,15 @@ Plus the writer's retention limits, which must report what they drop."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import warnings
 
 import httpx
 import psutil
@@ -48,6 +52,14 @@ except Exception as e:
     print("caught", type(e).__name__, flush=True)
 print("LOG-END", flush=True)
 """
+
+
+@contextlib.contextmanager
+def warnings_ignored():
+    """FastAPI's TestClient warns on import (httpx's deprecations)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def _get(http: httpx.Client, path: str, **params) -> object:
@@ -216,13 +228,10 @@ def test_history_of_nothing_is_a_clear_error(tmp_path, bad):
 def test_several_sessions_token_and_refusals(tmp_path):
     """The multi-session app in process: sessions listed, picked by path or ?session=, the
     newest by default; a token off loopback; every mutation refused naming the session."""
-    import warnings
-
     from ember.dashboard.history_reader import find_sessions
     from ember.dashboard.history_server import HistoryServer
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings_ignored():
         from fastapi.testclient import TestClient
 
     t0 = time.time() - 600
@@ -257,3 +266,69 @@ def test_several_sessions_token_and_refusals(tmp_path):
         # Live-only routes say why they cannot answer.
         r = c.get("/api/stack", params={"node_id": HISTORY_NODE}, headers=auth)
         assert r.status_code == 503 and "history" in r.text, r.text
+
+
+def test_a_dead_nodes_logs_stay_readable(tmp_path):
+    """A worker node's logs reach the head as they are written; once the node is killed they
+    are read from the head's copy, by the live dashboard and by the history server."""
+    import ember
+    from ember.cluster_utils import Cluster
+    from ember.dashboard.node_logs import node_logs_dir
+
+    if ember.is_initialized():
+        ember.shutdown()
+    # A root of our own (short: Unix socket paths), kept after the cluster stops.
+    root = tempfile.mkdtemp(prefix="emb-hist-", dir="/tmp")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1}, temp_root=root)
+    try:
+        worker = cluster.add_node(num_cpus=1, resources={"far": 1})
+        node_id = worker.node_id.hex()
+        head_session = cluster.head_node.session_dir
+        cluster.connect()
+
+        @ember.remote(resources={"far": 1})
+        def shout() -> int:
+            print("FAR-NODE-MARK", flush=True)
+            return os.getpid()
+
+        pid = ember.get(shout.remote(), timeout=60)
+        name = next(
+            n for n in os.listdir(os.path.join(worker.session_dir, "logs")) if f"-{pid}.out" in n
+        )
+
+        def shipped() -> bool:
+            d = node_logs_dir(head_session, node_id)
+            path = os.path.join(d, name) if d else ""
+            return os.path.exists(path) and "FAR-NODE-MARK" in open(path).read()
+
+        wait_until(shipped, 30, 0.2, "the worker node's log to reach the head")
+        live = httpx.Client(base_url=cluster.head_node.dashboard_url, timeout=30)
+        cluster.remove_node(worker, allow_graceful=False)
+        # Its machine is gone with its disk: only the head's copy is left.
+        shutil.rmtree(os.path.join(worker.session_dir, "logs"))
+        wait_until(
+            lambda: _get(live, f"/api/nodes/{node_id}")["state"] == "DEAD",
+            60,
+            0.5,
+            "the node declared dead",
+        )
+        tail = _get(live, "/api/logs/tail", node_id=node_id, name=name)
+        assert any("FAR-NODE-MARK" in line for line in tail["lines"]), tail
+        live.close()
+        ember.shutdown()
+    finally:
+        cluster.shutdown()
+    # The stopped head's history reads the same copy.
+    from ember.dashboard.history_server import HistoryServer
+
+    with warnings_ignored():
+        from fastapi.testclient import TestClient
+
+    try:
+        with TestClient(HistoryServer([head_session])) as c:
+            tail = c.get("/api/logs/tail", params={"node_id": node_id, "name": name}).json()
+            assert any("FAR-NODE-MARK" in line for line in tail["lines"]), tail
+            files = c.get("/api/logs", params={"filter": f"node_id={node_id}"}).json()["items"]
+            assert name in [f["name"] for f in files]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

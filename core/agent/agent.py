@@ -33,6 +33,7 @@ from typing import Any
 
 import psutil
 from ember.agent.link import DashboardStream
+from ember.agent.log_shipper import LogShipper
 from ember.agent.logs import LogDir
 from ember.agent.metrics import NodeSampler, ProcessSampler
 from ember.cluster_token import user_token
@@ -96,6 +97,10 @@ class Agent(DashboardStream):
         self.wakeup = asyncio.Event()
         self.known_workers: dict[int, dict[str, Any]] = {}
         self.log_disk_low = False  # an event said the logs' disk is (nearly) full
+        # Every node but the head copies its logs to the head (``log_shipper``); the chunks
+        # of one round wait here, after everything else the stream carries.
+        self.shipper = None if args.head else LogShipper(self.logs)
+        self.log_chunks: deque[dict[str, Any]] = deque()
         self.info = {
             "node_ip": args.node_ip,
             "hostname": socket.gethostname(),
@@ -165,6 +170,19 @@ class Agent(DashboardStream):
                 # the loop slept a whole period more and the raylet's stop grace ran out.
                 return
             await asyncio.sleep(max(PERIOD - (time.monotonic() - t0), 0.1))
+
+    async def ship_logs_loop(self) -> None:
+        """A round of log chunks each period, once the last round is on its way (a stream
+        that is down holds one round, no more)."""
+        while not self.stopping:
+            if not self.log_chunks:
+                try:
+                    self.log_chunks.extend(await asyncio.to_thread(self.shipper.round))
+                except Exception:
+                    logger.exception("reading the logs to ship failed")
+                if self.log_chunks:
+                    self.wakeup.set()
+            await asyncio.sleep(PERIOD)
 
     async def collect(self) -> dict[str, Any]:
         cpu0 = time.thread_time()  # the loop's thread: nothing else runs until the await
@@ -526,6 +544,8 @@ class Agent(DashboardStream):
                 asyncio.ensure_future(self.sample_loop()),
                 asyncio.ensure_future(self.dashboard_loop()),
             ]
+            if self.shipper is not None:
+                tasks.append(asyncio.ensure_future(self.ship_logs_loop()))
             if on_ready is not None:
                 on_ready("unix:" + sock)
             stopped = asyncio.ensure_future(stop.wait())
