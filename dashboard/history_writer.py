@@ -239,7 +239,11 @@ def attach(state: Any, session_dir: str) -> HistoryWriter | None:
     """Starts a writer for the state (on the running loop), or None when turned off."""
     if not enabled() or not session_dir:
         return None
-    writer = HistoryWriter(session_dir)
+    try:
+        writer = HistoryWriter(session_dir)
+    except (ValueError, OSError) as e:  # a bad setting or an unwritable disk: no history
+        logger.error("the session's history is off: %s", e)
+        return None
 
     def on_drop(what: str, message: str) -> None:
         state.dropped["history_" + what] = writer.dropped[what]
