@@ -332,3 +332,14 @@ def test_a_dead_nodes_logs_stay_readable(tmp_path):
             assert name in [f["name"] for f in files]
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_bad_setting_turns_the_history_off_saying_so(tmp_path, monkeypatch, caplog):
+    from ember.dashboard.history_writer import attach
+    from ember.dashboard.state import DashboardState
+
+    monkeypatch.setenv("EMBER_HISTORY_SEGMENT_BYTES", "lots")
+    state = DashboardState()
+    assert attach(state, str(tmp_path)) is None
+    assert state.recorder is None
+    assert "EMBER_HISTORY_SEGMENT_BYTES='lots' is not a number" in caplog.text
