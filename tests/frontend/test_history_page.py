@@ -40,6 +40,7 @@ def test_history_pages_in_the_browser(browser, tmp_path):
         banner = page.get_by_test_id("history-banner")
         banner.wait_for()
         assert f"History of session {newest}, stopped at" in banner.inner_text()
+        assert page.get_by_test_id("stream-status").get_attribute("data-status") == "history"
         page.goto(f"{url}/sessions/{newest}/#/tasks")
         page.get_by_text("boom", exact=True).first.wait_for()
         assert page.get_by_text("FAILED").first.is_visible()
