@@ -10,6 +10,7 @@ import subprocess
 import time
 
 import httpx
+from conftest import ARTIFACTS
 from ember_test_utils import ember_cli, write_history_session
 
 
@@ -44,6 +45,8 @@ def test_history_pages_in_the_browser(browser, tmp_path):
         page.goto(f"{url}/sessions/{newest}/#/tasks")
         page.get_by_text("boom", exact=True).first.wait_for()
         assert page.get_by_text("FAILED").first.is_visible()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "history_tasks.png"))
         context.close()
         assert not errors, errors
     finally:
