@@ -142,6 +142,18 @@ def _check_history(url: str, sid: str, session: str) -> None:
     assert job["status"] == "SUCCEEDED"
     logs = _get(http, f"/api/jobs/{sid}/logs")["logs"]
     assert "LOG-LINE pong\n" in logs and "caught" in logs and "LOG-END" in logs, logs
+    # The page's tail WebSocket sends the whole log, then closes.
+    from websockets.exceptions import ConnectionClosedOK
+    from websockets.sync.client import connect
+
+    tailed = ""
+    with connect(url.replace("http://", "ws://").rstrip("/") + f"/api/jobs/{sid}/logs/tail") as ws:
+        try:
+            while True:  # each recv has a deadline; the server closes after the last line
+                tailed += ws.recv(timeout=30)
+        except ConnectionClosedOK:
+            pass
+    assert tailed.startswith("LOG-LINE pong\n") and tailed.endswith("LOG-END\n"), tailed
 
     # The failed task, with its traceback.
     task = _failed_task(http)
