@@ -2,14 +2,41 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 from ember.cli.api_client import cluster_options, resolve
 
 
 @click.command("dashboard")
 @cluster_options
-def dashboard(address: str | None) -> None:
-    """Print the URL of the cluster's dashboard."""
+@click.option(
+    "--history",
+    "history_path",
+    default=None,
+    metavar="PATH",
+    help="Serve the dashboard read-only from stopped sessions' history instead: PATH is a "
+    "session directory or a temp root holding session_* directories.",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="With --history: the address to listen on (off loopback a token is required).",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8265,
+    show_default=True,
+    help="With --history: the port (or the next free one; 0: any).",
+)
+def dashboard(address: str | None, history_path: str | None, host: str, port: int) -> None:
+    """Print the URL of the cluster's dashboard, or with --history serve a stopped
+    session's dashboard (until Ctrl-C)."""
+    if history_path is not None:
+        _serve_history(history_path, host, port)
+        return
     api = resolve(address)
     version = api.get("/api/version", timeout=10)
     click.echo(api.url)
@@ -17,3 +44,20 @@ def dashboard(address: str | None) -> None:
         click.echo(
             f"(session {version['session_dir']}, up {version.get('uptime_s', 0):.0f} s)", err=True
         )
+
+
+def _serve_history(path: str, host: str, port: int) -> None:
+    from ember.cli.api_client import cluster_settings
+    from ember.dashboard.history_reader import NoHistory
+    from ember.dashboard.history_server import serve
+
+    token, _ = cluster_settings()
+
+    def announce(line: str) -> None:
+        click.echo(line)
+        sys.stdout.flush()
+
+    try:
+        serve(path, host, port, token, announce)
+    except (NoHistory, OSError) as e:
+        raise click.ClickException(str(e)) from None

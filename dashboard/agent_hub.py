@@ -19,6 +19,7 @@ import grpc
 from ember import config
 from ember.agent import wire
 from ember.dashboard.app import AgentUnavailable
+from ember.dashboard.node_logs import NodeLogs, shipped_logs
 from ember.dashboard.state import DashboardState
 from ember.listen_rules import rule_for
 from ember.process_util import trim_heap
@@ -78,6 +79,7 @@ class AgentHub:
         self.server: grpc.aio.Server | None = None
         self.address = ""
         self._received_since_trim = 0  # bytes of agent messages since the last heap trim
+        self.node_logs: NodeLogs | None = None  # where other nodes' logs are kept (server.py)
 
     # -- server ----------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -126,14 +128,8 @@ class AgentHub:
         if old is not None:
             old.fail_all(f"the agent of node {node_id[:12]} reconnected")
         link = self.links[node_id] = AgentLink(node_id)
-        self.state.update_node(node_id, info)
-        self.state.add_event(
-            "INFO",
-            f"agent of node {node_id[:12]} connected",
-            source="dashboard",
-            node_id=node_id,
-            kind="AGENT_CONNECTED",
-        )
+        agent_connected(self.state, node_id, info)
+        self.state.record("hello", {"node": node_id, "info": info})
         return link
 
     def close_link(self, link: AgentLink) -> None:
@@ -144,6 +140,7 @@ class AgentHub:
             del self.links[link.node_id]
             link.fail_all(f"the agent of node {link.node_id[:12]} disconnected")
             self.state.agent_gone(link.node_id)
+            self.state.record("gone", {"node": link.node_id})
 
     async def _connect(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
         if self.token is not None:
@@ -196,39 +193,13 @@ class AgentHub:
                 logger.warning("bad message from the agent of %s: %s", link.node_id[:12], e)
 
     def ingest(self, link: AgentLink, msg: dict[str, Any]) -> None:
-        st = self.state
         kind = msg["type"]
-        if kind == "metrics":
-            if msg.get("info"):
-                st.update_node(link.node_id, msg["info"])
-            if "workers" in msg:
-                st.set_workers(link.node_id, msg["workers"])
-            if "logs" in msg:
-                st.set_log_index(link.node_id, msg["logs"])
-            st.node_metrics(link.node_id, float(msg.get("time") or time.time()), msg["sample"])
-            for transfer in msg.get("transfers") or ():
-                st.timeline.add_transfer(transfer)  # object copies between nodes
-        elif kind == "task_events":
-            st.add_task_events(
-                link.node_id,
-                str(msg.get("job_id") or ""),
-                msg["events"],
-                int(msg.get("dropped") or 0),
-            )
-        elif kind == "actors":
-            for row in msg["actors"]:
-                st.update_actor(row)
-        elif kind == "event":
-            st.add_event(
-                str(msg.get("severity", "ERROR")),
-                str(msg.get("message", "")),
-                source=str(msg.get("source", "agent")),
-                node_id=link.node_id,
-                pid=msg.get("pid"),
-                kind=str(msg.get("kind", "")),
-                detail=msg.get("detail"),
-                t=msg.get("time"),
-            )
+        if kind in RECORDED:
+            apply_agent_message(self.state, link.node_id, msg)
+            self.state.record("agent", {"node": link.node_id, "msg": msg})
+        elif kind == "log_chunk":  # another node's log, kept on the head (node_logs.py)
+            if self.node_logs is not None:
+                self.node_logs.chunk(link.node_id, msg)
         elif kind == "reply":
             fut = link.waiting.pop(int(msg["rid"]), None)
             if fut is not None and not fut.done():
@@ -242,6 +213,11 @@ class AgentHub:
     # -- requests to an agent --------------------------------------------------------------
     async def call(self, node_id: str, op: str, body: dict[str, Any], timeout: float) -> Any:
         link = self.links.get(node_id)
+        if link is None and op in LOG_OPS and self.node_logs is not None:
+            # A node that is gone (or whose agent is away): the copy of its logs on the head.
+            shipped = shipped_logs(self.node_logs.session_dir, node_id)
+            if shipped is not None:
+                return await shipped.serve(op, body)
         if link is None:
             node = self.state.nodes.get(node_id)
             why = f" ({node.lost_reason})" if node and node.lost_reason else ""
@@ -271,3 +247,56 @@ async def _next(iterator: Any) -> bytes:
     async for item in iterator:
         return item
     raise StopAsyncIteration
+
+
+# The agents' messages that change the state (and so are kept as the session's history).
+RECORDED = ("metrics", "task_events", "actors", "event")
+LOG_OPS = ("log_tail", "log_read", "log_search")
+
+
+def apply_agent_message(st: DashboardState, node_id: str, msg: dict[str, Any]) -> None:
+    """One agent message into the state: from the agent's stream, or replayed from the
+    session's history (``history_reader``)."""
+    kind = msg["type"]
+    if kind == "metrics":
+        if msg.get("info"):
+            st.update_node(node_id, msg["info"])
+        if "workers" in msg:
+            st.set_workers(node_id, msg["workers"])
+        if "logs" in msg:
+            st.set_log_index(node_id, msg["logs"])
+        st.node_metrics(node_id, float(msg.get("time") or st.clock()), msg["sample"])
+        for transfer in msg.get("transfers") or ():
+            st.timeline.add_transfer(transfer)  # object copies between nodes
+    elif kind == "task_events":
+        st.add_task_events(
+            node_id,
+            str(msg.get("job_id") or ""),
+            msg["events"],
+            int(msg.get("dropped") or 0),
+        )
+    elif kind == "actors":
+        for row in msg["actors"]:
+            st.update_actor(row)
+    elif kind == "event":
+        st.add_event(
+            str(msg.get("severity", "ERROR")),
+            str(msg.get("message", "")),
+            source=str(msg.get("source", "agent")),
+            node_id=node_id,
+            pid=msg.get("pid"),
+            kind=str(msg.get("kind", "")),
+            detail=msg.get("detail"),
+            t=msg.get("time"),
+        )
+
+
+def agent_connected(st: DashboardState, node_id: str, info: dict[str, Any]) -> None:
+    st.update_node(node_id, info)
+    st.add_event(
+        "INFO",
+        f"agent of node {node_id[:12]} connected",
+        source="dashboard",
+        node_id=node_id,
+        kind="AGENT_CONNECTED",
+    )

@@ -27,6 +27,15 @@ class GcsClient:
         self.connected = False
         self._seen_events = 0
         self.interval = POLL
+        # What was last recorded as history, so a poll that changed nothing writes nothing.
+        self._last_jobs: Any = None
+        self._last_info: Any = None
+
+    def resume_events(self, seen: int) -> None:
+        """Skips the GCS's first ``seen`` cluster events (a restarted dashboard's history has
+        them); a GCS whose list is shorter was restarted, and its events are read from the
+        first."""
+        self._seen_events = seen
 
     async def _ensure(self) -> Any:
         if self.conn is None or self.conn.closed:
@@ -63,28 +72,30 @@ class GcsClient:
     async def poll_once(self) -> None:
         conn = await self._ensure()
         actors = await conn.call("list_actors", None, timeout=10.0)
-        for a in actors:
-            self.state.update_actor(_actor_row(a))
         # Listing every actor costs the GCS (which is on the actor-creation path) about 5 us
         # an actor: poll a big cluster less often, 1 s up to 5,000 actors, at most 10 s.
         self.interval = min(max(POLL, len(actors) / 5_000), 10.0)
-        # Ended jobs end their tasks still open (their drivers will not report them).
-        self.state.update_jobs(_hexify(await conn.call("list_jobs", None, timeout=10.0)))
-        info = await conn.call("cluster_info", None, timeout=10.0)
-        self.state.cluster = _hexify(info)
-        self.state.reconcile_nodes(self.state.cluster.get("nodes") or [])
+        jobs = _hexify(await conn.call("list_jobs", None, timeout=10.0))
+        info = _hexify(await conn.call("cluster_info", None, timeout=10.0))
         events = await conn.call("get_events", None, timeout=10.0)
         if len(events) < self._seen_events:
             self._seen_events = 0  # the GCS trimmed its list
-        for ev in events[self._seen_events :]:
-            self.state.add_event(
-                ev.get("severity", "INFO"),
-                ev.get("message", ""),
-                source="gcs",
-                kind="CLUSTER",
-                t=ev.get("time"),
-            )
+        new_events = events[self._seen_events :]
         self._seen_events = len(events)
+        changed = apply_gcs_poll(
+            self.state, [_actor_row(a) for a in actors], jobs, info, new_events
+        )
+        if self.state.recorder is not None:
+            # Only what changed: the poll repeats every row each second.
+            body: dict[str, Any] = {"actors": changed}
+            if jobs != self._last_jobs:
+                body["jobs"] = self._last_jobs = jobs
+            if info != self._last_info:
+                body["cluster"] = self._last_info = info
+            if new_events:
+                body["events"] = new_events
+            if len(body) > 1 or changed:
+                self.state.record("gcs", body)
 
     async def put_kv(self, key: str, value: str) -> None:
         conn = await self._ensure()
@@ -153,3 +164,35 @@ def _hexify(v: Any) -> Any:
     if isinstance(v, list | tuple):
         return [_hexify(x) for x in v]
     return v
+
+
+def apply_gcs_poll(
+    st: Any,
+    actors: list[dict[str, Any]],
+    jobs: list[dict[str, Any]] | None,
+    info: dict[str, Any] | None,
+    events: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """One poll of the GCS into the state (live, or replayed from the session's history);
+    returns the actor rows that changed something. ``jobs`` or ``info`` None: unchanged."""
+    changed = []
+    for row in actors:
+        before = st.actors_version
+        st.update_actor(row)
+        if st.actors_version != before:
+            changed.append(row)
+    if jobs is not None:
+        # Ended jobs end their tasks still open (their drivers will not report them).
+        st.update_jobs(jobs)
+    if info is not None:
+        st.cluster = info
+        st.reconcile_nodes(info.get("nodes") or [])
+    for ev in events:
+        st.add_event(
+            ev.get("severity", "INFO"),
+            ev.get("message", ""),
+            source="gcs",
+            kind="CLUSTER",
+            t=ev.get("time"),
+        )
+    return changed

@@ -155,13 +155,16 @@ class JobStore:
     async def put(self, record: dict[str, Any]) -> None:
         key = KEY_PREFIX + record["submission_id"].encode()
         await self.gcs.kv("kv_put", NAMESPACE, key, json.dumps(record).encode())
+        _record(self.gcs, "job", {"record": record})
 
     async def get(self, submission_id: str) -> dict[str, Any] | None:
         raw = await self.gcs.kv("kv_get", NAMESPACE, KEY_PREFIX + submission_id.encode())
         return json.loads(raw) if raw else None
 
     async def delete(self, submission_id: str) -> bool:
-        return bool(await self.gcs.kv("kv_del", NAMESPACE, KEY_PREFIX + submission_id.encode()))
+        deleted = await self.gcs.kv("kv_del", NAMESPACE, KEY_PREFIX + submission_id.encode())
+        _record(self.gcs, "job_deleted", {"submission_id": submission_id})
+        return bool(deleted)
 
     async def all(self) -> list[dict[str, Any]]:
         keys = await self.gcs.kv("kv_keys", NAMESPACE, KEY_PREFIX)
@@ -171,3 +174,11 @@ class JobStore:
             if raw:
                 out.append(json.loads(raw))
         return sorted(out, key=lambda r: r.get("start_time") or 0)
+
+
+def _record(gcs: Any, kind: str, body: dict[str, Any]) -> None:
+    """Keeps the change in the session's history too (``history_writer``), through the
+    dashboard's state that the GCS client feeds."""
+    state = getattr(gcs, "state", None)
+    if state is not None and getattr(state, "recorder", None) is not None:
+        state.record(kind, body)

@@ -304,7 +304,7 @@ async def throughput(
 ) -> dict[str, Any]:
     """``{"bucket_s", "times": [bucket start], "finished": [n], "failed": [n], "scanned",
     "truncated"}``: tasks that ended in each bucket of the last ``window_s`` seconds."""
-    now = time.time()
+    now = ctx.state.clock()
     # Whole buckets ending now: a last bucket starting now would hold nothing yet and draw
     # the curve down to 0 at the live edge.
     n = max(1, int(window_s // bucket_s))

@@ -19,10 +19,12 @@ import socket
 
 from ember import config
 from ember.cluster_token import user_token
+from ember.dashboard import history_reader, history_writer
 from ember.dashboard.agent_hub import AgentHub
 from ember.dashboard.app import DashboardContext, create_app
 from ember.dashboard.auth import CLUSTER_TOKEN_PLACE, DASHBOARD_TOKEN_PLACE, ENV_TOKEN_PLACE
 from ember.dashboard.gcs_client import GcsClient
+from ember.dashboard.node_logs import NodeLogs
 from ember.dashboard.routes.frontend import default_frontend_dir
 from ember.dashboard.state import DashboardState
 from ember.launch import DEFAULT_PORT, bind_port, dashboard_url, url_prefix_of
@@ -99,7 +101,26 @@ async def serve(args: argparse.Namespace) -> None:
     elif not agent_host.startswith("unix:") and rule_for(agent_host, cluster=False).reachable:
         hub_token = token or load_token(agent_host, args.session_dir, None)
     state = DashboardState()
+    # A dashboard started again in its session (the raylet restarts a dead one) carries on
+    # from the session's history, before anything else touches the state.
+    restored = (
+        await asyncio.to_thread(history_reader.restore, state, args.session_dir)
+        if history_writer.enabled()
+        else None
+    )
+    if restored is not None:
+        logger.info(
+            "restored %d records of the session's history (%d older segments left out)",
+            restored.records,
+            restored.left_out,
+        )
+    # The session's history on disk (history_writer): what the state ingests, appended.
+    writer = history_writer.attach(state, args.session_dir)
+    if writer is not None:
+        state.record("start", {"session_dir": args.session_dir, "pid": os.getpid()})
     hub = AgentHub(state, hub_token)
+    # Other nodes' logs, kept here as their agents send them (node_logs.py).
+    hub.node_logs = NodeLogs(args.session_dir, state) if history_writer.enabled() else None
     agent_address = await hub.start(agent_host, args.agent_port)
     gcs_token = token or hub_token
     gcs = (
@@ -107,6 +128,8 @@ async def serve(args: argparse.Namespace) -> None:
         if args.gcs_address
         else None
     )
+    if gcs is not None and restored is not None:
+        gcs.resume_events(restored.gcs_events)  # the GCS's events already in the history
     ctx = DashboardContext(
         state=state,
         hub=hub,
@@ -181,6 +204,11 @@ async def serve(args: argparse.Namespace) -> None:
         await asyncio.wait_for(serving, 3.0)
     except (TimeoutError, asyncio.CancelledError):
         pass
+    if writer is not None:
+        state.record("stop", {})
+        await asyncio.to_thread(writer.close)
+    if hub.node_logs is not None:
+        await asyncio.to_thread(hub.node_logs.close)
 
 
 async def _run_node_agent(argv_json: str, hub: AgentHub, stop: asyncio.Event) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from ember.dashboard.config import Caps
@@ -56,12 +57,12 @@ class NodeIdError(LookupError):
 class NodeEntry:
     """What the dashboard knows of one node: identity, liveness and the latest metrics."""
 
-    def __init__(self, node_id: str) -> None:
+    def __init__(self, node_id: str, now: float) -> None:
         self.node_id = node_id
         self.info: dict[str, Any] = {}  # node_ip, hostname, is_head, resources, session_dir...
         self.state = "ALIVE"
-        self.start_time = time.time()
-        self.last_seen = time.time()
+        self.start_time = now
+        self.last_seen = now
         self.metrics: dict[str, Any] = {}  # the latest sample (psutil, per core, disks, ...)
         self.lost_reason = ""
 
@@ -86,7 +87,14 @@ class NodeEntry:
 class DashboardState:
     def __init__(self, caps: Caps | None = None) -> None:
         self.caps = caps or Caps()
+        # "Now" for every time the state stamps and every window a route reads back from now:
+        # the wall clock live; a history replay sets it to each record's time, then leaves
+        # it at the session's end (``set_clock``).
+        self.clock: Callable[[], float] = time.time
         self.started = time.time()
+        # Where what the state ingests is also written, to outlive the cluster
+        # (``history_writer.HistoryWriter.record``); None: not kept.
+        self.recorder: Callable[[str, dict[str, Any]], None] | None = None
         self.nodes: dict[str, NodeEntry] = {}
         self.workers: dict[str, dict[int, dict[str, Any]]] = {}  # {node_id: {pid: worker}}
         self.actors: dict[str, dict[str, Any]] = {}  # {actor_id: row}
@@ -124,20 +132,29 @@ class DashboardState:
         self._jobs_ending: dict[str, float] = {}
         self._jobs_ended: set[str] = set()
 
+    def set_clock(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.tasks.clock = clock
+
+    def record(self, kind: str, body: dict[str, Any]) -> None:
+        """Hands what was ingested to the history writer, if there is one."""
+        if self.recorder is not None:
+            self.recorder(kind, body)
+
     # -- nodes -----------------------------------------------------------------------------
     def update_node(self, node_id: str, info: dict[str, Any]) -> NodeEntry:
         node = self.nodes.get(node_id)
         if node is None:
             if len(self.nodes) >= self.caps.max_nodes:
                 self._evict_dead_node()
-            node = self.nodes[node_id] = NodeEntry(node_id)
+            node = self.nodes[node_id] = NodeEntry(node_id, self.clock())
             self.pubsub.publish({"type": "node", "node_id": node_id, "state": "ALIVE"})
         node.info.update(info)
         if node.state != "ALIVE":
             node.state = "ALIVE"
             node.lost_reason = ""
             self.pubsub.publish({"type": "node", "node_id": node_id, "state": "ALIVE"})
-        node.last_seen = time.time()
+        node.last_seen = self.clock()
         return node
 
     def _evict_dead_node(self) -> None:
@@ -440,7 +457,7 @@ class DashboardState:
         """The GCS's job table (ids as hex). A job whose driver is gone has tasks nothing will
         report again: once ``caps.job_end_grace`` has passed since it ended, its tasks not in
         a final state are FAILED, as Ray's GCS does. Returns how many were failed."""
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         for job in jobs:
             job_id = job.get("job_id")
             if job.get("state") != "FINISHED" or not job_id or job_id in self._jobs_ended:
@@ -475,7 +492,7 @@ class DashboardState:
             self.dropped["objects"] += len(rows) - cap
             rows = rows[:cap]
         self.objects[node_id] = rows
-        self.objects_time[node_id] = time.time()
+        self.objects_time[node_id] = self.clock()
 
     def set_log_index(self, node_id: str, files: list[dict[str, Any]]) -> None:
         for f in files:
@@ -497,7 +514,7 @@ class DashboardState:
         if len(self.events) == self.events.maxlen:
             self.dropped["events"] += 1
         ev = {
-            "time": t or time.time(),
+            "time": t or self.clock(),
             "severity": severity,
             "source": source,
             "node_id": node_id,

@@ -3,7 +3,6 @@ a time window, a block at a time. See ``ember.dashboard.task_table``."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -54,7 +53,7 @@ class TaskScan:
         self.since, self.until = since, until
         self.job_id, self.node_id = job_id, node_id
         self.end_seq = table.seq  # tasks inserted after this are not part of the scan
-        self.now = time.time()  # where a task still running ends in the trace
+        self.now = table.clock()  # where a task still running ends in the trace
         self.first_seq = max(0, table.seq - table.cap)
         self.overwritten = 0
         self.blocks_read = 0

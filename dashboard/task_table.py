@@ -34,6 +34,7 @@ Rules:
 from __future__ import annotations
 
 import math
+import time
 from array import array
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
@@ -107,6 +108,7 @@ class TaskView:
 class TaskTable:
     def __init__(self, cap: int) -> None:
         self.cap = max(cap, 1)
+        self.clock: Callable[[], float] = time.time  # the state's (``DashboardState.set_clock``)
         self.seq = 0  # tasks ever inserted; the newest is in slot (seq - 1) % cap
         self.dropped = 0
         # Ids of the latest evicted tasks (a bounded window) and late events dropped for them.

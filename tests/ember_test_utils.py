@@ -273,3 +273,41 @@ def redis_server(directory: str):
             proc.kill()
             proc.wait(5)
         log.close()
+
+
+HISTORY_NODE = "ab" * 14
+HISTORY_TRACEBACK = (
+    'Traceback (most recent call last):\n  File "job.py", line 3\nValueError: boom-in-history'
+)
+
+
+def write_history_session(root: str, name: str, t0: float) -> str:
+    """A stopped session's history as a head's dashboard writes it: the head's agent, three
+    samples from ``t0``, and a task that failed with ``HISTORY_TRACEBACK``."""
+    from ember.dashboard.history_writer import HistoryWriter
+
+    session = os.path.join(root, name)
+    os.makedirs(os.path.join(session, "logs"))
+    w = HistoryWriter(session, flush_s=60)
+    info = {"node_ip": "127.0.0.1", "hostname": "h", "is_head": True, "session_dir": session}
+    w.record("hello", {"node": HISTORY_NODE, "info": info})
+    for i in range(3):
+        sample = {"cpu_percent": 10.0 + i, "mem_used_bytes": 1 << 30, "mem_total_bytes": 4 << 30}
+        msg = {"type": "metrics", "time": t0 + 2 * i, "sample": sample}
+        w.record("agent", {"node": HISTORY_NODE, "msg": msg})
+    task = "cd" * 12
+    events = [
+        [task, "PENDING_ARGS_AVAIL", t0, 0, {"name": "boom", "actor_id": None}],
+        [task, "RUNNING", t0 + 0.1, 0, {"name": "boom", "pid": 4242}],
+        [
+            task,
+            "FAILED",
+            t0 + 0.2,
+            0,
+            {"name": "boom", "error": HISTORY_TRACEBACK, "error_type": "TASK_EXECUTION_EXCEPTION"},
+        ],
+    ]
+    msg = {"type": "task_events", "job_id": "01000000", "events": events}
+    w.record("agent", {"node": HISTORY_NODE, "msg": msg})
+    w.close()
+    return session

@@ -34,10 +34,10 @@ from typing import Any
 import psutil
 from ember.agent.health_events import NodeHealth
 from ember.agent.link import DashboardStream
+from ember.agent.log_shipper import LogShipper
 from ember.agent.logs import LogDir
 from ember.agent.metrics import NodeSampler, ProcessSampler
 from ember.cluster_token import user_token
-from ember.log_files import REFUSED_STATUS, LogFileRefused
 from ember.process_util import signal_ready
 from ember.protocol import connection as conn_mod
 from ember.protocol.handler_table import handlers_from
@@ -93,6 +93,10 @@ class Agent(DashboardStream):
         # Log disk, worker deaths, memory-monitor kills. A new agent reports the raylet's
         # last 100 kills again: its dashboard may be new too (a kill may precede both).
         self.health = NodeHealth(self.events, self.logs)
+        # Every node but the head copies its logs to the head (``log_shipper``); the chunks
+        # of one round wait here, after everything else the stream carries.
+        self.shipper = None if args.head else LogShipper(self.logs)
+        self.log_chunks: deque[dict[str, Any]] = deque()
         self.info = {
             "node_ip": args.node_ip,
             "hostname": socket.gethostname(),
@@ -162,6 +166,19 @@ class Agent(DashboardStream):
                 # the loop slept a whole period more and the raylet's stop grace ran out.
                 return
             await asyncio.sleep(max(PERIOD - (time.monotonic() - t0), 0.1))
+
+    async def ship_logs_loop(self) -> None:
+        """A round of log chunks each period, once the last round is on its way (a stream
+        that is down holds one round, no more)."""
+        while not self.stopping:
+            if not self.log_chunks:
+                try:
+                    self.log_chunks.extend(await asyncio.to_thread(self.shipper.round))
+                except Exception:
+                    logger.exception("reading the logs to ship failed")
+                if self.log_chunks:
+                    self.wakeup.set()
+            await asyncio.sleep(PERIOD)
 
     async def collect(self) -> dict[str, Any]:
         cpu0 = time.thread_time()  # the loop's thread: nothing else runs until the await
@@ -313,35 +330,9 @@ class Agent(DashboardStream):
         self.replies.append(reply)
         self.wakeup.set()
 
-    async def _log_op(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
-        """A log read, in a thread (LogDir holds no state): a search through large files must
-        not stall the loop, which on the head is the dashboard's. A file the logs directory
-        holds but Ember will not serve (a link: ``ember.log_files``) is an error with the
-        HTTP status to answer, never its contents."""
-        name = body.get("name")
-        try:
-            if op == "log_tail":
-                return await asyncio.to_thread(self.logs.tail, name, int(body.get("lines", 100)))
-            if op == "log_read":
-                return await asyncio.to_thread(
-                    self.logs.read,
-                    name,
-                    int(body.get("offset", 0)),
-                    int(body.get("size", 0)),
-                    body.get("file_id"),
-                    body.get("mark"),
-                )
-            return await asyncio.to_thread(
-                self.logs.search, body["pattern"], name, int(body.get("max_matches", 500))
-            )
-        except LogFileRefused as e:
-            return {"name": name, "error": str(e), "status": REFUSED_STATUS, "eof": True}
-        except FileNotFoundError:  # indexed a moment ago, deleted since
-            return {"name": name, "error": f"log file {name} no longer exists on this node"}
-
     async def dispatch(self, op: str, body: dict[str, Any]) -> Any:
         if op in ("log_tail", "log_read", "log_search"):
-            return await self._log_op(op, body)
+            return await self.logs.serve(op, body)
         if op == "stack":
             return await self.stacks(body.get("pids"))
         if op == "profile":
@@ -435,6 +426,8 @@ class Agent(DashboardStream):
                 asyncio.ensure_future(self.sample_loop()),
                 asyncio.ensure_future(self.dashboard_loop()),
             ]
+            if self.shipper is not None:
+                tasks.append(asyncio.ensure_future(self.ship_logs_loop()))
             if on_ready is not None:
                 on_ready("unix:" + sock)
             stopped = asyncio.ensure_future(stop.wait())

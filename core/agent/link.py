@@ -2,7 +2,8 @@
 node (reconnected with back-off, the hub's address looked up in the GCS KV when not given),
 or, for the head's agent in the dashboard's own process, handed to the hub in-process as the
 JSON a remote agent would send. Replies to the dashboard's requests go first, then the latest
-metrics sample, then task-event batches, whose overflow is counted and reported.
+metrics sample, then task-event batches, whose overflow is counted and reported, then the
+node's log chunks (``log_shipper``).
 """
 
 from __future__ import annotations
@@ -118,12 +119,16 @@ class DashboardStream:
                     msg = dict(msg, dropped=msg["dropped"] + self.events_dropped)
                     self.events_dropped = 0
             return msg
+        if self.log_chunks:
+            return self.log_chunks.popleft()
         return None
 
     def _requeue(self, msg: dict[str, Any]) -> None:
         if msg["type"] == "task_events":
             self.events.appendleft(msg)
             self.buffered_events += len(msg["events"])
+        elif msg["type"] == "log_chunk":
+            self.log_chunks.appendleft(msg)
 
     async def _read_requests(self, call: Any) -> None:
         async for raw in call:

@@ -23,13 +23,14 @@ reads with the identity of the file it was reading (``file_id``: device and inod
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import re
 from collections import deque
 from typing import Any
 
-from ember.log_files import LogFileRefused, check_name, is_servable, open_log
+from ember.log_files import REFUSED_STATUS, LogFileRefused, check_name, is_servable, open_log
 
 _WORKER = re.compile(r"^(worker|driver)-([0-9a-f]+)-(\d+)\.(out|err|log)$")
 # What rotation appends to a name: a number (.1), or a date with an optional time
@@ -45,6 +46,33 @@ MARK_BYTES = 32  # how much of the text before a follower's offset identifies it
 class LogDir:
     def __init__(self, path: str) -> None:
         self.path = path
+
+    async def serve(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A log request (``log_tail``, ``log_read``, ``log_search``), in a thread (LogDir
+        holds no state): a search through large files must not stall the loop, which on the
+        head is the dashboard's. A file the logs directory holds but Ember will not serve (a
+        link: ``ember.log_files``) is an error with the HTTP status to answer, never its
+        contents."""
+        name = body.get("name")
+        try:
+            if op == "log_tail":
+                return await asyncio.to_thread(self.tail, name, int(body.get("lines", 100)))
+            if op == "log_read":
+                return await asyncio.to_thread(
+                    self.read,
+                    name,
+                    int(body.get("offset", 0)),
+                    int(body.get("size", 0)),
+                    body.get("file_id"),
+                    body.get("mark"),
+                )
+            return await asyncio.to_thread(
+                self.search, body["pattern"], name, int(body.get("max_matches", 500))
+            )
+        except LogFileRefused as e:
+            return {"name": name, "error": str(e), "status": REFUSED_STATUS, "eof": True}
+        except FileNotFoundError:  # indexed a moment ago, deleted since
+            return {"name": name, "error": f"log file {name} no longer exists on this node"}
 
     def index(self) -> list[dict[str, Any]]:
         try:

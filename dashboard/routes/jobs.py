@@ -235,7 +235,9 @@ async def tail_job_logs(ws: WebSocket, job_id: str) -> None:
                 offset, _ = await _from_a_line_start(ctx, rec, first, end - last_bytes)
                 await ws.send_text(_left_out_line(offset))
         while True:
-            ended = rec["status"] in jr.TERMINAL  # read before the file: no line is missed
+            # Read before the file: no line is missed. A stopped session's log (the history
+            # server) grows no more, whatever its job's last status.
+            ended = rec["status"] in jr.TERMINAL or bool(ctx.extra.get("history"))
             res = await _read(ctx, rec, offset) if rec.get("log_name") else {"eof": True}
             data = (
                 res.get("data", "").encode("utf-8", "surrogateescape")

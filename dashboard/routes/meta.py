@@ -20,6 +20,10 @@ router = APIRouter(tags=["cluster"])
 
 @router.get("/api/version")
 async def version(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
+    """With ``history`` true this is ``ember dashboard --history``: a stopped session,
+    read-only (``stopped_at``, and in ``history_session`` what its history holds)."""
+    history = ctx.extra.get("history")
+    end = history["stopped_at"] if history else time.time()
     return {
         "ember_version": VERSION,
         "api": 1,
@@ -30,7 +34,10 @@ async def version(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
         "session_name": os.path.basename(ctx.session_dir.rstrip("/")),
         "session_dir": ctx.session_dir,
         "started": ctx.state.started,
-        "uptime_s": time.time() - ctx.state.started,
+        "uptime_s": end - ctx.state.started,
+        "history": bool(history),
+        "stopped_at": history["stopped_at"] if history else None,
+        "history_session": history,
     }
 
 

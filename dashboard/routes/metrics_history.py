@@ -10,7 +10,6 @@ incomplete bucket that would read as a drop to zero."""
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 from ember.dashboard.app import DashboardContext, get_ctx
@@ -29,7 +28,7 @@ async def user_history(
 ) -> dict[str, Any]:
     """``{"times": [t], "series": [{"key", "name", "type", "tags", "values": [v|null]}],
     "dropped_series"}`` over the last ``window_s`` seconds; a histogram's value is its mean."""
-    return ctx.state.user_history.query(since=time.time() - window_s)
+    return ctx.state.user_history.query(since=ctx.state.clock() - window_s)
 
 
 @router.get("/api/metrics/task_rates")
@@ -42,7 +41,7 @@ async def task_rates(
     """``{"bucket_s", "times": [bucket start], "functions": [{"name", "finished": [n],
     "failed": [n], "mean_duration_s": [s|null]}], "truncated"}``: the tasks that ended in each
     whole bucket of the last ``window_s`` seconds, for the ``top`` functions by count."""
-    now = time.time()
+    now = ctx.state.clock()
     n = max(1, int(window_s // bucket_s))
     first = now - n * bucket_s
     table = ctx.state.tasks

@@ -4,7 +4,6 @@ the timeline store (``ember.trace``)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -48,7 +47,7 @@ async def timeline(
     if node_id:
         node_id = resolve_node(ctx, node_id)
     if last_seconds is not None:
-        since = max(since or 0.0, time.time() - last_seconds)
+        since = max(since or 0.0, ctx.state.clock() - last_seconds)
     filters = Filters(job_id=job_id, node_id=node_id, since=since, until=until, waits=waits)
     # The tasks oldest first, a block at a time: the window's blocks only, copied as they
     # go, so the response costs the tasks in the window and holds a bounded number.

@@ -1,4 +1,5 @@
 import { useEffect, useState } from "preact/hooks";
+import { getJSON } from "./lib/api";
 import { href, useRoute } from "./lib/router";
 import { stream, useStreamStatus } from "./lib/stream";
 import { currentTheme, toggleTheme } from "./lib/theme";
@@ -43,11 +44,39 @@ function StreamBanner() {
   );
 }
 
+interface VersionInfo {
+  history?: boolean;
+  session_name?: string;
+  stopped_at?: number | null;
+}
+
+/** What `/api/version` says, read once: on `ember dashboard --history` it is a stopped session. */
+function useVersion(): VersionInfo | null {
+  const [info, setInfo] = useState<VersionInfo | null>(null);
+  useEffect(() => {
+    getJSON<VersionInfo>("api/version").then(setInfo, () => setInfo(null));
+  }, []);
+  return info;
+}
+
+/** A stopped session's dashboard, read-only. */
+function HistoryBanner({ info }: { info: VersionInfo | null }) {
+  if (!info?.history) return null;
+  const stopped = info.stopped_at ? new Date(info.stopped_at * 1000).toLocaleString() : "an unknown time";
+  return (
+    <div class="banner history" role="status" data-testid="history-banner">
+      History of session {info.session_name}, stopped at {stopped}. Read-only: nothing here can be killed, stopped or
+      submitted.
+    </div>
+  );
+}
+
 export function App() {
   const route = useRoute();
   const [theme, setTheme] = useState(currentTheme());
   const page = PAGES.find((p) => p[0] === route.page);
   const status = useStreamStatus();
+  const version = useVersion();
   useEffect(() => {
     document.title = `${page ? page[1] : "Not found"} · Ember`;
   }, [page]);
@@ -65,13 +94,20 @@ export function App() {
             </a>
           ))}
         </nav>
-        <span class={`live ${status}`} title={`live stream: ${status}`} data-testid="stream-status" data-status={status}>
-          ● {status === "open" ? "live" : status}
-        </span>
+        {version?.history ? (
+          <span class="live" title="a stopped session's history: nothing here changes" data-testid="stream-status" data-status="history">
+            ● history
+          </span>
+        ) : (
+          <span class={`live ${status}`} title={`live stream: ${status}`} data-testid="stream-status" data-status={status}>
+            ● {status === "open" ? "live" : status}
+          </span>
+        )}
         <button class="theme" onClick={() => setTheme(toggleTheme())} title="Switch light / dark" data-testid="theme-toggle">
           {theme === "dark" ? "☀ Light" : "☾ Dark"}
         </button>
       </header>
+      <HistoryBanner info={version} />
       <StreamBanner />
       <main data-page={route.page}>
         {Page ? (

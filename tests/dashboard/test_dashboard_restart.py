@@ -15,6 +15,7 @@ import ember
 import httpx
 import psutil
 import pytest
+from ember.dashboard.history_format import records, segments
 from ember.launch import bind_port
 from ember.raylet import child_supervisor
 from ember.raylet.dashboard_supervisor import DashboardSupervisor
@@ -57,6 +58,16 @@ def plus_one(x: int) -> int:
     return x + 1
 
 
+def _finished_in_history(session_dir: str) -> int:
+    """Task ends written to the session's history so far."""
+    n = 0
+    for _, path in segments(os.path.join(session_dir, "history")):
+        for rec in records(path):
+            if rec and rec[1] == "agent" and rec[2]["msg"]["type"] == "task_events":
+                n += sum(e[1] == "FINISHED" for e in rec[2]["msg"]["events"])
+    return n
+
+
 def test_a_killed_dashboard_comes_back_on_its_url_with_the_heads_agent():
     if ember.is_initialized():
         ember.shutdown()
@@ -64,6 +75,11 @@ def test_a_killed_dashboard_comes_back_on_its_url_with_the_heads_agent():
     http = httpx.Client(base_url=ctx.dashboard_url, timeout=10)
     try:
         wait_for_node_agents(ctx.dashboard_url)
+        assert ember.get([plus_one.remote(i) for i in range(20)], timeout=60) == list(range(1, 21))
+        # The session's history has their ends (written within a second)...
+        wait_until(
+            lambda: _finished_in_history(ctx.session_dir) >= 20, 30, 0.2, "20 ends in the history"
+        )
         me = psutil.Process()
         [first] = wait_until(lambda: _dashboards(me), 15, 0.1, "the dashboard process")
         os.kill(first, signal.SIGKILL)
@@ -78,6 +94,10 @@ def test_a_killed_dashboard_comes_back_on_its_url_with_the_heads_agent():
         # The head's agent lives in the new process: the node is reported by it again.
         wait_for_node_agents(ctx.dashboard_url)
         assert http.get("/api/nodes").json()["items"][0]["state"] == "ALIVE"
+        # ...so the new dashboard carries on from them: the task history survived.
+        summary = http.get("/api/tasks/summary").json()
+        ran = [f for f in summary["by_function"] if f["name"].endswith("plus_one")]
+        assert ran and ran[0]["states"].get("FINISHED", 0) >= 20, summary
         log = open(os.path.join(ctx.session_dir, "logs", "raylet.log")).read()
         assert f"the dashboard (pid {first}) exited" in log
         assert f"restarted the dashboard (pid {second})" in log

@@ -1,0 +1,55 @@
+"""The browser app on ``ember dashboard --history``: two stopped sessions under one temp root,
+written by the history writer as a dashboard would; the index lists both, a session's page
+shows the history banner (its name and when it stopped) and its failed task with the
+traceback, and the server stops cleanly."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import httpx
+from conftest import ARTIFACTS
+from ember_test_utils import ember_cli, write_history_session
+
+
+def test_history_pages_in_the_browser(browser, tmp_path):
+    t0 = time.time() - 3600
+    write_history_session(str(tmp_path), "session_2026-01-01_00-00-00_1", t0 - 86_400)
+    newest = "session_2026-01-02_00-00-00_2"
+    write_history_session(str(tmp_path), newest, t0)
+    server = subprocess.Popen(
+        [ember_cli(), "dashboard", "--history", str(tmp_path), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = server.stdout.readline()
+        assert "2 session(s)" in line, (line, server.stderr.read())
+        url = line.rsplit(" at ", 1)[1].strip().rstrip("/")
+        listed = httpx.get(f"{url}/api/sessions", timeout=30).json()
+        assert [s["session_name"] for s in listed["sessions"]][-1] == newest
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{url}/")
+        page.click(f"text={newest}")
+        banner = page.get_by_test_id("history-banner")
+        banner.wait_for()
+        assert f"History of session {newest}, stopped at" in banner.inner_text()
+        assert page.get_by_test_id("stream-status").get_attribute("data-status") == "history"
+        page.goto(f"{url}/sessions/{newest}/#/tasks")
+        page.get_by_text("boom", exact=True).first.wait_for()
+        assert page.get_by_text("FAILED").first.is_visible()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "history_tasks.png"))
+        context.close()
+        assert not errors, errors
+    finally:
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=15)
+    assert code == 0, server.stderr.read()
