@@ -29,6 +29,9 @@ import threading
 import time
 from pathlib import Path
 
+from proc_memory import tree_pids as descendants
+from proc_memory import uss_bytes
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RAY_PYTHONS = [HERE / ".ray-venv" / "bin" / "python", REPO / "tests/tools/.ray-venv/bin/python"]
@@ -59,45 +62,6 @@ assert leaves == 2 ** depth, leaves
 print(json.dumps({"seconds": seconds, "leaves": leaves}), flush=True)
 rt.shutdown()
 """
-
-
-def children_map() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # The command name may hold spaces and parentheses: fields start after the last ')'.
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        kids.setdefault(ppid, []).append(int(name))
-    return kids
-
-
-def descendants(root: int) -> list[int]:
-    kids = children_map()
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(kids.get(pid, ()))
-    return out
-
-
-def uss_bytes(pid: int) -> int:
-    """Private pages of a process (kB lines Private_Clean/Private_Dirty/Private_Hugetlb)."""
-    total = 0
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Private_"):
-                    total += int(line.split()[1]) * 1024
-    except OSError:
-        return 0  # it ended meanwhile
-    return total
 
 
 class Sampler(threading.Thread):

@@ -43,47 +43,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 MB = 1_000_000
 
-# --------------------------------------------------------------------------------------
-# Memory: the summed unique set size of a process tree, from /proc (no psutil: Ray's
-# environment may lack it)
-# --------------------------------------------------------------------------------------
-
-
-def _children_map() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # The command name (field 2) may hold spaces and parentheses: read after its end.
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        kids.setdefault(ppid, []).append(int(name))
-    return kids
-
-
-def tree_pids(root: int) -> list[int]:
-    kids, out, todo = _children_map(), [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(kids.get(pid, ()))
-    return out
-
-
-def uss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            total = 0
-            for line in f:
-                if line.startswith(("Private_Clean:", "Private_Dirty:")):
-                    total += int(line.split()[1]) * 1024
-            return total
-    except (OSError, ValueError):
-        return 0  # gone between the listing and the read
+# Memory: the summed unique set size of a process tree (``proc_memory.py``, beside this file)
+from proc_memory import tree_pids, uss_bytes  # noqa: E402
 
 
 class PeakTreeUss:
@@ -384,8 +345,8 @@ ROWS: dict[str, tuple[str, dict[str, Any], Callable[[Any, int, Clock], int]]] = 
     "large get": ("MB", {**PLAIN, "object_store_memory": 3 * GIB}, row_large_get),
     "large task arg": ("MB", {**PLAIN, "object_store_memory": 3 * GIB}, row_large_arg),
     "placement groups": ("groups", {**PLAIN, "resources": {"custom": 10**6}}, row_placement_groups),
-    "nested tasks, blocking get": ("tasks", PLAIN, row_nested_blocking),
-    "nested tasks, refs returned": ("tasks", PLAIN, row_nested_refs),
+    "nested tasks (blocking get)": ("tasks", PLAIN, row_nested_blocking),
+    "nested tasks (refs returned)": ("tasks", PLAIN, row_nested_refs),
     "nodes": ("nodes", {}, row_nodes),
     "state API at N finished tasks": ("queries", {**PLAIN, "dashboard": True}, row_state_tasks),
     "state API at N live actors": ("queries", {**PLAIN, "dashboard": True}, row_state_actors),
@@ -400,8 +361,8 @@ LEVELS: dict[str, dict[str, list[int]]] = {
         "large get": [1, 100],
         "large task arg": [1, 100],
         "placement groups": [100, 1000],
-        "nested tasks, blocking get": [5, 6],
-        "nested tasks, refs returned": [8, 10],
+        "nested tasks (blocking get)": [5, 6],
+        "nested tasks (refs returned)": [8, 10],
         "nodes": [2, 4],
         "state API at N finished tasks": [10_000],
         "state API at N live actors": [100],
@@ -414,8 +375,8 @@ LEVELS: dict[str, dict[str, list[int]]] = {
         "large get": [1, 10, 100, 1000],
         "large task arg": [1, 10, 100, 1000],
         "placement groups": [100, 1000],
-        "nested tasks, blocking get": [6, 8],
-        "nested tasks, refs returned": [8, 11, 14],
+        "nested tasks (blocking get)": [6, 8],
+        "nested tasks (refs returned)": [8, 11, 14],
         "nodes": [10, 30],
         "state API at N finished tasks": [100_000],
         "state API at N live actors": [1000],
@@ -427,7 +388,7 @@ LEVELS["full"] = {
     "actors": [100, 1000, 10_000],
     "objects": [10_000, 100_000, 1_000_000],
     "placement groups": [100, 1000, 10_000],
-    "nested tasks, blocking get": [6, 8, 10],
+    "nested tasks (blocking get)": [6, 8, 10],
     "nodes": [10, 30, 100],
     "state API at N live actors": [1000, 10_000],
 }
