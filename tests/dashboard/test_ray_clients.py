@@ -88,7 +88,6 @@ def cluster():
         with pytest.raises(Exception, match="boom on purpose"):
             ember.get(boom.remote())
         ref = ember.put(b"x" * 300_000)
-        alive = next(a for a in http.get("/api/actors").json()["items"] if a["name"] == "counter")
 
         def seen() -> bool:
             states = {a["actor_id"]: a["state"] for a in http.get("/api/actors").json()["items"]}
@@ -100,6 +99,8 @@ def cluster():
             )
 
         wait_until(seen, 20, 0.2, "the dashboard to see the actors and tasks")
+        # Read once the dashboard has seen them: its actor list follows the GCS's a poll later.
+        alive = next(a for a in http.get("/api/actors").json()["items"] if a["name"] == "counter")
         node = http.get("/api/nodes").json()["items"][0]
         yield {
             "url": ctx.dashboard_url,
