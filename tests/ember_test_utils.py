@@ -311,3 +311,30 @@ def write_history_session(root: str, name: str, t0: float) -> str:
     w.record("agent", {"node": HISTORY_NODE, "msg": msg})
     w.close()
     return session
+
+
+# Short membership timings so a node's death is noticed in seconds.
+FAST_FAILURE_ENV = {"EMBER_HEARTBEAT_INTERVAL": "0.2", "EMBER_NODE_DEATH_TIMEOUT": "2"}
+
+
+@contextlib.contextmanager
+def head_and_far_node(store: int, far: float):
+    """A head (1 CPU) and a second node with a ``far`` resource, each with a ``store``-byte
+    object store, on this machine; stopped (with any driver connected) at the end."""
+    import ember
+    from ember.cluster_utils import Cluster
+
+    if ember.is_initialized():
+        ember.shutdown()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "object_store_memory": store},
+        env=FAST_FAILURE_ENV,
+    )
+    try:
+        cluster.add_node(num_cpus=1, resources={"far": far}, object_store_memory=store)
+        yield cluster
+    finally:
+        if ember.is_initialized():
+            ember.shutdown()
+        cluster.shutdown()

@@ -14,11 +14,15 @@ import ember
 import numpy as np
 import pytest
 from ember.cluster_utils import Cluster
-from ember_test_utils import ember_cli, sigkill_driver_when_ready, wait_until
+from ember_test_utils import (
+    ember_cli,
+    head_and_far_node,
+    sigkill_driver_when_ready,
+    wait_until,
+)
 
 MB = 1_000_000
 STORE = 100 * MB
-FAST_FAILURE_ENV = {"EMBER_HEARTBEAT_INTERVAL": "0.2", "EMBER_NODE_DEATH_TIMEOUT": "2"}
 
 
 def _array(i: int, size: int = 20 * MB) -> np.ndarray:
@@ -31,20 +35,8 @@ def _digest(a: np.ndarray) -> str:
 
 @pytest.fixture
 def two_nodes():
-    if ember.is_initialized():
-        ember.shutdown()
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "object_store_memory": STORE},
-        env=FAST_FAILURE_ENV,
-    )
-    try:
-        cluster.add_node(num_cpus=1, resources={"far": 1}, object_store_memory=STORE)
+    with head_and_far_node(STORE, 1) as cluster:
         yield cluster
-    finally:
-        if ember.is_initialized():
-            ember.shutdown()
-        cluster.shutdown()
 
 
 def _files(node) -> list[str]:

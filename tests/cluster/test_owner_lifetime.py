@@ -21,31 +21,18 @@ from pathlib import Path
 import ember
 import pytest
 from ember.cluster_utils import Cluster
-from ember_test_utils import wait_until
+from ember_test_utils import head_and_far_node, wait_until
 
 STORE = 160 * 1024 * 1024
 # Short membership timings, as tests/cluster/conftest.py's clusters have.
-FAST_FAILURE_ENV = {"EMBER_HEARTBEAT_INTERVAL": "0.2", "EMBER_NODE_DEATH_TIMEOUT": "2"}
 DRIVER = Path(__file__).with_name("owner_driver.py")
 
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    if ember.is_initialized():
-        ember.shutdown()
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "object_store_memory": STORE},
-        env=FAST_FAILURE_ENV,
-    )
-    try:
-        # "far": 2, so the borrower test's actor (far: 1) leaves room for the drivers' tasks.
-        cluster.add_node(num_cpus=1, resources={"far": 2}, object_store_memory=STORE)
+    # "far": 2, so the borrower test's actor (far: 1) leaves room for the drivers' tasks.
+    with head_and_far_node(STORE, 2) as cluster:
         yield cluster
-    finally:
-        if ember.is_initialized():
-            ember.shutdown()
-        cluster.shutdown()
 
 
 def _store_use(cluster: Cluster) -> dict[str, tuple[int, int]]:
