@@ -220,13 +220,14 @@ class LocalNode:
 
     def start(self) -> None:
         self.session_dir = create_session_dir(self.temp_dir)
+        made_token = False
         if self.cluster:
             from ember.cluster_token import new_token, write_token
 
             if self.token is None:
                 if not self.head:
                     raise ValueError("a worker node needs the cluster token")
-                self.token = new_token()
+                self.token, made_token = new_token(), True
             self.token_file = write_token(self.session_dir, self.token)
         local_gcs = ""
         if self.head:
@@ -257,10 +258,16 @@ class LocalNode:
                     gcs_args += ["--storage", self.gcs_storage]
                 if self.cluster:
                     gcs_args += ["--tcp", f"tcp:{self.node_ip}:{self.gcs_port}", *token_args]
+                    # A head started again on a used storage keeps the token stored there
+                    # (unless the user gave one), so the nodes that joined it reconnect.
+                    gcs_args += ["--keep-stored-token"] if made_token else []
                 # The GCS first: its ready line says the TCP port it really bound.
                 name, fd = self._spawn("gcs_server", gcs_args)
                 ready = self._wait_ready(name, fd, time.monotonic() + config.process_start_timeout)
                 if self.cluster:
+                    from ember.cluster_token import read_token
+
+                    self.token = read_token(self.token_file)  # the stored one, if it was kept
                     self.gcs_address = ready
                     # A GCS started again binds the port this one bound.
                     gcs_args[gcs_args.index("--tcp") + 1] = ready

@@ -317,3 +317,38 @@ def test_a_head_whose_redis_does_not_answer_fails_to_start_saying_so(tmp_path):
     assert out.returncode != 0
     assert f"the GCS could not read its tables from {nobody}" in out.stderr, out.stderr
     assert "Connection refused" in out.stderr
+
+
+def test_the_cluster_token_is_kept_with_the_tables(storage_url, tmp_path):
+    """A head that made its own token adopts the one a previous head stored (and rewrites its
+    token file with it); a token the user gave replaces the stored one; the SQLite file is
+    owner-only, since it holds the token."""
+    import os
+    import stat
+
+    from ember.cluster_token import read_token, write_token
+    from ember.gcs.cluster_record import TABLE, TOKEN_KEY, settle_token
+
+    async def head(token: bytes, keep_stored: bool, backend) -> tuple[bytes, bytes]:
+        store = Store(backend)
+        session = tmp_path / f"session-{token.decode()}"
+        session.mkdir(exist_ok=True)
+        path = write_token(str(session), token)
+        served = await settle_token(store, await store.load(), token, path, keep_stored)
+        await store.flush_now()
+        return served, read_token(path)
+
+    async def main() -> None:
+        first = open_backend(storage_url)
+        assert await head(b"aa11", True, first) == (b"aa11", b"aa11")
+        # A new head (its own new token) on the same storage keeps the stored one.
+        assert await head(b"bb22", True, reopen(storage_url, first)) == (b"aa11", b"aa11")
+        # A token the user gave wins, and is stored for the next head.
+        assert await head(b"cc33", False, reopen(storage_url, first)) == (b"cc33", b"cc33")
+        tables = await Store(reopen(storage_url, first)).load()
+        assert tables[TABLE] == {TOKEN_KEY: b"cc33"} and tables["kv"] == {}
+        if storage_url.startswith("sqlite:"):
+            mode = stat.S_IMODE(os.stat(storage_url[len("sqlite:") :]).st_mode)
+            assert mode == 0o600, oct(mode)
+
+    asyncio.run(main())

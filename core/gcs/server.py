@@ -142,6 +142,9 @@ class GcsServer:
 
     def restore(self, tables: dict[str, dict[bytes, bytes]]) -> None:
         """The tables a previous GCS process wrote: this one carries on from them."""
+        # The cluster table (the token) is the GCS process's, settled before it serves
+        # (gcs/cluster_record.py), not a part's.
+        tables = {name: rows for name, rows in tables.items() if name != "cluster"}
         if not any(tables.values()):
             return
         self.node_table.restore(tables["nodes"])
@@ -260,8 +263,11 @@ async def serve(args: argparse.Namespace) -> None:
         ) from None
     if args.token_file:
         from ember.cluster_token import read_token
+        from ember.gcs.cluster_record import settle_token
 
-        conn_mod.set_cluster_token(read_token(args.token_file))
+        token = read_token(args.token_file)
+        token = await settle_token(store, tables, token, args.token_file, args.keep_stored_token)
+        conn_mod.set_cluster_token(token)
     servers = []
     server, _ = await conn_mod.serve(
         args.address,
@@ -303,6 +309,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--address", required=True, help="unix:/path")
     parser.add_argument("--tcp", default=None, help="tcp:host:port for other nodes")
     parser.add_argument("--token-file", default=None)
+    parser.add_argument(
+        "--keep-stored-token",
+        action="store_true",
+        help="the node made the token in --token-file: a token the storage holds wins",
+    )
     parser.add_argument("--node-death-timeout", type=float, default=config.node_death_timeout)
     parser.add_argument(
         "--storage",

@@ -20,6 +20,9 @@ class SqliteBackend:
             raise ValueError("sqlite: storage needs a file path, e.g. sqlite:/tmp/gcs.sqlite3")
         self.description = f"sqlite:{path}"
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        # Owner-only from the start: the file holds the cluster's token and actor specs
+        # (SQLite gives its -wal and -shm files the database file's mode).
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
         # The GCS's loop is the only user; autocommit off so a batch is one transaction.
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")

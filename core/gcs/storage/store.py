@@ -20,9 +20,11 @@ from typing import Protocol
 logger = logging.getLogger("ember.gcs")
 
 # The tables the GCS keeps: nodes, jobs, actors (with specs and restart counts; names are
-# read back from them), placement groups, and the key-value store (which also holds the
-# dashboard's job records and anything the cluster's tools put there).
-TABLES = ("nodes", "jobs", "actors", "placement_groups", "kv")
+# read back from them), placement groups, the key-value store (which also holds the
+# dashboard's job records and anything the cluster's tools put there), and the cluster's
+# own settings that must outlive the head (its token: ``gcs/cluster_record.py``), kept out of
+# the KV so that no KV request reads them.
+TABLES = ("nodes", "jobs", "actors", "placement_groups", "kv", "cluster")
 
 # (table, key, value); a value of None deletes the key.
 Change = tuple[str, bytes, bytes | None]
