@@ -262,13 +262,14 @@ class JobManager:
             return
         except Exception as e:
             if rec["status"] not in jr.TERMINAL:
-                how = "is gone" if attach else "could not start"
-                await self._end(
-                    rec,
-                    jr.FAILED,
-                    f"Job supervisor actor {how}: {e}",
-                    "JOB_SUPERVISOR_ACTOR_START_FAILURE",
-                )
+                # A supervisor a previous dashboard left running is gone: most likely its
+                # node died (the whole head, when the job ran there), which _death names.
+                if attach:
+                    why, kind = await self._death(rec, e), "JOB_SUPERVISOR_ACTOR_DIED"
+                else:
+                    why = f"Job supervisor actor could not start: {e}"
+                    kind = "JOB_SUPERVISOR_ACTOR_START_FAILURE"
+                await self._end(rec, jr.FAILED, why, kind)
             return
         if rec["status"] == jr.PENDING:
             await self._save(
@@ -300,8 +301,9 @@ class JobManager:
             nodes = []
         node = next((n for n in nodes if n["node_id"] == node_id), None)
         if node is not None and node["state"] == "DEAD":
+            what = "the head node" if node.get("is_head") else "node"
             return (
-                f"Job failed: node {node_id} ({node.get('node_ip')}), where its entrypoint "
+                f"Job failed: {what} {node_id} ({node.get('node_ip')}), where its entrypoint "
                 f"ran, died ({node.get('death_reason') or 'no reason given'}); the "
                 f"entrypoint's processes were ended with it. The supervisor's error: {error}"
             )

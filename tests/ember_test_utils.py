@@ -13,6 +13,18 @@ from pathlib import Path
 import psutil
 import pytest
 
+# A counter actor's class for the driver programs tests run as subprocesses (each decorates
+# it with the options it needs).
+COUNTER_SOURCE = """
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def inc(self):
+        self.n += 1
+        return self.n
+"""
+
 
 def ember_children() -> list[psutil.Process]:
     """Ember processes descended from this test process (GCS, raylets, workers)."""

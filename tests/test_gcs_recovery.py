@@ -19,7 +19,7 @@ import pytest
 from ember import config
 from ember.cli.stop import find_ember_processes
 from ember.cluster_utils import Cluster
-from ember_test_utils import redis_server, wait_until
+from ember_test_utils import COUNTER_SOURCE, redis_server, wait_until
 
 FAST = {
     "EMBER_HEARTBEAT_INTERVAL": "0.2",
@@ -228,21 +228,20 @@ def test_past_the_reconnect_timeout_every_process_exits_and_says_why(monkeypatch
         cluster.shutdown()
 
 
-DRIVER_BEFORE = """
+DRIVER_BEFORE = (
+    """
 import sys, ember
 ember.init(address=sys.argv[1], namespace="app")
 
-@ember.remote
-class Counter:
-    def __init__(self):
-        self.n = 0
-    def inc(self):
-        self.n += 1
-        return self.n
+"""
+    + COUNTER_SOURCE
+    + """
+Counter = ember.remote(Counter)
 
 k = Counter.options(name="keeper", lifetime="detached", max_restarts=-1).remote()
 print([ember.get(k.inc.remote(), timeout=30) for _ in range(3)])
 """
+)
 
 DRIVER_AFTER = """
 import sys, ember
