@@ -20,6 +20,7 @@ from ember.launch import bind_port
 from ember.raylet import child_supervisor
 from ember.raylet.dashboard_supervisor import DashboardSupervisor
 from ember_test_utils import (
+    COUNTER_SOURCE,
     assert_no_ember_children,
     dashboard_url_in,
     fake_spawn,
@@ -65,6 +66,15 @@ def _finished_in_history(session_dir: str) -> int:
         for rec in records(path):
             if rec and rec[1] == "agent" and rec[2]["msg"]["type"] == "task_events":
                 n += sum(e[1] == "FINISHED" for e in rec[2]["msg"]["events"])
+    return n
+
+
+def _in_history(session_dir: str, kind: str) -> int:
+    """The agent messages of ``kind`` written to the session's history so far."""
+    n = 0
+    for _, path in segments(os.path.join(session_dir, "history")):
+        for rec in records(path):
+            n += bool(rec and rec[1] == "agent" and rec[2]["msg"]["type"] == kind)
     return n
 
 
@@ -176,19 +186,25 @@ def test_a_restarted_dashboard_goes_away_with_a_sigkilled_driver():
             driver.wait(10)
 
 
+def _kill_the_dashboard(root: str, url: str) -> None:
+    """SIGKILLs the dashboard of the ``ember start`` cluster under ``root``; returns once a
+    new one serves on ``url``."""
+    [first] = wait_until(lambda: _dashboards(session=root), 15, 0.1, "the dashboard")
+    os.kill(first, signal.SIGKILL)
+    wait_until(
+        lambda: [p for p in _dashboards(session=root) if p != first],
+        30,
+        0.1,
+        "a new dashboard",
+    )
+    wait_until(lambda: _serving(url), 30, 0.1, "the dashboard to serve on its URL again")
+
+
 def test_an_ember_start_head_restarts_its_dashboard_and_ember_stop_ends_it():
     with head_cluster() as (root, _port, head):
         url = dashboard_url_in(head.stdout)
         wait_for_node_agents(url)
-        [first] = wait_until(lambda: _dashboards(session=root), 15, 0.1, "the dashboard")
-        os.kill(first, signal.SIGKILL)
-        wait_until(
-            lambda: [p for p in _dashboards(session=root) if p != first],
-            30,
-            0.1,
-            "a new dashboard",
-        )
-        wait_until(lambda: _serving(url), 30, 0.1, "the dashboard to serve on its URL again")
+        _kill_the_dashboard(root, url)
         wait_for_node_agents(url)
     # head_cluster's `ember stop` checked that nothing of the cluster is left, the new
     # dashboard included.
@@ -251,3 +267,160 @@ def test_bind_port_exact_or_the_next_free_one(exact):
             assert other != port
     finally:
         taken.close()
+
+
+# A driver of an `ember start` cluster: an actor holding state, a named detached actor, 30
+# finished tasks and 2 still running when it says "ready"; after the gate, the running ones'
+# results and the actors' next counts.
+_WORKLOAD = (
+    """
+import os, sys, time, ember
+ember.init(address=sys.argv[1], temp_dir=sys.argv[2], namespace="app")
+
+"""
+    + COUNTER_SOURCE
+    + """
+Counter = ember.remote(num_cpus=0)(Counter)
+
+@ember.remote(num_cpus=0.1)
+def plus_one(x):
+    return x + 1
+
+@ember.remote(num_cpus=0.1)
+def slow(x, gate):
+    while not os.path.exists(gate):
+        time.sleep(0.05)
+    return x * 10
+
+holder = Counter.options(name="holder").remote()
+keeper = Counter.options(name="keeper", lifetime="detached").remote()
+print([ember.get(holder.inc.remote(), timeout=60) for _ in range(3)],
+      ember.get(keeper.inc.remote(), timeout=60), flush=True)
+assert ember.get([plus_one.remote(i) for i in range(30)], timeout=60) == list(range(1, 31))
+running = [slow.remote(i, sys.argv[3]) for i in range(2)]
+print("ready", flush=True)
+print(ember.get(running, timeout=120), ember.get(holder.inc.remote(), timeout=60),
+      ember.get(keeper.inc.remote(), timeout=60), flush=True)
+ember.kill(keeper)
+"""
+)
+
+# A job that writes half its log, waits for the gate, then writes the rest.
+_JOB = """
+import os, sys, time
+for i in range(50):
+    print(f"line {i}", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+for i in range(50, 100):
+    print(f"line {i}", flush=True)
+"""
+
+
+def test_a_dashboard_killed_mid_workload_keeps_everything_it_showed(tmp_path):
+    """The head's dashboard is SIGKILLed while tasks run, an actor holds state, a Jobs-API
+    job runs and a named detached actor lives. Back on its port, it shows the same task
+    history, the job RUNNING and then SUCCEEDED with its whole log (tailed across the end),
+    the actors and the metrics history from before the kill."""
+    from ember.job_submission import JobStatus, JobSubmissionClient
+    from ember_test_utils import free_port
+
+    dash_port = free_port()
+    gate, job_gate = tmp_path / "gate", tmp_path / "job-gate"
+    with head_cluster("--num-cpus", "2", "--dashboard-port", str(dash_port)) as (root, port, head):
+        url = dashboard_url_in(head.stdout)
+        assert url.endswith(f":{dash_port}"), url
+        http = httpx.Client(base_url=url, timeout=30)
+        wait_for_node_agents(url)
+        client = JobSubmissionClient(url)
+        program = tmp_path / "job.py"
+        program.write_text(_JOB)
+        sid = client.submit_job(entrypoint=f"python {program} {job_gate}")
+        driver = subprocess.Popen(
+            [sys.executable, "-c", _WORKLOAD, f"127.0.0.1:{port}", root, str(gate)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert driver.stdout.readline().strip() == "[1, 2, 3] 1", driver.stderr.read()
+            assert driver.stdout.readline().strip() == "ready"
+            wait_until(lambda: "line 49" in client.get_job_logs(sid), 60, 0.2, "the job's log")
+
+            def finished() -> int:
+                summary = http.get("/api/tasks/summary").json()["by_function"]
+                return sum(
+                    f["states"].get("FINISHED", 0)
+                    for f in summary
+                    if f["name"].endswith("plus_one")
+                )
+
+            def slow_running() -> int:
+                summary = http.get("/api/tasks/summary").json()["by_function"]
+                return sum(
+                    f["states"].get("RUNNING", 0) for f in summary if f["name"].endswith("slow")
+                )
+
+            def actors() -> dict[str, str]:
+                rows = http.get("/api/actors", params={"limit": 100}).json()["items"]
+                return {a["name"]: a["state"] for a in rows if a.get("name")}
+
+            def samples() -> list[dict]:
+                return http.get("/api/history").json()["samples"]
+
+            wait_until(lambda: finished() == 30, 30, 0.2, "30 finished tasks shown")
+            wait_until(lambda: slow_running() == 2, 30, 0.2, "2 running tasks shown")
+            wait_until(
+                lambda: {"holder", "keeper"} <= {n for n, s in actors().items() if s == "ALIVE"},
+                30,
+                0.2,
+                "the actors shown",
+            )
+            before = wait_until(lambda: (s := samples()) and len(s) >= 5 and s, 60, 0.5, "samples")
+            # What the dashboard showed is in the session's history (written every second).
+            session = head.stdout.split("; session ", 1)[1].split()[0]
+            wait_until(
+                lambda: (
+                    _in_history(session, "metrics") >= len(before)
+                    and _in_history(session, "task_events") > 0
+                ),
+                30,
+                0.2,
+                "the samples shown written to the history",
+            )
+            assert client.get_job_status(sid) == JobStatus.RUNNING
+
+            _kill_the_dashboard(root, url)
+            # Everything it showed is there again.
+            assert finished() == 30
+            assert slow_running() == 2
+            assert {"holder", "keeper"} <= {n for n, s in actors().items() if s == "ALIVE"}
+            after = samples()
+            assert {s["time"] for s in before} <= {s["time"] for s in after}, (before, after)
+            assert client.get_job_status(sid) == JobStatus.RUNNING
+            assert "line 49" in client.get_job_logs(sid)
+
+            # The job's log tail works on the new dashboard and ends with the job.
+            async def tail() -> str:
+                chunks = []
+                async for chunk in client.tail_job_logs(sid):
+                    chunks.append(chunk)
+                    if len(chunks) == 1:
+                        job_gate.touch()
+                return "".join(chunks)
+
+            tailed = asyncio.run(asyncio.wait_for(tail(), 90))
+            assert client.get_job_status(sid) == JobStatus.SUCCEEDED
+            want = "".join(f"line {i}\n" for i in range(100))
+            assert tailed == want and client.get_job_logs(sid) == want
+
+            # The workload carries on; the new dashboard sees its tasks end.
+            gate.touch()
+            assert driver.stdout.readline().strip() == "[0, 10] 4 2", driver.stderr.read()
+            assert driver.wait(30) == 0
+            wait_until(lambda: slow_running() == 0, 30, 0.2, "the running tasks' ends")
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+            driver.communicate()
+            http.close()
