@@ -335,7 +335,7 @@ def test_the_cluster_token_is_kept_with_the_tables(storage_url, tmp_path):
         session.mkdir(exist_ok=True)
         path = write_token(str(session), token)
         served = await settle_token(store, await store.load(), token, path, keep_stored)
-        await store.flush_now()
+        await store.close()  # as a GCS stopping: the next head opens its own
         return served, read_token(path)
 
     async def main() -> None:
@@ -345,7 +345,9 @@ def test_the_cluster_token_is_kept_with_the_tables(storage_url, tmp_path):
         assert await head(b"bb22", True, reopen(storage_url, first)) == (b"aa11", b"aa11")
         # A token the user gave wins, and is stored for the next head.
         assert await head(b"cc33", False, reopen(storage_url, first)) == (b"cc33", b"cc33")
-        tables = await Store(reopen(storage_url, first)).load()
+        last = Store(reopen(storage_url, first))
+        tables = await last.load()
+        await last.close()
         assert tables[TABLE] == {TOKEN_KEY: b"cc33"} and tables["kv"] == {}
         if storage_url.startswith("sqlite:"):
             mode = stat.S_IMODE(os.stat(storage_url[len("sqlite:") :]).st_mode)
