@@ -278,6 +278,27 @@ def test_wait_one_at_a_time_drains_every_ref_once(shared_node):
     assert sorted(seen, key=refs.index) == refs and len(set(seen)) == len(refs)
 
 
+def test_wait_wakes_for_the_last_of_many_pending_refs(shared_node, gate):
+    # 50 refs stay pending behind a gate (49 wait for the gated one as their argument); the
+    # one that finishes is listed last and finishes after wait began: wait must see it then.
+    slow = wait_for_file.remote(gate)
+    pending = [slow] + [identity.remote(slow) for _ in range(49)]
+
+    @ember.remote
+    def after(seconds: float) -> str:
+        time.sleep(seconds)
+        return "late"
+
+    last = after.remote(0.5)
+    start = time.monotonic()
+    ready, not_ready = ember.wait([*pending, last], timeout=30)
+    assert ready == [last] and not_ready == pending
+    assert time.monotonic() - start < 20
+    open_gate(gate)
+    ready, not_ready = ember.wait(pending, num_returns=50, timeout=60)
+    assert ready == pending and not_ready == []
+
+
 def test_wait_names_a_non_ref_element(shared_node):
     with pytest.raises(TypeError, match="found a str"):
         ember.wait([ember.put(1), "not a ref"])

@@ -17,6 +17,7 @@ import concurrent.futures
 import itertools
 import logging
 import threading
+import time
 from collections import deque
 from typing import Any, Protocol
 
@@ -485,40 +486,63 @@ class ObjectAccess:
         fetch_local: bool,
     ) -> None:
         """wait's slow path: adds to ``ready_ids`` what becomes ready (or is pulled here)
-        before ``num_returns`` are or ``timeout`` passes."""
+        before ``num_returns`` are or ``timeout`` passes.
+
+        It watches the whole store (one generation counter) and looks over ``unknown`` again,
+        in order, each time something became ready: objects mostly become ready in the order
+        they were asked for, so the look usually stops at the first ref, where a callback on
+        every ref cost two passes over all of them on every call."""
         store = self.memory_store
-        event = threading.Event()
         lock = threading.Lock()
         done: set[bytes] = set(ready_ids)
+        pulling: set[bytes] = set()
 
-        def mark_ready(oid: bytes) -> None:
+        def pulled(oid: bytes) -> None:
             with lock:
-                if oid not in done:
-                    done.add(oid)
-                    if len(done) >= num_returns:
-                        event.set()
+                done.add(oid)
+            store.touch()
 
-        owners = {r._id: r._owner for r in unknown}
-
-        def on_ready(oid: bytes, loc: Any) -> None:
-            if fetch_local and loc[0] == "plasma" and loc[1] != self.node_id:
-                self._pull_for_wait(oid, loc, owners.get(oid), mark_ready)
-            else:
-                mark_ready(oid)
+        def pull(ref: ObjectRef, loc: Any) -> None:
+            pulling.add(ref._id)
+            self._pull_for_wait(ref._id, loc, ref._owner, pulled)
 
         for r, loc in remote:
-            self._pull_for_wait(r._id, loc, r._owner, mark_ready)
+            pull(r, loc)
+        deadline = None if timeout is None else time.monotonic() + timeout
         if timeout != 0:
-            waiting = [r._id for r in unknown]
             self._ensure_resolving_many(unknown)
-            store.on_ready_many(waiting, on_ready)
-            blocked = self._notify_blocked()
-            try:
-                event.wait(timeout)
-            finally:
-                if blocked:
-                    self._notify_unblocked()
-            store.remove_waiter_many(waiting, on_ready)
+        get_if_ready = store.get_if_ready
+        node_id = self.node_id
+        blocked = False
+        try:
+            while True:
+                generation = store.generation
+                for r in unknown:
+                    oid = r._id
+                    if oid in done or oid in pulling:
+                        continue
+                    loc = get_if_ready(oid)
+                    if loc is None:
+                        continue
+                    if fetch_local and loc[0] == "plasma" and loc[1] != node_id:
+                        pull(r, loc)
+                        continue
+                    with lock:
+                        done.add(oid)
+                    if len(done) >= num_returns:
+                        break
+                with lock:
+                    if len(done) >= num_returns:
+                        break
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                if not blocked:
+                    blocked = self._notify_blocked()
+                store.wait_for_change(generation, left)
+        finally:
+            if blocked:
+                self._notify_unblocked()
         with lock:
             ready_ids.update(done)
 
