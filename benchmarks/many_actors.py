@@ -30,6 +30,14 @@ def uss_kib(pid: int) -> int:
     return total
 
 
+def mem_available_kib() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+    return 0
+
+
 def children_of(pid: int) -> list[int]:
     out = []
     for name in os.listdir("/proc"):
@@ -44,9 +52,10 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
-def run(n: int, stall: float) -> dict:
+def run(n: int, stall: float, settle: float = 1.0) -> dict:
     import ember
 
+    available_before = mem_available_kib()
     ctx = ember.init(num_cpus=2, include_dashboard=False)
     try:
 
@@ -66,7 +75,11 @@ def run(n: int, stall: float) -> dict:
                 answered += ember.get(ready)
                 last_progress = time.monotonic()
         took = last_progress - start
-        time.sleep(1.0)  # let the last ones settle into idleness
+        time.sleep(settle)  # let the last ones settle into idleness
+        # What the machine gave the actors: their private pages and the kernel's own for them
+        # (page tables, stacks, socket buffers), which USS leaves out: the figure that says
+        # how many fit a machine. Other processes' growth meanwhile counts too (noise).
+        used_kib = available_before - mem_available_kib()
         sample = answered[:: max(len(answered) // 100, 1)]
         usses = [uss_kib(p) for p in sample if os.path.exists(f"/proc/{p}")]
         daemons = {}
@@ -84,6 +97,7 @@ def run(n: int, stall: float) -> dict:
             "seconds": took,
             "rate": len(answered) / took if took else 0.0,
             "uss_kib": statistics.median(usses) if usses else 0,
+            "used_kib": used_kib / max(len(answered), 1),
             "fds": daemons,
             "held": held[:2],
         }
@@ -95,14 +109,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sizes", type=int, nargs="+", help="numbers of actors, one node each")
     ap.add_argument("--stall", type=float, default=60.0, help="give up after this many idle s")
+    ap.add_argument("--settle", type=float, default=1.0, help="s to wait before measuring")
     args = ap.parse_args(argv)
     for n in args.sizes:
         if n < 1:
             ap.error(f"size {n}: give a positive number of actors")
-        r = run(n, args.stall)
+        r = run(n, args.stall, args.settle)
         print(
             f"{r['answered']:6}/{r['n']} actors answered in {r['seconds']:6.1f} s "
             f"({r['rate']:5.1f}/s)  USS per idle actor {r['uss_kib'] / 1024:4.1f} MiB  "
+            f"machine memory per actor {r['used_kib'] / 1024:4.1f} MiB  "
             f"open files {r['fds']}",
             flush=True,
         )
