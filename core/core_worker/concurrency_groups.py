@@ -12,7 +12,8 @@ the group's size; the default group's is ``max_concurrency``). A method's group 
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
+
+from ember.core_worker.call_threads import CallThreads
 
 
 class UnknownGroup(ValueError):
@@ -23,12 +24,11 @@ class ConcurrencyGroups:
     def __init__(self, groups: dict[str, int], is_async: bool) -> None:
         self.sizes = dict(groups)
         self.is_async = is_async
-        self.pools: dict[str, ThreadPoolExecutor] = {}
+        self.pools: dict[str, CallThreads] = {}
         self.limits: dict[str, asyncio.Semaphore] = {}
         if not is_async:
             self.pools = {
-                name: ThreadPoolExecutor(size, thread_name_prefix=f"ember-actor-{name}")
-                for name, size in groups.items()
+                name: CallThreads(size, f"ember-actor-{name}") for name, size in groups.items()
             }
 
     def make_limits(self) -> None:
@@ -43,7 +43,7 @@ class ConcurrencyGroups:
                 "declare it with @ember.remote(concurrency_groups={...})"
             )
 
-    def pool(self, group: str) -> ThreadPoolExecutor | None:
+    def pool(self, group: str) -> CallThreads | None:
         """The group's pool (a threaded actor), or None: the default group's way."""
         return self.pools.get(group) if group else None
 

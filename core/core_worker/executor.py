@@ -20,12 +20,12 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import cloudpickle
 from ember import runtime_env_packages as packages
 from ember.core_worker import generators, task_values
+from ember.core_worker.call_threads import CallThreads
 from ember.core_worker.concurrency_groups import ConcurrencyGroups, UnknownGroup
 from ember.core_worker.process_limits import LimitWatch
 from ember.core_worker.task_runtime_env import applied_env
@@ -83,7 +83,7 @@ class Executor:
         # the GCS sends again is the first one's spec, so only the GCS knows.
         self.actor_restarted: bool | None = None
         self.actor_name = ""
-        self.pool: ThreadPoolExecutor | None = None
+        self.pool: CallThreads | None = None
         self.async_loop: asyncio.AbstractEventLoop | None = None
         self.async_sem: asyncio.Semaphore | None = None
         self.running: dict[bytes, int] = {}  # {task_id: thread ident}
@@ -432,7 +432,7 @@ class Executor:
         if opts.get("is_async"):
             self._start_async_loop(concurrency or 1000)
         elif concurrency and concurrency > 1:
-            self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="ember-actor")
+            self.pool = CallThreads(concurrency, "ember-actor")
 
     def _start_async_loop(self, concurrency: int) -> None:
         loop = new_event_loop()
