@@ -118,6 +118,14 @@ class NodeResources:
             held += self.bundle_gpus.pop(key)
         return held
 
+    def drop_bundle_gpus(self, pg_hex: str, index: int) -> list[int]:
+        """Forgets one bundle's GPUs (released while its group stays); the ids it held."""
+        held = self.bundle_gpus.pop((pg_hex, index), [])
+        free = self.pg_gpu_free.get(pg_hex, {})
+        for g in held:
+            free.pop(g, None)
+        return held
+
     def _take_group_gpus(self, pg_hex: str, index: int, amount: float) -> list[int]:
         free = self.pg_gpu_free.get(pg_hex)
         if not free:

@@ -350,3 +350,58 @@ def head_and_far_node(store: int, far: float):
         if ember.is_initialized():
             ember.shutdown()
         cluster.shutdown()
+
+
+# For tests that kill the GCS: a node silent for 5 s is dead, and every process waits up to
+# 30 s for a GCS to come back.
+GCS_RESTART_ENV = {
+    "EMBER_HEARTBEAT_INTERVAL": "0.2",
+    "EMBER_NODE_DEATH_TIMEOUT": "5",
+    "EMBER_GCS_RECONNECT_TIMEOUT": "30",
+}
+
+
+def gcs_processes(root: str) -> list[psutil.Process]:
+    """The GCS processes of the cluster under the temp root ``root``."""
+    from ember.cli.stop import find_ember_processes
+
+    return [p for p in find_ember_processes(root) if "ember.gcs.server" in " ".join(p.cmdline())]
+
+
+def kill_the_gcs(root: str) -> psutil.Process:
+    """SIGKILLs the cluster's GCS and returns the one its head's raylet starts again."""
+    [old] = gcs_processes(root)
+    old.kill()
+    old.wait(10)
+    [new] = wait_until(
+        lambda: [p for p in gcs_processes(root) if p.pid != old.pid],
+        timeout=30,
+        message="a new GCS",
+    )
+    return new
+
+
+@contextlib.contextmanager
+def gcs_restart_cluster(monkeypatch, head_cpus: float = 1):
+    """A head with ``head_cpus`` CPUs and ``GCS_RESTART_ENV``'s timings, this process's
+    reconnect timeout matching (it is the driver once ``cluster.connect()``); at the end
+    the driver and the cluster stop, and no process of it may be left."""
+    import ember
+    from ember import config
+    from ember.cli.stop import find_ember_processes
+    from ember.cluster_utils import Cluster
+
+    monkeypatch.setattr(config, "gcs_reconnect_timeout", 30.0)
+    if ember.is_initialized():
+        ember.shutdown()
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": head_cpus}, env=GCS_RESTART_ENV
+    )
+    root = cluster.temp_root
+    try:
+        yield cluster
+    finally:
+        if ember.is_initialized():
+            ember.shutdown()
+        cluster.shutdown()
+    wait_until(lambda: not find_ember_processes(root), timeout=20, message="no leftovers")

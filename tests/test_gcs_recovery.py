@@ -19,13 +19,17 @@ import pytest
 from ember import config
 from ember.cli.stop import find_ember_processes
 from ember.cluster_utils import Cluster
-from ember_test_utils import COUNTER_SOURCE, redis_server, wait_until
+from ember_test_utils import (
+    COUNTER_SOURCE,
+    GCS_RESTART_ENV,
+    gcs_processes,
+    gcs_restart_cluster,
+    kill_the_gcs,
+    redis_server,
+    wait_until,
+)
 
-FAST = {
-    "EMBER_HEARTBEAT_INTERVAL": "0.2",
-    "EMBER_NODE_DEATH_TIMEOUT": "5",
-    "EMBER_GCS_RECONNECT_TIMEOUT": "30",
-}
+FAST = GCS_RESTART_ENV
 
 
 @ember.remote
@@ -42,10 +46,6 @@ class Counter:
 def slow(x: int, seconds: float) -> int:
     time.sleep(seconds)
     return x * 10
-
-
-def gcs_processes(root: str) -> list[psutil.Process]:
-    return [p for p in find_ember_processes(root) if "ember.gcs.server" in " ".join(p.cmdline())]
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -363,3 +363,83 @@ def test_ember_start_block_outlives_a_gcs_restart(tmp_path):
         import shutil
 
         shutil.rmtree(root, ignore_errors=True)
+
+
+@ember.remote
+class Pinger:
+    def ping(self) -> int:
+        return os.getpid()
+
+
+def node_worker_pids(raylet: psutil.Process) -> set[int]:
+    """The worker processes of a node: its raylet's descendants but for its fork server and
+    its agent (forked workers keep the fork server's command line)."""
+    pids = set()
+    for p in raylet.children(recursive=True):
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            line = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if "ember.agent" in line or p.ppid() == raylet.pid and "zygote" in line:
+            continue
+        pids.add(p.pid)
+    return pids
+
+
+def test_an_actor_lease_granted_to_a_dead_gcs_leaves_no_worker_behind(monkeypatch):
+    """The GCS asks a raylet for an actor's worker and is SIGKILLed before the reply: the
+    raylet is stopped (SIGSTOP) while the request reaches it, so the grant can only come
+    after the GCS died, the moment made certain. The new GCS knows nothing of that lease and
+    places the actor again; the raylet ends the lease whose asker is gone (or, had the reply
+    left before the GCS died, the new GCS ends it when the raylet registers again with its
+    leases). The actor is ALIVE once, and no worker process is left beside its own."""
+    with gcs_restart_cluster(monkeypatch, head_cpus=1) as cluster:
+        # Room for two: a leaked lease would not stop the actor from being placed again,
+        # so what the test sees is the extra worker, not a hang.
+        far = cluster.add_node(num_cpus=1, resources={"far": 2})
+        cluster.connect()
+        raylet = psutil.Process(far.procs["raylet"].pid)
+        before = node_worker_pids(raylet)
+        raylet.suspend()
+        try:
+            actor = Pinger.options(num_cpus=0, resources={"far": 1}).remote()
+            actor_id = actor._actor_id
+
+            def lease_asked() -> bool:
+                # Listed, and not waiting for a node: its lease request went to the raylet.
+                rows = [a for a in cluster.gcs_call("list_actors") if a["actor_id"] == actor_id]
+                waiting = cluster.gcs_call("cluster_info")["pending_actors"]
+                return bool(rows) and rows[0]["state"] == "PENDING_CREATION" and not waiting
+
+            wait_until(lease_asked, timeout=4, message="the GCS to ask the stopped raylet")
+            kill_the_gcs(cluster.temp_root)
+        finally:
+            raylet.resume()
+
+        pid = ember.get(actor.ping.remote(), timeout=60)
+        [row] = [a for a in cluster.gcs_call("list_actors") if a["actor_id"] == actor_id]
+        assert (row["state"], row["pid"], row["num_restarts"]) == ("ALIVE", pid, 0)
+
+        def actor_workers() -> list[tuple[int, str]]:
+            rows = cluster.raylet_call(far, "list_workers")
+            return [(w["pid"], w["state"]) for w in rows if w.get("actor_id")]
+
+        # One worker hosts an actor on that node: the actor's own. The orphan's is gone.
+        wait_until(
+            lambda: actor_workers() == [(pid, "ACTOR")],
+            timeout=30,
+            message=f"the actor's worker {pid} to be the only actor worker on the node",
+        )
+
+        def pids_agree() -> bool:
+            listed = {w["pid"] for w in cluster.raylet_call(far, "list_workers")}
+            return node_worker_pids(raylet) == listed
+
+        # Every worker process on the node is one its raylet lists: none hides, leaked.
+        wait_until(pids_agree, timeout=30, message="the node's processes to be its workers")
+        assert pid in node_worker_pids(raylet) and pid not in before
+        # The resource the lost lease held is back: one "far" in use, the actor's.
+        stats = cluster.raylet_call(far, "node_stats")
+        assert stats["resources_available"]["far"] == 1.0

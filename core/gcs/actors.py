@@ -331,6 +331,31 @@ class ActorManager:
         # Its resources are free again: an actor waiting for them may fit now.
         self.schedule_pending()
 
+    def reconcile_leases(self, node: NodeInfo, leases: list) -> None:
+        """``leases``: the actor leases (lease id, worker id, actor id) a node's raylet holds
+        as it registers again after a GCS restart. One this GCS's actor table does not name
+        (the old process asked for it and died before the reply, or before storing it) has
+        no actor on it and never will: the raylet ends it. Known ones stay: a live actor's,
+        and a cut-off creation's, which ``_place`` ends before placing the actor again."""
+        for lease_id, worker_id, actor_id in leases:
+            actor = self.actors.get(actor_id)
+            if (
+                actor is not None
+                and actor.state is not _DEAD
+                and actor.worker_id == worker_id
+                and actor.node_id == node.node_id
+            ):
+                continue
+            logger.warning(
+                "ending lease %s of worker %s on node %s: actor %s's lease is unknown to "
+                "this GCS (its grant was answered to the GCS process before it)",
+                lease_id,
+                worker_id.hex()[:12],
+                node.node_id.hex()[:12],
+                actor_id.hex(),
+            )
+            node.conn.send("return_actor_lease", {"lease_id": lease_id, "kill": True})
+
     def on_node_died(self, node_id: bytes, reason: str) -> None:
         why = f"its node {node_id.hex()[:12]} died ({reason})"
         for actor in list(self.actors.values()):

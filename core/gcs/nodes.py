@@ -161,6 +161,10 @@ class NodeTable:
         self.on_died: Callable[[bytes, str], None] = _nothing
         # (node, available before): a heartbeat brought new availability.
         self.on_heartbeat: Callable[[NodeInfo, dict[str, float]], None] = _nothing
+        # (node, registration): a known node's raylet registered again after a GCS restart,
+        # saying which actor leases and bundles it holds; what this GCS does not know of
+        # (its grant's reply died with the old process) is ended.
+        self.on_reregistered: Callable[[NodeInfo, dict], None] = _nothing
         self.store: Store | None = None  # where registrations and deaths are kept
 
     def _save(self, node: NodeInfo) -> None:
@@ -200,6 +204,7 @@ class NodeTable:
             self.record("INFO", f"node {node_id.hex()} joined at {node.node_ip}")
         else:
             self.record("INFO", f"node {node_id.hex()} reconnected after a GCS restart")
+            self.on_reregistered(node, body)
         for c in list(self.connections):  # drivers subscribe to its workers' logs
             if not c.closed and c is not conn and c.state.get("node_events"):
                 c.send("node_added", {"node_id": node_id, "tcp_address": node.tcp_address})

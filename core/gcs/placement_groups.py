@@ -5,7 +5,12 @@ A reserved bundle turns into renamed resources on its node (``CPU_group_<pg>`` a
 those names and the ordinary schedulers do the rest.
 
 A group is PENDING until every bundle is reserved (CREATED), and REMOVED when its owner
-removes it or its non-detached job ends; REMOVED is final.
+removes it or its non-detached job ends; REMOVED is final. A CREATED group that loses
+bundles with a dead node goes RESCHEDULING (as Ray's): it keeps its other bundles where they
+are, its lost ones are reserved again on live nodes when there is room (its strategy still
+holds: STRICT_SPREAD avoids the nodes it kept), and it is CREATED again once all are. What
+ran in a lost bundle died with the node; actors restart in the bundle's new place by their
+own ``max_restarts``, since they ask for the bundle's renamed resources wherever they are.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ember.lifecycle import Lifecycle, LifecycleState, Track
@@ -27,6 +33,7 @@ class PgState(LifecycleState):
 
     PENDING = "PENDING"
     CREATED = "CREATED"
+    RESCHEDULING = "RESCHEDULING"  # bundles lost with a dead node are being placed again
     REMOVED = "REMOVED"
 
 
@@ -34,9 +41,20 @@ PG_LIFECYCLE: Lifecycle[PgState] = Lifecycle(
     "placement group",
     {
         PgState.PENDING: {"reserved": PgState.CREATED, "removed": PgState.REMOVED},
-        PgState.CREATED: {"removed": PgState.REMOVED},
+        PgState.CREATED: {"bundles_lost": PgState.RESCHEDULING, "removed": PgState.REMOVED},
+        PgState.RESCHEDULING: {
+            "bundles_lost": PgState.RESCHEDULING,  # another of its nodes died meanwhile
+            "reserved": PgState.CREATED,
+            "removed": PgState.REMOVED,
+        },
     },
 )
+
+PLACING = frozenset({PgState.PENDING, PgState.RESCHEDULING})  # states with bundles to place
+
+
+def _nothing(*args: Any) -> None:
+    pass
 
 
 class _Group:
@@ -49,7 +67,8 @@ class _Group:
         self.job_id: bytes = body.get("job_id", b"")
         self.detached: bool = body.get("detached", False)
         self.track: Track[PgState] = PG_LIFECYCLE.track(self.pg_id.hex(), PgState.PENDING)
-        self.placement: list[bytes] = []  # node id per bundle
+        # The node of each bundle; None for one not reserved (yet, or again).
+        self.placement: list[bytes | None] = [None] * len(self.bundles)
         self.waiters: list[asyncio.Future] = []
         self.created_at = time.time()
         self.reason = ""
@@ -66,7 +85,8 @@ class _Group:
         body, state, placement, created_at = pickle.loads(data)
         pg = cls(body)
         pg.track = PG_LIFECYCLE.track(pg.pg_id.hex(), PgState[state])
-        pg.placement = placement
+        if placement:  # else a group that was PENDING: nothing placed
+            pg.placement = placement
         pg.created_at = created_at
         return pg
 
@@ -77,7 +97,7 @@ class _Group:
             "bundles": self.bundles,
             "strategy": self.strategy,
             "state": self.track.state.name,
-            "bundle_nodes": [n.hex() for n in self.placement],
+            "bundle_nodes": [n.hex() if n else None for n in self.placement],
             "reason": self.reason,
             "job_id": self.job_id.hex(),
             "detached": self.detached,
@@ -88,13 +108,19 @@ class _Group:
 class PlacementGroupManager:
     """``nodes`` is the GCS's node table (``nodes.py``): where bundles are reserved."""
 
-    def __init__(self, nodes: Any) -> None:
+    def __init__(self, nodes: Any, record: Callable[[str, str], None] = _nothing) -> None:
         self.nodes = nodes
+        self.record = record  # (severity, message): a cluster event
         self.groups: dict[bytes, _Group] = {}  # {pg_id: _Group}, removed ones too (listings)
-        # {pg_id: _Group} of the PENDING ones: what a change of capacity retries. Removed
-        # groups stay listed, so scanning every group on each removal grew without bound.
+        # {pg_id: _Group} of the PENDING and RESCHEDULING ones: what a change of capacity
+        # retries. Removed groups stay listed, so scanning every group on each removal grew
+        # without bound.
         self.pending: dict[bytes, _Group] = {}
-        self._placing = False
+        # Groups with an attempt to place them in flight, and those asked to try again once
+        # it ends: two attempts at once would reserve a bundle twice, and the loser's
+        # release would free the winner's.
+        self._placing_now: set[bytes] = set()
+        self._again: set[bytes] = set()
         self.store: Store | None = None
 
     def _save(self, pg: _Group) -> None:
@@ -103,12 +129,12 @@ class PlacementGroupManager:
 
     def restore(self, rows: dict[bytes, bytes]) -> None:
         """The groups a previous GCS process knew. A created group's bundles stay reserved
-        on their raylets, which outlived that process; a pending one is placed again once
-        nodes reconnect."""
+        on their raylets, which outlived that process; a pending or rescheduling one has
+        its unplaced bundles placed once nodes reconnect."""
         for pg_id, data in rows.items():
             pg = _Group.from_record(data)
             self.groups[pg_id] = pg
-            if pg.state is PgState.PENDING:
+            if pg.state in PLACING:
                 self.pending[pg_id] = pg
 
     def h_create_placement_group(self, conn: Any, body: dict) -> dict:
@@ -129,38 +155,60 @@ class PlacementGroupManager:
         return {"ok": True}
 
     async def _place(self, pg: _Group) -> None:
-        if pg.state is not PgState.PENDING:
+        if pg.state not in PLACING:
             return
+        if pg.pg_id in self._placing_now:
+            self._again.add(pg.pg_id)
+            return
+        self._placing_now.add(pg.pg_id)
+        try:
+            await self._attempt(pg)
+        finally:
+            self._placing_now.discard(pg.pg_id)
+        if pg.pg_id in self._again:
+            self._again.discard(pg.pg_id)
+            if pg.state in PLACING:
+                asyncio.ensure_future(self._place(pg))
+
+    async def _attempt(self, pg: _Group) -> None:
+        """One try at reserving every unplaced bundle of ``pg``, all or none of them."""
         nodes = self.nodes.alive()
         plan = _plan(pg, nodes)
         if plan is None:
             pg.reason = _why(pg, nodes)
             return
         by_node: dict[bytes, list] = {}
-        for i, node in enumerate(plan):
+        for i, node in plan.items():
             by_node.setdefault(node.node_id, []).append((i, pg.bundles[i]))
             # Book it in our view now so a second group does not take the same room.
             for k, v in pg.bundles[i].items():
                 node.available[k] = node.available.get(k, 0) - v
-        done: list[Any] = []
+        done: list[tuple[Any, list]] = []
         ok = True
         for node_id, bundles in by_node.items():
             node = self.nodes.nodes[node_id]
             try:
                 if await node.conn.call("reserve_bundles", {"pg_id": pg.pg_id, "bundles": bundles}):
-                    done.append(node)
+                    done.append((node, bundles))
                 else:
                     ok = False
             except Exception:
                 ok = False
             if not ok:
                 break
-        if not ok or pg.state is not PgState.PENDING:
-            for node in done:
-                node.conn.send("release_bundles", {"pg_id": pg.pg_id})
+        if not ok or pg.state not in PLACING:
+            for node, bundles in done:
+                # Only what this attempt reserved: a rescheduling group keeps its others there.
+                indexes = [i for i, _ in bundles]
+                node.conn.send("release_bundles", {"pg_id": pg.pg_id, "indexes": indexes})
             pg.reason = "resources were taken while reserving; will retry"
             return
-        pg.placement = [n.node_id for n in plan]
+        for i, node in plan.items():
+            pg.placement[i] = node.node_id
+        if None in pg.placement:  # a node it kept died meanwhile: those go again
+            self._save(pg)
+            self._again.add(pg.pg_id)
+            return
         pg.track.fire("reserved")
         self._save(pg)
         self.pending.pop(pg.pg_id, None)
@@ -169,6 +217,31 @@ class PlacementGroupManager:
             if not fut.done():
                 fut.set_result(True)
         pg.waiters.clear()
+        # A node that died while we waited for its reply: those bundles are lost already.
+        for node_id in {n.node_id for n in plan.values()}:
+            if self.nodes.get_alive(node_id) is None:
+                self.on_node_died(node_id)
+
+    def on_node_died(self, node_id: bytes) -> None:
+        """Bundles reserved on a dead node are lost: their groups go RESCHEDULING and those
+        bundles are placed again (``on_node_change``, which the server calls next)."""
+        for pg in list(self.groups.values()):
+            if pg.state is PgState.REMOVED or node_id not in pg.placement:
+                continue
+            lost = [i for i, n in enumerate(pg.placement) if n == node_id]
+            for i in lost:
+                pg.placement[i] = None
+            pg.track.fire("bundles_lost")
+            pg.reason = (
+                f"bundles {lost} were lost with node {node_id.hex()[:12]}; placing them again"
+            )
+            self._save(pg)
+            self.pending[pg.pg_id] = pg
+            self.record(
+                "WARNING",
+                f"placement group {pg.pg_id.hex()} lost bundles {lost} with node "
+                f"{node_id.hex()}: rescheduling them",
+            )
 
     def h_remove_placement_group(self, conn: Any, body: dict) -> None:
         pg = self.groups.get(body["pg_id"])
@@ -176,7 +249,6 @@ class PlacementGroupManager:
             self._remove(pg)
 
     def _remove(self, pg: _Group) -> None:
-        was_created = pg.state is PgState.CREATED
         if pg.state is not PgState.REMOVED:  # removing twice only wakes waiters again
             pg.track.fire("removed")
             self._save(pg)
@@ -185,11 +257,11 @@ class PlacementGroupManager:
             if not fut.done():
                 fut.set_result(False)
         pg.waiters.clear()
-        if was_created:
-            for node_id in set(pg.placement):
-                node = self.nodes.get_alive(node_id)
-                if node is not None:
-                    node.conn.send("release_bundles", {"pg_id": pg.pg_id})
+        # Every bundle it holds (a rescheduling group holds some; a pending one none).
+        for node_id in {n for n in pg.placement if n is not None}:
+            node = self.nodes.get_alive(node_id)
+            if node is not None:
+                node.conn.send("release_bundles", {"pg_id": pg.pg_id})
         self.on_node_change()
 
     async def h_wait_placement_group(self, conn: Any, body: dict) -> bool:
@@ -219,6 +291,22 @@ class PlacementGroupManager:
     def h_list_placement_groups(self, conn: Any, body: Any) -> list[dict]:
         return [g.public() for g in self.groups.values()]
 
+    def reconcile_bundles(self, node: Any, held: dict[bytes, list[int]]) -> None:
+        """``held``: the bundles ({pg_id: [index]}) a node's raylet has reserved, as it
+        registers again after a GCS restart. Those this GCS does not place there (reserved
+        for the old process, which died before storing the group's placement; or of a group
+        removed meanwhile) are released."""
+        for pg_id, indexes in held.items():
+            pg = self.groups.get(pg_id)
+            if pg is None or pg.state is PgState.REMOVED:
+                node.conn.send("release_bundles", {"pg_id": pg_id})
+                continue
+            stray = [
+                i for i in indexes if i >= len(pg.placement) or pg.placement[i] != node.node_id
+            ]
+            if stray:
+                node.conn.send("release_bundles", {"pg_id": pg_id, "indexes": stray})
+
     def on_node_change(self) -> None:
         for pg in list(self.pending.values()):
             asyncio.ensure_future(self._place(pg))
@@ -229,8 +317,15 @@ class PlacementGroupManager:
                 self._remove(pg)
 
 
-def _plan(pg: _Group, nodes: list) -> list | None:
-    """A node per bundle honouring the strategy, or None if it cannot be placed now."""
+def _plan(pg: _Group, nodes: list) -> dict[int, Any] | None:
+    """A node for each unplaced bundle ({index: node}) honouring the strategy with the
+    bundles the group keeps, or None if they cannot all be placed now."""
+    todo = [i for i, n in enumerate(pg.placement) if n is None]
+    kept = {n for n in pg.placement if n is not None}
+    if pg.strategy == "STRICT_PACK" and kept:
+        nodes = [n for n in nodes if n.node_id in kept]  # all on the one node it kept
+    if pg.strategy == "STRICT_SPREAD":
+        nodes = [n for n in nodes if n.node_id not in kept]
     if not nodes:
         return None
     avail = {n.node_id: dict(n.available) for n in nodes}
@@ -244,34 +339,40 @@ def _plan(pg: _Group, nodes: list) -> list | None:
         return True
 
     if pg.strategy in ("PACK", "STRICT_PACK"):
-        for node in sorted(nodes, key=lambda n: -sum(n.available.values())):
+        # The nodes it kept bundles on first, so what it packed stays together.
+        order = sorted(nodes, key=lambda n: (n.node_id not in kept, -sum(n.available.values())))
+        for node in order:
             saved = dict(avail[node.node_id])
-            if all(take(node, b) for b in pg.bundles):
-                return [node] * len(pg.bundles)
+            if all(take(node, pg.bundles[i]) for i in todo):
+                return dict.fromkeys(todo, node)
             avail[node.node_id] = saved
         if pg.strategy == "STRICT_PACK":
             return None
-    if pg.strategy == "STRICT_SPREAD" and len(nodes) < len(pg.bundles):
+    if pg.strategy == "STRICT_SPREAD" and len(nodes) < len(todo):
         return None
-    plan, used = [], set()
-    for bundle in pg.bundles:
+    plan: dict[int, Any] = {}
+    used = set(kept) if pg.strategy == "SPREAD" else set()
+    for i in todo:
         order = sorted(nodes, key=lambda n: (n.node_id in used, -sum(avail[n.node_id].values())))
         placed = None
         for node in order:
             if pg.strategy == "STRICT_SPREAD" and node.node_id in used:
                 continue
-            if take(node, bundle):
+            if take(node, pg.bundles[i]):
                 placed = node
                 break
         if placed is None:
             return None
-        plan.append(placed)
+        plan[i] = placed
         used.add(placed.node_id)
     return plan
 
 
 def _why(pg: _Group, nodes: list) -> str:
-    for bundle in pg.bundles:
-        if not any(fits(bundle, n.total) for n in nodes):
-            return f"infeasible: no node can hold the bundle {fmt(bundle)}"
+    todo = [i for i, n in enumerate(pg.placement) if n is None]
+    for i in todo:
+        if not any(fits(pg.bundles[i], n.total) for n in nodes):
+            return f"infeasible: no node can hold the bundle {fmt(pg.bundles[i])}"
+    if pg.state is PgState.RESCHEDULING:
+        return f"waiting for resources to place bundles {todo} again (lost with a dead node)"
     return "waiting for resources"

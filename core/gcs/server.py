@@ -84,13 +84,14 @@ class GcsServer:
         self.kv = KvStore()
         self.node_table = NodeTable(self.connections, self.log.record, node_death_timeout)
         self.jobs = JobTable()
-        self.placement_groups = PlacementGroupManager(self.node_table)
+        self.placement_groups = PlacementGroupManager(self.node_table, self.log.record)
         self.actors = ActorManager(
             self.node_table, self.jobs, self.log.record, placement_groups=self.placement_groups
         )
         self.node_table.on_change = self._capacity_changed
         self.node_table.on_died = self._node_died
         self.node_table.on_heartbeat = self._heartbeat
+        self.node_table.on_reregistered = self._reregistered
         self.jobs.on_finished = self._job_finished
         for part in (self.node_table, self.jobs, self.actors, self.kv, self.placement_groups):
             part.store = store
@@ -175,7 +176,16 @@ class GcsServer:
         if any(v > before.get(k, 0.0) for k, v in node.available.items()):
             self.placement_groups.on_node_change()
 
+    def _reregistered(self, node: NodeInfo, body: dict) -> None:
+        """A node's raylet is back after a GCS restart: what it holds for a GCS that this
+        one does not know of was granted to the old process, whose reply died with it."""
+        self.actors.reconcile_leases(node, body.get("actor_leases") or [])
+        self.placement_groups.reconcile_bundles(node, body.get("bundles") or {})
+
     def _node_died(self, node_id: bytes, reason: str) -> None:
+        # Its groups' bundles first: an actor restarting out of a lost bundle then waits
+        # for the bundle's new place (its resources come with that node's next heartbeat).
+        self.placement_groups.on_node_died(node_id)
         self.actors.on_node_died(node_id, reason)
         self.placement_groups.on_node_change()
 

@@ -83,9 +83,12 @@ class JobFinished(Record):
 
 
 class GroupRemoved(Record):
-    """A placement group's bundles are released: workers running in it lose their room."""
+    """A placement group's bundles are released: workers running in it lose their room.
+    ``markers``: only the leases asking for one of these resource names (some bundles'
+    ``bundle_group_<i>_<pg>``); None: every lease in the group."""
 
     pg_hex: str
+    markers: frozenset[str] | None = None
 
 
 class ResourcesChanged(Record):

@@ -235,9 +235,17 @@ class LeaseMachine:
                 self._end(lease, True, "its job finished", 0.0, out)
 
     def _on_group_removed(self, ev: GroupRemoved, out: list) -> None:
+        markers = ev.markers
+        why = "its placement group was removed"
+        if markers is not None:
+            why = "its placement group bundle was released"
         for lease in list(self.leases.values()):
-            if any(ev.pg_hex in k for k in lease.shape):
-                self._end(lease, True, "its placement group was removed", 0.0, out)
+            if markers is None:
+                hit = any(ev.pg_hex in k for k in lease.shape)
+            else:
+                hit = not markers.isdisjoint(lease.shape)
+            if hit:
+                self._end(lease, True, why, 0.0, out)
 
     def _on_resources_changed(self, ev: Any, out: list) -> None:
         self._dispatch(out)

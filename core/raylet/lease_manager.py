@@ -146,7 +146,31 @@ class LeaseManager:
 
     def h_lease_actor_worker(self, conn: Connection, body: dict) -> asyncio.Future:
         # The GCS holds an actor's lease for its life: no client connection ends it.
-        return self._request(body, None, body.get("class_name", ""), actor_id=body["actor_id"])
+        fut = self._request(body, None, body.get("class_name", ""), actor_id=body["actor_id"])
+        fut.add_done_callback(lambda f: self._actor_lease_answered(conn, f))
+        return fut
+
+    def _actor_lease_answered(self, conn: Connection, fut: asyncio.Future) -> None:
+        if fut.cancelled() or fut.exception() is not None or fut.result() is None:
+            return
+        if conn.closed:
+            # The GCS process that asked died while the request waited here: the reply goes
+            # nowhere, and the new GCS places the actor again. Nobody would ever use or
+            # return this lease; its worker would stay until the node stops. (A grant
+            # answered just before that GCS died is in this node's next registration.)
+            lease_id = fut.result()["lease_id"]
+            logger.info("actor lease %d ended: the GCS that asked for it is gone", lease_id)
+            self.handle(ev.LeaseEnded(lease_id, "the GCS that asked for it is gone"))
+
+    def actor_leases(self) -> list[tuple[int, bytes, bytes]]:
+        """(lease id, worker id, actor id) of every actor lease held here: what a new GCS
+        checks against its actor table when this node registers again (a lease whose grant
+        died with the old GCS is one it does not know)."""
+        return [
+            (lease.lease_id, lease.worker.worker_id, lease.worker.actor_id)
+            for lease in self.machine.leases.values()
+            if lease.is_actor and lease.worker.actor_id is not None
+        ]
 
     def _request(self, body: dict, client: Any, name: str, **kw: Any) -> asyncio.Future:
         """A lease request to the machine; the future is its answer."""

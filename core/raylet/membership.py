@@ -50,6 +50,11 @@ class Membership:
             "hostname": socket.gethostname(),
             "is_head": args.head,
             "pid": os.getpid(),
+            # What this node holds for the GCS, checked by a GCS started again against
+            # what it read back: replies that died with the old one left it things it
+            # does not know of (``NodeTable.on_reregistered``).
+            "actor_leases": r.leases.actor_leases(),
+            "bundles": r.bundle_report(),
         }
 
     async def connect_gcs(self) -> None:
@@ -176,6 +181,9 @@ class Membership:
             r.node["node_id"] = r.node_id
             r.pool.node["node_id"] = r.node_id
             r.leases.handle(ev.NodeDeclaredDead(r.node_id))
+            # Its placement group bundles were placed again elsewhere.
+            for pg_id in list(r.bundles):
+                r.h_release_bundles(None, {"pg_id": pg_id})  # type: ignore[arg-type]
             reply = await self.gcs.call("register_node", self.registration(), timeout=30.0)
             self.set_view(reply.get("view", []))
             for _ in range(r.args.prestart):

@@ -144,7 +144,13 @@ class Raylet:
 
     # -- placement groups and resources ----------------------------------------------------
     def h_reserve_bundles(self, conn: Connection, body: dict) -> bool:
-        pg_id, bundles = body["pg_id"], body["bundles"]
+        """Reserves bundles of a group, adding to those it already has here (a group placing
+        bundles it lost with another node). A bundle already here is not reserved twice:
+        the request may come again from a GCS started after the first was answered."""
+        pg_id = body["pg_id"]
+        held = self.bundles.get(pg_id, [])
+        have = {index for index, _ in held}
+        bundles = [(index, shape) for index, shape in body["bundles"] if index not in have]
         res = self.resources
         total: dict[str, float] = {}
         for _, shape in bundles:
@@ -162,29 +168,52 @@ class Raylet:
                 res.add(pg_resource_name(k, pg_hex, index), v)
             res.add(pg_resource_name("bundle", pg_hex), 1)
             res.add(pg_resource_name("bundle", pg_hex, index), 1)
-        self.bundles[pg_id] = bundles
+        self.bundles[pg_id] = held + bundles
         self.leases.handle(ev.ResourcesChanged())
         return True
 
     def h_release_bundles(self, conn: Connection, body: dict) -> None:
+        """Releases a group's bundles here: those of ``indexes``, or all of them."""
         pg_id = body["pg_id"]
-        bundles = self.bundles.pop(pg_id, None)
-        if bundles is None:
+        held = self.bundles.pop(pg_id, None)
+        if held is None:
             return
+        indexes = body.get("indexes")
+        if indexes is None:
+            bundles = held
+        else:
+            bundles = [(i, shape) for i, shape in held if i in indexes]
+            kept = [(i, shape) for i, shape in held if i not in indexes]
+            if kept:
+                self.bundles[pg_id] = kept
         pg_hex = pg_id.hex()
         res = self.resources
-        # Workers still running in the group lose their room: stop them (Ray does too).
-        self.leases.handle(ev.GroupRemoved(pg_hex))
-        held = {index: res.bundle_gpus.get((pg_hex, index), []) for index, _ in bundles}
-        res.drop_group_gpus(pg_hex)
+        # Workers still running in the released bundles lose their room: stop them (Ray
+        # does too). Released one by one, only the leases that asked for those bundles.
+        if indexes is None:
+            self.leases.handle(ev.GroupRemoved(pg_hex))
+        else:
+            markers = frozenset(pg_resource_name("bundle", pg_hex, i) for i, _ in bundles)
+            self.leases.handle(ev.GroupRemoved(pg_hex, markers))
+        gpus = {index: res.bundle_gpus.get((pg_hex, index), []) for index, _ in bundles}
+        if pg_id not in self.bundles:
+            res.drop_group_gpus(pg_hex)
+        else:
+            for index in gpus:
+                res.drop_bundle_gpus(pg_hex, index)
         for index, shape in bundles:
             for k, v in shape.items():
                 res.remove(pg_resource_name(k, pg_hex), v)
                 res.remove(pg_resource_name(k, pg_hex, index), v)
             res.remove(pg_resource_name("bundle", pg_hex), 1)
             res.remove(pg_resource_name("bundle", pg_hex, index), 1)
-            res.release(shape, held[index])
+            res.release(shape, gpus[index])
         self.leases.handle(ev.ResourcesChanged())
+
+    def bundle_report(self) -> dict[bytes, list[int]]:
+        """The bundles reserved here, {pg_id: [index]}, for the GCS to check against what
+        it knows when this node registers again (``Membership.registration``)."""
+        return {pg_id: [index for index, _ in held] for pg_id, held in self.bundles.items()}
 
     def h_job_finished(self, conn: Connection, body: dict) -> None:
         self.leases.handle(ev.JobFinished(body["job_id"]))

@@ -4,6 +4,8 @@ loop only runs the GCS's own coroutines against fakes."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from ember.gcs.actor_machine import ActorState
 from ember.gcs.nodes import NodeState
@@ -247,5 +249,119 @@ def test_a_placement_group_is_removed_with_its_job_unless_detached() -> None:
         groups = gcs.placement_groups.groups
         assert groups[b"1" * 18].state is PgState.REMOVED
         assert groups[b"2" * 18].state is PgState.CREATED
+
+    run(test)
+
+
+def test_a_group_losing_a_node_reschedules_only_its_lost_bundles() -> None:
+    """A CREATED group whose node dies goes RESCHEDULING: it keeps its other bundles, and
+    its lost one is reserved again (only that one) on a node its strategy allows: with
+    STRICT_SPREAD never beside a bundle it kept, however much room is there."""
+
+    async def test() -> None:
+        gcs, _, _ = make_gcs()
+        a, a_conn = add_node(gcs, cpus=4)
+        b, _ = add_node(gcs, cpus=2)
+        owner = FakeConn()
+        pg_id = b"s" * 18
+        body = {"pg_id": pg_id, "bundles": [{"CPU": 1}, {"CPU": 1}], "strategy": "STRICT_SPREAD"}
+        gcs.handlers["create_placement_group"](owner, body)
+        assert await gcs.handlers["wait_placement_group"](owner, {"pg_id": pg_id, "timeout": 1})
+        group = gcs.placement_groups.groups[pg_id]
+        lost = group.placement.index(b)
+        gcs.node_table.node_died(b, "test")
+        await settle()
+        info = gcs.handlers["get_placement_group"](owner, {"pg_id": pg_id})
+        assert info["state"] == "RESCHEDULING"
+        assert info["bundle_nodes"][lost] is None and info["bundle_nodes"][1 - lost] == a.hex()
+        assert f"bundles [{lost}] again" in info["reason"]
+        assert "lost bundles" in gcs.log.events[-1]["message"]
+        # Waiting for it waits for it to be whole again.
+        assert not await gcs.handlers["wait_placement_group"](
+            owner, {"pg_id": pg_id, "timeout": 0.05}
+        )
+        c, c_conn = add_node(gcs, cpus=2)
+        asked: list = []
+        c_conn.replies["reserve_bundles"] = lambda body: asked.append(body["bundles"]) or True
+        gcs.placement_groups.on_node_change()
+        assert await gcs.handlers["wait_placement_group"](owner, {"pg_id": pg_id, "timeout": 1})
+        assert asked == [[(lost, {"CPU": 1})]]
+        info = gcs.handlers["get_placement_group"](owner, {"pg_id": pg_id})
+        assert info["state"] == "CREATED"
+        assert info["bundle_nodes"][lost] == c.hex() and info["bundle_nodes"][1 - lost] == a.hex()
+        # Removed while rescheduling: the bundles it kept are released.
+        gcs.node_table.node_died(c, "test")
+        await settle()
+        assert group.state is PgState.RESCHEDULING
+        gcs.handlers["remove_placement_group"](owner, {"pg_id": pg_id})
+        assert a_conn.ops("release_bundles") == [{"pg_id": pg_id}]
+
+    run(test)
+
+
+def test_a_node_registering_again_loses_what_this_gcs_does_not_know() -> None:
+    """After a GCS restart a raylet registers again with its actor leases and bundles: those
+    granted to the old process whose reply (or record) died with it are ended; the ones the
+    tables name are kept."""
+
+    async def test() -> None:
+        gcs, _, _ = make_gcs()
+        a, a_conn = add_node(gcs, cpus=4)
+        owner = FakeConn()
+        known = spec()
+        gcs.handlers["create_actor"](owner, known)
+        pg_id = b"k" * 18
+        gcs.handlers["create_placement_group"](owner, {"pg_id": pg_id, "bundles": [{"CPU": 1}]})
+        await settle()
+        actor = gcs.actors.actors[known.actor_id]
+        assert actor.state.name == "ALIVE"
+        body = {
+            "node_id": a,
+            "address": "unix:/raylet",
+            "resources": {"CPU": 4.0},
+            "actor_leases": [
+                (actor.lease_id, actor.worker_id, actor.actor_id),
+                (99, b"x" * 28, b"unknown-actor-id"),  # granted to a GCS that then died
+            ],
+            # Bundle 0 of the known group is here; bundle 3 and a whole group are not.
+            "bundles": {pg_id: [0, 3], b"g" * 18: [0]},
+        }
+        gcs.handlers["register_node"](a_conn, body)
+        assert a_conn.ops("return_actor_lease") == [{"lease_id": 99, "kill": True}]
+        assert a_conn.ops("release_bundles") == [
+            {"pg_id": pg_id, "indexes": [3]},
+            {"pg_id": b"g" * 18},
+        ]
+
+    run(test)
+
+
+def test_a_group_has_one_placement_attempt_at_a_time() -> None:
+    """Changes of capacity while a reservation is in flight do not start a second attempt
+    (it would reserve the bundle twice, and its release would free the first's)."""
+
+    async def test() -> None:
+        gcs, _, _ = make_gcs()
+        a, a_conn = add_node(gcs, cpus=4)
+        asked: list = []
+        answer = asyncio.get_running_loop().create_future()
+
+        async def reserve(body: dict) -> bool:
+            asked.append(body["bundles"])
+            return await answer
+
+        a_conn.call = lambda op, body=None, timeout=None: reserve(body)  # type: ignore[method-assign]
+        owner = FakeConn()
+        pg_id = b"o" * 18
+        gcs.handlers["create_placement_group"](owner, {"pg_id": pg_id, "bundles": [{"CPU": 1}]})
+        await settle()
+        for _ in range(3):
+            gcs.placement_groups.on_node_change()
+        await settle()
+        assert len(asked) == 1
+        answer.set_result(True)
+        assert await gcs.handlers["wait_placement_group"](owner, {"pg_id": pg_id, "timeout": 1})
+        await settle()
+        assert len(asked) == 1 and not a_conn.ops("release_bundles")
 
     run(test)

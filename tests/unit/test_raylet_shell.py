@@ -165,6 +165,64 @@ def test_removing_a_placement_group_kills_the_workers_in_it() -> None:
     run(test)
 
 
+def test_a_group_adds_bundles_here_and_releases_some_of_them() -> None:
+    """A rescheduling group reserves a lost bundle beside one it kept on this node; the
+    same request again reserves nothing twice; releasing one bundle keeps the other."""
+
+    async def test(r: Raylet) -> None:
+        pg = b"\x08" * 8
+        cpu = f"CPU_group_{pg.hex()}"
+        assert r.handlers["reserve_bundles"](r.gcs, {"pg_id": pg, "bundles": [(0, {"CPU": 1})]})
+        again = {"pg_id": pg, "bundles": [(0, {"CPU": 1}), (1, {"CPU": 1})]}
+        assert r.handlers["reserve_bundles"](r.gcs, again)
+        assert r.handlers["reserve_bundles"](r.gcs, again)  # sent again: nothing more taken
+        assert r.resources.available_dict()["CPU"] == 0.0
+        assert r.resources.total_dict()[cpu] == 2.0
+        assert r.bundle_report() == {pg: [0, 1]}
+        in_bundle = {}
+        for i in (0, 1):
+            strategy = ("PLACEMENT_GROUP", pg, i)
+            in_bundle[i] = r.handlers["request_lease"](FakeConn(), lease_body(strategy=strategy))
+        register_all(r)
+        workers = {i: r.pool.workers[f.result()["worker_id"]] for i, f in in_bundle.items()}
+        r.handlers["release_bundles"](r.gcs, {"pg_id": pg, "indexes": [1]})
+        assert r.bundle_report() == {pg: [0]}
+        # The released bundle's task loses its worker; the kept bundle's runs on.
+        assert workers[1].proc.signals == [signal.SIGKILL]  # type: ignore[attr-defined]
+        assert workers[0].proc.signals == []  # type: ignore[attr-defined]
+        available = r.resources.available_dict()
+        assert available[f"CPU_group_0_{pg.hex()}"] == 0.0  # bundle 0's CPU, still leased
+        assert f"CPU_group_1_{pg.hex()}" not in available and available["CPU"] == 1.0
+        assert r.resources.total_dict()[cpu] == 1.0
+        r.handlers["release_bundles"](r.gcs, {"pg_id": pg})
+        assert r.bundle_report() == {}
+        assert r.resources.total_dict() == {"CPU": 2.0}
+
+    run(test)
+
+
+def test_an_actor_lease_granted_after_its_gcs_connection_closed_is_ended() -> None:
+    """The GCS that asked died while the request waited for a worker: nobody will use or
+    return the lease, so the raylet ends it and kills its worker."""
+
+    async def test(r: Raylet) -> None:
+        asker = FakeConn()
+        fut = r.handlers["lease_actor_worker"](
+            asker, {"resources": {"CPU": 1}, "actor_id": b"actor", "class_name": "A"}
+        )
+        assert r.leases.actor_leases() == []
+        asker.closed = True
+        register_all(r)
+        w = r.pool.workers[fut.result()["worker_id"]]
+        assert r.leases.actor_leases() == [(fut.result()["lease_id"], w.worker_id, b"actor")]
+        await asyncio.sleep(0)  # the grant's callback runs
+        assert w.proc.signals == [signal.SIGKILL]  # type: ignore[attr-defined]
+        assert r.leases.actor_leases() == []
+        assert r.resources.available_dict() == {"CPU": 2.0}
+
+    run(test)
+
+
 def test_membership_views_and_rejoining_as_a_new_node() -> None:
     async def test(r: Raylet) -> None:
         other = {
@@ -182,8 +240,11 @@ def test_membership_views_and_rejoining_as_a_new_node() -> None:
         fut = r.handlers["request_lease"](FakeConn(), lease_body())
         register_all(r)
         w = r.pool.workers[fut.result()["worker_id"]]
+        # A bundle held here was placed again elsewhere once the node was declared dead.
+        r.handlers["reserve_bundles"](r.gcs, {"pg_id": b"\x09" * 8, "bundles": [(0, {"CPU": 1})]})
         old = r.node_id
         await r.membership.rejoin_as_new("test")
+        assert r.bundle_report() == {}
         assert r.node_id != old and r.leases.machine.node_id == r.node_id
         assert r.pool.node["node_id"] == r.node_id
         assert w.proc.signals == [signal.SIGKILL]  # type: ignore[attr-defined]

@@ -51,6 +51,10 @@ class RegisterNode(GcsMessage):
     hostname: str
     is_head: bool
     pid: int
+    # (lease id, worker id, actor id) of the actor leases it holds, and {pg_id: [bundle
+    # index]} of the bundles reserved on it: a GCS started again ends those it does not know.
+    actor_leases: list[tuple[int, bytes, bytes]] = OMIT
+    bundles: dict[bytes, list[int]] = OMIT
 
 
 class Heartbeat(GcsMessage):

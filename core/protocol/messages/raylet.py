@@ -272,7 +272,7 @@ class UnexportObject(RayletMessage):
 class ReserveBundles(RayletMessage):
     op = "reserve_bundles"
     sent_by = "GCS"
-    reply = "bool (all reserved; nothing is reserved otherwise)"
+    reply = "bool (all reserved; nothing is reserved otherwise); a bundle already here counts"
 
     pg_id: bytes
     bundles: list[tuple[int, dict[str, float]]]  # (bundle index, shape)
@@ -284,6 +284,7 @@ class ReleaseBundles(RayletMessage):
     oneway = True
 
     pg_id: bytes
+    indexes: list[int] = OMIT  # only these bundles (default: every one of the group here)
 
 
 class SetResource(RayletMessage):
