@@ -27,6 +27,11 @@ class Tally:
         return self.calls, ember.get_runtime_context().get_node_id()
 
 
+@ember.remote
+def node_of_task() -> str:
+    return ember.get_runtime_context().get_node_id()
+
+
 def test_a_group_losing_a_node_is_rescheduled_and_that_survives_a_gcs_restart(monkeypatch):
     with gcs_restart_cluster(monkeypatch, head_cpus=1) as cluster:
         doomed = cluster.add_node(num_cpus=1)
@@ -46,6 +51,11 @@ def test_a_group_losing_a_node_is_rescheduled_and_that_survives_a_gcs_restart(mo
         assert ember.get(calls, timeout=60) == [(1, doomed_id), (2, doomed_id), (1, doomed_id)]
         survivor_id, mortal_id = survivor._actor_id, mortal._actor_id
 
+        # A task for the lost bundle, waiting there for room when the node dies: its owner
+        # asks again, and it runs once the bundle has a node again.
+        task = node_of_task.options(
+            num_cpus=0.5, max_retries=3, scheduling_strategy=in_lost
+        ).remote()
         cluster.remove_node(doomed, allow_graceful=False)
 
         def rescheduling() -> dict | None:
@@ -88,6 +98,7 @@ def test_a_group_losing_a_node_is_rescheduled_and_that_survives_a_gcs_restart(mo
         assert row["num_restarts"] == 1 and row["node_id"] == fresh.node_id
         assert ember.get(survivor.call.remote(), timeout=60) == (1, fresh.node_id.hex())
         assert actor(mortal_id)["state"] == "DEAD"
+        assert ember.get(task, timeout=60) == fresh.node_id.hex()
         # What the dashboard and the state API read: the same table.
         [listed] = [
             g
