@@ -365,7 +365,10 @@ def gcs_processes(root: str) -> list[psutil.Process]:
     """The GCS processes of the cluster under the temp root ``root``."""
     from ember.cli.stop import find_ember_processes
 
-    return [p for p in find_ember_processes(root) if "ember.gcs.server" in " ".join(p.cmdline())]
+    # The command line as found: asking again fails for one that exited since (a zombie).
+    return [
+        p for p in find_ember_processes(root) if "ember.gcs.server" in " ".join(p.info["cmdline"])
+    ]
 
 
 def kill_the_gcs(root: str) -> psutil.Process:

@@ -232,9 +232,7 @@ class PlacementGroupManager:
             for i in lost:
                 pg.placement[i] = None
             pg.track.fire("bundles_lost")
-            pg.reason = (
-                f"bundles {lost} were lost with node {node_id.hex()[:12]}; placing them again"
-            )
+            pg.reason = f"placing bundles {lost} again (lost with node {node_id.hex()[:12]})"
             self._save(pg)
             self.pending[pg.pg_id] = pg
             self.record(
