@@ -5,13 +5,11 @@ traceback, and the server stops cleanly."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import time
 
 import httpx
 from conftest import ARTIFACTS
-from ember_test_utils import ember_cli, write_history_session
+from ember_test_utils import history_server, write_history_session
 
 
 def test_history_pages_in_the_browser(browser, tmp_path):
@@ -19,16 +17,9 @@ def test_history_pages_in_the_browser(browser, tmp_path):
     write_history_session(str(tmp_path), "session_2026-01-01_00-00-00_1", t0 - 86_400)
     newest = "session_2026-01-02_00-00-00_2"
     write_history_session(str(tmp_path), newest, t0)
-    server = subprocess.Popen(
-        [ember_cli(), "dashboard", "--history", str(tmp_path), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = server.stdout.readline()
-        assert "2 session(s)" in line, (line, server.stderr.read())
-        url = line.rsplit(" at ", 1)[1].strip().rstrip("/")
+    with history_server(str(tmp_path)) as (url, line):
+        assert "2 session(s)" in line, line
+        url = url.rstrip("/")
         listed = httpx.get(f"{url}/api/sessions", timeout=30).json()
         assert [s["session_name"] for s in listed["sessions"]][-1] == newest
         context = browser.new_context(viewport={"width": 1400, "height": 900})
@@ -49,7 +40,3 @@ def test_history_pages_in_the_browser(browser, tmp_path):
         page.screenshot(path=str(ARTIFACTS / "history_tasks.png"))
         context.close()
         assert not errors, errors
-    finally:
-        server.send_signal(signal.SIGTERM)
-        code = server.wait(timeout=15)
-    assert code == 0, server.stderr.read()
