@@ -132,6 +132,11 @@ def test_archive_of_a_cluster_served_after_its_session_is_gone():
                 tar.extractfile(tar.getmember(_member(head_session, "ember-archive.json")))
             )
         assert manifest["running"] is True and manifest["session_dir"] == head_session
+        # The same by the cluster's address, as the other commands take it.
+        by_address = os.path.join(root, "by-address.tar.gz")
+        r = _run("archive", "--address", f"127.0.0.1:{port}", "-o", by_address)
+        assert r.returncode == 0 and f"session: {head_session}" in r.stderr, r.stderr
+        assert r.stdout.rstrip().endswith(f"into {by_address}"), r.stdout
 
         stop = _run("stop", "--temp-dir", root)
         assert stop.returncode == 0, stop.stderr
@@ -343,3 +348,48 @@ def test_a_job_the_cluster_stopped_under(tmp_path):
         assert job["end_time"] == int(stopped * 1000)
         done = c.get("/api/jobs/raysubmit_y").json()
         assert done["status"] == "SUCCEEDED" and done["message"] == "Job is running."
+
+
+def test_pack_takes_only_the_allowlist_and_follows_no_link(tmp_path):
+    """What ``pack`` leaves out (sockets, tokens, spill files, node.json, links to inside
+    or outside, a writer's .tmp) and the open journal segment cut at its last whole record,
+    as a running session's is."""
+    from ember.dashboard.history_archive import pack
+    from ember.dashboard.history_format import encode, records
+
+    session = tmp_path / "session_p_1"
+    for d in ("logs", "history", "node_logs/" + "ef" * 16, "sockets", "ember-spill-00"):
+        (session / d).mkdir(parents=True)
+    (session / "logs" / "raylet.log").write_text("raylet line\n")
+    (session / "node_logs" / ("ef" * 16) / "worker-1.out").write_text("far\n")
+    for name in (
+        "cluster_token",
+        "node.json",
+        "ember-spill-00/x.spill",
+        "history/dropped.json.tmp",
+    ):
+        (session / name).write_text("secret")
+    os.symlink("/etc/passwd", session / "logs" / "outside.log")
+    os.symlink(session / "logs" / "raylet.log", session / "logs" / "inside.log")
+    os.symlink(session / "sockets", session / "node_logs" / "linked-dir")
+    whole = encode(1.0, "agent", {"n": 1}) + encode(2.0, "agent", {"n": 2})
+    (session / "history" / "journal-000001.records").write_bytes(whole + encode(3.0, "x", {})[:7])
+    packed = pack(str(session), str(tmp_path / "p.tar.gz"), running=True)
+    with tarfile.open(packed.path) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames()}
+        segment = tar.extractfile("session_p_1/history/journal-000001.records").read()
+        manifest = json.load(tar.extractfile("session_p_1/ember-archive.json"))
+    assert names == {
+        "logs/raylet.log",
+        f"node_logs/{'ef' * 16}/worker-1.out",
+        "history/journal-000001.records",
+        "ember-archive.json",
+    }
+    assert segment == whole
+    assert (packed.files, packed.bytes) == (3, len("raylet line\n") + len("far\n") + len(whole))
+    skipped = sorted(s.split(":")[0] for s in packed.skipped)
+    assert skipped == ["logs/inside.log", "logs/outside.log", "node_logs/linked-dir"]
+    assert manifest["running"] is True and manifest["skipped"] == packed.skipped
+    p = tmp_path / "seg"
+    p.write_bytes(segment)
+    assert [r[2] for r in records(str(p))] == [{"n": 1}, {"n": 2}]
