@@ -37,6 +37,7 @@ from ember.listen_rules import rule_for
 
 logger = logging.getLogger("ember.dashboard")
 MAX_LOADED_ENV = "EMBER_HISTORY_MAX_SESSIONS"
+UNPACK_PREFIX = "ember-history-"
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 TOKEN_PLACE = "printed by `ember dashboard --history` when it started (or its --token)"
 
@@ -277,11 +278,32 @@ def open_path(path: str, unpack_dir: str) -> list[str]:
     return sorted(dirs, key=lambda d: os.path.basename(d.rstrip("/")))
 
 
+def _remove_stale_unpack_dirs() -> None:
+    """Removes the extracted archives of this user's history servers that were killed
+    before they could remove them (their pid is gone)."""
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        pid = name[len(UNPACK_PREFIX) :].split("-", 1)[0]
+        path = os.path.join(root, name)
+        if not name.startswith(UNPACK_PREFIX) or not pid.isdigit():
+            continue
+        try:
+            if os.lstat(path).st_uid != os.getuid() or os.path.islink(path):
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue
+
+
 def serve(path: str, host: str, port: int, token: str | None, announce: Any = print) -> None:
     """Serves until SIGTERM or SIGINT. Off loopback a token is required: ``token``, else
     ``EMBER_TOKEN``, else a new one, announced with the URL. Archives are extracted into a
     private temporary directory, removed when it returns."""
-    unpack_dir = tempfile.mkdtemp(prefix="ember-history-")  # mode 0700
+    _remove_stale_unpack_dirs()
+    # Mode 0700; named with this pid, so that one a killed server left is recognised.
+    unpack_dir = tempfile.mkdtemp(prefix=f"{UNPACK_PREFIX}{os.getpid()}-")
     try:
         _serve(open_path(path, unpack_dir), host, port, token, announce)
     finally:

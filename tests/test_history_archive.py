@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import warnings
 
@@ -393,3 +394,39 @@ def test_pack_takes_only_the_allowlist_and_follows_no_link(tmp_path):
     p = tmp_path / "seg"
     p.write_bytes(segment)
     assert [r[2] for r in records(str(p))] == [{"n": 1}, {"n": 2}]
+
+
+def test_a_session_and_its_archive_side_by_side(tmp_path):
+    """A directory holding a session and an archive of it serves both, told apart; a dead
+    server's extracted archives are removed by the next one."""
+    from ember.dashboard.history_archive import pack
+    from ember.dashboard.history_server import (
+        UNPACK_PREFIX,
+        HistoryServer,
+        _remove_stale_unpack_dirs,
+        open_path,
+    )
+
+    session = write_history_session(str(tmp_path), "session_s_1", time.time() - 60)
+    pack(session, str(tmp_path / "s.tar.gz"), running=False)
+    unpack = tmp_path / "unpack"
+    unpack.mkdir()
+    dirs = open_path(str(tmp_path), str(unpack))
+    assert dirs[0] == session and dirs[1].startswith(str(unpack))
+    with _client(HistoryServer(dirs)) as c:
+        listed = [s["session_name"] for s in c.get("/api/sessions").json()["sessions"]]
+        assert listed == ["session_s_1", "session_s_1~2"]
+        v = c.get("/sessions/session_s_1~2/api/version").json()
+        assert v["history_session"]["archive"]["session_dir"] == session
+        assert (
+            c.get("/sessions/session_s_1/api/version").json()["history_session"]["archive"] is None
+        )
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(10)
+    stale = tempfile.mkdtemp(prefix=f"{UNPACK_PREFIX}{dead.pid}-")
+    mine = tempfile.mkdtemp(prefix=f"{UNPACK_PREFIX}{os.getpid()}-")
+    try:
+        _remove_stale_unpack_dirs()
+        assert not os.path.exists(stale) and os.path.isdir(mine)
+    finally:
+        shutil.rmtree(mine)
