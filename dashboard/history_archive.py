@@ -296,12 +296,7 @@ def extract(archive: str, dest: str, budget: Budget) -> str:
                     raise ArchiveError(
                         f"refusing {archive}: more than {MAX_MEMBERS} files in the archives"
                     )
-                target = os.path.join(dest, *parts)
-                if member.isdir():
-                    os.makedirs(target, mode=0o700, exist_ok=True)
-                    continue
-                os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-                _write_member(archive, tar, member, target, budget)
+                _extract_member(archive, tar, member, os.path.join(dest, *parts), budget)
     except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
         raise ArchiveError(f"{archive} is not a readable .tar.gz archive: {e}") from None
     if top is None or not os.path.isdir(os.path.join(dest, top)):
@@ -333,21 +328,30 @@ def _safe_parts(archive: str, member: tarfile.TarInfo) -> list[str]:
     return parts
 
 
-def _write_member(
+def _extract_member(
     archive: str, tar: tarfile.TarFile, member: tarfile.TarInfo, target: str, budget: Budget
 ) -> None:
-    src = tar.extractfile(member)
-    if src is None:
-        return
+    """Writes one (already checked) member; what fails on this side (the disk, a member
+    that clashes with another) names the member, apart from an archive that cannot be read."""
+    src = tar.extractfile(member) if member.isreg() else None
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
+        if member.isdir():
+            os.makedirs(target, mode=0o700, exist_ok=True)
+            return
+        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
         fd = os.open(target, flags, 0o600)
     except FileExistsError:
         raise ArchiveError(f"refusing {archive}: member {member.name!r} appears twice") from None
+    except OSError as e:
+        raise ArchiveError(f"could not extract {member.name!r} of {archive}: {e}") from None
     with os.fdopen(fd, "wb") as out:
-        while chunk := src.read(1 << 20):
+        while src is not None and (chunk := src.read(1 << 20)):
             budget.take(archive, len(chunk))
-            out.write(chunk)
+            try:
+                out.write(chunk)
+            except OSError as e:
+                raise ArchiveError(f"could not extract {member.name!r} of {archive}: {e}") from None
 
 
 def read_manifest(session_dir: str) -> dict[str, Any] | None:
