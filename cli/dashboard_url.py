@@ -16,7 +16,8 @@ from ember.cli.api_client import cluster_options, resolve
     default=None,
     metavar="PATH",
     help="Serve the dashboard read-only from stopped sessions' history instead: PATH is a "
-    "session directory or a temp root holding session_* directories.",
+    "session directory, an archive made by `ember archive`, or a directory holding "
+    "session_* directories and/or archives.",
 )
 @click.option(
     "--host",
@@ -48,6 +49,7 @@ def dashboard(address: str | None, history_path: str | None, host: str, port: in
 
 def _serve_history(path: str, host: str, port: int) -> None:
     from ember.cli.api_client import cluster_settings
+    from ember.dashboard.history_archive import ArchiveError
     from ember.dashboard.history_reader import NoHistory
     from ember.dashboard.history_server import serve
 
@@ -59,5 +61,5 @@ def _serve_history(path: str, host: str, port: int) -> None:
 
     try:
         serve(path, host, port, token, announce)
-    except (NoHistory, OSError) as e:
+    except (NoHistory, ArchiveError, ValueError, OSError) as e:
         raise click.ClickException(str(e)) from None

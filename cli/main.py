@@ -77,6 +77,7 @@ def chaos(quick: bool, rounds: int | None, json_path: str | None, filter_: str |
 
 
 def _register() -> None:
+    from ember.cli.archive import archive
     from ember.cli.dashboard_url import dashboard
     from ember.cli.get_state import get_state
     from ember.cli.job import job
@@ -97,6 +98,7 @@ def _register() -> None:
     main.add_command(summary)
     main.add_command(kill_actor)
     main.add_command(dashboard)
+    main.add_command(archive)
     main.add_command(job)
     from ember.cli.start import start
     from ember.cli.status import status

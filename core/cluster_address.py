@@ -67,10 +67,11 @@ def _mtime(path: str) -> float:
 def live_local_nodes(temp_dir: str | None = None) -> list[dict[str, Any]]:
     """Nodes started on this machine (``ember start`` or the Cluster helper) that still run,
     newest first: their ``node.json`` with a raylet socket that answers."""
-    return [info for info in map(_live_node, _sessions(temp_dir)) if info]
+    return [info for info in map(live_node, _sessions(temp_dir)) if info]
 
 
-def _live_node(session: str | None) -> dict[str, Any] | None:
+def live_node(session: str | None) -> dict[str, Any] | None:
+    """The ``node.json`` of the node of ``session`` if its raylet still answers."""
     info = read_node_info(session) if session else None
     raylet = (info or {}).get("raylet_address", "")
     return info if raylet.startswith("unix:") and _unix_alive(raylet[5:]) else None
@@ -100,7 +101,7 @@ def _registered_head(gcs_address: str) -> list[dict[str, Any]]:
     """The head of that cluster if it runs on this machine under another temp dir."""
     from ember.session import registered_head_session
 
-    info = _live_node(registered_head_session(gcs_address))
+    info = live_node(registered_head_session(gcs_address))
     return [info] if info else []
 
 
@@ -108,7 +109,7 @@ def _registered_heads() -> list[dict[str, Any]]:
     """This machine's live heads under any temp dir (``register_head``)."""
     from ember.session import registered_head_sessions
 
-    return [info for info in map(_live_node, registered_head_sessions()) if info]
+    return [info for info in map(live_node, registered_head_sessions()) if info]
 
 
 def _same_port(node: dict, want: str) -> bool:

@@ -23,6 +23,7 @@ from ember.dashboard import job_records as jr
 from ember.dashboard.agent_hub import LOG_OPS, agent_connected, apply_agent_message
 from ember.dashboard.app import AgentUnavailable
 from ember.dashboard.gcs_client import apply_gcs_poll
+from ember.dashboard.history_archive import read_manifest
 from ember.dashboard.history_format import HISTORY_DIR, segments
 from ember.dashboard.history_writer import read_dropped
 from ember.dashboard.job_manager import JobError
@@ -30,6 +31,12 @@ from ember.dashboard.node_logs import shipped_logs
 from ember.dashboard.state import DashboardState
 
 logger = logging.getLogger("ember.dashboard")
+# What the history says of a job whose end it never saw (kept as its last status).
+MSG_CLUSTER_STOPPED = (
+    "The cluster stopped while this job was {status} (session {session} stopped at {when}); "
+    "no end of the job was recorded, so {status} is its last known status, not its outcome. "
+    "The job did not fail by itself."
+)
 
 
 class NoHistory(LookupError):
@@ -52,6 +59,7 @@ class Session:
     head_node: str | None = None
     gcs_events: int = 0  # the GCS's cluster events recorded (the poller's place in them)
     left_out: int = 0  # older segments not replayed (``restore``'s bound)
+    archive: dict[str, Any] | None = None  # the manifest, when opened from an archive
 
     @property
     def name(self) -> str:
@@ -66,6 +74,7 @@ class Session:
             "records": self.records,
             "skipped_records": self.skipped,
             "dropped": self.dropped,
+            "archive": self.archive,
         }
 
 
@@ -88,9 +97,10 @@ def find_sessions(path: str) -> list[str]:
             found.append(full)
     if not found:
         raise NoHistory(
-            f"no session history under {path}: expected {path}/{HISTORY_DIR}/journal-*.jsonl "
-            f"or {path}/session_*/{HISTORY_DIR}/ (the dashboard writes it while a cluster runs, "
-            "unless EMBER_HISTORY=0)"
+            f"no session history under {path}: expected {path}/{HISTORY_DIR}/journal-*, "
+            f"{path}/session_*/{HISTORY_DIR}/ or archives {path}/*.tar.gz made by `ember "
+            "archive` (the dashboard writes the history while a cluster runs, unless "
+            "EMBER_HISTORY=0)"
         )
     return found
 
@@ -140,6 +150,7 @@ def load(session_dir: str) -> Session:
     """A stopped session, for the history server: its state stays at the session's end."""
     state = DashboardState()
     session = replay(state, session_dir)
+    session.archive = read_manifest(session_dir)
     state.started = session.started
     if session.head_node:
         # The head's log files are on this disk: index them as they are now (every file the
@@ -247,7 +258,20 @@ class HistoryJobs:
         ip = (head.info.get("node_ip") if head else None) or ""
         drivers = [d for j in self.session.gcs_jobs if (d := jr.driver_details(j, ip))]
         submitted = sorted(self.session.jobs.values(), key=lambda r: r.get("start_time") or 0)
-        return submitted + drivers
+        return [self._as_history(rec) for rec in submitted + drivers]
+
+    def _as_history(self, rec: dict[str, Any]) -> dict[str, Any]:
+        """A job the history never saw end (the cluster stopped under it) keeps its last
+        status, but says so, and its duration ends at the stop instead of ticking on. It is
+        not called FAILED: nothing says it failed by itself."""
+        if rec.get("status") in jr.TERMINAL:
+            return rec
+        stopped = self.session.stopped_at
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stopped))
+        message = MSG_CLUSTER_STOPPED.format(
+            status=rec.get("status"), session=self.session.name, when=when
+        )
+        return dict(rec, message=message, end_time=int(stopped * 1000))
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(jr.STATES, 0)

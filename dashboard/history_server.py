@@ -1,14 +1,16 @@
 """``ember dashboard --history PATH``: the dashboard app, read-only, over stopped sessions'
 history (``history_reader``).
 
-PATH is a session directory, or a temp root holding several ``session_*`` directories. Each
-session is served by its own instance of the dashboard's app at ``/sessions/<name>/`` (the
+PATH is a session directory, an archive of one (``ember archive``: extracted safely into a
+private temporary directory removed at exit, ``history_archive``), or a directory holding
+several ``session_*`` directories and/or archives. Each session is served by its own instance of the dashboard's app at ``/sessions/<name>/`` (the
 browser app's URLs are relative, so it works there unchanged); ``GET /api/sessions`` lists
 them and ``/`` links to them. An API path at the root answers from ``?session=<name>``, or
 the newest session. Every method but GET/HEAD/OPTIONS is refused with 405 saying that this is
 history; ``/api/version`` says ``"history": true`` and when the session stopped, and the
 browser app shows it as a banner. A session is replayed on its first request (in a thread)
-and at most ``MAX_LOADED`` are kept in memory.
+and at most ``EMBER_HISTORY_MAX_SESSIONS`` (4) are kept in memory: opening another evicts
+the least recently used, which is replayed again when next asked for.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
+import tempfile
 from collections import OrderedDict
 from typing import Any
 from urllib.parse import parse_qs, quote
 
+from ember.dashboard import history_archive as ha
 from ember.dashboard import history_reader as hr
 from ember.dashboard.app import DashboardContext, create_app
 from ember.dashboard.routes.frontend import default_frontend_dir
@@ -31,7 +36,8 @@ from ember.launch import bind_port, dashboard_url
 from ember.listen_rules import rule_for
 
 logger = logging.getLogger("ember.dashboard")
-MAX_LOADED = 4
+MAX_LOADED_ENV = "EMBER_HISTORY_MAX_SESSIONS"
+UNPACK_PREFIX = "ember-history-"
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 TOKEN_PLACE = "printed by `ember dashboard --history` when it started (or its --token)"
 
@@ -71,11 +77,21 @@ def session_app(session: hr.Session, token: str | None) -> Any:
 class HistoryServer:
     """The ASGI app over several sessions (see the module's docstring)."""
 
-    def __init__(self, session_dirs: list[str], token: str | None = None) -> None:
-        self.dirs = {os.path.basename(d.rstrip("/")): d for d in session_dirs}
-        self.newest = os.path.basename(session_dirs[-1].rstrip("/"))
+    def __init__(
+        self, session_dirs: list[str], token: str | None = None, max_loaded: int | None = None
+    ) -> None:
+        self.dirs: dict[str, str] = {}
+        for d in session_dirs:
+            # The same session twice (its directory and an archive of it): both, told apart.
+            base = name = os.path.basename(d.rstrip("/"))
+            n = 2
+            while name in self.dirs:
+                name, n = f"{base}~{n}", n + 1
+            self.dirs[name] = d
+        self.newest = name
         self.single = len(session_dirs) == 1
         self.token = token
+        self.max_loaded = max_loaded or _max_loaded()
         self.apps: OrderedDict[str, Any] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -94,8 +110,9 @@ class HistoryServer:
                     session.skipped,
                 )
                 self.apps[name] = session_app(session, self.token)
-                while len(self.apps) > MAX_LOADED:
-                    self.apps.popitem(last=False)
+                while len(self.apps) > self.max_loaded:  # the least recently used goes
+                    evicted, _ = self.apps.popitem(last=False)
+                    logger.info("%s evicted (at most %d kept)", evicted, self.max_loaded)
             return self.apps[name]
 
     def sessions(self) -> list[dict[str, Any]]:
@@ -208,12 +225,94 @@ async def _redirect(send: Any, location: str) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
+def _max_loaded() -> int:
+    raw = os.environ.get(MAX_LOADED_ENV, "4")
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"{MAX_LOADED_ENV}={raw!r}: give how many sessions to keep loaded (>= 1)")
+    return n
+
+
+def open_path(path: str, unpack_dir: str) -> list[str]:
+    """The session directories ``path`` names, oldest first: a session directory, an
+    archive (extracted under ``unpack_dir``), or a directory of sessions and archives.
+    NoHistory or ``ha.ArchiveError`` saying what is wrong."""
+    path = os.path.abspath(os.path.expanduser(path))
+    if os.path.isfile(path):
+        if not ha.is_archive(path):
+            raise hr.NoHistory(
+                f"{path} is a file but not an archive: give a .tar.gz made by `ember archive`, "
+                "a session directory or a directory of them"
+            )
+        archives = [path]
+        dirs: list[str] = []
+    else:
+        if os.path.isdir(path) and hr.has_history(path):
+            return [path]
+        archives = [
+            os.path.join(path, n)
+            for n in (sorted(os.listdir(path)) if os.path.isdir(path) else [])
+            if not os.path.islink(os.path.join(path, n)) and ha.is_archive(os.path.join(path, n))
+        ]
+        try:
+            dirs = hr.find_sessions(path)
+        except hr.NoHistory:
+            if not archives:
+                raise
+            dirs = []
+    budget = ha.Budget()
+    for i, archive in enumerate(archives):
+        dest = os.path.join(unpack_dir, str(i))
+        os.mkdir(dest, 0o700)
+        session = ha.extract(archive, dest, budget)
+        if not hr.has_history(session):
+            raise hr.NoHistory(
+                f"{archive} holds session {os.path.basename(session)} but no history in it "
+                "(its cluster ran with EMBER_HISTORY=0)"
+            )
+        dirs.append(session)
+    # Session names start with their start time: oldest first, wherever each came from.
+    return sorted(dirs, key=lambda d: os.path.basename(d.rstrip("/")))
+
+
+def _remove_stale_unpack_dirs() -> None:
+    """Removes the extracted archives of this user's history servers that were killed
+    before they could remove them (their pid is gone)."""
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        pid = name[len(UNPACK_PREFIX) :].split("-", 1)[0]
+        path = os.path.join(root, name)
+        if not name.startswith(UNPACK_PREFIX) or not pid.isdigit():
+            continue
+        try:
+            if os.lstat(path).st_uid != os.getuid() or os.path.islink(path):
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue
+
+
 def serve(path: str, host: str, port: int, token: str | None, announce: Any = print) -> None:
     """Serves until SIGTERM or SIGINT. Off loopback a token is required: ``token``, else
-    ``EMBER_TOKEN``, else a new one, announced with the URL."""
+    ``EMBER_TOKEN``, else a new one, announced with the URL. Archives are extracted into a
+    private temporary directory, removed when it returns."""
+    _remove_stale_unpack_dirs()
+    # Mode 0700; named with this pid, so that one a killed server left is recognised.
+    unpack_dir = tempfile.mkdtemp(prefix=f"{UNPACK_PREFIX}{os.getpid()}-")
+    try:
+        _serve(open_path(path, unpack_dir), host, port, token, announce)
+    finally:
+        shutil.rmtree(unpack_dir, ignore_errors=True)
+
+
+def _serve(dirs: list[str], host: str, port: int, token: str | None, announce: Any) -> None:
     import uvicorn
 
-    dirs = hr.find_sessions(path)
     if token is None and rule_for(host, cluster=False).token_required:
         token = os.environ.get("EMBER_TOKEN") or secrets.token_urlsafe(24)
         announce(f"token: {token}")

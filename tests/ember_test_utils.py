@@ -408,3 +408,45 @@ def gcs_restart_cluster(monkeypatch, head_cpus: float = 1):
             ember.shutdown()
         cluster.shutdown()
     wait_until(lambda: not find_ember_processes(root), timeout=20, message="no leftovers")
+
+
+def api_get(http, path: str, **params):
+    """``GET path`` on an ``httpx.Client``: its JSON, failing the test on any other status."""
+    r = http.get(path, params=params)
+    assert r.status_code == 200, (path, r.status_code, r.text)
+    return r.json()
+
+
+def failed_task(http, name: str) -> dict | None:
+    """The detail of the first FAILED task whose name ends with ``name``, if any yet."""
+    rows = api_get(http, "/api/tasks", filter="state=FAILED")["items"]
+    rows = [t for t in rows if t.get("name", "").endswith(name)]
+    return api_get(http, f"/api/tasks/{rows[0]['task_id']}") if rows else None
+
+
+@contextlib.contextmanager
+def history_server(path: str):
+    """``ember dashboard --history PATH`` on a free port; yields ``(url, first line)``; stopped
+    with SIGTERM at the end, which it must answer by exiting 0."""
+    import signal
+
+    server = subprocess.Popen(
+        [ember_cli(), "dashboard", "--history", path, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = server.stdout.readline()
+        assert " at http://127.0.0.1:" in line, (line, server.stderr.read())
+        yield line.rsplit(" at ", 1)[1].strip(), line
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            code = server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(5)
+            raise
+    assert code == 0, server.stderr.read()
+    assert not psutil.pid_exists(server.pid) or psutil.Process(server.pid).status() == "zombie"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -16,16 +15,18 @@ import time
 import warnings
 
 import httpx
-import psutil
 import pytest
 from ember.dashboard.history_format import records, segments
 from ember.dashboard.history_writer import HistoryWriter, read_dropped
 from ember_test_utils import (
     HISTORY_NODE,
     HISTORY_TRACEBACK,
+    api_get,
     dashboard_url_in,
     ember_cli,
+    failed_task,
     head_cluster,
+    history_server,
     wait_until,
     write_history_session,
 )
@@ -62,20 +63,6 @@ def warnings_ignored():
         yield
 
 
-def _get(http: httpx.Client, path: str, **params) -> object:
-    r = http.get(path, params=params)
-    assert r.status_code == 200, (path, r.status_code, r.text)
-    return r.json()
-
-
-def _failed_task(http: httpx.Client) -> dict | None:
-    rows = _get(http, "/api/tasks", filter="state=FAILED")["items"]
-    rows = [t for t in rows if t.get("name", "").endswith("boom")]
-    if not rows:
-        return None
-    return _get(http, f"/api/tasks/{rows[0]['task_id']}")
-
-
 def test_history_of_a_stopped_cluster():
     with head_cluster(prefix="emb-hist-") as (root, _port, head):
         live = httpx.Client(base_url=dashboard_url_in(head.stdout), timeout=30)
@@ -87,14 +74,14 @@ def test_history_of_a_stopped_cluster():
         sid = r.json()["submission_id"]
 
         def ended():
-            job = _get(live, f"/api/jobs/{sid}")
+            job = api_get(live, f"/api/jobs/{sid}")
             return job if job["status"] in ("SUCCEEDED", "FAILED", "STOPPED") else None
 
         job = wait_until(ended, 90, 0.3, "the job to end")
         assert job["status"] == "SUCCEEDED", job
         # The dashboard has what the history must keep: the task's end, the actor, samples.
-        wait_until(lambda: _failed_task(live), 30, 0.3, "the failed task on the dashboard")
-        wait_until(lambda: len(_get(live, "/api/history")["samples"]) >= 2, 30, 0.3, "2 samples")
+        wait_until(lambda: failed_task(live, "boom"), 30, 0.3, "the failed task on the dashboard")
+        wait_until(lambda: len(api_get(live, "/api/history")["samples"]) >= 2, 30, 0.3, "2 samples")
         live.close()
         stop = subprocess.run(
             [ember_cli(), "stop", "--temp-dir", root], capture_output=True, text=True, timeout=90
@@ -107,40 +94,22 @@ def test_history_of_a_stopped_cluster():
         last = [r for _, p in kept for r in records(p)][-1]
         assert last is not None and last[1] == "stop", last
 
-        server = subprocess.Popen(
-            [ember_cli(), "dashboard", "--history", root, "--port", "0"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            line = server.stdout.readline()
-            assert " at http://127.0.0.1:" in line, (line, server.stderr.read())
-            url = line.rsplit(" at ", 1)[1].strip()
+        with history_server(root) as (url, _):
             _check_history(url, sid, sessions[0])
-        finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                code = server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                raise
-        assert code == 0, server.stderr.read()
-        assert not psutil.pid_exists(server.pid) or psutil.Process(server.pid).status() == "zombie"
 
 
 def _check_history(url: str, sid: str, session: str) -> None:
     http = httpx.Client(base_url=url, timeout=60)
-    version = _get(http, "/api/version")
+    version = api_get(http, "/api/version")
     assert version["history"] is True
     assert version["session_name"] == session
     assert version["stopped_at"] > version["started"] > 0
-    assert _get(http, "/api/sessions")["sessions"][0]["session_name"] == session
+    assert api_get(http, "/api/sessions")["sessions"][0]["session_name"] == session
 
     # The job: its status and its log lines, read from the head's logs directory.
-    job = _get(http, f"/api/jobs/{sid}")
+    job = api_get(http, f"/api/jobs/{sid}")
     assert job["status"] == "SUCCEEDED"
-    logs = _get(http, f"/api/jobs/{sid}/logs")["logs"]
+    logs = api_get(http, f"/api/jobs/{sid}/logs")["logs"]
     assert "LOG-LINE pong\n" in logs and "caught" in logs and "LOG-END" in logs, logs
     # The page's tail WebSocket sends the whole log, then closes.
     from websockets.exceptions import ConnectionClosedOK
@@ -156,18 +125,18 @@ def _check_history(url: str, sid: str, session: str) -> None:
     assert tailed.startswith("LOG-LINE pong\n") and tailed.endswith("LOG-END\n"), tailed
 
     # The failed task, with its traceback.
-    task = _failed_task(http)
+    task = failed_task(http, "boom")
     assert task is not None
     assert task["error_type"], task
     assert "history-boom-42" in task["error"] and "Traceback" in task["error"], task["error"]
 
     # The detached actor as the GCS last reported it.
-    actors = _get(http, "/api/actors", filter="class_name=Keeper")["items"]
+    actors = api_get(http, "/api/actors", filter="class_name=Keeper")["items"]
     assert [a["state"] for a in actors] == ["ALIVE"], actors
     assert actors[0]["name"] == "keeper"
 
     # The metrics history the charts read (the node's series up to the stop).
-    samples = _get(http, "/api/history")["samples"]
+    samples = api_get(http, "/api/history")["samples"]
     assert len(samples) >= 2 and samples[-1]["cpu_percent"] is not None, samples[-3:]
     assert samples[-1]["time"] <= version["stopped_at"] + 1
 
@@ -175,9 +144,9 @@ def _check_history(url: str, sid: str, session: str) -> None:
     trace = http.get("/api/timeline").json()
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     assert any("boom" in str(e.get("name", "")) for e in events)
-    files = _get(http, "/api/logs", limit=1000)["items"]
+    files = api_get(http, "/api/logs", limit=1000)["items"]
     raylet = next(f for f in files if f["name"] == "raylet.log")
-    tail = _get(http, "/api/logs/tail", node_id=raylet["node_id"], name="raylet.log")
+    tail = api_get(http, "/api/logs/tail", node_id=raylet["node_id"], name="raylet.log")
     assert tail["lines"], tail
 
     # Nothing can change: every mutating route is refused, saying it is history.
@@ -191,7 +160,7 @@ def _check_history(url: str, sid: str, session: str) -> None:
         assert r.status_code == 405, (method, path, r.status_code, r.text)
         assert "history" in r.json()["detail"] and session in r.json()["detail"]
     # The same session under its own path (the browser app's relative URLs live there).
-    assert _get(http, f"/sessions/{session}/api/jobs/{sid}")["status"] == "SUCCEEDED"
+    assert api_get(http, f"/sessions/{session}/api/jobs/{sid}")["status"] == "SUCCEEDED"
     assert http.get("/api/version", params={"session": "session_nope"}).status_code == 404
     http.close()
 
@@ -319,12 +288,12 @@ def test_a_dead_nodes_logs_stay_readable(tmp_path):
         # Its machine is gone with its disk: only the head's copy is left.
         shutil.rmtree(os.path.join(worker.session_dir, "logs"))
         wait_until(
-            lambda: _get(live, f"/api/nodes/{node_id}")["state"] == "DEAD",
+            lambda: api_get(live, f"/api/nodes/{node_id}")["state"] == "DEAD",
             60,
             0.5,
             "the node declared dead",
         )
-        tail = _get(live, "/api/logs/tail", node_id=node_id, name=name)
+        tail = api_get(live, "/api/logs/tail", node_id=node_id, name=name)
         assert any("FAR-NODE-MARK" in line for line in tail["lines"]), tail
         live.close()
         ember.shutdown()
