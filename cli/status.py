@@ -119,14 +119,20 @@ def summarize(info: dict[str, Any], recent_seconds: float = 3600.0) -> dict[str,
 
 
 def _pending_groups(groups: Any, alive: list[dict]) -> list[dict[str, Any]]:
-    """Placement groups waiting for room, one entry per (bundles, strategy): a group is
+    """Placement groups waiting for room (a rescheduling group: for the bundles it lost with
+    a node), one entry per (bundles, strategy): a group is
     infeasible when no set of the nodes alive now could hold its bundles as its strategy
     says; judged here per bundle (each must fit some node), the check Ray's status makes."""
     out: dict[tuple, dict[str, Any]] = {}
     for g in groups:
-        if g.get("state") != "PENDING":
+        state = g.get("state")
+        if state not in ("PENDING", "RESCHEDULING"):
             continue
-        bundles = [{k: float(v) for k, v in b.items() if v} for b in g.get("bundles") or ()]
+        wanted = list(g.get("bundles") or ())
+        if state == "RESCHEDULING":  # only the bundles its dead node held are demand
+            nodes = list(g.get("bundle_nodes") or ())
+            wanted = [b for i, b in enumerate(wanted) if i >= len(nodes) or not nodes[i]]
+        bundles = [{k: float(v) for k, v in b.items() if v} for b in wanted]
         key = (repr(bundles), g.get("strategy", "PACK"))
         entry = out.setdefault(
             key,

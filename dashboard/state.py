@@ -537,7 +537,9 @@ def _placement_group_row(pg: dict[str, Any]) -> dict[str, Any]:
         "strategy": pg.get("strategy") or "PACK",
         "job_id": pg.get("job_id") or "",
         "detached": bool(pg.get("detached")),
-        "pending_reason": (pg.get("reason") or None) if state == "PENDING" else None,
+        "pending_reason": (
+            (pg.get("reason") or None) if state in ("PENDING", "RESCHEDULING") else None
+        ),
         "created_at": pg.get("created_at"),
         "bundles": [
             {"index": i, "resources": b, "node_id": nodes[i] if i < len(nodes) else None}

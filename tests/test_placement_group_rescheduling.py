@@ -64,7 +64,7 @@ def test_a_group_losing_a_node_is_rescheduled_and_that_survives_a_gcs_restart(mo
 
         # The head's only CPU is the kept bundle's: the lost one has nowhere to go yet.
         table = wait_until(rescheduling, timeout=30, message="the group to go RESCHEDULING")
-        assert table["bundles_to_node_id"] == {kept: head_id, lost: None}
+        assert table["bundles_to_node_id"] == {kept: head_id, lost: ""}
         why = table["stats"]["scheduling_state"]
         assert f"bundles [{lost}] again (lost with" in why, why
         with pytest.raises(ActorDiedError):
@@ -74,7 +74,7 @@ def test_a_group_losing_a_node_is_rescheduled_and_that_survives_a_gcs_restart(mo
         kill_the_gcs(cluster.temp_root)
         table = placement_group_table(pg)
         assert table["state"] == "RESCHEDULING"
-        assert table["bundles_to_node_id"] == {kept: head_id, lost: None}
+        assert table["bundles_to_node_id"] == {kept: head_id, lost: ""}
 
         # A node with room joins: the lost bundle is reserved there; CREATED again.
         fresh = cluster.add_node(num_cpus=1)

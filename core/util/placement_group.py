@@ -159,12 +159,15 @@ def placement_group_table(placement_group: PlacementGroup | None = None) -> Any:
 
 
 def _table_entry(info: dict[str, Any]) -> dict[str, Any]:
-    nodes = info.get("bundle_nodes") or []
+    bundles = info.get("bundles") or []
+    nodes = list(info.get("bundle_nodes") or [])
+    nodes += [None] * (len(bundles) - len(nodes))
     return {
         "placement_group_id": info["placement_group_id"],
         "name": info.get("name") or "",
-        "bundles": dict(enumerate(info.get("bundles") or [])),
-        "bundles_to_node_id": dict(enumerate(nodes)),
+        "bundles": dict(enumerate(bundles)),
+        # As Ray: every bundle, "" for one not placed (yet, or again after its node died).
+        "bundles_to_node_id": {i: node or "" for i, node in enumerate(nodes)},
         "strategy": info.get("strategy") or "PACK",
         "state": info.get("state") or "PENDING",
         "stats": {"scheduling_state": info.get("reason") or info.get("state") or "PENDING"},
