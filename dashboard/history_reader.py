@@ -38,6 +38,12 @@ MSG_CLUSTER_STOPPED = (
     "The job did not fail by itself."
 )
 
+# What the history says of a task it never saw end: FAILED at the history's last record.
+MSG_TASK_UNFINISHED = (
+    "No end of this task was recorded: {why} at {when} while it was not finished (session "
+    "{session}). Its processes were ended with the cluster; it is shown FAILED at that time."
+)
+
 
 class NoHistory(LookupError):
     """A path that holds no session history; the message says what was looked for."""
@@ -151,6 +157,7 @@ def load(session_dir: str) -> Session:
     state = DashboardState()
     session = replay(state, session_dir)
     session.archive = read_manifest(session_dir)
+    _end_open_tasks(session)
     state.started = session.started
     if session.head_node:
         # The head's log files are on this disk: index them as they are now (every file the
@@ -162,6 +169,23 @@ def load(session_dir: str) -> Session:
         if shipped is not None:
             state.set_log_index(nid, shipped.index())
     return session
+
+
+def _end_open_tasks(session: Session) -> int:
+    """Tasks with no end in the history end FAILED at its last record, saying why: left
+    open, a task the cluster stopped under would read RUNNING (or PENDING) forever and run
+    across the whole timeline, as if it were still going. How many were ended."""
+    if session.archive and session.archive.get("running"):
+        why = "the archive was made while the cluster ran"
+    else:
+        why = "the cluster stopped"
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(session.stopped_at))
+    message = MSG_TASK_UNFINISHED.format(why=why, when=when, session=session.name)
+    tasks = session.state.tasks
+    return sum(
+        tasks.fail_open_tasks(job_id, session.stopped_at, message, "WORKER_DIED")
+        for job_id in list(tasks.code_tables["job_id"].code)
+    )
 
 
 def restore(state: DashboardState, session_dir: str) -> Session | None:

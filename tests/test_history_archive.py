@@ -57,8 +57,16 @@ print("LOG-END", flush=True)
 """
 SLEEPER = """
 import time
+import ember
+ember.init()
+
+@ember.remote(num_cpus=0)
+def nap():
+    time.sleep(300)
+
+ref = nap.remote()
 print("STILL-RUNNING", flush=True)
-time.sleep(300)
+ember.get(ref)
 """
 
 
@@ -106,6 +114,7 @@ def test_archive_of_a_cluster_served_after_its_session_is_gone():
             0.3,
             "the second job to run",
         )
+        wait_until(lambda: _task(live, "nap", "RUNNING"), 60, 0.3, "the second job's task to run")
         shipped = os.path.join(head_session, "node_logs", far_node)
         far_log = wait_until(
             lambda: next(
@@ -164,6 +173,11 @@ def test_archive_of_a_cluster_served_after_its_session_is_gone():
         assert not os.path.exists(unpacked), "the extracted archive outlived the server"
 
 
+def _task(http: httpx.Client, name: str, state: str) -> dict | None:
+    rows = api_get(http, "/api/tasks", filter=f"state={state}")["items"]
+    return next((t for t in rows if t.get("name", "").endswith(name)), None)
+
+
 def _member(session_dir: str, rel: str) -> str:
     return f"{os.path.basename(session_dir)}/{rel}"
 
@@ -187,6 +201,10 @@ def _check_archive(url: str, done: str, running: str, far_node: str, far_log: st
     listed = {j["submission_id"]: j for j in api_get(http, "/api/jobs/")}
     assert listed[running]["message"] == job["message"]
     assert "STILL-RUNNING" in api_get(http, f"/api/jobs/{running}/logs")["logs"]
+    # Its task, running when the cluster stopped: ended there, saying so, not RUNNING forever.
+    assert _task(http, "nap", "RUNNING") is None
+    nap = api_get(http, f"/api/tasks/{_task(http, 'nap', 'FAILED')['task_id']}")
+    assert nap["error"].startswith("No end of this task was recorded: the cluster stopped"), nap
     # The failed task's traceback.
     task = failed_task(http, "boom")
     assert task is not None
