@@ -167,10 +167,16 @@ class Connection(asyncio.Protocol):
         if self.closed or self._fd < 0 or self._out:
             return False
         frame = _frame(payload)
-        with self._wlock:
+        # Another thread writing now: the loop writes this one (with whatever else is
+        # queued, in one call) rather than this thread queue up behind the lock.
+        if not self._wlock.acquire(blocking=False):
+            return False
+        try:
             if self.closed or self._out or self.transport.get_write_buffer_size():
                 return False
             return self._write_frame_locked(frame)
+        finally:
+            self._wlock.release()
 
     def _write_frame_locked(self, frame: bytes) -> bool:
         """Writes a whole frame with ``os.write``, holding ``_wlock``. False only when nothing

@@ -244,3 +244,34 @@ def test_an_error_raised_again_keeps_both_tracebacks():
     assert type(second) is KeyError
     assert second.remote_traceback.startswith(first.remote_traceback)
     assert "which was raised again here" in second.remote_traceback
+
+
+def test_replies_from_many_threads_at_once_arrive_whole(tmp_path):
+    # Eight threads answer 2,000 requests on one Unix socket at once: each writes straight to
+    # the socket when it can, and through the loop when another thread holds the socket;
+    # every reply must arrive whole and to its own request.
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(8)
+
+    def deferred_echo(conn, body):
+        reply_to = conn.deferred()
+        pool.submit(reply_to.resolve_threadsafe, {"n": body, "pad": b"x" * (body % 4096)})
+        return DEFERRED
+
+    async def main():
+        path = f"unix:{tmp_path}/s"
+        server, address = await conn_mod.serve(path, {"echo": deferred_echo}, name="srv")
+        conn = await conn_mod.connect(address, name="cli")
+        try:
+            replies = await asyncio.gather(*(conn.call("echo", i, 30) for i in range(2000)))
+            assert [r["n"] for r in replies] == list(range(2000))
+            assert all(r["pad"] == b"x" * (i % 4096) for i, r in enumerate(replies))
+        finally:
+            conn.close()
+            server.close()
+
+    try:
+        run(main())
+    finally:
+        pool.shutdown()
