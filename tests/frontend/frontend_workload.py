@@ -79,10 +79,11 @@ class Spinner:
     def __init__(self) -> None:
         self.running = False
 
-    def spin_for(self, seconds: float) -> int:
+    def spin_for(self, seconds: float, stop_file: str | None = None) -> int:
+        """Busy for ``seconds``, or until ``stop_file`` exists (the test is done with us)."""
         n = 0
         end = time.time() + seconds
-        while time.time() < end:
+        while time.time() < end and not (stop_file and os.path.exists(stop_file)):
             n += busy_loop_for_profile(2000)
         return n
 

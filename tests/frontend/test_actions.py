@@ -33,10 +33,12 @@ def test_kill_removes_an_actor(page, cluster):
         ember.get(handles["victim"].ping.remote(), timeout=10)
 
 
-def test_profile_shows_a_flame_graph(page, cluster):
+def test_profile_shows_a_flame_graph(page, cluster, tmp_path):
     url, handles = cluster
     spinner = handles["spinner"]
-    busy = spinner.spin_for.remote(25.0)  # keeps the actor on CPU while py-spy records
+    stop = str(tmp_path / "stop-spinning")
+    # Keeps the actor on CPU while py-spy records (10 s), for at most 40 s.
+    busy = spinner.spin_for.remote(40.0, stop)
     # The tree view (its screenshot is the README's): pick the spinner from the tree.
     open_page(page, url, "actors?view=tree")
     page.locator("[data-testid=actors-table] .vrow:has-text('frontend_spinner')").click()
@@ -55,6 +57,7 @@ def test_profile_shows_a_flame_graph(page, cluster):
             names.add(tip.inner_text().split(" ")[0])
     assert "busy_loop_for_profile" in names or "spin_for" in names, names
     page.mouse.move(0, 0)  # no tooltip in the screenshot
+    open(stop, "w").close()
     ember.get(busy, timeout=60)
 
 
