@@ -10,6 +10,13 @@ they run one after the other, then a table compares them::
     .venv/bin/python benchmarks/compare_ray.py --quick      # smoke run
     .venv/bin/python benchmarks/compare_ray.py --only ray   # Ray's numbers alone
     .venv/bin/python benchmarks/compare_ray.py --only ember --ray-results benchmarks/results/ray-....json
+    .venv/bin/python benchmarks/compare_ray.py --interleave --rounds 3   # row by row, paired
+
+This machine's speed drifts by 15-35% over minutes, and a whole half takes ~4 minutes, so
+two halves run one after the other can see different machines. ``--interleave`` runs each
+row on Ray and then on Ember (the order alternating), one row at a time, and with
+``--rounds N`` repeats that N times: a row's ratio is then the median of its N paired
+ratios, each from two runs a minute apart.
 
 Every process a half starts carries a marker in its environment; after each half the
 script looks for marked processes still alive, reports them and ends them.
@@ -49,7 +56,7 @@ STARTUP_ROW = "init -> first task -> shutdown"
 MEMORY_ROW = "idle local node resident memory"
 # Ember's targets, as ratios where >1 means Ember is better.
 FAST_PATH_ROWS = {"single client tasks sync": 3.0, "1:1 actor calls sync": 3.0}
-DEFAULT_TARGET = 1.0
+DEFAULT_TARGET = 2.0  # every other row at least twice Ray's
 STARTUP_TARGET_S = 1.0
 MEMORY_TARGET = 4.0
 
@@ -271,10 +278,12 @@ def run_half(
     return doc, leftovers, error
 
 
-def microbenchmark_args(args: argparse.Namespace, runtime: str, json_path: Path) -> list[str]:
+def microbenchmark_args(
+    args: argparse.Namespace, runtime: str, json_path: Path, filter: str | None
+) -> list[str]:
     out = ["--runtime", runtime, "--json", str(json_path)]
-    if args.filter:
-        out += ["--filter", args.filter]
+    if filter:
+        out += ["--filter", filter]
     if args.quick:
         out.append("--quick")
     if args.extra:
@@ -317,6 +326,16 @@ def _cell(r: dict[str, Any] | None) -> str:
     return f"{r['value']:.2f}"
 
 
+def judge(name: str, ember_value: float | None, ratio: float | None) -> tuple[str, bool | None]:
+    """A row's target, and whether it was met (None: no figure to judge)."""
+    if name == STARTUP_ROW:
+        met = None if ember_value is None else ember_value < STARTUP_TARGET_S
+        return f"< {STARTUP_TARGET_S:g} s", met
+    need = MEMORY_TARGET if name == MEMORY_ROW else FAST_PATH_ROWS.get(name, DEFAULT_TARGET)
+    target = f"<= 1/{need:g} Ray" if name == MEMORY_ROW else f">= {need:g}x"
+    return target, None if ratio is None else ratio >= need
+
+
 def compare_rows(ray: dict[str, Any] | None, ember: dict[str, Any] | None) -> list[dict[str, Any]]:
     rays, embers = _by_name(ray), _by_name(ember)
     names = list(rays) + [n for n in embers if n not in rays]
@@ -330,16 +349,7 @@ def compare_rows(ray: dict[str, Any] | None, ember: dict[str, Any] | None) -> li
         if rv is not None and ev is not None and rv > 0 and ev > 0:
             # >1 always means Ember is better.
             ratio = ev / rv if unit == "per second" else rv / ev
-        if name == STARTUP_ROW:
-            target = f"< {STARTUP_TARGET_S:g} s"
-            passed = None if ev is None else ev < STARTUP_TARGET_S
-        elif name == MEMORY_ROW:
-            target = f"<= 1/{MEMORY_TARGET:g} Ray"
-            passed = None if ratio is None else ratio >= MEMORY_TARGET
-        else:
-            need = FAST_PATH_ROWS.get(name, DEFAULT_TARGET)
-            target = f">= {need:g}x"
-            passed = None if ratio is None else ratio >= need
+        target, passed = judge(name, ev, ratio)
         if e is not None and e.get("error"):
             passed = False
         rows.append(
@@ -364,24 +374,26 @@ def compare_rows(ray: dict[str, Any] | None, ember: dict[str, Any] | None) -> li
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    header = ("workload", "unit", "Ray", "Ember", "ratio", "target", "")
+    paired = any(len(row.get("round_ratios") or ()) > 1 for row in rows)
+    header: tuple[str, ...] = ("workload", "unit", "Ray", "Ember", "ratio", "target", "")
+    if paired:  # the Ray and Ember cells are each side's median round
+        header = (*header[:4], "median ratio", "paired ratios", *header[5:])
     lines = []
     for row in rows:
         ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}x"
         if row["ratio"] is not None and row["ratio_kind"] == "Ray/Ember":
             ratio += " (Ray/Ember)"
         status = {True: "ok", False: "MISSED", None: ""}[row["passed"]]
-        lines.append(
-            (
-                row["workload"],
-                row["unit"],
-                row["ray_cell"],
-                row["ember_cell"],
-                ratio,
-                row["target"],
-                status,
-            )
+        cells: tuple[str, ...] = (
+            row["workload"],
+            row["unit"],
+            row["ray_cell"],
+            row["ember_cell"],
+            ratio,
         )
+        if paired:
+            cells += (" ".join(f"{r:.2f}" for r in row.get("round_ratios") or ()) or "-",)
+        lines.append((*cells, row["target"], status))
     widths = [max(len(str(x[i])) for x in [header, *lines]) for i in range(len(header))]
     fmt = "  ".join(f"{{:{'<' if i < 2 else '>'}{w}}}" for i, w in enumerate(widths))
     print()
@@ -435,7 +447,97 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ):
         p.add_argument(f"--{name}", type=float, help=help_)
     p.add_argument("--trials", type=int, help="trials per row (Ray: 4)")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="run row by row, Ray's then Ember's (alternating), instead of half after half",
+    )
+    p.add_argument(
+        "--rounds", type=int, default=1, help="with --interleave: paired runs of each row"
+    )
+    args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    if args.rounds > 1 and not args.interleave:
+        p.error("--rounds needs --interleave (rounds of whole halves are not paired)")
+    if args.interleave and (args.only or args.ray_results):
+        p.error("--interleave runs both halves itself: drop --only and --ray-results")
+    return args
+
+
+def half_command(args: argparse.Namespace, side: str, path: Path, filter: str | None) -> list[str]:
+    """The command that runs one half (``side``: "ray" or "ember") of the rows ``filter`` picks."""
+    bench = microbenchmark_args(args, side, path, filter)
+    if side == "ray":
+        return [str(ensure_ray_venv()), "-c", LAUNCHER, str(MODULE), *bench]
+    return [str(args.ember_python), "-m", "ember.tools.microbenchmark", *bench]
+
+
+def row_names(args: argparse.Namespace) -> list[str]:
+    """The rows this run measures, in Ray's order, as the microbenchmark lists them."""
+    cmd = [str(args.ember_python), "-m", "ember.tools.microbenchmark", "--list"]
+    cmd += (["--filter", args.filter] if args.filter else []) + (["--extra"] if args.extra else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    names = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    if out.returncode != 0 or not names:
+        raise SetupError(f"no rows to run ({' '.join(cmd)}): {out.stderr.strip()[-300:]}")
+    return names
+
+
+def _median_result(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One side's result for a row over the rounds: the round with the median value; a
+    round that failed makes the row failed (its error kept)."""
+    if not results:
+        return None
+    failed = [r for r in results if r.get("error")]
+    if failed:
+        return failed[0]
+    ordered = sorted(results, key=lambda r: r["value"])
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def run_interleaved(
+    args: argparse.Namespace, stamp: str
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]], dict[str, str]]:
+    """Each row on both runtimes, one after the other, ``args.rounds`` times; a row's ratio
+    is the median of its paired ratios."""
+    names = row_names(args)
+    got: dict[str, dict[str, list[dict[str, Any]]]] = {
+        side: {n: [] for n in names} for side in ("ray", "ember")
+    }
+    leftovers: dict[str, list[dict[str, Any]]] = {"ray": [], "ember": []}
+    errors: dict[str, str] = {}
+    for round_ in range(args.rounds):
+        for i, name in enumerate(names):
+            order = ("ray", "ember") if (round_ + i) % 2 == 0 else ("ember", "ray")
+            for side in order:
+                path = RESULTS / f"{side}-{stamp}-r{round_}-{i}.json"
+                cmd = half_command(args, side, path, name)
+                doc, left, err = run_half(
+                    f"{side} {name!r} round {round_ + 1}", cmd, path, args.timeout
+                )
+                leftovers[side] += left
+                result = _by_name(doc).get(name)
+                if err or result is None:
+                    errors[f"{side} {name}"] = err or "no result"
+                    result = {"name": name, "unit": "", "value": None, "error": err or "no result"}
+                got[side][name].append(result)
+    docs = {
+        side: {"results": [r for n in names if (r := _median_result(got[side][n]))]} for side in got
+    }
+    rows = compare_rows(docs["ray"], docs["ember"])
+    for row in rows:
+        pairs = zip(got["ray"][row["workload"]], got["ember"][row["workload"]], strict=True)
+        ratios = sorted(
+            (e["value"] / r["value"] if row["unit"] == "per second" else r["value"] / e["value"])
+            for r, e in pairs
+            if not r.get("error") and not e.get("error") and r["value"] and e["value"]
+        )
+        row["round_ratios"] = ratios
+        if ratios and not row["ember_error"]:
+            row["ratio"] = ratios[(len(ratios) - 1) // 2]
+            row["target"], row["passed"] = judge(row["workload"], row["ember"], row["ratio"])
+    return rows, leftovers, errors
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -450,30 +552,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if run_ember:  # before Ray's half, so a missing runtime fails in seconds
             check_ember(args.ember_python)
-        if args.ray_results:
-            halves["ray"] = load_ray_results(args.ray_results)
-        if run_ray:
-            py = ensure_ray_venv()
-            path = RESULTS / f"ray-{stamp}.json"
-            cmd = [str(py), "-c", LAUNCHER, str(MODULE), *microbenchmark_args(args, "ray", path)]
-            halves["ray"], leftovers["ray"], err = run_half("ray", cmd, path, args.timeout)
-            if err:
-                errors["ray"] = err
-        if run_ember:
-            path = RESULTS / f"ember-{stamp}.json"
-            cmd = [
-                str(args.ember_python),
-                "-m",
-                "ember.tools.microbenchmark",
-                *microbenchmark_args(args, "ember", path),
-            ]
-            halves["ember"], leftovers["ember"], err = run_half("ember", cmd, path, args.timeout)
-            if err:
-                errors["ember"] = err
+        if args.interleave:
+            rows, leftovers, errors = run_interleaved(args, stamp)
+        else:
+            if args.ray_results:
+                halves["ray"] = load_ray_results(args.ray_results)
+            for side, wanted in (("ray", run_ray), ("ember", run_ember)):
+                if not wanted:
+                    continue
+                path = RESULTS / f"{side}-{stamp}.json"
+                cmd = half_command(args, side, path, args.filter)
+                halves[side], leftovers[side], err = run_half(side, cmd, path, args.timeout)
+                if err:
+                    errors[side] = err
+            rows = compare_rows(halves["ray"], halves["ember"])
     except SetupError as exc:
         print(f"compare_ray: {exc}", file=sys.stderr)
         return 2
-    rows = compare_rows(halves["ray"], halves["ember"])
     print_table(rows)
     for label, procs in leftovers.items():
         if procs:
