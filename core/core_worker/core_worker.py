@@ -70,6 +70,18 @@ DRAIN_PERIOD_MIN = 0.05
 DRAIN_PERIOD_MAX = 1.0
 
 
+async def _cancel_pending_tasks() -> None:
+    """Ends what is still running on the loop (a lease request to a raylet that stopped
+    answering, a close cut short by shutdown's deadline): a loop stopped with tasks pending
+    prints "Task was destroyed but it is pending!" for each at exit."""
+    me = asyncio.current_task()
+    pending = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    for t in pending:
+        t.cancel()
+    if pending:
+        await asyncio.wait(pending, timeout=0.5)
+
+
 class CoreWorker:
     def __init__(
         self,
@@ -329,6 +341,10 @@ class CoreWorker:
         self.shutting_down = True
         try:
             self.run_sync(self._close_all(), 5.0)
+        except Exception:
+            pass
+        try:
+            self.run_sync(_cancel_pending_tasks(), 1.0)
         except Exception:
             pass
         self.loop.call_soon_threadsafe(self.loop.stop)

@@ -5,6 +5,7 @@ and the CoreWorker provides all of it. Read from the source and one unstarted Co
 from __future__ import annotations
 
 import ast
+import asyncio
 import importlib
 import inspect
 import textwrap
@@ -94,3 +95,23 @@ def test_the_core_worker_provides_every_protocol(core_worker, module, part, prot
     _, members = _protocol_members(getattr(importlib.import_module(module), protocol))
     missing = {name for name in members if not hasattr(core_worker, name)}
     assert not missing, f"CoreWorker lacks {sorted(missing)} of {protocol}"
+
+
+def test_shutdown_ends_the_tasks_left_on_the_loop():
+    """A shutdown cut short by its deadline (a node that stopped answering) left tasks on
+    the loop, and each printed "Task was destroyed but it is pending!" at exit."""
+    from ember.core_worker.core_worker import _cancel_pending_tasks
+
+    async def main() -> list[asyncio.Task]:
+        never = asyncio.get_running_loop().create_future()
+
+        async def waits_forever() -> None:
+            await asyncio.shield(never)
+
+        stuck = [asyncio.create_task(waits_forever()) for _ in range(3)]
+        await asyncio.sleep(0)
+        await _cancel_pending_tasks()
+        return stuck
+
+    stuck = asyncio.run(main())
+    assert [t.cancelled() for t in stuck] == [True, True, True]
