@@ -511,3 +511,28 @@ def test_a_tasks_resource_limits_do_not_outlive_it(shared_node):
     lowerer = ember.get(_lower_hard_files.remote())
     for pid, mem, fds in ember.get([_limits.remote() for _ in range(8)]):
         assert pid != lowerer and (mem, fds) == (memory, files), (pid, mem, fds)
+
+
+def test_an_idle_lease_kept_for_reuse_is_handed_to_another_owner_that_waits(
+    ember_start, monkeypatch
+):
+    """An owner keeps an idle lease a moment for its next task (a loop of sync calls then
+    skips the raylet); another owner's task waiting for that CPU must not wait it out. Here
+    the driver would keep its lease for 60 s: the raylet asks for it back at once."""
+    from ember import config
+
+    monkeypatch.setattr(config, "lease_idle_seconds", 60.0)
+    ember_start(num_cpus=1)
+
+    @ember.remote
+    def where() -> int:
+        return os.getpid()
+
+    @ember.remote(num_cpus=0)
+    class Owner:
+        def run(self) -> int:
+            return ember.get(where.remote(), timeout=20)
+
+    ember.get(where.remote())  # the driver now holds the node's one CPU, idle
+    owner = Owner.remote()
+    assert ember.get(owner.run.remote(), timeout=40) > 0

@@ -231,6 +231,10 @@ class TaskManager:
         """A raylet's memory monitor is killing a worker leased here (task_submitter.py)."""
         return self.host.task_submitter.oom_notice(body)
 
+    def h_leases_wanted(self, conn: Connection, body: dict) -> None:
+        """A raylet has a request waiting for resources our idle leases hold."""
+        self.host.task_submitter.leases_wanted(conn, body["lease_ids"])
+
     def handle_task_reply(self, spec: TaskSpec, reply: dict, retry) -> None:
         """An actor call's reply: retried (``retry(spec)``) if its ``retry_exceptions`` say
         so, else final. (Normal tasks decide this in task_attempts.py.)"""

@@ -63,11 +63,13 @@ class _Lease:
         "spec",
         "gpu_ids",
         "node_id",
+        "wanted",
     )
 
     def __init__(
         self, cls, lease_id, worker_id, address, conn, raylet, gpu_ids=(), node_id=None
     ) -> None:
+        self.wanted = False  # its raylet has a request waiting for what it holds
         self.cls: _Class = cls  # the scheduling class it was leased for
         self.gpu_ids = list(gpu_ids)
         self.node_id = node_id
@@ -363,6 +365,9 @@ class TaskSubmitter:
         if cls.queue:
             self._dispatch(lease, cls.queue.popleft())
             return
+        if lease.wanted:  # another request waits for its resources: no hold
+            self._return_lease(cls, lease)
+            return
         cls.idle.append(lease)
         hold = config.lease_idle_seconds
         if self.host.blocked_in_get():
@@ -432,6 +437,21 @@ class TaskSubmitter:
                     detail,
                 )
         self._run(instructions)
+
+    def leases_wanted(self, raylet: Connection, lease_ids: list[int]) -> None:
+        """``raylet`` has a request waiting for what these leases hold: each goes back as soon
+        as it is idle (now, if it is), not after the usual hold (``leases_wanted``)."""
+        wanted = set(lease_ids)
+        for cls in self._classes.values():
+            for lease in list(cls.leases):
+                if lease.raylet is not raylet or lease.lease_id not in wanted:
+                    continue
+                lease.wanted = True
+                if lease in cls.idle and not lease.busy:
+                    if lease.idle_handle is not None:
+                        lease.idle_handle.cancel()
+                        lease.idle_handle = None
+                    self._return_lease(cls, lease)
 
     def _idle_expired(self, cls: _Class, lease: _Lease) -> None:
         lease.idle_handle = None

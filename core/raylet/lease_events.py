@@ -189,3 +189,11 @@ class ActorWorkerDied(Record):
 
 class StartFailed(Record):
     worker: Worker
+
+
+class AskLeasesBack(Record):
+    """A request waits for resources that granted task leases hold: ask their holders to
+    return each lease as soon as it is idle (a holder keeps an idle lease a moment, for
+    its next task, which here would keep the waiting request from the CPU)."""
+
+    leases: list[Lease]

@@ -23,6 +23,7 @@ from typing import Any
 from ember.raylet.cluster_view import ClusterView
 from ember.raylet.lease_events import (
     ActorWorkerDied,
+    AskLeasesBack,
     AskMayExit,
     Cancel,
     CheckAnswered,
@@ -80,6 +81,8 @@ class LeaseMachine:
         self.can_refresh_view = can_refresh_view  # is the GCS there to ask for a view?
         self.in_cluster = False  # other nodes' views lag a heartbeat: warn later
         self.queue: list[Request] = []
+        # Task leases granted since a waiting request last asked holders for theirs back.
+        self._not_asked_back: dict[int, Lease] = {}
         self.leases: dict[int, Lease] = {}
         self.idle: list[Worker] = []
         self.starting = 0  # workers in STARTING, and those StartWorkers asked for
@@ -289,6 +292,7 @@ class LeaseMachine:
         dispatch: bool = True,
     ) -> None:
         self.leases.pop(lease.lease_id, None)
+        self._not_asked_back.pop(lease.lease_id, None)
         if lease.released:  # its CPU was already handed back while it was blocked
             self.resources.release(
                 {k: v for k, v in lease.shape.items() if k != "CPU"}, lease.gpu_ids
@@ -324,6 +328,8 @@ class LeaseMachine:
         # What grants waiting only for a worker would take: a worker is started for a
         # request only if it would still fit after those before it.
         promised: dict[str, int] = {}
+        # Whose requests would fit once leases come back (an actor lease's: None, the GCS).
+        waiting_clients: set[Any] = set()
         i = 0
         while i < len(queue):
             req = queue[i]
@@ -336,8 +342,10 @@ class LeaseMachine:
                     i += 1
                     continue
             if not res.can_fit(req.shape):
-                # In a cluster the view of other nodes lags a heartbeat: the tick warns later.
-                if not self.in_cluster and not res.feasible(req.shape):
+                if res.feasible(req.shape):
+                    waiting_clients.add(req.client)
+                elif not self.in_cluster:
+                    # In a cluster the view of other nodes lags a heartbeat: the tick warns.
                     self._maybe_warn_infeasible(req, out)
                 i += 1
                 continue
@@ -374,12 +382,30 @@ class LeaseMachine:
                 w.actor_id = req.actor_id
             else:
                 w.track.fire("leased")
+                self._not_asked_back[lease_id] = lease
             out.append(Grant(req, lease))
+        if waiting_clients and self._not_asked_back:
+            self._ask_leases_back(waiting_clients, out)
         # At most max_starting at once: a burst waits here, not in the fork server's pipe.
         to_start = min(need_workers, self.max_starting) - self.starting
         if to_start > 0:
             self.starting += to_start
             out.append(StartWorkers(to_start))
+
+    def _ask_leases_back(self, waiting_clients: set[Any], out: list) -> None:
+        """Asks for the task leases a waiting request of another client could use. A client
+        whose own requests wait gets its next task onto its own leases anyway, so its leases
+        are not asked for on its own behalf (a batch of tasks would lose its workers between
+        tasks)."""
+        asked = [
+            lease
+            for lease in self._not_asked_back.values()
+            if len(waiting_clients) > 1 or lease.client not in waiting_clients
+        ]
+        if asked:
+            for lease in asked:
+                del self._not_asked_back[lease.lease_id]
+            out.append(AskLeasesBack(asked))
 
     def _place_here(self, req: Request, out: list) -> bool | None:
         """Whether a task's lease request waits here (True); else answers it with the node to

@@ -71,6 +71,7 @@ class LeaseManager:
             ev.AskMayExit: self._ask_may_exit,
             ev.ActorWorkerDied: self._actor_worker_died,
             ev.StartFailed: self._start_failed,
+            ev.AskLeasesBack: self._ask_leases_back,
         }
 
     def handle(self, event: Any) -> None:
@@ -335,6 +336,14 @@ class LeaseManager:
         for c in targets if targets is not None else list(self.raylet.drivers.values()):
             if c is not None and not c.closed:
                 c.send("warning", {"message": message, "kind": kind})
+
+    def _ask_leases_back(self, ins: ev.AskLeasesBack) -> None:
+        by_client: dict[Any, list[int]] = {}
+        for lease in ins.leases:
+            by_client.setdefault(lease.client, []).append(lease.lease_id)
+        for client, lease_ids in by_client.items():
+            if client is not None and not client.closed:
+                client.send("leases_wanted", {"lease_ids": lease_ids})
 
     def _refresh_view(self, ins: ev.RefreshView) -> None:
         asyncio.ensure_future(self.raylet.membership.refresh_view())

@@ -10,6 +10,7 @@ from ember.lifecycle import TransitionError
 from ember.raylet.cluster_view import ClusterView
 from ember.raylet.lease_events import (
     ActorWorkerDied,
+    AskLeasesBack,
     AskMayExit,
     Cancel,
     CheckAnswered,
@@ -109,6 +110,25 @@ def test_grant_return_and_reuse() -> None:
     assert m.resources.available_dict() == {"CPU": 2.0}
     again = only(ask(m, request()), Grant)
     assert again.lease.worker is w and again.lease.lease_id != grant.lease.lease_id
+
+
+def test_a_request_waiting_for_cpus_asks_other_holders_for_their_leases_once() -> None:
+    m = make({"CPU": 2})
+    workers(m, 3)
+    a1 = only(ask(m, request(client="a")), Grant).lease
+    a2 = only(ask(m, request(client="a")), Grant).lease
+    # The holder's own next request waits: its own queue reuses its leases, nothing asked.
+    assert ask(m, request(client="a")) == []
+    # Another client's request asks for both of a's leases, once.
+    asked = only(ask(m, request(client="b")), AskLeasesBack)
+    assert sorted(lease.lease_id for lease in asked.leases) == sorted([a1.lease_id, a2.lease_id])
+    assert ask(m, request(client="c")) == []
+    # The CPU a1 gave back goes to the first in line (a's); b and c still wait, so the new
+    # lease is asked for at once.
+    grant, asked = m.handle(LeaseReturned(a1.lease_id))
+    assert type(grant) is Grant and grant.request.client == "a"
+    assert type(asked) is AskLeasesBack and asked.leases == [grant.lease]
+    assert ask(m, request(client="d")) == []
 
 
 def test_a_request_with_no_idle_worker_starts_one_and_waits_for_it() -> None:

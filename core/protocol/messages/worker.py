@@ -196,6 +196,18 @@ class WorkerOomKilled(WorkerMessage):
     retry: bool  # the raylet's leave: its caller has other tasks running on the node
 
 
+class LeasesWanted(WorkerMessage):
+    """A lease request waits on the raylet for resources these task leases (granted to this
+    process) hold: return each as soon as it is idle, rather than keeping it for a next
+    task."""
+
+    op = "leases_wanted"
+    sent_by = "raylet (a lease request waits for resources)"
+    oneway = True
+
+    lease_ids: list[int]
+
+
 class NodeDead(WorkerMessage):
     op = "node_dead"
     sent_by = "GCS (to subscribe_node_events subscribers)"
