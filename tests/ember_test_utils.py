@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -179,21 +180,64 @@ def require_ray_python() -> Path:
     return RAY_PYTHON
 
 
-def run_compare_program(program: Path, python: Path | str, runtime: str) -> dict:
-    """Runs a program of ``tests/tools`` on one runtime; its last line of output, as JSON."""
+def _compare_env() -> dict[str, str]:
     # Each run starts its own local node: no address or setting of the test run leaks in.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "RAY_"))}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
+    return env
+
+
+def _compare_output(runtime: str, returncode: int, stdout: str, stderr: str) -> dict:
+    assert returncode == 0, f"{runtime} run failed:\n{stderr[-3000:]}"
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def run_compare_program(program: Path, python: Path | str, runtime: str) -> dict:
+    """Runs a program of ``tests/tools`` on one runtime; its last line of output, as JSON."""
     done = subprocess.run(
         [str(python), str(program), runtime],
         capture_output=True,
         text=True,
         timeout=300,
-        env=env,
+        env=_compare_env(),
         cwd=REPO_ROOT,
     )
-    assert done.returncode == 0, f"{runtime} run failed:\n{done.stderr[-3000:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return _compare_output(runtime, done.returncode, done.stdout, done.stderr)
+
+
+def run_compare_programs_together(program: Path, ray_python: Path | str) -> tuple[dict, dict]:
+    """Runs a program of ``tests/tools`` on Ember and on Ray at the same time; returns
+    (Ember's output, Ray's output). Only for programs whose cases measure no speed: both
+    runtimes then share the cores, which slows each, but changes none of their answers."""
+    procs = {
+        runtime: subprocess.Popen(
+            [str(python), str(program), runtime],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_compare_env(),
+            cwd=REPO_ROOT,
+        )
+        for runtime, python in (("ember", sys.executable), ("ray", ray_python))
+    }
+    # Each pipe is drained by its own thread so that neither child blocks on a full pipe
+    # while the other is waited for.
+    outputs: dict[str, tuple[str, str]] = {}
+
+    def drain(runtime: str) -> None:
+        try:
+            outputs[runtime] = procs[runtime].communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            procs[runtime].kill()
+            outputs[runtime] = procs[runtime].communicate()
+
+    threads = [threading.Thread(target=drain, args=(r,)) for r in procs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ember, ray = (_compare_output(r, procs[r].returncode, *outputs[r]) for r in ("ember", "ray"))
+    return ember, ray
 
 
 class PeakRss:

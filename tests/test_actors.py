@@ -771,7 +771,8 @@ def test_max_task_retries_retries_the_call_in_flight(shared_node, tmp_path):
         def work(self, path):
             with open(path, "a") as f:
                 f.write(f"{os.getpid()}\n")
-            time.sleep(2.0)
+            if len(open(path).read().split()) == 1:
+                time.sleep(30)  # the first attempt: killed by the test long before this ends
             return os.getpid()
 
     w = Worky.remote()
@@ -821,7 +822,8 @@ def test_max_task_retries_minus_one_retries_calls_for_every_restart(shared_node,
         def work(self, path):
             with open(path, "a") as f:
                 f.write(f"{os.getpid()}\n")
-            time.sleep(2.0)
+            if len(open(path).read().split()) < 3:
+                time.sleep(30)  # attempts 1 and 2: killed by the test long before this ends
             return os.getpid()
 
     p = Phoenix.remote()

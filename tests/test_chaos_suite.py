@@ -5,6 +5,7 @@ nothing)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -13,6 +14,11 @@ from ember.tools.chaos import faults_peers
 from ember.tools.chaos.harness import Harness
 
 QUICK_BUDGET = 230.0  # seconds: the quick mode's promise is ~3 minutes on a 2-core VM
+# The idle and flood peers wait out the listeners' authentication deadline (5 s by default)
+# before they count as closed; a shorter one proves the same closing, and 2.5 s is still far
+# beyond what a real peer needs to send its token (tests/cluster/test_preauth_limits.py
+# runs a cluster at 1.5 s).
+AUTH_DEADLINE = "2.5"
 
 
 @pytest.mark.timeout(QUICK_BUDGET + 20)
@@ -21,7 +27,10 @@ def test_the_quick_chaos_run_survives_everything_and_leaks_nothing(tmp_path):
     cmd = [sys.executable, "-m", "ember.tools.chaos", "--quick", "--json", str(report)]
     # On timeout, run() kills the suite with SIGKILL: its nodes (daemons) would outlive it,
     # so the deadline is the suite's SIGTERM path, which cleans up, well before pytest's.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {**os.environ, "EMBER_AUTH_DEADLINE_SECONDS": AUTH_DEADLINE}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     try:
         out, _ = proc.communicate(timeout=QUICK_BUDGET)
     except subprocess.TimeoutExpired:

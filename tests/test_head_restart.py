@@ -216,12 +216,17 @@ def test_the_whole_head_killed_and_started_again_on_its_storage(storage, tmp_pat
         if driver is not None and driver.poll() is None:
             driver.kill()
             driver.communicate()
-        for r in (worker_root, head_root):
-            subprocess.run(
+        # Both nodes' stops at once: they touch disjoint processes and directories.
+        stops = [
+            subprocess.Popen(
                 [ember_cli(), "stop", "--force", "--temp-dir", r],
-                capture_output=True,
-                timeout=90,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
+            for r in (worker_root, head_root)
+        ]
+        for stop in stops:
+            stop.wait(timeout=90)
         left = find_ember_processes(head_root) + find_ember_processes(worker_root)
         shutil.rmtree(root, ignore_errors=True)
         assert not left, f"processes left behind: {left}"
