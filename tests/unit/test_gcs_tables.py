@@ -266,6 +266,12 @@ def test_a_group_refused_by_its_raylet_is_placed_once_a_heartbeat_shows_room() -
         await settle()
         group = gcs.placement_groups.groups[pg_id]
         assert group.state is PgState.PENDING and "will retry" in group.reason
+        # A wait that times out leaves no waiter behind (pg.wait(timeout) in a loop).
+        for _ in range(3):
+            assert not await gcs.handlers["wait_placement_group"](
+                owner, {"pg_id": pg_id, "timeout": 0.01}
+            )
+        assert group.waiters == []
         gcs.handlers["heartbeat"](a_conn, {"node_id": a, "available": {"CPU": 2.0}})
         assert await gcs.handlers["wait_placement_group"](owner, {"pg_id": pg_id, "timeout": 1})
         assert group.state is PgState.CREATED
