@@ -272,9 +272,20 @@ class NodeTable:
             node.conn.send("declared_dead", {"reason": reason})
         self.on_died(node_id, reason)
 
-    def check_heartbeats(self) -> None:
-        """Declares dead every live node silent for longer than the death timeout."""
+    def check_heartbeats(self, stalled: float = 0.0) -> None:
+        """Declares dead every live node silent for longer than the death timeout.
+
+        ``stalled``: how long this GCS itself did not run since the last check (its monitor
+        woke that much late: the machine was overloaded, the process stopped). Heartbeats
+        sent meanwhile still wait unread in its sockets, and the monitor's timer may fire
+        before they are read: that time is no node's silence, so it is not counted. Without
+        this, a GCS frozen past the timeout declared every node dead on waking, and each
+        rejoined under a new id while its workers and driver kept the old one."""
         now = self.clock()
+        if stalled > 0:
+            for node in self.nodes.values():
+                if node.track.state is NodeState.ALIVE:
+                    node.last_heartbeat = min(now, node.last_heartbeat + stalled)
         for node in list(self.nodes.values()):
             silent = now - node.last_heartbeat
             if node.track.state is NodeState.ALIVE and silent > self.death_timeout:
@@ -285,6 +296,11 @@ class NodeTable:
                 )
 
     async def monitor(self) -> None:
+        interval = config.heartbeat_interval
         while True:
-            await asyncio.sleep(config.heartbeat_interval)
-            self.check_heartbeats()
+            slept_from = self.clock()
+            await asyncio.sleep(interval)
+            late = self.clock() - slept_from - interval
+            # A timer late by a beat or less is ordinary scheduling; more, and this
+            # process was not running (see ``check_heartbeats``).
+            self.check_heartbeats(stalled=late if late > interval else 0.0)

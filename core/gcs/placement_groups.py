@@ -274,6 +274,10 @@ class PlacementGroupManager:
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout)
         except TimeoutError:
+            # Gone from the list: a group that never fits, polled with pg.wait(timeout),
+            # would otherwise keep one future per call.
+            if fut in pg.waiters:
+                pg.waiters.remove(fut)
             return False
 
     def h_get_placement_group(self, conn: Any, body: dict) -> dict | None:

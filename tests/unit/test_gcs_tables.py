@@ -42,6 +42,44 @@ def test_node_registration_and_the_death_timeout() -> None:
         gcs.handlers["register_node"](a_conn, {"node_id": a, "address": "x", "resources": {}})
 
 
+def test_time_the_gcs_itself_was_stalled_is_no_nodes_silence() -> None:
+    """A GCS frozen past the death timeout (an overloaded machine) wakes with its nodes'
+    heartbeats unread in its sockets: those nodes were not silent, and must not be declared
+    dead (each would rejoin under a new id while its driver keeps the old one)."""
+    gcs, clock, _ = make_gcs()
+    a, a_conn = add_node(gcs)
+    clock.now += 15.5  # the monitor's 0.5 s sleep ended 15 s late
+    gcs.node_table.check_heartbeats(stalled=15.0)
+    assert gcs.node_table.nodes[a].state is NodeState.ALIVE
+    assert not a_conn.ops("declared_dead")
+    # The stall is forgiven once: silence after it still counts.
+    clock.now += 10.5
+    gcs.node_table.check_heartbeats()
+    assert gcs.node_table.nodes[a].state is NodeState.DEAD
+    assert "no heartbeat for 11.0 s" in gcs.node_table.nodes[a].death_reason
+
+
+def test_the_monitor_measures_its_own_stall(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The monitor, not a test, decides how late it woke: a clock that jumps past the death
+    timeout while it sleeps (the process did not run) kills no node."""
+    from ember import config
+
+    async def test() -> None:
+        gcs, clock, _ = make_gcs()
+        monkeypatch.setattr(config, "heartbeat_interval", 0.01)
+        a, _ = add_node(gcs)
+        monitor = asyncio.ensure_future(gcs.node_table.monitor())
+        try:
+            await asyncio.sleep(0.03)
+            clock.now += 20.0  # frozen for 20 s, by the GCS's own clock
+            await asyncio.sleep(0.05)
+            assert gcs.node_table.nodes[a].state is NodeState.ALIVE
+        finally:
+            monitor.cancel()
+
+    run(test)
+
+
 def test_a_raylet_disconnecting_is_its_nodes_death() -> None:
     gcs, _, _ = make_gcs()
     a, a_conn = add_node(gcs)
@@ -228,6 +266,12 @@ def test_a_group_refused_by_its_raylet_is_placed_once_a_heartbeat_shows_room() -
         await settle()
         group = gcs.placement_groups.groups[pg_id]
         assert group.state is PgState.PENDING and "will retry" in group.reason
+        # A wait that times out leaves no waiter behind (pg.wait(timeout) in a loop).
+        for _ in range(3):
+            assert not await gcs.handlers["wait_placement_group"](
+                owner, {"pg_id": pg_id, "timeout": 0.01}
+            )
+        assert group.waiters == []
         gcs.handlers["heartbeat"](a_conn, {"node_id": a, "available": {"CPU": 2.0}})
         assert await gcs.handlers["wait_placement_group"](owner, {"pg_id": pg_id, "timeout": 1})
         assert group.state is PgState.CREATED
@@ -363,5 +407,50 @@ def test_a_group_has_one_placement_attempt_at_a_time() -> None:
         assert await gcs.handlers["wait_placement_group"](owner, {"pg_id": pg_id, "timeout": 1})
         await settle()
         assert len(asked) == 1 and not a_conn.ops("release_bundles")
+
+    run(test)
+
+
+def test_a_created_group_has_every_bundle_node_in_its_table_entry() -> None:
+    """What ``ready()`` waits for (``wait_placement_group``) and what the table reads
+    (``get_placement_group``) agree: the moment a group is CREATED, each bundle's node is
+    in its entry, through pending, creation, a lost node and rescheduling."""
+
+    async def test() -> None:
+        gcs, clock, _ = make_gcs()
+        a, _ = add_node(gcs, cpus=8)
+        b, _ = add_node(gcs, cpus=8)
+        owner = FakeConn()
+        seen: list[tuple[str, list]] = []
+        ids = [bytes([i]) * 18 for i in range(1, 21)]
+        strategies = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
+        for n, pg_id in enumerate(ids):
+            body = {"pg_id": pg_id, "bundles": [{"CPU": 0.25}, {"CPU": 0.25}]}
+            gcs.handlers["create_placement_group"](owner, body | {"strategy": strategies[n % 4]})
+
+        async def ready_then_read(pg_id: bytes) -> None:
+            assert await gcs.handlers["wait_placement_group"](owner, {"pg_id": pg_id})
+            info = gcs.handlers["get_placement_group"](owner, {"pg_id": pg_id})
+            seen.append((info["state"], info["bundle_nodes"]))
+
+        await asyncio.wait_for(asyncio.gather(*(ready_then_read(p) for p in ids)), 5)
+        assert all(state == "CREATED" for state, _ in seen)
+        assert all(set(nodes) <= {a.hex(), b.hex()} for _, nodes in seen)
+        # b dies: its groups go RESCHEDULING (their lost bundles have no node) and, once a
+        # node joins, are CREATED again with every bundle on a live node.
+        clock.now += 11
+        still = dict(gcs.node_table.nodes[a].available)
+        gcs.handlers["heartbeat"](FakeConn(), {"node_id": a, "available": still})
+        gcs.node_table.check_heartbeats()
+        assert any(g.state is PgState.RESCHEDULING for g in gcs.placement_groups.groups.values())
+        for pg_id in ids:
+            info = gcs.handlers["get_placement_group"](owner, {"pg_id": pg_id})
+            if info["state"] == "CREATED":
+                assert None not in info["bundle_nodes"] and b.hex() not in info["bundle_nodes"]
+        c, _ = add_node(gcs, cpus=8)
+        seen.clear()
+        await asyncio.wait_for(asyncio.gather(*(ready_then_read(p) for p in ids)), 5)
+        assert all(state == "CREATED" for state, _ in seen)
+        assert all(set(nodes) <= {a.hex(), c.hex()} for _, nodes in seen)
 
     run(test)
