@@ -207,6 +207,10 @@ def _clean_leftovers(temp_dir: str | None) -> None:
     for path in _unused(spills, set(_spill_dirs(live))):
         shutil.rmtree(path, ignore_errors=True)
     prune_head_markers(_sessions(live, "ember.gcs.server"))
+    # Sessions listed as live whose raylet is gone are unlisted on the way.
+    from ember.cluster_address import live_local_nodes
+
+    live_local_nodes(temp_dir)
 
 
 def _is_daemon(p: psutil.Process) -> bool:

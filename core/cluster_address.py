@@ -10,7 +10,13 @@ import socket
 import urllib.parse
 from typing import Any
 
-from ember.session import DEFAULT_TEMP_DIR, read_node_info, temp_roots
+from ember.session import (
+    DEFAULT_TEMP_DIR,
+    live_session_dirs,
+    read_node_info,
+    temp_roots,
+    unlist_live_session,
+)
 
 
 def _unix_alive(path: str) -> bool:
@@ -51,9 +57,12 @@ def normalize_address(address: str) -> str:
 
 
 def _sessions(temp_dir: str | None) -> list[str]:
+    """Sessions whose node may run, newest first: those the temp root lists as live (else,
+    for a root written by an older Ember, every session)."""
     found: list[str] = []
     for root in temp_roots(temp_dir):
-        found.extend(glob.glob(os.path.join(root, "session_2*")))
+        listed = live_session_dirs(root)
+        found.extend(glob.glob(os.path.join(root, "session_2*")) if listed is None else listed)
     return sorted(found, key=_mtime, reverse=True)
 
 
@@ -66,8 +75,34 @@ def _mtime(path: str) -> float:
 
 def live_local_nodes(temp_dir: str | None = None) -> list[dict[str, Any]]:
     """Nodes started on this machine (``ember start`` or the Cluster helper) that still run,
-    newest first: their ``node.json`` with a raylet socket that answers."""
-    return [info for info in map(live_node, _sessions(temp_dir)) if info]
+    newest first: their ``node.json`` with a raylet socket that answers. A listed session
+    whose raylet process is gone (killed: it could not unlist itself) is unlisted here."""
+    nodes = []
+    for session in _sessions(temp_dir):
+        info = live_node(session)
+        if info:
+            nodes.append(info)
+        elif _raylet_gone(session):
+            unlist_live_session(session)
+    return nodes
+
+
+def _raylet_gone(session: str) -> bool:
+    """Whether the session's raylet process has exited (False while it may be starting:
+    no node.json yet, or its pid still runs)."""
+    info = read_node_info(session)
+    if info is None:
+        return not os.path.isdir(session)
+    pid = (info.get("pids") or {}).get("raylet")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # another user's process: it runs
+    return False
 
 
 def live_node(session: str | None) -> dict[str, Any] | None:

@@ -31,6 +31,7 @@ from ember.session import (
     create_session_dir,
     register_head,
     socket_path,
+    unlist_live_session,
     unregister_head,
     write_node_info,
 )
@@ -521,6 +522,8 @@ class LocalNode:
             shutil.rmtree(self.spill_dir, ignore_errors=True)
         if self.head and self.gcs_address:
             unregister_head(self.gcs_address, self.session_dir)
+        if self.session_dir:
+            unlist_live_session(self.session_dir)
         if self.arena_path and os.path.exists(self.arena_path):
             try:
                 os.unlink(self.arena_path)

@@ -58,7 +58,8 @@ NODE_INFO_FILE = "node.json"
 
 
 def write_node_info(session_dir: str, info: dict) -> None:
-    """What a driver or tool needs to use this node: addresses, arena, token file, pids."""
+    """What a driver or tool needs to use this node: addresses, arena, token file, pids.
+    The session is also listed in its temp root's ``live`` dir (``live_session_dirs``)."""
     import json
 
     path = os.path.join(session_dir, NODE_INFO_FILE)
@@ -66,6 +67,44 @@ def write_node_info(session_dir: str, info: dict) -> None:
     with open(tmp, "w") as f:
         json.dump(info, f, indent=1)
     os.replace(tmp, path)
+    marker = _live_marker(session_dir)
+    try:
+        os.makedirs(os.path.dirname(marker), mode=0o700, exist_ok=True)
+        with open(marker, "a"):
+            pass
+    except OSError:
+        pass  # tools then miss this node unless given its address
+
+
+# The sessions of a temp root whose nodes may run: tools look only at these, not at every
+# session directory the root has kept (thousands on a machine in use, each a file to read
+# and a socket to try, on every `ember status`).
+LIVE_DIR = "live"
+
+
+def _live_marker(session_dir: str) -> str:
+    session_dir = os.path.abspath(session_dir)
+    return os.path.join(os.path.dirname(session_dir), LIVE_DIR, os.path.basename(session_dir))
+
+
+def unlist_live_session(session_dir: str) -> None:
+    """The node of ``session_dir`` stopped: tools stop looking at it."""
+    try:
+        os.unlink(_live_marker(session_dir))
+    except OSError:
+        pass
+
+
+def live_session_dirs(root: str) -> list[str] | None:
+    """The session dirs under ``root`` listed as live (their node may still run); None when
+    the root has no list (sessions of an older Ember): look at every session then."""
+    try:
+        names = os.listdir(os.path.join(root, LIVE_DIR))
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return []
+    return [os.path.join(root, n) for n in names if n.startswith("session_")]
 
 
 def read_node_info(session_dir: str) -> dict | None:
