@@ -25,7 +25,7 @@ from ember.dashboard.app import AgentUnavailable
 from ember.dashboard.gcs_client import apply_gcs_poll
 from ember.dashboard.history_archive import read_manifest
 from ember.dashboard.history_format import HISTORY_DIR, segments
-from ember.dashboard.history_writer import read_dropped
+from ember.dashboard.history_writer import flush_seconds, read_dropped
 from ember.dashboard.job_manager import JobError
 from ember.dashboard.node_logs import shipped_logs
 from ember.dashboard.state import DashboardState
@@ -65,6 +65,7 @@ class Session:
     head_node: str | None = None
     gcs_events: int = 0  # the GCS's cluster events recorded (the poller's place in them)
     left_out: int = 0  # older segments not replayed (``restore``'s bound)
+    last_kind: str = ""  # the last record's kind: "stop" when its dashboard stopped cleanly
     archive: dict[str, Any] | None = None  # the manifest, when opened from an archive
 
     @property
@@ -141,6 +142,7 @@ def replay(state: DashboardState, session_dir: str, max_bytes: int | None = None
                 session.started = session.started or t
                 session.stopped_at = max(session.stopped_at, t)
                 session.records += 1
+                session.last_kind = kind
                 try:
                     _apply(session, kind, body)
                 except Exception:  # a record this version cannot apply: skip it, count it
@@ -188,16 +190,34 @@ def _end_open_tasks(session: Session) -> int:
     )
 
 
+# What a dashboard started again says when the one before it was killed: what that one
+# ingested in its last moments never reached the disk, so the restored state lacks it.
+MSG_UNCLEAN_RESTORE = (
+    "The dashboard was started again after the previous one died without closing the "
+    "session's history (killed or crashed; its last record was written at {when}). What it "
+    "received after that (the history writer's last {flush_s:g} s, EMBER_HISTORY_FLUSH_S, or "
+    "more on a busy machine) was lost: tasks that ended then are missing or "
+    "show an earlier state until their next event, and metrics of that moment are missing."
+)
+
+
 def restore(state: DashboardState, session_dir: str) -> Session | None:
     """A dashboard started again in a running session carries on from what the one before it
     wrote (the newest ``EMBER_HISTORY_RESTORE_MAX_BYTES`` of it, 8 MB of compressed
     segments: ~130,000 tasks, a few seconds), then runs on the wall clock. None when the
-    session has no history yet."""
+    session has no history yet. A history that does not end with the previous dashboard's
+    ``stop`` lost that dashboard's last unflushed records: the state gets a WARNING event
+    (``HISTORY_GAP``) saying so, since it cannot show what was lost."""
     if not has_history(session_dir):
         return None
     max_bytes = int(os.environ.get("EMBER_HISTORY_RESTORE_MAX_BYTES", str(8 << 20)))
     session = replay(state, session_dir, max_bytes)
     state.set_clock(time.time)
+    if session.records and session.last_kind != "stop":
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(session.stopped_at))
+        message = MSG_UNCLEAN_RESTORE.format(when=when, flush_s=flush_seconds())
+        logger.warning("%s", message)
+        state.add_event("WARNING", message, source="dashboard", kind="HISTORY_GAP")
     return session
 
 

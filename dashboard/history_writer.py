@@ -42,6 +42,11 @@ def _env_float(name: str, default: float) -> float:
         raise ValueError(f"{name}={raw!r} is not a number") from None
 
 
+def flush_seconds() -> float:
+    """How often the writer's thread writes the queue out: what a killed dashboard can lose."""
+    return _env_float("EMBER_HISTORY_FLUSH_S", 1.0)
+
+
 def enabled() -> bool:
     """``EMBER_HISTORY=0`` turns the writer off (the history server then finds nothing)."""
     return os.environ.get("EMBER_HISTORY", "1") not in ("0", "false", "no", "")
@@ -68,7 +73,7 @@ class HistoryWriter:
     ) -> None:
         self.dir = os.path.join(session_dir, fmt.HISTORY_DIR)
         os.makedirs(self.dir, exist_ok=True)
-        self.flush_s = flush_s if flush_s is not None else _env_float("EMBER_HISTORY_FLUSH_S", 1.0)
+        self.flush_s = flush_s if flush_s is not None else flush_seconds()
         self.segment_bytes = int(
             segment_bytes or _env_float("EMBER_HISTORY_SEGMENT_BYTES", 8 * 1024 * 1024)
         )

@@ -193,6 +193,32 @@ def test_queue_bound_counts_what_it_drops(tmp_path):
     assert read_dropped(str(tmp_path / "history"))["queue_full"] == w.dropped["queue_full"]
 
 
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_restore_after_a_killed_dashboard_says_what_it_lacks(tmp_path, clean):
+    """A history without its dashboard's ``stop`` record (SIGKILL) lost what was queued: the
+    dashboard restored from it shows a HISTORY_GAP warning naming the last record's time; a
+    clean stop's history restores with no such event."""
+    from ember.dashboard.history_reader import restore
+    from ember.dashboard.state import DashboardState
+
+    w = HistoryWriter(str(tmp_path), flush_s=60)
+    w.record("start", {"session_dir": str(tmp_path), "pid": 1})
+    w.record("agent", {"node": "n", "msg": {"type": "event", "message": "before the kill"}})
+    if clean:
+        w.record("stop", {})
+    w.close()
+    state = DashboardState()
+    session = restore(state, str(tmp_path))
+    assert session is not None and session.records == (3 if clean else 2)
+    gaps = [e for e in state.events if e["kind"] == "HISTORY_GAP"]
+    if clean:
+        assert gaps == []
+    else:
+        [gap] = gaps
+        assert gap["severity"] == "WARNING" and "died without closing" in gap["message"]
+        assert time.strftime("%Y-%m-%d", time.gmtime()) in gap["message"]
+
+
 @pytest.mark.parametrize("bad", ["/nonexistent-dir", "EMPTY"])
 def test_history_of_nothing_is_a_clear_error(tmp_path, bad):
     path = str(tmp_path) if bad == "EMPTY" else bad

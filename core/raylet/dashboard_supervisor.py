@@ -7,9 +7,10 @@ says when that very process exits, whoever reaps it. A new one is the raylet's o
 served on the same host and port, so the URL the user was given keeps working; it ties its
 life to the raylet (``--parent-pid``) and the raylet stops it when it stops. Deaths share
 the agent's budget (``RestartBudget``): after too many within a minute it stays down, and
-the raylet's log says so. What the dashboard held in memory (history, finished tasks) is
-gone; the agents stream the live state again as they reconnect, and a cluster's worker
-nodes find the new hub address in the GCS, where the new dashboard publishes it.
+the raylet's log says so. The new dashboard replays the session's history (what the dead
+one wrote, all but its last unwritten second) before it serves; the agents stream the live
+state again as they reconnect, and a cluster's worker nodes find the new hub address in the
+GCS, where the new dashboard publishes it.
 """
 
 from __future__ import annotations

@@ -69,6 +69,21 @@ def _finished_in_history(session_dir: str) -> int:
     return n
 
 
+def _tasks_in_history(session_dir: str, name_suffix: str, state: str) -> int:
+    """The tasks of the function whose name ends with ``name_suffix`` that have a ``state``
+    event in the session's history so far (a task's name comes with its RUNNING event)."""
+    names: dict[str, str] = {}
+    states: dict[str, set[str]] = {}
+    for _, path in segments(os.path.join(session_dir, "history")):
+        for rec in records(path):
+            if rec and rec[1] == "agent" and rec[2]["msg"]["type"] == "task_events":
+                for task_id, st, _t, _attempt, extra in rec[2]["msg"]["events"]:
+                    if extra and extra.get("name"):
+                        names[task_id] = extra["name"]
+                    states.setdefault(task_id, set()).add(st)
+    return sum(state in states[t] for t, name in names.items() if name.endswith(name_suffix))
+
+
 def _in_history(session_dir: str, kind: str) -> int:
     """The agent messages of ``kind`` written to the session's history so far."""
     n = 0
@@ -188,7 +203,9 @@ def test_a_restarted_dashboard_goes_away_with_a_sigkilled_driver():
 
 def _kill_the_dashboard(root: str, url: str) -> None:
     """SIGKILLs the dashboard of the ``ember start`` cluster under ``root``; returns once a
-    new one serves on ``url``."""
+    new one serves on ``url``. Serving means restored: the new dashboard replays the
+    session's history before it starts serving (``server.serve``), and a request sent earlier
+    waits in the listening socket's backlog, which the raylet bound."""
     [first] = wait_until(lambda: _dashboards(session=root), 15, 0.1, "the dashboard")
     os.kill(first, signal.SIGKILL)
     wait_until(
@@ -377,16 +394,21 @@ def test_a_dashboard_killed_mid_workload_keeps_everything_it_showed(tmp_path):
                 "the actors shown",
             )
             before = wait_until(lambda: (s := samples()) and len(s) >= 5 and s, 60, 0.5, "samples")
-            # What the dashboard showed is in the session's history (written every second).
+            # What the dashboard showed is in the session's history (written every second):
+            # the very tasks and states shown, not just some records. A SIGKILL loses what was
+            # not written yet (the new dashboard says so, below); counting any task events or
+            # as many metrics records as samples passed with the last second still queued,
+            # and the new dashboard then rightly showed 0 of the 30 ends.
             session = head.stdout.split("; session ", 1)[1].split()[0]
             wait_until(
                 lambda: (
                     _in_history(session, "metrics") >= len(before)
-                    and _in_history(session, "task_events") > 0
+                    and _tasks_in_history(session, "plus_one", "FINISHED") == 30
+                    and _tasks_in_history(session, "slow", "RUNNING") == 2
                 ),
                 30,
                 0.2,
-                "the samples shown written to the history",
+                "the tasks and samples shown written to the history",
             )
             assert client.get_job_status(sid) == JobStatus.RUNNING
 
@@ -399,6 +421,12 @@ def test_a_dashboard_killed_mid_workload_keeps_everything_it_showed(tmp_path):
             assert {s["time"] for s in before} <= {s["time"] for s in after}, (before, after)
             assert client.get_job_status(sid) == JobStatus.RUNNING
             assert "line 49" in client.get_job_logs(sid)
+            # It says that the one before it was killed, so its last records may be missing.
+            events = http.get("/api/events", params={"limit": 1000}).json()["items"]
+            assert any(
+                e["kind"] == "HISTORY_GAP" and "died without closing" in e["message"]
+                for e in events
+            ), events
 
             # The job's log tail works on the new dashboard and ends with the job.
             async def tail() -> str:
