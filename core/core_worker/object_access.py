@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections import deque
+from operator import attrgetter
 from typing import Any, Protocol
 
 from ember import config
@@ -48,6 +49,7 @@ from ember.serialization import (
     unpack_from,
 )
 
+_ref_id = attrgetter("_id")
 logger = logging.getLogger(__name__)
 
 _FUTURE_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="ember-fut")
@@ -297,10 +299,12 @@ class ObjectAccess:
         return [store.get_if_ready(r._id) for r in refs]
 
     def _ensure_resolving_many(self, refs) -> None:
-        contains = self.memory_store.contains
-        for ref in refs:
-            if not contains(ref._id):
-                self._ensure_resolving(ref)
+        missing = self.memory_store.unknown(list(map(_ref_id, refs)))
+        if missing:
+            wanted = set(missing)
+            for ref in refs:
+                if ref._id in wanted:
+                    self._ensure_resolving(ref)
 
     def _ensure_resolving(self, ref: ObjectRef) -> None:
         """A ref we do not own and know nothing of: ask its owner (once)."""
@@ -446,12 +450,28 @@ class ObjectAccess:
         """Ray's wait: a ref is ready once its object exists; with ``fetch_local`` only once
         it is on this node too, so an object in another node's shared memory is pulled
         here first (the pull starts now and finishes even if the wait times out first)."""
-        get_if_ready = self.memory_store.get_if_ready
+        store = self.memory_store
+        get_if_ready = store.get_if_ready
         node_id = self.node_id
         ready_at: list[int] = []  # positions in refs of the first ready ones
         remote: list[tuple[ObjectRef, Any]] = []  # made on another node: to pull first
         unknown: list[ObjectRef] = []
-        for i, r in enumerate(refs):
+        # Looked over at C speed first: in a loop waiting on a long list one ref at a time,
+        # the first ref is mostly ready, and when none is, a Python pass over every ref
+        # cost more than the rest of the call.
+        if num_returns == 1:
+            loc = get_if_ready(refs[0]._id)
+            if loc is not None and not (fetch_local and loc[0] == "plasma" and loc[1] != node_id):
+                return [refs[0]], refs[1:]
+        ids = list(map(_ref_id, refs))
+        first = store.first_ready(ids)
+        if first < 0:
+            unknown = refs  # nothing ready here yet
+        elif num_returns == 1:
+            loc = get_if_ready(ids[first])
+            if loc is not None and not (fetch_local and loc[0] == "plasma" and loc[1] != node_id):
+                return [refs[first]], refs[:first] + refs[first + 1 :]
+        for i, r in enumerate(refs if first >= 0 else ()):
             loc = get_if_ready(r._id)
             if loc is None:
                 unknown.append(r)
@@ -464,9 +484,12 @@ class ObjectAccess:
                 if len(ready_at) >= num_returns:
                     break
         if len(ready_at) < num_returns and (remote or (unknown and timeout != 0)):
-            ready_ids = {refs[i]._id for i in ready_at}
+            ready_ids = {ids[i] for i in ready_at}
             self._wait_for_more(ready_ids, remote, unknown, num_returns, timeout, fetch_local)
-            ready_at = [i for i, r in enumerate(refs) if r._id in ready_ids][:num_returns]
+            if len(ready_ids) <= 4:  # C-speed lookups of a few (a loop's one at a time)
+                ready_at = sorted(map(ids.index, ready_ids))[:num_returns]
+            else:
+                ready_at = [i for i, oid in enumerate(ids) if oid in ready_ids][:num_returns]
         ready = [refs[i] for i in ready_at]
         not_ready: list[ObjectRef] = []
         start = 0
@@ -514,10 +537,13 @@ class ObjectAccess:
         get_if_ready = store.get_if_ready
         node_id = self.node_id
         blocked = False
+        unknown_ids = list(map(_ref_id, unknown))
         try:
             while True:
                 generation = store.generation
-                for r in unknown:
+                # Refs before the first ready one need no look (pulled ones are in `done`).
+                start = store.first_ready(unknown_ids)
+                for r in itertools.islice(unknown, start, None) if start >= 0 else ():
                     oid = r._id
                     if oid in done or oid in pulling:
                         continue

@@ -40,3 +40,19 @@ def test_no_change_ends_at_the_timeout_and_touch_wakes() -> None:
     timer.start()
     assert store.wait_for_change(generation, timeout=30) is True
     timer.join()
+
+
+def test_first_ready_and_unknown_follow_puts_deletes_and_resets():
+    store = MemoryStore()
+    ids = [bytes([i]) * 4 for i in range(6)]
+    store.add_pending_many(ids[:4])
+    assert store.first_ready(ids) == -1
+    assert store.unknown(ids) == ids[4:]
+    store.put(ids[2], ("inline", b"", b"x", []))
+    store.put(ids[3], ("inline", b"", b"y", []))
+    assert store.first_ready(ids) == 2
+    store.reset(ids[2])  # being rebuilt from its lineage: pending again
+    assert store.first_ready(ids) == 3
+    store.delete(ids[3])
+    assert store.first_ready(ids) == -1
+    assert store.unknown(ids) == [ids[3], ids[4], ids[5]]
