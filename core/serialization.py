@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import cloudpickle
+from ember.memcopy import copy as copy_bytes
 
 # Metadata: what kind of value the bytes hold.
 META_VALUE = 0
@@ -84,7 +85,7 @@ class SerializedObject:
         for v in views:
             n = v.nbytes
             pos = _align(pos, n)
-            dest[pos : pos + n] = v.cast("B") if v.format != "B" else v
+            copy_bytes(dest[pos : pos + n], v.cast("B") if v.format != "B" else v)
             pos += n
 
 

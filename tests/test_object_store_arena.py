@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
+from ember.memcopy import address_of as _address
+from ember.memcopy import copy as copy_bytes
 from ember.object_store.arena import (
     Arena,
-    _address,
     create_arena_file,
     layout,
     remove_arena_file,
@@ -133,6 +134,16 @@ def test_buffer_address_matches_numpy() -> None:
     arr.flags.writeable = False
     assert _address(memoryview(arr)[10:]) == arr.ctypes.data + 10
     assert _address(memoryview(b"readonly bytes")) is not None
+
+
+def test_a_large_copy_in_two_halves_is_exact() -> None:
+    """Copies of 64 MB and up run in two halves on two threads: every byte lands, the
+    middle included (the split is page aligned, the length is not)."""
+    n = (64 << 20) + 12_345
+    src = np.random.default_rng(7).integers(0, 256, n, dtype=np.uint8)
+    dst = np.zeros(n, dtype=np.uint8)
+    copy_bytes(memoryview(dst), memoryview(src))
+    assert np.array_equal(dst, src)
 
 
 def test_view_is_read_only_and_zero_copy(arena: Arena) -> None:

@@ -20,6 +20,8 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 
+from ember import memcopy
+
 Chunk = bytes | bytearray | memoryview | pickle.PickleBuffer
 
 
@@ -87,54 +89,19 @@ _PAGE = 4096
 _ALIASING_WINDOW = 1024
 
 
-class _PyBuffer(ctypes.Structure):
-    # The Py_buffer struct of the C API (stable since Python 3.3), to read a buffer's address.
-    _fields_ = [
-        ("buf", ctypes.c_void_p),
-        ("obj", ctypes.c_void_p),
-        ("len", ctypes.c_ssize_t),
-        ("itemsize", ctypes.c_ssize_t),
-        ("readonly", ctypes.c_int),
-        ("ndim", ctypes.c_int),
-        ("format", ctypes.c_char_p),
-        ("shape", ctypes.c_void_p),
-        ("strides", ctypes.c_void_p),
-        ("suboffsets", ctypes.c_void_p),
-        ("internal", ctypes.c_void_p),
-    ]
-
-
-_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
-_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
-_get_buffer.restype = ctypes.c_int
-_release_buffer = ctypes.pythonapi.PyBuffer_Release
-_release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
-_release_buffer.restype = None
-
-
-def _address(buf: memoryview) -> int | None:
-    """The address of a contiguous buffer's first byte, or None if it cannot be had."""
-    view = _PyBuffer()
-    try:
-        if _get_buffer(buf, ctypes.byref(view), 0) != 0:
-            return None
-    except Exception:
-        return None
-    try:
-        return view.buf
-    finally:
-        _release_buffer(ctypes.byref(view))
-
-
 def _copy(mm: mmap.mmap, pos: int, flat: memoryview) -> None:
     n = flat.nbytes
     if n >= _LARGE_COPY:
-        src = _address(flat)
+        src = memcopy.address_of(flat)
         # The mapping is page aligned, so the destination's page offset is pos's.
         if src is None or 0 < (pos - src) % _PAGE < _ALIASING_WINDOW:
             for i in range(0, n, _COPY_BLOCK):
                 end = min(n, i + _COPY_BLOCK)
                 mm[pos + i : pos + end] = flat[i:end]
+            return
+        if n >= memcopy.PARALLEL_COPY:
+            with memoryview(mm) as whole:
+                memcopy.copy(whole[pos : pos + n], flat.cast("B") if flat.format != "B" else flat)
             return
     # Slice assignment into an mmap is a single memcpy.
     mm[pos : pos + n] = flat
