@@ -79,18 +79,17 @@ def live_local_nodes(temp_dir: str | None = None) -> list[dict[str, Any]]:
     whose raylet process is gone (killed: it could not unlist itself) is unlisted here."""
     nodes = []
     for session in _sessions(temp_dir):
-        info = live_node(session)
-        if info:
+        info = read_node_info(session)
+        if _answers(info):
             nodes.append(info)
-        elif _raylet_gone(session):
+        elif _raylet_gone(session, info):
             unlist_live_session(session)
     return nodes
 
 
-def _raylet_gone(session: str) -> bool:
+def _raylet_gone(session: str, info: dict[str, Any] | None) -> bool:
     """Whether the session's raylet process has exited (False while it may be starting:
     no node.json yet, or its pid still runs)."""
-    info = read_node_info(session)
     if info is None:
         return not os.path.isdir(session)
     pid = (info.get("pids") or {}).get("raylet")
@@ -108,8 +107,13 @@ def _raylet_gone(session: str) -> bool:
 def live_node(session: str | None) -> dict[str, Any] | None:
     """The ``node.json`` of the node of ``session`` if its raylet still answers."""
     info = read_node_info(session) if session else None
+    return info if _answers(info) else None
+
+
+def _answers(info: dict[str, Any] | None) -> bool:
+    """Whether the raylet a ``node.json`` names answers on its socket."""
     raylet = (info or {}).get("raylet_address", "")
-    return info if raylet.startswith("unix:") and _unix_alive(raylet[5:]) else None
+    return raylet.startswith("unix:") and _unix_alive(raylet[5:])
 
 
 def local_node_for(address: str | None, temp_dir: str | None = None) -> dict[str, Any] | None:

@@ -146,6 +146,22 @@ def test_a_large_copy_in_two_halves_is_exact() -> None:
     assert np.array_equal(dst, src)
 
 
+def test_a_write_large_enough_for_two_threads_lands_whole_and_the_arena_closes() -> None:
+    path = f"/dev/shm/ember-test-arena-{os.getpid()}-{uuid.uuid4().hex}"
+    capacity = 80 << 20
+    create_arena_file(path, capacity)
+    try:
+        big = Arena(path, capacity)
+        src = np.random.default_rng(3).integers(0, 256, (70 << 20) + 333, dtype=np.uint8)
+        big.write(4096, [memoryview(src)])
+        view = big.view(4096, src.nbytes)
+        assert np.array_equal(np.frombuffer(view, dtype=np.uint8), src)
+        del view
+        big.close()  # no view of the mapping is left behind by the copy
+    finally:
+        remove_arena_file(path)
+
+
 def test_view_is_read_only_and_zero_copy(arena: Arena) -> None:
     arena.write(0, [b"\x01" * 16])
     view = arena.view(0, 16)

@@ -461,7 +461,7 @@ class ObjectAccess:
         # cost more than the rest of the call.
         if num_returns == 1:
             loc = get_if_ready(refs[0]._id)
-            if loc is not None and not (fetch_local and loc[0] == "plasma" and loc[1] != node_id):
+            if loc is not None and not (fetch_local and _elsewhere(loc, node_id)):
                 return [refs[0]], refs[1:]
         ids = list(map(_ref_id, refs))
         first = store.first_ready(ids)
@@ -469,13 +469,13 @@ class ObjectAccess:
             unknown = refs  # nothing ready here yet
         elif num_returns == 1:
             loc = get_if_ready(ids[first])
-            if loc is not None and not (fetch_local and loc[0] == "plasma" and loc[1] != node_id):
+            if loc is not None and not (fetch_local and _elsewhere(loc, node_id)):
                 return [refs[first]], refs[:first] + refs[first + 1 :]
         for i, r in enumerate(refs if first >= 0 else ()):
             loc = get_if_ready(r._id)
             if loc is None:
                 unknown.append(r)
-            elif fetch_local and loc[0] == "plasma" and loc[1] != node_id:
+            elif fetch_local and _elsewhere(loc, node_id):
                 remote.append((r, loc))
             else:
                 ready_at.append(i)
@@ -550,7 +550,7 @@ class ObjectAccess:
                     loc = get_if_ready(oid)
                     if loc is None:
                         continue
-                    if fetch_local and loc[0] == "plasma" and loc[1] != node_id:
+                    if fetch_local and _elsewhere(loc, node_id):
                         pull(r, loc)
                         continue
                     with lock:
@@ -631,6 +631,11 @@ class ObjectAccess:
 def _set_result(fut: asyncio.Future, value: Any) -> None:
     if not fut.done():
         fut.set_result(value)
+
+
+def _elsewhere(loc: Any, node_id: bytes) -> bool:
+    """Whether a ready object lives in another node's shared memory (``wait`` pulls it first)."""
+    return loc[0] == "plasma" and loc[1] != node_id
 
 
 def _is_error(loc: Any) -> bool:
