@@ -56,6 +56,24 @@ def _sd_file(address: str | None, temp_dir: str | None, sd_file: str | None) -> 
     return os.path.join(_head_session(address, temp_dir), SD_FILE)
 
 
+def _token_file(sd_file: str) -> str | None:
+    """The cluster token beside the service-discovery file (``<session>/cluster_token``),
+    if the head has one: a dashboard reachable from other hosts asks scrapes for it."""
+    from ember.cluster_token import TOKEN_FILE
+
+    path = os.path.join(os.path.dirname(sd_file), TOKEN_FILE)
+    return path if os.path.isfile(path) else None
+
+
+def _check_sd_file(sd_file: str) -> None:
+    if not os.path.exists(sd_file):
+        click.echo(
+            f"(ember) note: {sd_file} does not exist yet; the head's dashboard writes it "
+            "(every 2 s) while it runs. Prometheus picks it up when it appears.",
+            err=True,
+        )
+
+
 def _prom_dir(session: str) -> str:
     return os.path.join(session, "metrics", "prometheus")
 
@@ -124,8 +142,10 @@ def launch_prometheus(
         return
     os.makedirs(os.path.join(pdir, "data"), exist_ok=True)
     config = os.path.join(pdir, "prometheus.yml")
+    sd = os.path.join(session, SD_FILE)
+    _check_sd_file(sd)
     with open(config, "w") as f:
-        f.write(prometheus_yml(os.path.join(session, SD_FILE), ray_names))
+        f.write(prometheus_yml(sd, ray_names, token_file=_token_file(sd)))
     listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     url = f"http://{listen}"
     argv = [
@@ -224,8 +244,9 @@ def export_configs(
     from ember.dashboard.grafana import export_configs as write
 
     sd = _sd_file(address, temp_dir, sd_file)
+    _check_sd_file(sd)
     try:
-        paths = write(out_dir, sd, ray_names, prometheus_url)
+        paths = write(out_dir, sd, ray_names, prometheus_url, _token_file(sd))
     except OSError as e:
         raise click.ClickException(f"cannot write to {out_dir}: {e}") from None
     for path in paths:

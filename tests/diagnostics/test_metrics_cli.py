@@ -105,6 +105,8 @@ def test_prometheus_finds_both_nodes_and_every_panel_has_series(cluster, tmp_pat
     _cli("export-configs", "-o", str(out), "--temp-dir", root)
     config = (out / "prometheus.yml").read_text()
     assert f"{cluster.head_node.session_dir}/prom_metrics_service_discovery.json" in config
+    # The scrapes carry the cluster token (a dashboard off loopback asks for it).
+    assert f'credentials_file: "{cluster.head_node.session_dir}/cluster_token"' in config
     boards = sorted(p.name for p in (out / "grafana" / "dashboards").iterdir())
     assert boards == sorted(f"{b.uid}.json" for b in EMBER) and len(boards) == 5
     port = free_port()
