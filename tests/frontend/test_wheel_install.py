@@ -77,7 +77,11 @@ def _env(venv: Path, hide_npm: bool = False) -> dict[str, str]:
 
 def test_wheel_and_sdist_carry_the_browser_app(browser):
     if shutil.which("npm") is None or shutil.which("git") is None:
-        pytest.fail("the wheel test needs npm and git (scripts/dev.sh setup installs them)")
+        # As the browser tests: a skip on a developer's machine, a failure in CI.
+        msg = "the wheel test needs npm and git (scripts/dev.sh setup installs them)"
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
     work = Path(tempfile.mkdtemp(prefix="emb-wheel-", dir="/tmp"))
     root = None
     venv = work / "venv"
