@@ -16,12 +16,15 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember import global_state, options
 from ember.core_worker.core_worker import DRIVER, CoreWorker
 from ember.ids import new_unique_id
 from ember.local_mode import LocalModeWorker
+
+if TYPE_CHECKING:
+    from ember.log_format import LoggingConfig
 
 logger = logging.getLogger("ember")
 
@@ -69,7 +72,7 @@ def init(
     configure_logging: bool = True,
     lru_evict: bool = False,
     driver_object_store_memory: int | None = None,
-    logging_config: Any = None,
+    logging_config: LoggingConfig | None = None,
     **kwargs: Any,
 ) -> EmberContext:
     """Starts a local node (or, with an address, joins a cluster) and connects this driver."""
