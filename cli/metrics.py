@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import urllib.request
 
@@ -256,4 +255,3 @@ def export_configs(
         f"{os.path.join(os.path.abspath(out_dir), 'grafana', 'provisioning')}",
         err=True,
     )
-    sys.stdout.flush()
