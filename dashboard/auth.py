@@ -6,8 +6,10 @@ it. ``X-Forwarded-Prefix`` sets it per request when no prefix was configured.
 
 Token: when the dashboard is reachable from other hosts (bound to anything but loopback; the
 empty host and the wildcards count as reachable: ``ember.listen_rules``), every request must carry the
-cluster token as ``Authorization: Bearer <token>``, ``?token=<token>`` (for links and
-WebSockets) or the ``ember_token`` cookie; otherwise 401 saying how to pass it. The API
+cluster token as ``Authorization: Bearer <token>`` (or ``X-Ray-Authorization``, as Ray's
+clients send it through proxies), ``?token=<token>`` or an ``ember_token`` cookie; otherwise
+401 saying how to pass it. A browser's way in (the cookie a ``?token=`` link or the login form
+sets, the form itself) is ``login.py``. The API
 documentation's scripts and styles (``/docs/static/``) need none: they are the same public
 files on every install, and a browser loading them from ``/docs?token=...`` sends no token.
 """
@@ -18,6 +20,8 @@ import hmac
 import json
 from typing import Any
 from urllib.parse import parse_qs
+
+from ember.dashboard import login
 
 Scope = dict[str, Any]
 PUBLIC_PREFIX = "/docs/static/"  # routes/api_docs.py's vendored Swagger UI and ReDoc files
@@ -55,14 +59,36 @@ class TokenMiddleware:
         if self.token is None or scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        if self._authorised(scope) or scope["path"].startswith(PUBLIC_PREFIX):
+        if scope["type"] == "http" and scope["path"] == login.LOGIN_PATH:
+            if scope.get("method") == "POST":
+                await self._login(scope, receive, send)
+                return
+        page = login.wants_page(scope)
+        in_url = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [])
+        if page and in_url:
+            # A link with the token: a cookie instead, and the URL without it.
+            if any(_same(t, self.token) for t in in_url):
+                await login.clean_url(scope, send, self.token.decode("latin-1"))
+            else:
+                problem = "The token in the link is not this dashboard's token."
+                await login.login_page(scope, send, problem, self.where)
+            return
+        if (
+            self._authorised(scope)
+            or any(_same(t, self.token) for t in in_url)
+            or scope["path"].startswith(PUBLIC_PREFIX)
+        ):
             await self.app(scope, receive, send)
+            return
+        if page:
+            await login.login_page(scope, send, "", self.where)
             return
         message = (
             "this dashboard is reachable from other hosts, so it needs the cluster token: send "
-            "'Authorization: Bearer <token>', add '?token=<token>' to the URL, or set the "
-            f"'ember_token' cookie (the token is {self.where}; the ember CLI and drivers read "
-            "it from the EMBER_TOKEN environment variable)"
+            "'Authorization: Bearer <token>' (Ray's clients do with RAY_AUTH_MODE=token "
+            "RAY_AUTH_TOKEN=<token>), or add '?token=<token>' to the URL (a browser then keeps "
+            f"it in a cookie); the token is {self.where}; the ember CLI takes it from --token "
+            "or the EMBER_TOKEN environment variable"
         )
         if scope["type"] == "websocket":
             await receive()  # websocket.connect
@@ -82,27 +108,33 @@ class TokenMiddleware:
         )
         await send({"type": "http.response.body", "body": body})
 
-    def _authorised(self, scope: Scope) -> bool:
+    async def _login(self, scope: Scope, receive: Any, send: Any) -> None:
+        """The login form's post: the cookie and back to the page, or the form saying why."""
         assert self.token is not None
-        auth = _header(scope, b"authorization")
-        if auth.lower().startswith("bearer ") and _same(auth[7:].strip(), self.token):
-            return True
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        if any(_same(t, self.token) for t in query.get("token", ())):
-            return True
-        for part in _header(scope, b"cookie").split(";"):
-            name, _, value = part.strip().partition("=")
-            if name == "ember_token" and _same(value, self.token):
+        fields = await login.read_login(receive)
+        if fields is None:
+            problem = "The sign-in request was too large or too slow; try again."
+        elif _same(fields.get("token", "").strip(), self.token):
+            token = self.token.decode("latin-1")
+            await login.redirect_with_cookie(scope, send, token, login.after_login(fields))
+            return
+        else:
+            problem = "That is not this dashboard's token."
+        await login.login_page(scope, send, problem, self.where)
+
+    def _authorised(self, scope: Scope) -> bool:
+        """The token in a header (Ray's clients send ``Authorization``, or
+        ``X-Ray-Authorization`` through proxies that use the first) or a cookie."""
+        assert self.token is not None
+        for name in (b"authorization", b"x-ray-authorization"):
+            auth = _header(scope, name)
+            if auth.lower().startswith("bearer ") and _same(auth[7:].strip(), self.token):
                 return True
-        return False
+        return any(_same(t, self.token) for t in login.cookie_tokens(scope))
 
 
 def _same(given: str, token: bytes) -> bool:
     return hmac.compare_digest(given.encode("latin-1", "replace"), token)
 
 
-def _header(scope: Scope, name: bytes) -> str:
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return value.decode("latin-1")
-    return ""
+_header = login.header
