@@ -160,13 +160,15 @@ async def login_page(scope: Scope, send: Any, problem: str, where: str) -> None:
     else:
         query = query_without_token(scope)
         back = scope["path"] + (f"?{query}" if query else "")
-    retry = ""
-    if header(scope, b"sec-fetch-site") == "cross-site":
-        # Followed from another site's link: the browser withholds a SameSite=Strict cookie
-        # from the whole chain of that navigation, the redirect included. A navigation this
-        # page starts is same-site, so the cookie just set goes along (once: that one is no
-        # longer cross-site).
-        retry = "<script>location.replace(location.href)</script>"
+    # Followed from another site's link, the browser withholds a SameSite=Strict cookie from
+    # the whole chain of that navigation, the redirect included: the cookie may be set and
+    # still not sent here. A reload this page starts is same-origin, so it goes along. The
+    # browser says where a navigation came from (Sec-Fetch-Site) only to https and
+    # localhost; without it the page reloads once, at most every 10 s per tab (so a browser
+    # with no cookie for us shows the form after one reload, not in a loop). Not after a
+    # wrong token: the form has something to say.
+    site = header(scope, b"sec-fetch-site")
+    retry = _RETRY if not problem and site in ("", "cross-site") else ""
     page = _PAGE.format(
         action=html.escape("../" * depth + LOGIN_PATH.lstrip("/")),
         back=html.escape(back),
@@ -188,6 +190,12 @@ async def login_page(scope: Scope, send: Any, problem: str, where: str) -> None:
     await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else page})
 
 
+_RETRY = (
+    "<script>(function () { var k = 'ember.signInRetry', t = Number(sessionStorage.getItem(k)); "
+    "if (Date.now() - t > 10000) { sessionStorage.setItem(k, String(Date.now())); "
+    "location.reload(); } })();</script>"
+)
+
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Ember dashboard: sign in</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">{retry}
@@ -201,7 +209,7 @@ button {{ margin-top: .8em; padding: .4em 1.2em; font: inherit; }}
 <body><h1>Ember dashboard</h1>
 {problem}
 <p>This dashboard is reachable from other hosts, so it needs the cluster token.</p>
-<form method="post" action="{action}">
+<form method="post" action="{action}" onsubmit="this.next.value += location.hash">
 <label for="token">Cluster token</label>
 <input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
 <input type="hidden" name="next" value="{back}">

@@ -1,6 +1,8 @@
 // REST client. Every URL is relative to the page (document.baseURI), never absolute, so the app
 // works under whatever URL prefix a reverse proxy puts in front of the dashboard.
 
+import { signInAgain } from "./auth";
+
 type Scalar = string | number | boolean | undefined | null;
 /** Query parameters; an array repeats the key (the list endpoints' `filter=K=V&filter=...`). */
 export type Params = Record<string, Scalar | Scalar[]>;
@@ -31,6 +33,7 @@ export function apiUrl(path: string, params?: Params): string {
 }
 
 async function parse<T>(res: Response): Promise<T> {
+  if (res.status === 401) signInAgain(); // the token cookie no longer works: the sign-in form
   if (!res.ok) {
     // FastAPI says what is wrong in "detail" (a string, or a list of field errors for 422).
     let msg = `${res.status} ${res.statusText}`;

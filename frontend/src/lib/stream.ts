@@ -4,6 +4,7 @@
 // backoff; on every (re)connect each listener is told to resync, since what changed before the
 // subscription began was never sent to it.
 import { useEffect, useState } from "preact/hooks";
+import { signInAgain } from "./auth";
 
 export type StreamStatus = "connecting" | "open" | "down";
 export interface StreamMessage {
@@ -98,7 +99,8 @@ class LiveStream {
       this.opened();
     };
     ws.onmessage = (ev) => this.receive(ev.data as string);
-    ws.onclose = () => {
+    ws.onclose = (ev) => {
+      if (ev.code === 4401) signInAgain(); // refused for want of the token: the sign-in form
       if (this.ws !== ws) return;
       this.ws = null;
       // A WebSocket refused outright (a proxy or server without WebSocket support) while the
