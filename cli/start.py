@@ -8,6 +8,8 @@ stops the node on SIGTERM or Ctrl-C, or when one of its processes dies.
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import signal
 import sys
 import threading
@@ -181,7 +183,7 @@ def start(
         node.start()
     except (OSError, RuntimeError, TimeoutError, ValueError) as e:
         _fail(f"could not start the node: {e}")
-    _print_started(node, head)
+    _print_started(node, head, temp_dir)
     if block:
         _block(node)
 
@@ -215,29 +217,50 @@ def _check_head(gcs: str, token: bytes, address: str) -> None:
         loop.close()
 
 
-def _print_started(node, head: bool) -> None:
+def _print_started(node, head: bool, temp_dir: str | None) -> None:
+    """What started, and the next steps: each command names this cluster (its address, the
+    temp dir it was started under), so it acts on it and not on another of the machine."""
+    from urllib.parse import urlsplit
+
+    from ember.listen_rules import is_wildcard, rule_for
+
     addr = node.gcs_address[len("tcp:") :]
+    here = ["--temp-dir", os.path.abspath(temp_dir)] if temp_dir else []
     click.echo("--------------------")
     click.echo("Ember runtime started.")
     click.echo("--------------------")
     click.echo(f"Node {node.node_id.hex()} at {node.node_ip}; session {node.session_dir}")
-    if head:
-        click.echo("")
-        click.echo("Next steps")
-        click.echo("  To add another node to this Ember cluster, run")
-        click.echo(f"    ember start --address='{addr}' --token={node.token.decode()}")
-        click.echo("  (on this machine the token is found automatically)")
-        click.echo("")
-        click.echo("  To connect to this cluster from Python on a node of it:")
-        click.echo("    import ember")
-        click.echo("    ember.init(address='auto')")
-        click.echo("")
-        if node.dashboard_url:
-            click.echo(f"  {_dashboard_line(node.dashboard_url, node.dashboard.port)}")
-        click.echo("  To see the cluster:   ember status")
-        click.echo("  To stop this machine's Ember processes:   ember stop")
-    else:
-        click.echo(f"Joined the cluster at {addr}. To stop it: ember stop")
+    stop = shlex.join(["ember", "stop", *here])
+    if not head:
+        click.echo(f"Joined the cluster at {addr}. To stop this machine's nodes of it: {stop}")
+        return
+    click.echo("")
+    click.echo("Next steps")
+    click.echo("  To add another node to this Ember cluster, run")
+    click.echo(f"    ember start --address='{addr}' --token={node.token.decode()}")
+    click.echo("  (on this machine the token is found automatically)")
+    click.echo("")
+    click.echo("  To connect to this cluster from Python on a node of it:")
+    click.echo("    import ember")
+    # 'auto' finds the default temp dir's cluster; under another, the address names it.
+    click.echo(f"    ember.init(address='{addr if temp_dir else 'auto'}')")
+    click.echo("")
+    if node.dashboard_url:
+        click.echo(f"  {_dashboard_line(node.dashboard_url, node.dashboard.port)}")
+        if rule_for(node.dashboard.host, cluster=False).token_required:
+            # Off loopback it wants the token: this link signs a browser in (a cookie).
+            # A wildcard's URL shows loopback; other machines reach it at the node's IP.
+            url = urlsplit(node.dashboard_url)
+            if is_wildcard(node.dashboard.host):
+                host = f"[{node.node_ip}]" if ":" in node.node_ip else node.node_ip
+                url = url._replace(netloc=f"{host}:{url.port}")
+            link = f"{url.geturl().rstrip('/')}/?token={node.token.decode()}"
+            click.echo(f"  From another machine's browser: {link}")
+    click.echo(
+        f"  To see the cluster:   {shlex.join(['ember', 'status', '--address', addr, *here])}"
+    )
+    where = f"under {here[1]}" if here else "of the default temp dir"
+    click.echo(f"  To stop the Ember processes {where} on this machine:   {stop}")
 
 
 def _dashboard_line(url: str, asked: int) -> str:

@@ -1,8 +1,9 @@
 """``ember stop``: stop this user's Ember processes on this machine, gracefully then by force.
 
-Without ``--temp-dir`` it stops every Ember process of this user (as the issue asks); with it,
-only the processes whose session directory lies under that directory (so tests, and agents
-sharing a machine, stop only their own). Idempotent: nothing to stop is not an error.
+It stops the processes whose session directory lies under one temp dir: ``--temp-dir``, else
+the default one (``EMBER_TMPDIR`` or /tmp/ember-sessions), so a cluster started under another
+``--temp-dir`` (another session's, a test's) is left running and named; ``--all`` stops every
+Ember process of this user. Idempotent: nothing to stop is not an error.
 """
 
 from __future__ import annotations
@@ -58,16 +59,22 @@ def find_ember_processes(temp_dir: str | None = None) -> list[psutil.Process]:
             if _module_of(cmd) is None:
                 continue
             if root is not None:
-                session = _session_of(cmd)
-                if session is None:
-                    # A zygote or forked worker: it belongs to the node of its raylet ancestor.
-                    session = _ancestor_session(p)
+                session = _session_of_process(p)
                 if session is None or not (os.path.realpath(session) + os.sep).startswith(root):
                     continue
             found.append(p)
         except psutil.Error:
             continue
     return found
+
+
+def _session_of_process(p: psutil.Process) -> str | None:
+    """The session directory a process belongs to: its own ``--session-dir``, or (a zygote
+    or forked worker) that of its raylet ancestor."""
+    try:
+        return _session_of(p.cmdline()) or _ancestor_session(p)
+    except psutil.Error:
+        return None
 
 
 def _ancestor_session(p: psutil.Process) -> str | None:
@@ -226,16 +233,30 @@ def _is_daemon(p: psutil.Process) -> bool:
 @click.option(
     "--temp-dir",
     default=None,
-    help="Stop only the processes of sessions under this directory.",
+    help="Stop the processes of sessions under this directory (default: the default temp "
+    "dir, EMBER_TMPDIR or /tmp/ember-sessions).",
+)
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Stop every Ember process of this user on this machine, whatever its temp dir.",
 )
 @click.option("--grace-period", type=float, default=10.0, show_default=True)
-def stop(force: bool, temp_dir: str | None, grace_period: float) -> None:
-    """Stop this user's Ember processes on this machine."""
-    procs = find_ember_processes(temp_dir)
+def stop(force: bool, temp_dir: str | None, everything: bool, grace_period: float) -> None:
+    """Stop this user's Ember processes under the default temp dir (or --temp-dir, or --all)."""
+    from ember.session import temp_roots
+
+    if everything and temp_dir:
+        raise click.UsageError("pass --temp-dir DIR or --all, not both")
+    # Without either, the default temp dir's: clusters started under other --temp-dirs (other
+    # sessions, tests, another tool's) are theirs to stop.
+    root = None if everything else temp_roots(temp_dir)[0]
+    procs = find_ember_processes(root)
     if not procs:
-        _clean_leftovers(temp_dir)
-        where = f" under {temp_dir}" if temp_dir else ""
-        click.echo(f"No Ember processes to stop{where}.")
+        _clean_leftovers(root)
+        click.echo(f"No Ember processes to stop{f' under {root}' if root else ''}.")
+        _mention_others(root)
         return
     arenas = _arena_paths(procs)
     spill_dirs = _spill_dirs(procs)
@@ -243,7 +264,7 @@ def stop(force: bool, temp_dir: str | None, grace_period: float) -> None:
     # Workers die with their raylet; wait for them so the command returns with nothing left.
     deadline = time.monotonic() + 10.0
     while time.monotonic() < deadline:
-        rest = find_ember_processes(temp_dir)
+        rest = find_ember_processes(root)
         if not rest:
             break
         stop_processes(rest, True, 1.0)
@@ -254,8 +275,8 @@ def stop(force: bool, temp_dir: str | None, grace_period: float) -> None:
             pass
     for path in spill_dirs:  # and its spilled objects
         shutil.rmtree(path, ignore_errors=True)
-    _clean_leftovers(temp_dir)
-    left = find_ember_processes(temp_dir)
+    _clean_leftovers(root)
+    left = find_ember_processes(root)
     if left:
         click.echo(
             f"ember stop: {len(left)} process(es) would not exit: "
@@ -263,4 +284,25 @@ def stop(force: bool, temp_dir: str | None, grace_period: float) -> None:
             err=True,
         )
         sys.exit(1)
-    click.echo(f"Stopped {n} Ember process(es).")
+    click.echo(f"Stopped {n} Ember process(es){f' under {root}' if root else ''}.")
+    _mention_others(root)
+
+
+def _mention_others(root: str | None) -> None:
+    """Says which other temp dirs still run Ember processes of this user (left alone)."""
+    if root is None:
+        return
+    others: dict[str, int] = {}
+    for p in find_ember_processes(None):
+        session = _session_of_process(p)
+        if session is None:
+            continue
+        parent = os.path.dirname(os.path.realpath(session))
+        if parent != os.path.realpath(root):
+            others[parent] = others.get(parent, 0) + 1
+    if others:
+        listed = ", ".join(f"{d} ({n})" for d, n in sorted(others.items()))
+        click.echo(
+            f"Left running: Ember processes under other temp dirs: {listed}; stop them with "
+            "`ember stop --temp-dir DIR`, or all with `ember stop --all`."
+        )

@@ -116,11 +116,20 @@ def _answers(info: dict[str, Any] | None) -> bool:
     return raylet.startswith("unix:") and _unix_alive(raylet[5:])
 
 
+class SeveralClusters(ConnectionError):
+    """``auto`` (or no address) found more than one cluster running here: the message names
+    each and how to choose, instead of joining the newest, which may be anyone's."""
+
+
 def local_node_for(address: str | None, temp_dir: str | None = None) -> dict[str, Any] | None:
-    """This machine's live node of the cluster at ``address`` (any cluster when None or
-    ``auto``); the head first when several nodes of it run here."""
+    """This machine's live node of the cluster at ``address`` (the one cluster running here
+    when None or ``auto``: SeveralClusters when there are more); the head first when several
+    nodes of it run here."""
     nodes = live_local_nodes(temp_dir)
-    if address and address != "auto":
+    if not address or address == "auto":
+        nodes = _with_other_roots(nodes, temp_dir)
+        _refuse_several(nodes, temp_dir)
+    else:
         want = normalize_address(address)
         mine = nodes
         nodes = [n for n in mine if want in (n.get("gcs_address"), n.get("gcs_unix_address"))]
@@ -134,6 +143,66 @@ def local_node_for(address: str | None, temp_dir: str | None = None) -> dict[str
     mine = os.path.abspath(temp_dir) if temp_dir else None
     nodes.sort(key=lambda n: (n.get("temp_dir") != mine, not n.get("head")))
     return nodes[0] if nodes else None
+
+
+def _with_other_roots(nodes: list[dict[str, Any]], temp_dir: str | None) -> list[dict[str, Any]]:
+    """With no temp dir named (neither ``temp_dir`` nor EMBER_TMPDIR), the heads this user
+    runs under other temp dirs count too: "the cluster" is then any of the machine's."""
+    if temp_dir or os.environ.get("EMBER_TMPDIR"):
+        return nodes
+    seen = {n.get("session_dir") for n in nodes}
+    return nodes + [n for n in _registered_heads() if n.get("session_dir") not in seen]
+
+
+def _refuse_several(nodes: list[dict[str, Any]], temp_dir: str | None) -> None:
+    clusters: dict[str, dict[str, Any]] = {}
+    local = _local_ips() | {"localhost"}
+    for node in nodes:  # one line per cluster: its head when it runs here
+        key = _cluster_key(node, local)
+        if key not in clusters or (node.get("head") and not clusters[key].get("head")):
+            clusters[key] = node
+    if len(clusters) < 2:
+        return
+    where = (
+        f"under {', '.join(temp_roots(temp_dir))}"
+        if temp_dir or os.environ.get("EMBER_TMPDIR")
+        else "on this machine"
+    )
+    lines = [
+        f"  {_shown_address(n):<24} temp dir {n.get('temp_dir') or '?'}, started "
+        f"{_started(n.get('session_dir') or '')}{'' if n.get('head') else ' (a worker node here)'}"
+        for n in sorted(clusters.values(), key=lambda n: n.get("session_dir") or "")
+    ]
+    raise SeveralClusters(
+        f"{len(clusters)} Ember clusters run {where}, so 'auto' will not guess which one:\n"
+        + "\n".join(lines)
+        + "\nName one: ember.init(address='HOST:PORT') or EMBER_ADDRESS=HOST:PORT (the CLI: "
+        "--address HOST:PORT), or its temp dir (ember.init(temp_dir=...), --temp-dir, "
+        "EMBER_TMPDIR) when it is the only cluster there."
+    )
+
+
+def _cluster_key(node: dict[str, Any], local_ips: set[str]) -> str:
+    """Which cluster a node belongs to: its GCS address, where a GCS on this machine is one
+    port whatever address of it a node was given (127.0.0.1:P and NODE_IP:P)."""
+    address = node.get("gcs_address", "")
+    host, _, port = address.removeprefix("tcp:").rpartition(":")
+    if address.startswith("tcp:") and host in local_ips:
+        return f"local:{port}"
+    return address
+
+
+def _shown_address(node: dict[str, Any]) -> str:
+    address = node.get("gcs_address", "")
+    return address[4:] if address.startswith("tcp:") else address
+
+
+def _started(session_dir: str) -> str:
+    """A session's start, from its name (``session_2026-11-28_08-50-33_123456_<pid>``)."""
+    parts = os.path.basename(session_dir).split("_")
+    if len(parts) >= 3 and parts[0] == "session":
+        return f"{parts[1]} {parts[2].replace('-', ':')}"
+    return "at an unknown time"
 
 
 def _registered_head(gcs_address: str) -> list[dict[str, Any]]:

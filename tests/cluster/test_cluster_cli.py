@@ -78,7 +78,9 @@ def test_start_status_join_drive_and_stop(temp_root):
     common = ["--node-ip-address", "127.0.0.1", "--object-store-memory", str(128 * 1024**2)]
     head = run(*head_args(port, f"{temp_root}/head"))
     assert f"ember start --address='{address}'" in head.stdout
-    assert "ember.init(address='auto')" in head.stdout
+    # Started under a temp dir of its own, the next steps name this cluster (issue 28).
+    assert f"ember.init(address='{address}')" in head.stdout
+    assert f"ember status --address {address} --temp-dir {temp_root}/head" in head.stdout
     # A wrong token is refused, and no node starts.
     bad = run(
         "start",
