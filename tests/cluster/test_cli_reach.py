@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
+from pathlib import Path
 
 import psutil
 import pytest
@@ -25,115 +23,24 @@ from click.testing import CliRunner
 from ember.cli.main import main
 from ember.cli.stop import _module_of, find_ember_processes
 from ember.session import DEFAULT_TEMP_DIR, check_temp_root
-from ember_test_utils import dashboard_url_in, ember_cli, free_port, wait_until
-
-EMBER = ember_cli()
-PROBE = "reach_probe"  # the task the workload runs, looked for in the commands' output
-
-
-def _ip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
-
-
-@pytest.fixture(scope="module")
-def other_host():
-    """Namespace ``b`` (10.X.Y.2) joined to this one (10.X.Y.1) by a veth pair; deleting the
-    namespace deletes the pair."""
-    if shutil.which("ip") is None or shutil.which("unshare") is None:
-        pytest.skip("needs `ip` (iproute2) and `unshare` (util-linux)")
-    tag = f"{os.getpid() % 10000}{random.randrange(100, 999)}"
-    ns = f"emr{tag}"
-    probe = _ip("netns", "add", ns)
-    if probe.returncode != 0:
-        pytest.skip(f"this machine forbids network namespaces: {probe.stderr.strip()}")
-    subnet = f"10.{random.randrange(1, 250)}.{random.randrange(1, 250)}"
-    try:
-        for step in (
-            ("link", "add", f"r{tag}h", "type", "veth", "peer", "name", f"r{tag}b"),
-            ("link", "set", f"r{tag}b", "netns", ns),
-            ("addr", "add", f"{subnet}.1/24", "dev", f"r{tag}h"),
-            ("link", "set", f"r{tag}h", "up"),
-            ("-n", ns, "addr", "add", f"{subnet}.2/24", "dev", f"r{tag}b"),
-            ("-n", ns, "link", "set", f"r{tag}b", "up"),
-            ("-n", ns, "link", "set", "lo", "up"),
-        ):
-            done = _ip(*step)
-            if done.returncode != 0:
-                pytest.fail(f"ip {' '.join(step)}: {done.stderr.strip()}")
-        yield ns, f"{subnet}.1"
-    finally:
-        _ip("netns", "del", ns)
-
-
-# A driver that ran PROBE and holds an object in the store until its stdin closes.
-DRIVER = textwrap.dedent(
-    f"""
-    import sys, ember
-    ember.init(address=sys.argv[1])
-    @ember.remote
-    def {PROBE}():
-        return ember.get_runtime_context().get_node_id()
-    node = ember.get({PROBE}.remote(), timeout=60)
-    held = ember.put(b"x" * 300_000)
-    print(node, flush=True)
-    sys.stdin.read()
-    """
+from ember_test_utils import dashboard_url_in, ember_cli, head_cluster, wait_until
+from remote_host import (  # noqa: F401
+    HOLDER,
+    PROBE,
+    VICTIM,
+    WORKLOAD_TASKS,
+    in_other_host,
+    other_host,
+    remote_head,
+    tcp_forward,
 )
 
+EMBER = ember_cli()
+
 
 @pytest.fixture(scope="module")
-def cluster(other_host):
-    ns, ip = other_host
-    root = tempfile.mkdtemp(prefix="emb-reach-", dir="/tmp")  # short: Unix socket paths
-    temp_dir = f"{root}/head"
-    port = free_port()
-    driver = None
-    try:
-        head = subprocess.run(
-            [
-                EMBER,
-                *("start", "--head", "--port", str(port), "--num-cpus", "1"),
-                *("--node-ip-address", ip, "--temp-dir", temp_dir),
-                *("--object-store-memory", str(64 * 1024**2)),
-                # Every interface, as Ray users open it to other hosts; it then wants the token.
-                *("--dashboard-host", "0.0.0.0", "--dashboard-port", "0"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=90,
-        )
-        assert head.returncode == 0, head.stderr
-        token = head.stdout.split("--token=")[1].split()[0]
-        dash_port = int(dashboard_url_in(head.stdout).rsplit(":", 1)[1])
-        driver = subprocess.Popen(
-            [sys.executable, "-c", DRIVER, f"{ip}:{port}"],
-            cwd=root,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        node_id = driver.stdout.readline().strip()
-        assert len(node_id) == 32, f"the driver failed (exit {driver.poll()})"
-        yield {
-            "ns": ns,
-            "ip": ip,
-            "port": port,
-            "dash_port": dash_port,
-            "token": token,
-            "node_id": node_id,
-            "driver_pid": driver.pid,
-            "temp_dir": temp_dir,
-            "root": root,
-        }
-    finally:
-        if driver is not None:
-            driver.stdin.close()
-            driver.wait(timeout=30)
-        subprocess.run(
-            [EMBER, "stop", "--force", "--temp-dir", root], capture_output=True, timeout=60
-        )
-        assert not find_ember_processes(root)
-        shutil.rmtree(root, ignore_errors=True)
+def cluster(remote_head):  # noqa: F811
+    return remote_head
 
 
 def commands(c: dict, out_dir: str) -> dict[str, tuple[list[str], str]]:
@@ -142,7 +49,10 @@ def commands(c: dict, out_dir: str) -> dict[str, tuple[list[str], str]]:
         "status": (["status"], f"node_{c['node_id']} ({c['ip']}, head)"),
         "memory": (["memory"], f"| {c['driver_pid']} "),  # the driver's row, by pid
         "stack": (["stack"], f"Node {c['node_id']}"),
-        "timeline": (["timeline", "-o", f"{out_dir}/trace.json"], "(1 tasks"),
+        "timeline": (
+            ["timeline", "-o", f"{out_dir}/trace.json"],
+            "(5 tasks",
+        ),  # probe, 2 actors, 2 pings
         "list": (["list", "tasks"], PROBE),
         "summary": (["summary", "tasks"], PROBE),
         "logs": (["logs"], "raylet.log"),
@@ -207,6 +117,26 @@ def test_another_host_reaches_it_with_the_token(cluster, tmp_path):
         cases.append(
             (f"{name} --token", [*args, "--address", address, "--token", token], {}, shows)
         )
+    # The rest of the commands that talk to a cluster, once each, in this order (the actor is
+    # listed before it is killed; the job's lines are printed by submit, then listed).
+    node = c["node_id"]
+    more = [
+        ("get", ["get", "nodes", node], f"node_id: {node}"),
+        ("list actors", ["list", "actors"], HOLDER),
+        ("kill-actor", ["kill-actor", VICTIM], "killed actor "),
+        ("job submit", ["job", "submit", "--", "echo", "reach_job_ran"], "reach_job_ran"),
+        ("job list", ["job", "list"], "echo reach_job_ran"),
+    ]
+    for i, (name, args, shows) in enumerate(more):
+        address = url if i % 2 else gcs
+        # Options go before a job's `--` (after it, all is the entrypoint's).
+        cut = args.index("--") if "--" in args else len(args)
+        with_flag = [*args[:cut], "--address", address, "--token", token, *args[cut:]]
+        cases.append((f"{name} --token", with_flag, {}, shows))
+        if name != "kill-actor":  # once: a second kill finds it dead
+            env = {"EMBER_TOKEN": token}
+            plain_args = [*args[:cut], "--address", address, *args[cut:]]
+            cases.append((f"{name} EMBER_TOKEN", plain_args, env, shows))
     cases += [
         ("status EMBER_TOKEN", ["status", "--address", gcs], {"EMBER_TOKEN": token}, "head)"),
         ("list EMBER_TOKEN", ["list", "tasks", "--address", url], {"EMBER_TOKEN": token}, PROBE),
@@ -222,14 +152,8 @@ def test_another_host_reaches_it_with_the_token(cluster, tmp_path):
     batch += [[args, plain] for _, args, _ in refused]
     # The namespaces share this machine's files: a private mount hides the heads' notes in
     # the default temp dir (and no --temp-dir names the test's), as another disk would.
-    hide = f'mkdir -p {DEFAULT_TEMP_DIR} && mount -t tmpfs none {DEFAULT_TEMP_DIR} && exec "$@"'
-    done = subprocess.run(
-        ["ip", "netns", "exec", c["ns"], "unshare", "--mount", "sh", "-c", hide, "sh"]
-        + [sys.executable, "-c", REMOTE, json.dumps(batch)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(tmp_path),
+    done = in_other_host(
+        c["ns"], [sys.executable, "-c", REMOTE, json.dumps(batch)], 180, cwd=str(tmp_path)
     )
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
@@ -296,3 +220,51 @@ def test_the_session_root_never_shadows_the_package(tmp_path):
     assert run.stdout.strip() == "None"
     with pytest.raises(ValueError, match="named like the 'ember' package"):
         check_temp_root(str(parent / "ember"))
+
+
+RAY = Path(__file__).resolve().parents[1] / "tools" / ".ray-venv" / "bin" / "ray"
+
+
+def test_rays_cli_on_another_host_passes_the_token_in_its_token_mode(cluster):
+    """Ray 2.60's `ray list` from namespace ``b`` against the head's dashboard: refused
+    without the token, answered with RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<token> (Ray's
+    clients then send ``Authorization: Bearer``), as the README says."""
+    if not RAY.exists():
+        pytest.skip(f"Ray's clients are not installed (no {RAY}); run scripts/dev.sh setup")
+    c = cluster
+    url = f"http://{c['ip']}:{c['dash_port']}"
+    argv = [str(RAY), "list", "actors", "--address", url, "--format", "json"]
+    plain = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "RAY_"))}
+    plain["RAY_USAGE_STATS_ENABLED"] = "0"
+    refused = in_other_host(c["ns"], argv, 120, env=plain)
+    assert refused.returncode != 0 and "token" in refused.stderr.lower(), refused.stderr
+    env = {**plain, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": c["token"]}
+    done = in_other_host(c["ns"], argv, 120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert HOLDER in {a["class_name"] for a in json.loads(done.stdout)}, done.stdout
+
+
+def test_a_tunnel_to_a_loopback_dashboard_needs_no_token(other_host, tmp_path):  # noqa: F811
+    """The README's SSH tunnel: the dashboard left on loopback (the default), reached from
+    ``b`` through a relay arriving on the head's loopback as ``ssh -L`` does; every command
+    with ``--address http://...`` and no token."""
+    ns, ip = other_host
+    with head_cluster(prefix="emb-tun-") as (_, _, head):
+        dash_port = int(dashboard_url_in(head.stdout).rsplit(":", 1)[1])
+        assert "From another machine's browser" not in head.stdout  # no token to hand out
+        node = head.stdout.split("Node ", 1)[1].split()[0]
+        with tcp_forward(ip, dash_port) as port:
+            url = f"http://{ip}:{port}"
+            plain = {"EMBER_TOKEN": None, "EMBER_ADDRESS": None, "EMBER_TMPDIR": None}
+            cases = [
+                (["status", "--address", url], f"node_{node} (127.0.0.1, head)"),
+                (["list", "nodes", "--address", url], node),
+                (["logs", "--address", url], "raylet.log"),
+            ]
+            batch = [[args, plain] for args, _ in cases]
+            done = in_other_host(
+                ns, [sys.executable, "-c", REMOTE, json.dumps(batch)], 120, cwd=str(tmp_path)
+            )
+        assert done.returncode == 0, done.stderr
+        for (args, shows), (code, output) in zip(cases, json.loads(done.stdout), strict=True):
+            assert code == 0 and shows in output, (args, code, output)
