@@ -99,6 +99,10 @@ def _with_link(browser, url: str, token: str, pages: list) -> dict:
     for route, selector, text in pages:
         page.goto(f"{url}/#/{route}")
         out["pages"][route] = {**_shows(page, selector, text), "stream": _stream_open(page)}
+    # The stream's other transport: a WebSocket (the app's choice is per tab).
+    page.evaluate("sessionStorage.setItem('ember.stream', 'ws')")
+    page.reload()
+    out["ws_stream"] = _stream_open(page)
     out.update({k: list(v) for k, v in seen.items()})  # before the sign-out below
     # The cookie stops working while the page is open (here: gone): the page's next call
     # gets a 401 and the page loads again as the sign-in form.

@@ -8,10 +8,13 @@ site's page (SameSite=Strict withholds the cookie from that navigation's redirec
 from __future__ import annotations
 
 import json
+import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from ember import config
 from remote_host import HOLDER, PROBE, WORKLOAD_TASKS, in_other_host, other_host, remote_head  # noqa: F401
 
 pytestmark = pytest.mark.timeout(300)
@@ -85,6 +88,9 @@ def test_a_browser_on_another_host_reads_every_page(remote_head, tmp_path):  # n
     closed = [r for r, p in link["pages"].items() if not p["stream"]]
     assert not closed, f"the live stream did not open on {closed}"
     assert link["unauthorized"] == [], link["unauthorized"]
+    # The live stream over a WebSocket too, on the cookie alone (no token in its URL).
+    assert link["ws_stream"] and link["websockets"], link["websockets"]
+    assert link["ws_closed"] == [], "the WebSocket was refused (4401) or dropped"
     assert all("token=" not in u for u in link["websockets"]), link["websockets"]
     assert link["signed_out_shows_form"], "a page whose cookie stopped working did not reload"
 
@@ -102,3 +108,27 @@ def test_a_browser_on_another_host_reads_every_page(remote_head, tmp_path):  # n
     other_site = seen["cross_site"]
     assert other_site["landed"] == f"{url}/#/tasks", other_site
     assert other_site["page"]["ok"], json.dumps(other_site)
+
+
+def test_a_stranger_signing_in_gets_a_few_kb_and_the_deadline(remote_head):  # noqa: F811
+    """The sign-in form's post is read to 4 KiB within the pre-authentication deadline: a
+    peer that sends its body slowly gets the form (401) when the deadline passes."""
+    c = remote_head
+    body_start = b"token="
+    head = (
+        "POST /login HTTP/1.1\r\nHost: {ip}\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\n"
+    ).format(ip=c["ip"])
+    start = time.monotonic()
+    with socket.create_connection((c["ip"], c["dash_port"]), timeout=30) as s:
+        s.sendall(head.encode() + body_start)  # then nothing more
+        reply = b""
+        while b"</html>" not in reply:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    took = time.monotonic() - start
+    assert reply.startswith(b"HTTP/1.1 401"), reply[:200]
+    assert b"too large or too slow" in reply and b"set-cookie" not in reply.lower()
+    assert config.auth_deadline_seconds * 0.8 <= took < config.auth_deadline_seconds + 10, took
