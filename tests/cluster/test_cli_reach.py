@@ -120,23 +120,29 @@ def test_another_host_reaches_it_with_the_token(cluster, tmp_path):
     # The rest of the commands that talk to a cluster, once each, in this order (the actor is
     # listed before it is killed; the job's lines are printed by submit, then listed).
     node = c["node_id"]
+    job = "reach_job_{how}"  # each way of passing the token submits (and deletes) its own
     more = [
         ("get", ["get", "nodes", node], f"node_id: {node}"),
         ("list actors", ["list", "actors"], HOLDER),
         ("kill-actor", ["kill-actor", VICTIM], "killed actor "),
-        ("job submit", ["job", "submit", "--", "echo", "reach_job_ran"], "reach_job_ran"),
-        ("job list", ["job", "list"], "echo reach_job_ran"),
+        ("job submit", ["job", "submit", "--submission-id", job, "--", "echo", "ran"], "ran"),
+        ("job list", ["job", "list"], "echo ran"),
+        ("job status", ["job", "status", job], f"Status for job '{job}': SUCCEEDED"),
+        ("job logs", ["job", "logs", job], "ran"),
+        ("job stop", ["job", "stop", job], f"Job '{job}' had already ended (SUCCEEDED)"),
+        ("job delete", ["job", "delete", job], f"Job '{job}' deleted"),
     ]
     for i, (name, args, shows) in enumerate(more):
         address = url if i % 2 else gcs
         # Options go before a job's `--` (after it, all is the entrypoint's).
         cut = args.index("--") if "--" in args else len(args)
-        with_flag = [*args[:cut], "--address", address, "--token", token, *args[cut:]]
-        cases.append((f"{name} --token", with_flag, {}, shows))
+        ways = [("--token", ["--address", address, "--token", token], {})]
         if name != "kill-actor":  # once: a second kill finds it dead
-            env = {"EMBER_TOKEN": token}
-            plain_args = [*args[:cut], "--address", address, *args[cut:]]
-            cases.append((f"{name} EMBER_TOKEN", plain_args, env, shows))
+            ways.append(("EMBER_TOKEN", ["--address", address], {"EMBER_TOKEN": token}))
+        for how, options, env in ways:
+            named = [a.format(how=how.strip("-")) for a in args]
+            argv = [*named[:cut], *options, *named[cut:]]
+            cases.append((f"{name} {how}", argv, env, shows.format(how=how.strip("-"))))
     cases += [
         ("status EMBER_TOKEN", ["status", "--address", gcs], {"EMBER_TOKEN": token}, "head)"),
         ("list EMBER_TOKEN", ["list", "tasks", "--address", url], {"EMBER_TOKEN": token}, PROBE),
