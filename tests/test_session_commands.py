@@ -2,7 +2,8 @@
 --temp-dir X`` prints next steps naming X and the address, which act on that cluster;
 ``address="auto"`` (and the CLI with no address) with several clusters running names them and
 refuses to guess; ``ember stop`` with no arguments stops only the default temp dir's clusters,
-``--temp-dir X`` those under X, ``--all`` every one.
+``--temp-dir X`` those under X (``--all``, every one: tests/cluster/test_cluster_cli.py, in a
+PID namespace of its own).
 
 Three heads (``ember start`` processes): two under one temp root ``a`` and one under ``b``.
 "The default temp dir" is ``a`` here through EMBER_TMPDIR: the machine's real one is shared
@@ -188,50 +189,3 @@ def test_stop_without_arguments_stops_only_the_default_temp_dirs(heads):
     )
     assert done.returncode == 0 and f"under {b}." in done.stdout, done.stdout + done.stderr
     assert find_ember_processes(b) == []
-
-
-# The namespace also gets its own /dev/shm and default temp dir: `stop --all` clears arenas
-# and head notes no process it sees uses, and it sees none of the machine's.
-ALL_IN_A_PID_NAMESPACE = """
-set -e
-mount -t tmpfs none /dev/shm
-mkdir -p /tmp/ember-sessions && mount -t tmpfs none /tmp/ember-sessions
-export EMBER_TMPDIR="$1"
-"$0" start --head --port "$2" --num-cpus 1 --node-ip-address 127.0.0.1 \\
-    --include-dashboard false --object-store-memory 67108864 >/dev/null
-"$0" start --head --port "$3" --num-cpus 1 --node-ip-address 127.0.0.1 \\
-    --include-dashboard false --object-store-memory 67108864 --temp-dir "$4" >/dev/null
-"$0" stop
-"$0" stop --all
-python3 -c 'from ember.cli.stop import find_ember_processes as f; print("LEFT", len(f()))'
-"""
-
-
-def test_stop_all_stops_every_temp_dirs(tmp_path):
-    """``--all`` in a PID namespace of its own, where it can see (and stop) only this test's
-    processes, not the machine's."""
-    if shutil.which("unshare") is None:
-        pytest.skip("needs unshare (util-linux)")
-    roots = [tempfile.mkdtemp(prefix=f"emb-all{x}-", dir="/tmp") for x in "cd"]
-    try:
-        done = subprocess.run(
-            ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", ALL_IN_A_PID_NAMESPACE]
-            + [EMBER, roots[0], str(free_port()), str(free_port()), roots[1]],
-            capture_output=True,
-            text=True,
-            timeout=240,
-            env={**_env(), "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"},
-        )
-        if done.returncode != 0 and "unshare failed" in done.stderr:
-            pytest.skip(f"this machine forbids PID namespaces: {done.stderr.strip()}")
-        assert done.returncode == 0, done.stderr
-        lines = done.stdout.splitlines()
-        # The plain stop: the default root's head only, naming the other temp dir's.
-        assert any(ln.endswith(f"under {roots[0]}.") for ln in lines), lines
-        assert any(f"under other temp dirs: {roots[1]} (" in ln for ln in lines), lines
-        # --all: the rest, whatever its temp dir; nothing left.
-        assert any(ln.startswith("Stopped ") and "under" not in ln for ln in lines), lines
-        assert lines[-1] == "LEFT 0", lines
-    finally:
-        for root in roots:
-            shutil.rmtree(root, ignore_errors=True)

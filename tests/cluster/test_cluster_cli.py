@@ -17,6 +17,7 @@ import textwrap
 import psutil
 import pytest
 from ember.cli.stop import find_ember_processes
+from ember.session import DEFAULT_TEMP_DIR
 from ember_test_utils import dashboard_url_in, ember_cli, free_port, head_cluster, wait_until
 
 EMBER = os.path.join(os.path.dirname(sys.executable), "ember")
@@ -303,23 +304,28 @@ def test_node_ip_address_of_every_interface_is_refused(temp_root):
     assert not find_ember_processes(temp_root)
 
 
-def test_stop_without_temp_dir_stops_every_ember_process_of_the_user():
-    """The unscoped form, run where it cannot touch anyone else's processes: inside a fresh
-    PID namespace (its own /proc), which holds only this test's cluster."""
+def test_stop_all_stops_every_ember_process_of_the_user():
+    """The unscoped form (``--all``; a plain ``ember stop`` stops only the default temp
+    dir's, tests/test_session_commands.py), run where it cannot touch anyone else's
+    processes: inside a fresh PID namespace (its own /proc), which holds only this test's
+    cluster, with its own /dev/shm and default temp dir (``--all`` clears the arenas and head
+    notes of raylets it does not see running, and it sees none of the machine's)."""
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         pytest.skip("`unshare` (util-linux) or `ip` (iproute2) is not installed")
     root = tempfile.mkdtemp(prefix="emb-pidns-", dir="/tmp")
     script = textwrap.dedent(
         f"""
         set -e
+        mount -t tmpfs none /dev/shm
+        mkdir -p {DEFAULT_TEMP_DIR} && mount -t tmpfs none {DEFAULT_TEMP_DIR}
         {EMBER} start --head --port 6390 --num-cpus 1 --node-ip-address 127.0.0.1 \\
             --temp-dir {root}/h --object-store-memory 67108864 >/dev/null
         {EMBER} start --address 127.0.0.1:6390 --num-cpus 1 --node-ip-address 127.0.0.1 \\
             --temp-dir {root}/w --object-store-memory 67108864 >/dev/null
         before=$(ps -eo args | grep -c '[e]mber\\.')
-        {EMBER} stop
+        {EMBER} stop --all
         after=$(ps -eo args | grep -c '[e]mber\\.' || true)
-        {EMBER} stop
+        {EMBER} stop --all
         echo "$before $after"
         """
     )
