@@ -2,19 +2,25 @@
 them, on ``ember.job_submission.JobSubmissionClient`` (the dashboard's Jobs REST API).
 
 ``submit`` without ``--no-wait`` prints the job's output as it comes and exits with the job's
-outcome: 0 when it SUCCEEDED, 1 otherwise (a failed job's message goes to stderr).
+outcome: 0 when it SUCCEEDED, 1 otherwise (a failed job's message goes to stderr). Its
+ENTRYPOINT words are joined as Ray's ``ray job submit`` joins them (``shlex.join``), so
+``-- python -c "print('a b')"`` reaches the shell as typed; one word is taken as it is, a
+whole command line in quotes (``-- "python x.py && echo done"``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import time
 from typing import Any
 
 import click
 import yaml
-from ember.cli.api_client import cluster_options, resolve, table
+from ember.cli.api_client import cluster_options, emit, format_option, resolve, table
+from ember.cli.errors import INTERRUPTED, fail
+from ember.cli.terminal import Spinner
 from ember.job_submission import JobStatus, JobSubmissionClient
 from ember.rest_client import DashboardClient
 
@@ -91,7 +97,7 @@ def submit(
     client = _client(address)
     try:
         sid = client.submit_job(
-            entrypoint=" ".join(entrypoint),
+            entrypoint=entrypoint_line(entrypoint),
             submission_id=submission_id,
             runtime_env=runtime_env or None,
             metadata=_json_option(metadata_json, "--metadata-json"),
@@ -109,8 +115,40 @@ def submit(
     if no_wait:
         click.echo(sid)
         return
+    _wait_started(client, sid)
     _follow(client, sid)
     _exit_with_outcome(client, sid)
+
+
+def entrypoint_line(words: tuple[str, ...]) -> str:
+    """The shell command of ENTRYPOINT's words: quoted and joined as ``ray job submit`` does
+    (``shlex.join``), except one word, which is a command line as given (Ray 2.60 quotes that
+    too, so ``-- "python x.py"`` runs a program named "python x.py"; as given it runs)."""
+    return words[0] if len(words) == 1 else shlex.join(words)
+
+
+def _wait_started(client: JobSubmissionClient, sid: str) -> None:
+    """While the job is PENDING (its entrypoint waits for resources or its runtime env): a
+    spinner on a terminal saying so, nothing on a pipe. Ctrl-C leaves the job as it is."""
+    with Spinner(f"waiting for job '{sid}' to start") as spin:
+        try:
+            while True:
+                info = client.get_job_info(sid)
+                if info.status is not JobStatus.PENDING:
+                    return
+                spin.note = info.message or ""
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            spin.stop()
+            _left_running(sid)
+        except RuntimeError as e:
+            spin.stop()
+            fail(str(e))
+
+
+def _left_running(sid: str) -> None:
+    click.echo(f"\n(ember) stopped following; the job runs on: ember job stop {sid}", err=True)
+    raise SystemExit(INTERRUPTED)
 
 
 def _follow(client: JobSubmissionClient, sid: str) -> None:
@@ -121,8 +159,7 @@ def _follow(client: JobSubmissionClient, sid: str) -> None:
     try:
         asyncio.run(run())
     except KeyboardInterrupt:
-        click.echo(f"\n(ember) stopped following; the job runs on: ember job stop {sid}", err=True)
-        raise SystemExit(130) from None
+        _left_running(sid)
 
 
 def _exit_with_outcome(client: JobSubmissionClient, sid: str) -> None:
@@ -134,19 +171,24 @@ def _exit_with_outcome(client: JobSubmissionClient, sid: str) -> None:
     if info.status is JobStatus.SUCCEEDED:
         click.echo(f"Job '{sid}' succeeded", err=True)
         return
-    click.echo(f"Job '{sid}' {str(info.status).lower()}: {info.message or ''}", err=True)
-    raise SystemExit(1)
+    fail(f"Job '{sid}' {str(info.status).lower()}: {info.message or ''}")
 
 
 @job.command("status")
 @cluster_options
+@format_option
 @click.argument("job_id")
-def status(address: str | None, job_id: str) -> None:
-    """The job's status and message."""
+def status(address: str | None, fmt: str, job_id: str) -> None:
+    """The job's status and message (json/yaml: every field of the job)."""
     info = _get(_client(address), job_id)
-    click.echo(f"Status for job '{job_id}': {info.status}")
+    emit(dict(info), fmt, lambda _: _status_lines(job_id, info))
+
+
+def _status_lines(job_id: str, info: Any) -> str:
+    lines = [f"Status for job '{job_id}': {info.status}"]
     if info.message:
-        click.echo(f"Status message: {info.message}")
+        lines.append(f"Status message: {info.message}")
+    return "\n".join(lines)
 
 
 @job.command("logs")
@@ -195,17 +237,15 @@ def stop(address: str | None, no_wait: bool, job_id: str) -> None:
 
 @job.command("list")
 @cluster_options
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@format_option
 def list_jobs(address: str | None, fmt: str) -> None:
-    """Every job the cluster knows, submitted or started by hand."""
+    """Every job the cluster knows, submitted or started by hand (the table's times are
+    local; json/yaml keep Ray's epoch milliseconds)."""
     try:
         jobs = [dict(j) for j in _client(address).list_jobs()]
     except RuntimeError as e:
         raise click.ClickException(str(e)) from None
-    if fmt == "json":
-        click.echo(json.dumps(jobs, indent=1, default=str))
-    else:
-        click.echo(table(jobs, LIST_COLUMNS) if jobs else "(no jobs)")
+    emit(jobs, fmt, lambda rows: table(rows, LIST_COLUMNS) if rows else "(no jobs)")
 
 
 @job.command("delete")

@@ -4,14 +4,21 @@ lines of the ones that match, or follow one as it grows."""
 from __future__ import annotations
 
 import fnmatch
-import json
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import click
-from ember.cli.api_client import cluster_options, format_option, iter_sse, resolve, table
+from ember.cli.api_client import (
+    cluster_options,
+    dump,
+    emit,
+    format_option,
+    iter_sse,
+    resolve,
+    table,
+)
 
 MAX_FOLLOWED = 8  # files one --follow reads at once, a thread each
 LIST_COLUMNS = ["node_id", "name", "component", "pid", "size", "rotated"]
@@ -47,10 +54,10 @@ def logs(
     last lines (GLOB matches file names, e.g. 'worker-*.err' or raylet.log; rotated files,
     'raylet.log.1', belong to the same component and pid as the live one).
 
-    --format json prints the listing as a JSON array of files, and the last lines as a JSON
+    --format json|yaml prints the listing as an array of files, and the last lines as an
     array of {node_id, name, lines}."""
-    if follow and fmt == "json":
-        raise click.UsageError("--follow prints lines as they come; it takes no --format json")
+    if follow and fmt != "table":
+        raise click.UsageError(f"--follow prints lines as they come; it takes no --format {fmt}")
     api = resolve(address)
     if actor:
         row = api.get(f"/api/actors/{actor}")
@@ -67,10 +74,7 @@ def logs(
     if glob:
         files = [f for f in files if fnmatch.fnmatch(f["name"], glob)]
     if not glob and pid is None and not follow:
-        if fmt == "json":
-            click.echo(json.dumps(files, indent=1))
-        else:
-            click.echo(table(files, LIST_COLUMNS) if files else "(no log files)")
+        emit(files, fmt, lambda rows: table(rows, LIST_COLUMNS) if rows else "(no log files)")
         return
     if not files:
         what = " ".join(
@@ -93,15 +97,15 @@ def logs(
         res = api.get(
             "/api/logs/tail", {"node_id": f["node_id"], "name": f["name"], "lines": lines}
         )
-        if fmt == "json":
+        if fmt != "table":
             tails.append({"node_id": f["node_id"], "name": f["name"], "lines": res["lines"]})
             continue
         if len(files) > 1:
             click.echo(f"{'' if i == 0 else chr(10)}==> {f['name']} (node {f['node_id']}) <==")
         for line in res.get("lines", []):
             click.echo(line)
-    if fmt == "json":
-        click.echo(json.dumps(tails, indent=1))
+    if fmt != "table":
+        click.echo(dump(tails, fmt))
 
 
 def _follow_all(api: Any, files: list[dict[str, Any]], lines: int) -> None:

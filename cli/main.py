@@ -5,12 +5,20 @@ from __future__ import annotations
 import sys
 
 import click
+from ember.cli.errors import EmberGroup, exit_codes_help
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=EmberGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=exit_codes_help(),
+)
 @click.version_option(package_name="ember", prog_name="ember")
 def main() -> None:
-    """Ember: an operations-first distributed runtime for Python."""
+    """Ember: an operations-first distributed runtime for Python.
+
+    Set NO_COLOR to keep colour out of the output (there is none on a pipe either);
+    `ember completion bash|zsh|fish` prints a shell completion script."""
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

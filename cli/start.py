@@ -273,5 +273,6 @@ def _block(node) -> None:
 
 
 def _fail(message: str) -> None:
-    click.echo(f"ember start: error: {message}", err=True)
-    sys.exit(1)
+    from ember.cli.errors import fail
+
+    fail(message)

@@ -11,11 +11,11 @@ import glob
 import json
 import os
 import shutil
-import sys
 import time
 
 import click
 import psutil
+from ember.cli.errors import fail
 
 # Modules whose processes are Ember's. Workers forked by the zygote keep its command line.
 _EMBER_MODULES = (
@@ -257,10 +257,5 @@ def stop(force: bool, temp_dir: str | None, grace_period: float) -> None:
     _clean_leftovers(temp_dir)
     left = find_ember_processes(temp_dir)
     if left:
-        click.echo(
-            f"ember stop: {len(left)} process(es) would not exit: "
-            + ", ".join(str(p.pid) for p in left),
-            err=True,
-        )
-        sys.exit(1)
+        fail(f"{len(left)} process(es) would not exit: " + ", ".join(str(p.pid) for p in left))
     click.echo(f"Stopped {n} Ember process(es).")
