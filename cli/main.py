@@ -86,6 +86,8 @@ def chaos(quick: bool, rounds: int | None, json_path: str | None, filter_: str |
 
 def _register() -> None:
     from ember.cli.archive import archive
+    from ember.cli.cleanup import cleanup
+    from ember.cli.completion import completion
     from ember.cli.dashboard_url import dashboard
     from ember.cli.get_state import get_state
     from ember.cli.job import job
@@ -108,6 +110,8 @@ def _register() -> None:
     main.add_command(dashboard)
     main.add_command(archive)
     main.add_command(job)
+    main.add_command(cleanup)
+    main.add_command(completion)
     from ember.cli.start import start
     from ember.cli.status import status
     from ember.cli.stop import stop

@@ -182,6 +182,7 @@ def start(
     except (OSError, RuntimeError, TimeoutError, ValueError) as e:
         _fail(f"could not start the node: {e}")
     _print_started(node, head)
+    _cleanup_hint(temp_dir)
     if block:
         _block(node)
 
@@ -238,6 +239,14 @@ def _print_started(node, head: bool) -> None:
         click.echo("  To stop this machine's Ember processes:   ember stop")
     else:
         click.echo(f"Joined the cluster at {addr}. To stop it: ember stop")
+
+
+def _cleanup_hint(temp_dir: str | None) -> None:
+    from ember.cli.cleanup import start_hint
+
+    hint = start_hint(temp_dir)
+    if hint:
+        click.echo(hint, err=True)
 
 
 def _dashboard_line(url: str, asked: int) -> str:
