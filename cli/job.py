@@ -11,9 +11,11 @@ whole command line in quotes (``-- "python x.py && echo done"``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shlex
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -21,7 +23,7 @@ import yaml
 from ember.cli.api_client import cluster_options, emit, format_option, resolve, table
 from ember.cli.errors import INTERRUPTED, fail
 from ember.cli.terminal import Spinner
-from ember.job_submission import JobStatus, JobSubmissionClient
+from ember.job_submission import JobRequestError, JobStatus, JobSubmissionClient
 from ember.rest_client import DashboardClient
 
 LIST_COLUMNS = ["submission_id", "status", "entrypoint", "start_time", "end_time", "message"]
@@ -32,9 +34,23 @@ def _client(address: str | None) -> JobSubmissionClient:
     # A plain client: the job client reads some refusals as answers (404: no such package),
     # which the CLI's own client would turn into an exit.
     dashboard = DashboardClient(api.url, api.token, api.timeout, api.session_dir, api.note)
-    try:
+    with asking():
         return JobSubmissionClient(_dashboard=dashboard)
-    except (RuntimeError, ConnectionError) as e:
+
+
+@contextlib.contextmanager
+def asking(job_id: str | None = None) -> Iterator[None]:
+    """The job client's failures as the CLI words them: an unknown job names the command
+    that lists jobs, a refusal gives the dashboard's reason (not the REST route asked)."""
+    try:
+        yield
+    except JobRequestError as e:
+        if e.status == 404 and job_id is not None:
+            raise click.ClickException(
+                f"no job {job_id!r} in the cluster; `ember job list` lists them"
+            ) from None
+        raise click.ClickException(e.reason) from None
+    except (RuntimeError, ValueError, ConnectionError) as e:
         raise click.ClickException(str(e)) from None
 
 
@@ -95,7 +111,7 @@ def submit(
     if working_dir:
         runtime_env["working_dir"] = working_dir
     client = _client(address)
-    try:
+    with asking():
         sid = client.submit_job(
             entrypoint=entrypoint_line(entrypoint),
             submission_id=submission_id,
@@ -109,8 +125,6 @@ def submit(
                 entrypoint_label_selector, "--entrypoint-label-selector"
             ),
         )
-    except (RuntimeError, ValueError) as e:
-        raise click.ClickException(str(e)) from None
     click.echo(f"Job '{sid}' submitted successfully", err=True)
     if no_wait:
         click.echo(sid)
@@ -133,7 +147,7 @@ def _wait_started(client: JobSubmissionClient, sid: str) -> None:
     with Spinner(f"waiting for job '{sid}' to start") as spin:
         try:
             while True:
-                info = client.get_job_info(sid)
+                info = _get(client, sid)
                 if info.status is not JobStatus.PENDING:
                     return
                 spin.note = info.message or ""
@@ -141,9 +155,6 @@ def _wait_started(client: JobSubmissionClient, sid: str) -> None:
         except KeyboardInterrupt:
             spin.stop()
             _left_running(sid)
-        except RuntimeError as e:
-            spin.stop()
-            fail(str(e))
 
 
 def _left_running(sid: str) -> None:
@@ -202,10 +213,8 @@ def logs(address: str | None, follow: bool, job_id: str) -> None:
     if follow:
         _follow(client, job_id)
         return
-    try:
+    with asking(job_id):
         click.echo(client.get_job_logs(job_id), nl=False)
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
 
 
 @job.command("stop")
@@ -215,10 +224,8 @@ def logs(address: str | None, follow: bool, job_id: str) -> None:
 def stop(address: str | None, no_wait: bool, job_id: str) -> None:
     """Stop the job (SIGTERM to its processes, then SIGKILL after a grace)."""
     client = _client(address)
-    try:
+    with asking(job_id):
         stopped = client.stop_job(job_id)
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
     if not stopped:
         click.echo(f"Job '{job_id}' had already ended ({_get(client, job_id).status})")
         return
@@ -232,7 +239,9 @@ def stop(address: str | None, no_wait: bool, job_id: str) -> None:
             click.echo(f"Job '{job_id}' {str(info.status).lower()}")
             return
         time.sleep(0.5)
-    raise click.ClickException(f"job '{job_id}' did not stop within 60 s; see ember job status")
+    raise click.ClickException(
+        f"job '{job_id}' did not stop within 60 s; see `ember job status {job_id}`"
+    )
 
 
 @job.command("list")
@@ -241,10 +250,8 @@ def stop(address: str | None, no_wait: bool, job_id: str) -> None:
 def list_jobs(address: str | None, fmt: str) -> None:
     """Every job the cluster knows, submitted or started by hand (the table's times are
     local; json/yaml keep Ray's epoch milliseconds)."""
-    try:
+    with asking():
         jobs = [dict(j) for j in _client(address).list_jobs()]
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
     emit(jobs, fmt, lambda rows: table(rows, LIST_COLUMNS) if rows else "(no jobs)")
 
 
@@ -253,15 +260,11 @@ def list_jobs(address: str | None, fmt: str) -> None:
 @click.argument("job_id")
 def delete(address: str | None, job_id: str) -> None:
     """Forget an ended job (its record and logs)."""
-    try:
+    with asking(job_id):
         deleted = _client(address).delete_job(job_id)
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
     click.echo(f"Job '{job_id}' deleted" if deleted else f"Job '{job_id}' was not deleted")
 
 
 def _get(client: JobSubmissionClient, job_id: str) -> Any:
-    try:
+    with asking(job_id):
         return client.get_job_info(job_id)
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
