@@ -6,6 +6,7 @@ command that talks to a cluster shares (``cluster_options``: ``--address``, ``--
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,7 +24,24 @@ class Api(DashboardClient):
         try:
             return super().open(method, path, params, timeout, **kw)
         except DashboardError as e:
-            raise click.ClickException(str(e)) from None
+            raise click.ClickException(cli_words(str(e))) from None
+
+
+# The dashboard's refusals point REST clients at a route that lists what exists; a CLI user
+# is pointed at the command that does.
+_ROUTE = re.compile(r"`?GET /api/(\w+)[^\s`;,)]*`?(?: lists (?:the \w+|them))?")
+_LISTING = {"logs": "ember logs", "placement_groups": "ember list placement-groups"}
+
+
+def cli_words(message: str) -> str:
+    """A dashboard message as the CLI says it: ``GET /api/actors lists the actors`` becomes
+    "`ember list actors` lists them"; a 404's "(HTTP 404)" goes (the words say it)."""
+
+    def command(m: re.Match) -> str:
+        name = m.group(1)
+        return f"`{_LISTING.get(name, f'ember list {name}')}` lists them"
+
+    return _ROUTE.sub(command, message).removesuffix(" (HTTP 404)")
 
 
 def resolve(

@@ -21,6 +21,7 @@ from typing import Any
 import click
 from ember.cli.api_client import emit, format_option
 from ember.cli.humanize import size
+from ember.process_util import pid_runs
 
 STARTING_GRACE = 600.0
 HINT_THRESHOLD = 500  # stopped sessions in a root before `ember start` mentions cleanup
@@ -90,17 +91,7 @@ def _is_live(path: str, age: float) -> bool:
     except (OSError, ValueError):
         return age < STARTING_GRACE  # being written now, or unreadable: not ours to judge
     pids = (info.get("pids") or {}).values()
-    return any(_runs(pid) for pid in pids if isinstance(pid, int) and pid > 0)
-
-
-def _runs(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # another user's process: it runs
-    return True
+    return any(pid_runs(pid) for pid in pids if isinstance(pid, int) and pid > 0)
 
 
 def _last_touched(path: str) -> float:

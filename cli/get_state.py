@@ -11,6 +11,7 @@ from typing import Any
 import click
 from ember.cli.api_client import dump
 from ember.cli.errors import fail
+from ember.cli.humanize import display
 from ember.cli.lookup import resolve_id
 from ember.cli.state_format import call, format_choice, grid, state_options
 from ember.util import state
@@ -48,7 +49,9 @@ def get_state(resource: str, id: str, fmt: str, timeout: int, address: str | Non
         click.echo(
             "\n\n".join(
                 grid(
-                    [{"column": c, "value": r.get(c)} for c in columns], ["column", "value"], False
+                    [{"column": c, "value": display(c, r.get(c))} for c in columns],
+                    ["column", "value"],
+                    False,
                 )
                 for r in rows
             )

@@ -5,7 +5,8 @@ binary units. JSON and YAML output keeps the exact numbers (a script parses thos
 A column's kind is known by its name, the names of Ray's state rows and of Ember's REST
 rows: ``*_time_ms`` and a job's ``start_time`` / ``end_time`` are epoch milliseconds,
 ``object_size``, ``size`` and ``*_bytes`` are bytes, and the ``memory`` /
-``object_store_memory`` entries of a resources dict are bytes too.
+``object_store_memory`` entries of a resources dict are bytes too. Nested records (a
+task's ``events``) are shown field by field the same way.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def size(n: float) -> str:
 
 
 def is_time_column(column: str) -> bool:
-    return column.endswith("_time_ms") or column in _MS_COLUMNS
+    # created_ms: a task event's time, inside the events list.
+    return column.endswith("_time_ms") or column in _MS_COLUMNS or column == "created_ms"
 
 
 def is_size_column(column: str) -> bool:
@@ -60,4 +62,8 @@ def display(column: str, value: Any) -> Any:
             k: size(v) if k in BYTE_RESOURCES and isinstance(v, int | float) else v
             for k, v in value.items()
         }
+    if isinstance(value, dict):  # a nested record: its fields by their own names
+        return {k: display(str(k), v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [display(column, v) for v in value]
     return value

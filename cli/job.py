@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 import yaml
-from ember.cli.api_client import cluster_options, emit, format_option, resolve, table
+from ember.cli.api_client import cli_words, cluster_options, emit, format_option, resolve, table
 from ember.cli.errors import INTERRUPTED, fail
 from ember.cli.terminal import Spinner
 from ember.job_submission import JobRequestError, JobStatus, JobSubmissionClient
@@ -49,7 +49,7 @@ def asking(job_id: str | None = None) -> Iterator[None]:
             raise click.ClickException(
                 f"no job {job_id!r} in the cluster; `ember job list` lists them"
             ) from None
-        raise click.ClickException(e.reason) from None
+        raise click.ClickException(cli_words(e.reason)) from None
     except (RuntimeError, ValueError, ConnectionError) as e:
         raise click.ClickException(str(e)) from None
 

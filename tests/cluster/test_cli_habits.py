@@ -76,6 +76,12 @@ def run(head, *args: str, timeout: float = 120, env: dict | None = None):
     )
 
 
+def local(ms: int) -> str:
+    """Epoch milliseconds as the tables should show them: this machine's local time."""
+    when = datetime.datetime.fromtimestamp(ms / 1000)
+    return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{when.microsecond // 1000:03d}"
+
+
 def rows_of(head, *args: str) -> list[dict]:
     done = run(head, *args, "--format", "json")
     assert done.returncode == 0, done.stderr
@@ -114,10 +120,6 @@ def test_job_words_reach_the_shell_as_typed_and_times_read_as_local_dates(head):
     assert isinstance(job["start_time"], int) and isinstance(job["end_time"], int)  # exact ms
     listed = run(head, "job", "list")
     (row,) = [r for r in table_cells(listed.stdout, "SUBMISSION_ID") if r[0] == sid]
-
-    def local(ms: int) -> str:
-        when = datetime.datetime.fromtimestamp(ms / 1000)
-        return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{when.microsecond // 1000:03d}"
 
     assert row[1] == "SUCCEEDED"
     assert row[3] == local(job["start_time"]) and row[4] == local(job["end_time"])
@@ -177,6 +179,10 @@ def test_get_takes_a_name_or_an_id_prefix_and_fails_on_nothing(head):
     one = tasks[0]["task_id"]
     got = json.loads(run(head, "get", "tasks", one[:-6], "--format", "json").stdout)
     assert [r["task_id"] for r in got] == [one] and got[0]["state"] == "FINISHED"
+    shown = run(head, "get", "tasks", one, "--format", "table").stdout.splitlines()
+    values = dict(line.split(None, 1) for line in shown if " " in line.strip())
+    for column in ("creation_time_ms", "start_time_ms", "end_time_ms"):
+        assert values[column] == local(got[0][column]), (column, shown)
     (node,) = rows_of(head, "list", "nodes")
     got = yaml.safe_load(run(head, "get", "nodes", node["node_id"][:6]).stdout)
     assert got[0]["node_id"] == node["node_id"]
@@ -237,6 +243,9 @@ def test_one_error_style_naming_commands(head):
         (("logs", "no-such-file.log"), 1),
         (("list", "tasks", "--filter", "oops"), 2),
         (("kill-actor", "--bogus"), 2),
+        (("kill-actor", "no-such-actor"), 1),
+        (("stack", "--node", "zzzz"), 1),
+        (("timeline", "--node", "zzzz", "-o", "/dev/null"), 1),
     ]
     for args, code in failing:
         done = run(head, *args)
@@ -244,6 +253,16 @@ def test_one_error_style_naming_commands(head):
         last = done.stderr.splitlines()[-1]
         assert last.startswith("ember: error: "), (args, done.stderr)
         assert "Error:" not in done.stderr and "/api/" not in done.stderr, (args, done.stderr)
+    # The dashboard's own words point at a REST route; the CLI's at the command.
+    actor = run(head, "logs", "--actor", "no-such-actor")
+    assert (
+        actor.stderr == "ember: error: no actor 'no-such-actor'; `ember list actors` lists them\n"
+    )
+    job = run(head, "job", "status", "no-such-job")
+    assert (
+        job.stderr
+        == "ember: error: no job 'no-such-job' in the cluster; `ember job list` lists them\n"
+    )
     gone = subprocess.run(
         [ember_cli(), "status", "--address", "http://127.0.0.1:9"], capture_output=True, text=True
     )
