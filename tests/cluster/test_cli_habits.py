@@ -281,12 +281,13 @@ def test_every_listing_or_showing_command_takes_format(head):
         ("list", "nodes"),
         ("get", "actors", "habit-holder"),
         ("summary", "tasks"),
+        ("dashboard",),
     ):
         as_json = run(head, *args, "--format", "json")
         as_yaml = run(head, *args, "--format", "yaml")
         assert as_json.returncode == 0 and as_yaml.returncode == 0, (args, as_json.stderr)
         data, again = json.loads(as_json.stdout), yaml.safe_load(as_yaml.stdout)
-        if args[0] in ("status", "memory", "logs"):  # figures that move between two calls
+        if args[0] in ("status", "memory", "logs", "dashboard"):  # figures that move
             assert type(data) is type(again) and data, args
         else:
             assert data == again, args
@@ -355,3 +356,14 @@ def test_a_pending_job_shows_a_spinner_on_a_terminal_and_nothing_on_a_pipe(head)
         interval=0.5,
         message="every job to end",
     )
+
+
+def test_archive_draws_its_spinner_on_a_terminal_only(head, tmp_path):
+    argv = [ember_cli(), "archive", "--address", head["url"], "-o", str(tmp_path / "a.tar.gz")]
+    code, out = on_terminal(argv, no_color=True)
+    assert code == 0, out
+    assert re.search(r"\r[|/\\-] packing session_\S+ \(\d+ s\)", out), out
+    piped = run(head, "archive", "-o", str(tmp_path / "b.tar.gz"))
+    assert piped.returncode == 0, piped.stderr
+    assert "packing" not in piped.stderr and "\r" not in piped.stderr + piped.stdout
+    assert piped.stdout.startswith("packed ") and (tmp_path / "b.tar.gz").stat().st_size > 0
