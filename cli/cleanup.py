@@ -3,8 +3,9 @@ and ``ember.init()`` leaves a session directory of logs behind), never a live on
 what it freed. ``ember start`` points here once a root holds many (``start_hint``).
 
 A session is live, and kept, when any process its ``node.json`` names still runs (a
-reused pid keeps a stopped session: the safe side), or when it has no ``node.json`` yet and
-was touched in the last ``STARTING_GRACE`` seconds (a node starting now writes it last).
+reused pid keeps a stopped session: the safe side; a ``node.json`` naming none is asked on
+its raylet's socket), or when it has no ``node.json`` yet and was touched in the last
+``STARTING_GRACE`` seconds (a node starting now writes it last).
 Sessions listed in the root's ``live/`` dir are judged the same way; a removed session's
 listing goes with it.
 """
@@ -19,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import click
-from ember.cli.api_client import emit, format_option
 from ember.cli.humanize import size
+from ember.cli.output import emit, format_option
 from ember.process_util import pid_runs
 
 STARTING_GRACE = 600.0
@@ -90,8 +91,12 @@ def _is_live(path: str, age: float) -> bool:
         return age < STARTING_GRACE
     except (OSError, ValueError):
         return age < STARTING_GRACE  # being written now, or unreadable: not ours to judge
-    pids = (info.get("pids") or {}).values()
-    return any(pid_runs(pid) for pid in pids if isinstance(pid, int) and pid > 0)
+    pids = [p for p in (info.get("pids") or {}).values() if isinstance(p, int) and p > 0]
+    if not pids:  # a node.json that names no process: ask its raylet's socket instead
+        from ember.cluster_address import live_node
+
+        return live_node(path) is not None or age < STARTING_GRACE
+    return any(pid_runs(pid) for pid in pids)
 
 
 def _last_touched(path: str) -> float:

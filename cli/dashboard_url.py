@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 import click
-from ember.cli.api_client import cluster_options, dump, format_option, resolve
+from ember.cli.api_client import cluster_options, resolve
+from ember.cli.output import dump, format_option
 
 
 @click.command("dashboard")

@@ -8,6 +8,7 @@ what kind of failure it was (``EXIT_CODES``, also printed by ``ember --help``).
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 import sys
 from typing import Any, NoReturn
@@ -59,7 +60,21 @@ def _show(e: click.ClickException) -> None:
 
 class EmberGroup(click.Group):
     """click's group, its errors in Ember's style: click runs the command without its own
-    error handling (``standalone_mode=False``) and this reports what comes out."""
+    error handling (``standalone_mode=False``) and this reports what comes out. Commands
+    in ``lazy_commands`` (name -> ``module:attribute``) are imported when first named."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands: dict[str, str] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in self.lazy_commands:
+            module, _, attribute = self.lazy_commands[name].partition(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), name)
+        return super().get_command(ctx, name)
 
     def main(  # type: ignore[override]
         self,

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from ember.cli.api_client import dump
 from ember.cli.errors import fail
 from ember.cli.humanize import display
 from ember.cli.lookup import resolve_id
+from ember.cli.output import dump
 from ember.cli.state_format import call, format_choice, grid, state_options
 from ember.util import state
 from ember.util.state.common import SCHEMAS

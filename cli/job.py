@@ -20,8 +20,9 @@ from typing import Any
 
 import click
 import yaml
-from ember.cli.api_client import cli_words, cluster_options, emit, format_option, resolve, table
+from ember.cli.api_client import cli_words, cluster_options, resolve
 from ember.cli.errors import INTERRUPTED, fail
+from ember.cli.output import emit, format_option, table
 from ember.cli.terminal import Spinner
 from ember.job_submission import JobRequestError, JobStatus, JobSubmissionClient
 from ember.rest_client import DashboardClient

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Literal, get_args, get_origin, get_type_hints
 
 import click
-from ember.cli.api_client import dump
+from ember.cli.output import dump
 from ember.cli.state_format import (
     RULE,
     banner,

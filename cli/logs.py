@@ -10,15 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-from ember.cli.api_client import (
-    cluster_options,
-    dump,
-    emit,
-    format_option,
-    iter_sse,
-    resolve,
-    table,
-)
+from ember.cli.api_client import cluster_options, iter_sse, resolve
+from ember.cli.output import dump, emit, format_option, table
 
 MAX_FOLLOWED = 8  # files one --follow reads at once, a thread each
 LIST_COLUMNS = ["node_id", "name", "component", "pid", "size", "rotated"]

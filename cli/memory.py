@@ -8,8 +8,9 @@ import datetime
 from typing import Any
 
 import click
-from ember.cli.api_client import cluster_options, dump, format_option, resolve
+from ember.cli.api_client import cluster_options, resolve
 from ember.cli.humanize import size
+from ember.cli.output import dump, format_option
 
 UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 KINDS = (

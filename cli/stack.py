@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from ember.cli.api_client import cluster_options, emit, format_option, resolve
+from ember.cli.api_client import cluster_options, resolve
+from ember.cli.output import emit, format_option
 
 
 @click.command("stack")

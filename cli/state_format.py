@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import Any
 
 import click
-from ember.cli.api_client import FORMATS, address_option, cell, resolve
+from ember.cli.api_client import address_option, resolve
+from ember.cli.output import FORMATS, cell
 from ember.util.state import StateApiException
 from ember.util.state.api import using_dashboard
 from ember.util.state.common import DEFAULT_RPC_TIMEOUT

@@ -8,8 +8,9 @@ import os
 from typing import Any
 
 import click
-from ember.cli.api_client import cluster_options, cluster_settings, emit, format_option
+from ember.cli.api_client import cluster_options, cluster_settings
 from ember.cli.errors import fail
+from ember.cli.output import emit, format_option
 from ember.resources import fmt as fmt_shape
 
 _BAR = "-" * 63

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from ember.cli.api_client import dump
+from ember.cli.output import dump
 from ember.cli.state_format import RULE, banner, call, format_choice, grid, state_options
 from ember.util import state
 
