@@ -12,6 +12,7 @@ import os
 import pty
 import re
 import select
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -20,7 +21,7 @@ import time
 import pytest
 import yaml
 from ember.cli.humanize import size
-from ember_test_utils import ember_cli, head_cluster, wait_until
+from ember_test_utils import ember_cli, head_cluster, require_ray_python, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -128,6 +129,27 @@ def test_job_words_reach_the_shell_as_typed_and_times_read_as_local_dates(head):
     )
     status = yaml.safe_load(run(head, "job", "status", sid, "--format", "yaml").stdout)
     assert status["status"] == "SUCCEEDED" and status["submission_id"] == sid
+
+
+def test_ray_job_submit_and_ember_job_submit_record_the_same_entrypoint(head):
+    """Ray 2.60's own `ray job submit` is the judge of how ENTRYPOINT's words are joined."""
+    ray = require_ray_python().with_name("ray")
+    words = ["python", "-c", "print('a b'); import sys; sys.exit(0)", "it's"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "RAY_"))}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    by_ray = subprocess.run(
+        [str(ray), "job", "submit", "--address", head["url"], "--no-wait"]
+        + ["--submission-id", "judged-by-ray", "--", *words],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert by_ray.returncode == 0, by_ray.stdout + by_ray.stderr
+    ours = run(head, "job", "submit", "--no-wait", "--submission-id", "ours", "--", *words)
+    assert ours.returncode == 0, ours.stderr
+    jobs = {j["submission_id"]: j["entrypoint"] for j in rows_of(head, "job", "list")}
+    assert jobs["ours"] == jobs["judged-by-ray"] == shlex.join(words)
 
 
 def test_a_long_entrypoint_wraps_in_the_job_table_and_is_never_cut(head):
