@@ -1,7 +1,7 @@
 """What the CLI draws only for a person at a terminal: colour and a progress spinner.
 
 Both are off when the stream is not a terminal (a pipe, a file, a test) and colour is off
-when ``NO_COLOR`` is set to anything (https://no-color.org) or ``TERM=dumb``: a script
+when ``NO_COLOR`` is set and not empty (https://no-color.org) or ``TERM=dumb``: a script
 reading ``ember``'s output never gets escape sequences or spinner frames.
 """
 
@@ -28,7 +28,9 @@ def is_terminal(stream: IO[str]) -> bool:
 
 def colour(stream: IO[str]) -> bool:
     """Whether ``stream`` takes ANSI colour."""
-    return is_terminal(stream) and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+    return (
+        is_terminal(stream) and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    )
 
 
 class Spinner:
