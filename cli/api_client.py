@@ -1,15 +1,17 @@
 """The CLI's way to the dashboard's REST API (``docs/dashboard-api.md``): the client of
 ``ember.rest_client`` with its errors as one-line click errors, and the options every
 command that talks to a cluster shares (``cluster_options``: ``--address``, ``--token``,
-``--temp-dir``), ``--format`` and table printing."""
+``--temp-dir``). Output (``--format``, tables) is ``output.py``'s."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
+from ember.cli.output import FORMATS, cell, dump, emit, format_option, table
 from ember.rest_client import DashboardClient, DashboardError, connect_dashboard
 
 
@@ -20,7 +22,24 @@ class Api(DashboardClient):
         try:
             return super().open(method, path, params, timeout, **kw)
         except DashboardError as e:
-            raise click.ClickException(str(e)) from None
+            raise click.ClickException(cli_words(str(e))) from None
+
+
+# The dashboard's refusals point REST clients at a route that lists what exists; a CLI user
+# is pointed at the command that does.
+_ROUTE = re.compile(r"`?GET /api/(\w+)[^\s`;,)]*`?(?: lists (?:the \w+|them))?")
+_LISTING = {"logs": "ember logs", "placement_groups": "ember list placement-groups"}
+
+
+def cli_words(message: str) -> str:
+    """A dashboard message as the CLI says it: ``GET /api/actors lists the actors`` becomes
+    "`ember list actors` lists them"; a 404's "(HTTP 404)" goes (the words say it)."""
+
+    def command(m: re.Match) -> str:
+        name = m.group(1)
+        return f"`{_LISTING.get(name, f'ember list {name}')}` lists them"
+
+    return _ROUTE.sub(command, message).removesuffix(" (HTTP 404)")
 
 
 def resolve(
@@ -36,7 +55,24 @@ def resolve(
     return Api(found.url, found.token, found.timeout, found.session_dir, found.note)
 
 
-# -- options and output shared by the commands ----------------------------------------------
+# What the commands imported from here before output.py held it.
+__all__ = [
+    "FORMATS",
+    "Api",
+    "cell",
+    "cli_words",
+    "cluster_options",
+    "cluster_settings",
+    "dump",
+    "emit",
+    "format_option",
+    "iter_sse",
+    "resolve",
+    "table",
+]
+
+
+# -- options shared by the commands that reach a cluster ------------------------------------
 _SETTINGS = "ember.cluster_options"
 
 
@@ -82,44 +118,6 @@ def cluster_settings() -> tuple[str | None, str | None]:
     ctx = click.get_current_context(silent=True)
     given = ctx.meta.get(_SETTINGS, {}) if ctx is not None else {}
     return given.get("token"), given.get("temp_dir")
-
-
-def format_option(fn: Callable) -> Callable:
-    return click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(["table", "json"]),
-        default="table",
-        show_default=True,
-        help="Output format.",
-    )(fn)
-
-
-def cell(v: Any, width: int = 48) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        text = f"{v:.4g}"
-    elif isinstance(v, dict | list):
-        text = json.dumps(v, separators=(",", ":"))
-    else:
-        text = str(v)
-    text = text.replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    """A plain text table: a header of upper-case column names, then one line per row."""
-    cells = [[cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
-    for row in cells:
-        lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-    return "\n".join(lines)
-
-
-def emit(data: Any, fmt: str, render: Callable[[Any], str]) -> None:
-    click.echo(json.dumps(data, indent=1, default=str) if fmt == "json" else render(data))
 
 
 def iter_sse(resp: Any) -> Iterator[tuple[str, dict[str, Any]]]:

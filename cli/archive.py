@@ -8,12 +8,14 @@ import os
 
 import click
 from ember.cli.api_client import cluster_options, cluster_settings, resolve
+from ember.cli.errors import USAGE
+from ember.cli.terminal import Spinner
 
 
 class ArchiveUsageError(click.ClickException):
     """Bad input: exit status 2, as click's own usage errors."""
 
-    exit_code = 2
+    exit_code = USAGE
 
 
 @click.command("archive")
@@ -41,7 +43,8 @@ def archive(session_dir: str | None, output: str, address: str | None) -> None:
         click.echo(f"session: {session_dir}", err=True)
     running = live_node(os.path.realpath(os.path.expanduser(session_dir))) is not None
     try:
-        packed = pack(session_dir, output, running)
+        with Spinner(f"packing {os.path.basename(os.path.normpath(session_dir))}"):
+            packed = pack(session_dir, output, running)
     except ArchiveError as e:
         raise ArchiveUsageError(str(e)) from None
     except OSError as e:

@@ -6,6 +6,7 @@ import sys
 
 import click
 from ember.cli.api_client import cluster_options, resolve
+from ember.cli.output import dump, format_option
 
 
 @click.command("dashboard")
@@ -32,7 +33,10 @@ from ember.cli.api_client import cluster_options, resolve
     show_default=True,
     help="With --history: the port (or the next free one; 0: any).",
 )
-def dashboard(address: str | None, history_path: str | None, host: str, port: int) -> None:
+@format_option
+def dashboard(
+    address: str | None, history_path: str | None, host: str, port: int, fmt: str
+) -> None:
     """Print the URL of the cluster's dashboard, or with --history serve a stopped
     session's dashboard (until Ctrl-C)."""
     if history_path is not None:
@@ -40,6 +44,9 @@ def dashboard(address: str | None, history_path: str | None, host: str, port: in
         return
     api = resolve(address)
     version = api.get("/api/version", timeout=10)
+    if fmt != "table":
+        click.echo(dump({**version, "url": api.url}, fmt))
+        return
     click.echo(api.url)
     if version.get("session_dir"):
         click.echo(

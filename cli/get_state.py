@@ -1,14 +1,19 @@
 """``ember get <resource> <id>``: one actor, task, node, worker, object, placement group or
 job with every column, as Ray's ``ray get`` shows it (YAML by default), through
 ``ember.util.state``. A task that ran more than once shows each attempt; an object, each
-reference to it."""
+reference to it. The id may be a unique prefix, or an actor's or placement group's name
+(``lookup``); nothing matching exits 1."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import click
-from ember.cli.state_format import call, dump, format_choice, grid, state_options
+from ember.cli.errors import fail
+from ember.cli.humanize import display
+from ember.cli.lookup import resolve_id
+from ember.cli.output import dump
+from ember.cli.state_format import call, format_choice, grid, state_options
 from ember.util import state
 from ember.util.state.common import SCHEMAS
 
@@ -26,22 +31,27 @@ GETTERS: dict[str, Any] = {
 
 @click.command("get")
 @click.argument("resource", type=click.Choice(list(GETTERS)))
-@click.argument("id")
+@click.argument("id", metavar="ID_PREFIX_OR_NAME")
 @format_choice("yaml")
 @state_options
 def get_state(resource: str, id: str, fmt: str, timeout: int, address: str | None) -> None:
-    """Show the RESOURCE whose id is ID, with every column, as `ray get` does."""
+    """Show one RESOURCE with every column, as `ray get` does: the one whose id is, or
+    starts with, ID_PREFIX_OR_NAME (any case), or the actor or placement group of that name."""
     found = call(lambda: GETTERS[resource](id, timeout=timeout), address)
+    if not found:
+        full = call(lambda: resolve_id(resource, id, timeout), address)
+        found = call(lambda: GETTERS[resource](full, timeout=timeout), address)
     rows = [r.asdict() for r in (found if isinstance(found, list) else [found] if found else [])]
-    if not rows:
-        click.echo(f"Resource with id={id} not found in the cluster.")
-        return
+    if not rows:  # it went between the two queries
+        fail(f"the {resource[:-1].replace('-', ' ')} {id!r} is no longer in the cluster")
     if fmt == "table":  # one row has too many columns to read across: a column a line
         columns = SCHEMAS[resource.replace("-", "_")].list_columns(detail=True)
         click.echo(
             "\n\n".join(
                 grid(
-                    [{"column": c, "value": r.get(c)} for c in columns], ["column", "value"], False
+                    [{"column": c, "value": display(c, r.get(c))} for c in columns],
+                    ["column", "value"],
+                    False,
                 )
                 for r in rows
             )

@@ -2,20 +2,29 @@
 them, on ``ember.job_submission.JobSubmissionClient`` (the dashboard's Jobs REST API).
 
 ``submit`` without ``--no-wait`` prints the job's output as it comes and exits with the job's
-outcome: 0 when it SUCCEEDED, 1 otherwise (a failed job's message goes to stderr).
+outcome: 0 when it SUCCEEDED, 1 otherwise (a failed job's message goes to stderr). Its
+ENTRYPOINT words are joined as Ray's ``ray job submit`` joins them (``shlex.join``), so
+``-- python -c "print('a b')"`` reaches the shell as typed; one word is taken as it is, a
+whole command line in quotes (``-- "python x.py && echo done"``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import shlex
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import click
 import yaml
-from ember.cli.api_client import cluster_options, resolve, table
-from ember.job_submission import JobStatus, JobSubmissionClient
+from ember.cli.api_client import cli_words, cluster_options, resolve
+from ember.cli.errors import INTERRUPTED, fail
+from ember.cli.output import emit, format_option, table
+from ember.cli.terminal import Spinner
+from ember.job_submission import JobRequestError, JobStatus, JobSubmissionClient
 from ember.rest_client import DashboardClient
 
 LIST_COLUMNS = ["submission_id", "status", "entrypoint", "start_time", "end_time", "message"]
@@ -26,9 +35,23 @@ def _client(address: str | None) -> JobSubmissionClient:
     # A plain client: the job client reads some refusals as answers (404: no such package),
     # which the CLI's own client would turn into an exit.
     dashboard = DashboardClient(api.url, api.token, api.timeout, api.session_dir, api.note)
-    try:
+    with asking():
         return JobSubmissionClient(_dashboard=dashboard)
-    except (RuntimeError, ConnectionError) as e:
+
+
+@contextlib.contextmanager
+def asking(job_id: str | None = None) -> Iterator[None]:
+    """The job client's failures as the CLI words them: an unknown job names the command
+    that lists jobs, a refusal gives the dashboard's reason (not the REST route asked)."""
+    try:
+        yield
+    except JobRequestError as e:
+        if e.status == 404 and job_id is not None:
+            raise click.ClickException(
+                f"no job {job_id!r} in the cluster; `ember job list` lists them"
+            ) from None
+        raise click.ClickException(cli_words(e.reason)) from None
+    except (RuntimeError, ValueError, ConnectionError) as e:
         raise click.ClickException(str(e)) from None
 
 
@@ -89,9 +112,9 @@ def submit(
     if working_dir:
         runtime_env["working_dir"] = working_dir
     client = _client(address)
-    try:
+    with asking():
         sid = client.submit_job(
-            entrypoint=" ".join(entrypoint),
+            entrypoint=entrypoint_line(entrypoint),
             submission_id=submission_id,
             runtime_env=runtime_env or None,
             metadata=_json_option(metadata_json, "--metadata-json"),
@@ -103,14 +126,41 @@ def submit(
                 entrypoint_label_selector, "--entrypoint-label-selector"
             ),
         )
-    except (RuntimeError, ValueError) as e:
-        raise click.ClickException(str(e)) from None
     click.echo(f"Job '{sid}' submitted successfully", err=True)
     if no_wait:
         click.echo(sid)
         return
+    _wait_started(client, sid)
     _follow(client, sid)
     _exit_with_outcome(client, sid)
+
+
+def entrypoint_line(words: tuple[str, ...]) -> str:
+    """The shell command of ENTRYPOINT's words: quoted and joined as ``ray job submit`` does
+    (``shlex.join``), except one word, which is a command line as given (Ray 2.60 quotes that
+    too, so ``-- "python x.py"`` runs a program named "python x.py"; as given it runs)."""
+    return words[0] if len(words) == 1 else shlex.join(words)
+
+
+def _wait_started(client: JobSubmissionClient, sid: str) -> None:
+    """While the job is PENDING (its entrypoint waits for resources or its runtime env): a
+    spinner on a terminal saying so, nothing on a pipe. Ctrl-C leaves the job as it is."""
+    with Spinner(f"waiting for job '{sid}' to start") as spin:
+        try:
+            while True:
+                info = _get(client, sid)
+                if info.status is not JobStatus.PENDING:
+                    return
+                spin.note = info.message or ""
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            spin.stop()
+            _left_running(sid)
+
+
+def _left_running(sid: str) -> None:
+    click.echo(f"\n(ember) stopped following; the job runs on: ember job stop {sid}", err=True)
+    raise SystemExit(INTERRUPTED)
 
 
 def _follow(client: JobSubmissionClient, sid: str) -> None:
@@ -121,8 +171,7 @@ def _follow(client: JobSubmissionClient, sid: str) -> None:
     try:
         asyncio.run(run())
     except KeyboardInterrupt:
-        click.echo(f"\n(ember) stopped following; the job runs on: ember job stop {sid}", err=True)
-        raise SystemExit(130) from None
+        _left_running(sid)
 
 
 def _exit_with_outcome(client: JobSubmissionClient, sid: str) -> None:
@@ -134,19 +183,24 @@ def _exit_with_outcome(client: JobSubmissionClient, sid: str) -> None:
     if info.status is JobStatus.SUCCEEDED:
         click.echo(f"Job '{sid}' succeeded", err=True)
         return
-    click.echo(f"Job '{sid}' {str(info.status).lower()}: {info.message or ''}", err=True)
-    raise SystemExit(1)
+    fail(f"Job '{sid}' {str(info.status).lower()}: {info.message or ''}")
 
 
 @job.command("status")
 @cluster_options
+@format_option
 @click.argument("job_id")
-def status(address: str | None, job_id: str) -> None:
-    """The job's status and message."""
+def status(address: str | None, fmt: str, job_id: str) -> None:
+    """The job's status and message (json/yaml: every field of the job)."""
     info = _get(_client(address), job_id)
-    click.echo(f"Status for job '{job_id}': {info.status}")
+    emit(dict(info), fmt, lambda _: _status_lines(job_id, info))
+
+
+def _status_lines(job_id: str, info: Any) -> str:
+    lines = [f"Status for job '{job_id}': {info.status}"]
     if info.message:
-        click.echo(f"Status message: {info.message}")
+        lines.append(f"Status message: {info.message}")
+    return "\n".join(lines)
 
 
 @job.command("logs")
@@ -160,10 +214,8 @@ def logs(address: str | None, follow: bool, job_id: str) -> None:
     if follow:
         _follow(client, job_id)
         return
-    try:
+    with asking(job_id):
         click.echo(client.get_job_logs(job_id), nl=False)
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
 
 
 @job.command("stop")
@@ -173,10 +225,8 @@ def logs(address: str | None, follow: bool, job_id: str) -> None:
 def stop(address: str | None, no_wait: bool, job_id: str) -> None:
     """Stop the job (SIGTERM to its processes, then SIGKILL after a grace)."""
     client = _client(address)
-    try:
+    with asking(job_id):
         stopped = client.stop_job(job_id)
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
     if not stopped:
         click.echo(f"Job '{job_id}' had already ended ({_get(client, job_id).status})")
         return
@@ -190,22 +240,20 @@ def stop(address: str | None, no_wait: bool, job_id: str) -> None:
             click.echo(f"Job '{job_id}' {str(info.status).lower()}")
             return
         time.sleep(0.5)
-    raise click.ClickException(f"job '{job_id}' did not stop within 60 s; see ember job status")
+    raise click.ClickException(
+        f"job '{job_id}' did not stop within 60 s; see `ember job status {job_id}`"
+    )
 
 
 @job.command("list")
 @cluster_options
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@format_option
 def list_jobs(address: str | None, fmt: str) -> None:
-    """Every job the cluster knows, submitted or started by hand."""
-    try:
+    """Every job the cluster knows, submitted or started by hand (the table's times are
+    local; json/yaml keep Ray's epoch milliseconds)."""
+    with asking():
         jobs = [dict(j) for j in _client(address).list_jobs()]
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
-    if fmt == "json":
-        click.echo(json.dumps(jobs, indent=1, default=str))
-    else:
-        click.echo(table(jobs, LIST_COLUMNS) if jobs else "(no jobs)")
+    emit(jobs, fmt, lambda rows: table(rows, LIST_COLUMNS) if rows else "(no jobs)")
 
 
 @job.command("delete")
@@ -213,15 +261,11 @@ def list_jobs(address: str | None, fmt: str) -> None:
 @click.argument("job_id")
 def delete(address: str | None, job_id: str) -> None:
     """Forget an ended job (its record and logs)."""
-    try:
+    with asking(job_id):
         deleted = _client(address).delete_job(job_id)
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
     click.echo(f"Job '{job_id}' deleted" if deleted else f"Job '{job_id}' was not deleted")
 
 
 def _get(client: JobSubmissionClient, job_id: str) -> Any:
-    try:
+    with asking(job_id):
         return client.get_job_info(job_id)
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from None

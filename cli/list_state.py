@@ -9,12 +9,14 @@ matched, and a warning says when the limit cut some.
 
 from __future__ import annotations
 
+from typing import Literal, get_args, get_origin, get_type_hints
+
 import click
+from ember.cli.output import dump
 from ember.cli.state_format import (
     RULE,
     banner,
     call,
-    dump,
     format_choice,
     grid,
     state_options,
@@ -47,7 +49,40 @@ def parse_filter(text: str, schema: type[StateSchema]) -> tuple[str, str, str]:
             f"are: {', '.join(filterable)}",
             param_hint="--filter",
         )
+    check_value(schema, column, value)
     return column, "!=" if negate else "=", value
+
+
+def allowed_values(schema: type[StateSchema], column: str) -> tuple[str, ...] | None:
+    """The values ``column`` can hold when they are few (a state, a type), from the row
+    class's ``Literal`` annotation; None for a free column."""
+    hint = get_type_hints(schema).get(column)
+    for part in (hint, *get_args(hint)):  # Literal[...] or Literal[...] | None
+        if get_origin(part) is Literal:
+            return tuple(str(v) for v in get_args(part))
+    return None
+
+
+def check_value(schema: type[StateSchema], column: str, value: str) -> None:
+    """Refuses a value ``column`` can never hold (``state=RUNING``) naming the ones it can,
+    rather than answering with no rows."""
+    allowed = allowed_values(schema, column)
+    text = value.strip()
+    if allowed is not None and text.upper() not in {a.upper() for a in allowed}:
+        raise click.BadParameter(
+            f"{column} must be one of {', '.join(allowed)} (not {value!r})",
+            param_hint="--filter",
+        )
+    hint = get_type_hints(schema).get(column)
+    kinds = {hint, *get_args(hint)}
+    if bool in kinds and text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise click.BadParameter(
+            f"{column} is true or false (not {value!r})", param_hint="--filter"
+        )
+    if int in kinds and bool not in kinds and not text.lstrip("-").isdigit():
+        raise click.BadParameter(
+            f"{column} is a whole number (not {value!r})", param_hint="--filter"
+        )
 
 
 @click.command("list")

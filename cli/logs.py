@@ -4,14 +4,14 @@ lines of the ones that match, or follow one as it grows."""
 from __future__ import annotations
 
 import fnmatch
-import json
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import click
-from ember.cli.api_client import cluster_options, format_option, iter_sse, resolve, table
+from ember.cli.api_client import cluster_options, iter_sse, resolve
+from ember.cli.output import dump, emit, format_option, table
 from ember.log_format import readable
 
 MAX_FOLLOWED = 8  # files one --follow reads at once, a thread each
@@ -54,12 +54,12 @@ def logs(
     last lines (GLOB matches file names, e.g. 'worker-*.err' or raylet.log; rotated files,
     'raylet.log.1', belong to the same component and pid as the live one).
 
-    --format json prints the listing as a JSON array of files, and the last lines as a JSON
+    --format json|yaml prints the listing as an array of files, and the last lines as an
     array of {node_id, name, lines}. Log lines written as JSON (EMBER_LOG_FORMAT=json) print
     as text: time, level, component, ids, message (--raw: as stored)."""
     show = (lambda line: line) if raw else readable
-    if follow and fmt == "json":
-        raise click.UsageError("--follow prints lines as they come; it takes no --format json")
+    if follow and fmt != "table":
+        raise click.UsageError(f"--follow prints lines as they come; it takes no --format {fmt}")
     api = resolve(address)
     if actor:
         row = api.get(f"/api/actors/{actor}")
@@ -76,10 +76,7 @@ def logs(
     if glob:
         files = [f for f in files if fnmatch.fnmatch(f["name"], glob)]
     if not glob and pid is None and not follow:
-        if fmt == "json":
-            click.echo(json.dumps(files, indent=1))
-        else:
-            click.echo(table(files, LIST_COLUMNS) if files else "(no log files)")
+        emit(files, fmt, lambda rows: table(rows, LIST_COLUMNS) if rows else "(no log files)")
         return
     if not files:
         what = " ".join(
@@ -102,15 +99,15 @@ def logs(
         res = api.get(
             "/api/logs/tail", {"node_id": f["node_id"], "name": f["name"], "lines": lines}
         )
-        if fmt == "json":
+        if fmt != "table":
             tails.append({"node_id": f["node_id"], "name": f["name"], "lines": res["lines"]})
             continue
         if len(files) > 1:
             click.echo(f"{'' if i == 0 else chr(10)}==> {f['name']} (node {f['node_id']}) <==")
         for line in res.get("lines", []):
             click.echo(show(line))
-    if fmt == "json":
-        click.echo(json.dumps(tails, indent=1))
+    if fmt != "table":
+        click.echo(dump(tails, fmt))
 
 
 def _follow_all(

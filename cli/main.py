@@ -5,12 +5,20 @@ from __future__ import annotations
 import sys
 
 import click
+from ember.cli.errors import EmberGroup, exit_codes_help
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=EmberGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=exit_codes_help(),
+)
 @click.version_option(package_name="ember", prog_name="ember")
 def main() -> None:
-    """Ember: an operations-first distributed runtime for Python."""
+    """Ember: an operations-first distributed runtime for Python.
+
+    Set NO_COLOR to keep colour out of the output (there is none on a pipe either);
+    `ember completion bash|zsh|fish` prints a shell completion script."""
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -76,39 +84,31 @@ def chaos(quick: bool, rounds: int | None, json_path: str | None, filter_: str |
     sys.exit(run_chaos(argv))
 
 
+# The subcommands in their own modules, imported only when named (`ember cleanup` does not pay
+# for the dashboard client's imports); `ember --help` imports them all for their help lines.
+LAZY_COMMANDS = {
+    "memory": "ember.cli.memory:memory",
+    "stack": "ember.cli.stack:stack",
+    "timeline": "ember.cli.timeline:timeline",
+    "logs": "ember.cli.logs:logs",
+    "list": "ember.cli.list_state:list_state",
+    "get": "ember.cli.get_state:get_state",
+    "summary": "ember.cli.summary:summary",
+    "kill-actor": "ember.cli.kill_actor:kill_actor",
+    "dashboard": "ember.cli.dashboard_url:dashboard",
+    "archive": "ember.cli.archive:archive",
+    "job": "ember.cli.job:job",
+    "cleanup": "ember.cli.cleanup:cleanup",
+    "completion": "ember.cli.completion:completion",
+    "metrics": "ember.cli.metrics:metrics",
+    "start": "ember.cli.start:start",
+    "status": "ember.cli.status:status",
+    "stop": "ember.cli.stop:stop",
+}
+
+
 def _register() -> None:
-    from ember.cli.archive import archive
-    from ember.cli.dashboard_url import dashboard
-    from ember.cli.get_state import get_state
-    from ember.cli.job import job
-    from ember.cli.kill_actor import kill_actor
-    from ember.cli.list_state import list_state
-    from ember.cli.logs import logs
-    from ember.cli.memory import memory
-    from ember.cli.metrics import metrics
-    from ember.cli.stack import stack
-    from ember.cli.summary import summary
-    from ember.cli.timeline import timeline
-
-    main.add_command(memory)
-    main.add_command(metrics)
-    main.add_command(stack)
-    main.add_command(timeline)
-    main.add_command(logs)
-    main.add_command(list_state)
-    main.add_command(get_state)
-    main.add_command(summary)
-    main.add_command(kill_actor)
-    main.add_command(dashboard)
-    main.add_command(archive)
-    main.add_command(job)
-    from ember.cli.start import start
-    from ember.cli.status import status
-    from ember.cli.stop import stop
-
-    main.add_command(start)
-    main.add_command(status)
-    main.add_command(stop)
+    main.lazy_commands.update(LAZY_COMMANDS)
 
 
 _register()

@@ -5,11 +5,12 @@ dashboard's ``/api/objects``, which asks every node's processes through their ag
 from __future__ import annotations
 
 import datetime
-import json
 from typing import Any
 
 import click
 from ember.cli.api_client import cluster_options, resolve
+from ember.cli.humanize import size
+from ember.cli.output import dump, format_option
 
 UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 KINDS = (
@@ -73,6 +74,8 @@ def rows_of(data: dict[str, Any]) -> list[dict[str, Any]]:
 def _size(n: float, units: str) -> str:
     if n is None or n < 0:
         return "?"
+    if units == "auto":
+        return size(n)
     return f"{n / UNITS[units]:.1f} {units}"
 
 
@@ -191,12 +194,19 @@ def _spill_lines(stores: Any) -> list[str]:
 @cluster_options
 @click.option("--group-by", type=click.Choice(["node", "stack_trace"]), default="node")
 @click.option("--sort-by", type=click.Choice(["size", "reference_type"]), default="size")
-@click.option("--units", type=click.Choice(list(UNITS)), default="B")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option(
+    "--units",
+    type=click.Choice(["auto", *UNITS]),
+    default="auto",
+    show_default=True,
+    help="Sizes' unit; auto: binary units that fit each (80.0 MiB). B gives `ray memory`'s "
+    "own layout.",
+)
+@format_option
 def memory(address: str | None, group_by: str, sort_by: str, units: str, fmt: str) -> None:
     """Show every ObjectRef that pins an object, by node, process and reference type."""
     data = collect(resolve(address))
-    if fmt == "json":
-        click.echo(json.dumps({**data, "rows": rows_of(data)}, indent=1, default=str))
-    else:
+    if fmt == "table":
         click.echo(render(data, group_by, sort_by, units))
+    else:  # exact byte counts
+        click.echo(dump({**data, "rows": rows_of(data)}, fmt))

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from ember.cli.api_client import cluster_options, emit, format_option, resolve
+from ember.cli.api_client import cluster_options, resolve
+from ember.cli.errors import fail
+from ember.cli.output import emit, format_option
 
 
 @click.command("stack")
@@ -24,7 +26,7 @@ def stack(node_id: str | None, pid: int | None, address: str | None, fmt: str) -
             p.get("error") for n in data["nodes"] for p in n.get("processes", [])
         ]
         if any(errors) or data.get("missing"):
-            raise SystemExit(1)
+            fail("no stack could be read (the reasons are above)")
 
 
 def render(data: dict[str, Any]) -> str:

@@ -184,6 +184,7 @@ def start(
     except (OSError, RuntimeError, TimeoutError, ValueError) as e:
         _fail(f"could not start the node: {e}")
     _print_started(node, head, temp_dir)
+    _cleanup_hint(temp_dir)
     if block:
         _block(node)
 
@@ -263,6 +264,14 @@ def _print_started(node, head: bool, temp_dir: str | None) -> None:
     click.echo(f"  To stop the Ember processes {where} on this machine:   {stop}")
 
 
+def _cleanup_hint(temp_dir: str | None) -> None:
+    from ember.cli.cleanup import start_hint
+
+    hint = start_hint(temp_dir)
+    if hint:
+        click.echo(hint, err=True)
+
+
 def _dashboard_line(url: str, asked: int) -> str:
     """The dashboard's URL, saying so when the asked port was taken and it moved."""
     from urllib.parse import urlsplit
@@ -296,5 +305,6 @@ def _block(node) -> None:
 
 
 def _fail(message: str) -> None:
-    click.echo(f"ember start: error: {message}", err=True)
-    sys.exit(1)
+    from ember.cli.errors import fail
+
+    fail(message)

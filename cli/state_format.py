@@ -7,19 +7,17 @@ the same on every row, so a cut id tells rows apart no better than none.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import click
-import yaml
-from ember.cli.api_client import address_option, cell, resolve
+from ember.cli.api_client import address_option, resolve
+from ember.cli.output import FORMATS, cell
 from ember.util.state import StateApiException
 from ember.util.state.api import using_dashboard
 from ember.util.state.common import DEFAULT_RPC_TIMEOUT
 
-FORMATS = ("table", "json", "yaml")
 RULE = "-" * 30
 
 
@@ -55,20 +53,11 @@ def call(query: Callable[[], Any], address: str | None) -> Any:
             raise click.ClickException(str(e)) from None
 
 
-def dump(data: Any, fmt: str) -> str:
-    """``data`` (rows as dicts, or a summary) as JSON or YAML, in the rows' column order."""
-    if fmt == "json":
-        return json.dumps(data, indent=1, default=str)
-    return yaml.safe_dump(
-        data, sort_keys=False, explicit_start=True, explicit_end=True, default_flow_style=False
-    ).rstrip("\n")
-
-
 def grid(rows: list[dict[str, Any]], columns: list[str], index: bool = True) -> str:
     """A plain table: upper-case headers, then a line a row (numbered like Ray's), every
-    value whole (``api_client.cell`` without its width limit)."""
+    value whole (an id is no use cut) and shown as ``humanize.display`` shows its column."""
     head = [c.upper() for c in columns]
-    body = [[cell(r.get(c), 1 << 30) for c in columns] for r in rows]
+    body = [[cell(r.get(c), c) for c in columns] for r in rows]
     if index:
         head = ["", *head]
         body = [[str(i), *line] for i, line in enumerate(body)]

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import datetime
-import json
 import os
-import sys
 from typing import Any
 
 import click
 from ember.cli.api_client import cluster_options, cluster_settings
+from ember.cli.errors import fail
+from ember.cli.output import emit, format_option
 from ember.resources import fmt as fmt_shape
 
 _BAR = "-" * 63
@@ -245,9 +245,7 @@ def render(summary: dict[str, Any]) -> str:
 
 @click.command()
 @cluster_options
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option
 def status(address: str | None, fmt: str) -> None:
     """Show the cluster's nodes, resource usage and pending demands."""
     from ember.protocol.connection import AuthenticationError
@@ -256,9 +254,5 @@ def status(address: str | None, fmt: str) -> None:
     try:
         summary = summarize(fetch(address, temp_dir, token))
     except (ConnectionError, AuthenticationError, ValueError) as e:
-        click.echo(f"ember status: {e}", err=True)
-        sys.exit(1)
-    if fmt == "json":
-        click.echo(json.dumps(summary, indent=1, default=str))
-    else:
-        click.echo(render(summary))
+        fail(str(e))
+    emit(summary, fmt, render)

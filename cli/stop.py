@@ -12,11 +12,11 @@ import glob
 import json
 import os
 import shutil
-import sys
 import time
 
 import click
 import psutil
+from ember.cli.errors import fail
 
 # Modules whose processes are Ember's. Workers forked by the zygote keep its command line.
 _EMBER_MODULES = (
@@ -278,12 +278,7 @@ def stop(force: bool, temp_dir: str | None, everything: bool, grace_period: floa
     _clean_leftovers(root)
     left = find_ember_processes(root)
     if left:
-        click.echo(
-            f"ember stop: {len(left)} process(es) would not exit: "
-            + ", ".join(str(p.pid) for p in left),
-            err=True,
-        )
-        sys.exit(1)
+        fail(f"{len(left)} process(es) would not exit: " + ", ".join(str(p.pid) for p in left))
     click.echo(f"Stopped {n} Ember process(es){f' under {root}' if root else ''}.")
     _mention_others(root)
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from ember.cli.state_format import RULE, banner, call, dump, format_choice, grid, state_options
+from ember.cli.output import dump
+from ember.cli.state_format import RULE, banner, call, format_choice, grid, state_options
 from ember.util import state
 
 # Task and actor states in the order a reader looks for them: done, failed, under way, waiting.

@@ -10,6 +10,7 @@ import socket
 import urllib.parse
 from typing import Any
 
+from ember.process_util import pid_runs
 from ember.session import (
     DEFAULT_TEMP_DIR,
     live_session_dirs,
@@ -95,13 +96,7 @@ def _raylet_gone(session: str, info: dict[str, Any] | None) -> bool:
     pid = (info.get("pids") or {}).get("raylet")
     if not isinstance(pid, int) or pid <= 0:
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False  # another user's process: it runs
-    return False
+    return not pid_runs(pid)  # another user's process runs too
 
 
 def live_node(session: str | None) -> dict[str, Any] | None:

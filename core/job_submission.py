@@ -60,6 +60,17 @@ class JobDetails:
 JobInfo = JobDetails  # Ray's older name
 
 
+class JobRequestError(RuntimeError):
+    """A request the dashboard refused or could not be sent: the SDK's message (Ray's shape:
+    the method and route), with the HTTP ``status`` (None: not reached) and the dashboard's
+    own ``reason`` apart, for a client such as the CLI that words it for its users."""
+
+    def __init__(self, message: str, status: int | None, reason: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
 class JobSubmissionClient:
     """Ray's client, on Ember. ``address``: the dashboard's URL (``http://HOST:8265``) or the
     cluster's address; None: ``EMBER_ADDRESS`` / ``RAY_ADDRESS``, else this machine's
@@ -98,7 +109,9 @@ class JobSubmissionClient:
         try:
             return self._dashboard.send_json(method, path, document)
         except DashboardError as e:
-            raise RuntimeError(f"Request failed ({method} {path}): {e}") from None
+            raise JobRequestError(
+                f"Request failed ({method} {path}): {e}", e.status, str(e)
+            ) from None
 
     def _status_of(self, method: str, path: str, body: bytes | None = None) -> int:
         """The HTTP status of a request whose refusal is an answer (404: no such package)."""

@@ -20,6 +20,17 @@ PR_SET_PDEATHSIG = 1
 _libc: ctypes.CDLL | None = None  # loaded once: a forked worker reuses the zygote's
 
 
+def pid_runs(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's counts: signalling it is refused)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> None:
     """Asks Linux to signal us when our parent dies, so a SIGKILLed driver leaves no orphans."""
     global _libc

@@ -331,8 +331,12 @@ def test_cli_get(cluster):
     code, out, _ = ember_cli(cluster, "get", "tasks", task, "--format", "json")
     (row,) = json.loads(out)
     assert row["task_id"] == task and row["state"] == "FINISHED" and row["events"]
-    code, out, _ = ember_cli(cluster, "get", "tasks", "ff" * 16)
-    assert code == 0 and out.strip() == f"Resource with id={'ff' * 16} not found in the cluster."
+    code, out, err = ember_cli(cluster, "get", "tasks", "ff" * 16)
+    assert code == 1 and out == ""
+    assert err == (
+        f"ember: error: no task has the id or id prefix {'ff' * 16!r}; "
+        "`ember list tasks` lists them\n"
+    )
 
 
 def test_cli_summary_and_errors(cluster):
