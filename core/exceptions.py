@@ -293,7 +293,7 @@ _ERROR_TYPES: tuple[tuple[type, str], ...] = (
 def error_type_of(error: BaseException) -> str:
     """Ray's name for the kind of failure ``error`` reports (``TASK_EXECUTION_EXCEPTION``
     for an exception the task's own code raised)."""
-    if isinstance(error, TaskError):
+    if isinstance(error, TaskError) and not isinstance(error, TaskCancelledError):
         return "TASK_EXECUTION_EXCEPTION"
     for cls, name in _ERROR_TYPES:
         if isinstance(error, cls):

@@ -122,6 +122,16 @@ def inherited_env(worker: Any, own: dict[str, Any] | None) -> dict[str, Any] | N
     return merge(parent, own)
 
 
+def env_key(env: dict[str, Any] | None) -> str:
+    """What tells runtime_envs apart for the raylet's workers: the env as sorted JSON ("" for
+    none), so equal envs share workers and different ones never do."""
+    if not env:
+        return ""
+    import json
+
+    return json.dumps(env, sort_keys=True, default=str)
+
+
 class EnvVars:
     """Applies ``env_vars`` to this process and puts back what they replaced."""
 

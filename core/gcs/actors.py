@@ -46,6 +46,7 @@ from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
 from ember.protocol.messages.gcs import NoSuchActor
 from ember.resources import fits, fmt
+from ember.runtime_env import env_key
 from ember.scheduling import pick_node
 
 if TYPE_CHECKING:
@@ -230,6 +231,8 @@ class ActorManager:
                     "job_id": actor.job_id,
                     "class_name": actor.class_name,
                     "strategy": actor.spec.strategy,
+                    # Its own runtime_env: a worker kept for that env hosts it.
+                    "env": env_key(actor.spec.runtime_env),
                     # Restarts left: the node's memory monitor kills such an actor first.
                     "retriable": actor.max_restarts == -1
                     or actor.num_restarts < actor.max_restarts,
