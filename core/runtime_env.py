@@ -59,6 +59,14 @@ def validate(runtime_env: Any, what: str) -> dict[str, Any]:
     modules = runtime_env.get("py_modules")
     if modules is not None and not isinstance(modules, list | tuple):
         raise TypeError(f"runtime_env py_modules of {what} must be a list")
+    for path in [runtime_env.get("working_dir")] + list(modules or ()):
+        # Ray's rule: a path is a string (a local directory or a package URI).
+        if path is not None and not isinstance(path, str | os.PathLike):
+            key = "working_dir" if path is runtime_env.get("working_dir") else "py_modules"
+            raise TypeError(
+                f"runtime_env {key} of {what} must be a string (a local path or a URI), "
+                f"got {type(path).__name__} {path!r}"
+            )
     return dict(runtime_env)
 
 
@@ -93,7 +101,10 @@ def upload_local(env: dict[str, Any], call_gcs: Any) -> dict[str, Any]:
             return path
         key = (os.path.realpath(os.path.expanduser(path)), excludes, module)
         if key not in _UPLOADED:
-            data = packages.zip_directory(path, list(excludes), include_parent_dir=module)
+            if module and path.endswith(".py") and os.path.isfile(key[0]):
+                data = packages.zip_file(path)  # a one-file module, as Ray takes it
+            else:
+                data = packages.zip_directory(path, list(excludes), include_parent_dir=module)
             _UPLOADED[key] = packages.upload(call_gcs, data)
         return _UPLOADED[key]
 

@@ -38,6 +38,7 @@ from ember.core_worker.task_spec import (
 from ember.exceptions import (
     ActorDiedError,
     ActorExit,
+    RuntimeEnvSetupError,
     TaskCancelledError,
     TaskError,
     error_type_of,
@@ -227,8 +228,10 @@ class Executor:
         self._record_running(spec)
         current.profile_spans = spans = []
         # A task's runtime_env is its own for its run; an actor's, for its life (kept).
-        env = applied_env(spec, self) if spec.runtime_env and spec.kind != ACTOR_TASK else None
+        env = None
         try:
+            if spec.runtime_env and spec.kind != ACTOR_TASK:
+                env = applied_env(spec, self)
             if spec.task_id in self.cancelled:
                 raise TaskCancelledError(spec.task_id.hex())
             fn = self._load(spec)
@@ -264,6 +267,8 @@ class Executor:
                 reply = self._error_reply(spec, self._task_error(spec, e), app=True)
             elif isinstance(e, TaskError) and getattr(e, "_from_arg", False):
                 reply = self._error_reply(spec, e, app=False)  # an upstream failure, as is
+            elif isinstance(e, RuntimeEnvSetupError):
+                reply = self._error_reply(spec, e, app=False)  # Ray's class, never retried
             else:
                 reply = self._error_reply(spec, self._task_error(spec, e), app=True)
         finally:

@@ -276,12 +276,13 @@ def runtime_env_cases(ray: Any, tmp: str) -> dict:
         "b_plain_apart": not pids["b"] & pids["none"],
     }
     OWN["env_workers"] = {k: len(v) for k, v in pids.items()}
-    out["task_py_modules_file"] = outcome(
+    # Ember packs a task's own local paths as the job's (Ray takes URIs only there).
+    OWN["task_py_modules_file"] = outcome(
         lambda: ray.get(
             from_file_module.options(runtime_env={"py_modules": [str(single)]}).remote(), timeout=T
         )
     )
-    out["task_empty_working_dir"] = outcome(
+    OWN["task_empty_working_dir"] = outcome(
         lambda: ray.get(where.options(runtime_env={"working_dir": str(empty)}).remote(), timeout=T)
     )
     out["working_dir_int"] = outcome(
@@ -291,6 +292,11 @@ def runtime_env_cases(ray: Any, tmp: str) -> dict:
         lambda: ray.get(
             where.options(runtime_env={"working_dir": str(Path(tmp, "nope"))}).remote(), timeout=T
         )
+    )
+    # A package the cluster does not hold: the task's error, its worker lives on.
+    unknown = {"working_dir": "gcs://_ray_pkg_0123456789abcdef.zip"}
+    out["working_dir_unknown_package"] = outcome(
+        lambda: ray.get(where.options(runtime_env=unknown).remote(), timeout=T)
     )
     try:
         printed, errors = second.communicate(timeout=120)
