@@ -248,7 +248,9 @@ def scheduling_strategy(opts: dict[str, Any]) -> Any:
     strategy = opts.get("scheduling_strategy")
     if opts.get("placement_group") not in (None, "default"):
         strategy = PlacementGroupSchedulingStrategy(
-            opts["placement_group"], opts.get("placement_group_bundle_index", -1)
+            opts["placement_group"],
+            opts.get("placement_group_bundle_index", -1),
+            opts.get("placement_group_capture_child_tasks"),
         )
     if strategy is None or isinstance(strategy, str):
         return None if strategy in (None, "DEFAULT") else strategy

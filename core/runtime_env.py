@@ -70,6 +70,14 @@ def validate(runtime_env: Any, what: str) -> dict[str, Any]:
     return dict(runtime_env)
 
 
+class RuntimeEnv(dict):
+    """Ray's ``RuntimeEnv``: a runtime_env as a dict, built from its fields as keywords and
+    checked as ``runtime_env=`` is (``RuntimeEnv(env_vars={"A": "1"})``)."""
+
+    def __init__(self, **fields: Any) -> None:
+        super().__init__(validate({k: v for k, v in fields.items() if v is not None}, "RuntimeEnv"))
+
+
 def merge(parent: dict[str, Any] | None, child: dict[str, Any] | None) -> dict[str, Any] | None:
     """The child's runtime_env over its parent's (env_vars merged, the child's winning)."""
     if not parent:

@@ -37,6 +37,7 @@ from ember.gcs.actor_machine import (
     Registered,
     ReleaseName,
     ReturnLease,
+    Unschedulable,
     WorkerDied,
 )
 from ember.gcs.jobs import JobTable
@@ -216,6 +217,10 @@ class ActorManager:
     async def _place(self, actor: ActorInfo) -> None:
         if actor.actor_id in self.cut_off:
             self._end_cut_off_creation(actor)
+        never = self._never_placed(actor)
+        if never:
+            self._carry_out(actor, self.machine.handle(actor, Unschedulable(never)))
+            return
         node = self._pick_node(actor)
         if node is None:
             actor.pending_reason = self._why_pending(actor)
@@ -272,6 +277,27 @@ class ActorManager:
             self._carry_out(actor, self.machine.handle(actor, ConstructorRaised(_cause(reply))))
             return
         self._carry_out(actor, self.machine.handle(actor, CreationSucceeded(grant["address"])))
+
+    def _never_placed(self, actor: ActorInfo) -> str:
+        """Why no node can ever take the actor ("" when one may): its hard node affinity
+        names a node that is not alive, or one that does not have what it asks for."""
+        strategy = actor.spec.strategy
+        if not (isinstance(strategy, tuple) and strategy[0] == "NODE_AFFINITY") or strategy[2]:
+            return ""
+        target = strategy[1]
+        node = next((n for n in self.nodes.alive() if n.node_id == target), None)
+        if node is None:
+            return (
+                f"the node {target.hex()} named by NodeAffinitySchedulingStrategy(soft=False) "
+                "is not alive; pass soft=True to run elsewhere"
+            )
+        if not fits(actor.spec.resources, node.total):
+            return (
+                f"it asks for {_fmt_shape(actor.spec.resources)}, which the node "
+                f"{target.hex()} of its NodeAffinitySchedulingStrategy(soft=False) does not "
+                f"have ({_fmt_shape(node.total)}); pass soft=True to run elsewhere"
+            )
+        return ""
 
     def _why_pending(self, actor: ActorInfo) -> str:
         """What the actor asked for against what exists (infeasible) or is free now (pending):
