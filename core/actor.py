@@ -23,6 +23,7 @@ from ember.ids import actor_handle_object_id, new_task_id, new_unique_id
 from ember.object_ref_generator import check_generator_returns
 from ember.runtime_env import inherited_env
 from ember.serialization import dumps_function
+from ember.util.placement_group import captured_strategy
 
 __all__ = ["ActorClass", "ActorHandle", "ActorMethod", "exit_actor", "get_actor", "method"]
 
@@ -228,7 +229,7 @@ class ActorClass:
                 "needs_cpu_node": opts.get("num_cpus") is None,
                 "methods": self._methods,
             },
-            strategy=options.scheduling_strategy(opts),
+            strategy=options.scheduling_strategy(opts) or captured_strategy(worker),
             code_path=worker.code_path or None,
             namespace=worker.namespace,
         )

@@ -122,6 +122,10 @@ memory_monitor_usage_file: str = _env("memory_monitor_usage_file", "")
 task_oom_retries: int = _env("task_oom_retries", -1)
 task_oom_retry_delay_base_ms: int = _env("task_oom_retry_delay_base_ms", 1000)
 task_oom_retry_delay_max_ms: int = _env("task_oom_retry_delay_max_ms", 60_000)
+# A task that raised an exception its retry_exceptions retries runs again after this many
+# milliseconds, each time (Ray 2.60 waits a second between such attempts, measured): a
+# transient condition has time to pass before max_retries is spent.
+task_retry_delay_ms: int = _env("task_retry_delay_ms", 1000)
 # The level of the "ember" loggers in a node's processes (GCS, raylet, agent, workers), a
 # name ("DEBUG") or a number: ember.init(logging_level=...) sets it for the node it starts.
 logging_level: str = _env("logging_level", "")

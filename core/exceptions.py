@@ -240,6 +240,19 @@ class TaskUnschedulableError(EmberError):
     """No node can run the task as asked (e.g. hard affinity to a node that is gone)."""
 
 
+class ActorUnschedulableError(EmberError):
+    """No node can ever run the actor as asked (hard affinity to a node that is gone or too
+    small): its calls fail with this at once, as in Ray, instead of waiting forever."""
+
+    def __init__(self, actor_id: str = "", cause: str = "") -> None:
+        self.actor_id = actor_id
+        self.cause = cause
+        super().__init__(f"The actor {actor_id} is unschedulable: {cause}")
+
+    def __reduce__(self):
+        return (ActorUnschedulableError, (self.actor_id, self.cause))
+
+
 class NodeDiedError(EmberError):
     """The node running the task died."""
 
@@ -293,7 +306,7 @@ _ERROR_TYPES: tuple[tuple[type, str], ...] = (
 def error_type_of(error: BaseException) -> str:
     """Ray's name for the kind of failure ``error`` reports (``TASK_EXECUTION_EXCEPTION``
     for an exception the task's own code raised)."""
-    if isinstance(error, TaskError):
+    if isinstance(error, TaskError) and not isinstance(error, TaskCancelledError):
         return "TASK_EXECUTION_EXCEPTION"
     for cls, name in _ERROR_TYPES:
         if isinstance(error, cls):

@@ -1,5 +1,5 @@
 """Node labels and label selectors, as Ray has them: a node carries ``{key: value}`` labels
-(``ember start --labels``) plus ``ray.io/node_id``, which the runtime sets; a selector
+(``ember start --labels``) plus ``ray.io/node-id``, which the runtime sets; a selector
 ``{key: condition}`` matches a node when every condition holds, a condition being ``value``,
 ``!value``, ``in(a,b,...)`` or ``!in(a,b,...)``.
 
@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Mapping
 
-NODE_ID_LABEL = "ray.io/node_id"
+NODE_ID_LABEL = "ray.io/node-id"
 RESERVED_PREFIX = "ray.io/"
 _NAME = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
 _PREFIX = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")

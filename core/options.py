@@ -95,18 +95,16 @@ def _is_strategy(value: Any) -> bool:
     return value is None or callable(getattr(value, "to_wire", None))
 
 
+_GPUS = "a non-negative number, a fraction only up to 1 (above 1, a whole number of GPUs)"
+
 # {option: (type check, value check or None, what is allowed)}. The type check decides
 # between a wrong type (InvalidOptionTypeError) and a wrong value (ValueError); None is always
 # allowed and means "the default". Counts that Ray lets be -1 mean "forever / unlimited" there
 # and here.
 _RULES: dict[str, tuple[Any, Any, str]] = {
     "num_cpus": (_is_number, lambda v: v >= 0, "a non-negative number"),
-    # A task gets a fraction of one GPU or whole GPUs: 1.5 could never be placed.
-    "num_gpus": (
-        _is_number,
-        lambda v: v >= 0 and (v <= 1 or float(v).is_integer()),
-        "a non-negative number, a fraction only up to 1 (above 1, a whole number of GPUs)",
-    ),
+    # Whole GPUs above 1 is checked when a task is submitted (resource_shape), as Ray does.
+    "num_gpus": (_is_number, lambda v: v >= 0, _GPUS),
     "memory": (_is_number, lambda v: v >= 0, "a non-negative number of bytes"),
     "object_store_memory": (_is_number, lambda v: v >= 0, "a non-negative number of bytes"),
     # "streaming" and "dynamic" are a generator function's (checked with the function).
@@ -229,8 +227,13 @@ def resource_shape(opts: dict[str, Any], default_cpus: float) -> dict[str, float
     cpus = default_cpus if cpus is None else cpus
     if cpus:
         shape["CPU"] = float(cpus)
-    if opts.get("num_gpus"):
-        shape["GPU"] = float(opts["num_gpus"])
+    gpus = opts.get("num_gpus")
+    if gpus:
+        # A fraction of one GPU or whole GPUs: 1.5 could never be placed. Ray lets it be
+        # declared and refuses it here, at .remote().
+        if gpus > 1 and not float(gpus).is_integer():
+            raise _bad("num_gpus", gpus, "this task or actor", _GPUS, wrong_type=False)
+        shape["GPU"] = float(gpus)
     if opts.get("memory"):
         shape["memory"] = float(opts["memory"])
     for name, amount in (opts.get("resources") or {}).items():
@@ -245,7 +248,9 @@ def scheduling_strategy(opts: dict[str, Any]) -> Any:
     strategy = opts.get("scheduling_strategy")
     if opts.get("placement_group") not in (None, "default"):
         strategy = PlacementGroupSchedulingStrategy(
-            opts["placement_group"], opts.get("placement_group_bundle_index", -1)
+            opts["placement_group"],
+            opts.get("placement_group_bundle_index", -1),
+            opts.get("placement_group_capture_child_tasks"),
         )
     if strategy is None or isinstance(strategy, str):
         return None if strategy in (None, "DEFAULT") else strategy

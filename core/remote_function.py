@@ -13,6 +13,7 @@ from ember.ids import new_task_id
 from ember.object_ref_generator import check_generator_returns, generator_mode, submit_generator
 from ember.runtime_env import inherited_env
 from ember.serialization import dumps_function
+from ember.util.placement_group import captured_strategy
 
 # Ray's default for remote functions: a task is retried up to 4 times if its worker dies.
 DEFAULT_MAX_RETRIES = 4
@@ -92,7 +93,7 @@ class RemoteFunction:
             max_retries=opts.get("max_retries", DEFAULT_MAX_RETRIES),
             retry_exceptions=opts.get("retry_exceptions", False),
             name=opts.get("name") or "",
-            strategy=options.scheduling_strategy(opts),
+            strategy=options.scheduling_strategy(opts) or captured_strategy(worker),
             nested_refs=nested,
             actor_options={"max_calls": opts["max_calls"]} if opts.get("max_calls") else None,
         )

@@ -3,12 +3,16 @@ node, task, actor and worker) and ``ember.get_gpu_ids()``."""
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from ember.core_worker.core_worker import DRIVER
 from ember.driver import current_worker
-from ember.id_types import ActorID, JobID, NodeID, TaskID
+from ember.id_types import ActorID, JobID, NodeID, PlacementGroupID, TaskID
+from ember.labels import node_labels
+from ember.runtime_env import RuntimeEnv
+from ember.util.placement_group import running_strategy
 
 
 def get_runtime_context() -> RuntimeContext:
@@ -132,6 +136,88 @@ class RuntimeContext:
         from ember.actor import current_actor_handle
 
         return current_actor_handle(self._worker)
+
+    # -- Ray's other accessors: the actor's name, the placement group, the node, the
+    # -- session, the runtime_env and the cancel flag --------------------------------------
+    def _actor_spec(self) -> Any:
+        return getattr(getattr(self._worker, "executor", None), "actor_spec", None)
+
+    def get_actor_name(self) -> str | None:
+        """The actor's name ("" for an unnamed actor); None in a driver or a task."""
+        spec = self._actor_spec()
+        if spec is None or getattr(self._worker, "actor_id", None) is None:
+            return None
+        return (spec.actor_options or {}).get("name") or ""
+
+    def _group_strategy(self) -> tuple | None:
+        strategy = running_strategy(self._worker)
+        if isinstance(strategy, tuple) and strategy and strategy[0] == "PLACEMENT_GROUP":
+            return strategy
+        return None
+
+    def get_placement_group_id(self) -> str | None:
+        """The hex id of the placement group the task or actor runs in; else None."""
+        strategy = self._group_strategy()
+        return strategy[1].hex() if strategy else None
+
+    @property
+    def current_placement_group_id(self) -> PlacementGroupID:
+        """Ray's deprecated id object of the current group (nil outside any)."""
+        strategy = self._group_strategy()
+        return PlacementGroupID(strategy[1]) if strategy else PlacementGroupID.nil()
+
+    @property
+    def should_capture_child_tasks_in_placement_group(self) -> bool:
+        """Whether what this task or actor submits runs in its placement group too."""
+        strategy = self._group_strategy()
+        return bool(strategy and len(strategy) > 3 and strategy[3])
+
+    def get_node_labels(self) -> dict[str, str]:
+        """This node's labels, the runtime's own (``ray.io/node-id``) included."""
+        node_id = self._worker.node_id
+        for n in self._worker.call_gcs_sync("list_nodes", None) or ():
+            if n["node_id"] == node_id:
+                return node_labels(node_id.hex(), n.get("labels"))
+        return node_labels(node_id.hex(), None)
+
+    def _session_dir(self) -> str:
+        return ((getattr(self._worker, "node", None) or {}).get("session_dir") or "").rstrip("/")
+
+    def get_session_name(self) -> str:
+        """The session's name: ``session_<date>_<pid>``, its directory's."""
+        return os.path.basename(self._session_dir())
+
+    def get_temp_dir(self) -> str:
+        """The node's temp root, which holds its session directories."""
+        return os.path.dirname(self._session_dir())
+
+    def _runtime_env(self) -> dict[str, Any]:
+        spec = getattr(self._worker.current, "spec", None)
+        if spec is None or spec.kind != 0:
+            spec = self._actor_spec()
+        if spec is not None:
+            return spec.runtime_env or {}
+        return getattr(self._worker, "job_runtime_env", None) or {}
+
+    def get_runtime_env_string(self) -> str:
+        """The runtime_env this code runs with, as JSON (local paths as their packages'
+        URIs); ``"{}"`` for none."""
+        return json.dumps(self._runtime_env())
+
+    @property
+    def runtime_env(self) -> RuntimeEnv:
+        return RuntimeEnv(**self._runtime_env())
+
+    def is_canceled(self) -> bool:
+        """Whether ``cancel`` was called on the running task (for a task that checks rather
+        than being interrupted). RuntimeError in a driver or an async actor, as in Ray."""
+        if getattr(self._worker, "mode", DRIVER) == DRIVER:
+            raise RuntimeError("is_canceled() is only available in a task or actor, not a driver.")
+        executor = getattr(self._worker, "executor", None)
+        if getattr(executor, "async_loop", None) is not None:
+            raise RuntimeError("is_canceled() is not supported in an async actor.")
+        task_id = getattr(self._worker.current, "task_id", None)
+        return task_id is not None and task_id in getattr(executor, "cancelled", ())
 
     def get(self) -> dict[str, Any]:
         """Ray's summary: id objects, and the task and actor only where there are some."""

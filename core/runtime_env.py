@@ -59,7 +59,23 @@ def validate(runtime_env: Any, what: str) -> dict[str, Any]:
     modules = runtime_env.get("py_modules")
     if modules is not None and not isinstance(modules, list | tuple):
         raise TypeError(f"runtime_env py_modules of {what} must be a list")
+    for path in [runtime_env.get("working_dir")] + list(modules or ()):
+        # Ray's rule: a path is a string (a local directory or a package URI).
+        if path is not None and not isinstance(path, str | os.PathLike):
+            key = "working_dir" if path is runtime_env.get("working_dir") else "py_modules"
+            raise TypeError(
+                f"runtime_env {key} of {what} must be a string (a local path or a URI), "
+                f"got {type(path).__name__} {path!r}"
+            )
     return dict(runtime_env)
+
+
+class RuntimeEnv(dict):
+    """Ray's ``RuntimeEnv``: a runtime_env as a dict, built from its fields as keywords and
+    checked as ``runtime_env=`` is (``RuntimeEnv(env_vars={"A": "1"})``)."""
+
+    def __init__(self, **fields: Any) -> None:
+        super().__init__(validate({k: v for k, v in fields.items() if v is not None}, "RuntimeEnv"))
 
 
 def merge(parent: dict[str, Any] | None, child: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -93,7 +109,10 @@ def upload_local(env: dict[str, Any], call_gcs: Any) -> dict[str, Any]:
             return path
         key = (os.path.realpath(os.path.expanduser(path)), excludes, module)
         if key not in _UPLOADED:
-            data = packages.zip_directory(path, list(excludes), include_parent_dir=module)
+            if module and path.endswith(".py") and os.path.isfile(key[0]):
+                data = packages.zip_file(path)  # a one-file module, as Ray takes it
+            else:
+                data = packages.zip_directory(path, list(excludes), include_parent_dir=module)
             _UPLOADED[key] = packages.upload(call_gcs, data)
         return _UPLOADED[key]
 
@@ -120,6 +139,16 @@ def inherited_env(worker: Any, own: dict[str, Any] | None) -> dict[str, Any] | N
     if own:
         own = upload_local(own, worker.call_gcs_sync)
     return merge(parent, own)
+
+
+def env_key(env: dict[str, Any] | None) -> str:
+    """What tells runtime_envs apart for the raylet's workers: the env as sorted JSON ("" for
+    none), so equal envs share workers and different ones never do."""
+    if not env:
+        return ""
+    import json
+
+    return json.dumps(env, sort_keys=True, default=str)
 
 
 class EnvVars:

@@ -85,6 +85,7 @@ def unpack(session_dir: str, name: str, source: str | bytes, kind: str) -> str:
     if os.path.isdir(target):
         return target
     tmp = f"{target}.tmp{os.getpid()}"
+    os.makedirs(tmp, exist_ok=True)  # an empty directory's package has no member to make it
     opened = zipfile.ZipFile(io.BytesIO(source) if isinstance(source, bytes) else source)
     with opened as zf:
         real_tmp = os.path.realpath(tmp)
@@ -197,13 +198,30 @@ def zip_directory(path: str, excludes: list[str] = (), include_parent_dir: bool 
                         "runtime_env 'excludes', or keep data outside working_dir"
                     )
                 arcname = os.path.join(prefix, rel) if prefix else rel
-                # A fixed date: the same files give the same bytes, so the same name.
-                info = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
-                info.external_attr = (os.stat(full).st_mode & 0o777) << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
                 with open(full, "rb") as src:
-                    z.writestr(info, src.read())
+                    z.writestr(_member(arcname, full), src.read())
     return out.getvalue()
+
+
+def zip_file(path: str) -> bytes:
+    """A one-file module (``py_modules=["helpers.py"]``) as a package: the file at its root,
+    so the unpacked directory on the import path makes it importable."""
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z, open(path, "rb") as src:
+        z.writestr(_member(os.path.basename(path), path), src.read())
+    return out.getvalue()
+
+
+def _member(arcname: str, full: str) -> Any:
+    import zipfile
+
+    # A fixed date: the same files give the same bytes, so the same name.
+    info = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
+    info.external_attr = (os.stat(full).st_mode & 0o777) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info
 
 
 def _excluded(rel: str, patterns: list[str]) -> bool:

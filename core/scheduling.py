@@ -87,18 +87,27 @@ def lease_decision(
     """
     if isinstance(strategy, tuple) and strategy[0] == "NODE_AFFINITY":
         target, soft = strategy[1], strategy[2]
-        if target == here.node_id:
-            if not soft or fits(shape, here.total):
+        node = (
+            here
+            if target == here.node_id
+            else next((n for n in others if n.node_id == target), None)
+        )
+        if node is None and not soft:
+            return "fail", (
+                f"node {target.hex()} named by NodeAffinitySchedulingStrategy(soft=False) "
+                "is not alive; pass soft=True to run elsewhere"
+            )
+        if node is not None and fits(shape, node.total):
+            if node is here or spilled:
                 return "local", None
-        else:
-            node = next((n for n in others if n.node_id == target), None)
-            if node is not None and (not soft or fits(shape, node.total)):
-                return ("local", None) if spilled else ("spill", node)
-            if node is None and not soft:
-                return "fail", (
-                    f"node {target.hex()} named by NodeAffinitySchedulingStrategy(soft=False) "
-                    "is not alive; pass soft=True to run elsewhere"
-                )
+            return "spill", node
+        if node is not None and not soft:
+            # As Ray: a hard affinity the node can never satisfy fails at once.
+            return "fail", (
+                f"the task asks for {shape}, which node {target.hex()} named by "
+                "NodeAffinitySchedulingStrategy(soft=False) does not have "
+                f"({node.total}); pass soft=True to run elsewhere"
+            )
         # soft affinity to a node that cannot: anywhere, as the default strategy would
     if spilled:
         return "local", None  # another raylet chose us; never bounce work around

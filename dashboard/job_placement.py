@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ember.labels import matches, node_labels
+from ember.labels import NODE_ID_LABEL, matches, node_labels
 from ember.resources import fits
 
 ALLOW_WORKER_NODES = "EMBER_JOB_ALLOW_DRIVER_ON_WORKER_NODES"
@@ -53,7 +53,7 @@ def selector_for(rec: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str, 
     if resources_specified(rec) or os.environ.get(ALLOW_WORKER_NODES) == "1":
         return selector
     head = next((n for n in nodes if n.get("is_head") and n.get("state") == "ALIVE"), None)
-    return {"ray.io/node_id": head["node_id"]} if head else {}
+    return {NODE_ID_LABEL: head["node_id"]} if head else {}
 
 
 def choose_node(rec: dict[str, Any], nodes: list[dict[str, Any]]) -> str | None:

@@ -244,9 +244,11 @@ def test_wait_on_nothing_returns_two_empty_lists(shared_node):
     assert ember.wait([]) == ([], [])
 
 
-def test_gpus_above_one_must_be_whole():
+def test_gpus_above_one_must_be_whole(shared_node):
+    # As Ray: declaring it is fine, submitting it is the error (before anything runs).
+    odd = _boom.options(num_gpus=1.5)
     with pytest.raises(ValueError, match="num_gpus.*1.5"):
-        _boom.options(num_gpus=1.5)
+        odd.remote()
     _boom.options(num_gpus=0.5)
     _boom.options(num_gpus=2)
 

@@ -24,11 +24,11 @@ PROGRAM = ROOT / "tests" / "tools" / "ray_semantics_programs.py"
 INTENDED = {"exit_actor": False, "intended|intentional": True, "kill": False}
 
 EMBER_OWN = {
-    # A cancelled call fails with TaskCancelledError on both. Ray's error is also a
-    # RayTaskError when the cancel interrupted the running code (its error is built from
-    # what the task raised inside); Ember's is the plain cancel, whatever the task was doing.
-    "cancel_async_call": ["raised", ["TaskCancelledError"], {}],
-    "cancel_recursive_parent": ["raised", ["TaskCancelledError"], {}],
+    # A cancelled call fails with TaskCancelledError on both, and (issue 33) on both it is
+    # also a RayTaskError when the cancel interrupted the running code; kept here, with
+    # Ray's printed beside, as the class list of a cancel is what issue 33 compares.
+    "cancel_async_call": ["raised", ["RayTaskError", "TaskCancelledError"], {}],
+    "cancel_recursive_parent": ["raised", ["RayTaskError", "TaskCancelledError"], {}],
     # sys.exit() in a method is an intentional exit whatever its code (issue 17). Ray 2.60
     # calls only sys.exit(0) intended: sys.exit(3) and a bare sys.exit() (code None, which
     # Python treats as 0) are "SYSTEM_ERROR ... exits unexpectedly" there.

@@ -64,7 +64,7 @@ def test_name_option_names_the_task_in_its_events(shared_node):
         names = {}
         for e in ember.timeline():
             args = e.get("args") or {}
-            if e.get("cat") == "task" and args.get("state") == "FINISHED":
+            if e.get("cat", "").startswith("task::") and args.get("state") == "FINISHED":
                 names[args["task_id"]] = e["name"]
         ids = (renamed.task_id().hex(), plain.task_id().hex())
         return names if all(i in names for i in ids) else None

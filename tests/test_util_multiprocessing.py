@@ -12,7 +12,7 @@ import ember
 import psutil
 import pytest
 from ember.exceptions import ActorError
-from ember.util.multiprocessing import Pool, TimeoutError
+from ember.util.multiprocessing import Pool, PoolTaskError, TimeoutError
 from ember.util.multiprocessing.results import RemoteTraceback
 from ember_test_utils import wait_until
 
@@ -139,14 +139,13 @@ def test_imap_reads_an_endless_input_lazily(pool):
 
 
 def test_imap_errors_and_timeouts(pool):
+    # Ray's rule, not multiprocessing's: a failed item comes back as a PoolTaskError holding
+    # its exception (with the worker's traceback as its cause) and the iteration goes on.
     it = pool.imap(fail_on_three, range(5))
-    out = []
-    for _ in range(5):
-        try:
-            out.append(next(it))
-        except ValueError:
-            out.append("error")
-    assert out == [0, 1, 2, "error", 4]
+    out = [next(it) for _ in range(5)]
+    assert out[:3] == [0, 1, 2] and out[4] == 4
+    assert isinstance(out[3], PoolTaskError) and isinstance(out[3].underlying, ValueError)
+    assert "fail_on_three" in str(out[3].underlying.__cause__)
     with pytest.raises(StopIteration):
         next(it)
     it = pool.imap(time.sleep, [2])

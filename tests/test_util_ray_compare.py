@@ -22,7 +22,6 @@ NO_JOBLIB = "joblib is not installed"
 EMBER_OWN = {
     "queue": {"get_timeout_zero_with_an_item": ["ok", "there"]},
     "pool": {
-        "imap_error": [0, 1, 2, "raised ValueError", 4],
         "returned_exception": ["ok", "KeyError"],
         "error_callback_gets": ["ValueError"],
         "callback_order": [[x * x for x in range(8)]],

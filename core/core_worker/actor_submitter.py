@@ -25,7 +25,12 @@ from typing import Any, Protocol
 
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.task_spec import ARG_REF, TaskSpec
-from ember.exceptions import ActorDiedError, ActorUnavailableError, TaskCancelledError
+from ember.exceptions import (
+    ActorDiedError,
+    ActorUnavailableError,
+    ActorUnschedulableError,
+    TaskCancelledError,
+)
 from ember.gcs_link import GcsLink
 from ember.protocol.connection import Connection
 
@@ -44,6 +49,7 @@ class _Actor:
         "in_flight",
         "lost",
         "death_cause",
+        "unschedulable",
         "subscribed",
         "max_task_retries",
         "incarnation",
@@ -62,6 +68,7 @@ class _Actor:
         self.in_flight: dict[bytes, TaskSpec] = {}  # {task_id: spec} sent, not answered
         self.lost: list[TaskSpec] = []  # in flight when the connection dropped
         self.death_cause = ""
+        self.unschedulable = False  # it died because no node can ever take it
         self.subscribed = False
         self.max_task_retries = 0
         self.incarnation = -1
@@ -334,6 +341,7 @@ class ActorSubmitter:
         incarnation = info.get("num_restarts", 0)
         st.state = state
         st.death_cause = info.get("death_cause") or st.death_cause
+        st.unschedulable = info.get("unschedulable", False)
         if state == "ALIVE":
             if st.address != info["address"] or st.incarnation != incarnation:
                 if st.conn is not None and st.incarnation != incarnation:
@@ -378,7 +386,9 @@ class ActorSubmitter:
                 )
                 self.host.fail_task(spec, ActorUnavailableError(st.actor_id.hex(), cause))
 
-    def _died(self, st: _Actor) -> ActorDiedError:
+    def _died(self, st: _Actor) -> ActorDiedError | ActorUnschedulableError:
+        if st.unschedulable:
+            return ActorUnschedulableError(st.actor_id.hex(), st.death_cause)
         return ActorDiedError(st.actor_id.hex(), st.death_cause or "the actor died")
 
     @_locked

@@ -38,6 +38,7 @@ from ember.core_worker.task_spec import (
 from ember.exceptions import (
     ActorDiedError,
     ActorExit,
+    RuntimeEnvSetupError,
     TaskCancelledError,
     TaskError,
     error_type_of,
@@ -220,14 +221,17 @@ class Executor:
         if spec.gpu_ids:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
             self._gpus_set = True
-        elif self._gpus_set and spec.kind == 0:
-            self._restore_gpus()  # a reused worker: the last task's GPUs are not this one's
+        elif self._gpus_set and spec.kind != ACTOR_TASK:
+            # A reused worker: the last task's GPUs are not this task's nor this actor's.
+            self._restore_gpus()
         timings: dict[str, float] = {"start": time.time()}
         self._record_running(spec)
         current.profile_spans = spans = []
         # A task's runtime_env is its own for its run; an actor's, for its life (kept).
-        env = applied_env(spec, self) if spec.runtime_env and spec.kind != ACTOR_TASK else None
+        env = None
         try:
+            if spec.runtime_env and spec.kind != ACTOR_TASK:
+                env = applied_env(spec, self)
             if spec.task_id in self.cancelled:
                 raise TaskCancelledError(spec.task_id.hex())
             fn = self._load(spec)
@@ -243,7 +247,10 @@ class Executor:
                 if spec.generator:
                     result = generators.run(self, spec, result)
             timings["executed"] = time.time()
-            reply = self.store_returns(spec, result)
+            if isinstance(result, generators.PartialReturns):
+                reply = self._partial_reply(spec, result)
+            else:
+                reply = self.store_returns(spec, result)
         except SystemExit as e:
             # exit_actor(), __ray_terminate__ or sys.exit() in a method: the actor ends on
             # purpose after this call. In a task, sys.exit() is the task's error.
@@ -252,14 +259,16 @@ class Executor:
             else:
                 reply = self._error_reply(spec, self._task_error(spec, e), app=True)
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
-            if isinstance(e, TaskCancelledError) or (
-                isinstance(e, KeyboardInterrupt) and spec.task_id in self.cancelled
-            ):
+            if isinstance(e, TaskCancelledError):
                 reply = self._error_reply(spec, TaskCancelledError(spec.task_id.hex()), app=False)
+            elif isinstance(e, KeyboardInterrupt) and spec.task_id in self.cancelled:
+                reply = self._cancelled_reply(spec, e)
             elif isinstance(e, KeyboardInterrupt | SystemExit):
                 reply = self._error_reply(spec, self._task_error(spec, e), app=True)
             elif isinstance(e, TaskError) and getattr(e, "_from_arg", False):
                 reply = self._error_reply(spec, e, app=False)  # an upstream failure, as is
+            elif isinstance(e, RuntimeEnvSetupError):
+                reply = self._error_reply(spec, e, app=False)  # Ray's class, never retried
             else:
                 reply = self._error_reply(spec, self._task_error(spec, e), app=True)
         finally:
@@ -311,9 +320,17 @@ class Executor:
             actor_repr=self.actor_name or None,
         )
 
+    def _cancelled_reply(self, spec: TaskSpec, interrupt: BaseException) -> dict:
+        """A cancel that interrupted the task's own code: as in Ray, the error is both a
+        TaskCancelledError and a task error (``except RayTaskError`` catches it) with the
+        traceback of where it was interrupted; never retried."""
+        cancel = TaskCancelledError(spec.task_id.hex())
+        cancel.__traceback__ = interrupt.__traceback__
+        error = self._task_error(spec, cancel).as_instanceof_cause()
+        return self._error_reply(spec, error, app=False)
+
     def _error_reply(self, spec: TaskSpec, error: BaseException, app: bool) -> dict:
-        ser = serialize_error(error)
-        loc = ("inline", ser.meta, ser.data, [])
+        loc = _error_loc(error)
         # The text (with the remote traceback) rides along for the dashboard's task table.
         return {
             "returns": [loc] * spec.num_returns,
@@ -412,6 +429,11 @@ class Executor:
     def store_returns(self, spec: TaskSpec, result: Any) -> dict:
         return task_values.store_returns(self.host, spec, result)
 
+    def _partial_reply(self, spec: TaskSpec, partial: generators.PartialReturns) -> dict:
+        """A static generator's items, then its error in the returns it did not yield."""
+        loc = _error_loc(self._task_error(spec, partial.error))
+        return task_values.store_partial_returns(self.host, spec, partial.values, loc)
+
     # -- actors ----------------------------------------------------------------------------
     def _construct_actor(self, spec: TaskSpec, cls: Any, args: list, kwargs: dict) -> None:
         self.adopt_code_path(spec.code_path)
@@ -460,13 +482,18 @@ class Executor:
         limit = self.async_sem
         if spec.concurrency_group and self.groups is not None:
             limit = self.groups.limit(spec.concurrency_group, limit)
+        started = False
         try:
             async with limit:
                 if spec.task_id in self.cancelled:
                     raise asyncio.CancelledError
+                started = True
                 reply = await self._execute_async(spec)
-        except asyncio.CancelledError:  # cancelled while waiting for its turn, or in it
-            reply = self._error_reply(spec, TaskCancelledError(spec.task_id.hex()), app=False)
+        except asyncio.CancelledError as e:  # cancelled while waiting for its turn, or in it
+            if started:
+                reply = self._cancelled_reply(spec, e)
+            else:
+                reply = self._error_reply(spec, TaskCancelledError(spec.task_id.hex()), app=False)
         reply_to.resolve_threadsafe(reply)
         if self.exiting:
             self._exit_actor(self.exit_reason)
@@ -489,7 +516,10 @@ class Executor:
             if spec.generator:
                 result = await generators.run_async(self, spec, result)
             timings["executed"] = time.time()
-            reply = self.store_returns(spec, result)
+            if isinstance(result, generators.PartialReturns):
+                reply = self._partial_reply(spec, result)
+            else:
+                reply = self.store_returns(spec, result)
         except SystemExit as e:
             reply = self._exit_reply(spec, e)
         except asyncio.CancelledError:
@@ -541,6 +571,12 @@ class Executor:
         sys.stderr.flush()
         time.sleep(0.05)  # let the last reply leave the socket
         os._exit(0)
+
+
+def _error_loc(error: BaseException) -> tuple:
+    """Where a return holding ``error`` is: inline in the reply."""
+    ser = serialize_error(error)
+    return ("inline", ser.meta, ser.data, [])
 
 
 def _ended(timings: dict[str, float]) -> dict[str, float]:

@@ -9,6 +9,8 @@
 - Dynamic: the same sending, then the task returns a ``DynamicObjectRefGenerator`` of the
   items' refs; an exception is its last item (Ray's dynamic generators).
 - Static ``num_returns=N``: the items are the task's N returns; another count is an error.
+  A generator that raises after k < N items: the first k returns hold them, the rest the
+  error (Ray's rule).
 
 A retried streaming task skips the items its caller already has (``spec.generator_skip``).
 
@@ -57,7 +59,12 @@ def run(executor: GeneratorExecutor, spec: TaskSpec, result: Any) -> Any:
         return asyncio.run(run_async(executor, spec, result))
     _check_iterable(spec, result)
     if spec.generator == GEN_STATIC:
-        return _static(spec, list(itertools.islice(result, max(spec.num_returns, 0) + 1)))
+        values: list = []
+        try:
+            values.extend(itertools.islice(result, max(spec.num_returns, 0) + 1))
+        except Exception as e:
+            return _static_failed(values, e)
+        return _static(spec, values)
     sender = _Sender(executor, spec)
     try:
         for value in result:
@@ -77,10 +84,13 @@ async def run_async(executor: GeneratorExecutor, spec: TaskSpec, result: Any) ->
     if spec.generator == GEN_STATIC:
         wanted = max(spec.num_returns, 0) + 1
         values = []
-        async for value in result:
-            values.append(value)
-            if len(values) >= wanted:
-                break
+        try:
+            async for value in result:
+                values.append(value)
+                if len(values) >= wanted:
+                    break
+        except Exception as e:
+            return _static_failed(values, e)
         return _static(spec, values)
     sender = _Sender(executor, spec)
     try:
@@ -100,6 +110,21 @@ def _check_iterable(spec: TaskSpec, result: Any) -> None:
             f"{'dynamic' if spec.generator == GEN_DYNAMIC else 'streaming'}) but returned "
             f"a {type(result).__name__}, which is not iterable."
         )
+
+
+class PartialReturns:
+    """A static generator that yielded ``values`` and then raised ``error``: as in Ray, the
+    first returns hold the values and the rest the task's error."""
+
+    def __init__(self, values: list, error: Exception) -> None:
+        self.values = values
+        self.error = error
+
+
+def _static_failed(values: list, error: Exception) -> PartialReturns:
+    if not values:
+        raise error  # nothing yielded: the task's plain error, retried as any
+    return PartialReturns(values, error)
 
 
 def _static(spec: TaskSpec, values: list) -> Any:

@@ -27,6 +27,7 @@ Events (``handle``'s input):
   (``retry``: the raylet leaves it room to run again, its caller having other tasks there);
   it runs again on its own OOM budget (``oom_retries``, -1 unlimited; not ``max_retries``,
   as in Ray) unless ``max_retries`` is 0, after a delay doubling from ``oom_delay_base``.
+  (A task whose own exception is retried waits ``app_retry_delay`` each time, as in Ray.)
 - ``("cancel", task_id, force)``: ``ember.cancel``.
 - ``("reconstruct", spec, waiting_on)``: a finished task runs again (lineage).
 
@@ -127,9 +128,14 @@ class TaskAttempts:
     """Every normal task this process owns that has not reached its end yet."""
 
     def __init__(
-        self, oom_retries: int = -1, oom_delay_base: float = 1.0, oom_delay_max: float = 60.0
+        self,
+        oom_retries: int = -1,
+        oom_delay_base: float = 1.0,
+        oom_delay_max: float = 60.0,
+        app_retry_delay: float = 0.0,
     ) -> None:
         self._tasks: dict[bytes, _Task] = {}  # {task_id: _Task}
+        self.app_retry_delay = app_retry_delay
         self.oom_retries = oom_retries
         self.oom_delay_base = oom_delay_base
         self.oom_delay_max = oom_delay_max
@@ -208,7 +214,10 @@ class TaskAttempts:
         if reply.get("app_error") and track.can("retry") and should_retry_app_error(spec, reply):
             track.fire("retry")
             spec.attempt += 1
-            return [(RETRY, spec)]
+            # As Ray: a fixed pause, so the retries span a transient condition.
+            return (
+                [(RETRY, spec, self.app_retry_delay)] if self.app_retry_delay else [(RETRY, spec)]
+            )
         track.fire("failed")
         return self._end(task, [(FINISH, spec, reply)])
 

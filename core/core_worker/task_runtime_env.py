@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from ember import runtime_env_packages as packages
+from ember.exceptions import RuntimeEnvSetupError
 from ember.runtime_env import EnvVars
 
 
@@ -33,8 +34,21 @@ class AppliedEnv:
 
 
 def applied_env(spec: Any, executor: Any) -> AppliedEnv:
-    env = spec.runtime_env
+    """The spec's runtime_env applied; RuntimeEnvSetupError (with nothing left applied) when
+    it cannot be: the task's error, never the worker's end."""
     out = AppliedEnv()
+    try:
+        _apply(spec.runtime_env, executor, out)
+    except Exception as e:
+        out.restore()
+        raise RuntimeEnvSetupError(
+            f"The runtime_env of {spec.display_name()}() could not be set up: "
+            f"{type(e).__name__}: {e}"
+        ) from e
+    return out
+
+
+def _apply(env: dict, executor: Any, out: AppliedEnv) -> None:
     if env.get("env_vars"):
         out.env_vars = EnvVars(env["env_vars"])
     host = executor.host
@@ -42,7 +56,7 @@ def applied_env(spec: Any, executor: Any) -> AppliedEnv:
     if env.get("working_dir"):
         uris.append((env["working_dir"], "working_dir_files"))
     if not uris:
-        return out
+        return
     fetch = packages.fetch_through(host.call_gcs_sync)
     session = host.node["session_dir"]
     for uri, kind in uris:
@@ -58,6 +72,6 @@ def applied_env(spec: Any, executor: Any) -> AppliedEnv:
             sys.path.insert(0, path)
             out.paths.append(path)
         if kind == "working_dir_files":
-            out.cwd = os.getcwd()
+            cwd = os.getcwd()
             os.chdir(path)
-    return out
+            out.cwd = cwd

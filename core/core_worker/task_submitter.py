@@ -38,6 +38,7 @@ from ember.core_worker.task_attempts import (
 from ember.core_worker.task_spec import ARG_REF, TaskSpec
 from ember.exceptions import OutOfMemoryError, TaskUnschedulableError
 from ember.protocol.connection import Connection, ConnectionClosedError
+from ember.runtime_env import env_key
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +134,7 @@ class TaskSubmitter:
             config.task_oom_retries,
             config.task_oom_retry_delay_base_ms / 1000.0,
             config.task_oom_retry_delay_max_ms / 1000.0,
+            config.task_retry_delay_ms / 1000.0,
         )
         self._classes: dict[Any, _Class] = {}
         # The ``recursive`` of the cancel being carried out (the attempts' SEND_CANCEL
@@ -141,7 +143,7 @@ class TaskSubmitter:
         # Workers a raylet's memory monitor said it is killing: {worker_id: (when, what it
         # said, retry)}, read when the worker's connection closes.
         self._oom_notices: dict[bytes, tuple[float, str, bool]] = {}
-        self._backoff: dict[bytes, asyncio.TimerHandle] = {}  # OOM retries waiting to queue
+        self._backoff: dict[bytes, asyncio.TimerHandle] = {}  # retries waiting to queue
 
     # -- entry -----------------------------------------------------------------------------
     def submit(self, spec: TaskSpec) -> None:
@@ -218,7 +220,9 @@ class TaskSubmitter:
         # Retriable or not is part of the class: a lease tells its raylet which it is, for
         # the memory monitor, which kills retriable work first.
         retriable = spec.max_retries != 0
-        key = (tuple(sorted(spec.resources.items())), _strategy_key(spec.strategy), retriable)
+        # A runtime_env is part of it too: its tasks run in workers kept for that env.
+        env = env_key(spec.runtime_env) if spec.runtime_env else ""
+        key = (tuple(sorted(spec.resources.items())), _strategy_key(spec.strategy), retriable, env)
         cls = self._classes.get(key)
         if cls is None:
             cls = self._classes[key] = _Class(key, spec.resources, spec.strategy)
@@ -260,6 +264,8 @@ class TaskSubmitter:
             "name": cls.queue[0].function_name if cls.queue else "",
             "retriable": cls.key[2],
         }
+        if cls.key[3]:
+            body["env"] = cls.key[3]
         raylet = self.host.raylet
         try:
             # Large arguments pull the work toward their data (Ray's locality-aware leasing).

@@ -81,9 +81,24 @@ def store_returns(host: ValuesHost, spec: TaskSpec, result: Any) -> dict:
                 f"{got}; return a tuple of {n} values."
             )
         values = list(result)
+    return _store_values(host, spec, values, spec.return_ids())
+
+
+def store_partial_returns(host: ValuesHost, spec: TaskSpec, values: list, error_loc: Any) -> dict:
+    """The first ``len(values)`` returns hold ``values``; the others ``error_loc``, an
+    error already serialized (a static generator that raised part way)."""
+    ids = spec.return_ids()
+    reply = _store_values(host, spec, values, ids[: len(values)])
+    rest = len(ids) - len(values)
+    reply["returns"] += [error_loc] * rest
+    reply["contained"] += [None] * rest
+    return reply
+
+
+def _store_values(host: ValuesHost, spec: TaskSpec, values: list, ids: list) -> dict:
     returns, contained = [], []
     caller = spec.owner
-    for oid, value in zip(spec.return_ids(), values, strict=True):
+    for oid, value in zip(ids, values, strict=True):
         ser = serialize(value, what=f"the return value of {spec.display_name()}()")
         returns.append(host.store_serialized(oid, ser, caller))
         if ser.contained:

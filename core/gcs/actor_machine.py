@@ -109,6 +109,7 @@ class ActorInfo:
         self.end_time: float | None = None
         self.lease_id: Any = None
         self.no_restart = False
+        self.unschedulable = False  # no node can ever take it (hard affinity): it failed
         self._spec_blob: bytes | None = None  # the spec as stored (record())
 
     @property
@@ -128,6 +129,7 @@ class ActorInfo:
         "end_time",
         "lease_id",
         "no_restart",
+        "unschedulable",
     )
 
     def record(self) -> bytes:
@@ -164,6 +166,7 @@ class ActorInfo:
             "pid": self.pid,
             "num_restarts": self.num_restarts,
             "death_cause": self.death_cause,
+            "unschedulable": self.unschedulable,
             "pending_reason": self.pending_reason,
             "job_id": self.job_id,
             "detached": self.detached,
@@ -208,6 +211,13 @@ class ConstructorRaised(Plain):
     cause: str
 
 
+class Unschedulable(Plain):
+    """No node can ever take the actor as asked (hard affinity to a node that is gone or
+    too small): it fails at once, as in Ray, rather than waiting forever."""
+
+    cause: str
+
+
 class WorkerDied(Plain):
     """A raylet says the actor's current worker exited."""
 
@@ -248,6 +258,7 @@ ActorEvent = (
     | CreationSucceeded
     | CreationFailed
     | ConstructorRaised
+    | Unschedulable
     | WorkerDied
     | NodeDied
     | Kill
@@ -328,6 +339,7 @@ class ActorMachine:
             CreationSucceeded: self._creation_succeeded,
             CreationFailed: self._creation_failed,
             ConstructorRaised: self._constructor_raised,
+            Unschedulable: self._unschedulable,
             WorkerDied: self._worker_died,
             NodeDied: self._node_died,
             Kill: self._killed,
@@ -377,6 +389,13 @@ class ActorMachine:
         actor.no_restart = True
         out = [] if actor.track.state is _D else self._die(actor, "constructor_raised", event.cause)
         return [*out, ExitWorker("constructor failed", force=False)]
+
+    def _unschedulable(self, actor: ActorInfo, event: Unschedulable) -> list[Instruction]:
+        if actor.track.state is _D:
+            return []
+        actor.no_restart = True
+        actor.unschedulable = True
+        return self._die(actor, "failed", event.cause)
 
     def _worker_died(self, actor: ActorInfo, event: WorkerDied) -> list[Instruction]:
         state = actor.track.state

@@ -37,6 +37,7 @@ from ember.gcs.actor_machine import (
     Registered,
     ReleaseName,
     ReturnLease,
+    Unschedulable,
     WorkerDied,
 )
 from ember.gcs.jobs import JobTable
@@ -46,6 +47,7 @@ from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
 from ember.protocol.messages.gcs import NoSuchActor
 from ember.resources import fits, fmt
+from ember.runtime_env import env_key
 from ember.scheduling import pick_node
 
 if TYPE_CHECKING:
@@ -215,6 +217,10 @@ class ActorManager:
     async def _place(self, actor: ActorInfo) -> None:
         if actor.actor_id in self.cut_off:
             self._end_cut_off_creation(actor)
+        never = self._never_placed(actor)
+        if never:
+            self._carry_out(actor, self.machine.handle(actor, Unschedulable(never)))
+            return
         node = self._pick_node(actor)
         if node is None:
             actor.pending_reason = self._why_pending(actor)
@@ -230,6 +236,8 @@ class ActorManager:
                     "job_id": actor.job_id,
                     "class_name": actor.class_name,
                     "strategy": actor.spec.strategy,
+                    # Its own runtime_env: a worker kept for that env hosts it.
+                    "env": env_key(actor.spec.runtime_env),
                     # Restarts left: the node's memory monitor kills such an actor first.
                     "retriable": actor.max_restarts == -1
                     or actor.num_restarts < actor.max_restarts,
@@ -269,6 +277,27 @@ class ActorManager:
             self._carry_out(actor, self.machine.handle(actor, ConstructorRaised(_cause(reply))))
             return
         self._carry_out(actor, self.machine.handle(actor, CreationSucceeded(grant["address"])))
+
+    def _never_placed(self, actor: ActorInfo) -> str:
+        """Why no node can ever take the actor ("" when one may): its hard node affinity
+        names a node that is not alive, or one that does not have what it asks for."""
+        strategy = actor.spec.strategy
+        if not (isinstance(strategy, tuple) and strategy[0] == "NODE_AFFINITY") or strategy[2]:
+            return ""
+        target = strategy[1]
+        node = next((n for n in self.nodes.alive() if n.node_id == target), None)
+        if node is None:
+            return (
+                f"the node {target.hex()} named by NodeAffinitySchedulingStrategy(soft=False) "
+                "is not alive; pass soft=True to run elsewhere"
+            )
+        if not fits(actor.spec.resources, node.total):
+            return (
+                f"it asks for {_fmt_shape(actor.spec.resources)}, which the node "
+                f"{target.hex()} of its NodeAffinitySchedulingStrategy(soft=False) does not "
+                f"have ({_fmt_shape(node.total)}); pass soft=True to run elsewhere"
+            )
+        return ""
 
     def _why_pending(self, actor: ActorInfo) -> str:
         """What the actor asked for against what exists (infeasible) or is free now (pending):

@@ -349,12 +349,13 @@ class LeaseMachine:
                     self._maybe_warn_infeasible(req, out)
                 i += 1
                 continue
-            if not idle:
+            w = _idle_for(idle, req.env)
+            if w is None:
                 if _fits_beside(res, req.shape, promised):
                     need_workers += 1
                     for k, v in req.shape.items():
                         promised[k] = promised.get(k, 0) + to_fixed(v)
-                    if need_workers >= self.max_starting and not self.view.nodes:
+                    if need_workers >= self.max_starting and not self.view.nodes and not idle:
                         # Alone, with no idle worker and every start slot wanted, nothing
                         # further down can change this pass: stop (each registration once
                         # rescanned thousands of queued actor leases). The tick still warns
@@ -364,7 +365,6 @@ class LeaseMachine:
                 i += 1
                 continue
             queue.pop(i)
-            w = idle.pop()
             lease_id = self._next_lease_id
             self._next_lease_id = lease_id + 1
             is_actor = req.actor_id is not None
@@ -466,6 +466,24 @@ class LeaseMachine:
             )
             d["count"] += 1
         return list(demands.values())
+
+
+def _idle_for(idle: list[Worker], env: str) -> Worker | None:
+    """Takes an idle worker that may run work of runtime_env ``env`` out of ``idle``: one
+    kept for it, else (for an env) a worker of the common pool that never ran anything,
+    which is then kept for it. None when there is none: a worker is started."""
+    if idle and idle[-1].env == env:
+        return idle.pop()  # the common case: no runtime_env, the last worker back
+    for i in range(len(idle) - 1, -1, -1):
+        if idle[i].env == env:
+            return idle.pop(i)
+    if env:
+        for i in range(len(idle) - 1, -1, -1):
+            w = idle[i]
+            if not w.env and not w.tasks_run:
+                w.env = env
+                return idle.pop(i)
+    return None
 
 
 def _fits_beside(res: NodeResources, shape: dict[str, float], promised: dict[str, int]) -> bool:

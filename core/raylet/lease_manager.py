@@ -186,6 +186,7 @@ class LeaseManager:
             body.get("job_id"),
             name,
             retriable=bool(body.get("retriable", False)),
+            env=body.get("env", ""),
             **kw,
         )
         self.handle(ev.LeaseRequested(req))

@@ -62,6 +62,7 @@ class Worker:
         "tasks_run",
         "idle_since",
         "depth",
+        "env",
     )
 
     def __init__(self, worker_id: bytes, now: float) -> None:
@@ -75,6 +76,9 @@ class Worker:
         self.tasks_run = 0
         self.idle_since = now
         self.depth = 0  # the nesting depth of the lease it runs (its request's)
+        # The runtime_env it is kept for ("": the common pool): a worker runs the tasks of
+        # one runtime_env only, as in Ray, so nothing one env set up leaks into another's.
+        self.env = ""
 
     @property
     def state(self) -> WorkerState:
@@ -107,6 +111,7 @@ class Request:
         "view_check",
         "retriable",
         "depth",
+        "env",
     )
 
     def __init__(
@@ -121,6 +126,7 @@ class Request:
         spilled: bool = False,
         retriable: bool = False,
         depth: int = 1,
+        env: str = "",
     ) -> None:
         self.reply = reply
         self.shape = shape
@@ -138,6 +144,7 @@ class Request:
         # How deep its tasks nest: 1 for a driver's, one more than the requesting worker's
         # lease for a task's. The queue serves deeper requests first (see LeaseMachine).
         self.depth = depth
+        self.env = env  # its runtime_env's key ("": none): only such a worker runs it
 
 
 class Lease:

@@ -26,14 +26,24 @@ from typing import IO, Any
 
 from ember.trace.store import FLOW_WINDOW, Filters, TimelineStore
 
-# (name, start attribute, end attribute, colour) of the phases nested in a task's slice; their
-# category is one for all (the name says which phase).
-PHASE_CAT = "phase"
+# The categories are Ray's, so tools that filter Ray traces by ``cat`` work on these: a
+# task's slice is ``task::<its name>``; each phase's category is its name; the anchor of an
+# arrow from a driver is ``submit_task``.
+TASK_CAT_PREFIX = "task::"
+SUBMIT_CAT = "submit_task"
+# (name and category, start attribute, end attribute, colour) of the phases nested in a
+# task's slice.
 PHASES = (
-    ("task:fetch_args", "t_start", "t_args", "rail_load"),
+    ("task:deserialize_arguments", "t_start", "t_args", "rail_load"),
     ("task:execute", "t_args", "t_executed", "rail_animation"),
     ("task:store_outputs", "t_executed", "t_end", "rail_idle"),
 )
+PHASE_CATS = frozenset(p[0] for p in PHASES)
+
+
+def is_task_slice(event: dict[str, Any]) -> bool:
+    """Whether a trace event is a task's own slice (not a phase, span or anchor)."""
+    return event.get("ph") == "X" and str(event.get("cat", "")).startswith(TASK_CAT_PREFIX)
 
 
 class _Locations:
@@ -139,7 +149,7 @@ class TraceWriter:
         colour = f',"cname":{self._q(cname)}' if cname else ""
         extra = f',"args":{args}' if args != "{}" else ""
         ts = self.us(start)
-        dur = max(self.us(end) - ts, 1 if cat == "submit" else 0)
+        dur = max(self.us(end) - ts, 1 if cat == SUBMIT_CAT else 0)
         return self._line(
             f'{{"ph":"X","name":{self._q(name)},"cat":{self._q(cat)},"pid":{pid},"tid":{tid},'
             f'"ts":{ts},"dur":{dur}{colour}{extra}}}'
@@ -265,7 +275,7 @@ def generate(
                 pid,
                 tid,
                 rec.name or "task",
-                "task",
+                TASK_CAT_PREFIX + (rec.name or "task"),
                 start,
                 end,
                 args,
@@ -276,7 +286,7 @@ def generate(
             ta, tb = getattr(rec, a), getattr(rec, b)
             if ta is not None and tb is not None:
                 ta, tb = max(ta, start), min(tb, end)  # inside the task's slice, always
-                chunk.append(writer.slice(pid, tid, name, PHASE_CAT, ta, tb, "{}", colour))
+                chunk.append(writer.slice(pid, tid, name, name, ta, tb, "{}", colour))
         if rec.t_pending is not None and filters.waits:
             ready = rec.t_scheduled if rec.t_scheduled is not None else start
             # A short id: pairs only need one unique within the trace (the slice names the task).
@@ -307,7 +317,7 @@ def generate(
                     # viewer drops such an arrow): a microsecond "submit" slice anchors it.
                     chunk.append(
                         writer.slice(
-                            opid, int(owner_pid), "task:submit", "submit", submitted, submitted
+                            opid, int(owner_pid), SUBMIT_CAT, SUBMIT_CAT, submitted, submitted
                         )
                     )
                 chunk.append(

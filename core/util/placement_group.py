@@ -128,14 +128,30 @@ def get_placement_group(name: str) -> PlacementGroup:
     return PlacementGroup(info["pg_id"], info["bundles"], info["strategy"])
 
 
+def running_strategy(worker: Any) -> Any:
+    """The scheduling strategy (as it travels) of the task or actor ``worker`` runs; None
+    in a driver. An actor's calls run where the actor was placed."""
+    spec = getattr(worker.current, "spec", None)
+    if spec is None or spec.kind != 0:
+        spec = getattr(getattr(worker, "executor", None), "actor_spec", None)
+    return getattr(spec, "strategy", None)
+
+
+def captured_strategy(worker: Any) -> tuple | None:
+    """The strategy of a task or actor submitted without one from code that runs in a
+    placement group with ``placement_group_capture_child_tasks=True``: the same group (any
+    bundle), capturing its own children too, as in Ray. None otherwise."""
+    strategy = running_strategy(worker)
+    if type(strategy) is tuple and len(strategy) > 3 and strategy[3]:
+        return ("PLACEMENT_GROUP", strategy[1], -1, True)
+    return None
+
+
 def get_current_placement_group() -> PlacementGroup | None:
     """The placement group the running task or actor was scheduled in; None in a driver or
     outside any group (Ray's ``get_current_placement_group``)."""
     worker = global_state.require_worker()
-    spec = getattr(worker.current, "spec", None)
-    if spec is None or spec.kind != 0:  # an actor's calls run in the actor's group
-        spec = getattr(getattr(worker, "executor", None), "actor_spec", None)
-    strategy = getattr(spec, "strategy", None)
+    strategy = running_strategy(worker)
     if not (isinstance(strategy, tuple) and strategy and strategy[0] == "PLACEMENT_GROUP"):
         return None
     info = worker.call_gcs_sync("get_placement_group", {"pg_id": strategy[1]})

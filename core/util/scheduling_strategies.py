@@ -39,4 +39,7 @@ class PlacementGroupSchedulingStrategy:
                 f"placement_group_bundle_index {index} is out of range: the group has "
                 f"{len(pg.bundle_specs)} bundles"
             )
+        if self.placement_group_capture_child_tasks:
+            # The tasks and actors it submits run in the group too (see captured_strategy).
+            return ("PLACEMENT_GROUP", pg.id_bytes, index, True)
         return ("PLACEMENT_GROUP", pg.id_bytes, index)

@@ -118,7 +118,7 @@ def test_entrypoints_run_on_the_head_or_where_labels_select(cluster):
 
         labels = wait_until(lambda: "zone" in (got := worker_labels()) and got, 10, 0.2, "labels")
         assert labels["zone"] == "b" and labels["disk"] == "ssd"
-        assert labels["ray.io/node_id"] == worker_id
+        assert labels["ray.io/node-id"] == worker_id
         for sid in (plain, labelled):
             assert http.post(f"/api/jobs/{sid}/stop").json()["stopped"] is True
     finally:

@@ -87,14 +87,19 @@ def one_task(http: httpx.Client, task_id: str) -> dict | None:
 def trace_slice(http: httpx.Client, task_id: str) -> tuple[dict | None, list[dict]]:
     events = http.get("/api/timeline").json()
     task = next(
-        (e for e in events if e.get("cat") == "task" and e["args"]["task_id"] == task_id), None
+        (
+            e
+            for e in events
+            if e.get("cat", "").startswith("task::") and e["args"]["task_id"] == task_id
+        ),
+        None,
     )
     if task is None:
         return None, []
     phases = [
         e
         for e in events
-        if e.get("cat") == "phase"
+        if e.get("cat") in ("task:deserialize_arguments", "task:execute", "task:store_outputs")
         and (e["pid"], e["tid"]) == (task["pid"], task["tid"])
         and task["ts"] <= e["ts"] <= task["ts"] + task["dur"]
     ]

@@ -157,7 +157,7 @@ def test_timeline_writes_a_trace(cluster, tmp_path):
     assert out.returncode == 0, out.stderr
     assert f"Trace file written to {path}" in out.stdout
     events = json.loads(path.read_text())
-    names = {e["name"].rsplit(".", 1)[-1] for e in events if e.get("cat") == "task"}
+    names = {e["name"].rsplit(".", 1)[-1] for e in events if e.get("cat", "").startswith("task::")}
     assert {"square", "boom", "incr"} <= names
     job = run("timeline", "-o", str(path), "--job", "ffff", "--address", ctx.dashboard_url)
     assert "(0 tasks" in job.stdout

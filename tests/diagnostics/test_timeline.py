@@ -66,7 +66,7 @@ def test_cluster_timeline_layout_and_arrows(ember_start, tmp_path):
     threads = {
         (e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"
     }
-    tasks = [e for e in events if e["ph"] == "X" and e["cat"] == "task"]
+    tasks = [e for e in events if tl.is_task_slice(e)]
     assert len(processes) == 1 and "127.0.0.1" in next(iter(processes.values()))
     assert sorted(t["name"].rsplit(".", 1)[-1] for t in tasks) == ["leaf"] * 5 + ["parent"]
     assert {threads[(t["pid"], t["tid"])] for t in tasks} == {f"worker:{t['tid']}" for t in tasks}
@@ -76,12 +76,12 @@ def test_cluster_timeline_layout_and_arrows(ember_start, tmp_path):
             e
             for e in events
             if e["ph"] == "X"
-            and e["cat"] == tl.PHASE_CAT
+            and e["cat"] in tl.PHASE_CATS
             and (e["pid"], e["tid"]) == (t["pid"], t["tid"])
             and t["ts"] <= e["ts"] <= t["ts"] + t["dur"]
         ]
         names = [p["name"] for p in sorted(phases, key=lambda p: p["ts"])]
-        assert names[:1] == ["task:fetch_args"] and "task:execute" in names, names
+        assert names[:1] == ["task:deserialize_arguments"] and "task:execute" in names, names
         for p in phases:
             assert p["ts"] + p["dur"] <= t["ts"] + t["dur"]
     # The wait for resources: one async slice per task.
@@ -118,7 +118,7 @@ def test_speedscope_imports_the_trace(ember_start, tmp_path):
     _run_workload()
     trace = tmp_path / "trace.json"
     events = _trace_with(trace, 6)
-    workers = {e["tid"] for e in events if e["ph"] == "X" and e["cat"] == "task"}
+    workers = {e["tid"] for e in events if tl.is_task_slice(e)}
 
     result = import_in_speedscope(trace, tmp_path)
     assert not result["dialogs"], result["dialogs"]  # "Unrecognized format" is an alert
@@ -136,7 +136,7 @@ def test_speedscope_imports_the_trace(ember_start, tmp_path):
     stacks = [s for p in export["profiles"] for s in stacks_of(p, frames)]
     leaf_phases = [s for s in stacks if len(s) == 2 and _fn(s[0]) == "leaf"]
     assert {s[1].split(" ")[0] for s in leaf_phases} >= {
-        "task:fetch_args",
+        "task:deserialize_arguments",
         "task:execute",
         "task:store_outputs",
     }
@@ -295,14 +295,16 @@ def test_concurrent_actor_calls_get_their_own_rows(ember_start, tmp_path):
     sleeper = Sleeper.remote()
     assert ember.get([sleeper.nap.remote(0.3) for _ in range(3)]) == [0.3] * 3
     events = _trace_with(tmp_path / "trace.json", 3, spans=0)
-    naps = [e for e in events if e.get("cat") == "task" and e["name"].endswith("nap")]
+    naps = [
+        e for e in events if e.get("cat", "").startswith("task::") and e["name"].endswith("nap")
+    ]
     assert len(naps) == 3
     assert len({e["tid"] for e in naps}) == 3  # they overlapped: three rows
     names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
     assert sum("(concurrent" in names[e["tid"]] for e in naps) == 2
     by_row: dict[tuple, list] = {}
     for e in events:
-        if e["ph"] == "X" and e.get("cat") == "task":
+        if tl.is_task_slice(e):
             by_row.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
     for row in by_row.values():
         row.sort()
@@ -314,7 +316,7 @@ def test_without_a_dashboard_the_driver_traces_its_own_tasks(ember_start):
     assert not ctx.dashboard_url
     _run_workload()
     events = ember.timeline()  # no polling: the driver's own buffer is complete at once
-    tasks = [e for e in events if e.get("cat") == "task"]
+    tasks = [e for e in events if e.get("cat", "").startswith("task::")]
     # The driver's three tasks; parent's three leaves are owned (and traced) by its worker.
     assert sorted(t["name"].rsplit(".", 1)[-1] for t in tasks) == ["leaf", "leaf", "parent"]
     assert [e["name"] for e in events if e["ph"] == "s"].count("object") == 1
@@ -337,7 +339,9 @@ def test_an_unreachable_dashboard_falls_back_with_a_notice(ember_start, tmp_path
     assert "127.0.0.1:9" in str(caught[0].message)
     assert caught[0].filename == __file__  # points at the caller's line
     events = json.loads(path.read_text())
-    assert [e["name"].rsplit(".", 1)[-1] for e in events if e.get("cat") == "task"] == ["leaf"]
+    assert [
+        e["name"].rsplit(".", 1)[-1] for e in events if e.get("cat", "").startswith("task::")
+    ] == ["leaf"]
 
 
 # -- the dashboard's export: bounded memory, time windows, evictions (issue 4 §4, §5) ----------
@@ -598,15 +602,19 @@ def test_timeline_sends_the_cluster_token(tmp_path, monkeypatch):
                 return events if events[-1]["args"]["tasks"] >= 1 else None
 
             events = wait_until(traced, timeout=30, interval=0.3, message="the task in the trace")
-            assert [e["name"].rsplit(".", 1)[-1] for e in events if e.get("cat") == "task"] == [
-                "leaf"
-            ]
+            assert [
+                e["name"].rsplit(".", 1)[-1]
+                for e in events
+                if e.get("cat", "").startswith("task::")
+            ] == ["leaf"]
             monkeypatch.setenv("EMBER_TOKEN", "wrong")
             with pytest.warns(RuntimeWarning, match="HTTP 401") as caught:
                 events = ember.timeline()
             assert "cluster token" in str(caught[0].message)  # the dashboard's own words
             assert "only this driver's own tasks" in str(caught[0].message)
-            assert [e for e in events if e.get("cat") == "task"]  # the driver's own leaf
+            assert [
+                e for e in events if e.get("cat", "").startswith("task::")
+            ]  # the driver's own leaf
         finally:
             ember.shutdown()
 

@@ -548,7 +548,7 @@ def placement_cases(ray: Any, tmp: str) -> dict:
     def nothing() -> None:
         return None
 
-    # Ray checks at .remote(), Ember already at .options(): either is before anything runs.
+    # Both check at .remote() (issue 33), before anything runs.
     out["gpus_above_one"] = outcome(lambda: nothing.options(num_gpus=1.5).remote(), "1.5", "whole")
     out["gpus_fraction_is_fine"] = outcome(lambda: bool(nothing.options(num_gpus=0.5)))
     missing = strategies.NodeAffinitySchedulingStrategy("ab" * (len(node) // 2), soft=False)

@@ -146,6 +146,16 @@ def pool_cases(ray: Any, name: str) -> dict[str, Any]:
         out["imap"] = list(p.imap(square, range(6)))
         out["imap_iterator"] = list(p.imap(square, iter(range(6)), chunksize=2))
         out["imap_unordered"] = sorted(p.imap_unordered(square, range(6)))
+        # An item's error comes back from next() as Ray's wrapper object (multiprocessing
+        # would raise it) and the iteration goes on; the wrapper holds the item's exception.
+        for name in ("imap", "imap_unordered"):
+            items = []
+            for value in getattr(p, name)(fail_on_three, range(5)):
+                if isinstance(value, int):
+                    items.append(value)
+                else:
+                    items.append([type(value).__name__, type(value.underlying).__name__])
+            out[f"{name}_error"] = sorted(items, key=str)
         out["map_error"] = outcome(lambda: p.map(fail_on_three, range(5)))
         errors: list[BaseException] = []
         got: list[Any] = []
@@ -174,16 +184,6 @@ def pool_own_cases(name: str) -> dict[str, Any]:
     mp = importlib.import_module(f"{name}.util.multiprocessing")
     out: dict[str, Any] = {}
     with mp.Pool(2) as p:
-        # multiprocessing raises an item's error at next(); Ray yields its wrapper object.
-        it = p.imap(fail_on_three, range(5))
-        items = []
-        for _ in range(5):
-            try:
-                value = next(it)
-                items.append(value if isinstance(value, int) else type(value).__name__)
-            except ValueError:
-                items.append("raised ValueError")
-        out["imap_error"] = items
         # A returned exception object is a value in multiprocessing; Ray raises it.
         out["returned_exception"] = outcome(lambda: type(p.apply(returns_exception, (0,))).__name__)
         # error_callback gets the item's exception (multiprocessing); Ray's gets its wrapper.

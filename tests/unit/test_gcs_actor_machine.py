@@ -27,6 +27,7 @@ from ember.gcs.actor_machine import (
     Record,
     Registered,
     ReturnLease,
+    Unschedulable,
     WorkerDied,
 )
 from ember.lifecycle import TransitionError
@@ -87,6 +88,18 @@ def test_a_failed_lease_request_is_retried_while_the_actor_wants_a_worker(
     assert machine.handle(a, LeaseFailed()) == [PLACE]
     machine.handle(a, Kill("bye", graceful=False, restart=False, worker_connected=False))
     assert machine.handle(a, LeaseFailed()) == []
+
+
+def test_an_unschedulable_actor_dies_at_once_and_says_so(machine: ActorMachine) -> None:
+    a = actor(max_restarts=5)
+    out = machine.handle(a, Unschedulable("node abab is not alive"))
+    assert PUBLISH in out and RELEASE_NAME in out
+    assert a.state is ActorState.DEAD and a.no_restart
+    public = a.public()
+    assert public["unschedulable"] is True and public["death_cause"] == "node abab is not alive"
+    # What the GCS stores keeps it, so a restarted GCS still answers the same.
+    assert ActorInfo.from_record(a.record()).public()["unschedulable"] is True
+    assert machine.handle(a, Unschedulable("again")) == []
 
 
 def test_a_lease_granted_after_the_actor_died_goes_back(machine: ActorMachine) -> None:

@@ -14,7 +14,7 @@ def test_labels_parse_from_pairs_or_json_and_bad_ones_say_why():
     with pytest.raises(ValueError, match="not KEY=VALUE"):
         parse_labels("zone")
     with pytest.raises(ValueError, match="ray.io/ prefix is the runtime's own"):
-        parse_labels("ray.io/node_id=x")
+        parse_labels("ray.io/node-id=x")
     with pytest.raises(ValueError, match="value 'a b' must be"):
         parse_labels("zone=a b")
     with pytest.raises(ValueError, match="its name must be"):
@@ -73,8 +73,8 @@ def test_resources_let_it_run_anywhere_and_labels_pick_a_node_that_fits():
     # Both zone-b nodes match; the one with a free CPU is chosen.
     rec = {"entrypoint_label_selector": {"zone": "b"}, "entrypoint_num_cpus": 1}
     assert choose_node(rec, _nodes()) == THIRD
-    assert choose_node({"entrypoint_label_selector": {"ray.io/node_id": OTHER}}, _nodes()) == OTHER
-    assert node_labels(OTHER, {"zone": "b"}) == {"zone": "b", "ray.io/node_id": OTHER}
+    assert choose_node({"entrypoint_label_selector": {"ray.io/node-id": OTHER}}, _nodes()) == OTHER
+    assert node_labels(OTHER, {"zone": "b"}) == {"zone": "b", "ray.io/node-id": OTHER}
     with pytest.raises(
         NoMatchingNode, match=r"selector \{'zone': 'c'\}.*zone.*ember start --labels"
     ):

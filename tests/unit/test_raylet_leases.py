@@ -455,3 +455,24 @@ def test_a_registration_does_not_rescan_a_long_queue() -> None:
     assert sum(o.count for o in out if isinstance(o, StartWorkers)) == 1
     assert len(looked) <= 1 + 4, len(looked)
     assert len(m.queue) == 1999
+
+
+def test_a_worker_runs_the_tasks_of_one_runtime_env_only() -> None:
+    m = make({"CPU": 4})
+    unused, common = workers(m, 2)
+    plain = only(ask(m, request()), Grant).lease
+    assert plain.worker is common  # the last one back
+    m.handle(LeaseReturned(plain.lease_id))
+    # An env takes a worker that never ran anything, and keeps it for itself.
+    a = only(ask(m, request(env="A")), Grant).lease
+    assert a.worker is unused and unused.env == "A"
+    m.handle(LeaseReturned(a.lease_id))
+    # Another env finds no such worker: one is started for it, not the common pool's.
+    assert only(ask(m, request(env="B")), StartWorkers).count == 1
+    # The common pool never gets A's worker, nor does A get a used common one.
+    assert only(ask(m, request()), Grant).lease.worker is common
+    assert only(ask(m, request(env="A")), Grant).lease.worker is unused
+    new = Worker(b"w-for-b", m.clock())
+    m.handle(WorkerStarted(new))
+    b = only(m.handle(WorkerRegistered(new)), Grant).lease
+    assert b.worker is new and new.env == "B"

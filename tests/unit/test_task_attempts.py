@@ -91,6 +91,21 @@ def test_retry_exceptions_retry_until_max_retries() -> None:
     assert _ops(tasks.handle(("reply", spec.task_id, reply))) == [FINISH]
 
 
+def test_a_retried_exception_waits_the_retry_delay_each_time() -> None:
+    tasks = TaskAttempts(app_retry_delay=1.0)
+    spec = _spec(max_retries=2, retry_exceptions=True)
+    _running(tasks, spec)
+    reply = _app_error(ValueError("boom"))
+    for _ in (1, 2):  # the same pause every time, as Ray's (not doubling, as OOM's)
+        assert tasks.handle(("reply", spec.task_id, reply)) == [(RETRY, spec, 1.0)]
+        tasks.handle(("lease_granted", spec, LEASE))
+    # A cancel during the pause takes it off the queue: it never runs again.
+    other = _spec(max_retries=1, retry_exceptions=True)
+    _running(tasks, other)
+    tasks.handle(("reply", other.task_id, reply))
+    assert _ops(tasks.handle(("cancel", other.task_id, False))) == [DEQUEUE, FAIL]
+
+
 def test_retry_exceptions_as_a_list_retry_only_those() -> None:
     tasks = TaskAttempts()
     retried, final = (

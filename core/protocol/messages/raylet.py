@@ -67,6 +67,7 @@ class RequestLease(RayletMessage):
     name: str = OMIT  # the first queued task's function name (the worker's title)
     spilled: bool = OMIT  # already redirected once: do not spill again
     retriable: bool = OMIT  # its tasks' max_retries is not 0: the memory monitor kills it first
+    env: str = OMIT  # its runtime_env's key: only a worker kept for that env runs its tasks
 
 
 class ReturnLease(RayletMessage):
@@ -91,6 +92,7 @@ class LeaseActorWorker(RayletMessage):
     class_name: str = OMIT
     strategy: Any = OMIT
     retriable: bool = OMIT  # restarts left: the memory monitor kills it before others
+    env: str = OMIT  # its runtime_env's key: a fresh worker, kept for that env, hosts it
 
 
 class ReturnActorLease(RayletMessage):

@@ -5,6 +5,6 @@ are the standard library's, re-exported here as Ray does."""
 from multiprocessing import JoinableQueue, TimeoutError
 
 from ember.util.multiprocessing.pool import Pool
-from ember.util.multiprocessing.results import AsyncResult, IMapIterator
+from ember.util.multiprocessing.results import AsyncResult, IMapIterator, PoolTaskError
 
-__all__ = ["AsyncResult", "IMapIterator", "JoinableQueue", "Pool", "TimeoutError"]
+__all__ = ["AsyncResult", "IMapIterator", "JoinableQueue", "Pool", "PoolTaskError", "TimeoutError"]

@@ -26,6 +26,7 @@ from typing import Any
 import ember
 from ember.exceptions import ActorError
 from ember.util.multiprocessing.results import AsyncResult, IMapIterator, Item, Job
+from ember.util.multiprocessing.results import PoolTaskError as PoolTaskError  # Ray's path
 from ember.util.multiprocessing.worker import PoolWorker
 
 logger = logging.getLogger(__name__)

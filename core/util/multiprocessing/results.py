@@ -39,6 +39,16 @@ class RemoteTraceback(Exception):
         return self.text
 
 
+class PoolTaskError(Exception):
+    """What ``imap``/``imap_unordered`` hand back for an item whose call raised (Ray's rule,
+    not ``multiprocessing``'s, which raises it): the iteration goes on, and ``underlying``
+    is the item's exception."""
+
+    def __init__(self, underlying: BaseException) -> None:
+        super().__init__(underlying)
+        self.underlying = underlying
+
+
 class ItemFailure:
     """An item whose call raised: kept apart from values, so a function that *returns* an
     exception object is not mistaken for one that raised it."""
@@ -277,8 +287,9 @@ class IMapIterator(Job):
         return self.next()
 
     def next(self, timeout: float | None = None) -> Any:
-        """The next result; raises the item's error if it raised, StopIteration at the end,
-        ``multiprocessing.TimeoutError`` when none arrives within ``timeout`` seconds."""
+        """The next result (a ``PoolTaskError`` holding the item's error if it raised, as
+        Ray's), StopIteration at the end, ``multiprocessing.TimeoutError`` when none arrives
+        within ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             took = False
@@ -305,7 +316,7 @@ class IMapIterator(Job):
                 # takes its own lock and then ours, never the other way round.
                 self._poke()
         if isinstance(value, ItemFailure):
-            raise value.raised()
+            return PoolTaskError(value.raised())
         return value
 
     def _take_chunk(self) -> list[Any] | None:

@@ -49,7 +49,7 @@ export function TimelineCanvas(p: {
   // The functions of the tasks drawn as still running (their slice reaches now), for tests
   // and a glance in the inspector: a finished task must not stay listed here.
   const running = useMemo(
-    () => [...new Set(trace.rows.flatMap((r) => r.slices.filter((s) => s.cat === "task" && s.args.state === "RUNNING").map((s) => s.name)))].sort().join("|"),
+    () => [...new Set(trace.rows.flatMap((r) => r.slices.filter((s) => s.cat.startsWith("task::") && s.args.state === "RUNNING").map((s) => s.name)))].sort().join("|"),
     [trace],
   );
 

@@ -46,7 +46,7 @@ export class TraceAccumulator {
       // A task's slice is keyed by its id: a running task is drawn up to "now" in each
       // response, and its latest slice (running longer, or ended) replaces the earlier one,
       // so a task that finished is not left drawn as RUNNING beside its final slice.
-      const taskId = e.ph === "X" && e.cat === "task" ? e.args?.task_id : undefined;
+      const taskId = e.ph === "X" && e.cat?.startsWith("task::") ? e.args?.task_id : undefined;
       const key = taskId
         ? `task|${String(taskId)}`
         : e.ph === "s" || e.ph === "f" || e.ph === "t"
