@@ -12,18 +12,22 @@ themselves wrote down (their pid and ``get_node_id()``), not what the dashboard 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import ember
 import httpx
 import pytest
 from ember.cluster_utils import Cluster
 from ember.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-from ember_test_utils import ember_cli, require_ray_python, wait_until
+from ember_test_utils import ember_cli, history_server, require_ray_python, wait_until
 
 LANE_STRIDE = 1 << 22  # ember.trace.writer: a lane's thread id is pid + lane * stride
 # The worker node is declared dead 2 s after its raylet goes (tests/cluster/conftest.py's).
@@ -82,8 +86,21 @@ def _marks(path: str) -> dict[int, str]:
 def scene():
     if ember.is_initialized():
         ember.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2}, env=FAST_DEATH)
-    root = tempfile.mkdtemp(prefix="ember-attempts-")
+    root = tempfile.mkdtemp(prefix="ember-attempts-", dir="/tmp")  # short: socket paths
+    nodes = os.path.join(root, "nodes")  # kept after the cluster: its history is read there
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 2}, env=FAST_DEATH, temp_root=nodes
+    )
+    head_dir = cluster.head_node.temp_dir
+    stopped = []
+
+    def stop() -> None:
+        if not stopped:
+            open(stop_file, "w").close()
+            ember.get(second, timeout=60)
+            cluster.shutdown()
+            stopped.append(True)
+
     try:
         worker = cluster.add_node(num_cpus=1)
         cluster.connect()
@@ -108,8 +125,8 @@ def scene():
         new_actor = ember.get(keeper.where.remote(), timeout=60)
         # A head worker that ran one task is reused for a second, named one.
         pid_first = ember.get(first_job.options(name="first-job").remote(), timeout=60)
-        stop = os.path.join(root, "stop")
-        second = second_job.options(name="second-job").remote(reuse_marks, stop)
+        stop_file = os.path.join(root, "stop")
+        second = second_job.options(name="second-job").remote(reuse_marks, stop_file)
         wait_until(lambda: _marks(reuse_marks), 60, message="second-job to start")
         yield {
             "url": cluster.head_node.dashboard_url,
@@ -123,13 +140,13 @@ def scene():
             "actor": [old_actor, new_actor],
             "reuse": (pid_first, next(iter(_marks(reuse_marks)))),
             "stop": stop,
-            "second": second,
+            "head_dir": head_dir,
         }
-        open(stop, "w").close()
-        ember.get(second, timeout=60)
+        stop()
     finally:
         ember.shutdown()
         cluster.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _expected(attempts: list[tuple[int, str]]) -> list[tuple[int, str, int]]:
@@ -278,3 +295,76 @@ def test_a_reused_worker_names_the_task_it_runs_now(scene):
     assert out.returncode == 0, out.stderr
     head = next(line for line in out.stdout.splitlines() if line.startswith("--- "))
     assert head.endswith(" running second-job ---"), out.stdout
+
+
+def test_the_pages_show_each_attempt_the_actor_and_the_running_task(scene):
+    """The Tasks page's attempts (a row each; the detail lists them, and picking one shows
+    where it ran), the Actors page's earlier incarnation, the Machines page's current task."""
+    frontend = Path(__file__).parents[1] / "frontend"
+    sys.path.insert(0, str(frontend))
+    from browser_utils import CHROMIUM, CHROMIUM_FLAGS, open_page
+
+    # The browser tests' own check (skip here, fail in CI), by path: "conftest" is this
+    # folder's module.
+    spec = importlib.util.spec_from_file_location("frontend_conftest", frontend / "conftest.py")
+    setup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup)
+    setup.check_browser_setup()
+    from playwright.sync_api import expect, sync_playwright
+
+    url, task_id = scene["url"], scene["task_id"]
+    (pid0, node0), (pid1, node1) = scene["task"]
+    wait_until(lambda: _settled(url, task_id, 2), 30, message="both attempts ended")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page()
+            open_page(page, url, f"tasks?name=slow-retry&sel={task_id}")
+            rows = page.locator("[data-testid=tasks-table] .vrow")
+            expect(rows).to_have_count(2)
+            first = page.locator(f"[data-testid=tasks-table] .vrow[data-row-key='{task_id}']")
+            retry = page.locator(f"[data-testid=tasks-table] .vrow[data-row-key='{task_id}:1']")
+            for row, node, pid in ((first, node0, pid0), (retry, node1, pid1)):
+                expect(row.locator("[data-col=node_id]")).to_have_text(node[:8])
+                expect(row.locator("[data-col=pid]")).to_have_text(str(pid))
+            attempts = page.locator("[data-testid=task-attempt]")
+            expect(attempts).to_have_count(2)
+            for i, (node, pid) in enumerate(((node0, pid0), (node1, pid1))):
+                cells = attempts.nth(i).locator("td")
+                expect(cells.nth(0)).to_have_text(str(i))
+                expect(cells.nth(2)).to_have_text(node[:12])
+                expect(cells.nth(3)).to_have_text(str(pid))
+            attempts.nth(0).click()  # the first attempt: FAILED, where it ran
+            detail = page.locator("[data-testid=task-detail]")
+            expect(detail.locator("h2 .state").first).to_have_text("FAILED")
+            expect(detail).to_contain_text(f"{node0[:12]} / {pid0}")
+            assert page.url.endswith(f"sel={task_id}%3A0") or page.url.endswith(f"sel={task_id}:0")
+
+            (old_pid, old_node), _ = scene["actor"]
+            open_page(page, url, f"actors?sel={scene['actor_id']}")
+            life = page.locator("[data-testid=actor-incarnation] td")
+            expect(life.nth(0)).to_have_text(old_node[:12])
+            expect(life.nth(1)).to_have_text(str(old_pid))
+
+            pid = scene["reuse"][1]
+            open_page(page, url, f"machines?node={scene['head']}")
+            worker = page.locator(f"[data-testid=workers-table] tbody tr[data-row-key='{pid}']")
+            expect(worker.locator("td[data-col=state]")).to_have_text("running second-job")
+        finally:
+            browser.close()
+
+
+def test_history_keeps_each_attempt_after_the_cluster_is_gone(scene):
+    for which in ("task", "call"):  # everything ended before the cluster stops
+        wait_until(lambda w=which: _settled(scene["url"], scene[f"{w}_id"], 2), 30)
+    scene["stop"]()
+    with history_server(scene["head_dir"]) as (url, _):
+        for which in ("task", "call"):
+            rows = _api_rows(url, scene[f"{which}_id"])
+            got = [(r["attempt"], r["node_id"], r["pid"]) for r in rows]
+            assert got == _expected(scene[which])
+            assert [r["state"] for r in rows] == ["FAILED", "FINISHED"]
+        actor = httpx.get(f"{url}/api/actors/{scene['actor_id']}").json()
+        (old_pid, old_node), (new_pid, new_node) = scene["actor"]
+        assert (actor["node_id"], actor["pid"], actor["num_restarts"]) == (new_node, new_pid, 1)
+        assert [(i["node_id"], i["pid"]) for i in actor["incarnations"]] == [(old_node, old_pid)]
