@@ -68,7 +68,7 @@ def first_job() -> int:
 def second_job(marks: str, stop: str) -> int:
     with open(os.path.join(marks, str(os.getpid())), "w") as f:
         f.write("running")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 600  # the stop file ends it; this bounds a lost test
     while not os.path.exists(stop) and time.monotonic() < deadline:
         time.sleep(0.05)
     return os.getpid()
@@ -203,26 +203,29 @@ def test_ember_list_tasks_shows_each_attempt(scene):
     assert [r["state"] for r in rows] == ["FAILED", "FINISHED"]
 
 
-def test_ray_list_tasks_shows_each_attempt(scene):
+def test_ray_list_tasks_and_actors_show_each_attempt_and_the_live_incarnation(scene):
     ray = require_ray_python().parent / "ray"
     url, task_id = scene["url"], scene["task_id"]
     wait_until(lambda: _settled(url, task_id, 2), 30, message="both attempts ended")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "RAY_"))}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
-    for call_id, attempts in ((task_id, scene["task"]), (scene["call_id"], scene["call"])):
+
+    def ray_list(resource: str, where: str) -> list[dict]:
+        argv = [str(ray), "list", resource, "--address", url, "--filter", where, "--detail"]
         out = subprocess.run(
-            [str(ray), "list", "tasks", "--address", url, "--filter", f"task_id={call_id}"]
-            + ["--format", "json"],
-            capture_output=True,
-            text=True,
-            timeout=90,
-            env=env,
+            [*argv, "--format", "json"], capture_output=True, text=True, timeout=90, env=env
         )
         assert out.returncode == 0, out.stderr
-        rows = sorted(json.loads(out.stdout), key=lambda r: r["attempt_number"])
+        return json.loads(out.stdout)
+
+    for call_id, attempts in ((task_id, scene["task"]), (scene["call_id"], scene["call"])):
+        rows = sorted(ray_list("tasks", f"task_id={call_id}"), key=lambda r: r["attempt_number"])
         got = [(r["attempt_number"], r["node_id"], r["worker_pid"]) for r in rows]
         assert got == _expected(attempts)
         assert [r["state"] for r in rows] == ["FAILED", "FINISHED"]
+    [actor] = ray_list("actors", f"actor_id={scene['actor_id']}")
+    new_pid, new_node = scene["actor"][1]
+    assert (actor["node_id"], actor["pid"], actor["num_restarts"]) == (new_node, new_pid, 1)
 
 
 def test_timeline_draws_each_attempt_on_its_node_and_worker(scene):
