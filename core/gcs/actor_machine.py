@@ -374,7 +374,7 @@ class ActorMachine:
             return []
         actor.track.fire("created")
         actor.address = event.address
-        actor.incarnation_start = time.time()
+        actor.incarnation_start = self.clock()
         return [PUBLISH]
 
     def _creation_failed(self, actor: ActorInfo, event: CreationFailed) -> list[Instruction]:
@@ -430,7 +430,7 @@ class ActorMachine:
                 "pid": actor.pid,
                 "worker_id": actor.worker_id,
                 "start_time": actor.incarnation_start,
-                "end_time": time.time(),
+                "end_time": self.clock(),
                 "death_cause": reason,
             }
             actor.incarnations = [*actor.incarnations, ended][-MAX_INCARNATIONS:]
