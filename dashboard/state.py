@@ -434,18 +434,24 @@ class DashboardState:
                 job = extra.get("job_id") or job_id  # the executing worker's events say
             else:
                 ran_on, job = None, job_id
+            ended = tasks.ended
+            ends_before = ended["FINISHED"] + ended["FAILED"]
             slot = tasks.apply(task_id, state, t, attempt, extra, job_id=job, node_id=ran_on)
             if slot < 0:
                 continue  # a late event of a task evicted past the cap (counted there)
             if state == "RUNNING" and extra and extra.get("worker_id"):
                 self.current.started(extra["worker_id"], slot)
             actor_id = tasks.cols["actor_id"][slot]
-            if actor_id:
+            # Its method calls: the constructor (run again on each restart) is not one.
+            if actor_id and not tasks.cols["name"][slot].endswith(".__init__"):
                 calls = self._actor_calls.setdefault(actor_id, [0, 0])
                 if state == "PENDING_ARGS_AVAIL":
                     calls[0] += 1
-                elif state in ("FINISHED", "FAILED"):
-                    calls[1] += 1
+                elif state == "RETRYING":
+                    calls[1] -= 1  # the end of the attempt before it did not end the call
+                # A call is done when an attempt of it ends (once: two accounts of one end,
+                # the worker's and the owner's, are one end).
+                calls[1] += ended["FINISHED"] + ended["FAILED"] - ends_before
             error = tasks.cols["error"][slot]
             if state == "FAILED" and error:
                 self.add_event(

@@ -261,6 +261,8 @@ def test_restarted_actor_is_on_its_new_node_and_lists_its_first_life(scene):
         new_pid,
         1,
     )
+    # Its calls: where() twice and hold() once (run twice: its first run died with the node).
+    assert (row["executed_calls"], row["pending_calls"]) == (3, 0)
     [life] = row["incarnations"]
     assert (life["node_id"], life["pid"]) == (old_node, old_pid)
     assert life["end_time"] >= life["start_time"] and life["death_cause"]
