@@ -1,5 +1,6 @@
 """The task table: one row per task attempt, built from the task events, stored by column
-(the columns and their codes: ``task_columns``; the timeline's bounded scan: ``task_scan``).
+(the columns and their codes: ``task_columns``; the timeline's bounded scan: ``task_scan``;
+pages, totals and the summary: ``task_queries``).
 
 Sized for a million tasks in about 100 MB (~100 bytes a task): a task is a slot in a ring of
 typed arrays, one per field, so no field costs a Python object per task:
@@ -51,13 +52,10 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ember.dashboard.query import Predicate, QueryError
-from ember.dashboard.query import page as generic_page
 from ember.dashboard.task_columns import (
     BLOCK,
     CODED,
     EMPTY_ENTRY,
-    FIELDS,
     FIRST_TERMINAL,
     ID_BYTES,
     NO_ID,
@@ -76,6 +74,7 @@ from ember.dashboard.task_columns import (
     task_type,
     time_or_none,
 )
+from ember.dashboard.task_queries import TaskQueries
 from ember.dashboard.task_scan import TaskScan
 
 EVICTED_MEMORY = 65_536  # evicted task ids remembered, to drop their late events
@@ -127,7 +126,7 @@ class TaskView:
         return out
 
 
-class TaskTable:
+class TaskTable(TaskQueries):
     def __init__(self, cap: int) -> None:
         self.cap = max(cap, 1)
         self.clock: Callable[[], float] = time.time  # the state's (``DashboardState.set_clock``)
@@ -565,95 +564,6 @@ class TaskTable:
             "error_type": tables["error_type"].values[codes["error_type"][slot]],
             "error": self.errors.get(slot),
         }
-
-    def page(
-        self,
-        predicates: list[Predicate],
-        limit: int,
-        offset: int,
-        sort_by: str | None,
-        descending: bool,
-    ) -> dict[str, Any]:
-        """Newest first unless ``sort_by``; stops early when the total is known from counts."""
-        for p in predicates:
-            if p.key not in FIELDS:
-                raise QueryError("filter", f"unknown task field {p.key!r}")
-        if sort_by is not None:
-            return generic_page(
-                (self.row(s) for s in self.newest_slots()),
-                predicates=predicates,
-                sort_by=sort_by,
-                descending=descending,
-                limit=limit,
-                offset=offset,
-            )
-        known_total = self._counted_total(predicates)
-        keep = self._matcher(predicates)
-        items: list[dict[str, Any]] = []
-        seen = 0
-        for slot in self.newest_slots():
-            if keep is not None and not keep(slot):
-                continue
-            if seen >= offset and len(items) < limit:
-                items.append(self.row(slot))
-            seen += 1
-            if len(items) >= limit and known_total is not None:
-                break
-        total = known_total if known_total is not None else seen
-        return {"total": total, "offset": offset, "limit": limit, "items": items}
-
-    def _matcher(self, predicates: list[Predicate]) -> Callable[[int], bool] | None:
-        """A test of one slot: on its codes when it can (each value tested once, not once
-        per task; no row built per task)."""
-        if not predicates:
-            return None
-        if all(p.key in self.codes for p in predicates):
-            tests = [(self.codes[p.key], self.code_tables[p.key].matches(p)) for p in predicates]
-            if len(tests) == 1:
-                col, ok = tests[0]
-                return lambda s: ok[col[s]]
-            return lambda s: all(ok[col[s]] for col, ok in tests)
-        if all(p.key in self.cols for p in predicates):
-            return lambda s: all(p.match(self.cols[p.key][s]) for p in predicates)
-        return lambda s: all(p(r) for r in (self.row(s),) for p in predicates)
-
-    def _counted_total(self, predicates: list[Predicate]) -> int | None:
-        if not predicates:
-            return len(self)
-        if len(predicates) == 1 and not predicates[0].negate:
-            p = predicates[0]
-            if p.key in self.code_tables:
-                counter = self.counts[p.key]
-                return sum(n for k, n in counter.items() if (k or "") == p.value)
-        return None
-
-    def summary(self, job_id: str | None = None) -> list[dict[str, Any]]:
-        """Per function: counts by state (the progress bars of the Tasks page); of one job's
-        tasks with ``job_id`` (one pass over two integer columns: its counts are not kept)."""
-        pairs = self.by_name_state.items() if job_id is None else self._job_counts(job_id).items()
-        by_name: dict[str, dict[str, int]] = {}
-        for (name, state), n in pairs:
-            if n:
-                by_name.setdefault(name, {})[state] = n
-        rows = [
-            {"name": name, "total": sum(states.values()), "states": states}
-            for name, states in by_name.items()
-        ]
-        rows.sort(key=lambda r: (-r["total"], r["name"]))
-        return rows
-
-    def _job_counts(self, job_id: str) -> Counter:
-        """``{(name, state): n}`` of the kept tasks of ``job_id``."""
-        job = self.code_tables["job_id"].code.get(job_id)
-        if job is None:
-            return Counter()
-        jobs, names, states = self.codes["job_id"], self.codes["name"], self.codes["state"]
-        codes: Counter = Counter()
-        for s in range(len(self)):
-            if jobs[s] == job:
-                codes[(names[s], states[s])] += 1
-        name_of = self.code_tables["name"].values
-        return Counter({(name_of[n], STATES[st]): c for (n, st), c in codes.items()})
 
 
 def _pushed(times: dict[str, array], slot: int) -> float:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 
 from ember.dashboard.query import parse_filters
-from ember.dashboard.task_table import FIELDS, TaskTable
+from ember.dashboard.task_columns import FIELDS
+from ember.dashboard.task_table import TaskTable
 
 
 def _finish(table: TaskTable, tid: str, **extra) -> int:
