@@ -215,7 +215,9 @@ def component_metrics(st: Any, nodes: list[tuple[str, Any]]) -> Iterator[Metric]
 
 
 def cluster_metrics(st: Any) -> Iterator[Metric]:
-    tasks = _g("tasks", "Tasks the dashboard keeps, by state and function", ["state", "name"])
+    tasks = _g(
+        "tasks", "Task attempts the dashboard keeps, by state and function", ["state", "name"]
+    )
     by_name_state: Tally = Tally()
     for (name, state), n in st.tasks.by_name_state.items():
         if n:
@@ -227,7 +229,8 @@ def cluster_metrics(st: Any) -> Iterator[Metric]:
     # over it would lie; these count every move into the state.
     ended = st.tasks.ended
     for state, name in (("FINISHED", "tasks_finished"), ("FAILED", "tasks_failed")):
-        counter = _c(name, f"Tasks that reached {state}, since the dashboard started", [])
+        # Per attempt: a task retried once and then done is one FAILED and one FINISHED.
+        counter = _c(name, f"Task attempts that reached {state}, since the dashboard started", [])
         counter.add_metric([], float(ended.get(state, 0)))
         yield counter
 

@@ -54,9 +54,8 @@ def task_candidates(table: TaskTable, filters: list[Filter]) -> tuple[Iterable[i
         ok = [f.match(_ray_value(f.key, v)) for v in table.code_tables[column].values]
         tests.append((table.codes[column], ok))
     slots: Iterable[int]
-    if by_id is not None:
-        view = table.get(str(by_id.value).lower())
-        slots = [view.slot] if view is not None else []
+    if by_id is not None:  # every attempt of the task, newest first (as Ray lists them)
+        slots = table.attempt_slots(str(by_id.value).lower())[::-1]
     else:
         slots = table.newest_slots()
     if len(tests) == 1:

@@ -114,6 +114,17 @@ class Node(Row):
     workers: list[Worker] = col("the node's Ember processes", filterable=False, detail=True)
 
 
+class ActorIncarnation(BaseModel):
+    """An actor's life on one worker that ended (a restart followed it)."""
+
+    node_id: str | None
+    pid: int | None
+    worker_id: str | None
+    start_time: float | None = Field(description="when its constructor finished")
+    end_time: float | None
+    death_cause: str
+
+
 class Actor(Row):
     """The GCS's actor row (``ActorInfo.public``, ids as hex) and what the dashboard adds."""
 
@@ -140,6 +151,11 @@ class Actor(Row):
     resources: dict[str, float] = col(filterable=False)
     start_time: float = col()
     end_time: float | None = col()
+    creation_task_id: str | None = col("its constructor's task (attempt n: incarnation n)")
+    incarnations: list[ActorIncarnation] = col(
+        "its ended incarnations, oldest first (node_id and pid above: the live one's)",
+        filterable=False,
+    )
     children: list[str] = col("ids of the actors it created", filterable=False, detail=True)
 
 
@@ -148,8 +164,22 @@ class TaskEvent(BaseModel):
     time: float
 
 
+class TaskAttempt(BaseModel):
+    """One attempt of a task, where it ran (each is also a row of ``/api/tasks``)."""
+
+    attempt: int
+    state: str
+    node_id: str | None
+    worker_id: str | None
+    pid: int | None
+    start_time: float | None
+    end_time: float | None
+    error_type: str | None
+
+
 class Task(Row):
-    """``TaskTable.row`` (every field is filterable: the table filters its own columns)."""
+    """``TaskTable.row``: one attempt of a task (every field is filterable: the table filters
+    its own columns). A retried task has a row per attempt, each where it ran."""
 
     task_id: str = col()
     name: str = col("the function, or Class.method")
@@ -168,6 +198,9 @@ class Task(Row):
     error_type: str | None = col("Ray's error type of a failed task")
     error: str | None = col("the traceback of a failed task")
     events: list[TaskEvent] = col("the task's phases", filterable=False, detail=True)
+    attempts: list[TaskAttempt] = col(
+        "every kept attempt of the task, first first", filterable=False, detail=True
+    )
 
 
 class Object(Row):

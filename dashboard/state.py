@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ember.dashboard.config import Caps
+from ember.dashboard.current_tasks import CurrentTasks
 from ember.dashboard.history import History, UserMetricHistory
 from ember.dashboard.pubsub import PubSub
 from ember.dashboard.schemas import WORKERS
@@ -103,9 +104,12 @@ class DashboardState:
         self.actors_version = 0
         self._actor_calls: dict[str, list[int]] = {}  # {actor_id: [submitted, finished]}
         self._actor_by_worker: dict[str, str] = {}  # {worker_id: actor_id}, for creators
+        # {actor_id: its incarnations whose creation attempt's row says where it ran}.
+        self._creations_placed: dict[str, int] = {}
         # {worker_id: node_id} of every worker seen; bounded by forgetting a node's on loss.
         self._worker_node: dict[str, str] = {}
         self.tasks = TaskTable(self.caps.max_tasks)
+        self.current = CurrentTasks(self.tasks)  # what each worker runs now
         self.objects: dict[str, list[dict[str, Any]]] = {}  # {node_id: [memory rows]}
         self.objects_time: dict[str, float] = {}
         self.logs: dict[str, list[dict[str, Any]]] = {}  # {node_id: [{path, component...}]}
@@ -172,6 +176,7 @@ class DashboardState:
         self.nodes.pop(node_id, None)
         for w in self.workers.pop(node_id, {}).values():
             self._worker_node.pop(w.get("worker_id") or "", None)
+            self.current.forget(w.get("worker_id") or "")
         self.objects.pop(node_id, None)
         self.history.forget(node_id)
 
@@ -312,7 +317,14 @@ class DashboardState:
         self.workers[node_id] = table
 
     def all_workers(self) -> list[dict[str, Any]]:
-        return [w for table in self.workers.values() for w in table.values()]
+        """Every node's workers, each naming the task it runs now (``current_tasks``)."""
+        view = self.current.view
+        return [view(w) for table in self.workers.values() for w in table.values()]
+
+    def node_workers(self, node_id: str) -> list[dict[str, Any]]:
+        """A node's workers by pid, each naming the task it runs now."""
+        rows = sorted(self.workers.get(node_id, {}).values(), key=lambda w: w["pid"])
+        return [self.current.view(w) for w in rows]
 
     # -- actors ----------------------------------------------------------------------------
     def update_actor(self, row: dict[str, Any]) -> None:
@@ -333,6 +345,10 @@ class DashboardState:
         if any(old.get(k) != v for k, v in row.items()):
             self.actors_version += 1
         old.update(row)
+        old.setdefault("incarnations", [])  # a GCS from before they were listed
+        old.setdefault("creation_task_id", None)
+        if self._creations_placed.get(actor_id, -1) < len(old["incarnations"]):
+            self._place_creations(old)
         name = old.get("name") or ""
         old["title"] = f"{old.get('class_name', '')}({name})" if name else old.get("class_name", "")
         if old.get("worker_id"):
@@ -357,6 +373,23 @@ class DashboardState:
                 }
             )
 
+    def _place_creations(self, actor: dict[str, Any]) -> None:
+        """Where each incarnation's constructor ran, from the GCS, into its creation task's
+        attempt row when that lacks it: a worker killed with its node within a second of
+        the constructor never sent its own events."""
+        task_id = actor.get("creation_task_id")
+        if not task_id:
+            return
+        lives = [*actor["incarnations"]]
+        if actor.get("state") in ("ALIVE", "DEAD") and actor.get("node_id"):
+            lives.append(actor)  # the live (or last) one
+        done = -1
+        for attempt, life in enumerate(lives):
+            if not self.tasks.place(task_id, attempt, life):
+                break  # not in the table yet: asked again on the next poll
+            done = attempt
+        self._creations_placed[actor["actor_id"]] = done
+
     def _evict_actor(self) -> None:
         # Dead actors go first; a live one is only dropped when every kept actor is alive.
         victim = next((a for a, r in self.actors.items() if r.get("state") == "DEAD"), None)
@@ -365,6 +398,7 @@ class DashboardState:
         self.actors.pop(victim)
         self.actors_version += 1
         self._actor_calls.pop(victim, None)
+        self._creations_placed.pop(victim, None)
         self.dropped["actors"] += 1
 
     def actor_row(self, actor_id: str) -> dict[str, Any]:
@@ -396,20 +430,28 @@ class DashboardState:
             if state == "PROFILE":
                 continue  # profile spans are the timeline's, not the task table's
             if extra:
-                ran_on = self._where(node_id, extra)
+                ran_on = self._where(node_id, state, extra)
                 job = extra.get("job_id") or job_id  # the executing worker's events say
             else:
                 ran_on, job = None, job_id
+            ended = tasks.ended
+            ends_before = ended["FINISHED"] + ended["FAILED"]
             slot = tasks.apply(task_id, state, t, attempt, extra, job_id=job, node_id=ran_on)
             if slot < 0:
                 continue  # a late event of a task evicted past the cap (counted there)
+            if state == "RUNNING" and extra and extra.get("worker_id"):
+                self.current.started(extra["worker_id"], slot)
             actor_id = tasks.cols["actor_id"][slot]
-            if actor_id:
+            # Its method calls: the constructor (run again on each restart) is not one.
+            if actor_id and not tasks.cols["name"][slot].endswith(".__init__"):
                 calls = self._actor_calls.setdefault(actor_id, [0, 0])
                 if state == "PENDING_ARGS_AVAIL":
                     calls[0] += 1
-                elif state in ("FINISHED", "FAILED"):
-                    calls[1] += 1
+                elif state == "RETRYING":
+                    calls[1] -= 1  # the end of the attempt before it did not end the call
+                # A call is done when an attempt of it ends (once: two accounts of one end,
+                # the worker's and the owner's, are one end).
+                calls[1] += ended["FINISHED"] + ended["FAILED"] - ends_before
             error = tasks.cols["error"][slot]
             if state == "FAILED" and error:
                 self.add_event(
@@ -439,13 +481,15 @@ class DashboardState:
                 }
             )
 
-    def _where(self, owner_node: str, extra: dict[str, Any]) -> str | None:
+    def _where(self, owner_node: str, state: str, extra: dict[str, Any]) -> str | None:
         """The node a task ran on: its worker's, its actor's, or the owner node's pid."""
         wid = extra.get("worker_id")
         if wid and wid in self._worker_node:
             return self._worker_node[wid]
         aid = extra.get("actor_id")
-        if aid and aid in self.actors:
+        # Only a running call is on its actor's node now: the actor may restart elsewhere
+        # before a pending one runs, or have done so since an ended one ran.
+        if aid and aid in self.actors and state == "RUNNING":
             return self.actors[aid].get("node_id")
         pid = extra.get("pid")
         if pid and pid in self.workers.get(owner_node, ()):

@@ -23,6 +23,10 @@ TERMINAL = frozenset({"FINISHED", "FAILED"})
 RANK = {s: i for i, s in enumerate(STATES)}
 RETRYING_CODE = RANK["RETRYING"]
 FIRST_TERMINAL = min(RANK[s] for s in TERMINAL)  # codes from here on are terminal
+# Each state's place in one attempt's life, by code: as its code, but RETRYING (the state a
+# retry's attempt starts in) comes before its push to a worker, not after RUNNING.
+PHASE = [float(i) for i in range(len(STATES))]
+PHASE[RETRYING_CODE] = RANK["PENDING_NODE_ASSIGNMENT"] + 0.5
 # Fields a task list can filter and sort on (the public row's keys): its declaration's.
 FIELDS = TASKS.filterable
 # Coded text columns and the value a new task has (None: not known yet).

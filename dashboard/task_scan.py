@@ -97,13 +97,21 @@ class TaskScan:
         # The filters as codes, read now: codes may be reused between two blocks.
         job_ok = _prefix_matches(tables["job_id"].values, job) if job else None
         node_ok = _prefix_matches(tables["node_id"].values, node) if node else None
-        running, now = RANK["RUNNING"], self.now
+        running, failed, now = RANK["RUNNING"], RANK["FAILED"], self.now
         out: list[TaskRecord] = []
         for s in range(lo, hi):
             slot = s % cap
             start, end = t_start[slot], t_end[slot]
             if start != start:
-                continue  # not run yet: nothing to draw
+                # An attempt killed with its worker before the worker reported it ran: drawn
+                # from its push to the worker (else its submission) to its end.
+                if state_col[slot] != failed or end != end or node_col[slot] == 0:
+                    continue  # not run yet: nothing to draw
+                start = (
+                    t_scheduled[slot] if t_scheduled[slot] == t_scheduled[slot] else t_pending[slot]
+                )
+                if start != start:
+                    continue
             if end != end:
                 if state_col[slot] != running:
                     continue  # its end is not known (yet): nothing to draw

@@ -1,5 +1,6 @@
-"""The task table: one row per task, built from the owners' task events, stored by column
-(the columns and their codes: ``task_columns``; the timeline's bounded scan: ``task_scan``).
+"""The task table: one row per task attempt, built from the task events, stored by column
+(the columns and their codes: ``task_columns``; the timeline's bounded scan: ``task_scan``;
+pages, totals and the summary: ``task_queries``).
 
 Sized for a million tasks in about 100 MB (~100 bytes a task): a task is a slot in a ring of
 typed arrays, one per field, so no field costs a Python object per task:
@@ -25,10 +26,21 @@ copies one block at a time into ``TaskRecord`` tuples, so it holds a bounded amo
 the table's size, and it notices slots reused by ingestion between two blocks (it skips them
 and counts them) instead of reading a newer task in an older one's place.
 
+A row is a task's attempt, keyed by (task id, attempt number) as Ray's state API: a retry
+(``max_retries``, ``retry_exceptions``, a worker's or node's death, the memory monitor, an
+actor call resent to a restarted actor, lineage reconstruction) is a row of its own, with the
+node, worker and pid where that attempt ran; the attempt before it ends FAILED there. The id
+index hashes the id and the attempt (the slot's ``attempt`` never changes); ``get(task_id)``
+finds the newest attempt through ``_retried`` ({id key: highest attempt}, only for tasks
+retried at least once: most tasks never are).
+
 Rules:
-- events may arrive out of order (owners flush independently): a terminal state
+- events may arrive out of order (processes flush independently): a terminal state
   (FINISHED, FAILED) is never overwritten by an earlier phase;
-- a RETRYING event re-opens a task (its attempt grows).
+- where an attempt ran is what its events that know say (the executing worker's RUNNING, the
+  owner's push to a leased worker): those override a guess made from an earlier event;
+- a new attempt copies its task's name, job and actor from the attempt before it, and ends
+  that one FAILED if nothing had ended it (its owner's account of the failure was lost).
 """
 
 from __future__ import annotations
@@ -40,18 +52,15 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ember.dashboard.query import Predicate, QueryError
-from ember.dashboard.query import page as generic_page
 from ember.dashboard.task_columns import (
     BLOCK,
     CODED,
     EMPTY_ENTRY,
-    FIELDS,
     FIRST_TERMINAL,
     ID_BYTES,
     NO_ID,
+    PHASE,
     RANK,
-    RETRYING_CODE,
     STATES,
     TERMINAL,
     TIMES,
@@ -65,9 +74,21 @@ from ember.dashboard.task_columns import (
     task_type,
     time_or_none,
 )
+from ember.dashboard.task_queries import TaskQueries
 from ember.dashboard.task_scan import TaskScan
 
 EVICTED_MEMORY = 65_536  # evicted task ids remembered, to drop their late events
+# A task detail's attempt list: these fields of each attempt's row.
+ATTEMPT_FIELDS = (
+    "attempt",
+    "state",
+    "node_id",
+    "worker_id",
+    "pid",
+    "start_time",
+    "end_time",
+    "error_type",
+)
 
 
 class TaskView:
@@ -91,7 +112,7 @@ class TaskView:
         state = STATES[tb.codes["state"][s]]
         out = []
         for label, col in (
-            ("PENDING_ARGS_AVAIL", "t_pending"),
+            ("PENDING_ARGS_AVAIL" if tb.attempt[s] == 0 else "RETRYING", "t_pending"),
             ("PENDING_NODE_ASSIGNMENT", "t_assign"),
             ("SUBMITTED_TO_WORKER", "t_scheduled"),
             ("RUNNING", "t_start"),
@@ -105,7 +126,7 @@ class TaskView:
         return out
 
 
-class TaskTable:
+class TaskTable(TaskQueries):
     def __init__(self, cap: int) -> None:
         self.cap = max(cap, 1)
         self.clock: Callable[[], float] = time.time  # the state's (``DashboardState.set_clock``)
@@ -121,9 +142,11 @@ class TaskTable:
         size = 1 << max(4, (2 * self.cap - 1).bit_length())
         self._mask = size - 1
         self._hashed = array("i", [EMPTY_ENTRY]) * size
-        self._odd: dict[Any, int] = {}  # {odd task id: slot}
+        self._odd: dict[tuple[Any, int], int] = {}  # {(odd task id, attempt): slot}
         self._odd_at: dict[int, Any] = {}  # {slot: odd task id}
         self._miss: tuple[bytes | None, int] = (None, EMPTY_ENTRY)  # set by a ``_find`` that missed
+        # {id key (raw bytes, or the odd id): its highest kept attempt}, for retried tasks only.
+        self._retried: dict[Any, int] = {}
         # Coded text columns: {key: codes per slot} and their code tables.
         self.code_tables: dict[str, Codes] = {
             k: Codes(STATES if k == "state" else (default,)) for k, default in CODED.items()
@@ -155,11 +178,30 @@ class TaskTable:
         return min(self.seq, self.cap)
 
     def __contains__(self, task_id: str) -> bool:
-        return self._find(task_id) >= 0
+        return self.get(task_id) is not None
 
-    def get(self, task_id: str) -> TaskView | None:
-        slot = self._find(task_id)
-        return None if slot < 0 else TaskView(self, slot)
+    def get(self, task_id: str, attempt: int | None = None) -> TaskView | None:
+        """An attempt of a task: ``attempt``, or its newest kept one."""
+        if attempt is not None:
+            slot = self._find(task_id, attempt)
+            return None if slot < 0 else TaskView(self, slot)
+        slots = self.attempt_slots(task_id)
+        return TaskView(self, slots[-1]) if slots else None
+
+    def attempt_slots(self, task_id: str) -> list[int]:
+        """The slots of a task's kept attempts, first attempt first."""
+        key = id_key(task_id)
+        top = self._retried.get(task_id if key is None else key, 0)
+        found = (self._find(task_id, a) for a in range(top + 1))
+        return [s for s in found if s >= 0]
+
+    def attempts(self, task_id: str) -> list[dict[str, Any]]:
+        """Where and how each kept attempt of a task ran (the task detail's list)."""
+        out = []
+        for s in self.attempt_slots(task_id):
+            r = self.row(s)
+            out.append({k: r[k] for k in ATTEMPT_FIELDS})
+        return out
 
     def task_id(self, slot: int) -> str:
         if self._odd_at:
@@ -185,21 +227,22 @@ class TaskTable:
         raise AttributeError(name)
 
     # -- the id index ----------------------------------------------------------------------
-    def _find(self, task_id: Any) -> int:
-        """The slot of ``task_id``, or -1; on a miss, ``_miss`` is (key, free entry)."""
+    def _find(self, task_id: Any, attempt: int = 0) -> int:
+        """The slot of the task's ``attempt``, or -1; on a miss, ``_miss`` is (key, free
+        entry)."""
         key = id_key(task_id)
         if key is None:
             self._miss = (None, EMPTY_ENTRY)
-            return self._odd.get(task_id, -1)
-        mask, hashed, ids = self._mask, self._hashed, self._ids
-        i = hash(key) & mask
+            return self._odd.get((task_id, attempt), -1)
+        mask, hashed, ids, attempts = self._mask, self._hashed, self._ids, self.attempt
+        i = _home(key, attempt) & mask
         while True:
             s = hashed[i]
             if s == EMPTY_ENTRY:
                 self._miss = (key, i)
                 return -1
             o = s * ID_BYTES
-            if ids[o : o + ID_BYTES] == key:
+            if ids[o : o + ID_BYTES] == key and attempts[s] == attempt:
                 return s
             i = (i + 1) & mask
 
@@ -208,11 +251,11 @@ class TaskTable:
         (linear probing's deletion without tombstones: lookups stay as short as inserts)."""
         odd = self._odd_at.pop(slot, None) if self._odd_at else None
         if odd is not None:
-            del self._odd[odd]
+            del self._odd[(odd, self.attempt[slot])]
             return
-        mask, hashed, ids = self._mask, self._hashed, self._ids
+        mask, hashed, ids, attempts = self._mask, self._hashed, self._ids, self.attempt
         o = slot * ID_BYTES
-        i = hash(bytes(ids[o : o + ID_BYTES])) & mask
+        i = _home(bytes(ids[o : o + ID_BYTES]), attempts[slot]) & mask
         while hashed[i] != slot:
             i = (i + 1) & mask
         j = i
@@ -222,7 +265,7 @@ class TaskTable:
             if s == EMPTY_ENTRY:
                 break
             o = s * ID_BYTES
-            home = hash(bytes(ids[o : o + ID_BYTES])) & mask
+            home = _home(bytes(ids[o : o + ID_BYTES]), attempts[s]) & mask
             # s stays unless the hole is on its probe path: its home cyclically in (i, j].
             if (i < home <= j) if i < j else (home > i or home <= j):
                 continue
@@ -242,19 +285,24 @@ class TaskTable:
         job_id: str = "",
         node_id: str | None = None,
     ) -> int:
-        """Applies one event and returns the task's slot, or -1 for a late event of a task
-        evicted past the cap (counted in ``late_dropped``); ``node_id`` is where the task
-        ran, when the caller knows it."""
-        slot = self._find(task_id)
+        """Applies one event to its attempt's row and returns the slot, or -1 for a late
+        event of an attempt evicted past the cap (counted in ``late_dropped``). The node an
+        event's ``extra`` names is where the attempt ran; ``node_id`` is the caller's guess,
+        used only while the attempt has no node."""
+        attempt = attempt if isinstance(attempt, int) and 0 <= attempt < 2**31 else 0
+        slot = self._find(task_id, attempt)
         if slot < 0:
-            if self._evicted and self._recently_evicted(task_id):
+            if self._evicted and self._recently_evicted(task_id, attempt):
                 self.late_dropped += 1
                 return -1
-            slot = self._insert(task_id, job_id)
+            slot = self._insert(task_id, job_id, attempt)
+            if attempt:
+                self._follow(task_id, slot, attempt, t)
         codes, times = self.codes, self.times
         states, names = codes["state"], codes["name"]
         old_state, old_name = states[slot], names[slot]
         tm = None
+        ran_on = None
         if extra:
             name = extra.get("name") or extra.get("function")
             if name and not old_name:  # code 0: no name yet
@@ -266,15 +314,12 @@ class TaskTable:
             pid = extra.get("pid")
             if pid and isinstance(pid, int) and 0 < pid < 2**31:
                 self.pid[slot] = pid
-            if extra.get("node_id"):
-                node_id = node_id or extra["node_id"]
+            ran_on = extra.get("node_id")
             error = extra.get("error")
-            if error and (
-                attempt > self.attempt[slot] or len(error) > len(self.errors.get(slot) or "")
-            ):
+            if error and len(error) > len(self.errors.get(slot) or ""):
                 # Two accounts of one failure may come in either order (the worker's, with
                 # the traceback, and the owner's "died before it ran"): the fuller one is
-                # kept, whatever the order; a later attempt's replaces an earlier one's.
+                # kept, whatever the order.
                 self.errors[slot] = str(error)[:4000]
                 if extra.get("error_type"):
                     self._put("error_type", slot, extra["error_type"])
@@ -290,19 +335,15 @@ class TaskTable:
                     if isinstance(v, int | float):
                         times[col][slot] = v
         cur = old_state
-        cur_attempt = self.attempt[slot]
-        if state == "RETRYING":
-            self.attempt[slot] = max(cur_attempt, attempt)
-            cur = RETRYING_CODE
-        else:
-            rank = RANK.get(state)
-            if rank is not None:
-                newer = attempt > cur_attempt
-                if (cur < FIRST_TERMINAL or newer) and (rank >= cur or newer):
-                    cur = rank
-                    self.attempt[slot] = max(cur_attempt, attempt)
+        rank = RANK.get(state)
+        # A terminal state stays; otherwise the later phase wins (events of one attempt come
+        # from its owner and its worker, in any order).
+        if rank is not None and cur < FIRST_TERMINAL and PHASE[rank] >= PHASE[cur]:
+            cur = rank
         if state == "PENDING_ARGS_AVAIL" and times["t_pending"][slot] != times["t_pending"][slot]:
             times["t_pending"][slot] = t
+        elif state == "RETRYING" and times["t_pending"][slot] != times["t_pending"][slot]:
+            times["t_pending"][slot] = t  # this attempt came to be
         elif (
             state == "PENDING_NODE_ASSIGNMENT"
             and times["t_assign"][slot] != times["t_assign"][slot]
@@ -316,20 +357,64 @@ class TaskTable:
             times["t_end"][slot] = t
         if tm or state in TERMINAL or state == "RUNNING":
             self._index_times(slot)
-        if node_id and not codes["node_id"][slot]:  # code 0: not known yet
+        if ran_on:
+            if codes["node_id"][slot] != self.code_tables["node_id"].code.get(ran_on):
+                self._put("node_id", slot, ran_on)
+        elif node_id and not codes["node_id"][slot]:  # code 0: not known yet
             self._put("node_id", slot, node_id)
         if cur != old_state:
-            states[slot] = cur
-            refs = self.code_tables["state"].refs
-            refs[old_state] -= 1
-            refs[cur] += 1
-            if cur >= FIRST_TERMINAL:
-                self.ended[STATES[cur]] += 1
+            self._set_state(slot, old_state, cur)
         if cur != old_state or names[slot] != old_name:
             name_of = self.code_tables["name"].values
             _dec(self.by_name_state, (name_of[old_name], STATES[old_state]))
             self.by_name_state[(name_of[names[slot]], STATES[cur])] += 1
         return slot
+
+    def _set_state(self, slot: int, old: int, new: int) -> None:
+        self.codes["state"][slot] = new
+        refs = self.code_tables["state"].refs
+        refs[old] -= 1
+        refs[new] += 1
+        if new >= FIRST_TERMINAL:
+            self.ended[STATES[new]] += 1
+
+    def _follow(self, task_id: str, slot: int, attempt: int, t: float) -> None:
+        """A new attempt (``slot``) of a task: it takes the task's name, job and actor from
+        the attempt before it, which ends FAILED now if nothing had ended it."""
+        key = id_key(task_id)
+        key = task_id if key is None else key
+        if self._retried.get(key, 0) < attempt:
+            self._retried[key] = attempt
+        prev = next(
+            (s for a in range(attempt - 1, -1, -1) if (s := self._find(task_id, a)) >= 0), -1
+        )
+        if prev < 0:
+            return
+        for col in ("name", "job_id", "actor_id"):
+            value = self.codes[col][prev]
+            if value and not self.codes[col][slot]:
+                self._put(col, slot, self.code_tables[col].values[value])
+        if self.codes["name"][slot]:  # the summary counted it as nameless: now it has one
+            _dec(self.by_name_state, ("", STATES[0]))
+            self.by_name_state[(self.cols["name"][slot], STATES[0])] += 1
+        if self.codes["state"][prev] < FIRST_TERMINAL:
+            err = f"attempt {attempt - 1} was superseded by attempt {attempt} (a retry)"
+            self.apply(task_id, "FAILED", t, attempt - 1, {"error": err})
+
+    def place(self, task_id: str, attempt: int, where: dict[str, Any]) -> bool:
+        """Fills where an attempt ran (``node_id``, ``worker_id``, ``pid``) from another
+        source when its own events did not say; False if the attempt is not in the table."""
+        slot = self._find(task_id, attempt)
+        if slot < 0:
+            return False
+        if not self.codes["node_id"][slot] and where.get("node_id"):
+            self._put("node_id", slot, where["node_id"])
+            if where.get("worker_id") and not self.codes["worker_id"][slot]:
+                self._put("worker_id", slot, where["worker_id"])
+            pid = where.get("pid")
+            if isinstance(pid, int) and 0 < pid < 2**31 and not self.pid[slot]:
+                self.pid[slot] = pid
+        return True
 
     def fail_open_tasks(self, job_id: str, t: float, error: str, error_type: str) -> int:
         """Ends every kept task of ``job_id`` not in a final state as FAILED (its driver is
@@ -356,6 +441,8 @@ class TaskTable:
         seq = slot + self.cap * ((self.seq - 1 - slot) // self.cap)  # the slot's insertion
         b = (seq // BLOCK) % self._blocks
         start, end = self.times["t_start"][slot], self.times["t_end"][slot]
+        if start != start:  # never said it ran: a killed attempt is drawn from its push
+            start = _pushed(self.times, slot)
         if end != end and start == start:
             end = math.inf  # running: drawn up to any later time
         if end > self._blk_end[b]:  # NaN (not known) compares false: left out
@@ -363,7 +450,7 @@ class TaskTable:
         if start < self._blk_start[b]:
             self._blk_start[b] = start
 
-    def _insert(self, task_id: Any, job_id: str) -> int:
+    def _insert(self, task_id: Any, job_id: str, attempt: int) -> int:
         key, entry = self._miss  # what the ``_find`` that missed saw
         if self.seq % BLOCK == 0:  # a new block of the time index starts empty
             b = (self.seq // BLOCK) % self._blocks
@@ -378,7 +465,7 @@ class TaskTable:
             for col in self.times.values():
                 col.append(UNKNOWN_TIME)
             self.pid.append(0)
-            self.attempt.append(0)
+            self.attempt.append(attempt)
             self._ids += key or NO_ID
         else:
             slot = self.seq % self.cap
@@ -388,16 +475,16 @@ class TaskTable:
             for col in self.times.values():
                 col[slot] = UNKNOWN_TIME
             self.pid[slot] = 0
-            self.attempt[slot] = 0
+            self.attempt[slot] = attempt
             o = slot * ID_BYTES
             self._ids[o : o + ID_BYTES] = key or NO_ID
             if key is not None:  # the eviction may have moved entries: probe again
-                entry = hash(key) & self._mask
+                entry = _home(key, attempt) & self._mask
                 while self._hashed[entry] != EMPTY_ENTRY:
                     entry = (entry + 1) & self._mask
         self.seq += 1
         if key is None:
-            self._odd[task_id] = slot
+            self._odd[(task_id, attempt)] = slot
             self._odd_at[slot] = task_id
         else:
             self._hashed[entry] = slot
@@ -407,9 +494,9 @@ class TaskTable:
         self.by_name_state[("", STATES[0])] += 1
         return slot
 
-    def _recently_evicted(self, task_id: Any) -> bool:
+    def _recently_evicted(self, task_id: Any, attempt: int) -> bool:
         key = self._miss[0]  # what the ``_find`` that missed saw
-        return (key if key is not None else task_id) in self._evicted_set
+        return (key if key is not None else task_id, attempt) in self._evicted_set
 
     def _evict(self, slot: int) -> None:
         # Remembered for a while: a late event of this task (the worker's RUNNING, sent on
@@ -417,10 +504,13 @@ class TaskTable:
         odd = self._odd_at.get(slot) if self._odd_at else None
         o = slot * ID_BYTES
         key = odd if odd is not None else bytes(self._ids[o : o + ID_BYTES])
+        attempt = self.attempt[slot]
         if len(self._evicted) == self._evicted.maxlen:
             self._evicted_set.discard(self._evicted[0])
-        self._evicted.append(key)
-        self._evicted_set.add(key)
+        self._evicted.append((key, attempt))
+        self._evicted_set.add((key, attempt))
+        if attempt and self._retried.get(key) == attempt:
+            del self._retried[key]  # its newest attempt goes: the older ones went before
         self._unhash(slot)
         name = self.code_tables["name"].values[self.codes["name"][slot]]  # before its release
         _dec(self.by_name_state, (name, STATES[self.codes["state"][slot]]))
@@ -475,94 +565,16 @@ class TaskTable:
             "error": self.errors.get(slot),
         }
 
-    def page(
-        self,
-        predicates: list[Predicate],
-        limit: int,
-        offset: int,
-        sort_by: str | None,
-        descending: bool,
-    ) -> dict[str, Any]:
-        """Newest first unless ``sort_by``; stops early when the total is known from counts."""
-        for p in predicates:
-            if p.key not in FIELDS:
-                raise QueryError("filter", f"unknown task field {p.key!r}")
-        if sort_by is not None:
-            return generic_page(
-                (self.row(s) for s in self.newest_slots()),
-                predicates=predicates,
-                sort_by=sort_by,
-                descending=descending,
-                limit=limit,
-                offset=offset,
-            )
-        known_total = self._counted_total(predicates)
-        keep = self._matcher(predicates)
-        items: list[dict[str, Any]] = []
-        seen = 0
-        for slot in self.newest_slots():
-            if keep is not None and not keep(slot):
-                continue
-            if seen >= offset and len(items) < limit:
-                items.append(self.row(slot))
-            seen += 1
-            if len(items) >= limit and known_total is not None:
-                break
-        total = known_total if known_total is not None else seen
-        return {"total": total, "offset": offset, "limit": limit, "items": items}
 
-    def _matcher(self, predicates: list[Predicate]) -> Callable[[int], bool] | None:
-        """A test of one slot: on its codes when it can (each value tested once, not once
-        per task; no row built per task)."""
-        if not predicates:
-            return None
-        if all(p.key in self.codes for p in predicates):
-            tests = [(self.codes[p.key], self.code_tables[p.key].matches(p)) for p in predicates]
-            if len(tests) == 1:
-                col, ok = tests[0]
-                return lambda s: ok[col[s]]
-            return lambda s: all(ok[col[s]] for col, ok in tests)
-        if all(p.key in self.cols for p in predicates):
-            return lambda s: all(p.match(self.cols[p.key][s]) for p in predicates)
-        return lambda s: all(p(r) for r in (self.row(s),) for p in predicates)
+def _pushed(times: dict[str, array], slot: int) -> float:
+    """When an attempt went to its worker (pushed; else submitted), NaN if not known."""
+    t = times["t_scheduled"][slot]
+    return t if t == t else times["t_pending"][slot]
 
-    def _counted_total(self, predicates: list[Predicate]) -> int | None:
-        if not predicates:
-            return len(self)
-        if len(predicates) == 1 and not predicates[0].negate:
-            p = predicates[0]
-            if p.key in self.code_tables:
-                counter = self.counts[p.key]
-                return sum(n for k, n in counter.items() if (k or "") == p.value)
-        return None
 
-    def summary(self, job_id: str | None = None) -> list[dict[str, Any]]:
-        """Per function: counts by state (the progress bars of the Tasks page); of one job's
-        tasks with ``job_id`` (one pass over two integer columns: its counts are not kept)."""
-        pairs = self.by_name_state.items() if job_id is None else self._job_counts(job_id).items()
-        by_name: dict[str, dict[str, int]] = {}
-        for (name, state), n in pairs:
-            if n:
-                by_name.setdefault(name, {})[state] = n
-        rows = [
-            {"name": name, "total": sum(states.values()), "states": states}
-            for name, states in by_name.items()
-        ]
-        rows.sort(key=lambda r: (-r["total"], r["name"]))
-        return rows
-
-    def _job_counts(self, job_id: str) -> Counter:
-        """``{(name, state): n}`` of the kept tasks of ``job_id``."""
-        job = self.code_tables["job_id"].code.get(job_id)
-        if job is None:
-            return Counter()
-        jobs, names, states = self.codes["job_id"], self.codes["name"], self.codes["state"]
-        codes: Counter = Counter()
-        for s in range(len(self)):
-            if jobs[s] == job:
-                codes[(names[s], states[s])] += 1
-        name_of = self.code_tables["name"].values
-        return Counter({(name_of[n], STATES[st]): c for (n, st), c in codes.items()})
+def _home(key: bytes, attempt: int) -> int:
+    """The id index's hash of a task id's attempt (the first attempt: the id's own hash)."""
+    return hash(key) + attempt * 0x9E3779B1 if attempt else hash(key)
 
 
 def _dec(counter: Counter, key: Any) -> None:

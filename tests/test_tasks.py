@@ -156,6 +156,47 @@ def test_worker_killed_midtask_is_retried(shared_node, tmp_path):
     assert marker.read_text() == "xx"
 
 
+def test_each_retry_is_an_attempt_ending_where_it_ran(ember_start, tmp_path):
+    """An exception retried, then a worker killed mid-task, then success: three rows of the
+    dashboard's task list, each with its own end, error type and pid (the killed attempt's
+    pid from its lease: its worker died before it could report running)."""
+    import httpx
+
+    url = ember_start(num_cpus=1).dashboard_url.rstrip("/")
+    marker = tmp_path / "pids"
+
+    @ember.remote(max_retries=2, retry_exceptions=[ValueError])
+    def flaky(path: str) -> int:
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()} ")
+        tries = len(open(path).read().split())
+        if tries == 1:
+            raise ValueError("the first attempt fails")
+        if tries == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return os.getpid()
+
+    ref = flaky.remote(str(marker))
+    assert ember.get(ref, timeout=60)
+    pids = [int(p) for p in marker.read_text().split()]
+
+    def ended() -> list[dict]:
+        params = {"filter": f"task_id={ref.task_id().hex()}"}
+        rows = httpx.get(f"{url}/api/tasks", params=params, timeout=10).json()["items"]
+        done = all(r["state"] in ("FINISHED", "FAILED") for r in rows)
+        return sorted(rows, key=lambda r: r["attempt"]) if len(rows) == 3 and done else []
+
+    rows = wait_until(ended, 30, message="three ended attempts")
+    got = [(r["attempt"], r["state"], r["pid"], r["error_type"]) for r in rows]
+    assert got == [
+        (0, "FAILED", pids[0], "TASK_EXECUTION_EXCEPTION"),
+        (1, "FAILED", pids[1], "WORKER_DIED"),
+        (2, "FINISHED", pids[2], None),
+    ]
+    assert "the first attempt fails" in rows[0]["error"]
+    assert all(r["name"].endswith("flaky") for r in rows)  # each attempt names its task
+
+
 def test_worker_crash_without_retries_raises_worker_crashed(shared_node):
     @ember.remote(max_retries=0)
     def dies():

@@ -55,6 +55,7 @@ class _Actor:
         "incarnation",
         "ending",
         "slow_pending",
+        "where",
     )
 
     def __init__(self, actor_id: bytes) -> None:
@@ -74,6 +75,9 @@ class _Actor:
         self.incarnation = -1
         self.ending = False  # no handle is left here: end the actor once our calls are done
         self.slow_pending = 0  # calls on their way to the I/O thread (see the module doc)
+        # The node, pid and worker of its live incarnation: a call lost with that worker
+        # ends there (its task events), even if the worker died before reporting it ran.
+        self.where: dict[str, Any] = {}
 
 
 def _locked(method):
@@ -98,6 +102,10 @@ class ActorSubmitterHost(Protocol):
     def inline_small_args(self, spec: TaskSpec) -> None: ...
     def attach_function(self, spec: TaskSpec, conn: Connection) -> None: ...
     def handle_task_reply(self, spec: TaskSpec, reply: dict, retry: Any) -> None: ...
+    def record_attempt_failed(
+        self, spec: TaskSpec, attempt: int, error: str, error_type: str, **where: Any
+    ) -> None: ...
+    def record_event(self, spec: TaskSpec, state: str, **extra: Any) -> None: ...
     def fail_task(self, spec: TaskSpec, error: BaseException) -> None: ...
     async def connect_to_worker(self, worker_id: bytes | None, address: str) -> Connection: ...
 
@@ -351,7 +359,9 @@ class ActorSubmitter:
             new_life = st.incarnation != -1 and st.incarnation != incarnation
             st.incarnation = incarnation
             if new_life:
-                self._resolve_lost(st)
+                self._resolve_lost(st)  # on the old incarnation's ``where``
+            st.where = {"node_id": info.get("node_id"), "pid": info.get("pid")}
+            st.where["worker_id"] = info["worker_id"]
             self._flush(st)
         elif state == "RESTARTING":
             st.conn = None
@@ -359,9 +369,13 @@ class ActorSubmitter:
         elif state == "DEAD":
             st.conn = None
             err = self._died(st)
-            lost = st.lost + list(st.in_flight.values()) + list(st.queue)
+            ran = st.lost + list(st.in_flight.values())
+            lost = ran + list(st.queue)
             st.lost, st.queue = [], deque()
             st.in_flight.clear()
+            where = {k: v for k, v in st.where.items() if v}
+            for spec in ran:  # sent to the worker that died: they end on its node
+                self.host.record_attempt_failed(spec, spec.attempt, str(err), "ACTOR_DIED", **where)
             for spec in lost:
                 self.host.fail_task(spec, err)
 
@@ -372,11 +386,16 @@ class ActorSubmitter:
         if st.conn is None and st.in_flight:
             lost.extend(st.in_flight.values())
             st.in_flight.clear()
+        why = f"the actor's worker died while this call ran: {st.death_cause or 'no cause given'}"
         for spec in reversed(lost):
             limits = (spec.max_retries, st.max_task_retries)
+            # This attempt ended with the worker, on the incarnation it was sent to.
+            where = {k: v for k, v in st.where.items() if v}
+            self.host.record_attempt_failed(spec, spec.attempt, why, "ACTOR_DIED", **where)
             # -1: retry for as long as the actor restarts (max(-1, 0) would have said never).
             if -1 in limits or spec.attempt < max(limits):
                 spec.attempt += 1
+                self.host.record_event(spec, "RETRYING", name=spec.display_name())
                 st.queue.appendleft(spec)
             else:
                 cause = (

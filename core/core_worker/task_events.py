@@ -31,6 +31,14 @@ class TaskEvents:
     def record(self, spec: TaskSpec, state: str, **extra: Any) -> None:
         self.append((spec.task_id, state, time.time(), spec.attempt, extra or None))
 
+    def record_attempt_failed(
+        self, spec: TaskSpec, attempt: int, error: str, error_type: str, **where: Any
+    ) -> None:
+        """An earlier attempt of a task that is retried ended FAILED (``where``: the node,
+        worker and pid it ran on, when the caller knows them): its own row's end."""
+        extra = {"error": error, "error_type": error_type, **where}
+        self.append((spec.task_id, "FAILED", time.time(), attempt, extra))
+
     def append(self, event: tuple) -> None:
         """Into the bounded buffer; the oldest event falls out and is counted as dropped
         (the exporter reports the count to the agent with its next batch)."""

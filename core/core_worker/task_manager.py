@@ -239,8 +239,12 @@ class TaskManager:
         """An actor call's reply: retried (``retry(spec)``) if its ``retry_exceptions`` say
         so, else final. (Normal tasks decide this in task_attempts.py.)"""
         if reply.get("error") and reply.get("app_error") and should_retry_app_error(spec, reply):
+            error_type = reply.get("error_type") or "TASK_EXECUTION_EXCEPTION"
+            self.events.record_attempt_failed(
+                spec, spec.attempt, reply.get("message") or "", error_type
+            )
             spec.attempt += 1
-            self.events.record(spec, "RETRYING")
+            self.events.record(spec, "RETRYING", name=spec.display_name())
             retry(spec)
             return
         self.complete_task(spec, reply)

@@ -64,16 +64,18 @@ class _Lease:
         "spec",
         "gpu_ids",
         "node_id",
+        "pid",
         "wanted",
     )
 
     def __init__(
-        self, cls, lease_id, worker_id, address, conn, raylet, gpu_ids=(), node_id=None
+        self, cls, lease_id, worker_id, address, conn, raylet, gpu_ids=(), node_id=None, pid=None
     ) -> None:
         self.wanted = False  # its raylet has a request waiting for what it holds
         self.cls: _Class = cls  # the scheduling class it was leased for
         self.gpu_ids = list(gpu_ids)
         self.node_id = node_id
+        self.pid = pid
         self.lease_id = lease_id
         self.worker_id = worker_id
         self.address = address
@@ -119,6 +121,9 @@ class TaskSubmitterHost(Protocol):
     def inline_small_args(self, spec: TaskSpec) -> None: ...
     def attach_function(self, spec: TaskSpec, conn: Connection) -> None: ...
     def record_event(self, spec: TaskSpec, state: str, **extra: Any) -> None: ...
+    def record_attempt_failed(
+        self, spec: TaskSpec, attempt: int, error: str, error_type: str, **where: Any
+    ) -> None: ...
     def complete_task(self, spec: TaskSpec, reply: dict) -> None: ...
     def fail_task(self, spec: TaskSpec, error: BaseException) -> None: ...
     async def connect_to_worker(self, worker_id: bytes | None, address: str) -> Connection: ...
@@ -165,8 +170,10 @@ class TaskSubmitter:
             if a[0] == ARG_REF and host.owns(a[1]) and not host.memory_store.get_if_ready(a[1])
         ]
 
-    def _run(self, instructions: list[tuple]) -> None:
-        """Carries out the state machine's instructions (task_attempts.py lists them)."""
+    def _run(self, instructions: list[tuple], failure: tuple[str, str] | None = None) -> None:
+        """Carries out the state machine's instructions (task_attempts.py lists them);
+        ``failure`` is (error, Ray's error type) of the attempt that just failed, which a
+        retry records as that attempt's end."""
         for ins in instructions:
             op = ins[0]
             if op == ENQUEUE:
@@ -176,7 +183,10 @@ class TaskSubmitter:
             elif op == FINISH:
                 self.host.complete_task(ins[1], ins[2])
             elif op == RETRY:
-                self.host.record_event(ins[1], "RETRYING")
+                spec = ins[1]
+                if failure is not None:  # the failed attempt ends (on its row); then the next
+                    self.host.record_attempt_failed(spec, spec.attempt - 1, *failure)
+                self.host.record_event(spec, "RETRYING", name=spec.display_name())
                 if len(ins) > 2:
                     self._enqueue_later(ins[1], ins[2])
                 else:
@@ -318,6 +328,7 @@ class TaskSubmitter:
             raylet,
             grant.get("gpu_ids", ()),
             grant.get("node_id"),
+            grant.get("pid"),
         )
         cls.leases.add(lease)
         if cls.queue:
@@ -343,7 +354,15 @@ class TaskSubmitter:
         lease.spec = spec
         spec.gpu_ids = lease.gpu_ids
         self.host.attach_function(spec, lease.conn)
-        self.host.record_event(spec, "SUBMITTED_TO_WORKER", worker_id=lease.worker_id)
+        # Where this attempt runs, from the lease: its rows say so even if the worker dies
+        # before its own RUNNING event leaves it.
+        self.host.record_event(
+            spec,
+            "SUBMITTED_TO_WORKER",
+            worker_id=lease.worker_id,
+            node_id=lease.node_id,
+            pid=lease.pid,
+        )
         lease.conn.request_cb(
             "push_task", spec, lambda reply, exc: self._on_reply(lease, spec, reply, exc)
         )
@@ -360,10 +379,18 @@ class TaskSubmitter:
             if crashed and notice is not None and time.monotonic() - notice[0] < 60.0:
                 self._oom_killed(spec, notice[1], notice[2])
             else:
-                self._run(self.attempts.handle(("worker_died", spec.task_id, exc, crashed)))
+                why = (f"the worker running this attempt died: {exc}", "WORKER_DIED")
+                event = ("worker_died", spec.task_id, exc, crashed)
+                self._run(self.attempts.handle(event), why)
             self._pump(cls)
             return
-        self._run(self.attempts.handle(("reply", spec.task_id, reply)))
+        why = None
+        if reply.get("error"):
+            why = (
+                reply.get("message") or "",
+                reply.get("error_type") or "TASK_EXECUTION_EXCEPTION",
+            )
+        self._run(self.attempts.handle(("reply", spec.task_id, reply)), why)
         if reply.get("worker_exiting"):
             self._return_lease(cls, lease, worker_died=True)
             self._pump(cls)
@@ -442,7 +469,9 @@ class TaskSubmitter:
                     config.task_oom_retries,
                     detail,
                 )
-        self._run(instructions)
+        self._run(
+            instructions, (f"killed by its node's memory monitor:\n{detail}", "OUT_OF_MEMORY")
+        )
 
     def leases_wanted(self, raylet: Connection, lease_ids: list[int]) -> None:
         """``raylet`` has a request waiting for what these leases hold: each goes back as soon

@@ -81,6 +81,7 @@ ACTOR_LIFECYCLE: Lifecycle[ActorState] = Lifecycle(
 )
 
 PLACING = frozenset({_P, _R})  # states in which the actor wants a worker
+MAX_INCARNATIONS = 16  # ended incarnations an actor's row lists (the latest)
 
 
 class ActorInfo:
@@ -110,6 +111,10 @@ class ActorInfo:
         self.lease_id: Any = None
         self.no_restart = False
         self.unschedulable = False  # no node can ever take it (hard affinity): it failed
+        # Its ended incarnations before this one, oldest first (the latest MAX_INCARNATIONS):
+        # where each ran and why it ended; ``num_restarts`` counts them all.
+        self.incarnations: list[dict[str, Any]] = []
+        self.incarnation_start: float | None = None  # when the live incarnation was created
         self._spec_blob: bytes | None = None  # the spec as stored (record())
 
     @property
@@ -130,6 +135,8 @@ class ActorInfo:
         "lease_id",
         "no_restart",
         "unschedulable",
+        "incarnations",
+        "incarnation_start",
     )
 
     def record(self) -> bytes:
@@ -175,6 +182,8 @@ class ActorInfo:
             "parent_task_id": self.spec.parent_task_id,
             "start_time": self.start_time,
             "end_time": self.end_time,
+            "incarnations": self.incarnations,
+            "creation_task_id": getattr(self.spec, "task_id", None),
         }
 
 
@@ -377,6 +386,7 @@ class ActorMachine:
             return []
         actor.track.fire("created")
         actor.address = event.address
+        actor.incarnation_start = self.clock()
         return [PUBLISH]
 
     def _creation_failed(self, actor: ActorInfo, event: CreationFailed) -> list[Instruction]:
@@ -434,7 +444,21 @@ class ActorMachine:
         )
         if can_restart and (actor.detached or job_running):
             actor.track.fire("restart")
+            ended = {
+                "node_id": actor.node_id,
+                "pid": actor.pid,
+                "worker_id": actor.worker_id,
+                "start_time": actor.incarnation_start,
+                "end_time": self.clock(),
+                "death_cause": reason,
+            }
+            actor.incarnations = [*actor.incarnations, ended][-MAX_INCARNATIONS:]
+            actor.incarnation_start = None
             actor.num_restarts += 1
+            # The constructor's next run is the creation task's next attempt (as Ray's):
+            # its task events are a row of their own, on the node it runs on.
+            actor.spec.attempt = actor.num_restarts
+            actor._spec_blob = None
             actor.address = None
             actor.death_cause = reason
             what = f"actor {actor.class_name} {actor.actor_id.hex()} restarting: {reason}"

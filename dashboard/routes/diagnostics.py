@@ -79,6 +79,11 @@ async def stack(
             continue
         if pid is not None:
             _raise_for_single(res)
+        for proc in res.get("processes") or ():
+            # The agent names the lease's first task; the task events say what runs now.
+            known, name = ctx.state.current.running(proc.get("worker_id"))
+            if known and proc.get("kind") == "worker":
+                proc["current_task"] = name
         nodes.append({"node_id": nid, **res})
     return {"nodes": nodes, "missing": missing}
 

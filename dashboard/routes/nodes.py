@@ -35,7 +35,7 @@ async def get_node(node_id: str, ctx: DashboardContext = Depends(get_ctx)) -> di
     row = st.node_row(node_id)
     row["metrics"] = st.nodes[node_id].metrics
     row["info"] = st.nodes[node_id].info
-    row["workers"] = sorted(st.workers.get(node_id, {}).values(), key=lambda w: w["pid"])
+    row["workers"] = st.node_workers(node_id)
     return row
 
 

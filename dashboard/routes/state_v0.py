@@ -125,12 +125,14 @@ async def list_tasks(
         out = Listing(total=n, num_filtered=n, rows=[task_row(st, s) for s in newest])
     if q.detail:
         # Each task's phases only for the rows shown, not for every row the filters read.
-        out.rows = [{**r, "events": _events(ctx, r["task_id"])} for r in out.rows]
+        out.rows = [
+            {**r, "events": _events(ctx, r["task_id"], r["attempt_number"])} for r in out.rows
+        ]
     return out.reply(res, q.detail)
 
 
-def _events(ctx: DashboardContext, task_id: str) -> list[dict[str, Any]] | None:
-    view = ctx.state.tasks.get(task_id)
+def _events(ctx: DashboardContext, task_id: str, attempt: int) -> list[dict[str, Any]] | None:
+    view = ctx.state.tasks.get(task_id, attempt)
     if view is None:
         return None
     # Ray's clients read each event's state as one of Ray's task states: Ember's own phases

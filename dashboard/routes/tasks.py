@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.routes.params import ListParams, json_response, list_params
 from ember.dashboard.schemas import TASKS
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import Response
 
 router = APIRouter(tags=["tasks"])
@@ -48,10 +48,22 @@ async def task_summary(
 
 
 @router.get("/api/tasks/{task_id}", response_model=None, responses=TASKS.detail_responses())
-async def get_task(task_id: str, ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
-    rec = ctx.state.tasks.get(task_id.lower())
+async def get_task(
+    task_id: str,
+    attempt: Annotated[
+        int | None, Query(ge=0, description="this attempt (default: the newest)")
+    ] = None,
+    ctx: DashboardContext = Depends(get_ctx),
+) -> dict[str, Any]:
+    """A task's attempt (the newest, or ``attempt``), its phases and every kept attempt."""
+    rec = ctx.state.tasks.get(task_id.lower(), attempt)
     if rec is None:
+        what = f"no task {task_id!r}" if attempt is None else f"no attempt {attempt} of {task_id!r}"
         raise HTTPException(
-            404, f"no task {task_id!r} (never seen, or dropped past the cap); GET /api/tasks"
+            404, f"{what} (never seen, or dropped past the cap); `ember list tasks` lists them"
         )
-    return {**rec.public(), "events": rec.events()}
+    return {
+        **rec.public(),
+        "events": rec.events(),
+        "attempts": ctx.state.tasks.attempts(rec.task_id),
+    }

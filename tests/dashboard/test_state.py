@@ -42,11 +42,38 @@ def test_terminal_state_survives_late_earlier_event():
     assert st.tasks.counts["state"] == {"FINISHED": 1}
 
 
-def test_retry_reopens_a_task():
+def test_a_retry_is_a_new_attempt_and_the_first_stays_failed():
     st = DashboardState()
     tid = "cd" * 16
     st.add_task_events("n", "j", [[tid, "FAILED", 1.0, 0, None], [tid, "RETRYING", 2.0, 1, None]])
     assert st.tasks.get(tid).state == "RETRYING" and st.tasks.get(tid).attempt == 1
+    assert st.tasks.get(tid, 0).state == "FAILED" and len(st.tasks) == 2
+
+
+def test_a_workers_current_task_is_the_one_it_runs_now():
+    """The raylet names a lease by its first function; the worker's RUNNING events say which
+    task (by its name) it runs now, and the owner's end says it is between tasks."""
+    st = DashboardState()
+    row = {"pid": 42, "worker_id": "w1", "kind": "worker", "state": "RUNNING"}
+    st.set_workers("n", [{**row, "current_task": "first", "activity": "running first"}])
+    ran = {"worker_id": "w1", "pid": 42, "node_id": "n"}
+
+    def shown() -> tuple:
+        [w] = st.all_workers()
+        [same] = st.node_workers("n")
+        assert same == w
+        return w["current_task"], w["activity"]
+
+    assert shown() == ("first", "running first")  # no events yet: the raylet's word
+    a, b = "a1" * 16, "b2" * 16
+    st.add_task_events("n", "j", [[a, "RUNNING", 1.0, 0, {"name": "first", **ran}]])
+    st.add_task_events("n", "j", [[a, "FINISHED", 2.0, 0, None]])
+    assert shown() == (None, "leased, between tasks")
+    st.add_task_events("n", "j", [[b, "RUNNING", 3.0, 0, {"name": "second-job", **ran}]])
+    assert shown() == ("second-job", "running second-job")
+    assert st.workers["n"][42]["current_task"] == "first"  # the stored row is the agent's
+    st.forget_node("n")
+    assert st.current.running("w1") == (False, None)
 
 
 def test_filter_applies_before_limit_and_total_counts_matches():

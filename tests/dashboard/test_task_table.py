@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 
 from ember.dashboard.query import parse_filters
-from ember.dashboard.task_table import FIELDS, TaskTable
+from ember.dashboard.task_columns import FIELDS
+from ember.dashboard.task_table import TaskTable
 
 
 def _finish(table: TaskTable, tid: str, **extra) -> int:
@@ -128,3 +129,75 @@ def test_filters_read_codes_and_totals_come_from_counts():
     assert page["total"] == 300 and len(page["items"]) == 7
     page = table.page(parse_filters(["node_id="], FIELDS), 1, 0, None, False)
     assert page["total"] == 300  # None reads as "" in a filter, as in every list
+
+
+def _summed(table: TaskTable) -> dict[str, int]:
+    """The per-state counts the summary keeps, summed over functions."""
+    out: dict[str, int] = {}
+    for (_name, state), n in table.by_name_state.items():
+        out[state] = out.get(state, 0) + n
+    return out
+
+
+def test_each_attempt_is_a_row_where_it_ran():
+    """A retry after its node died: attempt 0 ran on node A, attempt 1 on node B. The owner's
+    events (pending, its own guess of the node) never decide where an attempt ran."""
+    table = TaskTable(100)
+    tid = "cd" * 16
+    table.apply(tid, "PENDING_ARGS_AVAIL", 1.0, 0, {"name": "slow"}, node_id="owner-node")
+    table.apply(tid, "SUBMITTED_TO_WORKER", 1.1, 0, {"worker_id": "w-a", "node_id": "A", "pid": 11})
+    table.apply(tid, "FAILED", 3.0, 0, {"error": "the worker died", "error_type": "WORKER_DIED"})
+    table.apply(tid, "RETRYING", 3.0, 1, {"name": "slow"})
+    assert table.get(tid).state == "RETRYING"
+    table.apply(tid, "PENDING_NODE_ASSIGNMENT", 3.0, 1, None)
+    assert table.get(tid).state == "RETRYING"  # still waiting for its retry to be placed
+    table.apply(tid, "RUNNING", 3.5, 1, {"worker_id": "w-b", "node_id": "B", "pid": 22})
+    table.apply(tid, "FINISHED", 4.0, 1, None, node_id="owner-node")
+    # The first attempt's RUNNING, flushed late by its worker: it stays FAILED, gains a start.
+    table.apply(tid, "RUNNING", 1.2, 0, {"worker_id": "w-a", "node_id": "A", "pid": 11})
+    rows = sorted(table.page([], 10, 0, None, False)["items"], key=lambda r: r["attempt"])
+    got = [(r["attempt"], r["state"], r["node_id"], r["worker_id"], r["pid"]) for r in rows]
+    assert got == [(0, "FAILED", "A", "w-a", 11), (1, "FINISHED", "B", "w-b", 22)]
+    assert rows[0]["error"] == "the worker died" and rows[1]["error"] is None
+    assert [r["name"] for r in rows] == ["slow", "slow"]
+    assert (rows[0]["start_time"], rows[0]["end_time"]) == (1.2, 3.0)
+    newest = table.get(tid)
+    assert (newest.attempt, newest.node_id) == (1, "B") and table.get(tid, 0).node_id == "A"
+    assert [a["node_id"] for a in table.attempts(tid)] == ["A", "B"]
+    assert table.get(tid, 2) is None
+    assert _summed(table) == {"FAILED": 1, "FINISHED": 1}
+    assert dict(table.counts["state"]) == {"FAILED": 1, "FINISHED": 1}
+
+
+def test_a_new_attempt_ends_one_nothing_ended_and_a_killed_one_is_drawn():
+    """An owner whose account of attempt 0's failure was lost: attempt 1 ends it. An attempt
+    whose worker died before it said it ran is on the timeline from its push to its end."""
+    table = TaskTable(100)
+    tid = "ef" * 16
+    table.apply(tid, "PENDING_ARGS_AVAIL", 1.0, 0, {"name": "Crashy.work", "actor_id": "ac"})
+    table.apply(tid, "SUBMITTED_TO_WORKER", 1.5, 0, {"node_id": "A", "pid": 7, "worker_id": "w"})
+    table.apply(tid, "PENDING_NODE_ASSIGNMENT", 2.0, 1, None)
+    first = table.get(tid, 0)
+    assert first.state == "FAILED" and "superseded by attempt 1" in first.error
+    later = table.get(tid, 1)
+    assert (later.name, later.actor_id) == ("Crashy.work", "ac")
+    (rec,) = list(table.scan())
+    assert (rec.attempt, rec.node_id, rec.pid, rec.t_start, rec.t_end) == (0, "A", 7, 1.5, 2.0)
+    assert _summed(table) == {"FAILED": 1, "PENDING_NODE_ASSIGNMENT": 1}
+
+
+def test_attempts_through_evictions():
+    """Retried tasks past the cap: each attempt is its own slot; the newest-attempt index
+    forgets a task once its newest attempt goes, and late events of evicted attempts drop."""
+    rnd = random.Random(3)
+    table = TaskTable(6)
+    ids = [f"{rnd.getrandbits(128):032x}" if i % 5 else f"odd-{i}" for i in range(400)]
+    for tid in ids:
+        for attempt in range(3):
+            table.apply(tid, "RUNNING", 1.0, attempt, {"name": "f", "node_id": f"n{attempt}"})
+        assert [a["node_id"] for a in table.attempts(tid)] == ["n0", "n1", "n2"]
+        assert table.get(tid).attempt == 2
+    kept = ids[-2:]
+    assert len(table) == 6 and len(table._retried) == 2  # the kept tasks' only
+    assert table.apply(ids[-3], "FINISHED", 2.0, 2, None) == -1 and table.late_dropped == 1
+    assert ids[-3] not in table and all(t in table for t in kept)

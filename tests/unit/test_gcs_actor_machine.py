@@ -121,6 +121,19 @@ def test_worker_death_with_restarts_left_restarts_then_alive(machine: ActorMachi
     assert machine.handle(a, WorkerDied("late report", job_running=True)) == []
     assert bring_up(machine, a, worker=2) == [PUBLISH]
     assert a.state is ActorState.ALIVE and a.num_restarts == 1 and a.address == "unix:/w2"
+    # Its first life is listed, where it ran and why it ended; the constructor's second run
+    # is the creation task's attempt 1 (its task events: a row of its own).
+    first = {
+        "node_id": NODE,
+        "pid": 1001,
+        "worker_id": bytes([1]) * 28,
+        "start_time": 1234.5,
+        "end_time": 1234.5,
+        "death_cause": "its worker process died",
+    }
+    assert a.public()["incarnations"] == [first] and a.spec.attempt == 1
+    assert (a.pid, a.worker_id) == (1002, bytes([2]) * 28)
+    assert ActorInfo.from_record(a.record()).incarnations == [first]  # stored with it
 
 
 def test_restarts_exhausted_is_dead_with_its_cause(machine: ActorMachine) -> None:

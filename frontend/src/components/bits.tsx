@@ -120,6 +120,7 @@ export function workerActivity(w: WorkerRow): string {
   if (w.kind === "driver") return w.job_id ? `driver of job ${w.job_id}` : "driver";
   if (w.current_task) return `running ${w.current_task}`;
   if (w.actor_class) return `actor ${w.actor_class}`;
+  if (w.kind === "worker" && w.activity) return w.activity; // e.g. "leased, between tasks"
   return w.state && w.state !== "-" ? w.state.toLowerCase() : "–";
 }
 

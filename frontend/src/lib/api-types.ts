@@ -112,6 +112,10 @@ export interface ActorRow {
   resources: Record<string, number>;
   start_time: number;
   end_time: number | null;
+  /** its constructor's task (attempt n: incarnation n) */
+  creation_task_id: string | null;
+  /** its ended incarnations, oldest first (node_id and pid above: the live one's) */
+  incarnations: ({ node_id: string | null; pid: number | null; worker_id: string | null; start_time: number | null; end_time: number | null; death_cause: string })[];
 }
 
 export interface ActorDetail extends ActorRow {
@@ -130,9 +134,10 @@ export interface ActorPage {
 }
 
 /** What `filter=` and `sort_by=` of /api/actors may name. */
-export const ACTOR_FILTERABLE = ["actor_id", "class_name", "name", "namespace", "title", "state", "node_id", "pid", "worker_id", "job_id", "num_restarts", "death_cause", "pending_reason", "creator_actor_id", "owner_worker_id", "pending_calls", "executed_calls", "detached", "start_time", "end_time"] as const;
+export const ACTOR_FILTERABLE = ["actor_id", "class_name", "name", "namespace", "title", "state", "node_id", "pid", "worker_id", "job_id", "num_restarts", "death_cause", "pending_reason", "creator_actor_id", "owner_worker_id", "pending_calls", "executed_calls", "detached", "start_time", "end_time", "creation_task_id"] as const;
 
-/** ``TaskTable.row`` (every field is filterable: the table filters its own columns). */
+/** ``TaskTable.row``: one attempt of a task (every field is filterable: the table filters
+    its own columns). A retried task has a row per attempt, each where it ran. */
 export interface TaskRow {
   task_id: string;
   /** the function, or Class.method */
@@ -158,6 +163,8 @@ export interface TaskRow {
 export interface TaskDetail extends TaskRow {
   /** the task's phases */
   events: { state: string; time: number }[];
+  /** every kept attempt of the task, first first */
+  attempts: ({ attempt: number; state: string; node_id: string | null; worker_id: string | null; pid: number | null; start_time: number | null; end_time: number | null; error_type: string | null })[];
 }
 
 export interface TaskPage {

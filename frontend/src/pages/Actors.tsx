@@ -288,6 +288,33 @@ function ActorDetail({ id }: { id: string }) {
           </>
         )}
       </dl>
+      {(a.incarnations ?? []).length > 0 && (
+        <>
+          <h2>Earlier incarnations</h2>
+          <table class="table" data-testid="actor-incarnations">
+            <thead>
+              <tr>
+                <th>Node</th>
+                <th class="num">PID</th>
+                <th>Started</th>
+                <th>Ended</th>
+                <th>Why it ended</th>
+              </tr>
+            </thead>
+            <tbody>
+              {(a.incarnations ?? []).map((life, i) => (
+                <tr key={i} data-testid="actor-incarnation">
+                  <td class="mono">{shortId(life.node_id, 12)}</td>
+                  <td class="num">{life.pid ?? "–"}</td>
+                  <td>{time(life.start_time)}</td>
+                  <td>{time(life.end_time)}</td>
+                  <td class="reason">{life.death_cause}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </>
+      )}
       <div class="actions">
         <button class="danger" disabled={a.state === "DEAD" || !!busy} onClick={() => setConfirm(true)} data-testid="actor-kill">
           Kill

@@ -42,7 +42,7 @@ export function Tasks({ params }: { params: URLSearchParams }) {
     { key: "pid", title: "PID", width: "70px", align: "right", sortable: true },
     { key: "submitted_time", title: "Submitted", width: "100px", sortable: true, render: (t) => time(t.submitted_time) },
     { key: "duration_s", title: "Duration", width: "90px", align: "right", sortable: true, render: (t) => duration(t.duration_s) },
-    { key: "attempt", title: "Try", width: "50px", align: "right" },
+    { key: "attempt", title: "Attempt", width: "70px", align: "right", sortable: true },
     { key: "error", title: "Error", width: "1.4fr", render: (t) => (t.error ? <span class="reason" style={{ color: "var(--bad-fg)" }}>{t.error.trim().split("\n").pop()}</span> : "") },
   ];
 
@@ -128,24 +128,39 @@ export function Tasks({ params }: { params: URLSearchParams }) {
           fetchPage={fetchPage}
           queryKey={queryKey}
           refreshToken={refresh}
-          rowKey={(t) => t.task_id}
+          rowKey={rowKey}
           rowClass={(t) => (t.state === "FAILED" ? "row-infeasible" : "")}
-          onRowClick={(t) => setParams({ sel: t.task_id === sel ? undefined : t.task_id })}
-          selected={sel}
+          onRowClick={(t) => setParams({ sel: attemptKey(t) === sel ? undefined : attemptKey(t) })}
+          selected={sel?.endsWith(":0") ? sel.slice(0, -2) : sel}
           sort={sortBy ? { by: sortBy, desc } : undefined}
           onSort={(by) => setParams({ sort: by, desc: by === sortBy && !desc ? "1" : undefined })}
           onTotal={setTotal}
           height={Math.max(300, window.innerHeight - 260)}
           testId="tasks-table"
         />
-        {sel && <TaskDetail id={sel} />}
+        {sel && <TaskDetail sel={sel} onAttempt={(key) => setParams({ sel: key })} />}
       </div>
     </div>
   );
 }
 
-function TaskDetail({ id }: { id: string }) {
-  const d = useApi<TaskDetailRow>(`api/tasks/${encodeURIComponent(id)}`, {}, { liveTypes: ["tasks"], minGapMs: 1000 });
+// Each attempt of a task is a row of its own (where that attempt ran): a row is selected as
+// "task_id:attempt"; a bare task id (a link from another page) selects its newest attempt.
+// A first attempt's row key is the bare id, as before attempts had rows of their own.
+function attemptKey(t: { task_id: string; attempt: number }): string {
+  return `${t.task_id}:${t.attempt}`;
+}
+
+function rowKey(t: { task_id: string; attempt: number }): string {
+  return t.attempt ? attemptKey(t) : t.task_id;
+}
+
+function TaskDetail({ sel, onAttempt }: { sel: string; onAttempt: (key: string) => void }) {
+  const [id, attempt] = sel.split(":");
+  const d = useApi<TaskDetailRow>(`api/tasks/${encodeURIComponent(id)}`, attempt ? { attempt } : {}, {
+    liveTypes: ["tasks"],
+    minGapMs: 1000,
+  });
   if (d.error) return <div class="card detail"><ErrorBox error={d.error} /></div>;
   const t = d.data;
   if (!t) return <div class="card detail">Loading…</div>;
@@ -177,6 +192,44 @@ function TaskDetail({ id }: { id: string }) {
         <dt>Duration</dt>
         <dd>{duration(t.duration_s)}</dd>
       </dl>
+      {(t.attempts ?? []).length > 1 && (
+        <>
+          <h2>Attempts</h2>
+          <table class="table" data-testid="task-attempts">
+            <thead>
+              <tr>
+                <th class="num">#</th>
+                <th>State</th>
+                <th>Node</th>
+                <th class="num">PID</th>
+                <th>Worker</th>
+                <th>Started</th>
+                <th>Ended</th>
+              </tr>
+            </thead>
+            <tbody>
+              {(t.attempts ?? []).map((a) => (
+                <tr
+                  key={a.attempt}
+                  class={`clickable ${a.attempt === t.attempt ? "selected" : ""}`}
+                  data-testid="task-attempt"
+                  onClick={() => onAttempt(`${t.task_id}:${a.attempt}`)}
+                >
+                  <td class="num">{a.attempt}</td>
+                  <td>
+                    <StateBadge state={a.state} />
+                  </td>
+                  <td class="mono">{shortId(a.node_id, 12)}</td>
+                  <td class="num">{a.pid ?? "–"}</td>
+                  <td class="mono">{shortId(a.worker_id, 12)}</td>
+                  <td>{time(a.start_time)}</td>
+                  <td>{time(a.end_time)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </>
+      )}
       <h2>Phases</h2>
       <table class="table">
         <tbody>
