@@ -148,6 +148,7 @@ class Actor(Row):
     pending_calls: int = col()
     executed_calls: int = col()
     detached: bool = col()
+    unschedulable: bool = col("no node can ever take it (hard node affinity): it died so")
     resources: dict[str, float] = col(filterable=False)
     start_time: float = col()
     end_time: float | None = col()

@@ -109,6 +109,8 @@ export interface ActorRow {
   pending_calls: number;
   executed_calls: number;
   detached: boolean;
+  /** no node can ever take it (hard node affinity): it died so */
+  unschedulable: boolean;
   resources: Record<string, number>;
   start_time: number;
   end_time: number | null;
@@ -134,7 +136,7 @@ export interface ActorPage {
 }
 
 /** What `filter=` and `sort_by=` of /api/actors may name. */
-export const ACTOR_FILTERABLE = ["actor_id", "class_name", "name", "namespace", "title", "state", "node_id", "pid", "worker_id", "job_id", "num_restarts", "death_cause", "pending_reason", "creator_actor_id", "owner_worker_id", "pending_calls", "executed_calls", "detached", "start_time", "end_time", "creation_task_id"] as const;
+export const ACTOR_FILTERABLE = ["actor_id", "class_name", "name", "namespace", "title", "state", "node_id", "pid", "worker_id", "job_id", "num_restarts", "death_cause", "pending_reason", "creator_actor_id", "owner_worker_id", "pending_calls", "executed_calls", "detached", "unschedulable", "start_time", "end_time", "creation_task_id"] as const;
 
 /** ``TaskTable.row``: one attempt of a task (every field is filterable: the table filters
     its own columns). A retried task has a row per attempt, each where it ran. */
