@@ -177,6 +177,9 @@ class LocalModeWorker:
     def kill_local_actor(self, handle: Any) -> None:
         self._actors.pop(handle._actor_id, None)
 
+    def local_actor_names(self) -> list[str]:
+        return list(self._named)
+
     def get_local_actor(self, name: str) -> Any:
         if name not in self._named:
             raise ValueError(f"Failed to look up actor with name {name!r}")
