@@ -21,7 +21,6 @@ import signal
 import sys
 import threading
 import time
-import types
 from typing import Any, Protocol
 
 import cloudpickle
@@ -30,6 +29,7 @@ from ember.core_worker import generators, task_values
 from ember.core_worker.call_threads import CallThreads
 from ember.core_worker.concurrency_groups import ConcurrencyGroups, Lane, UnknownGroup
 from ember.core_worker.current_task import enter_async_call, leave_async_call
+from ember.core_worker.method_lookup import actor_method
 from ember.core_worker.process_limits import LimitWatch
 from ember.core_worker.task_runtime_env import applied_env
 from ember.core_worker.task_spec import (
@@ -392,18 +392,14 @@ class Executor:
         return fn
 
     def _bind(self, name: str) -> Any:
-        """The actor's method ``name``. The class's method wins over an instance attribute
-        of the same name (``self.done = False`` beside a method ``done``), as in Ray, which
-        calls the class's function with the instance; a plain method is bound once."""
+        """The actor's method ``name`` (``method_lookup``); a plain method is bound once."""
         method = _BUILT_IN_METHODS.get(name)
         if method is not None:
             return method
-        actor = self.actor
-        on_class = inspect.getattr_static(type(actor), name, None)
-        if isinstance(on_class, types.FunctionType | staticmethod | classmethod):
-            method = self._bound[name] = on_class.__get__(actor, type(actor))
-            return method
-        return getattr(actor, name, None)  # a property, __getattr__, or one set in __init__
+        method, keep = actor_method(self.actor, name)
+        if keep:
+            self._bound[name] = method
+        return method
 
     def adopt_code_path(self, code_path: list[str] | None) -> None:
         """The driver's import dirs go after ours, so its modules import here too. A dir that
