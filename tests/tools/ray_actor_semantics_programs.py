@@ -165,7 +165,8 @@ def call_cases(ray: Any, tmp: str) -> dict:
 
 def concurrency_cases(ray: Any, tmp: str) -> dict:
     def hold(gate: str) -> str:
-        """Blocks the thread (no await) until the gate opens."""
+        """Blocks the thread (no await) until the gate opens, up to T: a call stuck behind it
+        would wait that long, twice the 30 s the calls beside it are given."""
         return "released" if poll(lambda: os.path.exists(gate), T) else "gate never opened"
 
     @ray.remote(concurrency_groups={"g1": 1, "g2": 1})
@@ -211,10 +212,10 @@ def concurrency_cases(ray: Any, tmp: str) -> dict:
     loops = Loops.remote()
     default = ray.get(loops.default.remote(), timeout=T)
     blocked = [loops.block.remote(gates[0]) for _ in range(2)]
-    sync_g2 = outcome(lambda: ray.get(loops.sync_g2.remote(), timeout=15))
-    async_g2 = outcome(lambda: ray.get(loops.async_g2.remote(), timeout=15))
+    sync_g2 = outcome(lambda: ray.get(loops.sync_g2.remote(), timeout=30))
+    async_g2 = outcome(lambda: ray.get(loops.async_g2.remote(), timeout=30))
     out["other_group_while_blocked"] = [sync_g2[0], async_g2[0]]
-    out["default_while_blocked"] = outcome(lambda: ray.get(loops.default.remote(), timeout=15)[2])
+    out["default_while_blocked"] = outcome(lambda: ray.get(loops.default.remote(), timeout=30)[2])
     out["same_group_waits"] = len(ray.wait(blocked, timeout=0.5)[0])
     if sync_g2[0] == async_g2[0] == "ok":
         out["threads"] = {
@@ -226,7 +227,7 @@ def concurrency_cases(ray: Any, tmp: str) -> dict:
     stuck = loops.block_default.remote(gates[1])
     ray.wait([stuck], timeout=0.5)
     out["group_while_default_blocked"] = outcome(
-        lambda: ray.get(loops.async_g2.remote(), timeout=15)[0] != default[0]
+        lambda: ray.get(loops.async_g2.remote(), timeout=30)[0] != default[0]
     )
     for gate in gates:
         write(gate, "open")
