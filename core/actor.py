@@ -19,7 +19,7 @@ from ember.actor_handle import ActorHandle, ActorMethod
 from ember.core_worker.task_spec import ACTOR_CREATION_TASK, TaskSpec
 from ember.driver import current_worker
 from ember.exceptions import ActorExit, RemoteUsageError
-from ember.ids import actor_handle_object_id, new_task_id, new_unique_id
+from ember.ids import new_task_id, new_unique_id
 from ember.object_ref_generator import check_generator_returns
 from ember.runtime_env import inherited_env
 from ember.serialization import dumps_function
@@ -276,21 +276,19 @@ class _BoundActorOptions:
 
 
 def current_actor_handle(worker: Any) -> ActorHandle:
-    """A handle to the actor ``worker`` runs (its creation spec has all a handle needs),
-    registered as a borrow of the creator's handle like one received in a call."""
+    """A handle to the actor ``worker`` runs (its creation spec has all a handle needs). Weak,
+    as Ray's self handle is: handing it out never keeps the actor alive."""
     spec = worker.executor.actor_spec
     opts = spec.actor_options or {}
-    worker.refs.on_deserialized(actor_handle_object_id(spec.actor_id), spec.owner)
-    handle = ActorHandle(
+    return ActorHandle(
         spec.actor_id,
         opts.get("class_name") or spec.function_name,
         opts.get("methods") or {},
         spec.owner,
         opts.get("max_task_retries", 0) or 0,
         max_pending_calls=opts.get("max_pending_calls", -1),
+        _weak=True,
     )
-    worker.register_new_borrows()
-    return handle
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:

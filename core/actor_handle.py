@@ -3,10 +3,10 @@
 A handle is plain data (the actor's id, class name, method table and owner) plus one counted
 ``ObjectRef`` to a synthetic object named after the actor: the owner's reference count of
 that object is the actor's handle count, so the actor lives while any handle to it exists
-anywhere (unless it is detached). A *weak* handle, from ``get_actor``, counts for nothing,
-nor do its copies (Ray 2.x's rule: a named actor ends with its creator's handles, however
-many processes looked it up). Creating actors is ``ember.actor``'s; handles sit below it so
-that the local-mode worker can make them too.
+anywhere (unless it is detached). A *weak* handle (``get_actor``'s, and an actor's handle to
+itself) counts for nothing, nor do its copies (Ray 2.x's rule: a named actor ends with its
+creator's handles, however many processes looked it up). Creating actors is
+``ember.actor``'s; handles sit below it so that the local-mode worker can make them too.
 """
 
 from __future__ import annotations

@@ -132,6 +132,14 @@ def call_cases(ray: Any, tmp: str) -> dict:
             return [ctx.get_task_name(), before, ctx.get_task_id()]
 
     @ray.remote
+    class Self:
+        def me(self) -> list:
+            return [ray.get_runtime_context().current_actor]  # in a list: a handle, as is
+
+        def ping(self) -> str:
+            return "pong"
+
+    @ray.remote
     class SlowStart:
         def __init__(self) -> None:
             time.sleep(3)
@@ -152,6 +160,13 @@ def call_cases(ray: Any, tmp: str) -> dict:
         for ref, (name, before, after) in zip(refs, seen, strict=True)
     ]
     ray.kill(ctx)
+
+    # The actor's handle to itself is weak too: it does not outlive the creator's handles.
+    made = Self.remote()
+    [itself] = ray.get(made.me.remote(), timeout=T)
+    del made
+    gc.collect()
+    out["self_handle_does_not_count"] = poll(lambda: _dead(ray, itself), 20)
 
     starting = SlowStart.remote()
     queued = starting.ping.remote()
