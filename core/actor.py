@@ -4,7 +4,7 @@
 The GCS places and restarts actors; calls go from the caller straight to the actor's worker
 (``ember.actor_handle``). An actor lives while any handle to it exists anywhere (its handle
 count is the reference count of a synthetic object owned by the creator), unless it is
-detached or named.
+detached; a named actor too (Ray 2.x), and ``get_actor``'s handles do not count.
 """
 
 from __future__ import annotations
@@ -19,13 +19,21 @@ from ember.actor_handle import ActorHandle, ActorMethod
 from ember.core_worker.task_spec import ACTOR_CREATION_TASK, TaskSpec
 from ember.driver import current_worker
 from ember.exceptions import ActorExit, RemoteUsageError
-from ember.ids import actor_handle_object_id, new_task_id, new_unique_id
+from ember.ids import new_task_id, new_unique_id
 from ember.object_ref_generator import check_generator_returns
 from ember.runtime_env import inherited_env
 from ember.serialization import dumps_function
 from ember.util.placement_group import captured_strategy
 
-__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "exit_actor", "get_actor", "method"]
+__all__ = [
+    "ActorClass",
+    "ActorHandle",
+    "ActorMethod",
+    "exit_actor",
+    "get_actor",
+    "list_named_actors",
+    "method",
+]
 
 
 def method(**opts: Any):
@@ -242,9 +250,9 @@ class ActorClass:
         if held:
             worker.refs.add_submitted(held)
         worker.drop_submission_holds()
-        # Named actors live until their job ends, as Ray 0.8 documents, even with no handle
-        # left: get_actor() can find them later.
-        worker.create_actor(spec, held, unscoped=detached or bool(name))
+        # A named actor that is not detached ends with its last handle, as any actor does
+        # in Ray 2.x (Ray 0.8 kept it to the job's end); its name is then free again.
+        worker.create_actor(spec, held, unscoped=detached)
         handle = ActorHandle(
             actor_id,
             self._name,
@@ -269,27 +277,28 @@ class _BoundActorOptions:
 
 
 def current_actor_handle(worker: Any) -> ActorHandle:
-    """A handle to the actor ``worker`` runs (its creation spec has all a handle needs),
-    registered as a borrow of the creator's handle like one received in a call."""
+    """A handle to the actor ``worker`` runs (its creation spec has all a handle needs). Weak,
+    as Ray's self handle is: handing it out never keeps the actor alive."""
     spec = worker.executor.actor_spec
     opts = spec.actor_options or {}
-    worker.refs.on_deserialized(actor_handle_object_id(spec.actor_id), spec.owner)
-    handle = ActorHandle(
+    return ActorHandle(
         spec.actor_id,
         opts.get("class_name") or spec.function_name,
         opts.get("methods") or {},
         spec.owner,
         opts.get("max_task_retries", 0) or 0,
         max_pending_calls=opts.get("max_pending_calls", -1),
+        _weak=True,
     )
-    worker.register_new_borrows()
-    return handle
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
-    """The handle of a named actor; ValueError if there is none by that name."""
-    if not name or not isinstance(name, str):
-        raise ValueError("get_actor() takes the actor's name, a non-empty string")
+    """The handle of a named actor; ValueError if there is none by that name.
+
+    As in Ray, the handle does not keep the actor alive: a named actor that is not detached
+    ends when its creator's handles (and their copies) are gone, however many handles
+    ``get_actor`` gave out."""
+    _check_name_and_namespace(name, namespace)
     worker = current_worker()
     if worker.local_mode:
         return worker.get_local_actor(name)
@@ -302,15 +311,41 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
             "named actor died. 3. You did not use a namespace matching the namespace of the "
             "actor."
         )
-    owner = info["spec_owner"]
-    worker.refs.on_deserialized(actor_handle_object_id(info["actor_id"]), owner)
-    handle = ActorHandle(
+    return ActorHandle(
         info["actor_id"],
         info["class_name"],
         info.get("methods") or {},
-        owner,
+        info["spec_owner"],
         info.get("max_task_retries", 0),
         max_pending_calls=info.get("max_pending_calls", -1),
+        _weak=True,  # Ray's: a looked-up handle does not keep the actor alive
     )
-    worker.register_new_borrows()
-    return handle
+
+
+def _check_name_and_namespace(name: Any, namespace: Any) -> None:
+    """Ray's checks, before any lookup: the wrong type is a TypeError, an empty name a
+    ValueError."""
+    if not isinstance(name, str):
+        raise TypeError(
+            f"get_actor() takes the actor's name as a str, not {type(name).__name__} ({name!r})"
+        )
+    if not name:
+        raise ValueError("Please supply a non-empty value to get_actor: the actor's name")
+    if namespace is not None and not isinstance(namespace, str):
+        raise TypeError(
+            f"namespace must be None or a string, not {type(namespace).__name__} ({namespace!r})"
+        )
+
+
+def list_named_actors(all_namespaces: bool = False) -> list[str] | list[dict[str, str]]:
+    """The live named actors: their names in the current namespace, or with
+    ``all_namespaces=True`` every one as ``{"name": ..., "namespace": ...}`` (Ray's shapes)."""
+    worker = current_worker()
+    if worker.local_mode:
+        found = [{"name": n, "namespace": worker.namespace} for n in worker.local_actor_names()]
+    else:
+        body: dict[str, Any] = {"namespace": worker.namespace, "all_namespaces": all_namespaces}
+        found = worker.call_gcs_sync("list_named_actors", body)
+    if all_namespaces:
+        return [{"name": a["name"], "namespace": a["namespace"]} for a in found]
+    return [a["name"] for a in found]

@@ -3,8 +3,10 @@
 A handle is plain data (the actor's id, class name, method table and owner) plus one counted
 ``ObjectRef`` to a synthetic object named after the actor: the owner's reference count of
 that object is the actor's handle count, so the actor lives while any handle to it exists
-anywhere (unless it is detached or named). Creating actors is ``ember.actor``'s; handles
-sit below it so that the local-mode worker can make them too.
+anywhere (unless it is detached). A *weak* handle (``get_actor``'s, and an actor's handle to
+itself) counts for nothing, nor do its copies (Ray 2.x's rule: a named actor ends with its
+creator's handles, however many processes looked it up). Creating actors is
+``ember.actor``'s; handles sit below it so that the local-mode worker can make them too.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class ActorHandle:
         max_task_retries: int = 0,
         _count: bool = True,
         max_pending_calls: int = -1,
+        _weak: bool = False,
     ) -> None:
         self._actor_id = actor_id
         self._class_name = class_name
@@ -40,10 +43,13 @@ class ActorHandle:
         # Calls this process may have pending on the actor at once (-1: no limit); past it a
         # call raises PendingCallsLimitExceeded, as in Ray.
         self._max_pending_calls = max_pending_calls
-        # Counting this handle as a reference keeps the actor alive (see module doc).
-        self._handle_ref = ObjectRef(actor_handle_object_id(actor_id), owner, _count=_count)
+        # Counting this handle as a reference keeps the actor alive (see module doc); a weak
+        # handle has none to count.
+        self._handle_ref: ObjectRef | None = None
+        if not _weak:
+            self._handle_ref = ObjectRef(actor_handle_object_id(actor_id), owner, _count=_count)
         worker = global_state.worker
-        if worker is not None and _count:
+        if worker is not None and (_count or _weak):
             worker.loop.call_soon_threadsafe(
                 worker.actor_submitter.set_retries, actor_id, max_task_retries
             )
@@ -79,7 +85,7 @@ class ActorHandle:
                 self._methods,
                 self._owner,
                 self._max_task_retries,
-                self._handle_ref,
+                self._handle_ref,  # None for a weak handle: its copies are weak too
                 self._max_pending_calls,
             ),
         )
@@ -88,6 +94,16 @@ class ActorHandle:
 def _rebuild_handle(
     actor_id, class_name, methods, owner, max_task_retries, handle_ref, max_pending_calls=-1
 ):
+    if handle_ref is None:
+        return ActorHandle(
+            actor_id,
+            class_name,
+            methods,
+            owner,
+            max_task_retries,
+            max_pending_calls=max_pending_calls,
+            _weak=True,
+        )
     handle = ActorHandle(
         actor_id,
         class_name,

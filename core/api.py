@@ -164,7 +164,9 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
             {
                 "actor_id": actor._actor_id,
                 "no_restart": no_restart,
-                "reason": "ember.kill() was called" + ("" if no_restart else " (restart allowed)"),
+                # Ray's words, with Ember's name: "killed by `ray.kill`".
+                "reason": "it was killed by `ember.kill`"
+                + ("" if no_restart else " (restart allowed)"),
             },
         )
     except NoSuchActor as e:  # a handle whose actor's registration failed: nothing to kill

@@ -97,10 +97,15 @@ def _dual_class(cause_cls: type) -> type:
         def __str__(self: Any) -> str:
             return TaskError._message(self)
 
+        def __repr__(self: Any) -> str:
+            return f"{type(self).__name__}({self.cause!r})"
+
+        # Ray's name: "RayTaskError(ValueError)" is what a user's traceback and repr() show,
+        # and what they search for; the class is still a TaskError and a ValueError.
         cls = type(
-            f"TaskError({cause_cls.__name__})",
+            f"RayTaskError({cause_cls.__name__})",
             (TaskError, cause_cls),
-            {"__str__": __str__, "__module__": __name__},
+            {"__str__": __str__, "__repr__": __repr__, "__module__": __name__},
         )
         _dual_classes[cause_cls] = cls
     return cls
@@ -142,7 +147,13 @@ class ActorDiedError(ActorError):
     def __init__(self, actor_id: str = "", cause: str = "the actor died") -> None:
         self.actor_id = actor_id
         self.cause = cause
-        super().__init__(f"Actor {actor_id} is dead: {cause}")
+        # Ray's wording, which users match on ("The actor died unexpectedly", "The actor is
+        # dead because it was killed by `ray.kill`"), with the cause in Ember's words.
+        super().__init__(
+            "The actor died unexpectedly before finishing this task.\n"
+            f"\tactor_id: {actor_id}\n"
+            f"The actor is dead because {cause}"
+        )
 
     def __reduce__(self):
         return (ActorDiedError, (self.actor_id, self.cause))
@@ -171,6 +182,11 @@ class ActorExit(SystemExit):
     def __init__(self, code: int = 0, reason: str = "exit_actor() was called") -> None:
         super().__init__(code)
         self.reason = reason
+
+
+class ActorAlreadyExistsError(EmberError, ValueError):
+    """An actor was created with a name already taken in its namespace (Ray's class: a
+    ``ValueError``, so code written for older Ray that catches ValueError still works)."""
 
 
 class GetTimeoutError(EmberError, TimeoutError):

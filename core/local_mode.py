@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 from ember.actor_handle import ActorHandle
+from ember.core_worker.method_lookup import actor_method
 from ember.exceptions import ActorDiedError, GetTimeoutError, TaskError, format_user_exception
 from ember.ids import new_task_id, new_unique_id, object_id_for_put, object_id_for_return
 from ember.object_ref import ObjectRef
@@ -170,12 +171,16 @@ class LocalModeWorker:
         if instance is None:
             raise ActorDiedError(handle._actor_id.hex(), "the actor was killed")
         num_returns = opts.get("num_returns", meta.get("num_returns", 1))
-        return self._run(
-            f"{handle._class_name}.{name}", getattr(instance, name), args, kwargs, num_returns
-        )
+        method = actor_method(instance, name)[0]  # the class's method wins, as in Ray
+        if method is None:
+            raise AttributeError(f"actor {handle._class_name} has no method {name!r}")
+        return self._run(f"{handle._class_name}.{name}", method, args, kwargs, num_returns)
 
     def kill_local_actor(self, handle: Any) -> None:
         self._actors.pop(handle._actor_id, None)
+
+    def local_actor_names(self) -> list[str]:
+        return list(self._named)
 
     def get_local_actor(self, name: str) -> Any:
         if name not in self._named:

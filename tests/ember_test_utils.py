@@ -187,6 +187,22 @@ def _compare_env() -> dict[str, str]:
     return env
 
 
+def compare_differences(ember: dict, ray: dict) -> dict:
+    """The cases whose outcomes differ between two runs of a comparison program, as
+    ``{"section.case": (Ember's, Ray's)}``; a section that crashed on one side is one entry."""
+    differ = {}
+    for section in ember["same"] | ray["same"]:
+        mine, theirs = ember["same"].get(section), ray["same"].get(section)
+        if not isinstance(mine, dict) or not isinstance(theirs, dict):
+            if mine != theirs:
+                differ[section] = (mine, theirs)
+            continue
+        for case in mine | theirs:
+            if mine.get(case) != theirs.get(case):
+                differ[f"{section}.{case}"] = (mine.get(case), theirs.get(case))
+    return differ
+
+
 def _compare_output(runtime: str, returncode: int, stdout: str, stderr: str) -> dict:
     assert returncode == 0, f"{runtime} run failed:\n{stderr[-3000:]}"
     return json.loads(stdout.strip().splitlines()[-1])

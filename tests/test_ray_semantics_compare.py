@@ -16,12 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-from ember_test_utils import require_ray_python, run_compare_program
+from ember_test_utils import compare_differences, require_ray_python, run_compare_program
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "tools" / "ray_semantics_programs.py"
-
-INTENDED = {"exit_actor": False, "intended|intentional": True, "kill": False}
 
 EMBER_OWN = {
     # A cancelled call fails with TaskCancelledError on both, and (issue 33) on both it is
@@ -29,11 +27,6 @@ EMBER_OWN = {
     # Ray's printed beside, as the class list of a cancel is what issue 33 compares.
     "cancel_async_call": ["raised", ["RayTaskError", "TaskCancelledError"], {}],
     "cancel_recursive_parent": ["raised", ["RayTaskError", "TaskCancelledError"], {}],
-    # sys.exit() in a method is an intentional exit whatever its code (issue 17). Ray 2.60
-    # calls only sys.exit(0) intended: sys.exit(3) and a bare sys.exit() (code None, which
-    # Python treats as 0) are "SYSTEM_ERROR ... exits unexpectedly" there.
-    "sys_exit(3)": ["raised", ["RayActorError"], INTENDED],
-    "sys_exit(None)": ["raised", ["RayActorError"], INTENDED],
     # A concurrency group the actor does not declare is the call's ValueError, named; in
     # Ray 2.60 it crashes the actor's worker (a fatal check) and the call gets ActorDiedError.
     "unknown_group": ["raised", ["ValueError", "RayTaskError"], {"nope": True}],
@@ -60,16 +53,7 @@ def test_ray_and_ember_agree_on_issue_17_semantics():
     ray = run_compare_program(PROGRAM, ray_python, "ray")
     print(f"wall time: Ember {ember_seconds:.1f} s, both {time.monotonic() - started:.1f} s")
     print("per section (s): Ember", ember["seconds"], "Ray", ray["seconds"])
-    differ = {}
-    for section in ember["same"] | ray["same"]:
-        mine, theirs = ember["same"].get(section), ray["same"].get(section)
-        if not isinstance(mine, dict) or not isinstance(theirs, dict):
-            if mine != theirs:  # a section that crashed on one side
-                differ[section] = (mine, theirs)
-            continue
-        for case in mine | theirs:
-            if mine.get(case) != theirs.get(case):
-                differ[f"{section}.{case}"] = (mine.get(case), theirs.get(case))
+    differ = compare_differences(ember, ray)
     assert not differ, f"Ember and Ray differ (ember, ray): {differ}"
     assert ember["own"] == EMBER_OWN
     print("Ray's own answers:", ray["own"])

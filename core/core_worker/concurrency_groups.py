@@ -4,20 +4,46 @@ another.
 
 A threaded actor gets a thread pool per group, of the group's size; its default group is the
 executor's own (one thread, the worker's main loop, or ``max_concurrency`` threads). An async
-actor runs every call on its one event loop, each group under its own limit (a semaphore of
-the group's size; the default group's is ``max_concurrency``). A method's group is its
+actor gets an event loop per group, each on its own thread (a ``Lane``) and bounded by a
+semaphore of the group's size; the default group's lane is bounded by ``max_concurrency``.
+A call that blocks its lane's thread (a sync method, or ``time.sleep`` in a coroutine)
+stalls only its own group, as in Ray. A method's group is its
 ``@method(concurrency_group=...)``, or the call's ``.options(concurrency_group=...)``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from ember.core_worker.call_threads import CallThreads
+from ember.protocol.connection import new_event_loop
 
 
 class UnknownGroup(ValueError):
     pass
+
+
+class Lane:
+    """One event loop running on its own thread, and the semaphore bounding its calls (made
+    on that thread, which owns it). ``loop`` may be made beforehand: the default group's is
+    the main thread's loop too, so the constructor sees the loop the default group runs on
+    (as Ray's ``asyncio.get_event_loop()`` in ``__init__`` does)."""
+
+    def __init__(self, name: str, size: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.loop = loop or new_event_loop()
+        self.limit: asyncio.Semaphore | None = None
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.limit = asyncio.Semaphore(size)
+            started.set()
+            self.loop.run_forever()
+
+        threading.Thread(target=run, name=name, daemon=True).start()
+        if not started.wait(10):
+            raise RuntimeError(f"the event loop thread {name} did not start within 10 s")
 
 
 class ConcurrencyGroups:
@@ -25,15 +51,15 @@ class ConcurrencyGroups:
         self.sizes = dict(groups)
         self.is_async = is_async
         self.pools: dict[str, CallThreads] = {}
-        self.limits: dict[str, asyncio.Semaphore] = {}
-        if not is_async:
+        self.lanes: dict[str, Lane] = {}
+        if is_async:
+            self.lanes = {
+                name: Lane(f"ember-async-actor-{name}", size) for name, size in groups.items()
+            }
+        else:
             self.pools = {
                 name: CallThreads(size, f"ember-actor-{name}") for name, size in groups.items()
             }
-
-    def make_limits(self) -> None:
-        """The async groups' semaphores: made on the actor's loop thread, which owns them."""
-        self.limits = {name: asyncio.Semaphore(size) for name, size in self.sizes.items()}
 
     def check(self, group: str) -> None:
         if group and group not in self.sizes:
@@ -42,10 +68,3 @@ class ConcurrencyGroups:
                 f"concurrency group {group!r} is not one of this actor's (declared: {known}); "
                 "declare it with @ember.remote(concurrency_groups={...})"
             )
-
-    def pool(self, group: str) -> CallThreads | None:
-        """The group's pool (a threaded actor), or None: the default group's way."""
-        return self.pools.get(group) if group else None
-
-    def limit(self, group: str, default: asyncio.Semaphore) -> asyncio.Semaphore:
-        return self.limits.get(group, default) if group else default

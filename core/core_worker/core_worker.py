@@ -39,6 +39,7 @@ from ember.cluster_token import read_token
 from ember.core_worker.actor_submitter import ActorSubmitter
 from ember.core_worker.cluster_links import ClusterLinks
 from ember.core_worker.created_actors import CreatedActors
+from ember.core_worker.current_task import CurrentTask
 from ember.core_worker.event_export import EventExporter
 from ember.core_worker.generator_streams import GeneratorStreams
 from ember.core_worker.lineage import Lineage
@@ -115,7 +116,7 @@ class CoreWorker:
         self.actor_id: bytes | None = None
         self.address = f"unix:{node['session_dir']}/sockets/w-{self.worker_id.hex()[:16]}"
         self.owner_address = (self.worker_id, self.address, self.node_id)
-        self.current = threading.local()  # .task_id, .actor_id, .spec
+        self.current = CurrentTask()  # .task_id, .actor_id, .spec (per async call too)
         self.root_task_id = new_task_id()
         self.shutting_down = False
         self.executor: Any = None  # set by the worker main

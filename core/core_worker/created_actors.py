@@ -3,9 +3,9 @@
 An actor's handles count as references to a synthetic object its creator owns
 (``ids.actor_handle_object_id``); when the reference counter frees that object, the actor's
 last handle anywhere is gone and the creator asks the GCS to end it, after the calls this
-process still has pending on it. Detached and named actors are exempt: they live until
-killed (or, named, until their job ends), so ``get_actor`` can find them. The arguments of
-an actor's constructor stay held until the GCS reports it alive (or dead).
+process still has pending on it. Detached actors are exempt: they live until killed. A named
+actor is not (Ray 2.x): it ends with its creator's handles, and its name is free again. The
+arguments of an actor's constructor stay held until the GCS reports it alive (or dead).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class CreatedActors:
         self.host = host
         self.refs = refs
         self._handle_objects: dict[bytes, bytes] = {}  # {handle object id: actor id}
-        # Actors created here that outlive their handles (detached or named).
+        # Actors created here that outlive their handles (detached).
         self._unscoped_actors: set[bytes] = set()
         self._creation_holds: dict[bytes, list] = {}  # {actor_id: argument refs held}
         # Creation tasks not run yet: {actor_id: spec}. The worker that runs one records its

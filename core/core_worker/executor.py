@@ -3,7 +3,8 @@
 Normal tasks and the calls of a plain actor run one at a time on the process's main thread, in
 the order they arrived (so one caller's calls run in order). A threaded actor
 (``max_concurrency > 1``) runs calls on a pool of that many threads; an async actor runs them
-as coroutines on its own event loop, at most ``max_concurrency`` at once.
+as coroutines on its own event loop, at most ``max_concurrency`` at once. Each concurrency
+group has its own pool or event loop (``concurrency_groups``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ import cloudpickle
 from ember import runtime_env_packages as packages
 from ember.core_worker import generators, task_values
 from ember.core_worker.call_threads import CallThreads
-from ember.core_worker.concurrency_groups import ConcurrencyGroups, UnknownGroup
+from ember.core_worker.concurrency_groups import ConcurrencyGroups, Lane, UnknownGroup
+from ember.core_worker.current_task import enter_async_call, leave_async_call
+from ember.core_worker.method_lookup import actor_method
 from ember.core_worker.process_limits import LimitWatch
 from ember.core_worker.task_runtime_env import applied_env
 from ember.core_worker.task_spec import (
@@ -85,14 +88,15 @@ class Executor:
         self.actor_restarted: bool | None = None
         self.actor_name = ""
         self.pool: CallThreads | None = None
-        self.async_loop: asyncio.AbstractEventLoop | None = None
-        self.async_sem: asyncio.Semaphore | None = None
+        self.lane: Lane | None = None  # an async actor's default group: its loop and limit
         self.running: dict[bytes, int] = {}  # {task_id: thread ident}
         self.cancelled: set[bytes] = set()
         self.exiting = False
         self.exit_reason = ""  # why the actor ends on purpose (exit_actor, sys.exit, ...)
         self.groups: ConcurrencyGroups | None = None  # an actor's concurrency groups
-        self.async_calls: dict[bytes, asyncio.Future] = {}  # an async actor's calls, to cancel
+        # An async actor's calls, to cancel: {task_id: (its loop, its asyncio task)}.
+        self.async_calls: dict[bytes, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
+        self._bound: dict[str, Any] = {}  # {method name: the actor's bound method}
         # CUDA_VISIBLE_DEVICES as the worker started, and whether a task has changed it since.
         self._gpus_at_start = os.environ.get("CUDA_VISIBLE_DEVICES")
         self._gpus_set = False
@@ -115,15 +119,19 @@ class Executor:
     def on_push_actor_task(self, conn, spec: TaskSpec) -> object:
         reply_to = conn.deferred()
         group = spec.concurrency_group
-        if group and self.groups is not None and not self.groups.is_async:
+        if group and self.groups is not None:
             try:
                 self.groups.check(group)
             except UnknownGroup as e:
                 reply_to.resolve(self._error_reply(spec, self._task_error(spec, e), app=False))
                 return DEFERRED
-            self.groups.pools[group].submit(self._run_and_reply, spec, reply_to)
-        elif self.async_loop is not None:
-            self.async_loop.call_soon_threadsafe(self._start_async_call, spec, reply_to)
+            if self.groups.is_async:
+                lane = self.groups.lanes[group]
+                lane.loop.call_soon_threadsafe(self._start_async_call, spec, reply_to, lane)
+            else:
+                self.groups.pools[group].submit(self._run_and_reply, spec, reply_to)
+        elif self.lane is not None:
+            self.lane.loop.call_soon_threadsafe(self._start_async_call, spec, reply_to, self.lane)
         elif self.pool is not None:
             self.pool.submit(self._run_and_reply, spec, reply_to)
         else:
@@ -150,7 +158,8 @@ class Executor:
         self.cancelled.add(task_id)
         call = self.async_calls.get(task_id)
         if call is not None:  # an async actor's call: CancelledError inside it
-            self.async_loop.call_soon_threadsafe(call.cancel)
+            loop, future = call
+            loop.call_soon_threadsafe(future.cancel)
             return
         ident = self.running.get(task_id)
         if ident is None or self.actor is not None:
@@ -252,9 +261,11 @@ class Executor:
             else:
                 reply = self.store_returns(spec, result)
         except SystemExit as e:
-            # exit_actor(), __ray_terminate__ or sys.exit() in a method: the actor ends on
-            # purpose after this call. In a task, sys.exit() is the task's error.
+            # exit_actor(), __ray_terminate__ or sys.exit(0) in a method: the actor ends on
+            # purpose after this call; any other sys.exit() is its crash (_crash). In a task,
+            # sys.exit() is the task's error.
             if isinstance(e, ActorExit) or spec.kind == ACTOR_TASK:
+                self._crash_unless_intended(spec, e)
                 reply = self._exit_reply(spec, e)
             else:
                 reply = self._error_reply(spec, self._task_error(spec, e), app=True)
@@ -382,9 +393,7 @@ class Executor:
                 raise ActorDiedError(
                     spec.actor_id.hex() if spec.actor_id else "", "the actor is not constructed"
                 )
-            method = _BUILT_IN_METHODS.get(spec.method_name) or getattr(
-                self.actor, spec.method_name, None
-            )
+            method = self._bound.get(spec.method_name) or self._bind(spec.method_name)
             if method is None:
                 raise AttributeError(
                     f"actor {type(self.actor).__name__} has no method {spec.method_name!r}"
@@ -398,6 +407,16 @@ class Executor:
                 data = self.host.run_sync(self._fetch_function(spec), 30.0)
             fn = self.functions[spec.function_id] = cloudpickle.loads(data)
         return fn
+
+    def _bind(self, name: str) -> Any:
+        """The actor's method ``name`` (``method_lookup``); a plain method is bound once."""
+        method = _BUILT_IN_METHODS.get(name)
+        if method is not None:
+            return method
+        method, keep = actor_method(self.actor, name)
+        if keep:
+            self._bound[name] = method
+        return method
 
     def adopt_code_path(self, code_path: list[str] | None) -> None:
         """The driver's import dirs go after ours, so its modules import here too. A dir that
@@ -445,43 +464,30 @@ class Executor:
         self.host.raylet.send_threadsafe(
             "worker_title", {"worker_id": self.host.worker_id, "title": self.actor_name}
         )
+        is_async = bool(opts.get("is_async"))
+        # An async actor's default group runs on this loop; the constructor sees it as the
+        # current loop (Ray: asyncio.get_event_loop() in __init__ is the default group's).
+        default_loop = new_event_loop() if is_async else None
+        if default_loop is not None:
+            asyncio.set_event_loop(default_loop)
         self.actor = cls.__new__(cls)
         self.actor.__init__(*args, **kwargs)
         concurrency = opts.get("max_concurrency")
         groups = opts.get("concurrency_groups")
         if groups:
-            self.groups = ConcurrencyGroups(groups, bool(opts.get("is_async")))
-        if opts.get("is_async"):
-            self._start_async_loop(concurrency or 1000)
+            self.groups = ConcurrencyGroups(groups, is_async)
+        if default_loop is not None:
+            self.lane = Lane("ember-async-actor", concurrency or 1000, default_loop)
         elif concurrency and concurrency > 1:
             self.pool = CallThreads(concurrency, "ember-actor")
 
-    def _start_async_loop(self, concurrency: int) -> None:
-        loop = new_event_loop()
-        started = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            self.async_sem = asyncio.Semaphore(concurrency)
-            if self.groups is not None:
-                self.groups.make_limits()
-            started.set()
-            loop.run_forever()
-
-        threading.Thread(target=run, name="ember-async-actor", daemon=True).start()
-        started.wait(10)
-        self.async_loop = loop
-
-    def _start_async_call(self, spec: TaskSpec, reply_to: Deferred) -> None:
-        call = self.async_calls[spec.task_id] = asyncio.ensure_future(
-            self._run_async(spec, reply_to)
-        )
+    def _start_async_call(self, spec: TaskSpec, reply_to: Deferred, lane: Lane) -> None:
+        """On ``lane``'s loop thread."""
+        call = asyncio.ensure_future(self._run_async(spec, reply_to, lane.limit))
+        self.async_calls[spec.task_id] = (lane.loop, call)
         call.add_done_callback(lambda _: self.async_calls.pop(spec.task_id, None))
 
-    async def _run_async(self, spec: TaskSpec, reply_to: Deferred) -> None:
-        limit = self.async_sem
-        if spec.concurrency_group and self.groups is not None:
-            limit = self.groups.limit(spec.concurrency_group, limit)
+    async def _run_async(self, spec: TaskSpec, reply_to: Deferred, limit: Any) -> None:
         started = False
         try:
             async with limit:
@@ -501,6 +507,11 @@ class Executor:
     async def _execute_async(self, spec: TaskSpec) -> dict:
         timings = {"start": time.time()}
         self._record_running(spec)
+        # This call's own task id and spec for get_runtime_context() and the tasks it
+        # submits: calls running side by side on the loop each see their own.
+        token = enter_async_call(
+            {"task_id": spec.task_id, "spec": spec, "is_actor": True, "actor_id": spec.actor_id}
+        )
         try:
             method = self._load(spec)
             if any(a[0] != ARG_INLINE for a in spec.args):
@@ -521,6 +532,7 @@ class Executor:
             else:
                 reply = self.store_returns(spec, result)
         except SystemExit as e:
+            self._crash_unless_intended(spec, e)
             reply = self._exit_reply(spec, e)
         except asyncio.CancelledError:
             raise  # ember.cancel: _run_async answers TaskCancelledError
@@ -529,6 +541,8 @@ class Executor:
                 reply = self._error_reply(spec, e, app=False)
             else:
                 reply = self._error_reply(spec, self._task_error(spec, e), app=True)
+        finally:
+            leave_async_call(token)
         reply["timings"] = _ended(timings)
         reply["pid"] = os.getpid()
         reply["node_id"] = self.host.node_id_hex
@@ -540,6 +554,33 @@ class Executor:
         else:
             os.environ["CUDA_VISIBLE_DEVICES"] = self._gpus_at_start
         self._gpus_set = False
+
+    def _crash_unless_intended(self, spec: TaskSpec, e: SystemExit) -> None:
+        """``sys.exit()`` with any code but 0 in a method (a bare ``sys.exit()``, 1, a
+        message) is the actor's unexpected death in Ray 2.60, not an exit on purpose: the
+        process ends with no reply to the call, so the actor restarts within max_restarts
+        and the call is retried within max_task_retries, as after a crash. Its atexit
+        handlers run first (Ray's do), and a message is printed as Python prints it."""
+        if isinstance(e, ActorExit) or e.code == 0:
+            return
+        code = e.code
+        if not isinstance(code, int):
+            if code is not None:
+                print(code, file=sys.stderr)
+            code = 1
+        try:
+            atexit._run_exitfuncs()
+        except Exception:  # a failing handler must not keep the process alive
+            logger.exception("an atexit handler of the exiting actor failed")
+        logger.error(
+            "%s() called sys.exit(%r): the actor's process exits unexpectedly (only "
+            "sys.exit(0) and exit_actor() end an actor on purpose)",
+            spec.display_name(),
+            e.code,
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code if code & 0xFF else 1)  # 256 would read as 0, a clean exit
 
     def _exit_reply(self, spec: TaskSpec, e: SystemExit) -> dict:
         """The reply of the call that ends the actor on purpose; the actor exits after it."""

@@ -80,6 +80,7 @@ class TaskManagerHost(Protocol):
     def drain_dropped_refs(self) -> None: ...
     def current_task_id(self) -> bytes: ...
     def put(self, value: Any) -> ObjectRef: ...
+    def run_sync(self, coro: Any, timeout: float | None) -> Any: ...
 
 
 class TaskManager:
@@ -191,7 +192,12 @@ class TaskManager:
     def cancel(self, ref: ObjectRef, force: bool, recursive: bool = True) -> None:
         task_id = ref.task_id()
         calls = self.host.actor_submitter
-        if calls.has_call(task_id):
+        is_call = calls.has_call(task_id)
+        if force and not is_call:
+            # A call just made may still be on its way to the submitter (an actor not
+            # started yet is not called directly): ask on the I/O thread, after it.
+            is_call = self.host.run_sync(_ask(calls.has_call, task_id), 30.0)
+        if is_call:
             if force:
                 raise ValueError("force=True is not supported for actor tasks.")
             self.loop.call_soon_threadsafe(calls.cancel, task_id, recursive)
@@ -363,3 +369,8 @@ def _producer_task_ids(spec: TaskSpec) -> list[str]:
     for object_id, _owner in spec.nested_refs or ():
         out.append(object_id[:TASK_ID_SIZE].hex())
     return out
+
+
+async def _ask(fn: Any, *args: Any) -> Any:
+    """``fn(*args)``, run on the I/O thread (through ``run_sync``)."""
+    return fn(*args)

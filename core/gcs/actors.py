@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ember.exceptions import ActorAlreadyExistsError
 from ember.gcs.actor_machine import (
     ActorInfo,
     ActorMachine,
@@ -169,15 +170,17 @@ class ActorManager:
             key = (actor.namespace, actor.name)
             existing = self.named.get(key)
             if existing is not None and self.actors[existing].state is not _DEAD:
-                raise ValueError(
-                    f"The name {actor.name!r} (namespace {actor.namespace!r}) is already taken "
-                    f"by actor {existing.hex()}. Pick another name, kill that actor first, or "
-                    f"pass get_if_exists=True to get a handle to it."
+                # Ray's class and words (users match on "is already taken" and get_actor).
+                raise ActorAlreadyExistsError(
+                    f"The name {actor.name} (namespace={actor.namespace!r}) is already taken "
+                    f"by actor {existing.hex()}. Please use a different name or get the "
+                    f"existing actor using ember.get_actor({actor.name!r}, "
+                    f"namespace={actor.namespace!r}), or create it with get_if_exists=True."
                 )
             seed_global = self._detached_from_anonymous(actor.name, actor.namespace)
             if actor.detached and seed_global is not None:
                 other = self.actors[seed_global]
-                raise ValueError(
+                raise ActorAlreadyExistsError(
                     f"The name {actor.name!r} is already taken by detached actor "
                     f"{seed_global.hex()} (namespace {other.namespace!r}); a detached actor "
                     f"made without a namespace has a cluster-wide name. Pick another name, "
@@ -408,7 +411,7 @@ class ActorManager:
             return  # killing is idempotent
         wconn = self.worker_conns.get(actor.worker_id) if actor.worker_id else None
         event = Kill(
-            body.get("reason") or "killed by ember.kill()",
+            body.get("reason") or "it was killed by `ember.kill`",
             graceful=body.get("graceful", False),
             restart=not body.get("no_restart", True),
             worker_connected=wconn is not None and not wconn.closed,

@@ -16,6 +16,7 @@ from ember.lazy_exports import lazy_exports
 _PUBLIC: dict[str, str | None] = {
     "ActorPool": "ember.util.actor_pool",
     "get_actor": "ember.actor",  # Ray 0.8 had it here
+    "list_named_actors": "ember.actor",
     "PlacementGroup": "ember.util.placement_group",
     "get_current_placement_group": "ember.util.placement_group",
     "get_placement_group": "ember.util.placement_group",
@@ -34,7 +35,7 @@ __getattr__, __dir__ = lazy_exports("ember.util", _PUBLIC, globals())
 
 
 if TYPE_CHECKING:
-    from ember.actor import get_actor
+    from ember.actor import get_actor, list_named_actors
     from ember.util import metrics, multiprocessing, queue, scheduling_strategies, state
     from ember.util.actor_pool import ActorPool
     from ember.util.placement_group import (
@@ -52,6 +53,7 @@ __all__ = [  # literal, so tools see the exports (the same names as _PUBLIC)
     "get_actor",
     "get_current_placement_group",
     "get_placement_group",
+    "list_named_actors",
     "metrics",
     "multiprocessing",
     "placement_group",
