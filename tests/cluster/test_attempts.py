@@ -238,7 +238,8 @@ def test_timeline_draws_each_attempt_on_its_node_and_worker(scene):
         slices = [
             e
             for e in trace
-            if e.get("cat") == "task" and e.get("args", {}).get("task_id") == scene[f"{which}_id"]
+            if e.get("cat", "").startswith("task::")
+            and e.get("args", {}).get("task_id") == scene[f"{which}_id"]
         ]
         slices.sort(key=lambda e: e["args"].get("attempt", 0))
         got = [
