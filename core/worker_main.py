@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         register_extra={"log_paths": log_paths},
     )
     cw.executor = Executor(cw)
+    cw.executor.log_offsets = True  # stdout and stderr are the log files opened above
     cw.executor.install_interrupt_handler()
     cw.start()
     try:

@@ -130,6 +130,9 @@ class TaskTable:
         }
         self.codes: dict[str, array] = {k: array("B" if k == "state" else "I") for k in CODED}
         self.errors: dict[int, str] = {}  # {slot: error text}: most tasks have none
+        # {slot: (attempt, out_start, out_end, err_start, err_end)}: the bytes of its worker's
+        # log files the task wrote; only tasks that printed something have one.
+        self.logs: dict[int, tuple[int, ...]] = {}
         self.times: dict[str, array] = {k: array("d") for k in TIMES}
         self.pid = array("i")  # 0: not known
         self.attempt = array("i")
@@ -278,6 +281,9 @@ class TaskTable:
                 self.errors[slot] = str(error)[:4000]
                 if extra.get("error_type"):
                     self._put("error_type", slot, extra["error_type"])
+            log = extra.get("log")
+            if log and len(log) == 4 and attempt >= self.attempt[slot]:
+                self.logs[slot] = (attempt, *(int(x) for x in log))
             tm = extra.get("timings")
             if tm:
                 for col, key in (
@@ -428,6 +434,8 @@ class TaskTable:
             table.release(self.codes[k][slot])
         if self.errors:
             self.errors.pop(slot, None)
+        if self.logs:
+            self.logs.pop(slot, None)
         self.dropped += 1
 
     # -- queries ---------------------------------------------------------------------------

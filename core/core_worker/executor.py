@@ -101,6 +101,9 @@ class Executor:
         self.interrupt_pending: bytes | None = None
         self.calls_per_function: dict[bytes, int] = {}
         self._running_extra: dict[str, dict[str, Any]] = {}  # {task name: its RUNNING extra}
+        # A worker's stdout and stderr are its log files (worker_main): each reply then says
+        # which bytes of them its task wrote (two fstat calls per task).
+        self.log_offsets = False
 
     # -- on the I/O thread -----------------------------------------------------------------
     def on_push_task(self, conn, spec: TaskSpec) -> object:
@@ -223,6 +226,7 @@ class Executor:
         elif self._gpus_set and spec.kind == 0:
             self._restore_gpus()  # a reused worker: the last task's GPUs are not this one's
         timings: dict[str, float] = {"start": time.time()}
+        log_from = self._log_offsets() if self.log_offsets else None
         self._record_running(spec)
         current.profile_spans = spans = []
         # A task's runtime_env is its own for its run; an actor's, for its life (kept).
@@ -275,11 +279,19 @@ class Executor:
         reply["pid"] = os.getpid()
         reply["node_id"] = host.node_id_hex  # where it ran: the timeline's process row
         self.tasks_done += 1
-        if spec.kind == ACTOR_CREATION_TASK:
-            self._record_creation_end(spec, reply)
         sys.stdout.flush()
         sys.stderr.flush()
+        if log_from is not None:
+            _add_log_range(reply, log_from, self._log_offsets())
+        if spec.kind == ACTOR_CREATION_TASK:
+            self._record_creation_end(spec, reply)
         return reply
+
+    @staticmethod
+    def _log_offsets() -> tuple[int, int]:
+        """The sizes of this worker's stdout and stderr files now (both are opened with
+        O_APPEND, so what a task prints lands after these offsets)."""
+        return os.fstat(1).st_size, os.fstat(2).st_size
 
     def _reached_max_calls(self, spec: TaskSpec) -> bool:
         limit = (spec.actor_options or {}).get("max_calls") if spec.kind == 0 else None
@@ -353,6 +365,7 @@ class Executor:
             "timings": reply.get("timings"),
             "pid": os.getpid(),
             "node_id": self.host.node_id_hex,
+            "log": reply.get("log"),
         }
         if failed:
             extra["error"] = reply.get("message")
@@ -473,6 +486,8 @@ class Executor:
 
     async def _execute_async(self, spec: TaskSpec) -> dict:
         timings = {"start": time.time()}
+        # Calls of an async actor interleave: a call's range may hold its neighbours' lines.
+        log_from = self._log_offsets() if self.log_offsets else None
         self._record_running(spec)
         try:
             method = self._load(spec)
@@ -502,6 +517,10 @@ class Executor:
         reply["timings"] = _ended(timings)
         reply["pid"] = os.getpid()
         reply["node_id"] = self.host.node_id_hex
+        if log_from is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            _add_log_range(reply, log_from, self._log_offsets())
         return reply
 
     def _restore_gpus(self) -> None:
@@ -550,6 +569,14 @@ def _ended(timings: dict[str, float]) -> dict[str, float]:
     if "args_ready" in timings and "executed" not in timings:
         timings["executed"] = end
     return timings
+
+
+def _add_log_range(reply: dict, start: tuple[int, int], end: tuple[int, int]) -> None:
+    """The byte ranges of the worker's .out and .err files the task wrote, as
+    ``(out_start, out_end, err_start, err_end)`` (Ray's ``task_log_info``), only when it
+    wrote something: most tasks print nothing, and their replies stay as small as before."""
+    if end[0] != start[0] or end[1] != start[1]:
+        reply["log"] = (start[0], end[0], start[1], end[1])
 
 
 def _terminate() -> None:

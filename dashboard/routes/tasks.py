@@ -7,10 +7,12 @@ from typing import Any
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.routes.params import ListParams, json_response, list_params
 from ember.dashboard.schemas import TASKS
-from fastapi import APIRouter, Depends, HTTPException
+from ember.dashboard.task_logs import STREAMS, read_range, task_log_info
+from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import Response
 
 router = APIRouter(tags=["tasks"])
+CHUNK = 256 * 1024  # bytes per read of a log through the node's agent
 
 
 @router.get("/api/tasks", response_model=None, responses=TASKS.page_responses())
@@ -54,4 +56,55 @@ async def get_task(task_id: str, ctx: DashboardContext = Depends(get_ctx)) -> di
         raise HTTPException(
             404, f"no task {task_id!r} (never seen, or dropped past the cap); GET /api/tasks"
         )
-    return {**rec.public(), "events": rec.events()}
+    return {**rec.public(), "events": rec.events(), "task_log_info": task_log_info(rec)}
+
+
+@router.get("/api/tasks/{task_id}/log")
+async def get_task_log(
+    task_id: str,
+    stream: str = Query("out", description="out (stdout) or err (stderr)"),
+    ctx: DashboardContext = Depends(get_ctx),
+) -> dict[str, Any]:
+    """The lines the task's latest attempt printed to ``stream`` (its bytes of its worker's
+    log file), with the file and node they are read from."""
+    if stream not in STREAMS:
+        raise HTTPException(400, f"stream must be 'out' or 'err', got {stream!r}")
+    rec = ctx.state.tasks.get(task_id.lower())
+    if rec is None:
+        raise HTTPException(404, f"no task {task_id!r}; `ember list tasks` lists them")
+    info = task_log_info(rec)
+    if info is None:
+        raise HTTPException(404, f"task {task_id} has not run on a worker yet")
+    key = "stdout" if stream == "out" else "stderr"
+    name, start, end = info[f"{key}_file"], info[f"{key}_start"], info[f"{key}_end"]
+    # The node that holds the file: found by name, not by the task's node column.
+    node_id = next(
+        (n for n, files in ctx.state.logs.items() if any(f["name"] == name for f in files)),
+        rec.node_id,
+    )
+    out: dict[str, Any] = {
+        "task_id": rec.task_id,
+        "attempt": rec.attempt,
+        "node_id": node_id,
+        "pid": rec.pid,
+        "file": name,
+        "start": start,
+        "end": end,
+        "text": "",
+        "left_out": 0,
+    }
+    if start is None or end is None:
+        out["note"] = (
+            "its lines are known once it ends"
+            if rec.state not in ("FINISHED", "FAILED")
+            else "its worker died before saying which lines were its own"
+        )
+        return out
+    if end > start:
+        if ctx.hub is None or not node_id:
+            raise HTTPException(503, "no agent can read this node's logs now")
+        res = await read_range(ctx.hub, node_id, name, start, end, CHUNK)
+        if "error" in res:
+            raise HTTPException(int(res.get("status") or 503), res["error"])
+        out["text"], out["left_out"] = res["text"], res["left_out"]
+    return out

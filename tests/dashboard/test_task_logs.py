@@ -1,0 +1,102 @@
+"""Each task's own log lines (Ray's ``task_log_info``): tasks printing distinct lines one
+after another on one reused worker each read back only their own lines, through the task
+detail, the task-log endpoint, Ray's state row (``/api/v0/tasks``), ``get_log(task_id=)``
+and ``ember logs --task-id``; and the byte offsets are the file's own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import ember
+import httpx
+import pytest
+from ember_test_utils import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@ember.remote(num_cpus=2)  # both CPUs: the three tasks run one by one on one worker
+def talk(tag: str, fail: bool = False) -> int:
+    import os
+
+    print(f"{tag} line one")
+    print(f"{tag} line two")
+    print(f"{tag} on stderr", file=sys.stderr)
+    if fail:
+        raise ValueError(f"{tag} fails")
+    return os.getpid()
+
+
+def _ended(http: httpx.Client, task_id: str) -> dict:
+    def done():
+        r = http.get(f"/api/tasks/{task_id}")
+        row = r.json() if r.status_code == 200 else {}
+        return row if row.get("state") in ("FINISHED", "FAILED") else None
+
+    return wait_until(done, timeout=30, message=f"task {task_id} ended on the dashboard")
+
+
+def test_each_task_reads_only_its_own_lines(live):
+    _, http, _ = live
+    refs = []
+    pids = set()
+    for tag in ("alpha", "bravo"):
+        ref = talk.remote(tag)
+        pids.add(ember.get(ref))
+        refs.append(ref)
+    bad = talk.remote("charlie", fail=True)
+    with pytest.raises(ValueError):
+        ember.get(bad)
+    refs.append(bad)
+    assert len(pids) == 1, f"the tasks ran on one reused worker, not {pids}"
+    tags = ("alpha", "bravo", "charlie")
+    ids = [r.task_id().hex() for r in refs]
+    ranges = []
+    for tag, task_id in zip(tags, ids, strict=True):
+        row = _ended(http, task_id)
+        info = row["task_log_info"]
+        pid = pids.copy().pop()
+        assert info["stdout_file"].endswith(f"-{pid}.out"), info
+        assert info["stderr_file"].endswith(f"-{pid}.err"), info
+        want_out = f"{tag} line one\n{tag} line two\n"
+        assert info["stdout_end"] - info["stdout_start"] == len(want_out), info
+        assert info["stderr_end"] - info["stderr_start"] == len(f"{tag} on stderr\n"), info
+        ranges.append(info["stdout_start"])
+        log = http.get(f"/api/tasks/{task_id}/log", params={"stream": "out"}).json()
+        assert log["text"] == want_out, log
+        err = http.get(f"/api/tasks/{task_id}/log", params={"stream": "err"}).json()
+        assert err["text"].startswith(f"{tag} on stderr\n"), err
+        # Ray's state row carries the same offsets.
+        v0 = http.get(
+            "/api/v0/tasks",
+            params={
+                "filter_keys": "task_id",
+                "filter_predicates": "=",
+                "filter_values": task_id,
+                "detail": "1",
+            },
+        ).json()
+        rows = v0["data"]["result"]["result"]
+        assert rows and rows[0]["task_log_info"] == info, rows
+    assert ranges == sorted(ranges) and len(set(ranges)) == 3, ranges
+
+    from ember.util.state import get_log
+
+    lines = list(get_log(task_id=ids[1]))
+    assert "".join(lines) == "bravo line one\nbravo line two\n", lines
+    cli = subprocess.run(
+        [sys.executable, "-m", "ember.cli.main", "logs", "--task-id", ids[2]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout == "charlie line one\ncharlie line two\n", cli.stdout
+    err = subprocess.run(
+        [sys.executable, "-m", "ember.cli.main", "logs", "--task-id", ids[2], "--err"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert err.returncode == 0 and err.stdout.startswith("charlie on stderr\n"), err
