@@ -28,7 +28,8 @@ and counts them) instead of reading a newer task in an older one's place.
 Rules:
 - events may arrive out of order (owners flush independently): a terminal state
   (FINISHED, FAILED) is never overwritten by an earlier phase;
-- a RETRYING event re-opens a task (its attempt grows).
+- a RETRYING event re-opens a task (its attempt grows); the retry's own events then move it
+  on (PENDING_NODE_ASSIGNMENT, RUNNING, ...), so a running retry counts as running.
 """
 
 from __future__ import annotations
@@ -303,7 +304,9 @@ class TaskTable:
         else:
             rank = RANK.get(state)
             if rank is not None:
-                newer = attempt > cur_attempt
+                # A retry's own phases move its task on from RETRYING (ranked above RUNNING,
+                # it would otherwise hide the retry running as "pending").
+                newer = attempt > cur_attempt or (cur == RETRYING_CODE and attempt == cur_attempt)
                 if (cur < FIRST_TERMINAL or newer) and (rank >= cur or newer):
                     cur = rank
                     self.attempt[slot] = max(cur_attempt, attempt)
