@@ -168,6 +168,15 @@ class Task(Row):
     error_type: str | None = col("Ray's error type of a failed task")
     error: str | None = col("the traceback of a failed task")
     events: list[TaskEvent] = col("the task's phases", filterable=False, detail=True)
+    task_log_info: dict[str, Any] | None = col(
+        "Ray's: its worker's .out/.err files and the byte range of each its latest attempt "
+        "wrote (GET /api/tasks/{id}/log reads them); offsets null while it runs",
+        filterable=False,
+        detail=True,
+    )
+    parent_task_id: str | None = col(
+        "the task that submitted it; null: a driver", filterable=False, detail=True
+    )
 
 
 class Object(Row):
@@ -205,6 +214,7 @@ class Event(Row):
     severity: str = col("INFO, WARNING, ERROR")
     source: str = col("task, worker, agent, dashboard, gcs")
     node_id: str | None = col()
+    job_id: str | None = col("the job it concerns, when one does")
     pid: int | None = col()
     kind: str = col("TASK_FAILED, WORKER_DIED, ACTOR_DIED, NODE_LOST, ...")
     message: str = col()

@@ -346,6 +346,7 @@ class DashboardState:
                 node_id=old.get("node_id"),
                 pid=old.get("pid"),
                 kind="ACTOR_DIED",
+                job_id=old.get("job_id"),
             )
         if news:
             self.pubsub.publish(
@@ -421,6 +422,7 @@ class DashboardState:
                     pid=tasks.pid[slot] or None,
                     kind="TASK_FAILED",
                     detail=error,
+                    job_id=tasks.cols["job_id"][slot] or None,
                 )
             changed[state] = changed.get(state, 0) + 1
         self.dropped["tasks"] += tasks.dropped - before
@@ -510,6 +512,7 @@ class DashboardState:
         kind: str = "",
         detail: str | None = None,
         t: float | None = None,
+        job_id: str | None = None,
     ) -> None:
         if len(self.events) == self.events.maxlen:
             self.dropped["events"] += 1
@@ -518,6 +521,7 @@ class DashboardState:
             "severity": severity,
             "source": source,
             "node_id": node_id,
+            "job_id": job_id or None,
             "pid": pid,
             "kind": kind,
             "message": message,

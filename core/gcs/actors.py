@@ -41,6 +41,7 @@ from ember.gcs.actor_machine import (
 )
 from ember.gcs.jobs import JobTable
 from ember.gcs.nodes import NodeInfo, NodeTable
+from ember.gcs.pending_words import free_of, group_of, in_group, per_node
 from ember.options import ANONYMOUS_NAMESPACE_PREFIX
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
@@ -220,7 +221,7 @@ class ActorManager:
             actor.pending_reason = self._why_pending(actor)
             self._park(actor)
             return
-        actor.pending_reason = ""
+        actor.pending_reason = self._why_waiting_on(actor, node)
         try:
             grant = await node.conn.call(
                 "lease_actor_worker",
@@ -240,6 +241,7 @@ class ActorManager:
             await asyncio.sleep(0.1)
             self._carry_out(actor, self.machine.handle(actor, LeaseFailed()))
             return
+        actor.pending_reason = ""
         if grant is None:  # the node could not after all; try again later
             if actor.wants_worker:
                 self._park(actor)
@@ -275,18 +277,23 @@ class ActorManager:
         the Actors page and ``ember status`` show this to say why it is not placed."""
         shape = actor.spec.resources
         nodes = self.nodes.alive()
+        if group_of(actor.spec.strategy):
+            return in_group(shape, actor.spec.strategy, self.placement_groups, nodes)
         able = [n for n in nodes if fits(shape, n.total)]
         if not able:
-            have = _per_node(nodes, lambda n: _fmt_shape(n.total))
-            return f"infeasible: no node has {_fmt_shape(shape)} (nodes have: {have})"
-
+            have = per_node(nodes, lambda n: fmt(n.total))
+            return f"infeasible: no node has {fmt(shape)} (nodes have: {have})"
         # Only the resources asked for: a node's other resources do not explain the wait.
-        def free(n: NodeInfo) -> str:
-            now = _fmt_shape({k: n.available.get(k, 0.0) for k in shape})
-            total = _fmt_shape({k: n.total.get(k, 0.0) for k in shape})
-            return f"{now} of {total} on node {n.node_id.hex()[:8]}"
+        free = per_node(able, lambda n: free_of(n, shape))
+        return f"waiting for resources {fmt(shape)} to be free (free now: {free})"
 
-        return f"waiting for resources {_fmt_shape(shape)} to be free (free now: {_per_node(able, free)})"
+    def _why_waiting_on(self, actor: ActorInfo, node: NodeInfo) -> str:
+        """The reason while the chosen node's raylet holds the lease request (a node that
+        has the room answers at once, and the reason is cleared before anyone reads it)."""
+        shape = actor.spec.resources
+        if group_of(actor.spec.strategy):
+            return in_group(shape, actor.spec.strategy, self.placement_groups, [node])
+        return f"waiting for a worker with {fmt(shape)} (free now: {free_of(node, shape)})"
 
     def schedule_pending(self) -> None:
         """Tries again to place every actor waiting for resources."""
@@ -474,19 +481,3 @@ def _cause(reply: dict) -> str:
         return f"the constructor raised:\n{err}"
     except Exception as ex:
         return f"the constructor raised an error that could not be read: {ex}"
-
-
-def _fmt_shape(shape: dict[str, float]) -> str:
-    return fmt(shape)
-
-
-# A pending reason names at most this many nodes, so a 1,000-node cluster keeps it short.
-_REASON_NODES = 5
-
-
-def _per_node(nodes: list[NodeInfo], fmt: Callable[[NodeInfo], str]) -> str:
-    """``fmt(node)`` for the first nodes, ``"; "``-joined, with how many were left out."""
-    text = "; ".join(fmt(n) for n in nodes[:_REASON_NODES])
-    if len(nodes) > _REASON_NODES:
-        text += f"; and {len(nodes) - _REASON_NODES} more nodes"
-    return text

@@ -56,7 +56,13 @@ async def get_task(task_id: str, ctx: DashboardContext = Depends(get_ctx)) -> di
         raise HTTPException(
             404, f"no task {task_id!r} (never seen, or dropped past the cap); GET /api/tasks"
         )
-    return {**rec.public(), "events": rec.events(), "task_log_info": task_log_info(rec)}
+    flow = ctx.state.timeline.flows.get(rec.task_id)  # (parent task, ...), as Ray's row has it
+    return {
+        **rec.public(),
+        "events": rec.events(),
+        "task_log_info": task_log_info(rec),
+        "parent_task_id": (flow[0] if flow else None) or None,
+    }
 
 
 @router.get("/api/tasks/{task_id}/log")

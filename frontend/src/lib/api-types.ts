@@ -158,6 +158,10 @@ export interface TaskRow {
 export interface TaskDetail extends TaskRow {
   /** the task's phases */
   events: { state: string; time: number }[];
+  /** Ray's: its worker's .out/.err files and the byte range of each its latest attempt wrote (GET /api/tasks/{id}/log reads them); offsets null while it runs */
+  task_log_info: Record<string, unknown> | null;
+  /** the task that submitted it; null: a driver */
+  parent_task_id: string | null;
 }
 
 export interface TaskPage {
@@ -240,6 +244,8 @@ export interface EventRow {
   /** task, worker, agent, dashboard, gcs */
   source: string;
   node_id: string | null;
+  /** the job it concerns, when one does */
+  job_id: string | null;
   pid: number | null;
   /** TASK_FAILED, WORKER_DIED, ACTOR_DIED, NODE_LOST, ... */
   kind: string;
@@ -259,7 +265,7 @@ export interface EventPage {
 }
 
 /** What `filter=` and `sort_by=` of /api/events may name. */
-export const EVENT_FILTERABLE = ["time", "severity", "source", "node_id", "pid", "kind", "message"] as const;
+export const EVENT_FILTERABLE = ["time", "severity", "source", "node_id", "job_id", "pid", "kind", "message"] as const;
 
 /** The GCS's placement group (``_Group.public``) with its bundles laid out. */
 export interface PlacementGroupRow {
