@@ -6,7 +6,7 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { BarLegend, ErrorBox, Modal, ProgressBar, StateBadge, taskBuckets } from "../components/bits";
 import { deleteJSON, errorText, getJSONAndHeaders, postJSON, wsUrl } from "../lib/api";
-import { useApi } from "../lib/data";
+import { useApi, useNow } from "../lib/data";
 import { bytes, duration, resources, shortId, time } from "../lib/format";
 import { href, setParams } from "../lib/router";
 import type { JobDetails, TaskSummary } from "../lib/types";
@@ -27,17 +27,6 @@ export const jobEnded = (j: JobDetails) => ENDED.has(j.status);
 function jobSeconds(j: JobDetails, now: number): number | undefined {
   if (!j.start_time) return undefined;
   return ((j.end_time ?? now) - j.start_time) / 1000;
-}
-
-/** Date.now(), re-read every second while `active` (running jobs' durations tick). */
-function useNow(active: boolean): number {
-  const [now, setNow] = useState(Date.now());
-  useEffect(() => {
-    if (!active) return;
-    const t = setInterval(() => setNow(Date.now()), 1000);
-    return () => clearInterval(t);
-  }, [active]);
-  return now;
 }
 
 /** The driver's job id (the one its tasks and actors carry), once the driver called init(). */

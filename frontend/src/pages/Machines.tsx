@@ -3,7 +3,7 @@
 import { Table, type Column } from "../components/VirtualTable";
 import { ErrorBox, StateBadge, workerActivity } from "../components/bits";
 import type { Page } from "../lib/api";
-import { useApi } from "../lib/data";
+import { useApi, useNow } from "../lib/data";
 import { bytes, duration, pct, shortId, time } from "../lib/format";
 import { href, setParams } from "../lib/router";
 import type { EventRow, NodeDetail, NodeRow, WorkerRow } from "../lib/types";
@@ -146,10 +146,29 @@ function NodeMetrics({ id }: { id: string }) {
   );
 }
 
+/** The object store: used / capacity, and what is spilled to disk now. */
+function objectStore(m: Record<string, any> | undefined): preact.JSX.Element | string {
+  if (!m || m.object_store_capacity_bytes === undefined) return "–";
+  const spilled = m.object_store_spilled_bytes ?? 0;
+  return (
+    <span data-testid="node-store">
+      {`${bytes(m.object_store_used_bytes ?? 0)} / ${bytes(m.object_store_capacity_bytes)}`}
+      {spilled > 0 && <div class="note">{`${bytes(spilled)} spilled`}</div>}
+    </span>
+  );
+}
+
+/** A dead node's figures are its last report's: shown greyed as "last: X", never as live. */
+function lastKnown(n: NodeWithMetrics, value: string): preact.JSX.Element | string {
+  return n.state === "ALIVE" ? value : <span class="stale" title="its last report before it died">last: {value}</span>;
+}
+
 export function Machines({ params }: { params: URLSearchParams }) {
   const open = params.get("node") ?? "";
   // /api/frontend/nodes: the node rows with their latest metrics sample, in one request.
   const nodes = useApi<Page<NodeWithMetrics>>("api/frontend/nodes", { limit: 1000 }, { liveTypes: ["node", "node_metrics"], minGapMs: 2000 });
+  const anyDead = (nodes.data?.items ?? []).some((n) => n.state !== "ALIVE");
+  const now = useNow(anyDead) / 1000; // "last seen N s ago" ticks
   const cols: Column<NodeWithMetrics>[] = [
     { key: "toggle", title: "", width: "24px", render: (n) => <span class="tree-toggle">{open === n.node_id ? "▾" : "▸"}</span> },
     {
@@ -162,14 +181,30 @@ export function Machines({ params }: { params: URLSearchParams }) {
         </span>
       ),
     },
-    { key: "state", title: "State", render: (n) => <span><StateBadge state={n.state} />{n.lost_reason && <div class="note">{n.lost_reason}</div>}</span> },
+    {
+      key: "state",
+      title: "State",
+      render: (n) => (
+        <span>
+          <StateBadge state={n.state} />
+          {n.state !== "ALIVE" && n.last_seen ? (
+            <div class="note" data-testid="node-last-seen" title={new Date(n.last_seen * 1000).toLocaleString()}>
+              last seen {duration(Math.max(0, now - n.last_seen))} ago
+            </div>
+          ) : null}
+          {n.lost_reason && <div class="note">{n.lost_reason}</div>}
+        </span>
+      ),
+    },
     // Cores are the machine's (the agent's psutil count), not the CPU resource it advertises.
     // Workers are worker processes only (the agent counts them; the node row counts every
     // process it lists, the raylet and agent too).
-    { key: "workers", title: "Workers / cores", render: (n) => `${n.metrics?.num_workers ?? n.num_workers} / ${n.metrics?.num_cpus ?? "–"}` },
-    { key: "uptime", title: "Uptime", render: (n) => (n.start_time ? duration(Date.now() / 1000 - n.start_time) : "–") },
-    { key: "cpu", title: "CPU", align: "right", render: (n) => pct(n.cpu_percent) },
-    { key: "ram", title: "RAM", align: "right", render: (n) => `${bytes(n.mem_used_bytes)} / ${bytes(n.metrics?.mem_total_bytes)}` },
+    { key: "workers", title: "Workers / cores", render: (n) => lastKnown(n, `${n.metrics?.num_workers ?? n.num_workers} / ${n.metrics?.num_cpus ?? "–"}`) },
+    // A dead node's uptime ended when it was last seen.
+    { key: "uptime", title: "Uptime", render: (n) => (n.start_time ? duration((n.state === "ALIVE" ? Date.now() / 1000 : n.last_seen) - n.start_time) : "–") },
+    { key: "cpu", title: "CPU", align: "right", render: (n) => lastKnown(n, pct(n.cpu_percent)) },
+    { key: "ram", title: "RAM", align: "right", render: (n) => lastKnown(n, `${bytes(n.mem_used_bytes)} / ${bytes(n.metrics?.mem_total_bytes)}`) },
+    { key: "store", title: "Object store", align: "right", render: (n) => (n.state === "ALIVE" ? objectStore(n.metrics) : lastKnown(n, "–")) },
     { key: "disk", title: "Disk", align: "right", render: (n) => rootDisk(n.metrics) },
     {
       key: "net",
@@ -183,7 +218,7 @@ export function Machines({ params }: { params: URLSearchParams }) {
         </span>
       ),
     },
-    { key: "resources", title: "Resources (used / total)", render: (n) => usedOfTotal(n.resources_total ?? {}, n.resources_available ?? {}) },
+    { key: "resources", title: "Resources (used / total)", render: (n) => lastKnown(n, usedOfTotal(n.resources_total ?? {}, n.resources_available ?? {})) },
   ];
   return (
     <div>
@@ -193,6 +228,7 @@ export function Machines({ params }: { params: URLSearchParams }) {
         columns={cols}
         rows={nodes.data?.items ?? []}
         rowKey={(n) => n.node_id}
+        rowClass={(n) => (n.state === "ALIVE" ? "" : "row-dead")}
         testId="nodes-table"
         onRowClick={(n) => setParams({ node: open === n.node_id ? undefined : n.node_id })}
         expanded={(n) => (open === n.node_id ? <NodeMetrics id={n.node_id} /> : null)}

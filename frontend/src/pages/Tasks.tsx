@@ -4,10 +4,11 @@
 import { useCallback, useState } from "preact/hooks";
 import { VirtualTable, type Column } from "../components/VirtualTable";
 import { BarLegend, ErrorBox, NodeSelect, ProgressBar, StateBadge, taskBuckets } from "../components/bits";
+import { ActorLink, JobLink, NodeLink, TaskLink, WorkerLink } from "../components/links";
 import { getJSON, type Page } from "../lib/api";
 import { useApi, useLiveToken } from "../lib/data";
-import { duration, shortId, time } from "../lib/format";
-import { setParams } from "../lib/router";
+import { duration, time } from "../lib/format";
+import { href, setParams } from "../lib/router";
 import type { TaskDetail as TaskDetailRow, TaskRow, TaskSummary } from "../lib/types";
 
 const STATES = ["", "PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WORKER", "RUNNING", "RETRYING", "FINISHED", "FAILED"];
@@ -38,8 +39,8 @@ export function Tasks({ params }: { params: URLSearchParams }) {
     { key: "state", title: "State", width: "170px", sortable: true, render: (t) => <StateBadge state={t.state} /> },
     // Whole: a task id starts with its submitter's random prefix, the same on every row it submitted.
     { key: "task_id", title: "Task", width: "280px", render: (t) => <span class="mono">{t.task_id}</span> },
-    { key: "node_id", title: "Node", width: "100px", sortable: true, render: (t) => <span class="mono">{shortId(t.node_id)}</span> },
-    { key: "pid", title: "PID", width: "70px", align: "right", sortable: true },
+    { key: "node_id", title: "Node", width: "100px", sortable: true, render: (t) => <NodeLink id={t.node_id} /> },
+    { key: "pid", title: "PID", width: "70px", align: "right", sortable: true, render: (t) => <WorkerLink node={t.node_id} pid={t.pid} /> },
     { key: "submitted_time", title: "Submitted", width: "100px", sortable: true, render: (t) => time(t.submitted_time) },
     { key: "duration_s", title: "Duration", width: "90px", align: "right", sortable: true, render: (t) => duration(t.duration_s) },
     { key: "attempt", title: "Try", width: "50px", align: "right" },
@@ -138,13 +139,13 @@ export function Tasks({ params }: { params: URLSearchParams }) {
           height={Math.max(300, window.innerHeight - 260)}
           testId="tasks-table"
         />
-        {sel && <TaskDetail id={sel} />}
+        {sel && <TaskDetail id={sel} logStream={params.get("log") === "err" ? "err" : "out"} />}
       </div>
     </div>
   );
 }
 
-function TaskDetail({ id }: { id: string }) {
+function TaskDetail({ id, logStream }: { id: string; logStream: "out" | "err" }) {
   const d = useApi<TaskDetailRow>(`api/tasks/${encodeURIComponent(id)}`, {}, { liveTypes: ["tasks"], minGapMs: 1000 });
   if (d.error) return <div class="card detail"><ErrorBox error={d.error} /></div>;
   const t = d.data;
@@ -161,22 +162,35 @@ function TaskDetail({ id }: { id: string }) {
         <dt>Type</dt>
         <dd>{t.type}</dd>
         <dt>Job</dt>
-        <dd class="mono">{t.job_id || "–"}</dd>
+        <dd>
+          <JobLink id={t.job_id} />
+          {t.job_id && (
+            <>
+              {" "}
+              · <a href={href("tasks", { job: t.job_id })}>its tasks</a>
+            </>
+          )}
+        </dd>
         <dt>Node / pid</dt>
-        <dd class="mono">
-          {shortId(t.node_id, 12)} / {t.pid ?? "–"}
+        <dd>
+          <NodeLink id={t.node_id} len={12} /> / <WorkerLink node={t.node_id} pid={t.pid} />
         </dd>
         {t.actor_id && (
           <>
             <dt>Actor</dt>
-            <dd class="mono">{t.actor_id}</dd>
+            <dd>
+              <ActorLink id={t.actor_id} len={32} />
+            </dd>
           </>
         )}
+        <dt>Parent task</dt>
+        <dd>{t.parent_task_id ? <TaskLink id={t.parent_task_id} /> : "the driver"}</dd>
         <dt>Attempt</dt>
         <dd>{t.attempt ?? 0}</dd>
         <dt>Duration</dt>
         <dd>{duration(t.duration_s)}</dd>
       </dl>
+      <TaskLog task={t} stream={logStream} />
       <h2>Phases</h2>
       <table class="table">
         <tbody>
@@ -193,6 +207,53 @@ function TaskDetail({ id }: { id: string }) {
         <>
           <h2>Traceback</h2>
           <pre data-testid="task-traceback">{t.error}</pre>
+        </>
+      )}
+    </div>
+  );
+}
+
+interface TaskLogReply {
+  file: string;
+  node_id: string | null;
+  pid: number | null;
+  attempt: number;
+  start: number | null;
+  end: number | null;
+  text: string;
+  left_out: number;
+  note?: string;
+}
+
+/** The lines this task printed (its attempt's bytes of its worker's .out or .err file). */
+function TaskLog({ task, stream }: { task: TaskDetailRow; stream: "out" | "err" }) {
+  const ran = !!task.task_log_info;
+  const log = useApi<TaskLogReply>(ran ? `api/tasks/${encodeURIComponent(task.task_id)}/log` : null, { stream, attempt: String(task.attempt ?? 0), state: task.state });
+  const r = log.data;
+  return (
+    <div data-testid="task-log-panel">
+      <h2>
+        Log{" "}
+        {(["out", "err"] as const).map((s) => (
+          <button key={s} class={s === stream ? "active" : ""} onClick={() => setParams({ log: s === "out" ? undefined : s })} data-testid={`task-log-${s}`}>
+            {s === "out" ? "stdout" : "stderr"}
+          </button>
+        ))}
+      </h2>
+      {!ran && <div class="note">It has not run on a worker yet.</div>}
+      <ErrorBox error={log.error} />
+      {r && (
+        <>
+          <div class="note">
+            {r.note
+              ? `Its own lines are not known: ${r.note}.`
+              : r.end !== null && r.start !== null
+                ? `${(r.end - r.start).toLocaleString()} bytes of ${r.file}, attempt ${r.attempt}`
+                : ""}{" "}
+            · <a href={href("logs", { node: r.node_id ?? undefined, pid: r.pid ? String(r.pid) : undefined })} data-testid="worker-log-link">its worker's whole log</a>
+          </div>
+          {r.text ? <pre data-testid="task-log">{r.text}</pre> : !r.note && <div class="note" data-testid="task-log-empty">It printed nothing to {stream === "out" ? "stdout" : "stderr"}.</div>}
+          {r.left_out > 0 && <div class="note">The last {r.left_out.toLocaleString()} bytes are left out here; the worker's log has them.</div>}
         </>
       )}
     </div>
