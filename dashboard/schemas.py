@@ -175,7 +175,9 @@ class Task(Row):
         detail=True,
     )
     parent_task_id: str | None = col(
-        "the task that submitted it; null: a driver", filterable=False, detail=True
+        "the task that submitted it; null: a driver (or a task no longer kept)",
+        filterable=False,
+        detail=True,
     )
 
 

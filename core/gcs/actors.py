@@ -81,6 +81,9 @@ class ActorManager:
         self.subscribers: dict[bytes, set[Connection]] = {}  # {actor_id: connections}
         self.worker_conns: dict[bytes, Connection] = {}  # {worker_id: connection we opened}
         self.pending: list[bytes] = []  # actor ids waiting for a node with resources
+        # {actor id: node} of the lease requests a raylet holds now: their reasons are
+        # worded again when listed (what is free there changes with every heartbeat).
+        self.leasing: dict[bytes, NodeInfo] = {}
         self.store: Store | None = None  # where actor records are kept
         # {actor_id: (node_id, worker_id)}: restored actors whose creation a GCS restart cut
         # off; _place ends that worker before placing the actor again.
@@ -222,6 +225,7 @@ class ActorManager:
             self._park(actor)
             return
         actor.pending_reason = self._why_waiting_on(actor, node)
+        self.leasing[actor.actor_id] = node
         try:
             grant = await node.conn.call(
                 "lease_actor_worker",
@@ -237,10 +241,12 @@ class ActorManager:
                 },
             )
         except Exception as e:
+            self.leasing.pop(actor.actor_id, None)
             logger.warning("lease for actor %s failed: %s", actor.actor_id.hex(), e)
             await asyncio.sleep(0.1)
             self._carry_out(actor, self.machine.handle(actor, LeaseFailed()))
             return
+        self.leasing.pop(actor.actor_id, None)
         actor.pending_reason = ""
         if grant is None:  # the node could not after all; try again later
             if actor.wants_worker:
@@ -427,6 +433,11 @@ class ActorManager:
         return None if actor is None else actor.public()
 
     def h_list_actors(self, conn: Connection, body: Any) -> list[dict]:
+        if len(self.leasing) <= _REWORDED_AT_MOST:
+            for actor_id, node in self.leasing.items():
+                actor = self.actors.get(actor_id)
+                if actor is not None:
+                    actor.pending_reason = self._why_waiting_on(actor, node)
         return [a.public() for a in self.actors.values()]
 
     def _detached_from_anonymous(self, name: str, namespace: str) -> bytes | None:
@@ -469,6 +480,11 @@ class ActorManager:
             for (space, name), aid in self.named.items()
             if (all_ns or space == ns) and self.actors[aid].state is not _DEAD
         ]
+
+
+# Reasons worded again per listing at most for this many waiting leases (a listing of a big
+# burst of actors stays as cheap as before; their first wording stays).
+_REWORDED_AT_MOST = 1000
 
 
 def _cause(reply: dict) -> str:

@@ -57,11 +57,13 @@ async def get_task(task_id: str, ctx: DashboardContext = Depends(get_ctx)) -> di
             404, f"no task {task_id!r} (never seen, or dropped past the cap); GET /api/tasks"
         )
     flow = ctx.state.timeline.flows.get(rec.task_id)  # (parent task, ...), as Ray's row has it
+    parent = flow[0] if flow else None
     return {
         **rec.public(),
         "events": rec.events(),
         "task_log_info": task_log_info(rec),
-        "parent_task_id": (flow[0] if flow else None) or None,
+        # A driver's root task is no task of the table: null then, not a link to nothing.
+        "parent_task_id": parent if parent and parent in ctx.state.tasks else None,
     }
 
 

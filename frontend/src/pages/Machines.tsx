@@ -146,13 +146,17 @@ function NodeMetrics({ id }: { id: string }) {
   );
 }
 
+function storeText(m: Record<string, any> | undefined): string {
+  if (!m || m.object_store_capacity_bytes === undefined) return "–";
+  return `${bytes(m.object_store_used_bytes ?? 0)} / ${bytes(m.object_store_capacity_bytes)}`;
+}
+
 /** The object store: used / capacity, and what is spilled to disk now. */
 function objectStore(m: Record<string, any> | undefined): preact.JSX.Element | string {
-  if (!m || m.object_store_capacity_bytes === undefined) return "–";
-  const spilled = m.object_store_spilled_bytes ?? 0;
+  const spilled = m?.object_store_spilled_bytes ?? 0;
   return (
     <span data-testid="node-store">
-      {`${bytes(m.object_store_used_bytes ?? 0)} / ${bytes(m.object_store_capacity_bytes)}`}
+      {storeText(m)}
       {spilled > 0 && <div class="note">{`${bytes(spilled)} spilled`}</div>}
     </span>
   );
@@ -204,8 +208,8 @@ export function Machines({ params }: { params: URLSearchParams }) {
     { key: "uptime", title: "Uptime", render: (n) => (n.start_time ? duration((n.state === "ALIVE" ? Date.now() / 1000 : n.last_seen) - n.start_time) : "–") },
     { key: "cpu", title: "CPU", align: "right", render: (n) => lastKnown(n, pct(n.cpu_percent)) },
     { key: "ram", title: "RAM", align: "right", render: (n) => lastKnown(n, `${bytes(n.mem_used_bytes)} / ${bytes(n.metrics?.mem_total_bytes)}`) },
-    { key: "store", title: "Object store", align: "right", render: (n) => (n.state === "ALIVE" ? objectStore(n.metrics) : lastKnown(n, "–")) },
-    { key: "disk", title: "Disk", align: "right", render: (n) => rootDisk(n.metrics) },
+    { key: "store", title: "Object store", align: "right", render: (n) => (n.state === "ALIVE" ? objectStore(n.metrics) : lastKnown(n, storeText(n.metrics))) },
+    { key: "disk", title: "Disk", align: "right", render: (n) => lastKnown(n, rootDisk(n.metrics)) },
     {
       key: "net",
       title: "Sent / received",
