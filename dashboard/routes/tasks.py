@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.routes.params import ListParams, json_response, list_params
 from ember.dashboard.schemas import TASKS
 from ember.dashboard.task_logs import STREAMS, read_range, task_log_info
 from fastapi import APIRouter, Depends, HTTPException, Query
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 
 router = APIRouter(tags=["tasks"])
 CHUNK = 256 * 1024  # bytes per read of a log through the node's agent
@@ -75,6 +75,45 @@ async def get_task_log(
 ) -> dict[str, Any]:
     """The lines the task's latest attempt printed to ``stream`` (its bytes of its worker's
     log file), with the file and node they are read from."""
+    return await _task_log(ctx, task_id, stream)
+
+
+@router.get("/api/v0/logs/file")
+async def ray_log_file(
+    task_id: Annotated[str | None, Query(max_length=64)] = None,
+    suffix: Annotated[str, Query(description="out or err")] = "out",
+    attempt_number: Annotated[int, Query(ge=0)] = 0,
+    lines: Annotated[int, Query(ge=-1)] = -1,
+    ctx: DashboardContext = Depends(get_ctx),
+) -> Response:
+    """Ray's log download, for ``task_id`` (what ``ray logs task --id`` and Ray's
+    ``get_log(task_id=...)`` ask for): the task's own lines as plain bytes; an error is a
+    non-200 with its text, as Ray's clients read it. Files by name: ``ember logs``."""
+    if task_id is None:
+        return PlainTextResponse(
+            "Ember serves /api/v0/logs/file for task_id only; for a file by name or pid use "
+            "`ember logs` (or GET /api/logs/download)",
+            status_code=400,
+        )
+    try:
+        out = await _task_log(ctx, task_id, suffix)
+    except HTTPException as e:
+        return PlainTextResponse(str(e.detail), status_code=e.status_code)
+    if out["attempt"] != attempt_number:
+        return PlainTextResponse(
+            f"task {task_id}: only its latest attempt ({out['attempt']}) has its lines kept, "
+            f"not attempt {attempt_number}",
+            status_code=404,
+        )
+    if out.get("note"):
+        return PlainTextResponse(f"task {task_id}: {out['note']}", status_code=404)
+    text = out["text"]
+    if lines >= 0:
+        text = "".join(text.splitlines(keepends=True)[-lines:] if lines else [])
+    return Response(text.encode("utf-8", "surrogateescape"), media_type="text/plain")
+
+
+async def _task_log(ctx: DashboardContext, task_id: str, stream: str) -> dict[str, Any]:
     if stream not in STREAMS:
         raise HTTPException(400, f"stream must be 'out' or 'err', got {stream!r}")
     rec = ctx.state.tasks.get(task_id.lower())

@@ -83,10 +83,11 @@ def test_each_task_reads_only_its_own_lines(live):
 
     from ember.util.state import get_log
 
-    lines = list(get_log(task_id=ids[1]))
+    base = str(http.base_url).rstrip("/")  # named: other clusters may run on this machine
+    lines = list(get_log(address=base, task_id=ids[1]))
     assert "".join(lines) == "bravo line one\nbravo line two\n", lines
     cli = subprocess.run(
-        [sys.executable, "-m", "ember.cli.main", "logs", "--task-id", ids[2]],
+        [sys.executable, "-m", "ember.cli.main", "logs", "--task-id", ids[2], "--address", base],
         capture_output=True,
         text=True,
         timeout=60,
@@ -94,9 +95,34 @@ def test_each_task_reads_only_its_own_lines(live):
     assert cli.returncode == 0, cli.stderr
     assert cli.stdout == "charlie line one\ncharlie line two\n", cli.stdout
     err = subprocess.run(
-        [sys.executable, "-m", "ember.cli.main", "logs", "--task-id", ids[2], "--err"],
+        [
+            sys.executable,
+            "-m",
+            "ember.cli.main",
+            "logs",
+            "--task-id",
+            ids[2],
+            "--err",
+            "--address",
+            base,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert err.returncode == 0 and err.stdout.startswith("charlie on stderr\n"), err
+    # Ray's get_log(task_id=...) asks /api/v0/logs/file with these fields (its client itself
+    # finds the dashboard through Ray's GCS, which Ember does not speak: the query is Ray's).
+    ray_query = {
+        "timeout": 30,
+        "media_type": "file",
+        "download_filename": "file.txt",
+        "task_id": ids[0],
+        "attempt_number": 0,
+        "lines": -1,
+        "suffix": "out",
+    }
+    raw = http.get("/api/v0/logs/file", params=ray_query)
+    assert raw.status_code == 200 and raw.content == b"alpha line one\nalpha line two\n", raw.text
+    missing = http.get("/api/v0/logs/file", params={**ray_query, "task_id": "ab" * 16})
+    assert missing.status_code == 404 and "ember list tasks" in missing.text, missing.text

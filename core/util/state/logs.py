@@ -1,6 +1,7 @@
 """``list_logs`` and ``get_log`` of Ray's ``ray.util.state``, over the dashboard's log
 endpoints (``/api/v0/logs`` for the names, ``/api/logs/{tail,download,follow}`` for a file's
-lines: Ray's ``/api/v0/logs/file`` is not served)."""
+lines; a task's own lines from ``/api/tasks/{id}/log``: Ray's ``/api/v0/logs/file`` is
+served for ``task_id`` only)."""
 
 from __future__ import annotations
 
