@@ -12,6 +12,7 @@ from typing import Any
 import click
 from ember.cli.api_client import cluster_options, cluster_settings
 from ember.resources import fmt as fmt_shape
+from ember.resources import fmt_request
 
 _BAR = "-" * 63
 # Shown as byte sizes rather than counts.
@@ -132,6 +133,11 @@ def summarize(info: dict[str, Any], recent_seconds: float = 3600.0) -> dict[str,
         "pending_demands": sorted(demands.values(), key=lambda d: -d["count"]),
         "pending_placement_groups": groups,
         "pending_tasks": _pending_tasks(info.get("task_counts")),
+        "group_names": {
+            g.get("placement_group_id"): g.get("name")
+            for g in info.get("placement_groups") or ()
+            if g.get("name")
+        },
     }
 
 
@@ -260,7 +266,8 @@ def render(summary: dict[str, Any]) -> str:
     if summary["pending_demands"]:  # tasks and actors
         for d in summary["pending_demands"]:
             # Bytes in units: {'memory': 2199023255552.0} is a count of digits to the reader.
-            shape = fmt_shape(d["shape"])
+            # A placement group's demand by the group's name and bundle, not CPU_group_0_<id>.
+            shape = fmt_request(d["shape"], summary.get("group_names"))
             what = f"actor {d['actor']}" if d.get("actor") else "tasks/actors"
             flag = " (infeasible: no node has these resources)" if d["infeasible"] else ""
             out.append(f" {shape}: {d['count']}+ pending {what}{flag}")
