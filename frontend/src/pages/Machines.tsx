@@ -2,6 +2,7 @@
 // away. The expanded node is in the URL (?node=ID) so a link opens it.
 import { Table, type Column } from "../components/VirtualTable";
 import { ErrorBox, StateBadge, workerActivity } from "../components/bits";
+import { JobLink, WorkerLink } from "../components/links";
 import type { Page } from "../lib/api";
 import { useApi, useNow } from "../lib/data";
 import { bytes, duration, pct, shortId, time } from "../lib/format";
@@ -74,7 +75,7 @@ function NodeMetrics({ id }: { id: string }) {
   const n = d.data;
   const m = n.metrics as Record<string, any>;
   const workerCols: Column<WorkerRow>[] = [
-    { key: "pid", title: "PID", width: "80px" },
+    { key: "pid", title: "PID", width: "80px", render: (w) => <WorkerLink node={n.node_id} pid={w.pid} /> },
     { key: "kind", title: "Kind", render: (w) => <span class={w.kind === "driver" ? "kind-driver" : ""}>{w.kind ?? "–"}</span> },
     {
       key: "state",
@@ -95,6 +96,12 @@ function NodeMetrics({ id }: { id: string }) {
           <a href={href("tasks", { node: n.node_id, pid: String(w.pid), state: "FAILED" })}>errors</a>
           {" · "}
           <a href={href("actors", { pid: String(w.pid) })}>actors</a>
+          {w.job_id ? (
+            <>
+              {" · job "}
+              <JobLink id={w.job_id} />
+            </>
+          ) : null}
         </span>
       ),
     },
