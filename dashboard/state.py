@@ -77,7 +77,9 @@ class NodeEntry:
             "last_seen": self.last_seen,
             "cpu_percent": self.metrics.get("cpu_percent"),
             "mem_used_bytes": self.metrics.get("mem_used_bytes"),
-            "num_workers": workers,
+            # A dead node's processes are gone: none count as live workers (its last figures
+            # stay in ``metrics``, with ``last_seen`` saying how old they are).
+            "num_workers": workers if self.state == "ALIVE" else 0,
             "resources_total": self.info.get("resources_total", {}),
             "resources_available": self.info.get("resources_available", {}),
             "lost_reason": self.lost_reason or None,

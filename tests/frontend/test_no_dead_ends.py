@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import time
 
 import ember
@@ -22,7 +23,13 @@ import pytest
 from browser_utils import open_page
 from conftest import ARTIFACTS
 from ember.cluster_utils import Cluster
-from ember_test_utils import FAST_FAILURE_ENV, history_server, wait_until, write_history_session
+from ember_test_utils import (
+    FAST_FAILURE_ENV,
+    ember_cli,
+    history_server,
+    wait_until,
+    write_history_session,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -143,7 +150,7 @@ def test_actors_show_restarts_job_and_a_pending_reason_in_user_terms(two_nodes, 
     ember.get(group.ready(), timeout=60)
     first = Trainer.options(placement_group=group, placement_group_bundle_index=0).remote()
     assert ember.get(first.ready.remote())
-    Trainer.options(
+    second = Trainer.options(
         placement_group=group, placement_group_bundle_index=0, name="second-trainer"
     ).remote()
     job_id = ember.get_runtime_context().get_job_id()
@@ -171,6 +178,19 @@ def test_actors_show_restarts_job_and_a_pending_reason_in_user_terms(two_nodes, 
     finally:
         ctx.close()
     assert not errors, errors
+    # `ember get actors ID` says why it waits too (a YAML comment after Ray's row).
+    actor_id = second._actor_id.hex()
+    out = subprocess.run(
+        [ember_cli(), "get", "actors", actor_id, "--address", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert (
+        f"# actor {actor_id} is pending: placement group 'trainers', bundle 0: needs {{CPU: 1}}"
+        in out.stdout
+    ), out.stdout
 
 
 def _pid_or_none(actor) -> int | None:
@@ -233,7 +253,9 @@ def test_a_dead_node_greys_and_says_when_it_was_last_seen(two_nodes, browser):
         0.2,
         "the far node dead on the dashboard",
     )
-    assert dead["last_seen"] < time.time()
+    assert dead["last_seen"] < time.time() and dead["num_workers"] == 0  # none live
+    status = http.get("/api/cluster_status").json()
+    assert status["resources"]["total"].get("CPU") == 2  # the head's only
     ctx, pg, errors = _new_page(browser)
     try:
         open_page(pg, url, "machines")
