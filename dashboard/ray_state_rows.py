@@ -96,7 +96,7 @@ def actor_row(r: dict[str, Any], ips: dict[str, str]) -> dict[str, Any]:
         "required_resources": r.get("resources") or {},
         "death_cause": cause,
         "is_detached": bool(r.get("detached")),
-        "placement_group_id": None,
+        "placement_group_id": r.get("placement_group_id") or None,
         "repr_name": "",
         "num_restarts": int(r.get("num_restarts") or 0),
         "num_restarts_due_to_lineage_reconstruction": 0,

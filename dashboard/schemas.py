@@ -131,6 +131,7 @@ class Actor(Row):
     num_restarts: int = col()
     death_cause: str = col("'' while alive")
     pending_reason: str | None = col("a pending actor: infeasible, or what it waits for")
+    placement_group_id: str | None = col("the placement group it was placed in")
     creator_actor_id: str | None = col("the actor that created it; null: a driver did")
     owner_worker_id: str | None = col()
     parent_task_id: str | None = col(filterable=False)

@@ -102,6 +102,8 @@ export interface ActorRow {
   death_cause: string;
   /** a pending actor: infeasible, or what it waits for */
   pending_reason: string | null;
+  /** the placement group it was placed in */
+  placement_group_id: string | null;
   /** the actor that created it; null: a driver did */
   creator_actor_id: string | null;
   owner_worker_id: string | null;
@@ -130,7 +132,7 @@ export interface ActorPage {
 }
 
 /** What `filter=` and `sort_by=` of /api/actors may name. */
-export const ACTOR_FILTERABLE = ["actor_id", "class_name", "name", "namespace", "title", "state", "node_id", "pid", "worker_id", "job_id", "num_restarts", "death_cause", "pending_reason", "creator_actor_id", "owner_worker_id", "pending_calls", "executed_calls", "detached", "start_time", "end_time"] as const;
+export const ACTOR_FILTERABLE = ["actor_id", "class_name", "name", "namespace", "title", "state", "node_id", "pid", "worker_id", "job_id", "num_restarts", "death_cause", "pending_reason", "placement_group_id", "creator_actor_id", "owner_worker_id", "pending_calls", "executed_calls", "detached", "start_time", "end_time"] as const;
 
 /** ``TaskTable.row`` (every field is filterable: the table filters its own columns). */
 export interface TaskRow {

@@ -7,7 +7,7 @@ import { FlameGraph, type Speedscope } from "../components/FlameGraph";
 import { PlacementGroups } from "../components/PlacementGroups";
 import { VirtualTable, type Column } from "../components/VirtualTable";
 import { ErrorBox, Modal, NodeSelect, SearchBox, StateBadge } from "../components/bits";
-import { ActorLink, JobLink, NodeLink, WorkerLink } from "../components/links";
+import { ActorLink, GroupLink, JobLink, NodeLink, WorkerLink } from "../components/links";
 import { errorText, getJSON, postJSON, type Page } from "../lib/api";
 import { useApi, useLiveToken } from "../lib/data";
 import { resources, shortId, time } from "../lib/format";
@@ -273,6 +273,14 @@ function ActorDetail({ id }: { id: string }) {
         </dd>
         <dt>Resources</dt>
         <dd>{resources(a.resources)}</dd>
+        {a.placement_group_id && (
+          <>
+            <dt>Placement group</dt>
+            <dd>
+              <GroupLink id={a.placement_group_id} />
+            </dd>
+          </>
+        )}
         <dt>Calls</dt>
         <dd>
           {a.pending_calls ?? 0} pending · {a.executed_calls ?? 0} executed
