@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 from ember.cli.api_client import cluster_options, format_option, iter_sse, resolve, table
+from ember.log_format import readable
 
 MAX_FOLLOWED = 8  # files one --follow reads at once, a thread each
 LIST_COLUMNS = ["node_id", "name", "component", "pid", "size", "rotated"]
@@ -37,6 +38,11 @@ LIST_COLUMNS = ["node_id", "name", "component", "pid", "size", "rotated"]
     show_default=True,
     help="How many of the last lines to print.",
 )
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="Print lines as stored (JSON log lines are otherwise shown as text).",
+)
 @cluster_options
 @format_option
 def logs(
@@ -48,6 +54,7 @@ def logs(
     err: bool,
     follow: bool,
     lines: int,
+    raw: bool,
     address: str | None,
     fmt: str,
 ) -> None:
@@ -56,7 +63,9 @@ def logs(
     'raylet.log.1', belong to the same component and pid as the live one).
 
     --format json prints the listing as a JSON array of files, and the last lines as a JSON
-    array of {node_id, name, lines}."""
+    array of {node_id, name, lines}. Log lines written as JSON (EMBER_LOG_FORMAT=json) print
+    as text: time, level, component, ids, message (--raw: as stored)."""
+    show = (lambda line: line) if raw else readable
     if follow and fmt == "json":
         raise click.UsageError("--follow prints lines as they come; it takes no --format json")
     api = resolve(address)
@@ -105,7 +114,7 @@ def logs(
                 f"--follow takes at most {MAX_FOLLOWED} files and {len(files)} match "
                 f"({names}, ...); narrow GLOB, --pid or --node"
             )
-        _follow_all(api, files, lines)
+        _follow_all(api, files, lines, show)
         return
     tails = []
     for i, f in enumerate(files):
@@ -118,7 +127,7 @@ def logs(
         if len(files) > 1:
             click.echo(f"{'' if i == 0 else chr(10)}==> {f['name']} (node {f['node_id']}) <==")
         for line in res.get("lines", []):
-            click.echo(line)
+            click.echo(show(line))
     if fmt == "json":
         click.echo(json.dumps(tails, indent=1))
 
@@ -140,12 +149,14 @@ def _task_lines(api: Any, task_id: str, stream: str, fmt: str) -> None:
     click.echo(res.get("text") or "", nl=False)
 
 
-def _follow_all(api: Any, files: list[dict[str, Any]], lines: int) -> None:
+def _follow_all(
+    api: Any, files: list[dict[str, Any]], lines: int, show: Callable[[str], str]
+) -> None:
     """One file: its lines as they come. Several (a worker's .out and .err): each followed
     on its own thread, every line prefixed with its file's name, until Ctrl-C."""
     if len(files) == 1:
         try:
-            _follow(api, files[0], lines)
+            _follow(api, files[0], lines, show)
         except KeyboardInterrupt:
             pass
         return
@@ -160,7 +171,8 @@ def _follow_all(api: Any, files: list[dict[str, Any]], lines: int) -> None:
         return out
 
     threads = [
-        threading.Thread(target=_follow, args=(api, f, lines, echo(f)), daemon=True) for f in files
+        threading.Thread(target=_follow, args=(api, f, lines, show, echo(f)), daemon=True)
+        for f in files
     ]
     for t in threads:
         t.start()
@@ -173,7 +185,11 @@ def _follow_all(api: Any, files: list[dict[str, Any]], lines: int) -> None:
 
 
 def _follow(
-    api: Any, f: dict[str, Any], lines: int, out: Callable[[str], None] | None = None
+    api: Any,
+    f: dict[str, Any],
+    lines: int,
+    show: Callable[[str], str],
+    out: Callable[[str], None] | None = None,
 ) -> None:
     params = {"node_id": f["node_id"], "name": f["name"], "lines": min(lines, 10_000)}
     if out is None:
@@ -193,7 +209,7 @@ def _follow(
                             click.echo(f"(ember) {f['name']}: {data.get('message')}", err=True)
                             continue
                         for line in data.get("lines", []):
-                            out(line)
+                            out(show(line))
                 return  # the dashboard closed the stream (it is stopping)
             except TimeoutError:
                 params["lines"] = 0

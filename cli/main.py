@@ -85,11 +85,13 @@ def _register() -> None:
     from ember.cli.list_state import list_state
     from ember.cli.logs import logs
     from ember.cli.memory import memory
+    from ember.cli.metrics import metrics
     from ember.cli.stack import stack
     from ember.cli.summary import summary
     from ember.cli.timeline import timeline
 
     main.add_command(memory)
+    main.add_command(metrics)
     main.add_command(stack)
     main.add_command(timeline)
     main.add_command(logs)

@@ -30,6 +30,7 @@ _PUBLIC: dict[str, str | None] = {
     "PlacementGroupID": "ember.id_types",
     "TaskID": "ember.id_types",
     "WorkerID": "ember.id_types",
+    "LoggingConfig": "ember.log_format",
     "ObjectID": "ember.object_ref",
     "ObjectRef": "ember.object_ref",
     "ObjectRefGenerator": "ember.object_ref_generator",
@@ -89,6 +90,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         wait,
     )
     from ember.id_types import ActorID, JobID, NodeID, PlacementGroupID, TaskID, WorkerID
+    from ember.log_format import LoggingConfig
     from ember.object_ref import ObjectID, ObjectRef
     from ember.object_ref_generator import DynamicObjectRefGenerator, ObjectRefGenerator
     from ember.profiling import profile
@@ -102,6 +104,7 @@ __all__ = [  # literal, so tools see the exports (the same names as _PUBLIC)
     "PlacementGroupID",
     "TaskID",
     "WorkerID",
+    "LoggingConfig",
     "ObjectID",
     "ObjectRef",
     "ObjectRefGenerator",

@@ -16,12 +16,15 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember import global_state, options
 from ember.core_worker.core_worker import DRIVER, CoreWorker
 from ember.ids import new_unique_id
 from ember.local_mode import LocalModeWorker
+
+if TYPE_CHECKING:
+    from ember.log_format import LoggingConfig
 
 logger = logging.getLogger("ember")
 
@@ -69,6 +72,7 @@ def init(
     configure_logging: bool = True,
     lru_evict: bool = False,
     driver_object_store_memory: int | None = None,
+    logging_config: LoggingConfig | None = None,
     **kwargs: Any,
 ) -> EmberContext:
     """Starts a local node (or, with an address, joins a cluster) and connects this driver."""
@@ -86,6 +90,15 @@ def init(
                 "passing in 'ignore_reinit_error=True' or by calling 'ember.shutdown()' prior to "
                 "'ember.init()'."
             )
+        if logging_config is not None:
+            from ember.log_format import LoggingConfig
+
+            if not isinstance(logging_config, LoggingConfig):
+                raise TypeError(
+                    "logging_config must be an ember.LoggingConfig(encoding=..., log_level=...),"
+                    f" not {type(logging_config).__name__}"
+                )
+            logging_level = logging_config.log_level
         if configure_logging:
             logging.getLogger("ember").setLevel(logging_level)  # a bad level fails here
         if local_mode:
@@ -122,9 +135,16 @@ def init(
                 dashboard_port=dashboard_port,
                 dashboard_url_prefix=dashboard_url_prefix,
                 # The node's processes (and the workers they start) log at the same level.
-                env={"EMBER_LOGGING_LEVEL": _level_name(logging_level)}
-                if configure_logging
-                else None,
+                # logging_config's encoding (JSON lines) reaches them the same way.
+                env={
+                    **(
+                        {"EMBER_LOGGING_LEVEL": _level_name(logging_level)}
+                        if configure_logging
+                        else {}
+                    ),
+                    **(logging_config.node_env() if logging_config is not None else {}),
+                }
+                or None,
             )
             node.start()
             _node = node

@@ -26,6 +26,7 @@ import psutil
 from ember import config
 from ember.ids import new_unique_id
 from ember.labels import check_labels
+from ember.log_format import NODE_ENV
 from ember.process_util import wait_ready_line
 from ember.session import (
     create_session_dir,
@@ -419,7 +420,9 @@ class LocalNode:
         try:
             proc = subprocess.Popen(
                 [sys.executable, *args, "--ready-fd", str(w)],
-                env={**os.environ, **self.env} if self.env else None,
+                # The node's id for every process's log lines (log_format: the JSON records'
+                # node_id); the raylet's workers and the processes it restarts inherit it.
+                env={**os.environ, **(self.env or {}), NODE_ENV: self.node_id.hex()},
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,

@@ -74,17 +74,27 @@ def trim_heap() -> None:
 _malloc_trim: Any = None  # libc's malloc_trim once looked up; False where there is none
 
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(process)d: %(message)s"
-
-
 def setup_process_logging(path: str, level: int = logging.INFO) -> None:
+    """The process's log records (its own and its libraries') to ``path``, as text or one
+    JSON object a line (``EMBER_LOG_FORMAT=json``: ``ember.log_format``); the component is
+    the file's name (``raylet.log``: raylet)."""
+    from ember.log_format import component_of, formatter
+
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    logging.basicConfig(filename=path, level=level, format=LOG_FORMAT)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(formatter(component_of(path)))
+    logging.basicConfig(handlers=[handler], level=level)
     from ember import config
 
     config.apply_logging_level()  # ember.init(logging_level=...) reaches the node's processes
     log = logging.getLogger("ember")
-    log.debug("logging to %s at level %s", path, logging.getLevelName(log.getEffectiveLevel()))
+    # One line at start, whatever else follows: which process this file is, at what level.
+    log.info(
+        "%s started (pid %d), logging at %s",
+        component_of(path),
+        os.getpid(),
+        logging.getLevelName(log.getEffectiveLevel()),
+    )
     sys.excepthook = lambda t, v, tb: logging.getLogger("ember").critical(
         "uncaught exception", exc_info=(t, v, tb)
     )
@@ -94,11 +104,14 @@ def log_to_own_file(logger_name: str, path: str) -> None:
     """Sends ``logger_name``'s records to ``path`` instead of the process's log: a component
     that runs inside another's process (the head's agent in the dashboard's) keeps its own
     log file, where ``ember logs`` and the log index look for it."""
+    from ember.log_format import component_of, formatter
+
     handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.setFormatter(formatter(component_of(path)))
     log = logging.getLogger(logger_name)
     log.addHandler(handler)
     log.propagate = False
+    log.info("%s started in process %d", component_of(path), os.getpid())
 
 
 def wait_ready_line(name: str, proc: subprocess.Popen, fd: int, deadline: float, logs: str) -> str:

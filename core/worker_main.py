@@ -6,6 +6,8 @@ import io
 import os
 import signal
 import sys
+from collections.abc import Callable
+from typing import Any
 
 
 def _redirect_output(base: str) -> tuple[str, str]:
@@ -20,22 +22,37 @@ def _redirect_output(base: str) -> tuple[str, str]:
     return paths
 
 
-def _log_ember_records(base: str) -> None:
+def _log_ember_records(base: str, ids: Callable[[], dict[str, str | None]]) -> None:
     """Ember's own log records in this worker (logger ``ember``, at the node's level: INFO,
     or ``init(logging_level=...)``) go to ``worker-<id>-<pid>.log``, created on the first
-    record; without a handler Python dropped all but warnings. Warnings and errors also go to
-    stderr as before, so ``log_to_driver`` still shows them."""
+    record; without a handler Python dropped all but warnings. With ``EMBER_LOG_FORMAT=json``
+    each is a JSON object carrying ``ids()``: the job, the task on the logging thread, the
+    actor. Warnings and errors also go to stderr as text, as before, so ``log_to_driver``
+    still shows them beside the user's output."""
     import logging
+
+    from ember.log_format import TEXT_FORMAT, formatter
 
     log = logging.getLogger("ember")
     to_file = logging.FileHandler(base + ".log", delay=True)
-    to_file.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)s %(name)s %(process)d: %(message)s")
-    )
+    to_file.setFormatter(formatter("worker", context=ids))
     to_stderr = logging.StreamHandler(sys.stderr)
+    to_stderr.setFormatter(logging.Formatter(TEXT_FORMAT))
     to_stderr.setLevel(logging.WARNING)
     log.addHandler(to_file)
     log.addHandler(to_stderr)
+
+
+def _ids(cw: Any) -> dict[str, str | None]:
+    """The job, the task running on the calling thread and the actor of this worker."""
+    task_id = getattr(cw.current, "task_id", None)
+    actor_id = getattr(cw, "actor_id", None)
+    job_id = getattr(cw, "job_id", b"")
+    return {
+        "job_id": job_id.hex() if job_id else None,
+        "task_id": task_id.hex() if task_id else None,
+        "actor_id": actor_id.hex() if actor_id else None,
+    }
 
 
 # The raylet's arguments (worker_pool.start_worker): name, required. Parsed by hand, not by
@@ -83,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     die_with_parent(int(opts.get("raylet-pid", 0)), signal.SIGKILL)
     base = os.path.join(session_dir, "logs", f"worker-{worker_id[:16]}-{os.getpid()}")
     log_paths = _redirect_output(base)
-    _log_ember_records(base)
+    worker: list = []  # the core worker, once made: the ids a log record carries
+    _log_ember_records(base, lambda: _ids(worker[0]) if worker else {})
 
     from ember.core_worker.core_worker import WORKER, CoreWorker
     from ember.core_worker.executor import Executor
@@ -105,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         worker_id=bytes.fromhex(worker_id),
         register_extra={"log_paths": log_paths},
     )
+    worker.append(cw)
     cw.executor = Executor(cw)
     cw.executor.log_offsets = True  # stdout and stderr are the log files opened above
     cw.executor.install_interrupt_handler()

@@ -31,6 +31,7 @@ from collections import deque
 from typing import Any
 
 from ember.log_files import REFUSED_STATUS, LogFileRefused, check_name, is_servable, open_log
+from ember.log_format import readable
 
 _WORKER = re.compile(r"^(worker|driver)-([0-9a-f]+)-(\d+)\.(out|err|log)$")
 # What rotation appends to a name: a number (.1), or a date with an optional time
@@ -187,7 +188,9 @@ class LogDir:
             try:
                 with io.TextIOWrapper(self._open(n), errors="replace") as f:
                     for no, line in enumerate(f, 1):
-                        if pattern in line:
+                        # A JSON log line matches on its text too: a message's quotes or
+                        # non-ASCII are escaped in the JSON, not in what the reader sees.
+                        if pattern in line or (line[:1] == "{" and pattern in readable(line)):
                             if len(matches) >= max_matches:
                                 truncated = True
                                 break

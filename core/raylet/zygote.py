@@ -29,6 +29,7 @@ def _preimport() -> None:
     import ember  # noqa: F401
     import ember.core_worker.core_worker  # noqa: F401
     import ember.core_worker.executor  # noqa: F401
+    import ember.log_format  # noqa: F401 - the worker's log formatter (worker_main)
     import ember.object_store.arena  # noqa: F401
     import ember.worker_main  # noqa: F401
     import uvloop

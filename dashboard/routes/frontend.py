@@ -1,5 +1,6 @@
 """The built browser app at ``/``: the files of ``frontend/dist`` in the source tree (the
-frontend issue's build output), or ``EMBER_DASHBOARD_FRONTEND_DIR``. Unknown paths outside
+frontend issue's build output), the copy an installed wheel or sdist carries at
+``ember/frontend/dist`` (setup.py puts it there), or ``EMBER_DASHBOARD_FRONTEND_DIR``. Unknown paths outside
 ``/api`` get ``index.html`` so the app's own routes survive a reload."""
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ router = APIRouter(include_in_schema=False)
 
 def _expected_dir() -> str:
     """Where the built app is looked for: the env override, or ``frontend/dist`` beside
-    ``dashboard/`` in the source tree (editable installs, CI)."""
+    ``dashboard/``: in the source tree (editable installs, CI) that is the build output
+    itself; installed from a wheel, ``site-packages/ember/frontend/dist``, the packaged copy."""
     env = os.environ.get("EMBER_DASHBOARD_FRONTEND_DIR")
     if env:
         return env

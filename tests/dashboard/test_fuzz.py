@@ -11,6 +11,8 @@ short recording) without a 5xx.
 
 from __future__ import annotations
 
+import os
+
 import ember
 import pytest
 import schemathesis
@@ -21,10 +23,18 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 
 @pytest.fixture(scope="module")
-def live_url():
+def live_url(tmp_path_factory):
     if ember.is_initialized():
         ember.shutdown()
-    ctx = ember.init(num_cpus=2, dashboard_port=0)
+    # Jobs-API cases run random entrypoints through the shell in the dashboard's working
+    # directory (a job without a working_dir runs where its node was started, as in Ray), so a
+    # fuzzed redirection writes a file there: start the node from a directory of its own.
+    here = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("fuzz-cwd"))
+    try:
+        ctx = ember.init(num_cpus=2, dashboard_port=0)
+    finally:
+        os.chdir(here)
 
     @ember.remote
     class Target:

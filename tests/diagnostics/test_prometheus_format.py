@@ -1,6 +1,6 @@
 """``/metrics`` read by Prometheus's own parser: names and units, bounded labels, the node and
-cluster scopes, the service-discovery file, and the Grafana dashboard's queries (every metric
-it plots is one ``/metrics`` serves)."""
+cluster scopes, the service-discovery file, and the generated Grafana dashboards' queries
+(every metric they plot is one ``/metrics`` serves)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from types import SimpleNamespace
 
 import prometheus_server
 import pytest
-from ember.dashboard import prom_readings, prometheus
+from ember.dashboard import grafana, prom_readings, prometheus
 from ember.dashboard.app import DashboardContext, create_app
 from ember.dashboard.state import DashboardState
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-GRAFANA = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
 NODE = "ab" * 14
 SAMPLE = {
     "cpu_percent": 25.0,
@@ -223,27 +222,31 @@ def _call_arguments(expr: str, functions: tuple[str, ...]) -> list[str]:
     return args
 
 
-def test_grafana_dashboard_rates_only_counters(client):
-    """Every ``rate``/``irate``/``increase`` in the Grafana dashboard is over a counter (over a
-    gauge it would read a falling count as resets), and every metric any panel plots is one
-    ``/metrics`` serves."""
+@pytest.mark.parametrize("ray_names", [False, True], ids=["ember-names", "ray-names"])
+def test_grafana_dashboards_rate_only_counters(client, ray_names):
+    """Every ``rate``/``irate``/``increase`` in the generated Grafana dashboards is over a
+    counter (over a gauge it would read a falling count as resets), and every metric any
+    panel plots is one ``/metrics`` serves (``?compat=ray`` for Ray's names)."""
     c, _ = client
-    types = _sample_types(c.get("/metrics").text)
-    dash = json.loads(GRAFANA.read_text())
-    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
-    assert len(exprs) >= 20
+    types = _sample_types(c.get("/metrics" + ("?compat=ray" if ray_names else "")).text)
+    names = r"\b(?:ray|autoscaler)_[a-z0-9_]+" if ray_names else r"\bember_[a-z0-9_]+"
+    dashboards = [grafana.dashboard(b, ray_names) for b in grafana.boards(ray_names)]
+    exprs = [t["expr"] for d in dashboards for p in d["panels"] for t in p["targets"]]
+    assert len(exprs) >= (15 if ray_names else 30)
     rated = 0
     for expr in exprs:
         for arg in _call_arguments(expr, ("rate", "irate", "increase")):
-            names = re.findall(r"\bember_[a-z0-9_]+", arg)
-            assert names, f"rate over no Ember metric: {expr}"
-            for name in names:
+            rated_names = re.findall(names, arg)
+            assert rated_names, f"rate over no metric of the set: {expr}"
+            for name in rated_names:
                 assert types.get(name) == "counter", f"{name} is {types.get(name)}: {expr}"
                 rated += 1
-        used = set(re.findall(r"\bember_[a-z0-9_]+", expr))
+        used = set(re.findall(names, expr))
         assert used and used <= set(types), (expr, used - set(types))
-    assert rated >= 4  # tasks finished and failed, dropped, ingested, the agents' own
-    assert {v["name"] for v in dash["templating"]["list"]} == {"datasource", "node"}
+    assert rated >= (0 if ray_names else 6)  # finished, failed, dropped, ingested, agents, store
+    for d in dashboards:
+        assert {v["name"] for v in d["templating"]["list"]} == {"datasource", "node"}
+    assert len({d["uid"] for d in dashboards}) == len(dashboards)
 
 
 def test_call_arguments_finds_nested_calls():

@@ -41,3 +41,22 @@ export function resources(r: Record<string, number> | null | undefined): string 
   const parts = Object.entries(r).map(([k, v]) => `${k}: ${+v.toFixed(2)}`);
   return parts.length ? parts.join(", ") : "–";
 }
+
+// A log line written as JSON (EMBER_LOG_FORMAT=json; ember/log_format.py) shown as text: time,
+// level, component, the short ids, message, then the traceback. Other lines are unchanged.
+export function logLine(line: string): string {
+  if (!line.startsWith("{")) return line;
+  let r: Record<string, unknown>;
+  try {
+    r = JSON.parse(line);
+  } catch {
+    return line;
+  }
+  if (!r || typeof r !== "object" || !("message" in r)) return line;
+  const ids = ["node_id", "job_id", "task_id", "actor_id"]
+    .filter((k) => r[k])
+    .map((k) => `${k.replace(/_id$/, "")}=${String(r[k]).slice(0, 12)}`)
+    .join(" ");
+  const head = `${r.time ?? ""} ${r.level ?? ""} ${r.component ?? ""}${ids ? ` [${ids}]` : ""}: ${r.message}`;
+  return r.exc_info ? `${head}\n${r.exc_info}` : head;
+}

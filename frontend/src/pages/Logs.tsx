@@ -5,7 +5,7 @@ import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { ErrorBox, NodeSelect, SearchBox, workerLabel } from "../components/bits";
 import { apiUrl, errorText, getJSON, type Page } from "../lib/api";
 import { useApi } from "../lib/data";
-import { bytes, shortId } from "../lib/format";
+import { bytes, logLine, shortId } from "../lib/format";
 import { href, parseHash, setParams } from "../lib/router";
 import type { LogFile, WorkerRow } from "../lib/types";
 
@@ -175,7 +175,7 @@ function LogView({ node, file, q }: { node: string; file: string; q: string }) {
     if (!follow) {
       const ctl = new AbortController();
       getJSON<{ lines: string[] }>("api/logs/tail", { node_id: node, name: file, lines: 2000 }, ctl.signal)
-        .then((r) => setLines(r.lines))
+        .then((r) => setLines(r.lines.map(logLine)))
         .catch((e) => !ctl.signal.aborted && setErr(errorText(e)));
       return () => ctl.abort();
     }
@@ -187,8 +187,8 @@ function LogView({ node, file, q }: { node: string; file: string; q: string }) {
       if (first) {
         // A reconnect starts again from the tail: replace, do not duplicate.
         first = false;
-        setLines(d.lines ?? []);
-      } else append(d.lines ?? []);
+        setLines((d.lines ?? []).map(logLine));
+      } else append((d.lines ?? []).map(logLine));
       setNotice(undefined);
     };
     es.addEventListener("missing", (ev) => setNotice(`The file is unavailable: ${JSON.parse((ev as MessageEvent).data).message}`));
@@ -248,7 +248,7 @@ function LogView({ node, file, q }: { node: string; file: string; q: string }) {
                 {m.name}:{m.line_no}
               </a>,
               ": ",
-              highlight(m.line, q),
+              highlight(logLine(m.line), q),
               "\n",
             ])}
           </pre>
