@@ -3,6 +3,7 @@
 import { useMemo } from "preact/hooks";
 import { Chart } from "../components/Chart";
 import { ErrorBox, Stat, StateBadge, taskBuckets } from "../components/bits";
+import { NodeLink, WorkerLink } from "../components/links";
 import type { Page } from "../lib/api";
 import { useApi } from "../lib/data";
 import { bytes, pct, time } from "../lib/format";
@@ -111,6 +112,18 @@ export function Overview(_: { params: URLSearchParams }) {
               </td>
               <td>
                 {e.message}
+                {e.node_id && (
+                  <span class="note">
+                    {" · node "}
+                    <NodeLink id={e.node_id} />
+                    {e.pid ? (
+                      <>
+                        {" · pid "}
+                        <WorkerLink node={e.node_id} pid={e.pid} />
+                      </>
+                    ) : null}
+                  </span>
+                )}
                 {e.detail && (
                   <details>
                     <summary class="note">traceback</summary>
