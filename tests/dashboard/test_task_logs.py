@@ -1,17 +1,20 @@
 """Each task's own log lines (Ray's ``task_log_info``): tasks printing distinct lines one
 after another on one reused worker each read back only their own lines, through the task
-detail, the task-log endpoint, Ray's state row (``/api/v0/tasks``), ``get_log(task_id=)``
-and ``ember logs --task-id``; and the byte offsets are the file's own."""
+detail, the task-log endpoint, Ray's state row (``/api/v0/tasks``, and Ray 2.60's own ``ray get
+tasks``), Ray's ``/api/v0/logs/file?task_id=``, ``get_log(task_id=)`` and ``ember logs
+--task-id``; and the byte offsets are the file's own."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import ember
 import httpx
 import pytest
-from ember_test_utils import wait_until
+import yaml
+from ember_test_utils import require_ray_python, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -52,7 +55,7 @@ def test_each_task_reads_only_its_own_lines(live):
     assert len(pids) == 1, f"the tasks ran on one reused worker, not {pids}"
     tags = ("alpha", "bravo", "charlie")
     ids = [r.task_id().hex() for r in refs]
-    ranges = []
+    ranges, infos = [], []
     for tag, task_id in zip(tags, ids, strict=True):
         row = _ended(http, task_id)
         info = row["task_log_info"]
@@ -63,6 +66,7 @@ def test_each_task_reads_only_its_own_lines(live):
         assert info["stdout_end"] - info["stdout_start"] == len(want_out), info
         assert info["stderr_end"] - info["stderr_start"] == len(f"{tag} on stderr\n"), info
         ranges.append(info["stdout_start"])
+        infos.append(info)
         log = http.get(f"/api/tasks/{task_id}/log", params={"stream": "out"}).json()
         assert log["text"] == want_out, log
         err = http.get(f"/api/tasks/{task_id}/log", params={"stream": "err"}).json()
@@ -124,5 +128,19 @@ def test_each_task_reads_only_its_own_lines(live):
     }
     raw = http.get("/api/v0/logs/file", params=ray_query)
     assert raw.status_code == 200 and raw.content == b"alpha line one\nalpha line two\n", raw.text
+    # Ray 2.60's own `ray get tasks ID` reads the same offsets from Ember's state API.
+    ray_python = require_ray_python()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "RAY_"))}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    got = subprocess.run(
+        [str(ray_python), "-m", "ray.scripts.scripts", "get", "tasks", ids[2], "--address", base],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert got.returncode == 0, got.stderr[-2000:]
+    (row,) = yaml.safe_load(got.stdout)
+    assert row["task_log_info"] == infos[2], got.stdout
     missing = http.get("/api/v0/logs/file", params={**ray_query, "task_id": "ab" * 16})
     assert missing.status_code == 404 and "ember list tasks" in missing.text, missing.text
