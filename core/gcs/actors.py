@@ -250,6 +250,7 @@ class ActorManager:
         actor.pending_reason = ""
         if grant is None:  # the node could not after all; try again later
             if actor.wants_worker:
+                actor.pending_reason = self._why_pending(actor)  # parked: say why meanwhile
                 self._park(actor)
             return
         out = self.machine.handle(actor, LeaseGranted(node.node_id, grant))
