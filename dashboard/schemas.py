@@ -171,7 +171,7 @@ class Task(Row):
     events: list[TaskEvent] = col("the task's phases", filterable=False, detail=True)
     task_log_info: dict[str, Any] | None = col(
         "Ray's: its worker's .out/.err files and the byte range of each its latest attempt "
-        "wrote (GET /api/tasks/{id}/log reads them); offsets null while it runs",
+        "wrote (GET /api/tasks/{id}/log reads them); ends null while it runs",
         filterable=False,
         detail=True,
     )

@@ -8,17 +8,18 @@ The owner's FINISHED or FAILED event brings them to the task table (``TaskTable.
 Here they become Ray's row field and the lines themselves, read through the node's agent in
 bounded chunks.
 
-Limits, said where they show: a task still running has no end offset yet (its lines show
-once it ends; until then its worker's whole log is one link away); a worker killed mid-task
-sends no reply, so that attempt has no range; calls of a threaded or async actor that run at
-once share the file, so one call's range can hold a neighbour's lines.
+The worker's RUNNING event carries where its files end as the task starts (``log_at``), so a
+running task shows its lines so far, and one whose worker was killed mid-task (no reply, no
+end) its lines up to the end of the dead worker's file. Limits, said where they show: calls
+of a threaded or async actor that run at once share the file, so one call's range can hold a
+neighbour's lines; only the latest attempt's range is kept.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ember.dashboard.task_table import TaskView
+from ember.dashboard.task_table import DIED, TaskView
 
 MAX_BYTES = 1024 * 1024  # of one stream shown per request: a task can print gigabytes
 STREAMS = ("out", "err")
@@ -41,9 +42,14 @@ def task_log_info(task: TaskView) -> dict[str, Any] | None:
         return None
     info: dict[str, Any] = {"stdout_file": files[0], "stderr_file": files[1]}
     rng = task._table.logs.get(task.slot)
+    ended = task.state in ("FINISHED", "FAILED")
     if rng is not None and rng[0] == task.attempt:
-        offsets = rng[1:]
-    elif task.state in ("FINISHED", "FAILED") and not _died(task):
+        # An end of -1: not known (running, or its worker died): the lines run to the
+        # file's end for now (None in Ray's row).
+        offsets = tuple(None if v < 0 else v for v in rng[1:])
+        if ended and offsets[1] is None and not _died(task):
+            offsets = (0, 0, 0, 0)  # ended without a range: it printed nothing
+    elif ended and not _died(task):
         offsets = (0, 0, 0, 0)  # printed nothing: an empty range
     else:
         offsets = (None, None, None, None)
@@ -56,15 +62,16 @@ def task_log_info(task: TaskView) -> dict[str, Any] | None:
 
 def _died(task: TaskView) -> bool:
     """Whether the attempt ended with its worker (no reply, so no range was sent)."""
-    return (task.error_type or "") in ("WORKER_DIED", "NODE_DIED", "ACTOR_DIED", "OUT_OF_MEMORY")
+    return (task.error_type or "") in DIED
 
 
 async def read_range(
-    hub: Any, node_id: str, name: str, start: int, end: int, chunk: int
+    hub: Any, node_id: str, name: str, start: int, end: int | None, chunk: int
 ) -> dict[str, Any]:
-    """``name``'s bytes [start, end) on ``node_id`` (at most ``MAX_BYTES`` of them), as
-    ``{"text", "bytes", "left_out"}``; ``{"error"}`` when the agent cannot read it."""
-    stop = min(end, start + MAX_BYTES)
+    """``name``'s bytes [start, end) on ``node_id`` (``end`` None: to the file's end now;
+    at most ``MAX_BYTES`` of them), as ``{"text", "left_out"}``; ``{"error"}`` when the
+    agent cannot read it."""
+    stop = start + MAX_BYTES if end is None else min(end, start + MAX_BYTES)
     parts: list[str] = []
     offset = start
     while offset < stop:
@@ -85,4 +92,4 @@ async def read_range(
             res.get("next_offset") or offset + len(data.encode("utf-8", "surrogateescape"))
         )
     text = "".join(parts)
-    return {"text": text, "bytes": end - start, "left_out": max(0, end - stop)}
+    return {"text": text, "left_out": 0 if end is None else max(0, end - stop)}

@@ -69,6 +69,9 @@ from ember.dashboard.task_columns import (
 from ember.dashboard.task_scan import TaskScan
 
 EVICTED_MEMORY = 65_536  # evicted task ids remembered, to drop their late events
+# Ways an attempt ends with its worker: no reply says where its lines end (they end where
+# the worker's file does).
+DIED = frozenset({"WORKER_DIED", "NODE_DIED", "ACTOR_DIED", "OUT_OF_MEMORY"})
 
 
 class TaskView:
@@ -285,6 +288,12 @@ class TaskTable:
             log = extra.get("log")
             if log and len(log) == 4 and attempt >= self.attempt[slot]:
                 self.logs[slot] = (attempt, *(int(x) for x in log))
+            elif extra.get("log_at") and state == "RUNNING":
+                self._log_start(slot, attempt, extra["log_at"])
+            elif state in TERMINAL and self.logs and extra.get("error_type") not in DIED:
+                old_log = self.logs.get(slot)
+                if old_log is not None and old_log[0] == attempt and old_log[2] < 0:
+                    del self.logs[slot]  # ended without printing: no range to keep
             tm = extra.get("timings")
             if tm:
                 for col, key in (
@@ -339,6 +348,17 @@ class TaskTable:
             _dec(self.by_name_state, (name_of[old_name], STATES[old_state]))
             self.by_name_state[(name_of[names[slot]], STATES[cur])] += 1
         return slot
+
+    def _log_start(self, slot: int, attempt: int, log_at: Any) -> None:
+        """A running attempt's start offsets, its end not known yet (-1): kept unless the
+        end's event came first (events arrive in any order) or the task already ended."""
+        old = self.logs.get(slot)
+        if old is not None and old[0] >= attempt:
+            return
+        if self.codes["state"][slot] >= FIRST_TERMINAL and attempt <= self.attempt[slot]:
+            return
+        if len(log_at) == 2:
+            self.logs[slot] = (attempt, int(log_at[0]), -1, int(log_at[1]), -1)
 
     def fail_open_tasks(self, job_id: str, t: float, error: str, error_type: str) -> int:
         """Ends every kept task of ``job_id`` not in a final state as FAILED (its driver is

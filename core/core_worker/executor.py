@@ -227,7 +227,7 @@ class Executor:
             self._restore_gpus()  # a reused worker: the last task's GPUs are not this one's
         timings: dict[str, float] = {"start": time.time()}
         log_from = self._log_offsets() if self.log_offsets else None
-        self._record_running(spec)
+        self._record_running(spec, log_from)
         current.profile_spans = spans = []
         # A task's runtime_env is its own for its run; an actor's, for its life (kept).
         env = applied_env(spec, self) if spec.runtime_env and spec.kind != ACTOR_TASK else None
@@ -336,22 +336,27 @@ class Executor:
         }
 
     # -- task events (the owner records the others; these only the executing worker sees) --
-    def _record_running(self, spec: TaskSpec) -> None:
+    def _record_running(self, spec: TaskSpec, log_at: tuple[int, int] | None = None) -> None:
         """RUNNING, from the worker, on every task's path: one append of a tuple whose extra
         is a dict shared by every task of that function here (its name, and where it runs:
         the same object each time, so a batch pickles it once and no task builds one). The
-        name rides along because this event may reach the dashboard before the owner's."""
+        name rides along because this event may reach the dashboard before the owner's.
+        ``log_at``: where the worker's .out/.err end now, where this task's lines start (a
+        running task's lines so far, a killed one's last lines); a new dict only when they
+        moved since, i.e. after a task that printed (events queued keep their own dict)."""
         name = spec.name or spec.function_name
         extra = self._running_extra.get(name)
-        if extra is None:
+        if extra is None or extra.get("log_at") != log_at:
             extra = {
                 "name": spec.display_name(),
                 "worker_id": self.host.worker_id,
                 "pid": os.getpid(),
                 "node_id": self.host.node_id_hex,
             }
-            if len(self._running_extra) < 1024:  # bounded: names are few, but user-given
-                self._running_extra[name] = extra
+            if log_at is not None:
+                extra["log_at"] = log_at
+            if name in self._running_extra or len(self._running_extra) < 1024:
+                self._running_extra[name] = extra  # bounded: names are few, but user-given
         self.host.task_events.append((spec.task_id, "RUNNING", time.time(), spec.attempt, extra))
 
     def _record_creation_end(self, spec: TaskSpec, reply: dict) -> None:
@@ -488,7 +493,7 @@ class Executor:
         timings = {"start": time.time()}
         # Calls of an async actor interleave: a call's range may hold its neighbours' lines.
         log_from = self._log_offsets() if self.log_offsets else None
-        self._record_running(spec)
+        self._record_running(spec, log_from)
         try:
             method = self._load(spec)
             if any(a[0] != ARG_INLINE for a in spec.args):

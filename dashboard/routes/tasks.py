@@ -140,14 +140,12 @@ async def _task_log(ctx: DashboardContext, task_id: str, stream: str) -> dict[st
         "text": "",
         "left_out": 0,
     }
-    if start is None or end is None:
-        out["note"] = (
-            "its lines are known once it ends"
-            if rec.state not in ("FINISHED", "FAILED")
-            else "its worker died before saying which lines were its own"
-        )
+    if start is None:
+        out["note"] = "where its lines start is not known (yet)"
         return out
-    if end > start:
+    if end is None:  # running, or its worker died: its lines run to the file's end for now
+        out["open_ended"] = True
+    if end is None or end > start:
         if ctx.hub is None or not node_id:
             raise HTTPException(503, "no agent can read this node's logs now")
         res = await read_range(ctx.hub, node_id, name, start, end, CHUNK)

@@ -144,3 +144,53 @@ def test_each_task_reads_only_its_own_lines(live):
     assert row["task_log_info"] == infos[2], got.stdout
     missing = http.get("/api/v0/logs/file", params={**ray_query, "task_id": "ab" * 16})
     assert missing.status_code == 404 and "ember list tasks" in missing.text, missing.text
+
+
+@ember.remote(num_cpus=2)
+def talk_then_wait(gate: str) -> None:
+    import os
+    import time
+
+    print("still going: one")
+    while not os.path.exists(gate):
+        time.sleep(0.02)
+
+
+@ember.remote(num_cpus=2, max_retries=0)
+def talk_then_die() -> None:
+    import os
+    import time
+
+    print("last words", flush=True)
+    time.sleep(1.5)  # its worker sends its RUNNING event (where its lines start) meanwhile
+    os._exit(1)
+
+
+def test_a_running_task_and_a_killed_one_show_their_lines(live, tmp_path):
+    _, http, _ = live
+    gate = tmp_path / "gate"
+    ref = talk_then_wait.remote(str(gate))
+    task_id = ref.task_id().hex()
+
+    def so_far() -> dict | None:
+        r = http.get(f"/api/tasks/{task_id}/log")
+        body = r.json() if r.status_code == 200 else {}
+        return body if body.get("text") == "still going: one\n" else None
+
+    body = wait_until(so_far, 30, 0.1, "the running task's lines so far")
+    assert body["end"] is None and body.get("open_ended"), body
+    gate.touch()
+    ember.get(ref)
+    dead = talk_then_die.remote()
+    with pytest.raises(Exception):  # noqa: B017 - its worker dies under it
+        ember.get(dead, timeout=60)
+    dead_id = dead.task_id().hex()
+
+    def last_words() -> dict | None:
+        row = http.get(f"/api/tasks/{dead_id}").json()
+        if row.get("state") != "FAILED":
+            return None
+        return http.get(f"/api/tasks/{dead_id}/log").json()
+
+    body = wait_until(last_words, 30, 0.2, "the killed task's lines")
+    assert body.get("text") == "last words\n", body

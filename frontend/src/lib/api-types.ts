@@ -160,7 +160,7 @@ export interface TaskRow {
 export interface TaskDetail extends TaskRow {
   /** the task's phases */
   events: { state: string; time: number }[];
-  /** Ray's: its worker's .out/.err files and the byte range of each its latest attempt wrote (GET /api/tasks/{id}/log reads them); offsets null while it runs */
+  /** Ray's: its worker's .out/.err files and the byte range of each its latest attempt wrote (GET /api/tasks/{id}/log reads them); ends null while it runs */
   task_log_info: Record<string, unknown> | null;
   /** the task that submitted it; null: a driver (or a task no longer kept) */
   parent_task_id: string | null;

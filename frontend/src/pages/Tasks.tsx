@@ -249,7 +249,9 @@ function TaskLog({ task, stream }: { task: TaskDetailRow; stream: "out" | "err" 
               ? `Its own lines are not known: ${r.note}.`
               : r.end !== null && r.start !== null
                 ? `${(r.end - r.start).toLocaleString()} bytes of ${r.file}, attempt ${r.attempt}`
-                : ""}{" "}
+                : task.state === "FINISHED" || task.state === "FAILED"
+                  ? `its worker died during it: ${r.file} from where it started to its end, attempt ${r.attempt}`
+                  : `its lines so far, from ${r.file}, attempt ${r.attempt}`}{" "}
             · <a href={href("logs", { node: r.node_id ?? undefined, pid: r.pid ? String(r.pid) : undefined })} data-testid="worker-log-link">its worker's whole log</a>
           </div>
           {r.text ? <pre data-testid="task-log">{r.text}</pre> : !r.note && <div class="note" data-testid="task-log-empty">It printed nothing to {stream === "out" ? "stdout" : "stderr"}.</div>}
