@@ -7,6 +7,7 @@ import type { Page } from "../lib/api";
 import { useApi, useNow } from "../lib/data";
 import { bytes, duration, pct, shortId, time } from "../lib/format";
 import { href, setParams } from "../lib/router";
+import { useVersion } from "../lib/session";
 import type { EventRow, NodeDetail, NodeRow, WorkerRow } from "../lib/types";
 
 /** `{CPU: 4}` total and `{CPU: 3}` available -> "CPU: 1 / 4" (used / total). */
@@ -179,7 +180,11 @@ export function Machines({ params }: { params: URLSearchParams }) {
   // /api/frontend/nodes: the node rows with their latest metrics sample, in one request.
   const nodes = useApi<Page<NodeWithMetrics>>("api/frontend/nodes", { limit: 1000 }, { liveTypes: ["node", "node_metrics"], minGapMs: 2000 });
   const anyDead = (nodes.data?.items ?? []).some((n) => n.state !== "ALIVE");
-  const now = useNow(anyDead) / 1000; // "last seen N s ago" ticks
+  const version = useVersion();
+  // "Now" of a recorded session is when it ended: its uptimes and ages stop there.
+  const ended = version?.history ? (version.stopped_at ?? undefined) : undefined;
+  const ticking = useNow(anyDead && ended === undefined) / 1000; // "last seen N s ago" ticks
+  const now = ended ?? ticking;
   const cols: Column<NodeWithMetrics>[] = [
     { key: "toggle", title: "", width: "24px", render: (n) => <span class="tree-toggle">{open === n.node_id ? "▾" : "▸"}</span> },
     {
@@ -212,7 +217,7 @@ export function Machines({ params }: { params: URLSearchParams }) {
     // process it lists, the raylet and agent too).
     { key: "workers", title: "Workers / cores", render: (n) => lastKnown(n, `${n.metrics?.num_workers ?? n.num_workers} / ${n.metrics?.num_cpus ?? "–"}`) },
     // A dead node's uptime ended when it was last seen.
-    { key: "uptime", title: "Uptime", render: (n) => (n.start_time ? duration((n.state === "ALIVE" ? Date.now() / 1000 : n.last_seen) - n.start_time) : "–") },
+    { key: "uptime", title: "Uptime", render: (n) => (n.start_time ? duration((n.state === "ALIVE" ? (ended ?? Date.now() / 1000) : n.last_seen) - n.start_time) : "–") },
     { key: "cpu", title: "CPU", align: "right", render: (n) => lastKnown(n, pct(n.cpu_percent)) },
     { key: "ram", title: "RAM", align: "right", render: (n) => lastKnown(n, `${bytes(n.mem_used_bytes)} / ${bytes(n.metrics?.mem_total_bytes)}`) },
     { key: "store", title: "Object store", align: "right", render: (n) => (n.state === "ALIVE" ? objectStore(n.metrics) : lastKnown(n, storeText(n.metrics))) },
