@@ -58,3 +58,20 @@ def get_state(resource: str, id: str, fmt: str, timeout: int, address: str | Non
         )
     else:
         click.echo(dump(rows, fmt))
+    if resource == "actors" and fmt != "json":
+        _say_why_pending(rows, address)
+
+
+def _say_why_pending(rows: list[dict[str, Any]], address: str | None) -> None:
+    """Ray's actor row has no field for why an actor waits; Ember's GCS knows: printed
+    after the row, as a YAML comment (the output still parses)."""
+    from ember.cli.api_client import resolve
+
+    waiting = [r for r in rows if r.get("state") in ("PENDING_CREATION", "RESTARTING")]
+    if not waiting:
+        return
+    api = resolve(address)
+    for r in waiting:
+        reason = api.get(f"/api/actors/{r['actor_id']}").get("pending_reason")
+        what = reason or "waiting to be scheduled (no reason reported yet)"
+        click.echo(f"# actor {r['actor_id']} is pending: {what}")

@@ -23,6 +23,12 @@ LIST_COLUMNS = ["node_id", "name", "component", "pid", "size", "rotated"]
 @click.option("--node", "node_id", default=None, help="Only this node (id or prefix).")
 @click.option("--pid", type=click.IntRange(1), default=None, help="Only this process's files.")
 @click.option("--actor", default=None, help="Only this actor's worker (id, prefix or name).")
+@click.option(
+    "--task-id",
+    default=None,
+    help="Print only the lines this task printed (its latest attempt's part of its worker's log).",
+)
+@click.option("--err", is_flag=True, help="With --task-id: its stderr lines, not its stdout.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines (one file).")
 @click.option(
     "--tail",
@@ -44,6 +50,8 @@ def logs(
     node_id: str | None,
     pid: int | None,
     actor: str | None,
+    task_id: str | None,
+    err: bool,
     follow: bool,
     lines: int,
     raw: bool,
@@ -61,6 +69,17 @@ def logs(
     if follow and fmt != "table":
         raise click.UsageError(f"--follow prints lines as they come; it takes no --format {fmt}")
     api = resolve(address)
+    if task_id:
+        if follow or glob or pid is not None or actor:
+            raise click.UsageError(
+                "--task-id prints one task's lines; it takes no GLOB, --pid, --actor or --follow"
+            )
+        _task_lines(api, task_id, "err" if err else "out", fmt)
+        return
+    if err:
+        raise click.UsageError(
+            "--err goes with --task-id (for a worker's stderr, GLOB 'worker-*.err')"
+        )
     if actor:
         row = api.get(f"/api/actors/{actor}")
         if not row.get("pid"):
@@ -108,6 +127,23 @@ def logs(
             click.echo(show(line))
     if fmt != "table":
         click.echo(dump(tails, fmt))
+
+
+def _task_lines(api: Any, task_id: str, stream: str, fmt: str) -> None:
+    """The task's own lines, exactly as printed (its byte range of the worker's file)."""
+    res = api.get(f"/api/tasks/{task_id}/log", {"stream": stream})
+    if fmt != "table":
+        click.echo(dump(res, fmt))
+        return
+    if res.get("note"):
+        raise click.ClickException(f"task {task_id}: {res['note']}")
+    if res.get("left_out"):
+        click.echo(
+            f"(ember) the last {res['left_out']} bytes are left out; `ember logs "
+            f"{res['file']} --node {res['node_id'][:12]}` has the whole file",
+            err=True,
+        )
+    click.echo(res.get("text") or "", nl=False)
 
 
 def _follow_all(

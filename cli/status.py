@@ -12,6 +12,7 @@ from ember.cli.api_client import cluster_options, cluster_settings
 from ember.cli.errors import fail
 from ember.cli.output import emit, format_option
 from ember.resources import fmt as fmt_shape
+from ember.resources import fmt_request
 
 _BAR = "-" * 63
 # Shown as byte sizes rather than counts.
@@ -49,7 +50,22 @@ def fetch(address: str | None, temp_dir: str | None, token: str | None = None) -
     finally:
         loop.close()
     info["gcs_address"] = gcs_address
+    if info.get("dashboard_url"):
+        info["task_counts"] = _task_counts(address, temp_dir, token)
     return info
+
+
+def _task_counts(address: str | None, temp_dir: str | None, token: str | None) -> dict | None:
+    """Tasks by state from the dashboard's task table (every owner's queue, exact), or None
+    when the dashboard does not answer: the raylets' demands are then all there is."""
+    from ember.rest_client import DashboardError, connect_dashboard
+
+    try:
+        return connect_dashboard(address, token, temp_dir).get("/api/cluster_status", timeout=5)[
+            "tasks"
+        ]
+    except (DashboardError, OSError, KeyError, TypeError):
+        return None
 
 
 def _from_dashboard(address: str | None, temp_dir: str | None, token: str | None) -> dict:
@@ -65,6 +81,7 @@ def _from_dashboard(address: str | None, temp_dir: str | None, token: str | None
         "pending_actors": status.get("pending_actors") or [],
         "placement_groups": status.get("placement_groups") or [],
         "now": status.get("time"),
+        "task_counts": status.get("tasks"),
         "gcs_address": "",
         "dashboard_url": api.url,
     }
@@ -115,7 +132,29 @@ def summarize(info: dict[str, Any], recent_seconds: float = 3600.0) -> dict[str,
         "usage": dict(sorted(totals.items())),
         "pending_demands": sorted(demands.values(), key=lambda d: -d["count"]),
         "pending_placement_groups": groups,
+        "pending_tasks": _pending_tasks(info.get("task_counts")),
+        "group_names": {
+            g.get("placement_group_id"): g.get("name")
+            for g in info.get("placement_groups") or ()
+            if g.get("name")
+        },
     }
+
+
+# The task table's states of a task not yet running, in the words `status` prints.
+_WAITING = {
+    "PENDING_NODE_ASSIGNMENT": "waiting for a node",
+    "PENDING_ARGS_AVAIL": "waiting for their arguments",
+    "SUBMITTED_TO_WORKER": "sent to a worker",
+    "RETRYING": "about to be retried",
+}
+
+
+def _pending_tasks(counts: dict[str, int] | None) -> dict[str, int] | None:
+    """The exact number of tasks not running yet, by state (None: not known)."""
+    if counts is None:
+        return None
+    return {s: int(counts.get(s) or 0) for s in _WAITING}
 
 
 def _pending_groups(groups: Any, alive: list[dict]) -> list[dict[str, Any]]:
@@ -227,7 +266,8 @@ def render(summary: dict[str, Any]) -> str:
     if summary["pending_demands"]:  # tasks and actors
         for d in summary["pending_demands"]:
             # Bytes in units: {'memory': 2199023255552.0} is a count of digits to the reader.
-            shape = fmt_shape(d["shape"])
+            # A placement group's demand by the group's name and bundle, not CPU_group_0_<id>.
+            shape = fmt_request(d["shape"], summary.get("group_names"))
             what = f"actor {d['actor']}" if d.get("actor") else "tasks/actors"
             flag = " (infeasible: no node has these resources)" if d["infeasible"] else ""
             out.append(f" {shape}: {d['count']}+ pending {what}{flag}")
@@ -238,9 +278,28 @@ def render(summary: dict[str, Any]) -> str:
         out.append(f" {shapes} ({g['strategy']}): {g['count']}+ pending placement groups{flag}")
     if not summary["pending_demands"] and not summary["pending_placement_groups"]:
         out.append(" (no resource demands)")
+    out += _pending_task_lines(summary)
     if summary["dashboard_url"]:
         out += ["", f"Dashboard: {summary['dashboard_url']}"]
     return "\n".join(out)
+
+
+def _pending_task_lines(summary: dict[str, Any]) -> list[str]:
+    """Under the demands: "N+" counts lease requests (an owner asks for a few workers at a
+    time however many tasks it queues), so the exact count of waiting tasks follows."""
+    pending = summary.get("pending_tasks")
+    if pending is None:
+        if not summary["pending_demands"]:
+            return []
+        return [
+            " (N+: the lease requests queued at the raylets, a lower bound; the dashboard's "
+            "Tasks page counts every pending task)"
+        ]
+    total = sum(pending.values())
+    parts = ", ".join(f"{n} {_WAITING[s]}" for s, n in pending.items() if n)
+    return [
+        f" Pending tasks (exact, every owner's queue): {total}" + (f" ({parts})" if parts else "")
+    ]
 
 
 @click.command()

@@ -196,3 +196,33 @@ def apply_strategy(shape: dict[str, float], strategy: Any) -> dict[str, float]:
     # no resources lands on a node that holds the group.
     renamed[pg_resource_name("bundle", pg_hex, bundle_index)] = 0.001
     return renamed
+
+
+def group_request(shape: dict[str, float]) -> tuple[str, int, dict[str, float]] | None:
+    """A shape renamed for a placement group (``apply_strategy``) read back as the user
+    wrote it: ``(pg hex, bundle index or -1, {CPU: 1})``; None for a shape of no group.
+    What users read (``ember status``, warnings) names the group, never ``CPU_group_0_<id>``."""
+    pg_hex, index, plain = "", -1, {}
+    for name, amount in shape.items():
+        resource, sep, rest = name.partition("_group_")
+        if not sep:
+            return None
+        head, _, tail = rest.rpartition("_")
+        pg_hex, index = (tail, int(head)) if head.isdigit() else (rest, -1)
+        if len(pg_hex) < 16 or pg_hex.strip("0123456789abcdef"):
+            return None  # a user's resource that happens to hold "_group_"
+        if resource != "bundle":  # the group's marker: not something the user asked for
+            plain[resource] = amount
+    return (pg_hex, index, plain) if pg_hex else None
+
+
+def fmt_request(shape: dict[str, float], group_names: dict[str, str] | None = None) -> str:
+    """``fmt`` of a shape; a placement group's as "placement group 'name', bundle 0: {CPU: 1}"."""
+    found = group_request(shape)
+    if found is None:
+        return fmt(shape)
+    pg_hex, index, plain = found
+    name = (group_names or {}).get(pg_hex)
+    label = f"placement group {name!r}" if name else f"placement group {pg_hex[:12]}"
+    where = f"bundle {index}" if index >= 0 else "any bundle"
+    return f"{label}, {where}: {fmt(plain)}"

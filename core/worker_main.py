@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     worker.append(cw)
     cw.executor = Executor(cw)
+    cw.executor.log_offsets = True  # stdout and stderr are the log files opened above
     cw.executor.install_interrupt_handler()
     cw.start()
     try:

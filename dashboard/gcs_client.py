@@ -194,5 +194,6 @@ def apply_gcs_poll(
             source="gcs",
             kind="CLUSTER",
             t=ev.get("time"),
+            job_id=_hexify(ev.get("job_id")) or None,
         )
     return changed

@@ -14,6 +14,8 @@ import hashlib
 from typing import Any
 
 from ember.dashboard.state import DashboardState
+from ember.dashboard.task_logs import task_log_info
+from ember.dashboard.task_table import TaskView
 from ember.labels import node_labels as labels_of
 from ember.util.state.common import JobState
 
@@ -94,7 +96,7 @@ def actor_row(r: dict[str, Any], ips: dict[str, str]) -> dict[str, Any]:
         "required_resources": r.get("resources") or {},
         "death_cause": cause,
         "is_detached": bool(r.get("detached")),
-        "placement_group_id": None,
+        "placement_group_id": r.get("placement_group_id") or None,
         "repr_name": "",
         "num_restarts": int(r.get("num_restarts") or 0),
         "num_restarts_due_to_lineage_reconstruction": 0,
@@ -137,7 +139,7 @@ def task_row(st: DashboardState, slot: int) -> dict[str, Any]:
         "creation_time_ms": ms(r["submitted_time"]),
         "start_time_ms": ms(r["start_time"]),
         "end_time_ms": ms(r["end_time"]),
-        "task_log_info": None,
+        "task_log_info": task_log_info(TaskView(table, slot)),
         "error_message": error,
         "is_debugger_paused": None,
         "call_site": None,

@@ -142,6 +142,7 @@ class Actor(Row):
     num_restarts: int = col()
     death_cause: str = col("'' while alive")
     pending_reason: str | None = col("a pending actor: infeasible, or what it waits for")
+    placement_group_id: str | None = col("the placement group it was placed in")
     creator_actor_id: str | None = col("the actor that created it; null: a driver did")
     owner_worker_id: str | None = col()
     parent_task_id: str | None = col(filterable=False)
@@ -202,6 +203,17 @@ class Task(Row):
     attempts: list[TaskAttempt] = col(
         "every kept attempt of the task, first first", filterable=False, detail=True
     )
+    task_log_info: dict[str, Any] | None = col(
+        "Ray's: its worker's .out/.err files and the byte range this attempt "
+        "wrote (GET /api/tasks/{id}/log reads them); ends null while it runs",
+        filterable=False,
+        detail=True,
+    )
+    parent_task_id: str | None = col(
+        "the task that submitted it; null: a driver (or a task no longer kept)",
+        filterable=False,
+        detail=True,
+    )
 
 
 class Object(Row):
@@ -239,6 +251,7 @@ class Event(Row):
     severity: str = col("INFO, WARNING, ERROR")
     source: str = col("task, worker, agent, dashboard, gcs")
     node_id: str | None = col()
+    job_id: str | None = col("the job it concerns, when one does")
     pid: int | None = col()
     kind: str = col("TASK_FAILED, WORKER_DIED, ACTOR_DIED, NODE_LOST, ...")
     message: str = col()

@@ -78,7 +78,9 @@ class NodeEntry:
             "last_seen": self.last_seen,
             "cpu_percent": self.metrics.get("cpu_percent"),
             "mem_used_bytes": self.metrics.get("mem_used_bytes"),
-            "num_workers": workers,
+            # A dead node's processes are gone: none count as live workers (its last figures
+            # stay in ``metrics``, with ``last_seen`` saying how old they are).
+            "num_workers": workers if self.state == "ALIVE" else 0,
             "resources_total": self.info.get("resources_total", {}),
             "resources_available": self.info.get("resources_available", {}),
             "lost_reason": self.lost_reason or None,
@@ -362,6 +364,7 @@ class DashboardState:
                 node_id=old.get("node_id"),
                 pid=old.get("pid"),
                 kind="ACTOR_DIED",
+                job_id=old.get("job_id"),
             )
         if news:
             self.pubsub.publish(
@@ -463,6 +466,7 @@ class DashboardState:
                     pid=tasks.pid[slot] or None,
                     kind="TASK_FAILED",
                     detail=error,
+                    job_id=tasks.cols["job_id"][slot] or None,
                 )
             changed[state] = changed.get(state, 0) + 1
         self.dropped["tasks"] += tasks.dropped - before
@@ -554,6 +558,7 @@ class DashboardState:
         kind: str = "",
         detail: str | None = None,
         t: float | None = None,
+        job_id: str | None = None,
     ) -> None:
         if len(self.events) == self.events.maxlen:
             self.dropped["events"] += 1
@@ -562,6 +567,7 @@ class DashboardState:
             "severity": severity,
             "source": source,
             "node_id": node_id,
+            "job_id": job_id or None,
             "pid": pid,
             "kind": kind,
             "message": message,

@@ -89,6 +89,9 @@ ATTEMPT_FIELDS = (
     "end_time",
     "error_type",
 )
+# Ways an attempt ends with its worker: no reply says where its lines end (they end where
+# the worker's file does).
+DIED = frozenset({"WORKER_DIED", "NODE_DIED", "ACTOR_DIED", "OUT_OF_MEMORY"})
 
 
 class TaskView:
@@ -153,6 +156,9 @@ class TaskTable(TaskQueries):
         }
         self.codes: dict[str, array] = {k: array("B" if k == "state" else "I") for k in CODED}
         self.errors: dict[int, str] = {}  # {slot: error text}: most tasks have none
+        # {slot: (attempt, out_start, out_end, err_start, err_end)}: the bytes of its worker's
+        # log files the task wrote; only tasks that printed something have one.
+        self.logs: dict[int, tuple[int, ...]] = {}
         self.times: dict[str, array] = {k: array("d") for k in TIMES}
         self.pid = array("i")  # 0: not known
         self.attempt = array("i")
@@ -323,6 +329,15 @@ class TaskTable(TaskQueries):
                 self.errors[slot] = str(error)[:4000]
                 if extra.get("error_type"):
                     self._put("error_type", slot, extra["error_type"])
+            log = extra.get("log")
+            if log and len(log) == 4 and attempt >= self.attempt[slot]:
+                self.logs[slot] = (attempt, *(int(x) for x in log))
+            elif extra.get("log_at") and state == "RUNNING":
+                self._log_start(slot, attempt, extra["log_at"])
+            elif state in TERMINAL and self.logs and extra.get("error_type") not in DIED:
+                old_log = self.logs.get(slot)
+                if old_log is not None and old_log[0] == attempt and old_log[2] < 0:
+                    del self.logs[slot]  # ended without printing: no range to keep
             tm = extra.get("timings")
             if tm:
                 for col, key in (
@@ -415,6 +430,17 @@ class TaskTable(TaskQueries):
             if isinstance(pid, int) and 0 < pid < 2**31 and not self.pid[slot]:
                 self.pid[slot] = pid
         return True
+
+    def _log_start(self, slot: int, attempt: int, log_at: Any) -> None:
+        """A running attempt's start offsets, its end not known yet (-1): kept unless the
+        end's event came first (events arrive in any order) or the task already ended."""
+        old = self.logs.get(slot)
+        if old is not None and old[0] >= attempt:
+            return
+        if self.codes["state"][slot] >= FIRST_TERMINAL and attempt <= self.attempt[slot]:
+            return
+        if len(log_at) == 2:
+            self.logs[slot] = (attempt, int(log_at[0]), -1, int(log_at[1]), -1)
 
     def fail_open_tasks(self, job_id: str, t: float, error: str, error_type: str) -> int:
         """Ends every kept task of ``job_id`` not in a final state as FAILED (its driver is
@@ -518,6 +544,8 @@ class TaskTable(TaskQueries):
             table.release(self.codes[k][slot])
         if self.errors:
             self.errors.pop(slot, None)
+        if self.logs:
+            self.logs.pop(slot, None)
         self.dropped += 1
 
     # -- queries ---------------------------------------------------------------------------

@@ -106,6 +106,9 @@ class Executor:
         self.interrupt_pending: bytes | None = None
         self.calls_per_function: dict[bytes, int] = {}
         self._running_extra: dict[str, dict[str, Any]] = {}  # {task name: its RUNNING extra}
+        # A worker's stdout and stderr are its log files (worker_main): each reply then says
+        # which bytes of them its task wrote (two fstat calls per task).
+        self.log_offsets = False
 
     # -- on the I/O thread -----------------------------------------------------------------
     def on_push_task(self, conn, spec: TaskSpec) -> object:
@@ -234,7 +237,8 @@ class Executor:
             # A reused worker: the last task's GPUs are not this task's nor this actor's.
             self._restore_gpus()
         timings: dict[str, float] = {"start": time.time()}
-        self._record_running(spec)
+        log_from = self._log_offsets() if self.log_offsets else None
+        self._record_running(spec, log_from)
         current.profile_spans = spans = []
         # A task's runtime_env is its own for its run; an actor's, for its life (kept).
         env = None
@@ -295,11 +299,19 @@ class Executor:
         reply["pid"] = os.getpid()
         reply["node_id"] = host.node_id_hex  # where it ran: the timeline's process row
         self.tasks_done += 1
-        if spec.kind == ACTOR_CREATION_TASK:
-            self._record_creation_end(spec, reply)
         sys.stdout.flush()
         sys.stderr.flush()
+        if log_from is not None:
+            _add_log_range(reply, log_from, self._log_offsets())
+        if spec.kind == ACTOR_CREATION_TASK:
+            self._record_creation_end(spec, reply)
         return reply
+
+    @staticmethod
+    def _log_offsets() -> tuple[int, int]:
+        """The sizes of this worker's stdout and stderr files now (both are opened with
+        O_APPEND, so what a task prints lands after these offsets)."""
+        return os.fstat(1).st_size, os.fstat(2).st_size
 
     def _reached_max_calls(self, spec: TaskSpec) -> bool:
         limit = (spec.actor_options or {}).get("max_calls") if spec.kind == 0 else None
@@ -352,22 +364,27 @@ class Executor:
         }
 
     # -- task events (the owner records the others; these only the executing worker sees) --
-    def _record_running(self, spec: TaskSpec) -> None:
+    def _record_running(self, spec: TaskSpec, log_at: tuple[int, int] | None = None) -> None:
         """RUNNING, from the worker, on every task's path: one append of a tuple whose extra
         is a dict shared by every task of that function here (its name, and where it runs:
         the same object each time, so a batch pickles it once and no task builds one). The
-        name rides along because this event may reach the dashboard before the owner's."""
+        name rides along because this event may reach the dashboard before the owner's.
+        ``log_at``: where the worker's .out/.err end now, where this task's lines start (a
+        running task's lines so far, a killed one's last lines); a new dict only when they
+        moved since, i.e. after a task that printed (events queued keep their own dict)."""
         name = spec.name or spec.function_name
         extra = self._running_extra.get(name)
-        if extra is None:
+        if extra is None or extra.get("log_at") != log_at:
             extra = {
                 "name": spec.display_name(),
                 "worker_id": self.host.worker_id,
                 "pid": os.getpid(),
                 "node_id": self.host.node_id_hex,
             }
-            if len(self._running_extra) < 1024:  # bounded: names are few, but user-given
-                self._running_extra[name] = extra
+            if log_at is not None:
+                extra["log_at"] = log_at
+            if name in self._running_extra or len(self._running_extra) < 1024:
+                self._running_extra[name] = extra  # bounded: names are few, but user-given
         self.host.task_events.append((spec.task_id, "RUNNING", time.time(), spec.attempt, extra))
 
     def _record_creation_end(self, spec: TaskSpec, reply: dict) -> None:
@@ -381,6 +398,7 @@ class Executor:
             "timings": reply.get("timings"),
             "pid": os.getpid(),
             "node_id": self.host.node_id_hex,
+            "log": reply.get("log"),
         }
         if failed:
             extra["error"] = reply.get("message")
@@ -506,7 +524,9 @@ class Executor:
 
     async def _execute_async(self, spec: TaskSpec) -> dict:
         timings = {"start": time.time()}
-        self._record_running(spec)
+        # Calls of an async actor interleave: a call's range may hold its neighbours' lines.
+        log_from = self._log_offsets() if self.log_offsets else None
+        self._record_running(spec, log_from)
         # This call's own task id and spec for get_runtime_context() and the tasks it
         # submits: calls running side by side on the loop each see their own.
         token = enter_async_call(
@@ -546,6 +566,10 @@ class Executor:
         reply["timings"] = _ended(timings)
         reply["pid"] = os.getpid()
         reply["node_id"] = self.host.node_id_hex
+        if log_from is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            _add_log_range(reply, log_from, self._log_offsets())
         return reply
 
     def _restore_gpus(self) -> None:
@@ -627,6 +651,14 @@ def _ended(timings: dict[str, float]) -> dict[str, float]:
     if "args_ready" in timings and "executed" not in timings:
         timings["executed"] = end
     return timings
+
+
+def _add_log_range(reply: dict, start: tuple[int, int], end: tuple[int, int]) -> None:
+    """The byte ranges of the worker's .out and .err files the task wrote, as
+    ``(out_start, out_end, err_start, err_end)`` (Ray's ``task_log_info``), only when it
+    wrote something: most tasks print nothing, and their replies stay as small as before."""
+    if end[0] != start[0] or end[1] != start[1]:
+        reply["log"] = (start[0], end[0], start[1], end[1])
 
 
 def _terminate() -> None:

@@ -280,6 +280,7 @@ class TaskManager:
                 "parent": spec.parent_task_id.hex(),
                 "owner_pid": os.getpid(),
                 "arg_tasks": _producer_task_ids(spec),
+                "log": reply.get("log"),  # the bytes of its worker's log files it wrote
             },
         )
         returns = reply["returns"]

@@ -178,6 +178,7 @@ class ActorInfo:
             "job_id": self.job_id,
             "detached": self.detached,
             "resources": self.spec.resources,
+            "placement_group_id": _group_id(self.spec.strategy),
             "owner_worker_id": self.owner[0] if self.owner else None,
             "parent_task_id": self.spec.parent_task_id,
             "start_time": self.start_time,
@@ -185,6 +186,13 @@ class ActorInfo:
             "incarnations": self.incarnations,
             "creation_task_id": getattr(self.spec, "task_id", None),
         }
+
+
+def _group_id(strategy: Any) -> bytes | None:
+    """The placement group an actor was placed in (its strategy's), for the listings."""
+    if type(strategy) is tuple and strategy and strategy[0] == "PLACEMENT_GROUP":
+        return strategy[1]
+    return None
 
 
 # -- events: what happened to an actor -----------------------------------------------------

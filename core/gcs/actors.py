@@ -43,6 +43,7 @@ from ember.gcs.actor_machine import (
 )
 from ember.gcs.jobs import JobTable
 from ember.gcs.nodes import NodeInfo, NodeTable
+from ember.gcs.pending_words import free_of, group_of, in_group, per_node
 from ember.options import ANONYMOUS_NAMESPACE_PREFIX
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
@@ -83,6 +84,9 @@ class ActorManager:
         self.subscribers: dict[bytes, set[Connection]] = {}  # {actor_id: connections}
         self.worker_conns: dict[bytes, Connection] = {}  # {worker_id: connection we opened}
         self.pending: list[bytes] = []  # actor ids waiting for a node with resources
+        # {actor id: node} of the lease requests a raylet holds now: their reasons are
+        # worded again when listed (what is free there changes with every heartbeat).
+        self.leasing: dict[bytes, NodeInfo] = {}
         self.store: Store | None = None  # where actor records are kept
         # {actor_id: (node_id, worker_id)}: restored actors whose creation a GCS restart cut
         # off; _place ends that worker before placing the actor again.
@@ -229,7 +233,8 @@ class ActorManager:
             actor.pending_reason = self._why_pending(actor)
             self._park(actor)
             return
-        actor.pending_reason = ""
+        actor.pending_reason = self._why_waiting_on(actor, node)
+        self.leasing[actor.actor_id] = node
         try:
             grant = await node.conn.call(
                 "lease_actor_worker",
@@ -247,12 +252,16 @@ class ActorManager:
                 },
             )
         except Exception as e:
+            self.leasing.pop(actor.actor_id, None)
             logger.warning("lease for actor %s failed: %s", actor.actor_id.hex(), e)
             await asyncio.sleep(0.1)
             self._carry_out(actor, self.machine.handle(actor, LeaseFailed()))
             return
+        self.leasing.pop(actor.actor_id, None)
+        actor.pending_reason = ""
         if grant is None:  # the node could not after all; try again later
             if actor.wants_worker:
+                actor.pending_reason = self._why_pending(actor)  # parked: say why meanwhile
                 self._park(actor)
             return
         out = self.machine.handle(actor, LeaseGranted(node.node_id, grant))
@@ -296,9 +305,9 @@ class ActorManager:
             )
         if not fits(actor.spec.resources, node.total):
             return (
-                f"it asks for {_fmt_shape(actor.spec.resources)}, which the node "
+                f"it asks for {fmt(actor.spec.resources)}, which the node "
                 f"{target.hex()} of its NodeAffinitySchedulingStrategy(soft=False) does not "
-                f"have ({_fmt_shape(node.total)}); pass soft=True to run elsewhere"
+                f"have ({fmt(node.total)}); pass soft=True to run elsewhere"
             )
         return ""
 
@@ -307,18 +316,23 @@ class ActorManager:
         the Actors page and ``ember status`` show this to say why it is not placed."""
         shape = actor.spec.resources
         nodes = self.nodes.alive()
+        if group_of(actor.spec.strategy):
+            return in_group(shape, actor.spec.strategy, self.placement_groups, nodes)
         able = [n for n in nodes if fits(shape, n.total)]
         if not able:
-            have = _per_node(nodes, lambda n: _fmt_shape(n.total))
-            return f"infeasible: no node has {_fmt_shape(shape)} (nodes have: {have})"
-
+            have = per_node(nodes, lambda n: fmt(n.total))
+            return f"infeasible: no node has {fmt(shape)} (nodes have: {have})"
         # Only the resources asked for: a node's other resources do not explain the wait.
-        def free(n: NodeInfo) -> str:
-            now = _fmt_shape({k: n.available.get(k, 0.0) for k in shape})
-            total = _fmt_shape({k: n.total.get(k, 0.0) for k in shape})
-            return f"{now} of {total} on node {n.node_id.hex()[:8]}"
+        free = per_node(able, lambda n: free_of(n, shape))
+        return f"waiting for resources {fmt(shape)} to be free (free now: {free})"
 
-        return f"waiting for resources {_fmt_shape(shape)} to be free (free now: {_per_node(able, free)})"
+    def _why_waiting_on(self, actor: ActorInfo, node: NodeInfo) -> str:
+        """The reason while the chosen node's raylet holds the lease request (a node that
+        has the room answers at once, and the reason is cleared before anyone reads it)."""
+        shape = actor.spec.resources
+        if group_of(actor.spec.strategy):
+            return in_group(shape, actor.spec.strategy, self.placement_groups, [node])
+        return f"waiting for a worker with {fmt(shape)} (free now: {free_of(node, shape)})"
 
     def schedule_pending(self) -> None:
         """Tries again to place every actor waiting for resources."""
@@ -452,6 +466,11 @@ class ActorManager:
         return None if actor is None else actor.public()
 
     def h_list_actors(self, conn: Connection, body: Any) -> list[dict]:
+        if len(self.leasing) <= _REWORDED_AT_MOST:
+            for actor_id, node in self.leasing.items():
+                actor = self.actors.get(actor_id)
+                if actor is not None:
+                    actor.pending_reason = self._why_waiting_on(actor, node)
         return [a.public() for a in self.actors.values()]
 
     def _detached_from_anonymous(self, name: str, namespace: str) -> bytes | None:
@@ -496,6 +515,11 @@ class ActorManager:
         ]
 
 
+# Reasons worded again per listing at most for this many waiting leases (a listing of a big
+# burst of actors stays as cheap as before; their first wording stays).
+_REWORDED_AT_MOST = 1000
+
+
 def _cause(reply: dict) -> str:
     """The death cause for a constructor that raised: its error, as the worker sent it."""
     from ember.serialization import deserialize
@@ -506,19 +530,3 @@ def _cause(reply: dict) -> str:
         return f"the constructor raised:\n{err}"
     except Exception as ex:
         return f"the constructor raised an error that could not be read: {ex}"
-
-
-def _fmt_shape(shape: dict[str, float]) -> str:
-    return fmt(shape)
-
-
-# A pending reason names at most this many nodes, so a 1,000-node cluster keeps it short.
-_REASON_NODES = 5
-
-
-def _per_node(nodes: list[NodeInfo], fmt: Callable[[NodeInfo], str]) -> str:
-    """``fmt(node)`` for the first nodes, ``"; "``-joined, with how many were left out."""
-    text = "; ".join(fmt(n) for n in nodes[:_REASON_NODES])
-    if len(nodes) > _REASON_NODES:
-        text += f"; and {len(nodes) - _REASON_NODES} more nodes"
-    return text

@@ -57,7 +57,7 @@ from ember.raylet.lease_events import (
     WorkerUnblocked,
 )
 from ember.raylet.lease_records import Lease, Request, ViewCheck, W, Worker
-from ember.resources import NodeResources, fits, fmt, to_fixed
+from ember.resources import NodeResources, fits, fmt, fmt_request, group_request, to_fixed
 from ember.scheduling import NodeView, lease_decision
 
 
@@ -448,8 +448,8 @@ class LeaseMachine:
         req.warned = True
         what = f"actor {req.name}" if req.actor_id else f"task {req.name or '(unnamed)'}"
         message = (
-            f"The {what} requires {fmt(req.shape)}, which no node in the cluster has "
-            f"(this node has {fmt(self.resources.total_dict())}). It stays pending until a node "
+            f"The {what} requires {fmt_request(req.shape)}, which no node in the cluster has "
+            f"(this node has {fmt(_own(self.resources.total_dict()))}). It stays pending until a node "
             f"that can run it joins; to run it here, lower its resource requests."
         )
         out.append(WarnInfeasible(req, message))
@@ -484,6 +484,11 @@ def _idle_for(idle: list[Worker], env: str) -> Worker | None:
                 w.env = env
                 return idle.pop(i)
     return None
+
+
+def _own(total: dict[str, float]) -> dict[str, float]:
+    """A node's resources without its placement groups' renamed copies (CPU_group_0_<id>)."""
+    return {k: v for k, v in total.items() if group_request({k: v}) is None}
 
 
 def _fits_beside(res: NodeResources, shape: dict[str, float], promised: dict[str, int]) -> bool:

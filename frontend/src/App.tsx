@@ -1,7 +1,7 @@
 import { useEffect, useState } from "preact/hooks";
-import { getJSON } from "./lib/api";
 import { href, useRoute } from "./lib/router";
 import { stream, useStreamStatus } from "./lib/stream";
+import { type VersionInfo, useVersion } from "./lib/session";
 import { currentTheme, toggleTheme } from "./lib/theme";
 import { Overview } from "./pages/Overview";
 import { Machines } from "./pages/Machines";
@@ -12,6 +12,7 @@ import { Timeline } from "./pages/Timeline";
 import { Logs } from "./pages/Logs";
 import { Memory } from "./pages/Memory";
 import { Metrics } from "./pages/Metrics";
+import { Events } from "./pages/Events";
 
 const PAGES: [string, string, (p: { params: URLSearchParams }) => preact.JSX.Element][] = [
   ["overview", "Overview", Overview],
@@ -21,6 +22,7 @@ const PAGES: [string, string, (p: { params: URLSearchParams }) => preact.JSX.Ele
   ["tasks", "Tasks", Tasks],
   ["timeline", "Timeline", Timeline],
   ["logs", "Logs", Logs],
+  ["events", "Events", Events],
   ["memory", "Memory", Memory],
   ["metrics", "Metrics", Metrics],
 ];
@@ -42,21 +44,6 @@ function StreamBanner() {
       <button onClick={() => stream.retryNow()}>Retry now</button>
     </div>
   );
-}
-
-interface VersionInfo {
-  history?: boolean;
-  session_name?: string;
-  stopped_at?: number | null;
-}
-
-/** What `/api/version` says, read once: on `ember dashboard --history` it is a stopped session. */
-function useVersion(): VersionInfo | null {
-  const [info, setInfo] = useState<VersionInfo | null>(null);
-  useEffect(() => {
-    getJSON<VersionInfo>("api/version").then(setInfo, () => setInfo(null));
-  }, []);
-  return info;
 }
 
 /** A stopped session's dashboard, read-only. */
@@ -96,7 +83,7 @@ export function App() {
         </nav>
         {version?.history ? (
           <span class="live" title="a stopped session's history: nothing here changes" data-testid="stream-status" data-status="history">
-            ● history
+            ● recorded session
           </span>
         ) : (
           <span class={`live ${status}`} title={`live stream: ${status}`} data-testid="stream-status" data-status={status}>

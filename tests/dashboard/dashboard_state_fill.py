@@ -37,6 +37,7 @@ def gcs_actor_row(i: int) -> dict[str, Any]:
         job_id=bytes.fromhex("01000000"),
         resources={"CPU": 1.0},
         parent_task_id=bytes([3]) * 16,
+        strategy=None,
     )
     return _actor_row(ActorInfo(spec).public())
 

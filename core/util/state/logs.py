@@ -1,6 +1,7 @@
 """``list_logs`` and ``get_log`` of Ray's ``ray.util.state``, over the dashboard's log
 endpoints (``/api/v0/logs`` for the names, ``/api/logs/{tail,download,follow}`` for a file's
-lines: Ray's ``/api/v0/logs/file`` is not served)."""
+lines; a task's own lines from ``/api/tasks/{id}/log``: Ray's ``/api/v0/logs/file`` is
+served for ``task_id`` only)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,11 @@ def get_log(
     if submission_id is not None:
         raise StateApiException("Ember has no job submission: there is no submission log")
     client = StateClient(address)
+    if task_id is not None and filename is None and pid is None:
+        # The task's own lines (its attempt's bytes of the worker's file), as Ray's
+        # task_log_info gives them; follow and tail read them as one finished text.
+        yield from _task_lines(client, task_id, suffix, tail, encoding, errors, timeout)
+        return
     node, name = _log_file(
         client, node_id, node_ip, filename, actor_id, task_id, pid, suffix, attempt_number, timeout
     )
@@ -70,6 +76,33 @@ def get_log(
         if filter_ansi_code:
             line = ANSI.sub("", line)
         yield line if encoding is not None else line.encode("utf-8")
+
+
+def _task_lines(
+    client: StateClient,
+    task_id: str,
+    suffix: str,
+    tail: int,
+    encoding: str | None,
+    errors: str | None,
+    timeout: float,
+) -> Iterator[Any]:
+    try:
+        reply = client.dashboard.get(
+            f"/api/tasks/{task_id}/log", [("stream", suffix)], timeout=timeout
+        )
+    except DashboardError as e:
+        raise StateApiException(str(e)) from None
+    if reply.get("note"):
+        raise StateApiException(f"Task {task_id}: {reply['note']}")
+    lines = str(reply.get("text") or "").splitlines(keepends=True)
+    if tail >= 0:
+        lines = lines[-tail:] if tail else []
+    for line in lines:
+        if encoding is None:
+            yield line.encode("utf-8", "surrogateescape")
+        else:
+            yield line.encode("utf-8", "surrogateescape").decode(encoding, errors or "strict")
 
 
 def _log_file(

@@ -1,13 +1,16 @@
 // The cluster's placement groups (GET /api/placement_groups): each group's state, strategy and
 // bundles with the node each is reserved on; a pending group says why it is not placed.
 import { useApi } from "../lib/data";
-import { resources, shortId } from "../lib/format";
+import { resources } from "../lib/format";
 import type { Page } from "../lib/api";
 import type { PlacementGroupRow } from "../lib/types";
 import { ErrorBox, StateBadge } from "./bits";
+import { JobLink, NodeLink } from "./links";
 
-export function PlacementGroups({ job }: { job?: string }) {
-  const pgs = useApi<Page<PlacementGroupRow>>("api/placement_groups", { limit: 500, sort_by: "created_at", filter: job ? `job_id=${job}` : undefined }, { pollMs: 2000 });
+/** `pg`: only that group (a link from elsewhere lands on it). */
+export function PlacementGroups({ job, pg }: { job?: string; pg?: string }) {
+  const filter = [job && `job_id=${job}`, pg && `placement_group_id=${pg}`].filter(Boolean) as string[];
+  const pgs = useApi<Page<PlacementGroupRow>>("api/placement_groups", { limit: 500, sort_by: "created_at", filter }, { pollMs: 2000 });
   const rows = pgs.data?.items ?? [];
   if (!rows.length && !pgs.error) return null;
   return (
@@ -44,11 +47,13 @@ export function PlacementGroups({ job }: { job?: string }) {
               <td>
                 {p.bundles.map((b) => (
                   <div key={b.index} data-testid="pg-bundle">
-                    #{b.index} {resources(b.resources)} <span class="note mono" title={b.node_id ?? ""}>{b.node_id ? `on ${shortId(b.node_id)}` : "not placed"}</span>
+                    #{b.index} {resources(b.resources)} <span class="note">{b.node_id ? <>on <NodeLink id={b.node_id} /></> : "not placed"}</span>
                   </div>
                 ))}
               </td>
-              <td class="mono">{p.job_id}</td>
+              <td>
+                <JobLink id={p.job_id} />
+              </td>
             </tr>
           ))}
         </tbody>

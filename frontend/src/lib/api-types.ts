@@ -102,6 +102,8 @@ export interface ActorRow {
   death_cause: string;
   /** a pending actor: infeasible, or what it waits for */
   pending_reason: string | null;
+  /** the placement group it was placed in */
+  placement_group_id: string | null;
   /** the actor that created it; null: a driver did */
   creator_actor_id: string | null;
   owner_worker_id: string | null;
@@ -136,7 +138,7 @@ export interface ActorPage {
 }
 
 /** What `filter=` and `sort_by=` of /api/actors may name. */
-export const ACTOR_FILTERABLE = ["actor_id", "class_name", "name", "namespace", "title", "state", "node_id", "pid", "worker_id", "job_id", "num_restarts", "death_cause", "pending_reason", "creator_actor_id", "owner_worker_id", "pending_calls", "executed_calls", "detached", "unschedulable", "start_time", "end_time", "creation_task_id"] as const;
+export const ACTOR_FILTERABLE = ["actor_id", "class_name", "name", "namespace", "title", "state", "node_id", "pid", "worker_id", "job_id", "num_restarts", "death_cause", "pending_reason", "placement_group_id", "creator_actor_id", "owner_worker_id", "pending_calls", "executed_calls", "detached", "unschedulable", "start_time", "end_time", "creation_task_id"] as const;
 
 /** ``TaskTable.row``: one attempt of a task (every field is filterable: the table filters
     its own columns). A retried task has a row per attempt, each where it ran. */
@@ -167,6 +169,10 @@ export interface TaskDetail extends TaskRow {
   events: { state: string; time: number }[];
   /** every kept attempt of the task, first first */
   attempts: ({ attempt: number; state: string; node_id: string | null; worker_id: string | null; pid: number | null; start_time: number | null; end_time: number | null; error_type: string | null })[];
+  /** Ray's: its worker's .out/.err files and the byte range this attempt wrote (GET /api/tasks/{id}/log reads them); ends null while it runs */
+  task_log_info: Record<string, unknown> | null;
+  /** the task that submitted it; null: a driver (or a task no longer kept) */
+  parent_task_id: string | null;
 }
 
 export interface TaskPage {
@@ -249,6 +255,8 @@ export interface EventRow {
   /** task, worker, agent, dashboard, gcs */
   source: string;
   node_id: string | null;
+  /** the job it concerns, when one does */
+  job_id: string | null;
   pid: number | null;
   /** TASK_FAILED, WORKER_DIED, ACTOR_DIED, NODE_LOST, ... */
   kind: string;
@@ -268,7 +276,7 @@ export interface EventPage {
 }
 
 /** What `filter=` and `sort_by=` of /api/events may name. */
-export const EVENT_FILTERABLE = ["time", "severity", "source", "node_id", "pid", "kind", "message"] as const;
+export const EVENT_FILTERABLE = ["time", "severity", "source", "node_id", "job_id", "pid", "kind", "message"] as const;
 
 /** The GCS's placement group (``_Group.public``) with its bundles laid out. */
 export interface PlacementGroupRow {

@@ -99,3 +99,14 @@ export function useLiveToken(types: string[], minGapMs = 1000): number {
   useEffect(() => () => clearTimeout(timer.current), []);
   return token;
 }
+
+/** Date.now(), re-read every second while `active` (durations and "N s ago" tick). */
+export function useNow(active: boolean): number {
+  const [now, setNow] = useState(Date.now());
+  useEffect(() => {
+    if (!active) return;
+    const t = setInterval(() => setNow(Date.now()), 1000);
+    return () => clearInterval(t);
+  }, [active]);
+  return now;
+}

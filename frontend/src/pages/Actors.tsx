@@ -7,6 +7,7 @@ import { FlameGraph, type Speedscope } from "../components/FlameGraph";
 import { PlacementGroups } from "../components/PlacementGroups";
 import { VirtualTable, type Column } from "../components/VirtualTable";
 import { ErrorBox, Modal, NodeSelect, SearchBox, StateBadge } from "../components/bits";
+import { ActorLink, GroupLink, JobLink, NodeLink, WorkerLink } from "../components/links";
 import { errorText, getJSON, postJSON, type Page } from "../lib/api";
 import { useApi, useLiveToken } from "../lib/data";
 import { resources, shortId, time } from "../lib/format";
@@ -116,7 +117,9 @@ export function Actors({ params }: { params: URLSearchParams }) {
         width: "1.6fr",
         render: (a) =>
           a.state === "PENDING" || a.infeasible ? (
-            <span class="reason" title={a.pending_reason ?? ""}>{a.pending_reason ?? "waiting to be scheduled"}</span>
+            <span class="reason" title={a.pending_reason ?? ""} data-testid="actor-reason">
+              {a.pending_reason ?? "waiting to be scheduled"}
+            </span>
           ) : a.state === "DEAD" ? (
             <span class="note">{a.death_cause ?? ""}</span>
           ) : (
@@ -126,8 +129,11 @@ export function Actors({ params }: { params: URLSearchParams }) {
       { key: "resources", title: "Resources", width: "1fr", render: (a) => resources(a.resources) },
       { key: "pending_calls", title: "Pending", width: "70px", align: "right", sortable: true },
       { key: "executed_calls", title: "Executed", width: "80px", align: "right", sortable: true },
-      { key: "node_id", title: "Node", width: "100px", sortable: true, render: (a) => <span class="mono">{shortId(a.node_id)}</span> },
-      { key: "pid", title: "PID", width: "70px", align: "right", sortable: true },
+      // Restarts: an actor restarted twice is not plain ALIVE; its calls span its incarnations.
+      { key: "num_restarts", title: "Restarts", width: "75px", align: "right", sortable: true, render: (a) => <span data-testid="actor-restarts">{a.num_restarts ?? 0}</span> },
+      { key: "job_id", title: "Job", width: "90px", sortable: true, render: (a) => <JobLink id={a.job_id} /> },
+      { key: "node_id", title: "Node", width: "100px", sortable: true, render: (a) => <NodeLink id={a.node_id} /> },
+      { key: "pid", title: "PID", width: "70px", align: "right", sortable: true, render: (a) => <WorkerLink node={a.node_id} pid={a.pid} /> },
     ],
     // eslint-disable-next-line react-hooks/exhaustive-deps
     [view, collapsed],
@@ -185,7 +191,7 @@ export function Actors({ params }: { params: URLSearchParams }) {
         />
         {sel && <ActorDetail id={sel} />}
       </div>
-      <PlacementGroups job={job || undefined} />
+      <PlacementGroups job={job || undefined} pg={params.get("pg") ?? undefined} />
     </div>
   );
 }
@@ -257,12 +263,24 @@ function ActorDetail({ id }: { id: string }) {
             <dd>{a.name}</dd>
           </>
         )}
+        <dt>Job</dt>
+        <dd>
+          <JobLink id={a.job_id} />
+        </dd>
         <dt>Node / pid</dt>
-        <dd class="mono">
-          {shortId(a.node_id, 12)} / {a.pid ?? "–"}
+        <dd>
+          <NodeLink id={a.node_id} len={12} /> / <WorkerLink node={a.node_id} pid={a.pid} />
         </dd>
         <dt>Resources</dt>
         <dd>{resources(a.resources)}</dd>
+        {a.placement_group_id && (
+          <>
+            <dt>Placement group</dt>
+            <dd>
+              <GroupLink id={a.placement_group_id} />
+            </dd>
+          </>
+        )}
         <dt>Calls</dt>
         <dd>
           {a.pending_calls ?? 0} pending · {a.executed_calls ?? 0} executed
@@ -270,15 +288,15 @@ function ActorDetail({ id }: { id: string }) {
         <dt>Restarts</dt>
         <dd>{a.num_restarts ?? 0}</dd>
         <dt>Created by</dt>
-        <dd>{a.creator_actor_id ? <a href={href("actors", { sel: a.creator_actor_id })}>{shortId(a.creator_actor_id, 12)}</a> : "the driver"}</dd>
+        <dd>{a.creator_actor_id ? <ActorLink id={a.creator_actor_id} /> : "the driver"}</dd>
         <dt>Children</dt>
-        <dd>{a.children?.length ? a.children.map((c) => <a key={c} href={href("actors", { sel: c })} style={{ marginRight: "6px" }}>{shortId(c)}</a>) : "none"}</dd>
+        <dd>{a.children?.length ? a.children.map((c) => <span key={c} style={{ marginRight: "6px" }}><ActorLink id={c} len={8} /></span>) : "none"}</dd>
         <dt>Started</dt>
         <dd>{time(a.start_time)}</dd>
         {a.pending_reason && (
           <>
             <dt>Pending</dt>
-            <dd class="reason">{a.pending_reason}</dd>
+            <dd class="reason" data-testid="actor-pending-reason">{a.pending_reason}</dd>
           </>
         )}
         {a.death_cause && (
@@ -328,6 +346,7 @@ function ActorDetail({ id }: { id: string }) {
           </button>
         ))}
         <a href={href("logs", { node: a.node_id ?? undefined, pid: a.pid ? String(a.pid) : undefined })}>logs</a>
+        <a href={href("tasks", { name: undefined, job: a.job_id || undefined })}>its job's tasks</a>
       </div>
       {busy && <div class="note" data-testid="actor-busy">{busy}… (py-spy is recording)</div>}
       {killMsg && <div class="note" data-testid="kill-result">{killMsg}</div>}

@@ -5,8 +5,9 @@
 // MAX_LINES lines kept. Stop and Delete ask first.
 import { useEffect, useRef, useState } from "preact/hooks";
 import { BarLegend, ErrorBox, Modal, ProgressBar, StateBadge, taskBuckets } from "../components/bits";
+import { WorkerLink } from "../components/links";
 import { deleteJSON, errorText, getJSONAndHeaders, postJSON, wsUrl } from "../lib/api";
-import { useApi } from "../lib/data";
+import { useApi, useNow } from "../lib/data";
 import { bytes, duration, resources, shortId, time } from "../lib/format";
 import { href, setParams } from "../lib/router";
 import type { JobDetails, TaskSummary } from "../lib/types";
@@ -27,17 +28,6 @@ export const jobEnded = (j: JobDetails) => ENDED.has(j.status);
 function jobSeconds(j: JobDetails, now: number): number | undefined {
   if (!j.start_time) return undefined;
   return ((j.end_time ?? now) - j.start_time) / 1000;
-}
-
-/** Date.now(), re-read every second while `active` (running jobs' durations tick). */
-function useNow(active: boolean): number {
-  const [now, setNow] = useState(Date.now());
-  useEffect(() => {
-    if (!active) return;
-    const t = setInterval(() => setNow(Date.now()), 1000);
-    return () => clearInterval(t);
-  }, [active]);
-  return now;
 }
 
 /** The driver's job id (the one its tasks and actors carry), once the driver called init(). */
@@ -222,15 +212,23 @@ function JobDetail({ job: j, now, onChanged }: { job: JobDetails; now: number; o
           </>
         )}
         <dt>Driver job</dt>
-        <dd class="mono" data-testid="job-driver-id">
-          {driver || (ended ? "none: the entrypoint never connected to the cluster" : "not yet: the entrypoint has not called init()")}
+        <dd class="mono">
+          <span data-testid="job-driver-id">
+            {driver || (ended ? "none: the entrypoint never connected to the cluster" : "not yet: the entrypoint has not called init()")}
+          </span>
+          {driver && (
+            <span class="note">
+              {" · "}
+              <a href={href("tasks", { job: driver })}>its tasks</a> · <a href={href("actors", { job: driver })}>its actors</a> · <a href={href("events", { job: driver })}>its events</a>
+            </span>
+          )}
         </dd>
         <dt>Node</dt>
         <dd class="mono">
           {j.driver_node_ip || j.driver_info?.node_ip_address || "–"} {j.driver_node_id ? <a href={href("machines", { node: j.driver_node_id })}>{shortId(j.driver_node_id, 12)}</a> : ""}
         </dd>
         <dt>Entrypoint pid</dt>
-        <dd>{j.driver_pid ?? "–"}</dd>
+        <dd>{j.driver_pid ? <WorkerLink node={j.driver_node_id} pid={j.driver_pid} /> : "–"}</dd>
         <dt>Started</dt>
         <dd>{msTime(j.start_time)}</dd>
         <dt>Ended</dt>

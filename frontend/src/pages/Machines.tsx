@@ -2,10 +2,12 @@
 // away. The expanded node is in the URL (?node=ID) so a link opens it.
 import { Table, type Column } from "../components/VirtualTable";
 import { ErrorBox, StateBadge, workerActivity } from "../components/bits";
+import { JobLink, WorkerLink } from "../components/links";
 import type { Page } from "../lib/api";
-import { useApi } from "../lib/data";
+import { useApi, useNow } from "../lib/data";
 import { bytes, duration, pct, shortId, time } from "../lib/format";
 import { href, setParams } from "../lib/router";
+import { useVersion } from "../lib/session";
 import type { EventRow, NodeDetail, NodeRow, WorkerRow } from "../lib/types";
 
 /** `{CPU: 4}` total and `{CPU: 3}` available -> "CPU: 1 / 4" (used / total). */
@@ -74,7 +76,7 @@ function NodeMetrics({ id }: { id: string }) {
   const n = d.data;
   const m = n.metrics as Record<string, any>;
   const workerCols: Column<WorkerRow>[] = [
-    { key: "pid", title: "PID", width: "80px" },
+    { key: "pid", title: "PID", width: "80px", render: (w) => <WorkerLink node={n.node_id} pid={w.pid} /> },
     { key: "kind", title: "Kind", render: (w) => <span class={w.kind === "driver" ? "kind-driver" : ""}>{w.kind ?? "–"}</span> },
     {
       key: "state",
@@ -95,6 +97,12 @@ function NodeMetrics({ id }: { id: string }) {
           <a href={href("tasks", { node: n.node_id, pid: String(w.pid), state: "FAILED" })}>errors</a>
           {" · "}
           <a href={href("actors", { pid: String(w.pid) })}>actors</a>
+          {w.job_id ? (
+            <>
+              {" · job "}
+              <JobLink id={w.job_id} />
+            </>
+          ) : null}
         </span>
       ),
     },
@@ -146,10 +154,37 @@ function NodeMetrics({ id }: { id: string }) {
   );
 }
 
+function storeText(m: Record<string, any> | undefined): string {
+  if (!m || m.object_store_capacity_bytes === undefined) return "–";
+  return `${bytes(m.object_store_used_bytes ?? 0)} / ${bytes(m.object_store_capacity_bytes)}`;
+}
+
+/** The object store: used / capacity, and what is spilled to disk now. */
+function objectStore(m: Record<string, any> | undefined): preact.JSX.Element | string {
+  const spilled = m?.object_store_spilled_bytes ?? 0;
+  return (
+    <span data-testid="node-store">
+      {storeText(m)}
+      {spilled > 0 && <div class="note">{`${bytes(spilled)} spilled`}</div>}
+    </span>
+  );
+}
+
+/** A dead node's figures are its last report's: shown greyed as "last: X", never as live. */
+function lastKnown(n: NodeWithMetrics, value: string): preact.JSX.Element | string {
+  return n.state === "ALIVE" ? value : <span class="stale" title="its last report before it died">last: {value}</span>;
+}
+
 export function Machines({ params }: { params: URLSearchParams }) {
   const open = params.get("node") ?? "";
   // /api/frontend/nodes: the node rows with their latest metrics sample, in one request.
   const nodes = useApi<Page<NodeWithMetrics>>("api/frontend/nodes", { limit: 1000 }, { liveTypes: ["node", "node_metrics"], minGapMs: 2000 });
+  const anyDead = (nodes.data?.items ?? []).some((n) => n.state !== "ALIVE");
+  const version = useVersion();
+  // "Now" of a recorded session is when it ended: its uptimes and ages stop there.
+  const ended = version?.history ? (version.stopped_at ?? undefined) : undefined;
+  const ticking = useNow(anyDead && ended === undefined) / 1000; // "last seen N s ago" ticks
+  const now = ended ?? ticking;
   const cols: Column<NodeWithMetrics>[] = [
     { key: "toggle", title: "", width: "24px", render: (n) => <span class="tree-toggle">{open === n.node_id ? "▾" : "▸"}</span> },
     {
@@ -162,15 +197,31 @@ export function Machines({ params }: { params: URLSearchParams }) {
         </span>
       ),
     },
-    { key: "state", title: "State", render: (n) => <span><StateBadge state={n.state} />{n.lost_reason && <div class="note">{n.lost_reason}</div>}</span> },
+    {
+      key: "state",
+      title: "State",
+      render: (n) => (
+        <span>
+          <StateBadge state={n.state} />
+          {n.state !== "ALIVE" && n.last_seen ? (
+            <div class="note" data-testid="node-last-seen" title={new Date(n.last_seen * 1000).toLocaleString()}>
+              last seen {duration(Math.max(0, now - n.last_seen))} ago
+            </div>
+          ) : null}
+          {n.lost_reason && <div class="note">{n.lost_reason}</div>}
+        </span>
+      ),
+    },
     // Cores are the machine's (the agent's psutil count), not the CPU resource it advertises.
     // Workers are worker processes only (the agent counts them; the node row counts every
     // process it lists, the raylet and agent too).
-    { key: "workers", title: "Workers / cores", render: (n) => `${n.metrics?.num_workers ?? n.num_workers} / ${n.metrics?.num_cpus ?? "–"}` },
-    { key: "uptime", title: "Uptime", render: (n) => (n.start_time ? duration(Date.now() / 1000 - n.start_time) : "–") },
-    { key: "cpu", title: "CPU", align: "right", render: (n) => pct(n.cpu_percent) },
-    { key: "ram", title: "RAM", align: "right", render: (n) => `${bytes(n.mem_used_bytes)} / ${bytes(n.metrics?.mem_total_bytes)}` },
-    { key: "disk", title: "Disk", align: "right", render: (n) => rootDisk(n.metrics) },
+    { key: "workers", title: "Workers / cores", render: (n) => lastKnown(n, `${n.metrics?.num_workers ?? n.num_workers} / ${n.metrics?.num_cpus ?? "–"}`) },
+    // A dead node's uptime ended when it was last seen.
+    { key: "uptime", title: "Uptime", render: (n) => (n.start_time ? duration((n.state === "ALIVE" ? (ended ?? Date.now() / 1000) : n.last_seen) - n.start_time) : "–") },
+    { key: "cpu", title: "CPU", align: "right", render: (n) => lastKnown(n, pct(n.cpu_percent)) },
+    { key: "ram", title: "RAM", align: "right", render: (n) => lastKnown(n, `${bytes(n.mem_used_bytes)} / ${bytes(n.metrics?.mem_total_bytes)}`) },
+    { key: "store", title: "Object store", align: "right", render: (n) => (n.state === "ALIVE" ? objectStore(n.metrics) : lastKnown(n, storeText(n.metrics))) },
+    { key: "disk", title: "Disk", align: "right", render: (n) => lastKnown(n, rootDisk(n.metrics)) },
     {
       key: "net",
       title: "Sent / received",
@@ -183,7 +234,7 @@ export function Machines({ params }: { params: URLSearchParams }) {
         </span>
       ),
     },
-    { key: "resources", title: "Resources (used / total)", render: (n) => usedOfTotal(n.resources_total ?? {}, n.resources_available ?? {}) },
+    { key: "resources", title: "Resources (used / total)", render: (n) => lastKnown(n, usedOfTotal(n.resources_total ?? {}, n.resources_available ?? {})) },
   ];
   return (
     <div>
@@ -193,6 +244,7 @@ export function Machines({ params }: { params: URLSearchParams }) {
         columns={cols}
         rows={nodes.data?.items ?? []}
         rowKey={(n) => n.node_id}
+        rowClass={(n) => (n.state === "ALIVE" ? "" : "row-dead")}
         testId="nodes-table"
         onRowClick={(n) => setParams({ node: open === n.node_id ? undefined : n.node_id })}
         expanded={(n) => (open === n.node_id ? <NodeMetrics id={n.node_id} /> : null)}

@@ -6,6 +6,7 @@ import { ErrorBox } from "../components/bits";
 import { getJSON, type Page } from "../lib/api";
 import { useApi } from "../lib/data";
 import { bytes, shortId } from "../lib/format";
+import { NodeLink, WorkerLink } from "../components/links";
 import { setParams } from "../lib/router";
 import type { ObjectRow } from "../lib/types";
 
@@ -54,7 +55,7 @@ export function Memory({ params }: { params: URLSearchParams }) {
   );
 
   const groupCols: Column<Group>[] = [
-    { key: "key", title: by === "pid" ? "Process" : "Node", render: (g) => (by === "pid" ? <span class="mono">{shortId(g.node_id)} / pid {g.pid}</span> : <span class="mono">{shortId(g.node_id, 12)}</span>) },
+    { key: "key", title: by === "pid" ? "Process" : "Node", render: (g) => (by === "pid" ? <span class="mono"><NodeLink id={g.node_id} /> / pid <WorkerLink node={g.node_id} pid={g.pid} /></span> : <NodeLink id={g.node_id} len={12} />) },
     { key: "count", title: "Refs", align: "right" },
     { key: "bytes", title: "Size", align: "right", render: (g) => bytes(g.bytes) },
     { key: "types", title: "Reference types", render: (g) => Object.entries(g.types).map(([t, n]) => `${t} ${n}`).join(" · ") },
@@ -67,8 +68,8 @@ export function Memory({ params }: { params: URLSearchParams }) {
     { key: "reference_type", title: "Reference type", width: "1.2fr", sortable: true },
     { key: "object_size", title: "Size", width: "90px", align: "right", sortable: true, render: (o) => ((o.object_size ?? -1) >= 0 ? bytes(o.object_size) : "–") },
     { key: "status", title: "Status", width: "110px", sortable: true },
-    { key: "node_id", title: "Node", width: "100px", sortable: true, render: (o) => <span class="mono">{shortId(o.node_id)}</span> },
-    { key: "pid", title: "PID", width: "70px", align: "right", sortable: true },
+    { key: "node_id", title: "Node", width: "100px", sortable: true, render: (o) => <NodeLink id={o.node_id} /> },
+    { key: "pid", title: "PID", width: "70px", align: "right", sortable: true, render: (o) => <WorkerLink node={o.node_id} pid={o.pid} /> },
     { key: "call_site", title: "Call site", width: "2fr", sortable: true },
   ];
 

@@ -3,10 +3,12 @@
 import { useMemo } from "preact/hooks";
 import { Chart } from "../components/Chart";
 import { ErrorBox, Stat, StateBadge, taskBuckets } from "../components/bits";
+import { NodeLink, WorkerLink } from "../components/links";
 import type { Page } from "../lib/api";
 import { useApi } from "../lib/data";
 import { bytes, pct, time } from "../lib/format";
 import { href } from "../lib/router";
+import { endedText, useVersion } from "../lib/session";
 import type { ClusterStatus, EventRow, HistorySample, JobDetails } from "../lib/types";
 
 export interface Throughput {
@@ -41,6 +43,8 @@ export function Overview(_: { params: URLSearchParams }) {
   // Jobs are not on the stream: polled. A dashboard that cannot run jobs answers an error: "–".
   const jobs = useApi<JobDetails[]>("api/jobs/", {}, { pollMs: 2000 });
   const errors = useApi<Page<EventRow>>("api/events", { filter: "severity=ERROR", limit: 8 }, { liveTypes: ["event"] });
+  const version = useVersion();
+  const recorded = !!version?.history;
   const s = status.data;
   const last = hist.data?.samples[hist.data.samples.length - 1];
   const t = taskBuckets(s?.tasks);
@@ -76,14 +80,14 @@ export function Overview(_: { params: URLSearchParams }) {
           sub={jobs.data ? <a href={href("jobs")}>{jobs.data.length} jobs in all</a> : jobs.error ? "jobs need a cluster head" : undefined}
           testId="stat-jobs-running"
         />
-        <Stat label="CPU now" value={pct(last?.cpu_percent)} testId="stat-cpu-now" />
+        <Stat label={recorded ? "CPU at the end" : "CPU now"} value={pct(last?.cpu_percent)} testId="stat-cpu-now" />
       </div>
       {s && Object.values(s.dropped).some((n) => n > 0) && (
         <div class="note">
           The dashboard dropped records past its caps: {Object.entries(s.dropped).filter(([, n]) => n > 0).map(([k, n]) => `${k} ${n}`).join(", ")}.
         </div>
       )}
-      <h2>Live</h2>
+      <h2 data-testid="charts-heading">{recorded ? `Recorded session (${endedText(version)})` : "Live"}</h2>
       <ErrorBox error={hist.error} />
       <div class="charts">
         <Chart title="CPU" series={[{ label: "CPU %", fmt: (v) => `${v.toFixed(0)}%` }]} data={cpu} yMax={100} testId="chart-cpu" />
@@ -91,7 +95,12 @@ export function Overview(_: { params: URLSearchParams }) {
         <Chart title="Object store" series={[{ label: "used", fmt: bytes }, { label: "capacity", fmt: bytes }]} data={store} testId="chart-store" />
         <Chart title="Task throughput" series={[{ label: "finished/s", color: "#2b8a3e", fmt: (v) => v.toFixed(1) }, { label: "failed/s", color: "#fa5252", fmt: (v) => v.toFixed(1) }]} data={thr} testId="chart-throughput" />
       </div>
-      <h2>Recent errors</h2>
+      <h2>
+        Recent errors{" "}
+        <a class="note" href={href("events")} data-testid="all-events-link">
+          all events
+        </a>
+      </h2>
       <ErrorBox error={errors.error} />
       <table class="table" data-testid="recent-errors">
         <tbody>
@@ -103,6 +112,18 @@ export function Overview(_: { params: URLSearchParams }) {
               </td>
               <td>
                 {e.message}
+                {e.node_id && (
+                  <span class="note">
+                    {" · node "}
+                    <NodeLink id={e.node_id} />
+                    {e.pid ? (
+                      <>
+                        {" · pid "}
+                        <WorkerLink node={e.node_id} pid={e.pid} />
+                      </>
+                    ) : null}
+                  </span>
+                )}
                 {e.detail && (
                   <details>
                     <summary class="note">traceback</summary>

@@ -4,10 +4,11 @@
 import { useCallback, useState } from "preact/hooks";
 import { VirtualTable, type Column } from "../components/VirtualTable";
 import { BarLegend, ErrorBox, NodeSelect, ProgressBar, StateBadge, taskBuckets } from "../components/bits";
+import { ActorLink, JobLink, NodeLink, TaskLink, WorkerLink } from "../components/links";
 import { getJSON, type Page } from "../lib/api";
 import { useApi, useLiveToken } from "../lib/data";
-import { duration, shortId, time } from "../lib/format";
-import { setParams } from "../lib/router";
+import { duration, time } from "../lib/format";
+import { href, setParams } from "../lib/router";
 import type { TaskDetail as TaskDetailRow, TaskRow, TaskSummary } from "../lib/types";
 
 const STATES = ["", "PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WORKER", "RUNNING", "RETRYING", "FINISHED", "FAILED"];
@@ -38,8 +39,8 @@ export function Tasks({ params }: { params: URLSearchParams }) {
     { key: "state", title: "State", width: "170px", sortable: true, render: (t) => <StateBadge state={t.state} /> },
     // Whole: a task id starts with its submitter's random prefix, the same on every row it submitted.
     { key: "task_id", title: "Task", width: "280px", render: (t) => <span class="mono">{t.task_id}</span> },
-    { key: "node_id", title: "Node", width: "100px", sortable: true, render: (t) => <span class="mono">{shortId(t.node_id)}</span> },
-    { key: "pid", title: "PID", width: "70px", align: "right", sortable: true },
+    { key: "node_id", title: "Node", width: "100px", sortable: true, render: (t) => <NodeLink id={t.node_id} /> },
+    { key: "pid", title: "PID", width: "70px", align: "right", sortable: true, render: (t) => <WorkerLink node={t.node_id} pid={t.pid} /> },
     { key: "submitted_time", title: "Submitted", width: "100px", sortable: true, render: (t) => time(t.submitted_time) },
     { key: "duration_s", title: "Duration", width: "90px", align: "right", sortable: true, render: (t) => duration(t.duration_s) },
     { key: "attempt", title: "Attempt", width: "70px", align: "right", sortable: true },
@@ -138,7 +139,7 @@ export function Tasks({ params }: { params: URLSearchParams }) {
           height={Math.max(300, window.innerHeight - 260)}
           testId="tasks-table"
         />
-        {sel && <TaskDetail sel={sel} onAttempt={(key) => setParams({ sel: key })} />}
+        {sel && <TaskDetail sel={sel} onAttempt={(key) => setParams({ sel: key })} logStream={params.get("log") === "err" ? "err" : "out"} />}
       </div>
     </div>
   );
@@ -155,7 +156,7 @@ function rowKey(t: { task_id: string; attempt: number }): string {
   return t.attempt ? attemptKey(t) : t.task_id;
 }
 
-function TaskDetail({ sel, onAttempt }: { sel: string; onAttempt: (key: string) => void }) {
+function TaskDetail({ sel, onAttempt, logStream }: { sel: string; onAttempt: (key: string) => void; logStream: "out" | "err" }) {
   const [id, attempt] = sel.split(":");
   const d = useApi<TaskDetailRow>(`api/tasks/${encodeURIComponent(id)}`, attempt ? { attempt } : {}, {
     liveTypes: ["tasks"],
@@ -176,17 +177,29 @@ function TaskDetail({ sel, onAttempt }: { sel: string; onAttempt: (key: string) 
         <dt>Type</dt>
         <dd>{t.type}</dd>
         <dt>Job</dt>
-        <dd class="mono">{t.job_id || "–"}</dd>
+        <dd>
+          <JobLink id={t.job_id} />
+          {t.job_id && (
+            <>
+              {" "}
+              · <a href={href("tasks", { job: t.job_id })}>its tasks</a>
+            </>
+          )}
+        </dd>
         <dt>Node / pid</dt>
-        <dd class="mono">
-          {shortId(t.node_id, 12)} / {t.pid ?? "–"}
+        <dd>
+          <NodeLink id={t.node_id} len={12} /> / <WorkerLink node={t.node_id} pid={t.pid} />
         </dd>
         {t.actor_id && (
           <>
             <dt>Actor</dt>
-            <dd class="mono">{t.actor_id}</dd>
+            <dd>
+              <ActorLink id={t.actor_id} len={32} />
+            </dd>
           </>
         )}
+        <dt>Parent task</dt>
+        <dd>{t.parent_task_id ? <TaskLink id={t.parent_task_id} /> : "the driver"}</dd>
         <dt>Attempt</dt>
         <dd>{t.attempt ?? 0}</dd>
         <dt>Duration</dt>
@@ -219,9 +232,13 @@ function TaskDetail({ sel, onAttempt }: { sel: string; onAttempt: (key: string) 
                   <td>
                     <StateBadge state={a.state} />
                   </td>
-                  <td class="mono">{shortId(a.node_id, 12)}</td>
-                  <td class="num">{a.pid ?? "–"}</td>
-                  <td class="mono">{shortId(a.worker_id, 12)}</td>
+                  <td class="mono">
+                    <NodeLink id={a.node_id} len={12} />
+                  </td>
+                  <td class="num">
+                    <WorkerLink node={a.node_id} pid={a.pid} />
+                  </td>
+                  <td class="mono">{a.worker_id ? a.worker_id.slice(0, 12) : "–"}</td>
                   <td>{time(a.start_time)}</td>
                   <td>{time(a.end_time)}</td>
                 </tr>
@@ -230,6 +247,7 @@ function TaskDetail({ sel, onAttempt }: { sel: string; onAttempt: (key: string) 
           </table>
         </>
       )}
+      <TaskLog task={t} stream={logStream} />
       <h2>Phases</h2>
       <table class="table">
         <tbody>
@@ -246,6 +264,55 @@ function TaskDetail({ sel, onAttempt }: { sel: string; onAttempt: (key: string) 
         <>
           <h2>Traceback</h2>
           <pre data-testid="task-traceback">{t.error}</pre>
+        </>
+      )}
+    </div>
+  );
+}
+
+interface TaskLogReply {
+  file: string;
+  node_id: string | null;
+  pid: number | null;
+  attempt: number;
+  start: number | null;
+  end: number | null;
+  text: string;
+  left_out: number;
+  note?: string;
+}
+
+/** The lines this task printed (its attempt's bytes of its worker's .out or .err file). */
+function TaskLog({ task, stream }: { task: TaskDetailRow; stream: "out" | "err" }) {
+  const ran = !!task.task_log_info;
+  const log = useApi<TaskLogReply>(ran ? `api/tasks/${encodeURIComponent(task.task_id)}/log` : null, { stream, attempt: String(task.attempt ?? 0), state: task.state });
+  const r = log.data;
+  return (
+    <div data-testid="task-log-panel">
+      <h2>
+        Log{" "}
+        {(["out", "err"] as const).map((s) => (
+          <button key={s} class={s === stream ? "active" : ""} onClick={() => setParams({ log: s === "out" ? undefined : s })} data-testid={`task-log-${s}`}>
+            {s === "out" ? "stdout" : "stderr"}
+          </button>
+        ))}
+      </h2>
+      {!ran && <div class="note">It has not run on a worker yet.</div>}
+      <ErrorBox error={log.error} />
+      {r && (
+        <>
+          <div class="note">
+            {r.note
+              ? `Its own lines are not known: ${r.note}.`
+              : r.end !== null && r.start !== null
+                ? `${(r.end - r.start).toLocaleString()} bytes of ${r.file}, attempt ${r.attempt}`
+                : task.state === "FINISHED" || task.state === "FAILED"
+                  ? `its worker died during it: ${r.file} from where it started to its end, attempt ${r.attempt}`
+                  : `its lines so far, from ${r.file}, attempt ${r.attempt}`}{" "}
+            · <a href={href("logs", { node: r.node_id ?? undefined, pid: r.pid ? String(r.pid) : undefined })} data-testid="worker-log-link">its worker's whole log</a>
+          </div>
+          {r.text ? <pre data-testid="task-log">{r.text}</pre> : !r.note && <div class="note" data-testid="task-log-empty">It printed nothing to {stream === "out" ? "stdout" : "stderr"}.</div>}
+          {r.left_out > 0 && <div class="note">The last {r.left_out.toLocaleString()} bytes are left out here; the worker's log has them.</div>}
         </>
       )}
     </div>

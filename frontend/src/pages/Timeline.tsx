@@ -7,6 +7,7 @@ import { apiUrl, errorText, getJSON } from "../lib/api";
 import { setParams } from "../lib/router";
 import { useStream } from "../lib/stream";
 import { TraceAccumulator } from "../timeline/live";
+import { useVersion } from "../lib/session";
 import { TimelineCanvas, type ColorBy, type View } from "../timeline/TimelineCanvas";
 import { parseTrace } from "../timeline/trace";
 
@@ -23,6 +24,7 @@ const WINDOWS: [string, number][] = [
 ];
 
 export function Timeline({ params }: { params: URLSearchParams }) {
+  const recorded = !!useVersion()?.history;
   const win = Number(params.get("window") ?? 60) || 60;
   const colorBy: ColorBy = params.get("color") === "state" ? "state" : "function";
   const flows = params.get("flows") === "1";
@@ -155,7 +157,7 @@ export function Timeline({ params }: { params: URLSearchParams }) {
         <NodeSelect value={node} onChange={(v) => setParams({ node: v })} anyLabel="all" testId="timeline-node" />
         <label>
           <input type="checkbox" checked={follow} onChange={(e) => setFollow((e.currentTarget as HTMLInputElement).checked)} data-testid="timeline-follow" />
-          follow live
+          {recorded ? "follow the end" : "follow live"}
         </label>
         <button onClick={() => {
             setFollow(false);
