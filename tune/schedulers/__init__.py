@@ -1,0 +1,13 @@
+"""Trial schedulers (``ember.tune.schedulers``): pure answers to each result."""
+
+from ember.tune.schedulers.async_hyperband import ASHAScheduler, AsyncHyperBandScheduler
+from ember.tune.schedulers.median_stopping import MedianStoppingRule
+from ember.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
+
+__all__ = [
+    "ASHAScheduler",
+    "AsyncHyperBandScheduler",
+    "FIFOScheduler",
+    "MedianStoppingRule",
+    "TrialScheduler",
+]
