@@ -69,8 +69,8 @@ class TrialLoop:
 
     @property
     def finished(self) -> bool:
-        if any(t.status == RUNNING for t in self.trials):
-            return False
+        if self._after_save or any(t.status == RUNNING for t in self.trials):
+            return False  # a save still to land (checkpoint_at_end) is part of its trial
         if self.stopped:
             return True
         waiting = any(t.status in (PENDING, PAUSED) for t in self.trials)

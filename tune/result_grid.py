@@ -70,9 +70,15 @@ class Result:
         blob = Path(self.path or "", "error.pkl")
         if blob.exists():
             try:
-                return pickle.loads(blob.read_bytes())
+                error = pickle.loads(blob.read_bytes())
             except Exception:  # noqa: BLE001 - its class is gone: the text stands in
-                pass
+                error = None
+            # A task error is also an instance of its cause's class (except ValueError:
+            # catches it), as when it was raised; pickling keeps only the plain class.
+            if hasattr(error, "as_instanceof_cause"):
+                error = error.as_instanceof_cause()
+            if error is not None:
+                return error
         return RuntimeError(self._trial.error_msg or "trial failed")
 
     @property

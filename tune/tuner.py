@@ -57,7 +57,9 @@ def trainable_resources(trainable: Any, default: Any = None) -> PlacementGroupFa
 
 def make_search(search_alg: Any, tune_config: TuneConfig, param_space: dict) -> SearchAlgorithm:
     if search_alg is None:
-        search_alg = BasicVariantGenerator(max_concurrent=tune_config.max_concurrent_trials or 0)
+        # max_concurrent_trials limits running trials in the loop; the generator may make
+        # pending ones ahead (so the state file lists them, and a restore knows them).
+        search_alg = BasicVariantGenerator()
     elif isinstance(search_alg, Searcher):
         if tune_config.max_concurrent_trials and not isinstance(search_alg, ConcurrencyLimiter):
             search_alg = ConcurrencyLimiter(search_alg, tune_config.max_concurrent_trials)
@@ -248,4 +250,11 @@ class Tuner:
         for _ in range(len(trials)):
             if search.next_trial() is None and search.finished:
                 break
+        for trial in trials:
+            # The search hears of the restored trials' endings (a limit on live suggestions
+            # must not count trials that finished before the kill).
+            if trial.is_finished:
+                search.on_trial_complete(
+                    trial.trial_id, trial.last_result or None, trial.status == ERROR
+                )
         return state.get("session") or date_str()
