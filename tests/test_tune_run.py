@@ -53,7 +53,9 @@ def test_function_trainable_grid_and_random(node, tmp_path):
     assert best.config["x"] == 3 and best.metrics["score"] == 9
     m = best.metrics
     assert m["training_iteration"] == 3 and m["iterations_since_restore"] == 3
-    assert m["trial_id"] == grid[2].trial_id and m["done"] is False
+    assert (
+        m["trial_id"] == grid[2].trial_id and m["done"] is True
+    )  # the function returned (in memory; the file says False)
     assert m["pid"] != os.getpid() and m["hostname"] and m["node_ip"] == "127.0.0.1"
     assert m["time_total_s"] >= m["time_this_iter_s"] > 0 and m["experiment_tag"].startswith(
         "2_x=3,y="

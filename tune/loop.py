@@ -121,6 +121,10 @@ class TrialLoop:
         if trial.status != RUNNING or trial.stop_requested:
             return []
         if result.get("__done__"):
+            # The function returned: its last result is the final one (done in memory, as
+            # in Ray; the line already written stays as it was).
+            if trial.last_result:
+                trial.last_result["done"] = True
             return self._end(trial, TERMINATED)
         trial.update_metrics(result)
         actions: list[Action] = []

@@ -118,6 +118,10 @@ class BasicVariantGenerator(SearchAlgorithm):
     def total_samples(self) -> int | None:
         return None if self._total < 0 else self._total
 
+    def __getstate__(self) -> dict:
+        # The running expansion is a generator: not saved; set_search_properties remakes it.
+        return {k: v for k, v in self.__dict__.items() if k != "_iter"} | {"_iter": None}
+
     def next_trial(self) -> Suggestion | None:
         if self.finished or self._iter is None:
             return None
