@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ember.tune import checkpoint_manager
+import ember.tune.checkpoint_manager as checkpoint_manager
 from ember.tune.config import CheckpointConfig
 from ember.tune.schedulers.trial_scheduler import TrialScheduler
 from ember.tune.search.basic_variant import SearchAlgorithm

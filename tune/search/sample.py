@@ -43,6 +43,26 @@ def _one(domain: Domain, items: Any) -> Any:
     return items if len(items) > 1 else domain.cast(items[0])
 
 
+class RecursiveDependencyError(Exception):
+    """A ``sample_from`` read a value that is not resolved yet (tried again next pass)."""
+
+
+class SpecView(dict):
+    """The spec a ``sample_from`` function sees: ``spec.config.x`` reads, raising on a value
+    that is still a domain so that the function is retried once that value is sampled."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            value = self[name]
+        except KeyError as e:
+            raise AttributeError(name) from e
+        if isinstance(value, Domain) or (
+            isinstance(value, dict) and len(value) == 1 and "grid_search" in value
+        ):
+            raise RecursiveDependencyError(f"`{name}` depends on the unresolved {value!r}")
+        return SpecView(value) if isinstance(value, dict) else value
+
+
 class Sampler:
     def sample(self, domain: Domain, config: Any, size: int, rng: Rng) -> Any:
         raise NotImplementedError
@@ -156,11 +176,9 @@ class _Call(Sampler):
             return domain.func(config)
         except (AttributeError, KeyError):
             # The older spelling reads ``spec.config.x``: give it the spec around the config.
-            from ember.tune.search.variants import _Guard
-
             if isinstance(config, dict) and "config" in config:
                 raise
-            return domain.func(_Guard({"config": config}))
+            return domain.func(SpecView({"config": config}))
 
 
 class Quantized(Sampler):

@@ -12,28 +12,16 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ember.tune.search.sample import Categorical, Domain, Function
+from ember.tune.search.sample import (
+    Categorical,
+    Domain,
+    Function,
+    RecursiveDependencyError,
+    SpecView,
+)
 
 Path = tuple
 MAX_PASSES = 100  # sample_from chains deeper than this are a cycle, not a dependency
-
-
-class RecursiveDependencyError(Exception):
-    """A ``sample_from`` read a value that is not resolved yet (tried again next pass)."""
-
-
-class _Guard(dict):
-    """The spec a ``sample_from`` function sees: ``spec.config.x`` reads, raising on a value
-    that is still a domain so that the function is retried once that value is sampled."""
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            value = self[name]
-        except KeyError as e:
-            raise AttributeError(name) from e
-        if isinstance(value, Domain) or _is_grid_dict(value):
-            raise RecursiveDependencyError(f"`{name}` depends on the unresolved {value!r}")
-        return _Guard(value) if isinstance(value, dict) else value
 
 
 def _is_grid_dict(value: Any) -> bool:
@@ -91,7 +79,7 @@ def _resolve_domains(spec: dict, domains: list[tuple[Path, Domain]], rng: Any) -
             if path in resolved:
                 continue
             try:
-                value = domain.sample(_Guard(spec), random_state=rng)
+                value = domain.sample(SpecView(spec), random_state=rng)
             except RecursiveDependencyError as e:
                 error = e
                 continue
