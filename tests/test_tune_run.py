@@ -39,14 +39,39 @@ def objective(config):
         tune.report({"score": config["x"] * (i + 1), "half": config["y"] / 2})
 
 
+class Recorder(tune.Callback):
+    def __init__(self):
+        self.events = []
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.events.append(("start", trial.trial_id))
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.events.append(("result", trial.trial_id, result["score"]))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.events.append(("complete", trial.trial_id))
+
+    def on_experiment_end(self, trials, **info):
+        self.events.append(("end", len(trials)))
+
+
 def test_function_trainable_grid_and_random(node, tmp_path):
+    recorder = Recorder()
     tuner = tune.Tuner(
         objective,
         param_space={"x": tune.grid_search([1, 2, 3]), "y": tune.uniform(0, 1)},
         tune_config=tune.TuneConfig(metric="score", mode="max"),
-        run_config=quiet(tmp_path, "fn"),
+        run_config=quiet(tmp_path, "fn", callbacks=[recorder]),
     )
     grid = tuner.fit()
+    for r in grid:
+        mine = [e for e in recorder.events if e[1:2] == (r.trial_id,)]
+        x = r.config["x"]
+        assert mine == [("start", r.trial_id)] + [
+            ("result", r.trial_id, x * i) for i in (1, 2, 3)
+        ] + [("complete", r.trial_id)]
+    assert recorder.events[-1] == ("end", 3)
     assert len(grid) == 3 and grid.num_terminated == 3 and grid.num_errors == 0
     assert [r.config["x"] for r in grid] == [1, 2, 3]
     best = grid.get_best_result()
