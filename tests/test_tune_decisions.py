@@ -301,3 +301,52 @@ def test_loop_pause_then_resume_through_the_scheduler():
     assert kinds(loop.step(1)) == [("start", "1", None), ("train", "1", None)]
     loop.on_result(t1, {"__done__": True})
     assert kinds(loop.step(2)) == [("start", "0", None), ("train", "0", None)]
+
+
+def test_pbt_moves_the_worst_trial_onto_a_top_trials_checkpoint(tmp_path):
+    from ember.tune.schedulers import PopulationBasedTraining
+
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration",
+        metric="score",
+        mode="max",
+        perturbation_interval=2,
+        hyperparam_mutations={"lr": [0.1, 0.2, 0.3, 0.4]},
+        resample_probability=0,
+        seed=1,
+    )
+    trials = []
+    for i, lr in enumerate([0.1, 0.2, 0.3, 0.4]):
+        t = Trial(f"t{i}", {"lr": lr, "fixed": "k"}, str(i), "f", status="RUNNING")
+        t.experiment_dir, t.dirname, t.latest_checkpoint = (
+            str(tmp_path),
+            f"d{i}",
+            "checkpoint_000000",
+        )
+        t.checkpoint_iteration = 2
+        (tmp_path / f"d{i}" / "checkpoint_000000").mkdir(parents=True)
+        trials.append(t)
+    view = Trials(*trials)
+    for t in trials:
+        pbt.on_trial_add(view, t)
+    # iteration 1: before the interval, nothing moves
+    assert [
+        pbt.on_trial_result(view, t, {"training_iteration": 1, "score": t.config["lr"]})
+        for t in trials
+    ] == [C, C, C, C]
+    # iteration 2: t3 (best) is in the top quarter, t0 (worst) in the bottom one
+    decisions = [
+        pbt.on_trial_result(view, t, {"training_iteration": 2, "score": t.config["lr"]})
+        for t in reversed(trials)
+    ]
+    assert decisions == [C, C, C, P]
+    worst = trials[0]
+    assert worst.restore_path == str(tmp_path / "d3" / "checkpoint_000000")
+    assert worst.restore_iteration == 2
+    # explore: the donor's lr shifted one place in the list; other keys copied from the donor
+    assert worst.config in ({"lr": 0.3, "fixed": "k"}, {"lr": 0.4, "fixed": "k"})
+    [record] = worst.perturbations
+    assert record["clone_from"] == "t3" and record["old_config"] == {"lr": 0.1, "fixed": "k"}
+    assert record["operations"]["lr"].startswith("shift")
+    with pytest.raises(ValueError, match="needs"):
+        pbt.on_trial_result(view, trials[1], {"score": 1})

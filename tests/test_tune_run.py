@@ -428,3 +428,53 @@ def test_restore_after_the_driver_is_sigkilled(node, tmp_path):
         if r.trial_id in done_before:
             assert text == done_before[r.trial_id]  # finished trials were not run again
         assert [row["i"] for row in lines(Path(r.path, "result.json"))][-3:] == [0, 1, 2]
+
+
+def pbt_trainable(config):
+    """score grows by lr per step; the state (score) travels in the checkpoint."""
+    score, start = 0.0, 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            score, start = json.loads(Path(d, "state.json").read_text())
+    for step in range(start, 8):
+        score += config["lr"]
+        d = Path(config["scratch"], f"{tune.get_context().get_trial_id()}_{step}")
+        d.mkdir(parents=True, exist_ok=True)
+        Path(d, "state.json").write_text(json.dumps([score, step + 1]))
+        time.sleep(0.05)
+        tune.report(
+            {"score": score, "lr": config["lr"]}, checkpoint=tune.Checkpoint.from_directory(d)
+        )
+
+
+def test_pbt_exploits_and_explores_through_checkpoints(node, tmp_path):
+    from ember.tune.schedulers import PopulationBasedTraining
+
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_mutations={"lr": [0.1, 0.2, 0.3, 0.4]},
+        resample_probability=0,
+        seed=0,
+    )
+    grid = tune.Tuner(
+        pbt_trainable,
+        param_space={"lr": tune.grid_search([0.1, 0.4]), "scratch": str(tmp_path / "s")},
+        tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=pbt),
+        run_config=quiet(tmp_path, "pbt"),
+    ).fit()
+    assert grid.num_terminated == 2 and pbt.num_perturbations >= 1
+    state = json.loads(next((tmp_path / "pbt").glob("experiment_state-*.json")).read_text())
+    moved = [t for t in state["trials"] if t["perturbations"]]
+    assert moved and all(
+        p["clone_from"] != t["trial_id"] for t in moved for p in t["perturbations"]
+    )
+    trial = moved[0]
+    first = trial["perturbations"][0]
+    rows = lines(tmp_path / "pbt" / trial["dirname"] / "result.json")
+    # after the exploit the trial continues from the donor's iteration, with the new lr
+    resumed = next(i for i, r in enumerate(rows) if r["config"] == first["new_config"])
+    assert rows[resumed]["training_iteration"] == first["clone_iteration"] + 1
+    assert rows[resumed]["lr"] == first["new_config"]["lr"] != first["old_config"]["lr"]
+    assert grid[0].metrics["training_iteration"] == grid[1].metrics["training_iteration"] == 8

@@ -156,7 +156,14 @@ class Controller:
         if not (files.dir / "params.json").exists():
             files.write_params(trial.config)
         restore = None
-        if trial.latest_checkpoint and (files.dir / trial.latest_checkpoint).is_dir():
+        if trial.restore_path and Path(trial.restore_path).is_dir():
+            restore = {
+                "path": trial.restore_path,
+                "iteration": trial.restore_iteration,
+                "time_total": trial.restore_time_total,
+            }
+            trial.restore_path = None
+        elif trial.latest_checkpoint and (files.dir / trial.latest_checkpoint).is_dir():
             restore = {
                 "path": str(files.dir / trial.latest_checkpoint),
                 "iteration": trial.checkpoint_iteration,

@@ -142,9 +142,11 @@ class TrialLoop:
         if decision == TrialScheduler.PAUSE:
             return actions + self._pause(trial)
         freq = self.checkpoint_config.checkpoint_frequency
+        asked = getattr(self.scheduler, "wants_checkpoint", None)
         wants_save = not self.is_function and (
             (freq and result.get("training_iteration", 0) % freq == 0)
             or result.get("should_checkpoint")
+            or (asked is not None and asked(trial))
         )
         if wants_save:
             self._after_save[trial_id] = Action("train", trial)

@@ -33,6 +33,12 @@ class Trial:
     stop_requested: bool = False
     runs: int = 0  # how many actors this trial has had (restarts and resumes add one)
     experiment_dir: str = ""
+    # Set by a scheduler that moves the trial onto another trial's checkpoint (PBT's exploit):
+    # the next start restores from there, not from the trial's own latest checkpoint.
+    restore_path: str | None = None
+    restore_iteration: int = 0
+    restore_time_total: float = 0.0
+    perturbations: list = field(default_factory=list)
 
     def __str__(self) -> str:
         return f"{self.trainable_name}_{self.trial_id}"

@@ -2,6 +2,7 @@
 
 from ember.tune.schedulers.async_hyperband import ASHAScheduler, AsyncHyperBandScheduler
 from ember.tune.schedulers.median_stopping import MedianStoppingRule
+from ember.tune.schedulers.pbt import PopulationBasedTraining
 from ember.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 
 __all__ = [
@@ -9,5 +10,6 @@ __all__ = [
     "AsyncHyperBandScheduler",
     "FIFOScheduler",
     "MedianStoppingRule",
+    "PopulationBasedTraining",
     "TrialScheduler",
 ]
