@@ -192,13 +192,15 @@ def _compare_output(runtime: str, returncode: int, stdout: str, stderr: str) -> 
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-def run_compare_program(program: Path, python: Path | str, runtime: str) -> dict:
+def run_compare_program(
+    program: Path, python: Path | str, runtime: str, timeout: float = 300
+) -> dict:
     """Runs a program of ``tests/tools`` on one runtime; its last line of output, as JSON."""
     done = subprocess.run(
         [str(python), str(program), runtime],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         env=_compare_env(),
         cwd=REPO_ROOT,
     )

@@ -40,7 +40,7 @@ def _ray_has_tune(ray_python: Path) -> bool:
     return probe.returncode == 0
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1200)
 def test_ray_tune_and_ember_tune_agree():
     ray_python = require_ray_python()
     if not _ray_has_tune(ray_python):
@@ -48,7 +48,8 @@ def test_ray_tune_and_ember_tune_agree():
     started = time.monotonic()
     ember = run_compare_program(PROGRAM, sys.executable, "ember")
     ember_seconds = time.monotonic() - started
-    ray = run_compare_program(PROGRAM, ray_python, "ray")
+    # Ray Tune starts each trial slowly (seconds each on a loaded 2-core machine): more time.
+    ray = run_compare_program(PROGRAM, ray_python, "ray", timeout=800)
     print(f"wall time: Ember {ember_seconds:.1f} s, both {time.monotonic() - started:.1f} s")
     print("per case (s): Ember", ember["seconds"], "Ray", ray["seconds"])
     differ = {
