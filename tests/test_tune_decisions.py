@@ -165,6 +165,21 @@ def test_stoppers(stop, results, expected):
     assert [stopper("t", r) for r in results] == expected
 
 
+def test_experiment_plateau_stops_everything_once_the_top_values_agree():
+    from ember.tune.stopper import ExperimentPlateauStopper
+
+    stopper = ExperimentPlateauStopper("loss", std=0.01, top=3, mode="min", patience=1)
+    answers = [
+        stopper(t, {"loss": v})
+        for t, v in [("a", 5.0), ("b", 1.0), ("c", 1.0), ("a", 1.0), ("b", 1.0)]
+    ]
+    # top 3 are [1, 1, 1] from the 4th result on, which is the first plateaued one (Ray
+    # counts it before comparing with patience)
+    assert answers == [False, False, False, True, True] and stopper.stop_all()
+    with pytest.raises(ValueError, match="top"):
+        ExperimentPlateauStopper("loss", top=1)
+
+
 def test_stop_dict_key_missing_from_result_is_named():
     with pytest.raises(ValueError, match="'accuracy' is not in the trial's result"):
         as_stopper({"accuracy": 1})("t", {"acc": 1})

@@ -111,6 +111,39 @@ class TrialPlateauStopper(Stopper):
         return bool(np.std(list(window)) <= self.std)
 
 
+class ExperimentPlateauStopper(Stopper):
+    """Stops the whole experiment once the ``top`` best values of ``metric`` (over all
+    trials) have a standard deviation at most ``std`` for ``patience`` more results."""
+
+    def __init__(
+        self, metric: str, std: float = 0.001, top: int = 10, mode: str = "min", patience: int = 0
+    ) -> None:
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        if not isinstance(top, int) or top <= 1:
+            raise ValueError(f"top must be an integer greater than one, got {top!r}")
+        if not isinstance(patience, int) or patience < 0:
+            raise ValueError(f"patience must be a non-negative integer, got {patience!r}")
+        if not isinstance(std, float) or std <= 0:
+            raise ValueError(f"std must be a positive float, got {std!r}")
+        self.metric, self.std, self.top, self.mode, self.patience = metric, std, top, mode, patience
+        self.values: list[float] = []
+        self.plateau_results = 0
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        self.values.append(result[self.metric])
+        ranked = sorted(self.values)
+        self.values = ranked[: self.top] if self.mode == "min" else ranked[-self.top :]
+        self.plateau_results = self.plateau_results + 1 if self._plateaued() else 0
+        return self.stop_all()
+
+    def _plateaued(self) -> bool:
+        return len(self.values) == self.top and float(np.std(self.values)) <= self.std
+
+    def stop_all(self) -> bool:
+        return self._plateaued() and self.plateau_results >= self.patience
+
+
 class TimeoutStopper(Stopper):
     """Stops the whole experiment after ``timeout`` seconds (or a ``datetime.timedelta``)."""
 
