@@ -3,6 +3,7 @@ gathered with ``ember.wait``, files and the experiment's state written as they h
 
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -156,14 +157,23 @@ class Controller:
         if not (files.dir / "params.json").exists():
             files.write_params(trial.config)
         restore = None
-        if trial.restore_path and Path(trial.restore_path).is_dir():
+        donor, trial.restore_path = trial.restore_path, None
+        if donor and Path(donor).is_dir():
             restore = {
-                "path": trial.restore_path,
+                "path": donor,
                 "iteration": trial.restore_iteration,
                 "time_total": trial.restore_time_total,
             }
-            trial.restore_path = None
-        elif trial.latest_checkpoint and (files.dir / trial.latest_checkpoint).is_dir():
+        elif trial.latest_checkpoint and not (files.dir / trial.latest_checkpoint).is_dir():
+            # Deleted under the experiment: said, and the trial starts over (never a hang).
+            print(
+                f"ember.tune: trial {trial.trial_name}'s checkpoint "
+                f"{files.dir / trial.latest_checkpoint} is gone; it restarts from the beginning",
+                file=sys.stderr,
+                flush=True,
+            )
+            trial.latest_checkpoint = None
+        elif trial.latest_checkpoint:
             restore = {
                 "path": str(files.dir / trial.latest_checkpoint),
                 "iteration": trial.checkpoint_iteration,
