@@ -195,7 +195,7 @@ class ResultGrid:
                     row = {**frame.loc[pick].to_dict(), "config": trial.config}
             row.setdefault("config", trial.config)
             flat = flatten(row)
-            flat["logdir"] = trial.dirname
+            flat["logdir"] = trial.local_path
             rows.append(flat)
         return _pandas().DataFrame(rows)
 
