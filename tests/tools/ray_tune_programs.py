@@ -285,9 +285,9 @@ def main(name: str) -> None:
                     run_config=rc("nometric"),
                 ).fit()
             ),
-            "mode_typo": raised(lambda: tune.TuneConfig(mode="maximum")),
         },
     )
+    own["mode_typo"] = raised(lambda: tune.TuneConfig(mode="maximum"))
     own["unwritable_storage"] = raised(
         lambda: tune.Tuner(
             curve,
