@@ -365,3 +365,40 @@ def test_pbt_moves_the_worst_trial_onto_a_top_trials_checkpoint(tmp_path):
     assert record["operations"]["lr"].startswith("shift")
     with pytest.raises(ValueError, match="needs"):
         pbt.on_trial_result(view, trials[1], {"score": 1})
+
+
+def test_hyperband_pauses_at_the_milestone_then_keeps_the_best_third():
+    from ember.tune.schedulers import HyperBandScheduler
+
+    hb = HyperBandScheduler(metric="score", mode="max", max_t=9, reduction_factor=3)
+    loop = make_loop(
+        {"x": tune.grid_search(list(range(8)))}, scheduler=hb, max_running=8, is_function=False
+    )
+    assert len(loop.step(0)) == 16
+    # as in Ray: the first bracket (s=0) takes 3 trials to max_t; the next (s=1) 5 trials,
+    # milestone 3
+    assert [len(b.trials) for b in hb.bands[0]] == [3, 5]
+    second = loop.trials[3:]
+
+    def result(trial, t):
+        return loop.on_result(trial.trial_id, {"training_iteration": t, "score": trial.config["x"]})
+
+    for trial in second:
+        assert kinds(result(trial, 1)) == [("train", trial.trial_id[-1], None)]
+    for trial in second[:4]:  # at the milestone before the others: they pause (saving first)
+        assert kinds(result(trial, 3)) == [("save", trial.trial_id[-1], None)]
+        assert kinds(loop.on_saved(trial.trial_id, "checkpoint_000000")) == [
+            ("stop", trial.trial_id[-1], "PAUSED")
+        ]
+    # the last arrives: the bracket halves to ceil(5/3) = 2 (x = 6, 7) with milestone 9
+    actions = kinds(result(second[4], 3))
+    assert actions == [
+        ("train", "7", None),
+        ("stop", "3", "TERMINATED"),
+        ("stop", "4", "TERMINATED"),
+        ("stop", "5", "TERMINATED"),
+    ]
+    assert [t.status for t in second] == ["TERMINATED"] * 3 + ["PAUSED", "RUNNING"]
+    # the paused good trial resumes (from its checkpoint) when the loop looks for work
+    assert kinds(loop.step(1)) == [("start", "6", None), ("train", "6", None)]
+    assert hb.num_stopped == 3

@@ -52,10 +52,24 @@ class TrialLoop:
         self.by_id: dict[str, Trial] = {}
         self.stopped = False  # the whole experiment (time budget, a stopper's stop_all)
         self._after_save: dict[str, Action] = {}
+        self._queued: list[Action] = []  # stops a scheduler asked for other trials
 
     # --- the view schedulers get ----------------------------------------------------------
     def live_trials(self) -> list[Trial]:
         return [t for t in self.trials if not t.is_finished]
+
+    def stop_trial(self, trial: Trial) -> None:
+        """A scheduler ends a trial other than the one reporting (HyperBand's halving)."""
+        if trial.is_finished:
+            return
+        trial.stop_requested = True
+        trial.status = TERMINATED
+        self.search_alg.on_trial_complete(trial.trial_id, trial.last_result or None, False)
+        self._queued.append(Action("stop", trial, TERMINATED))
+
+    def _drain(self, actions: list[Action]) -> list[Action]:
+        queued, self._queued = self._queued, []
+        return actions + queued
 
     def add_trial(self, trial: Trial) -> None:
         self.trials.append(trial)
@@ -113,10 +127,13 @@ class TrialLoop:
             trial.runs += 1
             actions.append(Action("start", trial))
             actions.append(Action("train", trial))
-        return actions
+        return self._drain(actions)
 
     def on_result(self, trial_id: str, result: dict) -> list[Action]:
         """A result arrived. ``result`` is updated in place (``done``) before it is written."""
+        return self._drain(self._on_result(trial_id, result))
+
+    def _on_result(self, trial_id: str, result: dict) -> list[Action]:
         trial = self.by_id[trial_id]
         if trial.status != RUNNING or trial.stop_requested:
             return []
@@ -164,6 +181,9 @@ class TrialLoop:
         return actions
 
     def on_error(self, trial_id: str, error_msg: str) -> list[Action]:
+        return self._drain(self._on_error(trial_id, error_msg))
+
+    def _on_error(self, trial_id: str, error_msg: str) -> list[Action]:
         trial = self.by_id[trial_id]
         if trial.is_finished:
             return []

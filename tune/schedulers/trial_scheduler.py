@@ -18,6 +18,8 @@ class TrialView(Protocol):
 class LoopView(Protocol):
     def live_trials(self) -> list[Any]: ...
 
+    def stop_trial(self, trial: Any) -> None: ...
+
 
 def metric_sign(mode: str | None) -> float:
     return 1.0 if mode == "max" else -1.0
