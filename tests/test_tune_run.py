@@ -478,3 +478,37 @@ def test_pbt_exploits_and_explores_through_checkpoints(node, tmp_path):
     assert rows[resumed]["training_iteration"] == first["clone_iteration"] + 1
     assert rows[resumed]["lr"] == first["new_config"]["lr"] != first["old_config"]["lr"]
     assert grid[0].metrics["training_iteration"] == grid[1].metrics["training_iteration"] == 8
+
+
+def test_hyperband_pauses_and_resumes_class_trials_from_checkpoints(node, tmp_path):
+    from ember.tune.schedulers import HyperBandScheduler
+
+    hb = HyperBandScheduler(metric="total", mode="max", max_t=3, reduction_factor=3)
+    grid = tune.Tuner(
+        Counter,
+        # 4 CPUs: the 5th trial (step 5) waits for a slot, so step 7 reaches the milestone
+        # before the bracket's last one and must pause there
+        param_space={"step": tune.grid_search([1, 2, 7, 6, 5])},
+        tune_config=tune.TuneConfig(scheduler=hb),
+        run_config=quiet(tmp_path, "hb"),
+    ).fit()
+    # brackets as in Ray: 2 trials straight to max_t=3, then 3 trials to a milestone of 1,
+    # of which the best one (step 7) goes on to 3
+    got = {
+        r.config["step"]: (r.status, r.metrics["training_iteration"], r.metrics["total"])
+        for r in grid
+    }
+    assert got == {
+        1: ("TERMINATED", 3, 3),
+        2: ("TERMINATED", 3, 6),
+        5: ("TERMINATED", 1, 5),
+        6: ("TERMINATED", 1, 6),
+        7: ("TERMINATED", 3, 21),
+    }
+    best = grid[2]
+    rows = lines(Path(best.path) / "result.json")
+    assert [(r["training_iteration"], r["total"]) for r in rows] == [(1, 7), (2, 14), (3, 21)]
+    # paused at the milestone (checkpointed), resumed in a new actor from that checkpoint
+    assert [r["iterations_since_restore"] for r in rows] == [1, 1, 2]
+    assert rows[1]["pid"] != rows[0]["pid"]
+    assert hb.num_stopped == 2
