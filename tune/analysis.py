@@ -3,11 +3,13 @@ dataframes), over the same trial records as ``ResultGrid``."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from ember.tune.checkpoint import Checkpoint
-from ember.tune.result_grid import Result, ResultGrid, best_trial
+from ember.tune.files import flatten
+from ember.tune.result_grid import Result, ResultGrid, _pandas, best_trial
 from ember.tune.trial import Trial
 
 
@@ -107,12 +109,17 @@ class ExperimentAnalysis:
 
     @property
     def results_df(self) -> Any:
-        return self._grid.get_dataframe()
+        """Each trial's last result (with its tag), flattened, indexed by trial id."""
+        rows = [flatten({**t.last_result, "config": t.config}) for t in self.trials]
+        return _pandas().DataFrame(rows).set_index("trial_id")
 
     @property
     def trial_dataframes(self) -> dict[str, Any]:
-        return {
-            t.local_path: r.metrics_dataframe
-            for t, r in zip(self.trials, self._grid, strict=True)
-            if t.local_path
-        }
+        """Every result of each trial (from its result.json, config columns included)."""
+        frames = {}
+        for trial in self.trials:
+            path = Path(trial.local_path or "", "result.json")
+            if trial.local_path and path.exists():
+                rows = [flatten(json.loads(x)) for x in path.read_text().splitlines()]
+                frames[trial.local_path] = _pandas().DataFrame(rows)
+        return frames

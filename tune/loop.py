@@ -154,7 +154,7 @@ class TrialLoop:
         if result.get("done"):
             decision = TrialScheduler.STOP
         if decision == TrialScheduler.STOP:
-            result["done"] = True
+            result["done"] = trial.last_result["done"] = True
             return actions + self._end(trial, TERMINATED, result)
         if decision == TrialScheduler.PAUSE:
             return actions + self._pause(trial)

@@ -28,7 +28,6 @@ class Result:
         metrics = dict(trial.last_result)
         if metrics:
             metrics.setdefault("config", trial.config)
-            metrics["experiment_tag"] = trial.experiment_tag
         self.metrics = metrics
         self.config = trial.config
         self.trial_id = trial.trial_id
@@ -183,7 +182,7 @@ class ResultGrid:
         with ``config/...`` columns, and ``logdir``."""
         rows = []
         for trial, result in zip(self._trials, self._results, strict=True):
-            row = dict(trial.last_result)
+            row = {k: v for k, v in trial.last_result.items() if k != "experiment_tag"}
             if filter_metric and filter_mode and result.path:
                 frame = result.metrics_dataframe
                 if frame is not None and filter_metric in frame:

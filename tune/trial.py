@@ -58,7 +58,8 @@ class Trial:
         return self.status in (TERMINATED, ERROR)
 
     def update_metrics(self, result: dict) -> None:
-        self.last_result = result
+        # In memory the last result also names the trial's tag (as Ray's); the files do not.
+        self.last_result = {**result, "experiment_tag": self.experiment_tag}
         for key, value in result.items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 continue

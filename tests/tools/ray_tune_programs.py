@@ -273,6 +273,32 @@ def main(name: str) -> None:
         },
     )
 
+    def analysis() -> dict:
+        a = tune.run(
+            curve,
+            config={"q": tune.grid_search([1, 2])},
+            metric="acc",
+            mode="max",
+            storage_path=storage,
+            name="run",
+            verbose=0,
+            stop={"training_iteration": 2},
+        )
+        frames = list(a.trial_dataframes.values())
+        return {
+            "best_config": a.best_config,
+            "best_result_acc": a.best_result["acc"],
+            "best_result_keys": sorted(a.best_result),
+            "dataframe_columns": sorted(a.dataframe().columns),
+            "results_df_columns": sorted(a.results_df.columns),
+            "results_df_index": a.results_df.index.name,
+            "trial_dataframe_columns": sorted(frames[0].columns),
+            "trial_dataframe_rows": [len(f) for f in frames],
+            "best_config_min": a.get_best_config(metric="acc", mode="min"),
+        }
+
+    case("tune_run_analysis", analysis)
+
     blocker = Path(storage, "a_file")
     blocker.write_text("")
     case(
