@@ -3,6 +3,8 @@ loop's state machine. Pure: no cluster, no files."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from ember import tune
 from ember.tune import checkpoint_manager
@@ -402,3 +404,49 @@ def test_hyperband_pauses_at_the_milestone_then_keeps_the_best_third():
     # the paused good trial resumes (from its checkpoint) when the loop looks for work
     assert kinds(loop.step(1)) == [("start", "6", None), ("train", "6", None)]
     assert hb.num_stopped == 3
+
+
+def test_resources_in_every_spelling_ray_takes():
+    from ember.tune.resources import as_resources
+
+    assert as_resources(None).bundles == [{"CPU": 1.0}]
+    assert as_resources({"cpu": 2, "gpu": 0}).bundles == [{"CPU": 2.0}]
+    assert as_resources({"cpu": 1, "extra_cpu": 2}).bundles == [{"CPU": 1.0}, {"CPU": 2.0}]
+    assert as_resources({"cpu": 1, "custom_resources": {"tpu": 1}}).bundles == [
+        {"CPU": 1.0, "tpu": 1.0}
+    ]
+    pgf = tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 2, "GPU": 1}], strategy="SPREAD")
+    assert pgf.required_resources() == {"CPU": 3.0, "GPU": 1.0} and as_resources(pgf) is pgf
+    with pytest.raises(ValueError, match="unknown keys \\['cpus'\\]"):
+        as_resources({"cpus": 1})
+    with pytest.raises(ValueError, match="bundle 0"):
+        tune.PlacementGroupFactory([{"CPU": -1}])
+    marked = tune.with_resources(lambda config: None, {"cpu": 3})
+    from ember.tune.tuner import trainable_resources
+
+    assert trainable_resources(marked).bundles == [{"CPU": 3.0}]
+
+
+def test_storage_path_defaults_and_settings_checks(monkeypatch, tmp_path):
+    from ember.tune.config import default_storage_path
+
+    monkeypatch.delenv("EMBER_RESULTS_DIR", raising=False)
+    assert default_storage_path() == str(Path("~/ember_results").expanduser())
+    monkeypatch.setenv("EMBER_RESULTS_DIR", str(tmp_path))
+    assert default_storage_path() == str(tmp_path)
+    with pytest.raises(ValueError, match="num_samples"):
+        tune.TuneConfig(num_samples=0)
+    with pytest.raises(ValueError, match="max_failures"):
+        tune.FailureConfig(max_failures=-2)
+    with pytest.raises(ValueError, match="num_to_keep"):
+        tune.CheckpointConfig(num_to_keep=0)
+    with pytest.raises(ValueError, match="plain directory name"):
+        tune.RunConfig(name="a/b")
+
+
+def test_reporting_outside_a_trial_says_where_it_belongs():
+    with pytest.raises(RuntimeError, match=r"tune.report\(\) is called from inside a trial"):
+        tune.report({"x": 1})
+    with pytest.raises(TypeError, match="dict of metrics"):
+        tune.report(3)
+    assert tune.get_checkpoint.__module__ == "ember.tune.trainable.session"
