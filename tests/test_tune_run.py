@@ -347,6 +347,19 @@ def test_tune_run_the_0_8_api(node, tmp_path):
         verbose=0,
     )
     assert analysis.get_best_config(metric="mean_loss", mode="min") == {"lr": 0.01}
+    before = {t.trial_id: Path(t.local_path, "result.json").read_text() for t in analysis.trials}
+    again = tune.run(
+        old_track,
+        config={"lr": tune.grid_search([0.1, 0.01])},
+        local_dir=str(tmp_path),
+        name="old",
+        resume=True,
+        verbose=0,
+    )
+    # resume=True found the finished experiment: nothing ran again
+    assert {
+        t.trial_id: Path(t.local_path, "result.json").read_text() for t in again.trials
+    } == before
     frame = analysis.dataframe()
     assert sorted(frame["mean_loss"]) == [0.01, 0.1] and "config/lr" in frame
     assert len(analysis.trial_dataframes) == 2
