@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import time
 from pathlib import Path
 from typing import Any
 
@@ -194,7 +195,7 @@ class Tuner:
             max_failures=rc.failure_config.max_failures,
             is_function=self._is_function,
             time_budget_s=tc.time_budget_s,
-            start_time=__import__("time").time(),
+            start_time=time.time(),
         )
         session = None
         if self._restored:
