@@ -17,6 +17,7 @@ import importlib
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -28,7 +29,7 @@ DATE = re.compile(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d")
 SKIP_FILES = re.compile(r"events\.out\.tfevents\..*")
 
 
-def make_functions(tune: Any) -> dict:
+def make_functions(tune: Any, scratch: str) -> dict:
     """The function trainables, closing over the runtime's tune (so that its workers, which
     unpickle them, report through the same module)."""
 
@@ -36,7 +37,7 @@ def make_functions(tune: Any) -> dict:
         for i in range(3):
             checkpoint = None
             if i == 2:
-                d = Path(tempfile.mkdtemp())
+                d = Path(tempfile.mkdtemp(dir=scratch))
                 (d / "state.txt").write_text(str(i))
                 checkpoint = tune.Checkpoint.from_directory(str(d))
             tune.report({"score": config["x"] * (i + 1), "lr": config["lr"]}, checkpoint=checkpoint)
@@ -141,13 +142,13 @@ def raised(fn: Any) -> list:
 def main(name: str) -> None:
     runtime = importlib.import_module(name)
     tune = importlib.import_module(f"{name}.tune")
-    fns = make_functions(tune)
+    storage = tempfile.mkdtemp(prefix=f"tune-compare-{name}-")
+    fns = make_functions(tune, storage)
     fn_grid_random, failing, curve = fns["fn_grid_random"], fns["failing"], fns["curve"]
     basic = importlib.import_module(f"{name}.tune.search.basic_variant").BasicVariantGenerator
     schedulers = importlib.import_module(f"{name}.tune.schedulers")
     stopper = importlib.import_module(f"{name}.tune.stopper")
     runtime.init(num_cpus=4)
-    storage = tempfile.mkdtemp(prefix=f"tune-compare-{name}-")
     same: dict[str, Any] = {}
     own: dict[str, Any] = {}
     seconds: dict[str, float] = {}
@@ -325,6 +326,7 @@ def main(name: str) -> None:
     )
     print(json.dumps({"same": same, "own": own, "seconds": seconds}))
     runtime.shutdown()
+    shutil.rmtree(storage, ignore_errors=True)
 
 
 if __name__ == "__main__":
