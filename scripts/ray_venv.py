@@ -2,7 +2,7 @@
 """Make a virtual environment holding Ray, apart from Ember's: Ray is never a dependency of
 Ember, only an outside judge (the benchmarks measure it, the tests run its clients).
 
-    python3 scripts/ray_venv.py tests/tools/.ray-venv 'ray[default]==2.60.0'
+    python3 scripts/ray_venv.py tests/tools/.ray-venv 'ray[default,tune]==2.60.0'
 
 Idempotent: an environment whose Ray already imports is left as it is. The benchmarks
 (``benchmarks/compare_ray.py``) and ``scripts/dev.sh`` both call ``ensure_ray_venv`` here.
@@ -58,7 +58,12 @@ def main(argv: Sequence[str]) -> int:
         # Each extra requirement must import too (joblib: Ray's joblib backend, compared
         # with Ember's), or an environment made before it was listed would lack it.
         extra = [r.split("=")[0].split("[")[0].split(">")[0] for r in argv[2:]]
-        py = ensure_ray_venv(Path(argv[0]), argv[1:], check_imports=", ".join(["ray", *extra]))
+        # Ray's own extras that add a library must import too: ray[tune] is ray.tune (its
+        # dependencies are what the extra installs; an older environment lacks them).
+        ray_extras = argv[1].partition("[")[2].partition("]")[0].split(",")
+        libraries = [f"ray.{e.strip()}" for e in ray_extras if e.strip() in ("tune", "serve")]
+        imports = ", ".join(["ray", *libraries, *extra])
+        py = ensure_ray_venv(Path(argv[0]), argv[1:], check_imports=imports)
     except RayVenvError as e:
         print(f"ray_venv: {e}", file=sys.stderr)
         return 1

@@ -166,7 +166,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 RAY_PYTHON = REPO_ROOT / "tests" / "tools" / ".ray-venv" / "bin" / "python"
 RAY_SETUP = (
     "scripts/dev.sh setup (or: python3 scripts/ray_venv.py tests/tools/.ray-venv "
-    "'ray[default]==2.60.0')"
+    "'ray[default,tune]==2.60.0')"
 )
 
 
@@ -208,13 +208,15 @@ def _compare_output(runtime: str, returncode: int, stdout: str, stderr: str) -> 
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-def run_compare_program(program: Path, python: Path | str, runtime: str) -> dict:
+def run_compare_program(
+    program: Path, python: Path | str, runtime: str, timeout: float = 300
+) -> dict:
     """Runs a program of ``tests/tools`` on one runtime; its last line of output, as JSON."""
     done = subprocess.run(
         [str(python), str(program), runtime],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         env=_compare_env(),
         cwd=REPO_ROOT,
     )

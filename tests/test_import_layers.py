@@ -16,11 +16,13 @@ import ember
 import pytest
 
 # Source folder -> import name (pyproject.toml's package-dir).
-ROOTS = {"core": "ember", "cli": "ember.cli", "dashboard": "ember.dashboard"}
+ROOTS = {"core": "ember", "cli": "ember.cli", "dashboard": "ember.dashboard", "tune": "ember.tune"}
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(ember.__file__)))
 
 # Who may import whom: a wing imports only itself and the wings before it in its row.
 UPPER = ("ember.dashboard", "ember.cli", "ember.tools")
+# Libraries above the runtime (BRIEF §8): they use its public API; the runtime never imports them.
+LIBRARIES = ("ember.tune",)
 AGENT = "ember.agent"
 
 
@@ -182,3 +184,12 @@ def test_the_runtime_does_not_import_the_agent(graph: dict[str, set[str]]) -> No
 def test_the_dashboard_does_not_import_the_cli_or_the_tools(graph: dict[str, set[str]]) -> None:
     only_dashboard = ("ember.cli", "ember.tools")
     assert _wrong_way(graph, lambda m: _in(m, "ember.dashboard"), only_dashboard) == []
+
+
+def test_the_runtime_does_not_import_the_libraries(graph: dict[str, set[str]]) -> None:
+    assert _wrong_way(graph, lambda m: not _in(m, LIBRARIES), LIBRARIES) == []
+
+
+def test_the_libraries_use_neither_the_dashboard_nor_the_cli(graph: dict[str, set[str]]) -> None:
+    assert "ember.tune.tuner" in graph
+    assert _wrong_way(graph, lambda m: _in(m, LIBRARIES), UPPER) == []

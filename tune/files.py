@@ -1,0 +1,139 @@
+"""What an experiment writes, in Ray Tune 2.60's shapes: per trial ``params.json``,
+``params.pkl``, ``result.json`` (a JSON line per result), ``progress.csv``, ``error.txt`` and
+``error.pkl``; per experiment its state file, rewritten atomically as it runs."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+import os
+import pickle
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+from ember.tune.trial import Trial
+
+MAX_NAME_LEN = 130  # Ray's TUNE_MAX_LEN_IDENTIFIER: the tag part of a trial's directory
+STATE_PREFIX = "experiment_state-"
+CHECKPOINT_NAME = re.compile(r"checkpoint_\d{6}")
+
+
+def date_str() -> str:
+    return datetime.datetime.today().strftime("%Y-%m-%d_%H-%M-%S")
+
+
+def _default(value: Any) -> Any:
+    # What JSON cannot hold is written as its repr (as Ray's SafeFallbackEncoder does).
+    try:
+        import numpy as np
+
+        if isinstance(value, np.integer):
+            return int(value)
+        if isinstance(value, np.floating):
+            return float(value)
+        if isinstance(value, np.ndarray):
+            return value.tolist()
+    except ImportError:
+        pass
+    return repr(value) if not isinstance(value, type) else value.__name__
+
+
+def to_json(value: Any, **kwargs: Any) -> str:
+    return json.dumps(value, default=_default, **kwargs)
+
+
+def trial_dirname(trial: Trial) -> str:
+    name = f"{trial}_{trial.experiment_tag}"[:MAX_NAME_LEN] + f"_{date_str()}"
+    return name.replace("/", "_")
+
+
+def check_storage(path: Path) -> None:
+    """Fails, naming the path, when the experiment cannot write there (before any trial)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".validate_storage_marker"
+        probe.write_text("")
+    except OSError as e:
+        raise ValueError(
+            f"storage_path {path.parent} is not writable ({e.strerror}); pass a directory "
+            "you can write to as RunConfig(storage_path=...) or set EMBER_RESULTS_DIR"
+        ) from e
+
+
+def flatten(result: dict, prefix: str = "") -> dict:
+    out: dict = {}
+    for key, value in result.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+class TrialFiles:
+    """Appends one trial's results; the CSV header is the first result's keys (later keys
+    are left out of the CSV, as in Ray, and kept in result.json)."""
+
+    def __init__(self, trial_dir: Path) -> None:
+        self.dir = trial_dir
+        self.fields: list[str] | None = None
+        csv_path = trial_dir / "progress.csv"
+        if csv_path.exists() and csv_path.stat().st_size:
+            with open(csv_path, newline="") as f:
+                self.fields = next(csv.reader(f), None)
+
+    def write_params(self, config: dict) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "params.json").write_text(to_json(config, indent=2, sort_keys=True))
+        (self.dir / "params.pkl").write_bytes(cloudpickle.dumps(config))
+
+    def write_result(self, result: dict) -> None:
+        with open(self.dir / "result.json", "a") as f:
+            f.write(to_json(result) + "\n")
+        row = flatten({k: v for k, v in result.items() if k != "config"})
+        new = self.fields is None
+        if new:
+            self.fields = list(row)
+        with open(self.dir / "progress.csv", "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
+            if new:
+                writer.writeheader()
+            writer.writerow(row)
+
+    def write_error(self, failure: int, text: str, error: BaseException | None) -> None:
+        with open(self.dir / "error.txt", "a") as f:
+            f.write(f"Failure # {failure} (occurred at {date_str()})\n{text}\n")
+        try:
+            blob = cloudpickle.dumps(error)
+        except Exception:  # noqa: BLE001 - an unpicklable error keeps its text only
+            blob = pickle.dumps(RuntimeError(text))
+        (self.dir / "error.pkl").write_bytes(blob)
+
+    def delete_checkpoint(self, name: str) -> None:
+        # Only the trial's own checkpoint_NNNNNN directories, never a path from elsewhere.
+        if CHECKPOINT_NAME.fullmatch(name):
+            shutil.rmtree(self.dir / name, ignore_errors=True)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)  # a SIGKILL leaves the old state or the new, never half of one
+
+
+def write_state(experiment_dir: Path, session: str, state: dict) -> None:
+    write_atomic(experiment_dir / f"{STATE_PREFIX}{session}.json", to_json(state).encode())
+
+
+def latest_state(experiment_dir: Path) -> dict | None:
+    files = sorted(experiment_dir.glob(f"{STATE_PREFIX}*.json"))
+    if not files:
+        return None
+    return json.loads(files[-1].read_text())

@@ -1,0 +1,200 @@
+"""Search algorithms as the trial loop sees them: each hands out (trial_id, config, tag)
+triples until finished. ``BasicVariantGenerator`` expands grids and samples domains itself;
+``SearchGenerator`` adapts any ``Searcher`` (ConcurrencyLimiter, Optuna, ...)."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ember.tune.search.sample import Rng
+from ember.tune.search.searcher import Searcher
+from ember.tune.search.variants import (
+    count_grid,
+    format_vars,
+    generate_variants,
+    hide_functions,
+    resolve_functions,
+)
+
+
+@dataclass
+class Suggestion:
+    trial_id: str
+    config: dict
+    experiment_tag: str
+
+
+def _deep_update(base: dict, update: dict) -> dict:
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _deep_update(base[k], v)
+        else:
+            base[k] = v
+    return base
+
+
+class SearchAlgorithm:
+    """What the loop calls. ``next_trial`` returns None when nothing is ready now."""
+
+    finished = False
+
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, param_space: dict, num_samples: int
+    ) -> bool:
+        raise NotImplementedError
+
+    def next_trial(self) -> Suggestion | None:
+        raise NotImplementedError
+
+    def total_samples(self) -> int | None:
+        return None
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        pass
+
+    def on_trial_complete(self, trial_id: str, result: dict | None, error: bool) -> None:
+        pass
+
+
+class BasicVariantGenerator(SearchAlgorithm):
+    """Grid search crossed with random sampling, num_samples times, in Ray's order.
+
+    ``points_to_evaluate``: configs (partial ones are completed from the space) tried first,
+    each replacing one of the num_samples. ``random_state``: a seed or NumPy generator for
+    reproducible samples. ``max_concurrent``: 0 is unlimited.
+    """
+
+    def __init__(
+        self,
+        points_to_evaluate: list[dict] | None = None,
+        max_concurrent: int = 0,
+        constant_grid_search: bool = False,
+        random_state: Any = None,
+    ) -> None:
+        if constant_grid_search:
+            raise NotImplementedError(
+                "constant_grid_search=True is not supported yet: domains are sampled per "
+                "grid point (the default)"
+            )
+        self.points = [copy.deepcopy(p) for p in (points_to_evaluate or [])]
+        self.max_concurrent = max_concurrent
+        self.rng = Rng(random_state)
+        self.prefix = uuid.uuid1().hex[:5] + "_"
+        self.counter = 0
+        self.live: set[str] = set()
+        self._iter: Iterator[tuple[dict, dict]] | None = None
+        self._total = 0
+
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, param_space: dict, num_samples: int
+    ) -> bool:
+        if num_samples < 1 and num_samples != -1:
+            raise ValueError(f"num_samples must be a positive integer or -1, got {num_samples}")
+        spec = {"config": hide_functions(param_space)}
+        self._total = (
+            -1 if num_samples == -1 else count_grid(spec) * max(num_samples - len(self.points), 0)
+        )
+        if num_samples != -1:
+            self._total += sum(
+                count_grid({"config": _deep_update(copy.deepcopy(param_space), p)})
+                for p in self.points[:num_samples]
+            )
+        self._iter = self._variants(spec, num_samples)
+        return True
+
+    def _variants(self, spec: dict, num_samples: int) -> Iterator[tuple[dict, dict]]:
+        sample = 0
+        while num_samples == -1 or sample < num_samples:
+            this = spec
+            if sample < len(self.points):
+                this = {"config": _deep_update(copy.deepcopy(spec["config"]), self.points[sample])}
+            yield from generate_variants(this, self.rng)
+            sample += 1
+
+    def total_samples(self) -> int | None:
+        return None if self._total < 0 else self._total
+
+    def __getstate__(self) -> dict:
+        # The running expansion is a generator: not saved; set_search_properties remakes it.
+        return {k: v for k, v in self.__dict__.items() if k != "_iter"} | {"_iter": None}
+
+    def next_trial(self) -> Suggestion | None:
+        if self.finished or self._iter is None:
+            return None
+        if self.max_concurrent and len(self.live) >= self.max_concurrent:
+            return None
+        try:
+            resolved, spec = next(self._iter)
+        except StopIteration:
+            self.finished = True
+            return None
+        trial_id = f"{self.prefix}{self.counter:05d}"
+        tag = str(self.counter)
+        if resolved:
+            tag += "_" + format_vars(resolved)
+        self.counter += 1
+        self.live.add(trial_id)
+        return Suggestion(trial_id, resolve_functions(spec["config"]), tag)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None, error: bool) -> None:
+        self.live.discard(trial_id)
+
+
+def _flatten(config: dict, prefix: tuple = ()) -> dict:
+    out: dict = {}
+    for k, v in config.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, prefix + (k,)))
+        else:
+            out[prefix + (k,)] = v
+    return out
+
+
+class SearchGenerator(SearchAlgorithm):
+    """A Searcher behind the loop's interface: asks it num_samples times (-1: until it says
+    FINISHED)."""
+
+    def __init__(self, searcher: Searcher) -> None:
+        if not isinstance(searcher, Searcher):
+            raise TypeError(
+                f"search_alg must be a Searcher or SearchAlgorithm, got {type(searcher).__name__}"
+            )
+        self.searcher = searcher
+        self.counter = 0
+        self.num_samples = 1
+
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, param_space: dict, num_samples: int
+    ) -> bool:
+        self.num_samples = num_samples
+        return self.searcher.set_search_properties(metric, mode, param_space)
+
+    def total_samples(self) -> int | None:
+        return None if self.num_samples == -1 else self.num_samples
+
+    def next_trial(self) -> Suggestion | None:
+        if self.finished:
+            return None
+        if self.num_samples != -1 and self.counter >= self.num_samples:
+            self.finished = True
+            return None
+        trial_id = uuid.uuid4().hex[:8]
+        config = self.searcher.suggest(trial_id)
+        if config == Searcher.FINISHED:
+            self.finished = True
+            return None
+        if config is None:
+            return None
+        tag = f"{self.counter}_{format_vars(_flatten(config))}" if config else str(self.counter)
+        self.counter += 1
+        return Suggestion(trial_id, config, tag)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        self.searcher.on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None, error: bool) -> None:
+        self.searcher.on_trial_complete(trial_id, result=result, error=error)

@@ -1,0 +1,150 @@
+"""``tune.Trainable``: the class form of a trainable (setup / step / save_checkpoint /
+load_checkpoint / reset_config / cleanup), and the bookkeeping every result gets."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import socket
+import time
+from pathlib import Path
+
+from ember.tune.trainable.session import TrialContext
+
+# Where a save_checkpoint that returns a dict keeps it inside the checkpoint directory.
+DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"
+
+
+def node_ip() -> str:
+    """The address of the node this trial runs on, as the cluster lists it."""
+    try:
+        import ember
+
+        node_id = ember.get_runtime_context().get_node_id()
+        for node in ember.nodes():
+            if node.get("NodeID") == node_id:
+                return node["NodeManagerAddress"]
+    except Exception:  # noqa: BLE001 - outside a cluster (a unit test): fall through
+        pass
+    return "127.0.0.1"
+
+
+class Trainable:
+    """Subclass and define ``setup(config)``, ``step() -> dict`` and, to checkpoint,
+    ``save_checkpoint(dir) -> dict | None`` and ``load_checkpoint(dict_or_dir)``."""
+
+    def __init__(self, config: dict | None = None, context: TrialContext | None = None) -> None:
+        self.config = config or {}
+        self._context = context
+        self._iteration = 0
+        self._time_total = 0.0
+        self._iterations_since_restore = 0
+        self._time_since_restore = 0.0
+        self._pid = os.getpid()
+        self._host = socket.gethostname()
+        self._ip = node_ip()
+        self._checkpoint_index = 0
+        self.setup(dict(self.config))
+
+    # --- for subclasses -------------------------------------------------------------------
+    def setup(self, config: dict) -> None:
+        pass
+
+    def step(self) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} must define step()")
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict | None:
+        raise NotImplementedError(
+            f"{type(self).__name__} has no save_checkpoint(); define it to checkpoint"
+        )
+
+    def load_checkpoint(self, checkpoint: dict | str) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no load_checkpoint()")
+
+    def reset_config(self, new_config: dict) -> bool:
+        return False
+
+    def cleanup(self) -> None:
+        pass
+
+    # --- read by subclasses ---------------------------------------------------------------
+    @property
+    def iteration(self) -> int:
+        return self._iteration
+
+    @property
+    def training_iteration(self) -> int:
+        return self._iteration
+
+    @property
+    def trial_id(self) -> str:
+        return self._context.trial_id if self._context else "default"
+
+    @property
+    def trial_name(self) -> str:
+        return self._context.trial_name if self._context else "default"
+
+    @property
+    def logdir(self) -> str:
+        return self._context.trial_dir if self._context else os.getcwd()
+
+    # --- driven by the trial's actor ------------------------------------------------------
+    def train(self) -> dict:
+        start = time.time()
+        result = self.step()
+        if not isinstance(result, dict):
+            raise TypeError(f"step() must return a dict of metrics, got {type(result).__name__}")
+        return self._fill(dict(result), time.time() - start, leading=("done",))
+
+    def _fill(self, result: dict, took: float, leading: tuple = ()) -> dict:
+        """Adds the fields Tune writes on every result, in Ray 2.60's order for the kind."""
+        self._iteration += 1
+        self._iterations_since_restore += 1
+        self._time_total += took
+        self._time_since_restore += took
+        now = datetime.datetime.now()
+        for key in leading:
+            result.setdefault(key, False)
+        result.setdefault("done", False)
+        result["training_iteration"] = self._iteration
+        result["trial_id"] = self.trial_id
+        result["date"] = now.strftime("%Y-%m-%d_%H-%M-%S")
+        result.setdefault("timestamp", int(time.time()))
+        result["time_this_iter_s"] = took
+        result["time_total_s"] = self._time_total
+        result["pid"] = self._pid
+        result["hostname"] = self._host
+        result["node_ip"] = self._ip
+        result["config"] = self.config
+        result["time_since_restore"] = self._time_since_restore
+        result["iterations_since_restore"] = self._iterations_since_restore
+        return result
+
+    def save(self) -> str:
+        """Saves into the trial's next ``checkpoint_NNNNNN`` directory; returns its name."""
+        name = f"checkpoint_{self._checkpoint_index:06d}"
+        self._checkpoint_index += 1
+        checkpoint_dir = Path(self.logdir, name)
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        state = self.save_checkpoint(str(checkpoint_dir))
+        if isinstance(state, dict):
+            Path(checkpoint_dir, DICT_CHECKPOINT_FILE).write_bytes(pickle.dumps(state))
+        return name
+
+    def restore(self, checkpoint_dir: str, iteration: int = 0, time_total: float = 0.0) -> None:
+        """Loads a checkpoint; the loop passes the iteration and time it was taken at (kept
+        in the experiment's state, so nothing of Tune's is written into the user's files)."""
+        self._iteration, self._time_total = iteration, time_total
+        name = Path(checkpoint_dir).name
+        if name.startswith("checkpoint_") and name[11:].isdigit():
+            self._checkpoint_index = int(name[11:]) + 1
+        dict_file = Path(checkpoint_dir, DICT_CHECKPOINT_FILE)
+        self.load_checkpoint(
+            pickle.loads(dict_file.read_bytes()) if dict_file.exists() else checkpoint_dir
+        )
+        self._iterations_since_restore = 0
+        self._time_since_restore = 0.0
+
+    def stop(self) -> None:
+        self.cleanup()
