@@ -16,12 +16,19 @@ import ember
 import pytest
 
 # Source folder -> import name (pyproject.toml's package-dir).
-ROOTS = {"core": "ember", "cli": "ember.cli", "dashboard": "ember.dashboard"}
+ROOTS = {
+    "core": "ember",
+    "cli": "ember.cli",
+    "dashboard": "ember.dashboard",
+    "autoscaler": "ember.autoscaler",
+}
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(ember.__file__)))
 
 # Who may import whom: a wing imports only itself and the wings before it in its row.
 UPPER = ("ember.dashboard", "ember.cli", "ember.tools")
 AGENT = "ember.agent"
+# The libraries sit above the runtime: they use its public API, and nothing below imports them.
+LIBRARIES = ("ember.autoscaler",)
 
 
 def _modules() -> dict[str, str]:
@@ -182,3 +189,10 @@ def test_the_runtime_does_not_import_the_agent(graph: dict[str, set[str]]) -> No
 def test_the_dashboard_does_not_import_the_cli_or_the_tools(graph: dict[str, set[str]]) -> None:
     only_dashboard = ("ember.cli", "ember.tools")
     assert _wrong_way(graph, lambda m: _in(m, "ember.dashboard"), only_dashboard) == []
+
+
+def test_nothing_below_the_libraries_imports_them(graph: dict[str, set[str]]) -> None:
+    assert "ember.autoscaler.scheduler" in graph
+    # The CLI (ember up) and the dashboard (its Config view) may import a library.
+    below = lambda m: not _in(m, (*LIBRARIES, *UPPER))  # noqa: E731
+    assert _wrong_way(graph, below, LIBRARIES) == []
