@@ -100,7 +100,8 @@ def nodes_from_cluster_info(
     for node in info.get("nodes") or ():
         if node.get("state") != "ALIVE":
             continue
-        node_id = str(node["node_id"])
+        raw_id = node["node_id"]  # bytes from the GCS, hex from the dashboard
+        node_id = raw_id.hex() if isinstance(raw_id, bytes) else str(raw_id)
         is_head = bool(node.get("is_head"))
         node_type = (
             head_node_type
