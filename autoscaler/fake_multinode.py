@@ -89,9 +89,10 @@ class FakeMultiNodeProvider(NodeProvider):
     ) -> dict[str, dict[str, Any]]:
         made = {}
         for _ in range(count):
-            node_id = f"fake-{uuid.uuid4().hex[:12]}"
+            node_id = f"fake-{uuid.uuid4().hex[:8]}"  # short: Unix socket paths under it
             temp_dir = os.path.join(self.root, node_id)
-            node_labels = dict(labels)
+            # The reconciler matches this node to its Ember node by this label.
+            node_labels = {**labels, "ember.io/provider-node-id": node_id}
             if TAG_USER_NODE_TYPE in tags:
                 node_labels[NODE_TYPE_LABEL] = tags[TAG_USER_NODE_TYPE]
             res = dict(resources)
