@@ -125,7 +125,11 @@ class _Planner:
         for n in nodes:
             if not self.caps.get(n.node_type) and n.node_type in self.caps:
                 self.caps[n.node_type] = _clean(n.total)
-        self.running = Counter(n.node_type for n in nodes if not n.is_head)
+        # Workers of the config's types; a node started by hand (no type) is capacity, not a
+        # worker the autoscaler counts against max_workers.
+        self.running = Counter(
+            n.node_type for n in nodes if not n.is_head and n.node_type in self.types
+        )
         self.pending = Counter({t: c for t, c in pending.items() if c > 0})
         self.launch: Counter[str] = Counter()
         self.exempt: Counter[str] = Counter()

@@ -199,3 +199,19 @@ def test_defaults_match_ray_2_60() -> None:
         "head_node_type",
     ):
         assert ours[field] == theirs[field], field
+
+
+def test_the_monitor_refuses_a_bad_config_before_it_starts(tmp_path: Path) -> None:
+    import sys
+
+    bad = tmp_path / "cluster.yaml"
+    bad.write_text("cluster_name: x\nprovider: {type: fake_multinode}\nidle_timeout_minutes: -1\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "ember.autoscaler.monitor", "--config", str(bad)]
+        + ["--address", "127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "idle_timeout_minutes: -1 is less than the minimum of 0" in done.stderr

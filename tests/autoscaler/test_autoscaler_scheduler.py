@@ -227,3 +227,11 @@ def test_a_types_own_idle_timeout() -> None:
 def test_an_unknown_strategy_is_refused() -> None:
     with pytest.raises(ValueError, match="strategy 'STRICT': one of PACK, SPREAD"):
         PlacementGroupDemand((CPU,), "STRICT")
+
+
+def test_a_node_started_by_hand_is_capacity_but_not_counted_as_a_worker() -> None:
+    config = _config(max_workers=1, cpu={"resources": {"CPU": 4}, "max_workers": 1})
+    by_hand = NodeView("x", "", {"CPU": 8}, {"CPU": 2})
+    decision = schedule(config, [HEAD_BUSY, by_hand], Demand(shapes=(CPU,) * 6), NOW)
+    assert decision.launch == {"cpu": 1}  # 2 CPUs on the hand-started node, 4 on the new one
+    assert decision.unmet == []
