@@ -19,6 +19,7 @@ from ember.autoscaler.config import ConfigError, load_config
 from ember.autoscaler.fake_multinode import FakeMultiNodeProvider
 from ember.autoscaler.node_provider import NodeProvider
 from ember.autoscaler.reconciler import Reconciler
+from ember.autoscaler.sdk import KV_KEY, KV_NAMESPACE, read_request
 from ember.cluster_address import find_gcs_address, token_for
 from ember.protocol import connection as conn_mod
 
@@ -32,11 +33,16 @@ def make_provider(config: dict[str, Any]) -> NodeProvider:
     raise NotImplementedError(f"provider.type {kind!r} has no node provider yet (issue 34)")
 
 
-def cluster_info(gcs_address: str, token: bytes | None) -> dict[str, Any]:
-    async def ask() -> dict[str, Any]:
+def cluster_info(gcs_address: str, token: bytes | None) -> tuple[dict[str, Any], list]:
+    """The GCS's cluster_info and the request_resources bundles stored in its KV."""
+
+    async def ask() -> tuple[dict[str, Any], list]:
         conn = await conn_mod.connect(gcs_address, name="gcs", token=token, timeout=5.0)
         try:
-            return await conn.call("cluster_info", None, timeout=GCS_CALL_TIMEOUT_S)
+            info = await conn.call("cluster_info", None, timeout=GCS_CALL_TIMEOUT_S)
+            kv = {"namespace": KV_NAMESPACE, "key": KV_KEY}
+            stored = await conn.call("kv_get", kv, timeout=GCS_CALL_TIMEOUT_S)
+            return info, read_request(stored)
         finally:
             conn.close()
 
@@ -66,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     while not stopping:
         try:
-            reconciler.tick(cluster_info(gcs_address, token), time.time())
+            info, requested = cluster_info(gcs_address, token)
+            reconciler.tick(info, time.time(), requested)
         except (OSError, TimeoutError, RuntimeError) as e:
             # The GCS restarting, a node that failed to start: logged, tried next tick.
             logging.warning("tick failed: %s", e)

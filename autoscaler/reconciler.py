@@ -11,7 +11,7 @@ joined yet counts as a pending launch, so a tick never launches twice for the sa
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ember.autoscaler.demand import (
@@ -38,8 +38,11 @@ class Reconciler:
         self.provider = provider
         self.clock = IdleClock()
 
-    def tick(self, info: Mapping[str, Any], now: float) -> Decision:
-        """Reads ``info`` (the GCS's cluster_info), launches and terminates; the decision."""
+    def tick(
+        self, info: Mapping[str, Any], now: float, requested: Sequence[Mapping[str, float]] = ()
+    ) -> Decision:
+        """Reads ``info`` (the GCS's cluster_info) and ``requested`` (request_resources'
+        bundles), launches and terminates; the decision."""
         mine = {TAG_CLUSTER_NAME: self.config["cluster_name"]}
         provider_ids = self.provider.non_terminated_nodes(mine)
         joined: dict[str, str] = {}  # provider node id -> Ember node id (hex)
@@ -54,7 +57,9 @@ class Reconciler:
                 node_type = self.provider.node_tags(pid).get(TAG_USER_NODE_TYPE, "")
                 pending[node_type] = pending.get(node_type, 0) + 1
         nodes = nodes_from_cluster_info(info, self.config["head_node_type"], self.clock, now)
-        decision = schedule(self.config, nodes, demand_from_cluster_info(info), now, pending)
+        decision = schedule(
+            self.config, nodes, demand_from_cluster_info(info, requested), now, pending
+        )
 
         for node_type, count in decision.launch.items():
             spec = self.config["available_node_types"][node_type]

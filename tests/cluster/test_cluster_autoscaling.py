@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import ember
+from ember.autoscaler.sdk import request_resources
 from ember.cli.status import fetch
 from ember.cluster_utils import AutoscalingCluster
 from ember_test_utils import wait_until
@@ -51,6 +52,38 @@ def test_a_workload_larger_than_the_head_adds_a_node_then_it_goes() -> None:
         with open(cluster.log_path) as f:
             log = f.read()
         assert "launching 1 x cpu_node" in log and "terminating fake-" in log
+    finally:
+        if ember.is_initialized():
+            ember.shutdown()
+        cluster.shutdown()
+
+
+def test_request_resources_grows_the_cluster_and_withdrawing_it_shrinks_it() -> None:
+    if ember.is_initialized():
+        ember.shutdown()
+    cluster = AutoscalingCluster(
+        head_resources={"CPU": 1},
+        worker_node_types={
+            "cpu_node": {"resources": {"CPU": 2}, "node_config": {}, "max_workers": 2}
+        },
+        idle_timeout_minutes=0.05,
+    )
+    cluster.start(env=FAST)
+    try:
+        cluster.cluster.connect()
+
+        def alive_cpus() -> list[float]:
+            temp_dir = os.path.dirname(cluster.cluster.head_node.session_dir)
+            info = fetch(cluster.address, temp_dir, cluster.cluster.token)
+            return sorted(
+                n["resources_total"]["CPU"] for n in info["nodes"] if n["state"] == "ALIVE"
+            )
+
+        # 3 CPUs in total: the head's 1 and one 2-CPU node, though nothing runs.
+        request_resources(num_cpus=3)
+        wait_until(lambda: alive_cpus() == [1.0, 2.0], timeout=60, message="no node was added")
+        request_resources(num_cpus=0)
+        wait_until(lambda: alive_cpus() == [1.0], timeout=60, message="the node never went")
     finally:
         if ember.is_initialized():
             ember.shutdown()
