@@ -114,9 +114,15 @@ class FakeMultiNodeProvider(NodeProvider):
             env = dict(os.environ)
             if self.token:
                 env["EMBER_TOKEN"] = str(self.token)
-            done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=START_TIMEOUT_S, env=env
-            )
+            try:
+                done = subprocess.run(
+                    argv, capture_output=True, text=True, timeout=START_TIMEOUT_S, env=env
+                )
+            except subprocess.TimeoutExpired:
+                self.terminate_node(node_id)
+                raise RuntimeError(
+                    f"ember start for {node_id} did not finish in {START_TIMEOUT_S:.0f} s"
+                ) from None
             if done.returncode != 0:
                 self.terminate_node(node_id)
                 tail = (done.stderr or done.stdout).strip()[-2000:]
@@ -128,12 +134,16 @@ class FakeMultiNodeProvider(NodeProvider):
         node = self.nodes.get(node_id)
         if node is None:
             return
-        done = subprocess.run(
-            _ember("stop", "--force", "--temp-dir", node["temp_dir"]),
-            capture_output=True,
-            text=True,
-            timeout=STOP_TIMEOUT_S,
-        )
+        try:
+            done = subprocess.run(
+                _ember("stop", "--force", "--temp-dir", node["temp_dir"]),
+                capture_output=True,
+                text=True,
+                timeout=STOP_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            # Kept in the table: the next tick asks again.
+            raise RuntimeError(f"ember stop for {node_id} did not finish in time") from None
         if done.returncode != 0:
             raise RuntimeError(f"ember stop for {node_id} failed: {done.stderr.strip()[-2000:]}")
         del self.nodes[node_id]
