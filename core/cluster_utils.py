@@ -217,6 +217,125 @@ class Cluster:
         self.shutdown()
 
 
+class AutoscalingCluster:
+    """A head plus an autoscaler that adds worker nodes as local processes when work waits,
+    and removes them when idle (Ray's ``ray.cluster_utils.AutoscalingCluster``)::
+
+        cluster = AutoscalingCluster(
+            head_resources={"CPU": 1},
+            worker_node_types={"cpu_node": {"resources": {"CPU": 2}, "node_config": {},
+                                            "min_workers": 0, "max_workers": 2}},
+            idle_timeout_minutes=1,
+        )
+        cluster.start()
+        ember.init(address=cluster.address)
+        ...
+        cluster.shutdown()
+
+    The autoscaler runs as its own process (``python -m ember.autoscaler.monitor``) with the
+    ``fake_multinode`` provider: the runtime starts it, never imports it.
+    """
+
+    def __init__(
+        self,
+        head_resources: dict[str, float],
+        worker_node_types: dict[str, dict[str, Any]],
+        **config_kwargs: Any,
+    ) -> None:
+        self.head_resources = dict(head_resources)
+        self.worker_node_types = {k: dict(v) for k, v in worker_node_types.items()}
+        self.config_kwargs = dict(config_kwargs)
+        self.cluster: Cluster | None = None
+        self.monitor: Any = None  # subprocess.Popen
+        self.address = ""
+
+    def start(self, env: dict[str, str] | None = None, interval: float = 0.5) -> None:
+        import subprocess
+        import sys
+
+        import yaml
+
+        res = dict(self.head_resources)
+        cpus = res.pop("CPU", 0)
+        gpus = res.pop("GPU", None)
+        self.cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": cpus, "num_gpus": gpus, "resources": res or None},
+            env=env,
+        )
+        self.address = self.cluster.address
+        root = self.cluster.temp_root
+        nodes_dir = os.path.join(root, "as")  # short: Unix socket paths
+        types = {"head": {"resources": self.head_resources, "node_config": {}, "max_workers": 0}}
+        types.update(self.worker_node_types)
+        config = {
+            "cluster_name": "autoscaling-cluster",
+            "max_workers": sum(int(t.get("max_workers", 0)) for t in types.values()),
+            "provider": {
+                "type": "fake_multinode",
+                "gcs_address": self.address,
+                "temp_dir": nodes_dir,
+            },
+            "available_node_types": types,
+            "head_node_type": "head",
+            **self.config_kwargs,
+        }
+        path = os.path.join(root, "cluster.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(config, f)
+        child_env = {**os.environ, **(env or {}), "EMBER_TOKEN": self.cluster.token.decode()}
+        self.log_path = os.path.join(root, "autoscaler.log")
+        with open(self.log_path, "ab") as log:
+            self.monitor = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "ember.autoscaler.monitor",
+                    "--config",
+                    path,
+                    "--address",
+                    self.address,
+                    "--interval",
+                    str(interval),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=child_env,
+            )
+
+    def shutdown(self) -> None:
+        """Stops the autoscaler, then every node it started, then the head."""
+        import subprocess
+        import sys
+
+        if self.monitor is not None:
+            self.monitor.terminate()
+            try:
+                self.monitor.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.monitor.kill()
+                self.monitor.wait(timeout=10)
+            self.monitor = None
+        if self.cluster is not None:
+            nodes_dir = os.path.join(self.cluster.temp_root, "as")
+            if os.path.isdir(nodes_dir):  # every node it made lives under this directory
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "ember.cli.main",
+                        "stop",
+                        "--force",
+                        "--temp-dir",
+                        nodes_dir,
+                    ],
+                    capture_output=True,
+                    timeout=60,
+                )
+            self.cluster.shutdown()
+            self.cluster = None
+
+
 def _tail(path: str, n: int = 30) -> str:
     try:
         with open(path, errors="replace") as f:

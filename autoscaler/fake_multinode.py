@@ -1,0 +1,150 @@
+"""``provider: {type: fake_multinode}``: worker nodes as local processes, for a laptop and for
+tests. Each node is ``ember start --address HEAD --temp-dir ROOT/NODE_ID`` (the command a user
+types), so its processes live under a directory of its own and ``ember stop --temp-dir`` of
+that directory stops exactly them, never another node's or another cluster's.
+
+provider fields: ``gcs_address`` (the head's HOST:PORT), ``temp_dir`` (where node directories
+and the provider's own table go), and optionally ``token`` (the cluster token),
+``node_ip`` (127.0.0.1), ``object_store_memory`` (bytes per node, 64 MiB).
+The table of nodes made is a JSON file in ``temp_dir``, so a restarted autoscaler finds them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from ember.autoscaler.demand import NODE_TYPE_LABEL
+from ember.autoscaler.node_provider import TAG_USER_NODE_TYPE, NodeProvider
+
+START_TIMEOUT_S = 120.0  # ``ember start`` returns once its node registered, or fails
+STOP_TIMEOUT_S = 60.0
+_TABLE = "fake_multinode_nodes.json"
+
+
+def _ember(*args: str) -> list[str]:
+    # The same interpreter, so a node runs the Ember this autoscaler runs.
+    return [sys.executable, "-m", "ember.cli.main", *args]
+
+
+class FakeMultiNodeProvider(NodeProvider):
+    def __init__(self, provider_config: Mapping[str, Any], cluster_name: str) -> None:
+        super().__init__(provider_config, cluster_name)
+        missing = [k for k in ("gcs_address", "temp_dir") if not provider_config.get(k)]
+        if missing:
+            raise ValueError(f"provider (fake_multinode) needs {', '.join(missing)}")
+        self.gcs_address = str(provider_config["gcs_address"])
+        self.root = os.path.abspath(str(provider_config["temp_dir"]))
+        token = provider_config.get("token")
+        self.token = token.decode() if isinstance(token, bytes) else token
+        self.node_ip = str(provider_config.get("node_ip", "127.0.0.1"))
+        self.store_bytes = int(provider_config.get("object_store_memory", 64 * 2**20))
+        os.makedirs(self.root, exist_ok=True)
+        self._path = os.path.join(self.root, _TABLE)
+        self.nodes: dict[str, dict[str, Any]] = {}
+        if os.path.exists(self._path):
+            with open(self._path) as f:
+                self.nodes = json.load(f)
+
+    def _save(self) -> None:
+        tmp = self._path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.nodes, f)
+        os.replace(tmp, self._path)  # never a half-written table
+
+    def non_terminated_nodes(self, tag_filters: Mapping[str, str]) -> list[str]:
+        return [
+            node_id
+            for node_id, node in self.nodes.items()
+            if all(node["tags"].get(k) == v for k, v in tag_filters.items())
+        ]
+
+    def node_tags(self, node_id: str) -> dict[str, str]:
+        return dict(self.nodes[node_id]["tags"])
+
+    def set_node_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
+        self.nodes[node_id]["tags"].update(tags)
+        self._save()
+
+    def internal_ip(self, node_id: str) -> str:
+        return self.nodes[node_id]["ip"]
+
+    def create_node(
+        self, node_config: Mapping[str, Any], tags: Mapping[str, str], count: int
+    ) -> dict[str, dict[str, Any]]:
+        return self.create_node_with_resources_and_labels(node_config, tags, count, {}, {})
+
+    def create_node_with_resources_and_labels(
+        self,
+        node_config: Mapping[str, Any],
+        tags: Mapping[str, str],
+        count: int,
+        resources: Mapping[str, float],
+        labels: Mapping[str, str],
+    ) -> dict[str, dict[str, Any]]:
+        made = {}
+        for _ in range(count):
+            node_id = f"fake-{uuid.uuid4().hex[:8]}"  # short: Unix socket paths under it
+            temp_dir = os.path.join(self.root, node_id)
+            # The reconciler matches this node to its Ember node by this label.
+            node_labels = {**labels, "ember.io/provider-node-id": node_id}
+            if TAG_USER_NODE_TYPE in tags:
+                node_labels[NODE_TYPE_LABEL] = tags[TAG_USER_NODE_TYPE]
+            res = dict(resources)
+            argv = _ember("start", "--address", self.gcs_address, "--temp-dir", temp_dir)
+            argv += ["--node-ip-address", self.node_ip]
+            argv += ["--num-cpus", str(res.pop("CPU", 0)), "--num-gpus", str(res.pop("GPU", 0))]
+            if "memory" in res:
+                argv += ["--memory", str(int(res.pop("memory")))]
+            store = int(res.pop("object_store_memory", self.store_bytes))
+            argv += ["--object-store-memory", str(store)]
+            if res:
+                argv += ["--resources", json.dumps(res)]
+            if node_labels:
+                argv += ["--labels", json.dumps(node_labels)]
+            # Recorded before it starts: a crash mid-start still leaves a node to stop.
+            self.nodes[node_id] = {"tags": dict(tags), "ip": self.node_ip, "temp_dir": temp_dir}
+            self._save()
+            # The token goes by environment, never argv: argv is readable by every local user.
+            env = dict(os.environ)
+            if self.token:
+                env["EMBER_TOKEN"] = str(self.token)
+            try:
+                done = subprocess.run(
+                    argv, capture_output=True, text=True, timeout=START_TIMEOUT_S, env=env
+                )
+            except subprocess.TimeoutExpired:
+                self.terminate_node(node_id)
+                raise RuntimeError(
+                    f"ember start for {node_id} did not finish in {START_TIMEOUT_S:.0f} s"
+                ) from None
+            if done.returncode != 0:
+                self.terminate_node(node_id)
+                tail = (done.stderr or done.stdout).strip()[-2000:]
+                raise RuntimeError(f"ember start for {node_id} failed: {tail}")
+            made[node_id] = dict(self.nodes[node_id])
+        return made
+
+    def terminate_node(self, node_id: str) -> None:
+        node = self.nodes.get(node_id)
+        if node is None:
+            return
+        try:
+            done = subprocess.run(
+                _ember("stop", "--force", "--temp-dir", node["temp_dir"]),
+                capture_output=True,
+                text=True,
+                timeout=STOP_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            # Kept in the table: the next tick asks again.
+            raise RuntimeError(f"ember stop for {node_id} did not finish in time") from None
+        if done.returncode != 0:
+            raise RuntimeError(f"ember stop for {node_id} failed: {done.stderr.strip()[-2000:]}")
+        del self.nodes[node_id]
+        self._save()

@@ -1,0 +1,91 @@
+"""The autoscaler's scheduler fed from a real cluster: queued tasks, a pending actor and a
+pending placement group read from the GCS's cluster_info (what ``ember status`` prints) become
+launch decisions; the nodes decided, once joined, run the work; idle past their timeout they are
+chosen for termination. The provider that would launch them is a later step: the test starts
+the nodes itself (``cluster.add_node``), labelled as a provider would."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import ember
+from ember.autoscaler.config import load_config
+from ember.autoscaler.demand import (
+    NODE_TYPE_LABEL,
+    IdleClock,
+    demand_from_cluster_info,
+    nodes_from_cluster_info,
+)
+from ember.autoscaler.scheduler import schedule
+from ember.cli.status import fetch
+from ember.cluster_utils import Cluster
+from ember.util.placement_group import placement_group
+from ember_test_utils import REPO_ROOT, wait_until
+
+
+def _info(c: Cluster) -> dict:
+    return fetch(c.address, os.path.dirname(c.head_node.session_dir), c.token)
+
+
+def test_demand_from_a_real_cluster_drives_launch_and_idle_termination(cluster: Cluster) -> None:
+    config = load_config(REPO_ROOT / "examples" / "clusters" / "fake.yaml")
+    config["available_node_types"]["cpu_worker"]["idle_timeout_s"] = 1
+    cluster.connect()
+
+    @ember.remote(num_cpus=1)
+    def hold(seconds: float) -> str:
+        time.sleep(seconds)
+        return "done"
+
+    @ember.remote(num_cpus=2)
+    class Big:
+        def ping(self) -> str:
+            return "pong"
+
+    refs = [hold.remote(3) for _ in range(3)]  # one runs on the head, two queue
+    big = Big.remote()  # 2 CPUs: no node alive holds it
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+
+    def demand_seen() -> bool:
+        d = demand_from_cluster_info(_info(cluster))
+        return len(d.shapes) >= 3 and len(d.placement_groups) == 1
+
+    wait_until(demand_seen, timeout=30, message="the GCS never reported the demand")
+    info = _info(cluster)
+    demand = demand_from_cluster_info(info)
+    assert sorted(s["CPU"] for s in demand.shapes) == [1.0, 1.0, 2.0]
+    assert demand.placement_groups[0].strategy == "STRICT_SPREAD"
+    assert [dict(b) for b in demand.placement_groups[0].bundles] == [{"CPU": 1.0}] * 2
+    clock = IdleClock()
+    nodes = nodes_from_cluster_info(info, "head", clock, time.time())
+    assert [(n.node_type, n.is_head) for n in nodes] == [("head", True)]
+
+    decision = schedule(config, nodes, demand, time.time())
+    # Two CPU:2 workers for the spread group, whose free CPUs then take the 2-CPU actor and a
+    # 1-CPU task; the second task gets a third worker (the head is full).
+    assert decision.launch == {"cpu_worker": 3}
+    assert decision.infeasible == [] and decision.terminate == []
+
+    # The nodes decided join (as the provider would start them): all the work runs.
+    for _ in range(decision.launch["cpu_worker"]):
+        cluster.add_node(num_cpus=2, labels={NODE_TYPE_LABEL: "cpu_worker"})
+    ember.get(pg.ready(), timeout=60)
+    assert ember.get(refs, timeout=60) == ["done"] * 3
+    # Not waited on: an actor pending before a placement group was created stays unplaced
+    # here although a node has room (a runtime issue, reported apart from this test).
+    ember.kill(big)
+    ember.util.remove_placement_group(pg)
+
+    # The workers idle past their 1 s timeout: all chosen (min_workers is 0), never the head.
+    def terminations() -> list[str]:
+        info = _info(cluster)
+        nodes = nodes_from_cluster_info(info, "head", clock, time.time())
+        d = schedule(config, nodes, demand_from_cluster_info(info), time.time())
+        return sorted(t.node_type for t in d.terminate)
+
+    wait_until(
+        lambda: terminations() == ["cpu_worker"] * 3,
+        timeout=30,
+        message="the idle workers were never chosen for termination",
+    )
