@@ -371,3 +371,27 @@ def test_a_job_whose_node_dies_reads_failed_with_the_reason(page):
         finally:
             subprocess.run(stop, capture_output=True, timeout=90)
             shutil.rmtree(worker_root, ignore_errors=True)
+
+
+def test_a_jobs_long_lines_wrap_and_its_whole_log_downloads(page, cluster):
+    """A line wider than the page wraps in the job's log (it was cut at the edge), and the
+    Download link serves the whole file, however much the page keeps."""
+    url, _ = cluster
+    client = JobSubmissionClient(url)
+    long_line = "wide-" + "x" * 3000
+    program = f"print({long_line!r}); print('the end')"
+    sid = client.submit_job(entrypoint=f"python -c {shlex.quote(program)}")
+    try:
+        _status(client, sid, JobStatus.SUCCEEDED)
+        open_page(page, url, f"jobs?sel={sid}")
+        detail = page.locator(f"[data-testid=job-detail][data-submission-id={sid}]")
+        logs = detail.locator("[data-testid=job-logs]")
+        _wait_text(logs, "the end", 30, contains=True)
+        assert logs.evaluate("e => e.scrollWidth <= e.clientWidth + 1")  # no sideways scroll
+        assert long_line in _read(logs).replace("\n", "")
+        with page.expect_download() as download:
+            detail.locator("[data-testid=job-log-download]").click()
+        with open(download.value.path(), encoding="utf-8") as f:
+            assert f.read().splitlines() == [long_line, "the end"]
+    finally:
+        client.delete_job(sid)

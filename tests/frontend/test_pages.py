@@ -233,6 +233,13 @@ def test_tasks_summary_filters_and_traceback(page, cluster):
     tb = page.locator("[data-testid=task-traceback]")
     tb.wait_for()
     assert "ValueError" in tb.inner_text() and "frontend test failure" in tb.inner_text()
+    # Beside the open detail the table keeps the function's name readable (its column had
+    # collapsed to two letters): the columns the detail repeats step aside.
+    name_head = page.locator("[data-testid=tasks-table] .vhead [data-col=name]")
+    assert name_head.evaluate("e => e.getBoundingClientRect().width") >= 140
+    cell = first.locator("[data-col=name]")
+    assert cell.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), cell.inner_text()
+    assert "explode" in cell.inner_text()
 
 
 def test_timeline_draws_the_task_stream(page, cluster):

@@ -13,6 +13,19 @@ export interface SeriesSpec {
 
 const PALETTE = ["#e4572e", "#2e86de", "#17a589", "#f1c40f", "#8e44ad", "#d35400", "#7f8c8d", "#c0392b"];
 
+const AXIS_FONT = "12px system-ui, sans-serif";
+let measurer: CanvasRenderingContext2D | null = null;
+
+// The value axis is as wide as its widest label ("1.5 GiB/s", "100,000"), measured in the
+// axis's own font, so no label is clipped at the chart's left edge (a fixed 60 px cut them).
+function axisSize(_u: uPlot, values: string[] | null): number {
+  measurer ??= document.createElement("canvas").getContext("2d");
+  if (!values || !measurer) return 50;
+  measurer.font = AXIS_FONT;
+  const widest = Math.max(0, ...values.map((v) => measurer!.measureText(String(v)).width));
+  return Math.max(40, Math.ceil(widest) + 22); // + tick (10), gap (5) and a margin
+}
+
 export function Chart(p: {
   title: string;
   series: SeriesSpec[];
@@ -42,7 +55,7 @@ export function Chart(p: {
         // and 28 px between value labels, so they never overlap on a narrow chart.
         axes: [
           { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, space: (_u, _i, _min, _max, dim) => Math.max(90, dim / 6) },
-          { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, size: 60, space: 28, values: fmt ? (_u, vals) => vals.map((v) => fmt(v)) : undefined },
+          { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, font: AXIS_FONT, size: axisSize, space: 28, values: fmt ? (_u, vals) => vals.map((v) => fmt(v)) : undefined },
         ],
         series: [
           {},

@@ -6,7 +6,7 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { BarLegend, ErrorBox, Modal, ProgressBar, StateBadge, taskBuckets } from "../components/bits";
 import { WorkerLink } from "../components/links";
-import { deleteJSON, errorText, getJSONAndHeaders, postJSON, wsUrl } from "../lib/api";
+import { apiUrl, deleteJSON, errorText, getJSONAndHeaders, postJSON, wsUrl } from "../lib/api";
 import { useApi, useNow } from "../lib/data";
 import { bytes, duration, resources, shortId, time } from "../lib/format";
 import { href, setParams } from "../lib/router";
@@ -273,7 +273,7 @@ function JobDetail({ job: j, now, onChanged }: { job: JobDetails; now: number; o
       )}
       <ErrorBox error={err} />
       {driver && <JobTasks driver={driver} ended={ended} />}
-      <JobLogs key={jobKey(j)} id={jobKey(j)} ended={ended} />
+      <JobLogs key={jobKey(j)} id={jobKey(j)} ended={ended} node={j.driver_node_id} file={j.log_name} />
       {confirm && (
         <Modal title={confirm === "stop" ? "Stop this job?" : "Delete this job?"} onClose={() => setConfirm(null)}>
           <p>
@@ -357,7 +357,7 @@ function splitLines(text: string): string[] {
  * The job's output: while it runs, the tail WebSocket's lines as they are written (polling the
  * log's end every 2 s if the WebSocket does not open); opened after the job ended, the log's end.
  */
-function JobLogs({ id, ended }: { id: string; ended: boolean }) {
+function JobLogs({ id, ended, node, file }: { id: string; ended: boolean; node: string | null; file: string | null }) {
   const [buf, setBuf] = useState<LogBuf>({ lines: [], dropped: 0 });
   const [source, setSource] = useState("");
   const [err, setErr] = useState<string | undefined>();
@@ -462,6 +462,13 @@ function JobLogs({ id, ended }: { id: string; ended: boolean }) {
     <>
       <h2>
         Logs <span class="note" data-testid="job-logs-source">({source})</span>
+        {node && file && (
+          // The whole file, however long: the page keeps only its last lines.
+          <a class="note" href={apiUrl("api/logs/download", { node_id: node, name: file })} download={file} data-testid="job-log-download">
+            {" "}
+            download
+          </a>
+        )}
       </h2>
       <ErrorBox error={err} />
       {buf.dropped > 0 && (
@@ -471,6 +478,7 @@ function JobLogs({ id, ended }: { id: string; ended: boolean }) {
       )}
       <pre
         ref={pre}
+        class="wrap"
         data-testid="job-logs"
         data-lines={buf.lines.length}
         onScroll={(e) => {

@@ -34,8 +34,12 @@ export function Tasks({ params }: { params: URLSearchParams }) {
     // eslint-disable-next-line react-hooks/exhaustive-deps
     [queryKey],
   );
-  const cols: Column<TaskRow>[] = [
-    { key: "name", title: "Function", width: "1.6fr", sortable: true },
+  // Beside an open detail the table has about half the width: the columns the detail repeats
+  // (pid, times) step aside and the id is cut (whole in its tooltip), so the function's name
+  // keeps room to be read instead of collapsing to a few letters.
+  const narrow = !!sel;
+  const wide: Column<TaskRow>[] = [
+    { key: "name", title: "Function", width: "minmax(140px, 1.6fr)", sortable: true },
     { key: "state", title: "State", width: "170px", sortable: true, render: (t) => <StateBadge state={t.state} /> },
     // Whole: a task id starts with its submitter's random prefix, the same on every row it submitted.
     { key: "task_id", title: "Task", width: "280px", render: (t) => <span class="mono">{t.task_id}</span> },
@@ -44,8 +48,19 @@ export function Tasks({ params }: { params: URLSearchParams }) {
     { key: "submitted_time", title: "Submitted", width: "100px", sortable: true, render: (t) => time(t.submitted_time) },
     { key: "duration_s", title: "Duration", width: "90px", align: "right", sortable: true, render: (t) => duration(t.duration_s) },
     { key: "attempt", title: "Attempt", width: "70px", align: "right", sortable: true },
-    { key: "error", title: "Error", width: "1.4fr", render: (t) => (t.error ? <span class="reason" style={{ color: "var(--bad-fg)" }}>{t.error.trim().split("\n").pop()}</span> : "") },
+    { key: "error", title: "Error", width: "minmax(80px, 1.4fr)", render: (t) => (t.error ? <span class="reason" style={{ color: "var(--bad-fg)" }}>{t.error.trim().split("\n").pop()}</span> : "") },
   ];
+  const cols: Column<TaskRow>[] = narrow
+    ? wide
+        .filter((c) => !["pid", "submitted_time", "duration_s"].includes(c.key))
+        .map((c) =>
+          c.key === "task_id"
+            ? { ...c, width: "120px", render: (t: TaskRow) => <span class="mono" title={t.task_id}>{t.task_id.slice(0, 12)}…</span> }
+            : c.key === "state"
+              ? { ...c, width: "150px" }
+              : c,
+        )
+    : wide;
 
   return (
     <div>
