@@ -133,7 +133,7 @@ def task_row(st: DashboardState, slot: int) -> dict[str, Any]:
         "language": "PYTHON",
         "required_resources": None,
         "runtime_env_info": None,
-        "placement_group_id": None,
+        "placement_group_id": r.get("placement_group_id") or None,
         "events": None,
         "profiling_data": None,
         "creation_time_ms": ms(r["submitted_time"]),

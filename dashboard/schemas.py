@@ -188,6 +188,7 @@ class Task(Row):
     state: TaskState = col()
     job_id: str = col()
     actor_id: str | None = col()
+    placement_group_id: str | None = col("the placement group it was scheduled in")
     node_id: str | None = col()
     worker_id: str | None = col()
     pid: int | None = col()

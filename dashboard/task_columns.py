@@ -37,6 +37,7 @@ CODED = {
     "node_id": None,
     "worker_id": None,
     "actor_id": None,
+    "placement_group_id": None,
     "error_type": None,
 }
 TEXT = ("task_id", *CODED, "error")

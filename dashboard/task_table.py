@@ -315,6 +315,8 @@ class TaskTable(TaskQueries):
                 self._put("name", slot, name)
             if extra.get("actor_id"):
                 self._put("actor_id", slot, extra["actor_id"])
+            if extra.get("placement_group_id"):
+                self._put("placement_group_id", slot, extra["placement_group_id"])
             if extra.get("worker_id"):
                 self._put("worker_id", slot, extra["worker_id"])
             pid = extra.get("pid")
@@ -405,7 +407,7 @@ class TaskTable(TaskQueries):
         )
         if prev < 0:
             return
-        for col in ("name", "job_id", "actor_id"):
+        for col in ("name", "job_id", "actor_id", "placement_group_id"):
             value = self.codes[col][prev]
             if value and not self.codes[col][slot]:
                 self._put(col, slot, self.code_tables[col].values[value])
@@ -580,6 +582,9 @@ class TaskTable(TaskQueries):
             "state": STATES[codes["state"][slot]],
             "job_id": tables["job_id"].values[codes["job_id"][slot]],
             "actor_id": actor,
+            "placement_group_id": tables["placement_group_id"].values[
+                codes["placement_group_id"][slot]
+            ],
             "node_id": tables["node_id"].values[codes["node_id"][slot]],
             "worker_id": tables["worker_id"].values[codes["worker_id"][slot]],
             "pid": self.pid[slot] or None,

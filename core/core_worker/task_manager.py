@@ -170,9 +170,20 @@ class TaskManager:
                 self.inline_small_args(spec)
         if getattr(self._current, "submission_holds", None):
             self.drop_submission_holds()
-        self.events.record(
-            spec, "PENDING_ARGS_AVAIL", name=spec.display_name(), actor_id=spec.actor_id
-        )
+        strategy = spec.strategy
+        if type(strategy) is tuple and strategy[0] == "PLACEMENT_GROUP":
+            # Its group, for the task's row (a link on the Tasks page, Ray's column).
+            self.events.record(
+                spec,
+                "PENDING_ARGS_AVAIL",
+                name=spec.display_name(),
+                actor_id=spec.actor_id,
+                placement_group_id=strategy[1].hex(),
+            )
+        else:
+            self.events.record(
+                spec, "PENDING_ARGS_AVAIL", name=spec.display_name(), actor_id=spec.actor_id
+            )
         return refs
 
     def drop_submission_holds(self) -> None:

@@ -136,6 +136,57 @@ def test_a_failing_task_reaches_its_own_log_lines(two_nodes, browser):
     assert not errors, errors
 
 
+@ember.remote(num_cpus=1)
+def plan() -> str:
+    return "planned"
+
+
+def test_a_task_in_a_placement_group_links_its_group(two_nodes, browser):
+    from ember.util.placement_group import placement_group, remove_placement_group
+
+    _, url = two_nodes
+    group = placement_group([{"CPU": 1}], name="planners")
+    ember.get(group.ready(), timeout=60)
+    try:
+        ref = plan.options(placement_group=group).remote()
+        assert ember.get(ref) == "planned"
+        task_id, group_id = ref.task_id().hex(), group.id.hex()
+        http = httpx.Client(base_url=url, timeout=10)
+        row = wait_until(
+            lambda: (
+                (r := http.get(f"/api/tasks/{task_id}").json()).get("state") == "FINISHED" and r
+            ),
+            30,
+            0.2,
+            "the task on the dashboard",
+        )
+        assert row["placement_group_id"] == group_id
+        # Ray's state API has the same column (a detail one, as in Ray).
+        ray_rows = http.get(
+            "/api/v0/tasks",
+            params={
+                "filter_keys": "task_id",
+                "filter_predicates": "=",
+                "filter_values": task_id,
+                "detail": "true",
+            },
+        ).json()["data"]["result"]["result"]
+        assert [r["placement_group_id"] for r in ray_rows] == [group_id]
+        ctx, pg, errors = _new_page(browser)
+        try:
+            open_page(pg, url, f"tasks?sel={task_id}")
+            link = pg.get_by_test_id("task-detail").get_by_test_id("pg-link")
+            link.wait_for()
+            assert link.get_attribute("href") == f"#/actors?pg={group_id}"
+            link.click()
+            pg.wait_for_url(re.compile(rf"#/actors\?pg={group_id}"))
+        finally:
+            ctx.close()
+        assert not errors, errors
+    finally:
+        remove_placement_group(group)
+
+
 def test_actors_show_restarts_job_and_a_pending_reason_in_user_terms(two_nodes, browser):
     from ember.util.placement_group import placement_group
 

@@ -149,6 +149,8 @@ export interface TaskRow {
   state: "PENDING_ARGS_AVAIL" | "PENDING_NODE_ASSIGNMENT" | "SUBMITTED_TO_WORKER" | "RUNNING" | "RETRYING" | "FINISHED" | "FAILED";
   job_id: string;
   actor_id: string | null;
+  /** the placement group it was scheduled in */
+  placement_group_id: string | null;
   node_id: string | null;
   worker_id: string | null;
   pid: number | null;
@@ -186,7 +188,7 @@ export interface TaskPage {
 }
 
 /** What `filter=` and `sort_by=` of /api/tasks may name. */
-export const TASK_FILTERABLE = ["task_id", "name", "state", "job_id", "actor_id", "node_id", "worker_id", "pid", "attempt", "type", "submitted_time", "start_time", "end_time", "duration_s", "error_type", "error"] as const;
+export const TASK_FILTERABLE = ["task_id", "name", "state", "job_id", "actor_id", "placement_group_id", "node_id", "worker_id", "pid", "attempt", "type", "submitted_time", "start_time", "end_time", "duration_s", "error_type", "error"] as const;
 
 /** A reference the agent collected (``Agent.objects``): one row per reference kind. */
 export interface ObjectRow {

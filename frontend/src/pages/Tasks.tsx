@@ -4,7 +4,7 @@
 import { useCallback, useState } from "preact/hooks";
 import { VirtualTable, type Column } from "../components/VirtualTable";
 import { BarLegend, ErrorBox, NodeSelect, ProgressBar, StateBadge, taskBuckets } from "../components/bits";
-import { ActorLink, JobLink, NodeLink, TaskLink, WorkerLink } from "../components/links";
+import { ActorLink, GroupLink, JobLink, NodeLink, TaskLink, WorkerLink } from "../components/links";
 import { getJSON, type Page } from "../lib/api";
 import { useApi, useLiveToken } from "../lib/data";
 import { duration, time } from "../lib/format";
@@ -210,6 +210,14 @@ function TaskDetail({ sel, onAttempt, logStream }: { sel: string; onAttempt: (ke
             <dt>Actor</dt>
             <dd>
               <ActorLink id={t.actor_id} len={32} />
+            </dd>
+          </>
+        )}
+        {t.placement_group_id && (
+          <>
+            <dt>Placement group</dt>
+            <dd>
+              <GroupLink id={t.placement_group_id} />
             </dd>
           </>
         )}
