@@ -63,6 +63,10 @@ class CurrentTasks:
         known, name = self.running(row.get("worker_id"))
         if not known or row.get("kind") != "worker":
             return row
+        if row.get("state") == "IDLE":
+            # Back in the raylet's pool, leased by no one: idle, whatever it ran last (its
+            # end event may still be on its way).
+            return {**row, "current_task": None}
         row = dict(row)
         row["current_task"] = name
         if row.get("state") == "ACTOR":

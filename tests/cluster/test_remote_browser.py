@@ -46,7 +46,8 @@ def _pages(c: dict) -> list[list[str]]:
         ["machines", "[data-testid=nodes-table]", c["ip"]],
         ["actors", "[data-testid=actors-table]", HOLDER],
         ["jobs", "[data-testid=jobs-table]", "RUNNING"],
-        ["timeline", "[data-testid=timeline-count]", "3 workers"],  # the probe's, two actors'
+        # The probe's worker and two actors'; the driver's row holds its submit_task slices.
+        ["timeline", "[data-testid=timeline-count]", "3 workers · 1 driver"],
         ["logs", "[data-testid=log-files]", "raylet.log"],
         ["memory", "main", str(c["driver_pid"])],
         ["metrics", "[data-testid=metrics-node]", c["node_id"][:8]],

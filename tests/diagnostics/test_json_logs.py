@@ -95,6 +95,15 @@ def test_node_writes_json_lines_and_ember_logs_reads_them(monkeypatch):
             ), shown
             raw = _run([*cli, "raylet.log", "--tail", "5", "--raw"]).splitlines()
             assert [readable(ln) for ln in raw] == lines
+            # The dashboard lists a node's log files as its agent reports them (a new file
+            # within a moment of its first line): wait for the worker's to be listed.
+            listed = [*cli, "--format", "json"]
+            wait_until(
+                lambda: os.path.basename(wlog) in {f["name"] for f in json.loads(_run(listed))},
+                timeout=30,
+                interval=0.3,
+                message="the worker's log listed",
+            )
             worker = _run([*cli, os.path.basename(wlog), "--tail", "50"])
             assert f"[node={node_id[:12]} job={job_id[:12]} task={task_id[:12]}]: " in worker
             assert 'the task said "naïve"' in worker

@@ -242,10 +242,12 @@ def test_detached_actor_outlives_driver() -> None:
 
 @pytest.mark.ray_init()
 def test_named_actor(ray_start: object) -> None:
-    """ "Note that just creating a named actor is allowed": found by name while it lives."""
+    """ "Note that just creating a named actor is allowed": found by name while it lives. Ray
+    2.x (followed here) counts a named actor's handles as any other's: it lives while its
+    creator holds one (a handle from get_actor does not count), so the creator keeps it."""
     Counter = _counter_class()
 
-    Counter.options(name="CounterActor").remote()
+    creator = Counter.options(name="CounterActor").remote()  # noqa: F841 - keeps it alive
 
     counter = ray.util.get_actor("CounterActor")
     assert ray.get(counter.get_counter.remote()) == 0

@@ -169,7 +169,7 @@ export function Timeline({ params }: { params: URLSearchParams }) {
           ⤓ Download Chrome trace
         </a>
         <span class="count" data-testid="timeline-count">
-          {trace.count.toLocaleString()} slices · {trace.rows.length} workers
+          {trace.count.toLocaleString()} slices · {countRows(trace.rows)}
         </span>
       </div>
       <ErrorBox error={error} />
@@ -188,4 +188,13 @@ export function Timeline({ params }: { params: URLSearchParams }) {
       {!loading && trace.count === 0 && <div class="empty">No tasks ran in the last {win} s.</div>}
     </div>
   );
+}
+
+// Drivers have rows of their own (the tasks they submitted leave from there, as Ray's
+// submit_task events do): counted apart from the workers that ran tasks.
+function countRows(rows: { label: string }[]): string {
+  const drivers = rows.filter((r) => r.label.startsWith("driver:")).length;
+  const workers = rows.length - drivers;
+  const plural = (n: number, one: string) => `${n} ${one}${n === 1 ? "" : "s"}`;
+  return drivers ? `${plural(workers, "worker")} · ${plural(drivers, "driver")}` : plural(workers, "worker");
 }
