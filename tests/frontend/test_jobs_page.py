@@ -389,6 +389,17 @@ def test_a_jobs_long_lines_wrap_and_its_whole_log_downloads(page, cluster):
         _wait_text(logs, "the end", 30, contains=True)
         assert logs.evaluate("e => e.scrollWidth <= e.clientWidth + 1")  # no sideways scroll
         assert long_line in _read(logs).replace("\n", "")
+        # The download serves files the node's agent has listed (a new one within a moment).
+        rec = client.get_job_info(sid)
+        listed = f"{url}/api/logs?filter=node_id={rec.driver_node_id}&limit=1000"
+        wait_until(
+            lambda: any(
+                f["name"] == rec.log_name for f in page.request.get(listed).json()["items"]
+            ),
+            30,
+            0.3,
+            "the job's log listed",
+        )
         with page.expect_download() as download:
             detail.locator("[data-testid=job-log-download]").click()
         with open(download.value.path(), encoding="utf-8") as f:
