@@ -35,8 +35,8 @@ export function Tasks({ params }: { params: URLSearchParams }) {
     [queryKey],
   );
   // Beside an open detail the table has about half the width: the columns the detail repeats
-  // (node, pid, times) step aside, so the function's name keeps room to be read instead of
-  // collapsing to a few letters; the id stays whole.
+  // (times, the error) step aside, so the function's name keeps room to be read instead of
+  // collapsing to a few letters; the id stays whole, and each attempt keeps its node and pid.
   const narrow = !!sel;
   const wide: Column<TaskRow>[] = [
     { key: "name", title: "Function", width: "minmax(140px, 1.6fr)", sortable: true },
@@ -51,7 +51,7 @@ export function Tasks({ params }: { params: URLSearchParams }) {
     { key: "error", title: "Error", width: "minmax(80px, 1.4fr)", render: (t) => (t.error ? <span class="reason" style={{ color: "var(--bad-fg)" }}>{t.error.trim().split("\n").pop()}</span> : "") },
   ];
   const cols: Column<TaskRow>[] = narrow
-    ? wide.filter((c) => !["node_id", "pid", "submitted_time", "duration_s"].includes(c.key)).map((c) => (c.key === "state" ? { ...c, width: "150px" } : c))
+    ? wide.filter((c) => !["submitted_time", "duration_s", "error"].includes(c.key)).map((c) => (c.key === "state" ? { ...c, width: "150px" } : c))
     : wide;
 
   return (
