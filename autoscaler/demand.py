@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ember.autoscaler.scheduler import Demand, NodeView, PlacementGroupDemand, Shape
+from ember.resources import waiting_bundles
 
 NODE_TYPE_LABEL = "ember.io/node-type"
 UNMANAGED = ""  # the node type of a node the autoscaler did not start
@@ -48,13 +49,7 @@ def demand_from_cluster_info(info: Mapping[str, Any], requested: Iterable[Shape]
     shapes = [s for s in shapes if not _in_group(s)]
     groups = []
     for g in info.get("placement_groups") or ():
-        state = g.get("state")
-        if state not in ("PENDING", "RESCHEDULING"):
-            continue
-        bundles = list(g.get("bundles") or ())
-        if state == "RESCHEDULING":  # only the bundles its dead node held need room
-            placed = list(g.get("bundle_nodes") or ())
-            bundles = [b for i, b in enumerate(bundles) if i >= len(placed) or not placed[i]]
+        bundles = waiting_bundles(g)
         if bundles:
             strategy = g.get("strategy") or "PACK"
             groups.append(PlacementGroupDemand(tuple(_shape(b) for b in bundles), strategy))

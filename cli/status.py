@@ -12,7 +12,7 @@ from ember.cli.api_client import cluster_options, cluster_settings
 from ember.cli.errors import fail
 from ember.cli.output import emit, format_option
 from ember.resources import fmt as fmt_shape
-from ember.resources import fmt_request
+from ember.resources import fmt_request, waiting_bundles
 
 _BAR = "-" * 63
 # Shown as byte sizes rather than counts.
@@ -164,13 +164,9 @@ def _pending_groups(groups: Any, alive: list[dict]) -> list[dict[str, Any]]:
     says; judged here per bundle (each must fit some node), the check Ray's status makes."""
     out: dict[tuple, dict[str, Any]] = {}
     for g in groups:
-        state = g.get("state")
-        if state not in ("PENDING", "RESCHEDULING"):
+        wanted = waiting_bundles(g)
+        if wanted is None:
             continue
-        wanted = list(g.get("bundles") or ())
-        if state == "RESCHEDULING":  # only the bundles its dead node held are demand
-            nodes = list(g.get("bundle_nodes") or ())
-            wanted = [b for i, b in enumerate(wanted) if i >= len(nodes) or not nodes[i]]
         bundles = [{k: float(v) for k, v in b.items() if v} for b in wanted]
         key = (repr(bundles), g.get("strategy", "PACK"))
         entry = out.setdefault(

@@ -226,3 +226,17 @@ def fmt_request(shape: dict[str, float], group_names: dict[str, str] | None = No
     label = f"placement group {name!r}" if name else f"placement group {pg_hex[:12]}"
     where = f"bundle {index}" if index >= 0 else "any bundle"
     return f"{label}, {where}: {fmt(plain)}"
+
+
+def waiting_bundles(group: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The bundles a placement group (a row of the GCS's cluster info) still waits for room
+    for: all of a PENDING group's, the ones a RESCHEDULING group lost with a dead node; None
+    for a group that waits for nothing. ``ember status`` and the autoscaler read demand so."""
+    state = group.get("state")
+    if state not in ("PENDING", "RESCHEDULING"):
+        return None
+    bundles = list(group.get("bundles") or ())
+    if state == "RESCHEDULING":
+        placed = list(group.get("bundle_nodes") or ())
+        bundles = [b for i, b in enumerate(bundles) if i >= len(placed) or not placed[i]]
+    return bundles

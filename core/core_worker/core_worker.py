@@ -195,6 +195,7 @@ class CoreWorker:
         self.fail_task = tasks.fail_task
         self.cancel = tasks.cancel
         self.record_event = self.task_events.record
+        self.record_event_shared = self.task_events.record_shared
         self.record_attempt_failed = self.task_events.record_attempt_failed
         self.record_profile = self.task_events.record_profile
         self.register_new_borrows = self.ownership.register_new_borrows

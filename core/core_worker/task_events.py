@@ -31,6 +31,11 @@ class TaskEvents:
     def record(self, spec: TaskSpec, state: str, **extra: Any) -> None:
         self.append((spec.task_id, state, time.time(), spec.attempt, extra or None))
 
+    def record_shared(self, spec: TaskSpec, state: str, extra: dict) -> None:
+        """As ``record``, with an ``extra`` the caller keeps and reuses (never changed once
+        recorded): the hot path's events build no dict of their own."""
+        self.append((spec.task_id, state, time.time(), spec.attempt, extra))
+
     def record_attempt_failed(
         self, spec: TaskSpec, attempt: int, error: str, error_type: str, **where: Any
     ) -> None:

@@ -66,6 +66,7 @@ class _Lease:
         "node_id",
         "pid",
         "wanted",
+        "where",
     )
 
     def __init__(
@@ -76,6 +77,9 @@ class _Lease:
         self.gpu_ids = list(gpu_ids)
         self.node_id = node_id
         self.pid = pid
+        # Where its tasks run, as each push's event says: one dict for the lease's life, so
+        # no push builds one (and a batch of events pickles it once).
+        self.where = {"worker_id": worker_id, "node_id": node_id, "pid": pid}
         self.lease_id = lease_id
         self.worker_id = worker_id
         self.address = address
@@ -121,6 +125,7 @@ class TaskSubmitterHost(Protocol):
     def inline_small_args(self, spec: TaskSpec) -> None: ...
     def attach_function(self, spec: TaskSpec, conn: Connection) -> None: ...
     def record_event(self, spec: TaskSpec, state: str, **extra: Any) -> None: ...
+    def record_event_shared(self, spec: TaskSpec, state: str, extra: dict) -> None: ...
     def record_attempt_failed(
         self, spec: TaskSpec, attempt: int, error: str, error_type: str, **where: Any
     ) -> None: ...
@@ -356,13 +361,7 @@ class TaskSubmitter:
         self.host.attach_function(spec, lease.conn)
         # Where this attempt runs, from the lease: its rows say so even if the worker dies
         # before its own RUNNING event leaves it.
-        self.host.record_event(
-            spec,
-            "SUBMITTED_TO_WORKER",
-            worker_id=lease.worker_id,
-            node_id=lease.node_id,
-            pid=lease.pid,
-        )
+        self.host.record_event_shared(spec, "SUBMITTED_TO_WORKER", lease.where)
         lease.conn.request_cb(
             "push_task", spec, lambda reply, exc: self._on_reply(lease, spec, reply, exc)
         )
