@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import sys
 from collections.abc import Callable
 from typing import Any
 
+from ember.core_worker.log_offsets import LogOffsets, counting_stream
 
-def _redirect_output(base: str) -> tuple[str, str]:
-    """stdout and stderr go to ``worker-<id>-<pid>.out/.err`` (the layout of Ray 0.8's logs)."""
+
+def _redirect_output(base: str) -> tuple[tuple[str, str], LogOffsets]:
+    """stdout and stderr go to ``worker-<id>-<pid>.out/.err`` (the layout of Ray 0.8's logs);
+    with where they end now, for each task's share of them."""
     paths = (base + ".out", base + ".err")
     for fd, path in zip((1, 2), paths, strict=True):
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(f, fd)
         os.close(f)
-    sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), line_buffering=True)
-    sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", buffering=0), line_buffering=True)
-    return paths
+    sys.stdout, out = counting_stream(1)
+    sys.stderr, err = counting_stream(2)
+    return paths, LogOffsets(out, err)
 
 
 def _log_ember_records(base: str, ids: Callable[[], dict[str, str | None]]) -> None:
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     # A worker never outlives its raylet, whatever killed the raylet.
     die_with_parent(int(opts.get("raylet-pid", 0)), signal.SIGKILL)
     base = os.path.join(session_dir, "logs", f"worker-{worker_id[:16]}-{os.getpid()}")
-    log_paths = _redirect_output(base)
+    log_paths, log_offsets = _redirect_output(base)
     worker: list = []  # the core worker, once made: the ids a log record carries
     _log_ember_records(base, lambda: _ids(worker[0]) if worker else {})
 
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     worker.append(cw)
     cw.executor = Executor(cw)
-    cw.executor.log_offsets = True  # stdout and stderr are the log files opened above
+    cw.executor.log_offsets = log_offsets  # stdout and stderr are the log files opened above
     cw.executor.install_interrupt_handler()
     cw.start()
     try:

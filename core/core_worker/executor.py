@@ -29,6 +29,7 @@ from ember.core_worker import generators, task_values
 from ember.core_worker.call_threads import CallThreads
 from ember.core_worker.concurrency_groups import ConcurrencyGroups, Lane, UnknownGroup
 from ember.core_worker.current_task import enter_async_call, leave_async_call
+from ember.core_worker.log_offsets import LogOffsets
 from ember.core_worker.method_lookup import actor_method
 from ember.core_worker.process_limits import LimitWatch
 from ember.core_worker.task_runtime_env import applied_env
@@ -107,8 +108,8 @@ class Executor:
         self.calls_per_function: dict[bytes, int] = {}
         self._running_extra: dict[str, dict[str, Any]] = {}  # {task name: its RUNNING extra}
         # A worker's stdout and stderr are its log files (worker_main): each reply then says
-        # which bytes of them its task wrote (two fstat calls per task).
-        self.log_offsets = False
+        # which bytes of them its task wrote.
+        self.log_offsets: LogOffsets | None = None
 
     # -- on the I/O thread -----------------------------------------------------------------
     def on_push_task(self, conn, spec: TaskSpec) -> object:
@@ -237,7 +238,7 @@ class Executor:
             # A reused worker: the last task's GPUs are not this task's nor this actor's.
             self._restore_gpus()
         timings: dict[str, float] = {"start": time.time()}
-        log_from = self._log_offsets() if self.log_offsets else None
+        log_from = self.log_offsets.now() if self.log_offsets is not None else None
         self._record_running(spec, log_from)
         current.profile_spans = spans = []
         # A task's runtime_env is its own for its run; an actor's, for its life (kept).
@@ -302,16 +303,10 @@ class Executor:
         sys.stdout.flush()
         sys.stderr.flush()
         if log_from is not None:
-            _add_log_range(reply, log_from, self._log_offsets())
+            _add_log_range(reply, log_from, self.log_offsets.now())
         if spec.kind == ACTOR_CREATION_TASK:
             self._record_creation_end(spec, reply)
         return reply
-
-    @staticmethod
-    def _log_offsets() -> tuple[int, int]:
-        """The sizes of this worker's stdout and stderr files now (both are opened with
-        O_APPEND, so what a task prints lands after these offsets)."""
-        return os.fstat(1).st_size, os.fstat(2).st_size
 
     def _reached_max_calls(self, spec: TaskSpec) -> bool:
         limit = (spec.actor_options or {}).get("max_calls") if spec.kind == 0 else None
@@ -525,7 +520,7 @@ class Executor:
     async def _execute_async(self, spec: TaskSpec) -> dict:
         timings = {"start": time.time()}
         # Calls of an async actor interleave: a call's range may hold its neighbours' lines.
-        log_from = self._log_offsets() if self.log_offsets else None
+        log_from = self.log_offsets.now() if self.log_offsets is not None else None
         self._record_running(spec, log_from)
         # This call's own task id and spec for get_runtime_context() and the tasks it
         # submits: calls running side by side on the loop each see their own.
@@ -569,7 +564,7 @@ class Executor:
         if log_from is not None:
             sys.stdout.flush()
             sys.stderr.flush()
-            _add_log_range(reply, log_from, self._log_offsets())
+            _add_log_range(reply, log_from, self.log_offsets.now())
         return reply
 
     def _restore_gpus(self) -> None:
