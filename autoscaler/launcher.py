@@ -235,9 +235,14 @@ def up(
     with open(paths.state, "w") as f:
         json.dump({"cluster_name": config["cluster_name"], "config": paths.config}, f)
     echo(f"Cluster {config['cluster_name']} is up: address {_address(head)}")
-    if head.get("dashboard_url"):
-        echo(f"Dashboard: {head['dashboard_url']}")
+    if dashboard_url(head):
+        echo(f"Dashboard: {dashboard_url(head)}")
     return head
+
+
+def dashboard_url(head: Mapping[str, Any]) -> str:
+    """The head's dashboard URL ("" when it runs none), from its node.json."""
+    return str((head.get("dashboard") or {}).get("url") or "")
 
 
 def _address(head: Mapping[str, Any]) -> str:

@@ -47,16 +47,15 @@ def dashboard(
     started, when given), or with --history serve a stopped session's dashboard (until
     Ctrl-C)."""
     if cluster_config is not None:
-        from ember.autoscaler.launcher import LauncherError, running_head
+        from ember.autoscaler.launcher import LauncherError, dashboard_url, running_head
         from ember.cli.errors import fail
 
         try:
-            head = running_head(cluster_config)
+            address = dashboard_url(running_head(cluster_config))
         except LauncherError as e:
             fail(str(e))
-        if not head.get("dashboard_url"):
+        if not address:  # the head is on this machine: its URL needs no forward
             fail(f"the head of {cluster_config} runs no dashboard")
-        address = head["dashboard_url"]  # the head is on this machine: no forward needed
     if history_path is not None:
         _serve_history(history_path, host, port)
         return

@@ -25,6 +25,7 @@ FAST = {
     "EMBER_NODE_DEATH_TIMEOUT": "2",
     "EMBER_AUTOSCALER_JOIN_TIMEOUT_S": "8",  # a restarted monitor's adopted node joins in time
     "EMBER_AUTOSCALER_BACKOFF_S": "600",  # one failure in this test's time, not a retry storm
+    "EMBER_AUTOSCALER_BACKOFF_MAX_S": "600",
 }
 
 
