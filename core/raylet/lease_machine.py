@@ -344,6 +344,14 @@ class LeaseMachine:
                     i += 1
                     continue
             if not res.can_fit(req.shape):
+                if req.actor_id is not None and self.in_cluster:
+                    # The GCS placed this actor on a view a heartbeat old (a placement
+                    # group's bundle may have taken the room since): answered "not now",
+                    # so the GCS places it again, elsewhere or here once room comes. Held
+                    # here instead, it waited for good while other nodes had room.
+                    queue.pop(i)
+                    out.append(Cancel(req))
+                    continue
                 if res.feasible(req.shape):
                     waiting_clients.add(req.client)
                 elif not self.in_cluster:
