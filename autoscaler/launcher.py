@@ -321,15 +321,30 @@ def run_on_head(head: Mapping[str, Any], command: str | Sequence[str]) -> int:
 
 def worker_ips(config_path: str, cluster_name: str | None = None) -> list[str]:
     """The addresses of the worker nodes the cluster's provider runs now."""
-    head = running_head(config_path, cluster_name)
-    from ember.cli.status import fetch
-
-    info = fetch(_address(head), None, head_env(head).get("EMBER_TOKEN"))
+    info = gcs_call(running_head(config_path, cluster_name), "cluster_info")
     return sorted(
         n.get("node_ip", "")
         for n in info.get("nodes") or ()
         if n.get("state") == "ALIVE" and not n.get("is_head")
     )
+
+
+def gcs_call(head: Mapping[str, Any], op: str, body: Any = None) -> Any:
+    """One call to the head's GCS, with the cluster token from its session."""
+    from ember.autoscaler.monitor import GcsLink
+
+    token = head_env(head).get("EMBER_TOKEN")
+    link = GcsLink(str(head["gcs_address"]), token.encode() if token else None)
+    try:
+        return link.call(op, body)
+    finally:
+        link.close()
+
+
+def read_status(head: Mapping[str, Any]) -> dict[str, Any]:
+    """The autoscaler's last status record on the head ({} before its first tick)."""
+    raw = gcs_call(head, "kv_get", {"namespace": "autoscaler", "key": b"status"})
+    return json.loads(raw) if raw else {}
 
 
 def monitor_log(head: Mapping[str, Any]) -> str:

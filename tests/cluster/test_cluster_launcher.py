@@ -54,34 +54,17 @@ def _ok(done: subprocess.CompletedProcess) -> str:
 
 def _status(env: dict, config: str) -> dict:
     """The autoscaler's record in the head's GCS KV (what ``ember status`` reads)."""
-    from ember.autoscaler.launcher import head_env, running_head
-    from ember.protocol import connection as conn_mod
+    from ember.autoscaler import launcher
 
     old = os.environ.get("EMBER_UP_DIR")
     os.environ["EMBER_UP_DIR"] = env["EMBER_UP_DIR"]
     try:
-        head = running_head(config)
+        return launcher.read_status(launcher.running_head(config))
     finally:
         if old is None:
             del os.environ["EMBER_UP_DIR"]
         else:
             os.environ["EMBER_UP_DIR"] = old
-    token = head_env(head)["EMBER_TOKEN"].encode()
-
-    async def ask() -> bytes | None:
-        conn = await conn_mod.connect(head["gcs_address"], name="gcs", token=token, timeout=10)
-        try:
-            body = {"namespace": "autoscaler", "key": b"status"}
-            return await conn.call("kv_get", body, timeout=10)
-        finally:
-            conn.close()
-
-    loop = conn_mod.new_event_loop()
-    try:
-        raw = loop.run_until_complete(ask())
-    finally:
-        loop.close()
-    return json.loads(raw) if raw else {}
 
 
 def test_up_scale_up_shrink_down(tmp_path) -> None:
