@@ -20,6 +20,7 @@ import tempfile
 
 import psutil
 import yaml
+from ember.autoscaler import launcher
 from ember_test_utils import REPO_ROOT, wait_until
 
 FAST = {"EMBER_HEARTBEAT_INTERVAL": "0.2", "EMBER_NODE_DEATH_TIMEOUT": "2"}
@@ -52,24 +53,21 @@ def _ok(done: subprocess.CompletedProcess) -> str:
     return done.stdout
 
 
-def _status(env: dict, config: str) -> dict:
+def _status(config: str) -> dict:
     """The autoscaler's record in the head's GCS KV (what ``ember status`` reads)."""
-    from ember.autoscaler import launcher
-
-    old = os.environ.get("EMBER_UP_DIR")
-    os.environ["EMBER_UP_DIR"] = env["EMBER_UP_DIR"]
-    try:
-        return launcher.read_status(launcher.running_head(config))
-    finally:
-        if old is None:
-            del os.environ["EMBER_UP_DIR"]
-        else:
-            os.environ["EMBER_UP_DIR"] = old
+    return launcher.read_status(launcher.running_head(config))
 
 
-def test_up_scale_up_shrink_down(tmp_path) -> None:
+def _workers(config: str) -> list[str]:
+    """What ``ember get-worker-ips`` prints, asked in this process: polled often, a CLI
+    process per poll would cost a second each."""
+    return launcher.worker_ips(config)
+
+
+def test_up_scale_up_shrink_down(tmp_path, monkeypatch) -> None:
     up_dir = tempfile.mkdtemp(prefix="eu-", dir="/tmp")  # short: Unix socket paths
-    env = {**os.environ, **FAST, "EMBER_UP_DIR": up_dir}
+    monkeypatch.setenv("EMBER_UP_DIR", up_dir)  # for this process's launcher calls too
+    env = {**os.environ, **FAST}
     with open(REPO_ROOT / "examples" / "clusters" / "fake.yaml") as f:
         raw = yaml.safe_load(f)
     raw["cluster_name"] = f"walk{os.getpid()}"
@@ -88,10 +86,10 @@ def test_up_scale_up_shrink_down(tmp_path) -> None:
         assert url.startswith("http://127.0.0.1:")
 
         # The head's raylet keeps the autoscaler running: killed, it is started again.
-        first = wait_until(lambda: _status(env, config).get("monitor_pid"), timeout=60)
+        first = wait_until(lambda: _status(config).get("monitor_pid"), timeout=60)
         os.kill(first, signal.SIGKILL)
         wait_until(
-            lambda: _status(env, config).get("monitor_pid") not in (None, first),
+            lambda: _status(config).get("monitor_pid") not in (None, first),
             timeout=60,
             message="the head never restarted its autoscaler",
         )
@@ -101,7 +99,7 @@ def test_up_scale_up_shrink_down(tmp_path) -> None:
         script.write_text(WORKLOAD)
         out = _ok(_ember(env, "submit", config, str(script), timeout=300))
         assert "done 4 tasks on" in out
-        st = _status(env, config)
+        st = _status(config)
         launches = [d for d in st["decisions"] if d["action"] == "launch"]
         assert launches and {d["node_type"] for d in launches} == {"cpu_worker"}
         assert st["counters"]["started"] >= 1 and st["counters"]["failed_create"] == 0
@@ -110,7 +108,7 @@ def test_up_scale_up_shrink_down(tmp_path) -> None:
 
         # Idle past 3 s, every worker goes (min_workers 0); the head stays.
         wait_until(
-            lambda: _ok(_ember(env, "get-worker-ips", config)).strip() == "",
+            lambda: _workers(config) == [],
             timeout=90,
             message="the workers were never removed",
         )
@@ -121,10 +119,11 @@ def test_up_scale_up_shrink_down(tmp_path) -> None:
             yaml.safe_dump(raw, f)
         assert "the new config reaches its autoscaler" in _ok(_ember(env, "up", config, "-y"))
         wait_until(
-            lambda: _ok(_ember(env, "get-worker-ips", config)).strip() == "127.0.0.1",
+            lambda: _workers(config) == ["127.0.0.1"],
             timeout=90,
             message="min_workers 1 never brought a worker",
         )
+        assert _ok(_ember(env, "get-worker-ips", config)).strip() == "127.0.0.1"
 
         # Files go up to the head and come back (the head is this machine).
         src = tmp_path / "data.txt"
