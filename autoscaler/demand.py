@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ember.autoscaler.scheduler import Demand, NodeView, PlacementGroupDemand, Shape
@@ -27,36 +28,59 @@ UNMANAGED = ""  # the node type of a node the autoscaler did not start
 _GROUP_RESOURCE = re.compile(r"_group_(\d+_)?[0-9a-f]{32}$")
 
 
-def _shape(raw: Mapping[str, Any] | None) -> dict[str, float]:
+def shape_of(raw: Mapping[str, Any] | None) -> dict[str, float]:
     return {k: float(v) for k, v in (raw or {}).items() if v}
 
 
-def _in_group(shape: Mapping[str, float]) -> bool:
+def in_group(shape: Mapping[str, float]) -> bool:
     return any(_GROUP_RESOURCE.search(k) for k in shape)
 
 
-def demand_from_cluster_info(info: Mapping[str, Any], requested: Iterable[Shape] = ()) -> Demand:
-    """Queued leases and pending actors as shapes (one per waiting request), and the bundles
-    still unplaced of each pending or rescheduling placement group, with its strategy."""
-    shapes: list[dict[str, float]] = []
+@dataclass(frozen=True)
+class Waiting:
+    """What waits for room, by kind: queued lease shapes and pending actors' shapes (one per
+    waiting request; work inside a placement group left out, its group's bundles being the
+    demand) and each pending or rescheduling group as (id hex, strategy, unplaced bundles)."""
+
+    leases: list[dict[str, float]]
+    actors: list[dict[str, float]]
+    groups: list[tuple[str, str, list[dict[str, float]]]]
+
+
+def waiting(info: Mapping[str, Any]) -> Waiting:
+    """The waiting work in the GCS's ``cluster_info`` reply (see ``Waiting``)."""
+    leases: list[dict[str, float]] = []
     for node in info.get("nodes") or ():
         if node.get("state") != "ALIVE":
             continue
         for d in node.get("pending_demands") or ():
-            shapes += [_shape(d["shape"])] * int(d.get("count", 1))
-    for actor in info.get("pending_actors") or ():
-        shapes.append(_shape(actor.get("resources")))
-    shapes = [s for s in shapes if not _in_group(s)]
+            leases += [shape_of(d["shape"])] * int(d.get("count", 1))
+    actors = [shape_of(a.get("resources")) for a in info.get("pending_actors") or ()]
     groups = []
     for g in info.get("placement_groups") or ():
         bundles = waiting_bundles(g)
         if bundles:
+            raw = g.get("placement_group_id") or b""
+            group_id = raw.hex() if isinstance(raw, bytes) else str(raw)
             strategy = g.get("strategy") or "PACK"
-            groups.append(PlacementGroupDemand(tuple(_shape(b) for b in bundles), strategy))
+            groups.append((group_id, strategy, [shape_of(b) for b in bundles]))
+    return Waiting(
+        [s for s in leases if s and not in_group(s)],
+        [s for s in actors if s and not in_group(s)],
+        groups,
+    )
+
+
+def demand_from_cluster_info(info: Mapping[str, Any], requested: Iterable[Shape] = ()) -> Demand:
+    """The scheduler's demand: every waiting shape, each waiting group's unplaced bundles
+    with its strategy, and the request_resources bundles."""
+    w = waiting(info)
     return Demand(
-        shapes=tuple(s for s in shapes if s),
-        placement_groups=tuple(groups),
-        requested=tuple(_shape(r) for r in requested),
+        shapes=tuple(w.leases + w.actors),
+        placement_groups=tuple(
+            PlacementGroupDemand(tuple(bundles), strategy) for _, strategy, bundles in w.groups
+        ),
+        requested=tuple(shape_of(r) for r in requested),
     )
 
 
@@ -73,6 +97,10 @@ class IdleClock:
             self._since.pop(node_id, None)
             return None
         return self._since.setdefault(node_id, now)
+
+    def since_map(self) -> dict[str, float]:
+        """{node id: idle since} of the nodes idle now."""
+        return dict(self._since)
 
     def forget_all_but(self, live: set[str]) -> None:
         for node_id in set(self._since) - live:
@@ -109,8 +137,8 @@ def nodes_from_cluster_info(
             NodeView(
                 node_id,
                 node_type,
-                _shape(node.get("resources_total")),
-                _shape(node.get("resources_available")),
+                shape_of(node.get("resources_total")),
+                shape_of(node.get("resources_available")),
                 idle_since=idle,
                 is_head=is_head,
             )

@@ -7,6 +7,10 @@ provider fields: ``gcs_address`` (the head's HOST:PORT), ``temp_dir`` (where nod
 and the provider's own table go), and optionally ``token`` (the cluster token),
 ``node_ip`` (127.0.0.1), ``object_store_memory`` (bytes per node, 64 MiB).
 The table of nodes made is a JSON file in ``temp_dir``, so a restarted autoscaler finds them.
+
+A test hook: a node type whose ``node_config`` has ``test_never_join: true`` gets nodes the
+provider records but never starts, as a machine whose Ember never registers (a bad image, a
+firewall); the autoscaler's join timeout is what ends them.
 """
 
 from __future__ import annotations
@@ -109,6 +113,11 @@ class FakeMultiNodeProvider(NodeProvider):
                 argv += ["--labels", json.dumps(node_labels)]
             # Recorded before it starts: a crash mid-start still leaves a node to stop.
             self.nodes[node_id] = {"tags": dict(tags), "ip": self.node_ip, "temp_dir": temp_dir}
+            if node_config.get("test_never_join"):  # the test hook (see the module's docstring)
+                self.nodes[node_id]["never_started"] = True
+                self._save()
+                made[node_id] = dict(self.nodes[node_id])
+                continue
             self._save()
             # The token goes by environment, never argv: argv is readable by every local user.
             env = dict(os.environ)
@@ -133,6 +142,10 @@ class FakeMultiNodeProvider(NodeProvider):
     def terminate_node(self, node_id: str) -> None:
         node = self.nodes.get(node_id)
         if node is None:
+            return
+        if node.get("never_started"):
+            del self.nodes[node_id]
+            self._save()
             return
         try:
             done = subprocess.run(

@@ -7,8 +7,9 @@ autoscaler reading its instances back knows what each may do next and nothing el
                      v            v         +----------+--+ (work arrived: back to running)
                    failed   terminating -> failed (did not join in time: cleaned up, counted)
 
-``Instance`` is a plain record plus its track; it does no I/O. The reconciler that calls the
-provider and the GCS (a later step) fires the events below and persists the record.
+``Instance`` is a plain record plus its track; it does no I/O. The reconciler, which calls the
+provider and the GCS, fires the events below and persists the records (``to_record``) in the
+GCS's KV.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ INSTANCE_LIFECYCLE: Lifecycle[InstanceState] = Lifecycle(
 PENDING_STATES = frozenset({_Q, _L, _J})
 # States whose node may hold work the scheduler must account for.
 NODE_STATES = frozenset({_R, _D})
+# Ended: kept in the table (and the status record) for a while, then forgotten.
+ENDED_STATES = frozenset({_X, _F})
 
 
 @dataclass
@@ -81,7 +84,9 @@ class Instance:
     node_type: str
     provider_node_id: str | None = None
     node_id: str | None = None  # the Ember node id, once it joined
+    ip: str | None = None
     failure: str | None = None  # why it failed, as the provider or the timeout said
+    note: str | None = None  # why it is kept or what it waits for (a draining node's objects)
     history: list[tuple[str, InstanceState, float]] = field(default_factory=list)
     _track: Track[InstanceState] | None = field(default=None, repr=False)
 
@@ -110,3 +115,41 @@ class Instance:
         if failure is not None:
             self.failure = failure
         return state
+
+
+# Moves kept per instance in its persisted record: enough to explain its last states.
+KEPT_HISTORY = 20
+
+
+def to_record(inst: Instance) -> dict:
+    """The instance as JSON-ready data, for the GCS KV (``Instance.from_record`` reads it)."""
+    return {
+        "instance_id": inst.instance_id,
+        "node_type": inst.node_type,
+        "state": inst.state.value,
+        "provider_node_id": inst.provider_node_id,
+        "node_id": inst.node_id,
+        "ip": inst.ip,
+        "failure": inst.failure,
+        "note": inst.note,
+        "history": [[e, s.value, t] for e, s, t in inst.history[-KEPT_HISTORY:]],
+    }
+
+
+def from_record(rec: dict) -> Instance:
+    """An instance read back by a restarted autoscaler, in the state it was left in."""
+    state = InstanceState(rec["state"])
+    inst = Instance(
+        str(rec["instance_id"]),
+        str(rec["node_type"]),
+        provider_node_id=rec.get("provider_node_id"),
+        node_id=rec.get("node_id"),
+        ip=rec.get("ip"),
+        failure=rec.get("failure"),
+        note=rec.get("note"),
+        history=[(e, InstanceState(s), float(t)) for e, s, t in rec.get("history") or ()],
+    )
+    if not inst.history:
+        inst.history.append(("restored", state, 0.0))
+    inst._track = INSTANCE_LIFECYCLE.track(inst.instance_id, state)
+    return inst

@@ -18,6 +18,8 @@ TAG_USER_NODE_TYPE = "ember-user-node-type"  # the available_node_types key
 TAG_NODE_STATUS = "ember-node-status"  # "uninitialized" | "up-to-date" | "update-failed"...
 TAG_NODE_NAME = "ember-node-name"
 TAG_CLUSTER_NAME = "ember-cluster-name"
+# The autoscaler's instance id: a restarted autoscaler matches a launch in flight to its node.
+TAG_INSTANCE_ID = "ember-instance-id"
 NODE_KIND_HEAD = "head"
 NODE_KIND_WORKER = "worker"
 

@@ -80,6 +80,8 @@ class Decision:
     terminate: list[Termination] = field(default_factory=list)
     infeasible: list[dict[str, float]] = field(default_factory=list)  # no node type holds it
     unmet: list[dict[str, float]] = field(default_factory=list)  # fits a type; limits say wait
+    # Why each type is launched: {node type: [reason per node]}, for the status record.
+    reasons: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _clean(shape: Shape) -> dict[str, float]:
@@ -101,6 +103,7 @@ class _Bin:
     node_id: str | None = None  # None: a node not yet running (pending or new this tick)
     new: bool = False
     exempt: bool = False  # launched for min_workers, request_resources or a group
+    why: str = ""  # what it is launched for: "min_workers", "request_resources"...
     shapes: list[dict[str, float]] = field(default_factory=list)
 
     def take(self, shape: dict[str, float]) -> None:
@@ -115,7 +118,9 @@ class _Planner:
         config: Mapping[str, Any],
         nodes: Sequence[NodeView],
         pending: Mapping[str, int],
+        unavailable: Iterable[str] = (),
     ) -> None:
+        self.unavailable = frozenset(unavailable)
         self.types: dict[str, Mapping[str, Any]] = dict(config["available_node_types"])
         self.max_total = int(config["max_workers"])
         self.speed = float(config.get("upscaling_speed", 1.0))
@@ -168,6 +173,8 @@ class _Planner:
         for name, cap in sorted(self.caps.items()):
             if not cap or not _fits(shape, cap) or not self.room(name):
                 continue
+            if name in self.unavailable:
+                continue
             unused_kinds = sum(1 for k in cap if k not in shape)
             left = sum(
                 (cap[k] - shape.get(k, 0.0)) / self.largest[k] for k in cap if self.largest[k]
@@ -177,14 +184,19 @@ class _Planner:
                 best = (score, name)
         return best[1] if best else None
 
-    def new_bin(self, node_type: str, exempt: bool) -> _Bin:
+    def new_bin(self, node_type: str, exempt: bool, why: str) -> _Bin:
         self.launch[node_type] += 1
         if exempt:
             self.exempt[node_type] += 1
-        return _Bin(dict(self.caps[node_type]), node_type, new=True, exempt=exempt)
+        return _Bin(dict(self.caps[node_type]), node_type, new=True, exempt=exempt, why=why)
 
     def place(
-        self, shape: dict[str, float], bins: list[_Bin], exempt: bool, avoid: Sequence[_Bin] = ()
+        self,
+        shape: dict[str, float],
+        bins: list[_Bin],
+        exempt: bool,
+        why: str,
+        avoid: Sequence[_Bin] = (),
     ) -> _Bin | None:
         """First fit onto ``bins`` (skipping ``avoid``), else onto a new node; the bin used,
         or None when the shape is infeasible or the limits leave no room."""
@@ -199,7 +211,7 @@ class _Planner:
         if node_type is None:
             self.unmet.append(shape)
             return None
-        b = self.new_bin(node_type, exempt)
+        b = self.new_bin(node_type, exempt, why)
         b.take(shape)
         bins.append(b)
         return b
@@ -241,37 +253,46 @@ def schedule(
     demand: Demand,
     now: float,
     pending: Mapping[str, int] | None = None,
+    unavailable: Iterable[str] = (),
 ) -> Decision:
     """Launch and terminate decisions for one tick (see the module's docstring).
 
     ``config`` is a prepared cluster config; ``nodes`` the live nodes, head included;
-    ``pending`` the launches in flight per node type (requested, launching or joining).
+    ``pending`` the launches in flight per node type (requested, launching or joining);
+    ``unavailable`` the types not to launch now (backing off after failures): demand they
+    would hold waits, as unmet.
     """
-    plan = _Planner(config, nodes, pending or {})
+    plan = _Planner(config, nodes, pending or {}, unavailable)
 
     # 1. min_workers
     for name in sorted(plan.types):
         short = int(plan.types[name]["min_workers"]) - plan.running[name] - plan.pending[name]
         for _ in range(max(short, 0)):
-            if not plan.room(name):
+            if not plan.room(name) or name in plan.unavailable:
                 break
-            plan.new_bin(name, exempt=True)
+            plan.new_bin(name, exempt=True, why=f"min_workers {plan.types[name]['min_workers']}")
 
     # 2. request_resources against total capacity (new nodes of step 1 count, empty)
     totals = _live_bins(nodes, use_total=True)
     totals += [_Bin(dict(plan.caps[t]), t) for t, c in plan.pending.items() for _ in range(c)]
-    totals += [
-        _Bin(dict(plan.caps[t]), t, new=True) for t, c in plan.launch.items() for _ in range(c)
+    minimum = [
+        _Bin(dict(plan.caps[t]), t, new=True, why=f"min_workers {plan.types[t]['min_workers']}")
+        for t, c in plan.launch.items()
+        for _ in range(c)
     ]
+    totals += minimum
     for shape in plan.ordered(demand.requested):
-        plan.place(shape, totals, exempt=True)
+        plan.place(shape, totals, exempt=True, why="request_resources")
     used_for_requests = {b.node_id for b in totals if b.node_id and b.shapes}
 
     # 3-4. groups, then tasks and actors, onto free capacity
     free = _live_bins(nodes, use_total=False)
     free += [_Bin(dict(plan.caps[t]), t) for t, c in plan.pending.items() for _ in range(c)]
+    # The nodes new for request_resources hold nothing yet: their free capacity is whole.
     free += [
-        _Bin(dict(plan.caps[t]), t, new=True) for t, c in plan.launch.items() for _ in range(c)
+        _Bin(dict(plan.caps[b.node_type]), b.node_type, new=True, why=b.why)
+        for b in totals
+        if b.new
     ]
     for group in demand.placement_groups:
         bundles = plan.ordered(group.bundles)
@@ -280,18 +301,19 @@ def schedule(
             for b in bundles:
                 for k, v in b.items():
                     combined[k] = combined.get(k, 0.0) + v
-            plan.place(combined, free, exempt=True)
+            plan.place(combined, free, exempt=True, why="placement group (STRICT_PACK)")
         elif group.strategy == "STRICT_SPREAD":
             used: list[_Bin] = []  # one node per bundle
             for shape in bundles:
-                placed = plan.place(shape, free, exempt=True, avoid=used)
+                why = "placement group (STRICT_SPREAD)"
+                placed = plan.place(shape, free, exempt=True, why=why, avoid=used)
                 if placed is not None:
                     used.append(placed)
         else:
             for shape in bundles:
-                plan.place(shape, free, exempt=True)
+                plan.place(shape, free, exempt=True, why=f"placement group ({group.strategy})")
     for shape in plan.ordered(demand.shapes):
-        plan.place(shape, free, exempt=False)
+        plan.place(shape, free, exempt=False, why="queued tasks and pending actors")
     plan.limit_upscaling(free)
     needed = {b.node_id for b in free if b.node_id and b.shapes} | used_for_requests
 
@@ -299,9 +321,22 @@ def schedule(
         launch={t: c for t, c in sorted(plan.launch.items()) if c > 0},
         infeasible=list(plan.infeasible.values()),
         unmet=plan.unmet,
+        reasons=_reasons(free),
     )
     decision.terminate = _idle_terminations(config, nodes, plan, needed, now)
     return decision
+
+
+def _reasons(bins: Sequence[_Bin]) -> dict[str, list[str]]:
+    """Per launched type, one sentence per new node: what it is for and the shapes it holds."""
+    out: dict[str, list[str]] = {}
+    for b in bins:
+        if not b.new:
+            continue
+        shapes = Counter(_key(s) for s in b.shapes)
+        held = ", ".join(f"{n} x {dict(k)}" for k, n in sorted(shapes.items()))
+        out.setdefault(b.node_type, []).append(f"{b.why}: {held}" if held else b.why)
+    return out
 
 
 def _idle_s(config: Mapping[str, Any], node_type: str) -> float:

@@ -10,6 +10,7 @@ from ember.cli.output import dump, format_option
 
 
 @click.command("dashboard")
+@click.argument("cluster_config", metavar="[CLUSTER.yaml]", required=False)
 @cluster_options
 @click.option(
     "--history",
@@ -35,10 +36,26 @@ from ember.cli.output import dump, format_option
 )
 @format_option
 def dashboard(
-    address: str | None, history_path: str | None, host: str, port: int, fmt: str
+    cluster_config: str | None,
+    address: str | None,
+    history_path: str | None,
+    host: str,
+    port: int,
+    fmt: str,
 ) -> None:
-    """Print the URL of the cluster's dashboard, or with --history serve a stopped
-    session's dashboard (until Ctrl-C)."""
+    """Print the URL of the cluster's dashboard (of the cluster `ember up CLUSTER.yaml`
+    started, when given), or with --history serve a stopped session's dashboard (until
+    Ctrl-C)."""
+    if cluster_config is not None:
+        from ember.autoscaler.launcher import LauncherError, dashboard_url, running_head
+        from ember.cli.errors import fail
+
+        try:
+            address = dashboard_url(running_head(cluster_config))
+        except LauncherError as e:
+            fail(str(e))
+        if not address:  # the head is on this machine: its URL needs no forward
+            fail(f"the head of {cluster_config} runs no dashboard")
     if history_path is not None:
         _serve_history(history_path, host, port)
         return

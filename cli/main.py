@@ -104,6 +104,17 @@ LAZY_COMMANDS = {
     "start": "ember.cli.start:start",
     "status": "ember.cli.status:status",
     "stop": "ember.cli.stop:stop",
+    # Ray's cluster launcher, on a cluster.yaml (issue 34).
+    "up": "ember.cli.cluster_launcher:up",
+    "down": "ember.cli.cluster_launcher:down",
+    "exec": "ember.cli.cluster_launcher:exec_",
+    "submit": "ember.cli.cluster_launcher:submit",
+    "attach": "ember.cli.cluster_launcher:attach",
+    "rsync-up": "ember.cli.cluster_launcher:rsync_up",
+    "rsync-down": "ember.cli.cluster_launcher:rsync_down",
+    "get-head-ip": "ember.cli.cluster_launcher:get_head_ip",
+    "get-worker-ips": "ember.cli.cluster_launcher:get_worker_ips",
+    "monitor": "ember.cli.cluster_launcher:monitor",
 }
 
 

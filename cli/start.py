@@ -83,6 +83,13 @@ def _parse_resources(raw: str | None) -> dict[str, float] | None:
     "redis://HOST:PORT (pip install 'ember[redis]'), sqlite:PATH, or memory: "
     "(default: a SQLite file in the session directory).",
 )
+@click.option(
+    "--autoscaling-config",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A cluster.yaml: the head runs the autoscaler on it, restarted if it dies "
+    "(ember up passes this).",
+)
 def start(
     head: bool,
     address: str | None,
@@ -104,6 +111,7 @@ def start(
     dashboard_port: int,
     dashboard_url_prefix: str,
     storage: str,
+    autoscaling_config: str | None,
 ) -> None:
     """Start Ember's processes on this machine."""
     from ember.cluster_address import normalize_address, token_for
@@ -129,6 +137,15 @@ def start(
             check_url(storage)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--storage") from None
+    if autoscaling_config:
+        from ember.autoscaler.config import ConfigError, load_config
+
+        if not head:
+            raise click.UsageError("--autoscaling-config is the head's: pass --head")
+        try:
+            load_config(autoscaling_config)  # a bad file fails here, before anything starts
+        except ConfigError as e:
+            raise click.BadParameter(str(e), param_hint="--autoscaling-config") from None
     custom = _parse_resources(resources)
     try:
         node_labels = parse_labels(labels) if labels else {}
@@ -162,7 +179,13 @@ def start(
         node_ip = node_ip_address or node_ip_for()
         secret = _user_token(token, normalize)
         node = LocalNode(
-            head=True, node_ip=node_ip, gcs_port=port, token=secret, gcs_storage=storage, **common
+            head=True,
+            node_ip=node_ip,
+            gcs_port=port,
+            token=secret,
+            gcs_storage=storage,
+            autoscaling_config=autoscaling_config,
+            **common,
         )
     else:
         try:

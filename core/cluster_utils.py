@@ -250,8 +250,6 @@ class AutoscalingCluster:
         self.address = ""
 
     def start(self, env: dict[str, str] | None = None, interval: float = 0.5) -> None:
-        import subprocess
-        import sys
 
         import yaml
 
@@ -280,28 +278,44 @@ class AutoscalingCluster:
             "head_node_type": "head",
             **self.config_kwargs,
         }
-        path = os.path.join(root, "cluster.yaml")
-        with open(path, "w") as f:
+        self.config_path = os.path.join(root, "cluster.yaml")
+        with open(self.config_path, "w") as f:
             yaml.safe_dump(config, f)
-        child_env = {**os.environ, **(env or {}), "EMBER_TOKEN": self.cluster.token.decode()}
+        self._monitor_env = {
+            **os.environ,
+            **(env or {}),
+            "EMBER_TOKEN": self.cluster.token.decode(),
+        }
+        self._interval = interval
         self.log_path = os.path.join(root, "autoscaler.log")
+        self.start_monitor()
+
+    def start_monitor(self) -> None:
+        """Starts the autoscaler's process (again, after ``kill_monitor``): it reads its
+        instance table back from the GCS."""
+        import subprocess
+        import sys
+
+        argv = [sys.executable, "-m", "ember.autoscaler.monitor", "--config", self.config_path]
+        argv += ["--address", self.address, "--interval", str(self._interval)]
         with open(self.log_path, "ab") as log:
             self.monitor = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "ember.autoscaler.monitor",
-                    "--config",
-                    path,
-                    "--address",
-                    self.address,
-                    "--interval",
-                    str(interval),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=child_env,
+                argv, stdout=log, stderr=subprocess.STDOUT, env=self._monitor_env
             )
+
+    def kill_monitor(self) -> None:
+        """SIGKILLs the autoscaler's process, as a crash would end it (tests)."""
+        if self.monitor is not None:
+            self.monitor.kill()
+            self.monitor.wait(timeout=10)
+            self.monitor = None
+
+    def status(self) -> dict[str, Any] | None:
+        """The autoscaler's last status record (the GCS KV's ``autoscaler``/``status``)."""
+        import json
+
+        raw = self.cluster.gcs_call("kv_get", {"namespace": "autoscaler", "key": b"status"})
+        return json.loads(raw) if raw else None
 
     def shutdown(self) -> None:
         """Stops the autoscaler, then every node it started, then the head."""

@@ -90,6 +90,10 @@ def _detect_gpus() -> int:
         return 0
 
 
+# The autoscaler's process (``ember start --head --autoscaling-config``), by module name.
+AUTOSCALER_MODULE = "ember.autoscaler.monitor"
+
+
 @dataclass
 class DashboardOptions:
     """``--include-dashboard``, ``--dashboard-host``, ``--dashboard-port`` and
@@ -145,11 +149,18 @@ class LocalNode:
         object_spilling_directory: str | None = None,
         object_spilling_max_bytes: int | None = None,
         gcs_storage: str = "",
+        autoscaling_config: str | None = None,
     ) -> None:
         """``gcs_storage``: where the head's GCS keeps its tables (``ember.gcs.storage``:
         ``sqlite:PATH``, ``redis://HOST:PORT``, ``memory:``; default a SQLite file in the
         session directory)."""
         self.gcs_storage = gcs_storage or config.gcs_storage
+        # The head runs the autoscaler's monitor on this cluster.yaml, kept running by its
+        # raylet like the GCS and the dashboard. The module is named, never imported: the
+        # runtime does not depend on the autoscaler library.
+        self.autoscaling_config = (
+            os.path.abspath(autoscaling_config) if autoscaling_config and head else None
+        )
         self.labels = check_labels(labels or {})
         if object_spilling_max_bytes is not None and object_spilling_max_bytes < 0:
             raise ValueError(
@@ -323,6 +334,7 @@ class LocalNode:
                         str(self.prestart),
                         *(["--head"] if self.head else []),
                         *(["--gcs", json.dumps(gcs_restart)] if self.head else []),
+                        *self._monitor_args(),
                         *token_args,
                         *(["--cluster-address", self.gcs_address] if self.cluster else []),
                         # No dashboard here: the raylet runs the agent (else it is in
@@ -359,6 +371,14 @@ class LocalNode:
         # The driver's share of start-up's freed heap. No full collection: a user's driver
         # may hold a large heap already, and the trim alone gives back ~1 MB here.
         release_startup_memory(collect=False)
+
+    def _monitor_args(self) -> list[str]:
+        """The raylet's ``--supervise`` of the autoscaler's monitor, when there is one."""
+        if not self.autoscaling_config:
+            return []
+        argv = [AUTOSCALER_MODULE, "--config", self.autoscaling_config]
+        argv += ["--address", self.gcs_address]
+        return ["--supervise", json.dumps({"name": "monitor", "argv": argv})]
 
     def _await_dashboard(self, ready: Callable[[], str]) -> None:
         """An embedded node's dashboard finishes starting while the driver goes on: its port

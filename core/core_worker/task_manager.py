@@ -250,7 +250,8 @@ class TaskManager:
 
     def h_leases_wanted(self, conn: Connection, body: dict) -> None:
         """A raylet has a request waiting for resources our idle leases hold."""
-        self.host.task_submitter.leases_wanted(conn, body["lease_ids"])
+        submitter = self.host.task_submitter
+        submitter.leases_wanted(conn, body["lease_ids"], bool(body.get("draining")))
 
     def handle_task_reply(self, spec: TaskSpec, reply: dict, retry) -> None:
         """An actor call's reply: retried (``retry(spec)``) if its ``retry_exceptions`` say

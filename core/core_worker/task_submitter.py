@@ -66,6 +66,7 @@ class _Lease:
         "node_id",
         "pid",
         "wanted",
+        "draining",
         "where",
     )
 
@@ -73,6 +74,7 @@ class _Lease:
         self, cls, lease_id, worker_id, address, conn, raylet, gpu_ids=(), node_id=None, pid=None
     ) -> None:
         self.wanted = False  # its raylet has a request waiting for what it holds
+        self.draining = False  # its node drains: back once idle, queued tasks or not
         self.cls: _Class = cls  # the scheduling class it was leased for
         self.gpu_ids = list(gpu_ids)
         self.node_id = node_id
@@ -394,6 +396,10 @@ class TaskSubmitter:
             self._return_lease(cls, lease, worker_died=True)
             self._pump(cls)
             return
+        if lease.draining:
+            self._return_lease(cls, lease)
+            self._pump(cls)  # what waits asks for a lease elsewhere
+            return
         if cls.queue:
             self._dispatch(lease, cls.queue.popleft())
             return
@@ -472,15 +478,20 @@ class TaskSubmitter:
             instructions, (f"killed by its node's memory monitor:\n{detail}", "OUT_OF_MEMORY")
         )
 
-    def leases_wanted(self, raylet: Connection, lease_ids: list[int]) -> None:
+    def leases_wanted(
+        self, raylet: Connection, lease_ids: list[int], draining: bool = False
+    ) -> None:
         """``raylet`` has a request waiting for what these leases hold: each goes back as soon
-        as it is idle (now, if it is), not after the usual hold (``leases_wanted``)."""
+        as it is idle (now, if it is), not after the usual hold (``leases_wanted``). A
+        draining node's leases go back even while tasks of their class wait: those get a
+        lease elsewhere."""
         wanted = set(lease_ids)
         for cls in self._classes.values():
             for lease in list(cls.leases):
                 if lease.raylet is not raylet or lease.lease_id not in wanted:
                     continue
                 lease.wanted = True
+                lease.draining = lease.draining or draining
                 if lease in cls.idle and not lease.busy:
                     if lease.idle_handle is not None:
                         lease.idle_handle.cancel()

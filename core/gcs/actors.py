@@ -206,7 +206,7 @@ class ActorManager:
     def _pick_node(self, actor: ActorInfo) -> NodeInfo | None:
         needs_cpu = (actor.spec.actor_options or {}).get("needs_cpu_node", False)
         return pick_node(
-            self.nodes.alive(),
+            self.nodes.placeable(),
             actor.spec.resources,
             actor.spec.strategy,
             needs_cpu_node=needs_cpu,

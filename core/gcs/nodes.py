@@ -73,6 +73,8 @@ class NodeInfo:
         self.info: dict = body
         self.pending_demands: list = []
         self.death_reason = ""
+        # Why no new work is placed here (``drain_node``), or None: it takes work.
+        self.drain_reason: str | None = None
 
     @property
     def state(self) -> NodeState:
@@ -91,6 +93,7 @@ class NodeInfo:
                 "start_time": self.start_time,
                 "end_time": self.end_time,
                 "death_reason": self.death_reason,
+                "drain_reason": self.drain_reason,
             }
         )
 
@@ -102,6 +105,7 @@ class NodeInfo:
         node.start_time = rec["start_time"]
         node.end_time = rec["end_time"]
         node.death_reason = rec["death_reason"]
+        node.drain_reason = rec.get("drain_reason")
         if node.track.state is NodeState.DEAD:
             node.available = {}
         return node
@@ -118,6 +122,8 @@ class NodeInfo:
             "labels": self.labels,
             "resources_available": self.available,
             "death_reason": self.death_reason,
+            "draining": self.drain_reason is not None,
+            "drain_reason": self.drain_reason,
             "start_time": self.start_time,
             "end_time": self.end_time,
             "session_dir": self.info.get("session_dir"),
@@ -182,6 +188,10 @@ class NodeTable:
         """The live nodes the GCS can talk to now (placement, news for raylets)."""
         return [n for n in self.nodes.values() if n.track.state is NodeState.ALIVE and n.connected]
 
+    def placeable(self) -> list[NodeInfo]:
+        """The live nodes new actors and bundles may go to: not draining."""
+        return [n for n in self.alive() if n.drain_reason is None]
+
     def get_alive(self, node_id: bytes | None) -> NodeInfo | None:
         node = self.nodes.get(node_id) if node_id else None
         return node if node is not None and node.track.state is NodeState.ALIVE else None
@@ -194,6 +204,7 @@ class NodeTable:
         node = NodeInfo(node_id, body, conn, self.clock())
         if old is not None:  # its raylet came back after a GCS restart: same node, same start
             node.start_time = old.start_time
+            node.drain_reason = old.drain_reason
             logger.info("node %s reconnected", node_id.hex()[:12])
         self.nodes[node_id] = node
         self._save(node)
@@ -213,15 +224,16 @@ class NodeTable:
 
     def cluster_view(self) -> list[dict]:
         """What a raylet needs to spill work and pull objects: every live node's addresses
-        and resources (as of its last heartbeat)."""
+        and resources (as of its last heartbeat). A draining node shows no resources, so no
+        raylet spills work to it; its objects are still reachable."""
         return [
             {
                 "node_id": n.node_id,
                 "tcp_address": n.tcp_address,
                 "data_address": n.data_address,
                 "node_ip": n.node_ip,
-                "total": n.total,
-                "available": n.available,
+                "total": n.total if n.drain_reason is None else {},
+                "available": n.available if n.drain_reason is None else {},
             }
             for n in self.nodes.values()
             if n.track.state is NodeState.ALIVE
@@ -251,6 +263,23 @@ class NodeTable:
         node.total, node.available = await node.conn.call("set_resource", body)
         self.on_change()
         return {"ok": True}
+
+    async def h_drain_node(self, conn: Connection, body: dict) -> dict:
+        node = self.get_alive(body["node_id"])
+        if node is None:
+            raise ValueError(f"no live node {body['node_id'].hex()}: only a live node drains")
+        draining = body.get("draining", True)
+        was = node.drain_reason
+        node.drain_reason = (body.get("reason") or "drained") if draining else None
+        if was != node.drain_reason:
+            self._save(node)
+            if (was is None) != (node.drain_reason is None):
+                verb = "draining" if draining else "no longer draining"
+                self.record("INFO", f"node {node.node_id.hex()} {verb}: {body.get('reason', '')}")
+        reply = await node.conn.call("drain", {"draining": draining}, timeout=10.0)
+        if not draining:
+            self.on_change()  # waiting actors and groups may go there again
+        return reply
 
     def node_died(self, node_id: bytes, reason: str) -> None:
         node = self.nodes.get(node_id)

@@ -172,7 +172,7 @@ class PlacementGroupManager:
 
     async def _attempt(self, pg: _Group) -> None:
         """One try at reserving every unplaced bundle of ``pg``, all or none of them."""
-        nodes = self.nodes.alive()
+        nodes = self.nodes.placeable()
         plan = _plan(pg, nodes)
         if plan is None:
             pg.reason = _why(pg, nodes)

@@ -257,6 +257,28 @@ class AgentSupervisor(ChildSupervisor):
         await self._watch_loop()
 
 
+class ModuleSupervisor(ChildSupervisor):
+    """A Python module's process the raylet starts and keeps running (the head's autoscaler
+    monitor): ``spec`` is ``{"name": log and process name, "argv": [module, args...]}``; the
+    module must take ``--parent-pid``. Its output goes to ``logs/<name>.out`` / ``.err``."""
+
+    def __init__(self, spec: dict, session_dir: str) -> None:
+        super().__init__(session_dir)
+        name = str(spec["name"])
+        if not name.isidentifier():  # it names files under logs/
+            raise ValueError(f"a supervised process name must be a plain word, got {name!r}")
+        self.name = name
+        self.argv = [str(a) for a in spec["argv"]]
+
+    def _spawn(self) -> subprocess.Popen:
+        return self._popen(["-m", *self.argv])
+
+    def start(self) -> None:
+        self.proc = self._spawn()
+        logger.info("started the %s (pid %d)", self.name, self.proc.pid)
+        self._watch = asyncio.ensure_future(self._watch_loop())
+
+
 async def terminate(proc: subprocess.Popen | None) -> None:
     """SIGTERM; SIGKILL if the process is still there after ``STOP_GRACE`` seconds."""
     if proc is None or proc.poll() is not None:

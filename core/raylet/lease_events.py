@@ -197,3 +197,4 @@ class AskLeasesBack(Record):
     its next task, which here would keep the waiting request from the CPU)."""
 
     leases: list[Lease]
+    draining: bool = False  # the node drains: each lease back even if its holder has more

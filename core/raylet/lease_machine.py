@@ -80,6 +80,8 @@ class LeaseMachine:
         self.clock = clock
         self.can_refresh_view = can_refresh_view  # is the GCS there to ask for a view?
         self.in_cluster = False  # other nodes' views lag a heartbeat: warn later
+        # Draining (the GCS's drain_node): no new task lease here; queued ones go elsewhere.
+        self.draining = False
         self.queue: list[Request] = []
         # Task leases granted since a waiting request last asked holders for theirs back.
         self._not_asked_back: dict[int, Lease] = {}
@@ -342,6 +344,14 @@ class LeaseMachine:
                     i += 1
                     continue
             if not res.can_fit(req.shape):
+                if req.actor_id is not None and self.in_cluster:
+                    # The GCS placed this actor on a view a heartbeat old (a placement
+                    # group's bundle may have taken the room since): answered "not now",
+                    # so the GCS places it again, elsewhere or here once room comes. Held
+                    # here instead, it waited for good while other nodes had room.
+                    queue.pop(i)
+                    out.append(Cancel(req))
+                    continue
                 if res.feasible(req.shape):
                     waiting_clients.add(req.client)
                 elif not self.in_cluster:
@@ -384,7 +394,12 @@ class LeaseMachine:
                 w.track.fire("leased")
                 self._not_asked_back[lease_id] = lease
             out.append(Grant(req, lease))
-        if waiting_clients and self._not_asked_back:
+        if self.draining and self._not_asked_back:
+            # Owners push tasks straight to the workers they lease: a draining node asks
+            # for every lease back, so no new task starts here through a cached lease.
+            out.append(AskLeasesBack(list(self._not_asked_back.values()), draining=True))
+            self._not_asked_back.clear()
+        elif waiting_clients and self._not_asked_back:
             self._ask_leases_back(waiting_clients, out)
         # At most max_starting at once: a burst waits here, not in the fork server's pipe.
         to_start = min(need_workers, self.max_starting) - self.starting
@@ -411,15 +426,29 @@ class LeaseMachine:
         """Whether a task's lease request waits here (True); else answers it with the node to
         ask instead (spillback) or an error (False), or holds it for a fresh view (None)."""
         res = self.resources
-        here = NodeView(self.node_id, res.total_dict(), res.available_dict())
+        draining = self.draining
+        # A draining node offers nothing: a request goes to a node that can take it, or is
+        # held here (as demand the autoscaler sees) until one can.
+        here = (
+            NodeView(self.node_id, {}, {})
+            if draining
+            else NodeView(self.node_id, res.total_dict(), res.available_dict())
+        )
         others = [NodeView(n["node_id"], n["total"], n["available"]) for n in self.view.nodes]
         kind, target = lease_decision(
-            here, others, req.shape, req.strategy, spilled=req.spilled, spread=self.spread_index
+            here,
+            others,
+            req.shape,
+            req.strategy,
+            spilled=req.spilled and not draining,
+            spread=self.spread_index,
         )
         if req.strategy == "SPREAD":
             self.spread_index += 1
         if kind == "local" or kind == "infeasible":
-            return True
+            return None if draining else True
+        if kind == "fail" and draining:
+            return None
         if kind == "fail":
             if req.view_check is ViewCheck.PENDING:
                 return None  # the fresh view is on its way

@@ -344,7 +344,10 @@ class LeaseManager:
             by_client.setdefault(lease.client, []).append(lease.lease_id)
         for client, lease_ids in by_client.items():
             if client is not None and not client.closed:
-                client.send("leases_wanted", {"lease_ids": lease_ids})
+                body: dict[str, Any] = {"lease_ids": lease_ids}
+                if ins.draining:
+                    body["draining"] = True
+                client.send("leases_wanted", body)
 
     def _refresh_view(self, ins: ev.RefreshView) -> None:
         asyncio.ensure_future(self.raylet.membership.refresh_view())

@@ -218,6 +218,17 @@ class Raylet:
     def h_job_finished(self, conn: Connection, body: dict) -> None:
         self.leases.handle(ev.JobFinished(body["job_id"]))
 
+    def h_drain(self, conn: Connection, body: dict) -> dict:
+        machine = self.leases.machine
+        machine.draining = bool(body["draining"])
+        self.leases.handle(ev.ResourcesChanged())  # queued requests go elsewhere now
+        return {
+            "draining": machine.draining,
+            "leases": len(machine.leases),
+            "queued": len(machine.queue),
+            "num_primary": int(self.store.stats().get("num_primary", 0)),
+        }
+
     def h_set_resource(self, conn: Connection, body: dict) -> tuple[dict, dict]:
         name, capacity = body["name"], body["capacity"]
         current = self.resources.total_dict().get(name, 0.0)
@@ -348,6 +359,13 @@ async def serve(args: argparse.Namespace) -> None:
 
         dashboard = DashboardSupervisor(json.loads(args.dashboard), args.session_dir)
         dashboard.start()
+    supervised = []
+    for spec in args.supervise:  # the head's other processes (the autoscaler's monitor)
+        from ember.raylet.child_supervisor import ModuleSupervisor
+
+        keeper = ModuleSupervisor(json.loads(spec), args.session_dir)
+        keeper.start()
+        supervised.append(keeper)
     tasks = [
         asyncio.ensure_future(raylet.membership.heartbeat()),
         asyncio.ensure_future(raylet.leases.reaper()),
@@ -375,6 +393,8 @@ async def serve(args: argparse.Namespace) -> None:
         await agent.stop()
     if dashboard is not None:
         await dashboard.stop()
+    for keeper in supervised:
+        await keeper.stop()
     for t in tasks:
         t.cancel()
     for srv in servers:
@@ -427,6 +447,12 @@ def main(argv: list[str] | None = None) -> None:
         "--gcs",
         default="",
         help="JSON: how to start the head's GCS again if it dies (gcs_supervisor)",
+    )
+    parser.add_argument(
+        "--supervise",
+        action="append",
+        default=[],
+        help='JSON {"name", "argv": [module, args...]}: a process kept running (repeatable)',
     )
     parser.add_argument("--ready-fd", type=int, default=-1)
     parser.add_argument("--parent-pid", type=int, default=0)

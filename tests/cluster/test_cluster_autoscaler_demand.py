@@ -72,8 +72,7 @@ def test_demand_from_a_real_cluster_drives_launch_and_idle_termination(cluster: 
         cluster.add_node(num_cpus=2, labels={NODE_TYPE_LABEL: "cpu_worker"})
     ember.get(pg.ready(), timeout=60)
     assert ember.get(refs, timeout=60) == ["done"] * 3
-    # Not waited on: an actor pending before a placement group was created stays unplaced
-    # here although a node has room (a runtime issue, reported apart from this test).
+    assert ember.get(big.ping.remote(), timeout=60) == "pong"
     ember.kill(big)
     ember.util.remove_placement_group(pg)
 

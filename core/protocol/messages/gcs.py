@@ -92,6 +92,24 @@ class SetResource(GcsMessage):
     capacity: float
 
 
+class DrainNode(GcsMessage):
+    """Stops (``draining``, the default) or restarts new work going to a live node: no new
+    task leases, actors or bundles are placed there while it drains; what runs there goes on.
+    Forwarded to the node's raylet as ``drain``; the reply is the raylet's, so the caller (the
+    autoscaler, before removing the node) sees at once whether work or objects remain."""
+
+    op = "drain_node"
+    sent_by = "autoscaler monitor, tools"
+    reply = (
+        '{"draining": bool, "leases": int, "queued": int, "num_primary": int}; raises '
+        "ValueError when the node is not alive"
+    )
+
+    node_id: bytes
+    reason: str = OMIT
+    draining: bool = OMIT
+
+
 class GetClusterView(GcsMessage):
     op = "get_cluster_view"
     sent_by = "raylet (after a reconnect or when a spillback target is unknown)"

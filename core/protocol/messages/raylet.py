@@ -289,6 +289,17 @@ class ReleaseBundles(RayletMessage):
     indexes: list[int] = OMIT  # only these bundles (default: every one of the group here)
 
 
+class Drain(RayletMessage):
+    """Draining: grant no new task lease here (queued ones go to other nodes, or wait here
+    as demand when none can take them); running leases go on. ``draining: False`` ends it."""
+
+    op = "drain"
+    sent_by = "GCS (forwarding drain_node)"
+    reply = '{"draining": bool, "leases": int, "queued": int, "num_primary": int}'
+
+    draining: bool
+
+
 class SetResource(RayletMessage):
     op = "set_resource"
     sent_by = "GCS (forwarding set_resource), tests"

@@ -202,10 +202,13 @@ class LeasesWanted(WorkerMessage):
     task."""
 
     op = "leases_wanted"
-    sent_by = "raylet (a lease request waits for resources)"
+    sent_by = "raylet (a lease request waits for resources, or its node drains)"
     oneway = True
 
     lease_ids: list[int]
+    # The node drains: return each lease once idle even if more tasks of its class wait
+    # (they get a lease elsewhere), not only when none does.
+    draining: bool = OMIT
 
 
 class NodeDead(WorkerMessage):
