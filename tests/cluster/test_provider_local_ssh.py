@@ -1,0 +1,226 @@
+"""The ``local`` node provider against real OpenSSH servers: two hosts (network namespaces,
+each with its own address and ``sshd``, key-only login), a head on this machine's end of
+their bridge, and the autoscaler (``python -m ember.autoscaler.monitor``) with
+``provider: {type: local}``. A task needing 2 CPUs (the head has none) makes the autoscaler
+start a node on a host over SSH; the node joins, runs it, and is stopped when idle. A host
+whose sshd is down is a clear provider error, retried until the host is back, never a hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import yaml
+from ember.autoscaler.providers.local import LocalNodeProvider
+from ember.cli.stop import find_ember_processes
+from ember_test_utils import ember_cli, free_port, wait_until
+from ssh_hosts import ssh_hosts
+
+EMBER = ember_cli()
+
+# Runs one task needing 2 CPUs; prints where it ran (the node's id and IP) as JSON.
+DRIVER = textwrap.dedent(
+    """
+    import json, sys, ember
+    ember.init(address=sys.argv[1])
+    @ember.remote(num_cpus=2)
+    def where():
+        return ember.get_runtime_context().get_node_id()
+    node_id = ember.get(where.remote(), timeout=240)
+    ip = next(n["NodeManagerAddress"] for n in ember.nodes() if n["NodeID"] == node_id)
+    print(json.dumps({"node_id": node_id, "ip": ip}), flush=True)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    yield from ssh_hosts(2)
+
+
+@pytest.fixture(scope="module")
+def head(hosts):
+    """A head with no CPUs on the bridge's address; yields (GCS address, token)."""
+    port = free_port()
+    started = subprocess.run(
+        [
+            EMBER,
+            *("start", "--head", "--port", str(port), "--num-cpus", "0"),
+            *("--node-ip-address", hosts.head_ip, "--temp-dir", f"{hosts.root}/hd"),
+            *("--object-store-memory", str(64 * 1024**2), "--include-dashboard", "false"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert started.returncode == 0, started.stderr
+    token = started.stdout.split("--token=")[1].split()[0]
+    try:
+        yield f"{hosts.head_ip}:{port}", token
+    finally:
+        subprocess.run(
+            [EMBER, "stop", "--force", "--temp-dir", hosts.root], capture_output=True, timeout=90
+        )
+        assert not find_ember_processes(hosts.root)
+
+
+def _config(hosts, gcs: str, worker_ips: list[str], name: str) -> dict:
+    return {
+        "cluster_name": name,
+        "max_workers": 2,
+        "idle_timeout_minutes": 0.1,  # 6 s: the node goes soon after its task
+        "provider": {
+            "type": "local",
+            "head_ip": hosts.head_ip,
+            "worker_ips": worker_ips,
+            "gcs_address": gcs,
+            "ember_command": EMBER,  # the hosts share this machine's disk
+            "node_temp_dir": f"{hosts.root}/n",
+            "state_path": f"{hosts.root}/{name}-state.json",
+            "known_hosts": f"{hosts.root}/known_hosts",
+        },
+        "auth": {"ssh_user": "root", "ssh_private_key": hosts.key},
+        "available_node_types": {
+            "head": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
+            "worker": {"resources": {"CPU": 2}, "node_config": {}, "max_workers": 2},
+        },
+        "head_node_type": "head",
+    }
+
+
+class Monitor:
+    """The autoscaler as its own process, with the token in its environment only."""
+
+    def __init__(self, hosts, config: dict, token: str) -> None:
+        name = config["cluster_name"]
+        self.path = f"{hosts.root}/{name}.yaml"
+        with open(self.path, "w") as f:
+            yaml.safe_dump(config, f)
+        self.log_path = f"{hosts.root}/{name}-autoscaler.log"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ember.autoscaler.monitor", "--config", self.path]
+                + ["--address", config["provider"]["gcs_address"], "--interval", "0.5"],
+                stdout=log,
+                stderr=log,
+                # A failed launch is retried after 1 s, not the default backoff's 5 s and up.
+                env={**os.environ, "EMBER_TOKEN": token, "EMBER_AUTOSCALER_BACKOFF_S": "1"},
+            )
+
+    def log(self) -> str:
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=60)
+
+
+def _driver(gcs: str, token: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", DRIVER, gcs],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "EMBER_TOKEN": token},
+    )
+
+
+def _state(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+def test_a_task_needing_2_cpus_starts_a_node_over_ssh_which_goes_when_idle(hosts, head) -> None:
+    gcs, token = head
+    config = _config(hosts, gcs, list(hosts.hosts), "sa")
+    monitor = Monitor(hosts, config, token)
+    try:
+        driver = _driver(gcs, token)
+        out, err = driver.communicate(timeout=240)
+        assert driver.returncode == 0, f"{err}\n--- autoscaler:\n{monitor.log()}"
+        ran = json.loads(out)
+        assert ran["ip"] in hosts.hosts  # on one of the SSH hosts, at its own address
+        # The head's table says which host runs the node, with its type.
+        state = _state(config["provider"]["state_path"])
+        assert list(state) == [ran["ip"]]
+        assert state[ran["ip"]]["tags"]["ember-user-node-type"] == "worker"
+        node_dir = f"{hosts.root}/n/sa-{ran['ip']}"
+        assert state[ran["ip"]]["node_dir"] == node_dir
+        assert find_ember_processes(node_dir), "no node processes under its directory"
+        # The token never appears on a command line, on either side of ssh.
+        for proc in find_ember_processes(node_dir):
+            assert token not in " ".join(proc.cmdline())
+        # Idle: stopped exactly (its processes gone), forgotten by the table.
+        wait_until(
+            lambda: _state(config["provider"]["state_path"]) == {},
+            timeout=90,
+            interval=0.5,
+            message=f"the idle node was not terminated:\n{monitor.log()}",
+        )
+        assert find_ember_processes(node_dir) == []
+        assert find_ember_processes(f"{hosts.root}/hd"), "the head must be untouched"
+    finally:
+        monitor.stop()
+
+
+def test_a_host_that_is_down_is_a_clear_error_retried_until_it_is_back(hosts, head) -> None:
+    gcs, token = head
+    down = list(hosts.hosts)[1]
+    hosts.stop_sshd(down)
+    provider_config = {**_config(hosts, gcs, [down], "sd")["provider"]}
+    provider_config["auth"] = {"ssh_user": "root", "ssh_private_key": hosts.key}
+    provider_config["token"] = token
+    provider = LocalNodeProvider(provider_config, "sd")
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError) as info:
+        provider.create_node_with_resources_and_labels(
+            {}, {"ember-user-node-type": "worker"}, 1, {"CPU": 2}, {}
+        )
+    assert time.monotonic() - t0 < 30  # connection refused: fast, never a hang
+    message = str(info.value)
+    assert f"{down}: " in message and "ssh could not reach or log in" in message
+    assert "Connection refused" in message
+    assert provider.non_terminated_nodes({}) == []  # nothing recorded for a failed start
+
+    # A host that does not answer at all (no machine at the address) fails by ConnectTimeout.
+    silent = f"{hosts.subnet}.250"
+    provider_config["worker_ips"] = [silent]
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=silent):
+        LocalNodeProvider(provider_config, "sd").create_node({}, {}, 1)
+    assert time.monotonic() - t0 < 40
+
+    # Through the autoscaler: the error is logged and retried each tick; the host comes back.
+    monitor = Monitor(hosts, _config(hosts, gcs, [down], "sd"), token)
+    driver = _driver(gcs, token)
+    try:
+        wait_until(
+            lambda: monitor.log().count(f"local provider: {down}: ") >= 2,
+            timeout=60,
+            interval=0.5,
+            message=f"no retried provider error:\n{monitor.log()}",
+        )
+        assert monitor.proc.poll() is None  # still running: an error is not a crash
+        hosts.start_sshd(down)
+        out, err = driver.communicate(timeout=240)
+        assert driver.returncode == 0, f"{err}\n--- autoscaler:\n{monitor.log()}"
+        assert json.loads(out)["ip"] == down
+    finally:
+        monitor.stop()
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        provider = LocalNodeProvider({**provider_config, "worker_ips": [down]}, "sd")
+        for node_id in provider.non_terminated_nodes({}):
+            provider.terminate_node(node_id)
