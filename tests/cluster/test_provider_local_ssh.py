@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,7 @@ import time
 
 import pytest
 import yaml
+from ember.autoscaler.command_runner import CommandError, SSHCommandRunner
 from ember.autoscaler.providers.local import LocalNodeProvider
 from ember.cli.stop import find_ember_processes
 from ember_test_utils import ember_cli, free_port, wait_until
@@ -224,3 +226,61 @@ def test_a_host_that_is_down_is_a_clear_error_retried_until_it_is_back(hosts, he
         provider = LocalNodeProvider({**provider_config, "worker_ips": [down]}, "sd")
         for node_id in provider.non_terminated_nodes({}):
             provider.terminate_node(node_id)
+
+
+# A one-connection TCP server on the host's own loopback: reachable only through a tunnel.
+BANNER_SERVER = textwrap.dedent(
+    """
+    import socket, sys
+    s = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+    print("listening", flush=True)
+    conn, _ = s.accept()
+    conn.sendall(b"hello from the host")
+    conn.close()
+    """
+)
+
+
+def test_the_ssh_command_runner_quotes_copies_and_forwards(hosts) -> None:
+    ip, ns = next(iter(hosts.hosts.items()))
+    runner = SSHCommandRunner(ip, "root", hosts.key, known_hosts=f"{hosts.root}/known_hosts")
+    # An argument list arrives word for word: nothing expanded by the remote shell.
+    words = ["a b", "$HOME", "'q'", "`id`", "x;y", ""]
+    out = runner.run(["printf", "[%s]\\n", *words], timeout=60)
+    assert out.stdout.splitlines() == [f"[{w}]" for w in words]
+    # Secrets by stdin, plain variables by command line; both in the command's environment.
+    out = runner.run(
+        ["sh", "-c", 'printf "%s|%s" "$EMBER_TOKEN" "$MODE"'],
+        timeout=60,
+        env={"MODE": "a b"},
+        secret_env={"EMBER_TOKEN": "s3cret value"},
+    )
+    assert out.stdout == "s3cret value|a b"
+    with pytest.raises(CommandError) as info:
+        runner.run("echo broken >&2; exit 7", timeout=60, what="a failing setup command")
+    assert info.value.returncode == 7 and not info.value.unreachable
+    assert str(info.value) == f"{ip}: a failing setup command: exit 7: broken"
+    # rsync-up and rsync-down, to a path with a space in it.
+    local = f"{hosts.root}/up"
+    os.makedirs(local)
+    with open(f"{local}/data.txt", "w") as f:
+        f.write("payload")
+    runner.put(local + "/", f"{hosts.root}/remote dir/", timeout=60)
+    runner.get(f"{hosts.root}/remote dir/data.txt", f"{hosts.root}/back.txt", timeout=60)
+    with open(f"{hosts.root}/back.txt") as f:
+        assert f.read() == "payload"
+    # A port on the host's loopback, reached through ssh -L.
+    port = 20000 + os.getpid() % 20000
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, "-c", BANNER_SERVER, str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout.readline().strip() == "listening"
+        with runner.port_forward(port, timeout=30) as forward:
+            with socket.create_connection(("127.0.0.1", forward.local_port), timeout=10) as c:
+                assert c.recv(100) == b"hello from the host"
+    finally:
+        server.kill()
+        server.wait()
