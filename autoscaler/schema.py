@@ -93,14 +93,12 @@ CLUSTER_SCHEMA: dict[str, Any] = {
             # What each provider cannot start without, named before anything starts.
             "allOf": [
                 {
-                    "if": {"properties": {"type": {"const": "local"}}},
-                    "then": {
-                        "required": ["head_ip", "worker_ips"],
-                        "properties": {"worker_ips": {"minItems": 1}},
-                    },
+                    "if": {"required": ["type"], "properties": {"type": {"const": "local"}}},
+                    # An empty worker_ips is Ray's head-only cluster: allowed.
+                    "then": {"required": ["head_ip", "worker_ips"]},
                 },
                 {
-                    "if": {"properties": {"type": {"const": "slurm"}}},
+                    "if": {"required": ["type"], "properties": {"type": {"const": "slurm"}}},
                     "then": {"required": ["gcs_address"]},
                 },
             ],

@@ -97,8 +97,8 @@ class LocalNodeProvider(NodeProvider):
         cfg = self.provider_config
         self.head_ip = str(cfg.get("head_ip") or "")
         self.worker_ips = [str(ip) for ip in cfg.get("worker_ips") or []]
-        if not self.head_ip or not self.worker_ips:
-            raise ValueError("provider (local) needs head_ip and a non-empty worker_ips list")
+        if not self.head_ip or "worker_ips" not in cfg:
+            raise ValueError("provider (local) needs head_ip and worker_ips")
         if len(set(self.worker_ips)) != len(self.worker_ips) or self.head_ip in self.worker_ips:
             raise ValueError("provider (local): each host once, and the head not a worker too")
         self._auth = cfg.get("auth") or {}  # make_provider puts the config's auth here
@@ -173,6 +173,8 @@ class LocalNodeProvider(NodeProvider):
                 f"every one of the {len(self.worker_ips)} worker_ips already runs a node of "
                 f"cluster {self.cluster_name!r}: add hosts to provider.worker_ips or lower "
                 "max_workers"
+                if self.worker_ips
+                else "provider.worker_ips is empty: add the hosts worker nodes may run on"
             )
             raise RuntimeError(f"local provider: started {len(made)} of {count} node(s): {why}")
         return made

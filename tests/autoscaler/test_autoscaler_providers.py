@@ -168,8 +168,8 @@ def test_the_monitor_exits_with_the_providers_error_not_a_traceback(tmp_path) ->
         ({"type": "local"}, ("provider.head_ip", "is required")),
         ({"type": "local", "head_ip": "h"}, ("provider.worker_ips", "is required")),
         (
-            {"type": "local", "head_ip": "h", "worker_ips": []},
-            ("provider.worker_ips", "[] should be non-empty"),
+            {"type": "local", "head_ip": "h", "worker_ips": ["a", "a"]},
+            ("provider.worker_ips", "['a', 'a'] has non-unique elements"),
         ),
         ({"type": "slurm"}, ("provider.gcs_address", "is required")),
         (
