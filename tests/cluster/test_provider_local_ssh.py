@@ -90,7 +90,8 @@ def _config(hosts, gcs: str, worker_ips: list[str], name: str) -> dict:
         "auth": {"ssh_user": "root", "ssh_private_key": hosts.key},
         "available_node_types": {
             "head": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
-            "worker": {"resources": {"CPU": 2}, "node_config": {}, "max_workers": 2},
+            # One at most: the test knows which host runs the node by the task's answer.
+            "worker": {"resources": {"CPU": 2}, "node_config": {}, "max_workers": 1},
         },
         "head_node_type": "head",
     }
@@ -228,15 +229,17 @@ def test_a_host_that_is_down_is_a_clear_error_retried_until_it_is_back(hosts, he
             provider.terminate_node(node_id)
 
 
-# A one-connection TCP server on the host's own loopback: reachable only through a tunnel.
+# A TCP server on the host's own loopback, reachable only through a tunnel. It greets every
+# connection (port_forward's own readiness probe is one).
 BANNER_SERVER = textwrap.dedent(
     """
     import socket, sys
     s = socket.create_server(("127.0.0.1", int(sys.argv[1])))
     print("listening", flush=True)
-    conn, _ = s.accept()
-    conn.sendall(b"hello from the host")
-    conn.close()
+    while True:
+        conn, _ = s.accept()
+        conn.sendall(b"hello from the host")
+        conn.close()
     """
 )
 
