@@ -98,7 +98,7 @@ class Monitor:
                     "resources": {"CPU": 2},
                     # sbatch --time: the job, and so its node, ends after this long.
                     "node_config": {"partition": "debug", "time": str(minutes)},
-                    "max_workers": 2,
+                    "max_workers": 1,  # so the job that ran the task is the only one
                 },
             },
             "head_node_type": "head",
@@ -168,8 +168,11 @@ def test_a_task_needing_2_cpus_runs_in_a_slurm_job_cancelled_when_idle(slurm, he
         monitor.stop()
 
 
-def test_a_job_ended_by_its_time_limit_is_replaced_while_work_waits(slurm, head) -> None:
+def test_a_job_ended_by_its_time_limit_is_replaced_while_work_waits(
+    slurm, head, monkeypatch
+) -> None:
     gcs, token = head
+    monkeypatch.setenv("SLURM_CONF", slurm.conf)  # for the provider this test cleans up with
     # Slurm's time limits are whole minutes, and it checks them every 30 s or so: this test
     # waits for the real thing, about a minute and a half.
     monitor = Monitor(slurm, gcs, token, "tl", minutes=1)
@@ -200,22 +203,19 @@ def test_a_job_ended_by_its_time_limit_is_replaced_while_work_waits(slurm, head)
             provider.terminate_node(job)
 
 
-def test_sbatch_refusing_a_job_is_a_clear_error(slurm, head) -> None:
+def test_sbatch_refusing_a_job_is_a_clear_error(slurm, head, monkeypatch) -> None:
     gcs, token = head
+    monkeypatch.setenv("SLURM_CONF", slurm.conf)
     provider = SlurmNodeProvider({**_provider_config(slurm, gcs), "token": token}, "bad")
-    os.environ.update(SLURM_CONF=slurm.conf)
-    try:
-        with pytest.raises(RuntimeError) as info:
-            provider.create_node_with_resources_and_labels(
-                {"partition": "nosuch"}, {"ember-user-node-type": "worker"}, 1, {"CPU": 2}, {}
-            )
-        assert "slurm provider: sbatch refused the job after 0 of 1" in str(info.value)
-        assert "Invalid partition name specified" in str(info.value)
-        with pytest.raises(ValueError, match="unknown field\\(s\\) partiton"):
-            provider.create_node({"partiton": "debug"}, {}, 1)
-        assert provider.non_terminated_nodes({}) == []
-    finally:
-        del os.environ["SLURM_CONF"]
+    with pytest.raises(RuntimeError) as info:
+        provider.create_node_with_resources_and_labels(
+            {"partition": "nosuch"}, {"ember-user-node-type": "worker"}, 1, {"CPU": 2}, {}
+        )
+    assert "slurm provider: sbatch refused the job after 0 of 1" in str(info.value)
+    assert "Invalid partition name specified" in str(info.value)
+    with pytest.raises(ValueError, match="unknown field\\(s\\) partiton"):
+        provider.create_node({"partiton": "debug"}, {}, 1)
+    assert provider.non_terminated_nodes({}) == []
 
 
 def test_the_sbatch_recipe_makes_a_cluster_that_runs_a_workload(slurm) -> None:
