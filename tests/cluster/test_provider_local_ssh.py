@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -17,28 +16,12 @@ import textwrap
 import time
 
 import pytest
-import yaml
+from autoscaler_process import EMBER, Monitor, start_driver, start_head
 from ember.autoscaler.command_runner import CommandError, SSHCommandRunner
 from ember.autoscaler.providers.local import LocalNodeProvider
 from ember.cli.stop import find_ember_processes
-from ember_test_utils import ember_cli, free_port, wait_until
+from ember_test_utils import wait_until
 from ssh_hosts import ssh_hosts
-
-EMBER = ember_cli()
-
-# Runs one task needing 2 CPUs; prints where it ran (the node's id and IP) as JSON.
-DRIVER = textwrap.dedent(
-    """
-    import json, sys, ember
-    ember.init(address=sys.argv[1])
-    @ember.remote(num_cpus=2)
-    def where():
-        return ember.get_runtime_context().get_node_id()
-    node_id = ember.get(where.remote(), timeout=240)
-    ip = next(n["NodeManagerAddress"] for n in ember.nodes() if n["NodeID"] == node_id)
-    print(json.dumps({"node_id": node_id, "ip": ip}), flush=True)
-    """
-)
 
 
 @pytest.fixture(scope="module")
@@ -49,22 +32,9 @@ def hosts():
 @pytest.fixture(scope="module")
 def head(hosts):
     """A head with no CPUs on the bridge's address; yields (GCS address, token)."""
-    port = free_port()
-    started = subprocess.run(
-        [
-            EMBER,
-            *("start", "--head", "--port", str(port), "--num-cpus", "0"),
-            *("--node-ip-address", hosts.head_ip, "--temp-dir", f"{hosts.root}/hd"),
-            *("--object-store-memory", str(64 * 1024**2), "--include-dashboard", "false"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert started.returncode == 0, started.stderr
-    token = started.stdout.split("--token=")[1].split()[0]
+    gcs, token = start_head(f"{hosts.root}/hd", hosts.head_ip)
     try:
-        yield f"{hosts.head_ip}:{port}", token
+        yield gcs, token
     finally:
         subprocess.run(
             [EMBER, "stop", "--force", "--temp-dir", hosts.root], capture_output=True, timeout=90
@@ -97,45 +67,6 @@ def _config(hosts, gcs: str, worker_ips: list[str], name: str) -> dict:
     }
 
 
-class Monitor:
-    """The autoscaler as its own process, with the token in its environment only."""
-
-    def __init__(self, hosts, config: dict, token: str) -> None:
-        name = config["cluster_name"]
-        self.path = f"{hosts.root}/{name}.yaml"
-        with open(self.path, "w") as f:
-            yaml.safe_dump(config, f)
-        self.log_path = f"{hosts.root}/{name}-autoscaler.log"
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ember.autoscaler.monitor", "--config", self.path]
-                + ["--address", config["provider"]["gcs_address"], "--interval", "0.5"],
-                stdout=log,
-                stderr=log,
-                # A failed launch is retried after 1 s, not the default backoff's 5 s and up.
-                env={**os.environ, "EMBER_TOKEN": token, "EMBER_AUTOSCALER_BACKOFF_S": "1"},
-            )
-
-    def log(self) -> str:
-        with open(self.log_path) as f:
-            return f.read()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=60)
-
-
-def _driver(gcs: str, token: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", DRIVER, gcs],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "EMBER_TOKEN": token},
-    )
-
-
 def _state(path: str) -> dict:
     try:
         with open(path) as f:
@@ -147,9 +78,9 @@ def _state(path: str) -> dict:
 def test_a_task_needing_2_cpus_starts_a_node_over_ssh_which_goes_when_idle(hosts, head) -> None:
     gcs, token = head
     config = _config(hosts, gcs, list(hosts.hosts), "sa")
-    monitor = Monitor(hosts, config, token)
+    monitor = Monitor(hosts.root, config, token)
     try:
-        driver = _driver(gcs, token)
+        driver = start_driver(gcs, token)
         out, err = driver.communicate(timeout=240)
         assert driver.returncode == 0, f"{err}\n--- autoscaler:\n{monitor.log()}"
         ran = json.loads(out)
@@ -205,8 +136,8 @@ def test_a_host_that_is_down_is_a_clear_error_retried_until_it_is_back(hosts, he
     assert time.monotonic() - t0 < 40
 
     # Through the autoscaler: the error is logged and retried each tick; the host comes back.
-    monitor = Monitor(hosts, _config(hosts, gcs, [down], "sd"), token)
-    driver = _driver(gcs, token)
+    monitor = Monitor(hosts.root, _config(hosts, gcs, [down], "sd"), token)
+    driver = start_driver(gcs, token)
     try:
         wait_until(
             lambda: monitor.log().count(f"local provider: {down}: ") >= 2,

@@ -9,39 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import textwrap
 
 import pytest
-import yaml
+from autoscaler_process import EMBER, Monitor, start_driver, start_head
 from ember.autoscaler.providers.slurm import SlurmNodeProvider
 from ember.cli.stop import find_ember_processes
-from ember_test_utils import REPO_ROOT, ember_cli, free_port, wait_until
+from ember_test_utils import REPO_ROOT, free_port, wait_until
 from slurm_host import slurm_host
 
-EMBER = ember_cli()
 SBATCH_EXAMPLE = REPO_ROOT / "examples" / "slurm" / "ember-cluster.sbatch"
-
-# One task needing 2 CPUs; prints its node's id and labels (the Slurm job id is one) as JSON. With a
-# marker file: the first attempt makes it and sleeps (its job is then ended under it), the
-# retry returns at once.
-DRIVER = textwrap.dedent(
-    """
-    import json, os, sys, time, ember
-    ember.init(address=sys.argv[1])
-    marker = sys.argv[2] if len(sys.argv) > 2 else ""
-    @ember.remote(num_cpus=2, max_retries=3)
-    def where(marker):
-        if marker and not os.path.exists(marker):
-            open(marker, "w").close()
-            time.sleep(600)
-        context = ember.get_runtime_context()
-        return {"node_id": context.get_node_id(), "labels": context.get_node_labels()}
-    print(json.dumps(ember.get(where.remote(marker), timeout=400)), flush=True)
-    """
-)
 
 
 @pytest.fixture(scope="module")
@@ -52,18 +30,7 @@ def slurm():
 @pytest.fixture(scope="module")
 def head(slurm):
     """A head with no CPUs (its IP detected, as the jobs' nodes detect theirs)."""
-    port = free_port()
-    started = subprocess.run(
-        [EMBER, "start", "--head", "--port", str(port), "--num-cpus", "0"]
-        + ["--temp-dir", f"{slurm.root}/hd", "--object-store-memory", str(64 * 1024**2)]
-        + ["--include-dashboard", "false"],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert started.returncode == 0, started.stderr
-    token = started.stdout.split("--token=")[1].split()[0]
-    address = started.stdout.split("--address='")[1].split("'")[0]
+    address, token = start_head(f"{slurm.root}/hd")
     try:
         yield address, token
     finally:
@@ -85,55 +52,24 @@ def _provider_config(slurm, gcs: str) -> dict:
     }
 
 
-class Monitor:
-    def __init__(self, slurm, gcs: str, token: str, name: str, minutes: int = 10) -> None:
-        config = {
-            "cluster_name": name,
-            "max_workers": 2,
-            "idle_timeout_minutes": 0.1,
-            "provider": _provider_config(slurm, gcs),
-            "available_node_types": {
-                "head": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
-                "worker": {
-                    "resources": {"CPU": 2},
-                    # sbatch --time: the job, and so its node, ends after this long.
-                    "node_config": {"partition": "debug", "time": str(minutes)},
-                    "max_workers": 1,  # so the job that ran the task is the only one
-                },
+def _monitor(slurm, gcs: str, token: str, name: str, minutes: int = 10) -> Monitor:
+    config = {
+        "cluster_name": name,
+        "max_workers": 2,
+        "idle_timeout_minutes": 0.1,
+        "provider": _provider_config(slurm, gcs),
+        "available_node_types": {
+            "head": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
+            "worker": {
+                "resources": {"CPU": 2},
+                # sbatch --time: the job, and so its node, ends after this long.
+                "node_config": {"partition": "debug", "time": str(minutes)},
+                "max_workers": 1,  # so the job that ran the task is the only one
             },
-            "head_node_type": "head",
-        }
-        path = f"{slurm.root}/{name}.yaml"
-        with open(path, "w") as f:
-            yaml.safe_dump(config, f)
-        self.log_path = f"{slurm.root}/{name}-autoscaler.log"
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ember.autoscaler.monitor", "--config", path]
-                + ["--address", gcs, "--interval", "0.5"],
-                stdout=log,
-                stderr=log,
-                env={**slurm.env, "EMBER_TOKEN": token, "EMBER_AUTOSCALER_BACKOFF_S": "1"},
-            )
-
-    def log(self) -> str:
-        with open(self.log_path) as f:
-            return f.read()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=60)
-
-
-def _driver(slurm, gcs: str, token: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", DRIVER, gcs, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**slurm.env, "EMBER_TOKEN": token},
-    )
+        },
+        "head_node_type": "head",
+    }
+    return Monitor(slurm.root, config, token, env=slurm.env)
 
 
 def _job_state(slurm, job_id: str) -> str:
@@ -143,9 +79,9 @@ def _job_state(slurm, job_id: str) -> str:
 
 def test_a_task_needing_2_cpus_runs_in_a_slurm_job_cancelled_when_idle(slurm, head) -> None:
     gcs, token = head
-    monitor = Monitor(slurm, gcs, token, "sl")
+    monitor = _monitor(slurm, gcs, token, "sl")
     try:
-        driver = _driver(slurm, gcs, token)
+        driver = start_driver(gcs, token, env=slurm.env)
         out, err = driver.communicate(timeout=300)
         assert driver.returncode == 0, f"{err}\n--- autoscaler:\n{monitor.log()}\n{slurm.logs()}"
         ran = json.loads(out)
@@ -175,9 +111,9 @@ def test_a_job_ended_by_its_time_limit_is_replaced_while_work_waits(
     monkeypatch.setenv("SLURM_CONF", slurm.conf)  # for the provider this test cleans up with
     # Slurm's time limits are whole minutes, and it checks them every 30 s or so: this test
     # waits for the real thing, about a minute and a half.
-    monitor = Monitor(slurm, gcs, token, "tl", minutes=1)
+    monitor = _monitor(slurm, gcs, token, "tl", minutes=1)
     marker = f"{slurm.root}/first-attempt"
-    driver = _driver(slurm, gcs, token, marker)
+    driver = start_driver(gcs, token, marker, env=slurm.env)
     try:
         wait_until(
             lambda: os.path.exists(marker),
