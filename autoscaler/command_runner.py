@@ -129,6 +129,8 @@ class CommandRunner(ABC):
     """One host. ``cmd`` is an argument list (quoted for the remote shell) or a shell line."""
 
     host: str
+    # Exit status 255 is ssh's own failure (cannot connect or log in) only for ssh runners.
+    reaches_by_ssh = False
 
     @abstractmethod
     def run(
@@ -163,7 +165,7 @@ class CommandRunner(ABC):
 
     def _fail(self, what: str, result: CommandResult) -> CommandError:
         why = (result.stderr or result.stdout).strip()[-2000:] or "no output"
-        unreachable = isinstance(self, SSHCommandRunner) and result.returncode == SSH_FAILED
+        unreachable = self.reaches_by_ssh and result.returncode == SSH_FAILED
         if unreachable:
             why = f"ssh could not reach or log in to the host: {why}"
         return CommandError(
@@ -230,6 +232,8 @@ class SSHCommandRunner(CommandRunner):
     """A host reached with ``ssh`` (key only, no password prompts: ``BatchMode``). Host keys
     are learnt on first contact into ``known_hosts`` and checked after (``accept-new``): a
     reinstalled host is refused with ssh's own message rather than trusted silently."""
+
+    reaches_by_ssh = True
 
     def __init__(
         self,

@@ -221,9 +221,10 @@ class LocalNodeProvider(NodeProvider):
                     nodes.pop(ip, None)
                 continue
             self._failed_at.pop(ip, None)
+            pid = int(out.stdout.split()[-1])
             with self.table.change() as nodes:
-                nodes[ip]["pid"] = int(out.stdout.split()[-1])
-                log.info("local provider: node started on %s (pid %s)", ip, nodes[ip]["pid"])
+                nodes[ip]["pid"] = pid
+            log.info("local provider: node started on %s (pid %d)", ip, pid)
             return ip
         return None
 
