@@ -91,6 +91,9 @@ def test_a_task_needing_2_cpus_starts_a_node_over_ssh_which_goes_when_idle(hosts
         assert state[ran["ip"]]["tags"]["ember-user-node-type"] == "worker"
         node_dir = f"{hosts.root}/n/sa-{ran['ip']}"
         assert state[ran["ip"]]["node_dir"] == node_dir
+        # A restarted autoscaler's provider reads the same: the host is busy, with its type.
+        again = LocalNodeProvider({**config["provider"], "auth": config["auth"]}, "sa")
+        assert again.non_terminated_nodes({"ember-user-node-type": "worker"}) == [ran["ip"]]
         assert find_ember_processes(node_dir), "no node processes under its directory"
         # The token never appears on a command line, on either side of ssh.
         for proc in find_ember_processes(node_dir):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -77,8 +78,11 @@ def _job_state(slurm, job_id: str) -> str:
     return out.split("JobState=")[1].split()[0] if "JobState=" in out else ""
 
 
-def test_a_task_needing_2_cpus_runs_in_a_slurm_job_cancelled_when_idle(slurm, head) -> None:
+def test_a_task_needing_2_cpus_runs_in_a_slurm_job_cancelled_when_idle(
+    slurm, head, monkeypatch
+) -> None:
     gcs, token = head
+    monkeypatch.setenv("SLURM_CONF", slurm.conf)  # for the providers this test reads with
     monitor = _monitor(slurm, gcs, token, "sl")
     try:
         driver = start_driver(gcs, token, env=slurm.env)
@@ -89,6 +93,13 @@ def test_a_task_needing_2_cpus_runs_in_a_slurm_job_cancelled_when_idle(slurm, he
         assert ran["labels"]["ember.io/node-type"] == "worker"
         # The job as squeue shows it: named for the cluster and the type, running.
         assert f"{job_id} RUNNING ember-sl-worker" in slurm.jobs()
+        # A provider with no table (a new head's) still finds the job and its type in Slurm.
+        lost = SlurmNodeProvider(
+            {**_provider_config(slurm, gcs), "state_dir": f"{slurm.root}/x"}, "sl"
+        )
+        assert lost.non_terminated_nodes({"ember-user-node-type": "worker"}) == [job_id]
+        assert lost.node_tags(job_id)["ember-cluster-name"] == "sl"
+        assert lost.internal_ip(job_id) == socket.gethostbyname(slurm.host)  # its node's
         node_dir = f"{slurm.root}/n/{job_id}"
         assert find_ember_processes(node_dir)
         # Idle: scancel'ed; the job and its node's processes gone.
