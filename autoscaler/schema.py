@@ -72,10 +72,36 @@ CLUSTER_SCHEMA: dict[str, Any] = {
                 "type": {"type": "string", "minLength": 1},
                 "module": {"type": "string"},
                 "head_ip": {"type": "string"},
-                "worker_ips": {"type": "array", "items": {"type": "string"}},
+                "worker_ips": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
                 "use_internal_ips": {"type": "boolean"},
                 "namespace": {"type": "string"},
+                # Ember's fields of the local and slurm providers (docs/deploying.md).
+                "gcs_address": {"type": "string", "pattern": "^\\S+:[0-9]+$"},
+                "gcs_port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                "ember_command": {
+                    "oneOf": [
+                        {"type": "string", "minLength": 1},
+                        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                    ]
+                },
+                "node_temp_dir": {"type": "string", "minLength": 1},
+                "ssh_port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                "known_hosts": {"type": "string"},
+                "state_path": {"type": "string"},
+                "state_dir": {"type": "string"},
             },
+            # What each provider cannot start without, named before anything starts.
+            "allOf": [
+                {
+                    "if": {"required": ["type"], "properties": {"type": {"const": "local"}}},
+                    # An empty worker_ips is Ray's head-only cluster: allowed.
+                    "then": {"required": ["head_ip", "worker_ips"]},
+                },
+                {
+                    "if": {"required": ["type"], "properties": {"type": {"const": "slurm"}}},
+                    "then": {"required": ["gcs_address"]},
+                },
+            ],
         },
         "auth": {
             "type": "object",

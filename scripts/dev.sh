@@ -9,15 +9,21 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 
 # What the tests drive from Debian: iproute2 (nodes in network namespaces), prometheus (a real
-# server scraping /metrics), chromium (the browser tests and the timeline viewer) and
-# redis-server (the GCS's Redis storage, against a real server). One apt-get run, only for
-# what is missing; the demo needs none of them.
+# server scraping /metrics), chromium (the browser tests and the timeline viewer),
+# redis-server (the GCS's Redis storage, against a real server), openssh-server and rsync
+# (the autoscaler's SSH hosts: sshd in namespaces), slurm-wlm and munge (its Slurm provider,
+# against a real slurmctld/slurmd). One apt-get run, only for what is missing; the demo
+# needs none of them.
 system_packages() {
   missing=""
   command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
   command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
   command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
   command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+  [ -x /usr/sbin/sshd ] || missing="$missing openssh-server"
+  command -v rsync >/dev/null 2>&1 || missing="$missing rsync"
+  command -v slurmctld >/dev/null 2>&1 || missing="$missing slurm-wlm"
+  command -v munged >/dev/null 2>&1 || missing="$missing munge"
   [ -z "$missing" ] && return 0
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     apt-get update -qq

@@ -1,0 +1,219 @@
+"""Choosing a node provider from the config: ``external`` loads a class of the user's own
+(here, classes defined in this module) or says exactly why it cannot; the ``local`` and
+``slurm`` providers' required fields are named before anything starts; the command runner
+quotes what it sends to a remote shell."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+import yaml
+from ember.autoscaler.command_runner import LocalCommandRunner
+from ember.autoscaler.config import ConfigError, prepare_config
+from ember.autoscaler.monitor import make_provider
+from ember.autoscaler.node_provider import NodeProvider
+from ember.autoscaler.providers.external import ExternalProviderError, load_provider_class
+from ember.autoscaler.providers.slurm import JOB_ID, job_script
+
+
+class InventoryProvider(NodeProvider):
+    """A whole provider, in memory: what a user's module would hold."""
+
+    def __init__(self, provider_config: Mapping[str, Any], cluster_name: str) -> None:
+        super().__init__(provider_config, cluster_name)
+        self.nodes: dict[str, dict[str, str]] = {}
+
+    def non_terminated_nodes(self, tag_filters: Mapping[str, str]) -> list[str]:
+        return [
+            n
+            for n, tags in self.nodes.items()
+            if all(tags.get(k) == v for k, v in tag_filters.items())
+        ]
+
+    def node_tags(self, node_id: str) -> dict[str, str]:
+        return dict(self.nodes[node_id])
+
+    def set_node_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
+        self.nodes[node_id].update(tags)
+
+    def internal_ip(self, node_id: str) -> str:
+        return self.provider_config["ips"][int(node_id)]
+
+    def create_node(
+        self, node_config: Mapping[str, Any], tags: Mapping[str, str], count: int
+    ) -> dict[str, dict[str, Any]]:
+        made = {}
+        for _ in range(count):
+            node_id = str(len(self.nodes))
+            self.nodes[node_id] = dict(tags)
+            made[node_id] = {"tags": dict(tags)}
+        return made
+
+    def terminate_node(self, node_id: str) -> None:
+        self.nodes.pop(node_id, None)
+
+
+class RayStyleProvider:
+    """Not an Ember NodeProvider subclass, but the same methods (a provider written for Ray)."""
+
+    def __init__(self, provider_config: Mapping[str, Any], cluster_name: str) -> None:
+        self.cluster_name = cluster_name
+
+    def non_terminated_nodes(self, tag_filters):
+        return []
+
+    node_tags = set_node_tags = internal_ip = create_node = terminate_node = non_terminated_nodes
+
+
+class HalfProvider:
+    def non_terminated_nodes(self, tag_filters):
+        return []
+
+
+class AbstractProvider(NodeProvider):
+    def non_terminated_nodes(self, tag_filters):
+        return []
+
+
+class BrokenProvider(InventoryProvider):
+    def __init__(self, provider_config: Mapping[str, Any], cluster_name: str) -> None:
+        raise KeyError("inventory_url")
+
+
+NOT_A_CLASS = 42
+
+
+def _config(provider: dict[str, Any]) -> dict[str, Any]:
+    return prepare_config(
+        {
+            "cluster_name": "ext",
+            "provider": provider,
+            "available_node_types": {
+                "head": {"resources": {"CPU": 1}, "node_config": {}},
+                "worker": {"resources": {"CPU": 2}, "node_config": {}},
+            },
+            "head_node_type": "head",
+        }
+    )
+
+
+def test_an_external_provider_class_is_loaded_and_used() -> None:
+    config = _config({"type": "external", "module": f"{__name__}.InventoryProvider", "ips": ["a"]})
+    provider = make_provider(config)
+    assert type(provider).__name__ == "InventoryProvider" and provider.cluster_name == "ext"
+    made = provider.create_node({}, {"ember-user-node-type": "worker"}, 1)
+    assert list(made) == ["0"]
+    assert provider.non_terminated_nodes({"ember-user-node-type": "worker"}) == ["0"]
+    assert provider.internal_ip("0") == "a"  # its own provider fields reach it
+    # A provider written against Ray's interface (same methods, another base class) loads.
+    assert load_provider_class(f"{__name__}.RayStyleProvider") is RayStyleProvider
+
+
+@pytest.mark.parametrize(
+    ("module", "says"),
+    [
+        ("no_such_pkg_1234.Provider", "cannot import 'no_such_pkg_1234': ModuleNotFoundError"),
+        (f"{__name__}.Missing", f"module {__name__!r} has no 'Missing'"),
+        (f"{__name__}.NOT_A_CLASS", "is a int, not a class"),
+        (
+            f"{__name__}.HalfProvider",
+            "does not implement the NodeProvider interface (ember.autoscaler.node_provider): "
+            "missing or abstract node_tags, set_node_tags, internal_ip, create_node, "
+            "terminate_node",
+        ),
+        (
+            f"{__name__}.AbstractProvider",
+            "missing or abstract create_node, internal_ip, node_tags, set_node_tags, "
+            "terminate_node",
+        ),
+        (f"{__name__}.BrokenProvider", "the provider failed to start: KeyError: 'inventory_url'"),
+    ],
+)
+def test_a_bad_external_provider_says_what_is_wrong(module: str, says: str) -> None:
+    config = _config({"type": "external", "module": module})
+    with pytest.raises(ExternalProviderError) as info:
+        make_provider(config)
+    assert says in str(info.value)
+    assert str(info.value).startswith(f"provider.module {module!r}")
+
+
+def test_the_monitor_exits_with_the_providers_error_not_a_traceback(tmp_path) -> None:
+    path = tmp_path / "cluster.yaml"
+    raw = {
+        "cluster_name": "ext",
+        "provider": {"type": "external", "module": "no_such_pkg_1234.Provider"},
+        "available_node_types": {"head": {"resources": {}, "node_config": {}}},
+        "head_node_type": "head",
+    }
+    path.write_text(yaml.safe_dump(raw))
+    done = subprocess.run(
+        [sys.executable, "-m", "ember.autoscaler.monitor", "--config", str(path)]
+        + ["--address", "127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "cannot import 'no_such_pkg_1234'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("provider", "problem"),
+    [
+        ({"type": "local"}, ("provider.head_ip", "is required")),
+        ({"type": "local", "head_ip": "h"}, ("provider.worker_ips", "is required")),
+        (
+            {"type": "local", "head_ip": "h", "worker_ips": ["a", "a"]},
+            ("provider.worker_ips", "['a', 'a'] has non-unique elements"),
+        ),
+        ({"type": "slurm"}, ("provider.gcs_address", "is required")),
+        (
+            {"type": "slurm", "gcs_address": "login1"},
+            ("provider.gcs_address", "'login1' does not match '^\\\\S+:[0-9]+$'"),
+        ),
+    ],
+)
+def test_a_providers_missing_field_is_named_before_anything_starts(provider, problem) -> None:
+    with pytest.raises(ConfigError) as info:
+        _config(provider)
+    assert problem in [(p.path, p.message) for p in info.value.problems]
+
+
+def test_a_slurm_job_script_quotes_every_value_and_fills_in_its_job_id(tmp_path) -> None:
+    odd = str(tmp_path / "it's a dir") + "/" + JOB_ID
+    script = job_script(["printf", "[%s]\\n", odd, '{"a": "$HOME `id`"}'], "c", "w")
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    done = subprocess.run(
+        ["sh", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"EMBER_TOKEN": "x", "SLURM_JOB_ID": "417", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"[{tmp_path}/it's a dir/417]", '[{"a": "$HOME `id`"}]']
+    # Without the token in its environment the job says so instead of starting a node.
+    done = subprocess.run(
+        ["sh", str(path)], capture_output=True, text=True, timeout=30, env={"PATH": "/bin"}
+    )
+    assert done.returncode != 0 and "no EMBER_TOKEN in the job environment" in done.stderr
+
+
+def test_the_local_runner_passes_secrets_by_environment_and_bounds_output(tmp_path) -> None:
+    runner = LocalCommandRunner()
+    out = runner.run(
+        ["sh", "-c", 'printf %s "$EMBER_TOKEN"'], timeout=30, secret_env={"EMBER_TOKEN": "abc"}
+    )
+    assert out.stdout == "abc"
+    big = runner.run("head -c 1000000 /dev/zero | tr '\\0' x", timeout=30)
+    assert len(big.stdout) == 64 * 1024  # the tail only
+    with pytest.raises(RuntimeError, match="exit 3: nope"):
+        runner.run("echo nope >&2; exit 3", timeout=30)
+    with pytest.raises(RuntimeError, match="no end within 0.5 s"):
+        runner.run(["sleep", "5"], timeout=0.5)
