@@ -5,10 +5,11 @@ node goes.
 
 - the Config page in headless Chromium: the node type's current count going 0 -> 1, the
   launch decision's reason, the masked SSH key;
-- ``ember status`` (through the GCS, and through the dashboard's URL as a subprocess), Ray's
-  ``autoscaler_*`` families on ``/metrics``, the scaling events, while scaled up;
+- ``ember status`` (through the GCS, and through the dashboard's URL, as subprocesses), the
+  ``autoscaler_*`` families on ``/metrics`` (both name sets), the scaling events, while
+  scaled up;
 - after the idle timeout: the count back to 0, a terminate decision, its event and timeline
-  mark, ``autoscaler_stopped_nodes_total``.
+  mark, ``ember_autoscaler_stopped_nodes_total``.
 
 One cluster for the module (the tests run in order; each polls for the state it reads).
 """
@@ -25,9 +26,9 @@ import ember
 import httpx
 import pytest
 from browser_utils import open_page
-from ember.cli.status import fetch, render, summarize
 from ember.cluster_utils import AutoscalingCluster
 from ember_test_utils import wait_until
+from prometheus_client.parser import text_string_to_metric_families
 
 # Heartbeats often and a stopped node declared dead in seconds, so the test takes seconds.
 FAST = {"EMBER_HEARTBEAT_INTERVAL": "0.2", "EMBER_NODE_DEATH_TIMEOUT": "2"}
@@ -35,7 +36,9 @@ SECRET_KEY_PATH = "/keys/never-shown.pem"
 IDLE_TIMEOUT_S = 6.0
 
 
-@pytest.fixture(scope="module")
+# Autouse: started before the browser, whose sync API keeps an event loop running on this
+# thread (the cluster's start and stop run their own loops here).
+@pytest.fixture(scope="module", autouse=True)
 def scaler():
     """The cluster, connected: a 1-CPU head, up to two 2-CPU ``cpu_node``s removed after
     6 s idle, an SSH key in its config (which no reader may show)."""
@@ -87,6 +90,15 @@ def busy(scaler):
         return ember.get_runtime_context().get_node_id()
 
     return hold.remote(release), release
+
+
+def _samples(text: str) -> dict[tuple, float]:
+    """{(sample name, sorted label pairs): value} of a /metrics text."""
+    return {
+        (smp.name, tuple(sorted(smp.labels.items()))): smp.value
+        for fam in text_string_to_metric_families(text)
+        for smp in fam.samples
+    }
 
 
 def _status(http: httpx.Client) -> dict:
@@ -148,29 +160,35 @@ def test_status_metrics_and_events_while_scaled_up(scaler, http, busy) -> None:
         for i in status["record"]["instances"]
         if i["node_type"] == "cpu_node" and i["state"] == "running"
     ]
-    # ember status, through the GCS: the same record, Ray's layout.
-    temp_dir = os.path.dirname(scaler.cluster.head_node.session_dir)
-    text = render(summarize(fetch(scaler.address, temp_dir, scaler.cluster.token)))
-    lines = text.splitlines()
-    assert lines[0].startswith("======== Autoscaler status: ")
-    assert any(
-        line.startswith(" 1 cpu_node: ") and f"node_{node['node_id']}" in line for line in lines
-    ), text
-    # ... and through the dashboard's URL, as a user runs it.
-    cli = subprocess.run(
-        [sys.executable, "-m", "ember.cli.main", "status", "--address", str(http.base_url)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert cli.returncode == 0, cli.stderr
-    assert f" 1 cpu_node: node_{node['node_id']}" in cli.stdout, cli.stdout
+    # ember status as a user runs it, through the GCS and through the dashboard's URL: the
+    # same record, Ray's layout.
+    head_temp = os.path.dirname(scaler.cluster.head_node.session_dir)
+    for where in (
+        ["--address", scaler.address, "--temp-dir", head_temp],
+        ["--address", str(http.base_url)],
+    ):
+        cli = subprocess.run(
+            [sys.executable, "-m", "ember.cli.main", "status", *where],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "EMBER_TOKEN": scaler.cluster.token.decode()},
+        )
+        assert cli.returncode == 0, cli.stderr
+        lines = cli.stdout.splitlines()
+        assert lines[0].startswith("======== Autoscaler status: "), cli.stdout
+        assert f" 1 cpu_node: node_{node['node_id']} ({node['ip']})" in lines, cli.stdout
 
-    metrics = http.get("/metrics").text.splitlines()
-    active = [m for m in metrics if m.startswith('autoscaler_active_nodes{NodeType="cpu_node"')]
-    assert active and active[0].endswith(" 1.0"), active
-    started = next(m for m in metrics if m.startswith("autoscaler_started_nodes_total{"))
-    assert float(started.rsplit(" ", 1)[1]) >= 1.0
+    ember_set = _samples(http.get("/metrics").text)
+    assert ember_set[("ember_autoscaler_active_nodes", (("node_type", "cpu_node"),))] == 1.0
+    assert ember_set[("ember_autoscaler_started_nodes_total", ())] >= 1.0
+    ray_set = _samples(http.get("/metrics", params={"compat": "ray"}).text)
+    [active] = [
+        v
+        for (name, labels), v in ray_set.items()
+        if name == "autoscaler_active_nodes" and ("NodeType", "cpu_node") in labels
+    ]
+    assert active == 1.0
 
     events = http.get("/api/events", params={"filter": "source=autoscaler"}).json()["items"]
     launch = next(e for e in events if e["kind"] == "AUTOSCALER_LAUNCH")
@@ -202,6 +220,5 @@ def test_the_idle_node_goes_and_every_reader_says_so(scaler, http, busy) -> None
     trace = http.get("/api/timeline").json()
     marks = [e["name"] for e in trace if e.get("ph") == "i"]
     assert "launch cpu_node" in marks and "terminate cpu_node" in marks
-    metrics = http.get("/metrics").text.splitlines()
-    stopped = next(m for m in metrics if m.startswith("autoscaler_stopped_nodes_total{"))
-    assert float(stopped.rsplit(" ", 1)[1]) >= 1.0
+    stopped = _samples(http.get("/metrics").text)[("ember_autoscaler_stopped_nodes_total", ())]
+    assert stopped >= 1.0
