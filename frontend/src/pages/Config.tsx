@@ -223,8 +223,8 @@ export function Config(_: { params: URLSearchParams }) {
         <Chart
           title="Nodes"
           series={[
-            { label: "running", color: "#2e86de", fmt: (v) => v.toFixed(0) },
-            { label: "launching", color: "#f1c40f", fmt: (v) => v.toFixed(0) },
+            { label: "running", color: "#2e86de", fmt: (v) => v.toFixed(0), step: true },
+            { label: "launching", color: "#f1c40f", fmt: (v) => v.toFixed(0), step: true },
           ]}
           data={sizes}
           testId="chart-cluster-size"
