@@ -11,6 +11,7 @@ import click
 from ember.cli.api_client import cluster_options, cluster_settings
 from ember.cli.errors import fail
 from ember.cli.output import emit, format_option
+from ember.cli.status_autoscaler import autoscaler_section, node_status_lines, request_lines
 from ember.resources import fmt as fmt_shape
 from ember.resources import fmt_request, waiting_bundles
 
@@ -24,6 +25,7 @@ def fetch(address: str | None, temp_dir: str | None, token: str | None = None) -
     URL, the same figures from the dashboard (its copy of them, at most a second old): a
     Ray user reaches a remote cluster by that URL, often through a tunnel to it alone."""
     from ember.cluster_address import find_gcs_address, is_dashboard_url, token_for
+    from ember.dashboard.autoscaler import record as scaler
     from ember.protocol import connection as conn_mod
 
     if is_dashboard_url(address or os.environ.get("EMBER_ADDRESS")):
@@ -34,7 +36,10 @@ def fetch(address: str | None, temp_dir: str | None, token: str | None = None) -
     async def ask() -> dict:
         conn = await conn_mod.connect(gcs_address, name="gcs", token=secret, timeout=5.0)
         try:
-            return await conn.call("cluster_info", None, timeout=10.0)
+            info = await conn.call("cluster_info", None, timeout=10.0)
+            kv = {"namespace": scaler.KV_NAMESPACE, "key": scaler.KV_KEY}
+            info["autoscaler"] = await conn.call("kv_get", kv, timeout=10.0)
+            return info
         finally:
             conn.close()
 
@@ -82,6 +87,7 @@ def _from_dashboard(address: str | None, temp_dir: str | None, token: str | None
         "placement_groups": status.get("placement_groups") or [],
         "now": status.get("time"),
         "task_counts": status.get("tasks"),
+        "autoscaler": status.get("autoscaler"),
         "gcs_address": "",
         "dashboard_url": api.url,
     }
@@ -118,11 +124,15 @@ def summarize(info: dict[str, Any], recent_seconds: float = 3600.0) -> dict[str,
             dead.append(row)
     for actor in info.get("pending_actors") or ():
         demand(actor.get("resources") or {}, actor.get("class_name", ""))["count"] += 1
-    groups = _pending_groups(info.get("placement_groups") or (), alive)
+    scaler = autoscaler_section(info.get("autoscaler"), now)
+    # With an autoscaler, what could hold a demand is any node type it may launch.
+    could_hold = [{"total": t} for t in scaler["node_type_resources"]] if scaler else []
+    could_hold = could_hold or alive
+    groups = _pending_groups(info.get("placement_groups") or (), could_hold)
     # Decided here, for tasks and actors alike, against the nodes alive now: a reason the GCS
     # noted when the actor was queued may predate the node that could hold it.
     for agg in demands.values():
-        agg["infeasible"] = not any(_fits(agg["shape"], n["total"]) for n in alive)
+        agg["infeasible"] = not any(_fits(agg["shape"], n["total"]) for n in could_hold)
     return {
         "time": datetime.datetime.now().isoformat(sep=" "),
         "gcs_address": info.get("gcs_address", ""),
@@ -133,6 +143,7 @@ def summarize(info: dict[str, Any], recent_seconds: float = 3600.0) -> dict[str,
         "pending_demands": sorted(demands.values(), key=lambda d: -d["count"]),
         "pending_placement_groups": groups,
         "pending_tasks": _pending_tasks(info.get("task_counts")),
+        "autoscaler": scaler,
         "group_names": {
             g.get("placement_group_id"): g.get("name")
             for g in info.get("placement_groups") or ()
@@ -157,11 +168,12 @@ def _pending_tasks(counts: dict[str, int] | None) -> dict[str, int] | None:
     return {s: int(counts.get(s) or 0) for s in _WAITING}
 
 
-def _pending_groups(groups: Any, alive: list[dict]) -> list[dict[str, Any]]:
+def _pending_groups(groups: Any, could_hold: list[dict]) -> list[dict[str, Any]]:
     """Placement groups waiting for room (a rescheduling group: for the bundles it lost with
-    a node), one entry per (bundles, strategy): a group is
-    infeasible when no set of the nodes alive now could hold its bundles as its strategy
-    says; judged here per bundle (each must fit some node), the check Ray's status makes."""
+    a node), one entry per (bundles, strategy): a group is infeasible when no set of the
+    nodes that could hold it (``could_hold``, each with its ``total``: the nodes alive now,
+    or the node types an autoscaler may launch) could hold its bundles as its strategy says; judged
+    here per bundle (each must fit some node), the check Ray's status makes."""
     out: dict[tuple, dict[str, Any]] = {}
     for g in groups:
         wanted = waiting_bundles(g)
@@ -174,7 +186,9 @@ def _pending_groups(groups: Any, alive: list[dict]) -> list[dict[str, Any]]:
             {"bundles": bundles, "strategy": g.get("strategy", "PACK"), "count": 0},
         )
         entry["count"] += 1
-        entry["infeasible"] = not all(any(_fits(b, n["total"]) for n in alive) for b in bundles)
+        entry["infeasible"] = not all(
+            any(_fits(b, n["total"]) for n in could_hold) for b in bundles
+        )
     return sorted(out.values(), key=lambda e: -e["count"])
 
 
@@ -235,8 +249,48 @@ def _usage_lines(usage: dict[str, dict[str, float]], indent: str) -> list[str]:
 
 
 def render(summary: dict[str, Any]) -> str:
-    out = [f"======== Cluster status: {summary['time']} ========", "Node status", _BAR]
-    out.append("Active:")
+    scaler = summary.get("autoscaler")
+    if scaler:  # an autoscaler runs: the node status by node type, from its record
+        out = [f"======== Autoscaler status: {summary['time']} ========", "Node status", _BAR]
+        out += node_status_lines(scaler)
+    else:
+        out = [f"======== Cluster status: {summary['time']} ========", "Node status", _BAR]
+        out += _node_lines(summary)
+    out += ["", "Resources", _BAR, "Total Usage:"]
+    out += _usage_lines(summary["usage"], " ") or [" (no resources)"]
+    if scaler:
+        out += request_lines(scaler)
+    out += ["", "Per Node Usage:"]
+    for n in summary["active_nodes"]:
+        out.append(f" node_{n['node_id']} ({n['node_ip']}):")
+        out += _usage_lines(n["usage"], "  ")
+    out += ["", "Pending Demands:"]
+    # What could never be placed: with an autoscaler, on no node type it may launch.
+    why = "no node type has" if scaler else "no node has"
+    if summary["pending_demands"]:  # tasks and actors
+        for d in summary["pending_demands"]:
+            # Bytes in units: {'memory': 2199023255552.0} is a count of digits to the reader.
+            # A placement group's demand by the group's name and bundle, not CPU_group_0_<id>.
+            shape = fmt_request(d["shape"], summary.get("group_names"))
+            what = f"actor {d['actor']}" if d.get("actor") else "tasks/actors"
+            flag = f" (infeasible: {why} these resources)" if d["infeasible"] else ""
+            out.append(f" {shape}: {d['count']}+ pending {what}{flag}")
+    for g in summary["pending_placement_groups"]:
+        # As Ray prints a group's demand: its bundles and its strategy.
+        shapes = ", ".join(fmt_shape(b) for b in g["bundles"])
+        flag = f" (infeasible: {why} these resources)" if g["infeasible"] else ""
+        out.append(f" {shapes} ({g['strategy']}): {g['count']}+ pending placement groups{flag}")
+    if not summary["pending_demands"] and not summary["pending_placement_groups"]:
+        out.append(" (no resource demands)")
+    out += _pending_task_lines(summary)
+    if summary["dashboard_url"]:
+        out += ["", f"Dashboard: {summary['dashboard_url']}"]
+    return "\n".join(out)
+
+
+def _node_lines(summary: dict[str, Any]) -> list[str]:
+    """The node status without an autoscaler: each live node, none pending, the dead."""
+    out = ["Active:"]
     if summary["active_nodes"]:
         for n in summary["active_nodes"]:
             head = ", head" if n["is_head"] else ""
@@ -252,32 +306,7 @@ def render(summary: dict[str, Any]) -> str:
             )
     else:
         out.append(" (no failures)")
-    out += ["", "Resources", _BAR, "Total Usage:"]
-    out += _usage_lines(summary["usage"], " ") or [" (no resources)"]
-    out += ["", "Per Node Usage:"]
-    for n in summary["active_nodes"]:
-        out.append(f" node_{n['node_id']} ({n['node_ip']}):")
-        out += _usage_lines(n["usage"], "  ")
-    out += ["", "Pending Demands:"]
-    if summary["pending_demands"]:  # tasks and actors
-        for d in summary["pending_demands"]:
-            # Bytes in units: {'memory': 2199023255552.0} is a count of digits to the reader.
-            # A placement group's demand by the group's name and bundle, not CPU_group_0_<id>.
-            shape = fmt_request(d["shape"], summary.get("group_names"))
-            what = f"actor {d['actor']}" if d.get("actor") else "tasks/actors"
-            flag = " (infeasible: no node has these resources)" if d["infeasible"] else ""
-            out.append(f" {shape}: {d['count']}+ pending {what}{flag}")
-    for g in summary["pending_placement_groups"]:
-        # As Ray prints a group's demand: its bundles and its strategy.
-        shapes = ", ".join(fmt_shape(b) for b in g["bundles"])
-        flag = " (infeasible: no node has these resources)" if g["infeasible"] else ""
-        out.append(f" {shapes} ({g['strategy']}): {g['count']}+ pending placement groups{flag}")
-    if not summary["pending_demands"] and not summary["pending_placement_groups"]:
-        out.append(" (no resource demands)")
-    out += _pending_task_lines(summary)
-    if summary["dashboard_url"]:
-        out += ["", f"Dashboard: {summary['dashboard_url']}"]
-    return "\n".join(out)
+    return out
 
 
 def _pending_task_lines(summary: dict[str, Any]) -> list[str]:

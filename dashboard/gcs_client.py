@@ -4,6 +4,7 @@ status and cluster events are polled; ``kill_actor`` is forwarded. Reconnects on
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -11,6 +12,8 @@ import time
 from typing import Any
 
 from ember import config
+from ember.dashboard.autoscaler.record import KV_KEY as AUTOSCALER_KEY
+from ember.dashboard.autoscaler.record import KV_NAMESPACE as AUTOSCALER_NAMESPACE
 from ember.dashboard.state import DashboardState
 from ember.protocol import connection as conn_mod
 
@@ -78,12 +81,19 @@ class GcsClient:
         jobs = _hexify(await conn.call("list_jobs", None, timeout=10.0))
         info = _hexify(await conn.call("cluster_info", None, timeout=10.0))
         events = await conn.call("get_events", None, timeout=10.0)
+        scaler = _autoscaler_record(
+            await conn.call(
+                "kv_get",
+                {"namespace": AUTOSCALER_NAMESPACE, "key": AUTOSCALER_KEY},
+                timeout=10.0,
+            )
+        )
         if len(events) < self._seen_events:
             self._seen_events = 0  # the GCS trimmed its list
         new_events = events[self._seen_events :]
         self._seen_events = len(events)
         changed = apply_gcs_poll(
-            self.state, [_actor_row(a) for a in actors], jobs, info, new_events
+            self.state, [_actor_row(a) for a in actors], jobs, info, new_events, scaler
         )
         if self.state.recorder is not None:
             # Only what changed: the poll repeats every row each second.
@@ -94,6 +104,8 @@ class GcsClient:
                 body["cluster"] = self._last_info = info
             if new_events:
                 body["events"] = new_events
+            if self.state.autoscaler.worth_recording(scaler, time.time()):
+                body["autoscaler"] = scaler
             if len(body) > 1 or changed:
                 self.state.record("gcs", body)
 
@@ -172,9 +184,11 @@ def apply_gcs_poll(
     jobs: list[dict[str, Any]] | None,
     info: dict[str, Any] | None,
     events: list[dict[str, Any]],
+    autoscaler: Any = None,
 ) -> list[dict[str, Any]]:
     """One poll of the GCS into the state (live, or replayed from the session's history);
-    returns the actor rows that changed something. ``jobs`` or ``info`` None: unchanged."""
+    returns the actor rows that changed something. ``jobs`` or ``info`` None: unchanged;
+    ``autoscaler``: the autoscaler's status record (None: none written, or not recorded)."""
     changed = []
     for row in actors:
         before = st.actors_version
@@ -196,4 +210,17 @@ def apply_gcs_poll(
             t=ev.get("time"),
             job_id=_hexify(ev.get("job_id")) or None,
         )
+    if autoscaler is not None:
+        st.autoscaler.apply(st, autoscaler, st.clock())
     return changed
+
+
+def _autoscaler_record(value: bytes | None) -> Any:
+    """The KV value as the record's dict (what the history keeps), or as it came when it is
+    not JSON (``AutoscalerView.apply`` then says what is wrong with it)."""
+    if not value:
+        return None
+    try:
+        return json.loads(value)
+    except (ValueError, UnicodeDecodeError):
+        return value

@@ -236,7 +236,14 @@ def _apply(session: Session, kind: str, rec: dict[str, Any]) -> None:
         session.gcs_events += len(events)
         # The job table every poll (unchanged ones were not written): a job's end fails its
         # open tasks once its grace has passed, at the time of this record.
-        apply_gcs_poll(st, rec.get("actors") or [], session.gcs_jobs, rec.get("cluster"), events)
+        apply_gcs_poll(
+            st,
+            rec.get("actors") or [],
+            session.gcs_jobs,
+            rec.get("cluster"),
+            events,
+            rec.get("autoscaler"),
+        )
     elif kind == "job":
         session.jobs[rec["record"]["submission_id"]] = rec["record"]
     elif kind == "job_deleted":

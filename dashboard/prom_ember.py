@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import psutil
+from ember.dashboard.autoscaler import prom as autoscaler_prom
 from ember.dashboard.prom_readings import (
     MAX_LABEL_VALUES,
     capped,
@@ -83,6 +84,7 @@ CLUSTER_FAMILIES = frozenset(
         "dashboard_dropped",
         "dashboard_task_events_ingested",
         "jobs",
+        *autoscaler_prom.EMBER_FAMILIES,
     }
 )
 

@@ -16,8 +16,10 @@ less than Ray, the nearest truth is exported and said here:
   actor as ``ALIVE`` (Ember does not track whether an actor is running a method).
 - ``ray_component_mem_shared_bytes`` is RSS - USS (pages shared with other processes), so
   Ray's "memory by component" (RSS - shared) plots the USS.
-- ``ray_cluster_pending_nodes`` and ``autoscaler_pending_nodes`` are 0: Ember has no
-  autoscaler; ``autoscaler_pending_resources`` is what waits for resources (tasks and actors).
+- ``ray_cluster_pending_nodes`` and ``autoscaler_pending_nodes`` are 0 and
+  ``autoscaler_pending_resources`` is what waits for resources (tasks and actors) when no
+  autoscaler runs; while one runs, the ``autoscaler_*`` families are its status record's
+  figures (``dashboard/autoscaler/prom.py``).
 
 Ray's names break Prometheus's naming rules in places (``ray_node_cpu_count`` is a gauge),
 so this set, unlike Ember's own, does not pass ``promtool check metrics``' lint.

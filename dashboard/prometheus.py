@@ -26,6 +26,7 @@ from typing import Annotated, Any
 
 from ember.dashboard import prom_ember, prom_ray
 from ember.dashboard.app import DashboardContext, get_ctx
+from ember.dashboard.autoscaler import prom as autoscaler_prom
 from ember.dashboard.prom_readings import MAX_LABEL_VALUES, OTHER, live_nodes
 from ember.dashboard.prom_user import user_metrics
 from ember.dashboard.routes.nodes import resolve_node
@@ -83,17 +84,29 @@ class EmberCollector:
             yield from prom_ember.cluster_metrics(st)
             yield from prom_ember.dashboard_metrics(st)
             yield from prom_ember.job_metrics(self.ctx.extra.get("jobs"))
+            scaler = autoscaler_prom.fresh_record(st)
+            if scaler is not None:
+                yield from autoscaler_prom.metrics(scaler, None)
+
+    def _session(self) -> str:
+        session_dir = self.ctx.session_dir
+        return os.path.basename(os.path.normpath(session_dir)) if session_dir else ""
 
     def _ray(self) -> Iterator[Metric]:
         st = self.ctx.state
-        session_dir = self.ctx.session_dir
-        session = os.path.basename(os.path.normpath(session_dir)) if session_dir else ""
+        session = self._session()
         if self.node_id is not None or not self.cluster:
             nodes = live_nodes(st, self.node_id)
             yield from prom_ray.node_metrics(st, nodes, session)
             yield from user_metrics(nodes, "ray_", prom_ray.RESERVED, {"SessionName": session})
         if self.node_id is None:
-            yield from prom_ray.cluster_metrics(st, session)
+            scaler = autoscaler_prom.fresh_record(st)
+            for family in prom_ray.cluster_metrics(st, session):
+                # An autoscaler runs: its record, not the node table, says these.
+                if scaler is None or family.name not in autoscaler_prom.FAMILIES:
+                    yield family
+            if scaler is not None:
+                yield from autoscaler_prom.metrics(scaler, session)
 
 
 class _Families:

@@ -22,6 +22,7 @@ ROUTERS: list[tuple[str, str]] = [
     ("ember.dashboard.prometheus", "router"),
     ("ember.dashboard.routes.timeline", "router"),
     ("ember.dashboard.routes.metrics_history", "router"),  # the Metrics page's histories
+    ("ember.dashboard.autoscaler.routes", "router"),  # the Config view's autoscaler status
     ("ember.dashboard.routes_frontend", "router"),  # the browser app's own queries
     ("ember.dashboard.routes.api_docs", "router"),  # /docs and /redoc, their assets local
     # The frontend's catch-all goes last so every API route wins over it.

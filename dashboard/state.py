@@ -14,6 +14,7 @@ Public interface (the routers, Prometheus and timeline modules use these):
 - ``events``       deque of error/cluster events ``add_event``
 - ``history``      History (30 min per node and for the cluster)
 - ``cluster``      the GCS's cluster_info         ``set_cluster``
+- ``autoscaler``   the autoscaler's status record ``autoscaler.apply`` (dashboard/autoscaler)
 - ``pubsub``       the live stream's fan-out
 - ``dropped``      {what: count} of everything dropped past a cap
 """
@@ -25,6 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ember.dashboard.autoscaler.view import AutoscalerView
 from ember.dashboard.config import Caps
 from ember.dashboard.current_tasks import CurrentTasks
 from ember.dashboard.history import History, UserMetricHistory
@@ -119,6 +121,7 @@ class DashboardState:
         self.history = History(self.caps.history_seconds, self.caps.history_period)
         self.user_history = UserMetricHistory(self.caps.history_seconds, self.caps.history_period)
         self.cluster: dict[str, Any] = {}
+        self.autoscaler = AutoscalerView()  # what the autoscaler's monitor says, if one runs
         self.gcs_polled = False  # the GCS's node table has been read: it decides node deaths
         self.pubsub = PubSub(self.caps.stream_queue)
         self.dropped: dict[str, int] = {

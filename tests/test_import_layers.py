@@ -202,3 +202,14 @@ def test_nothing_below_the_libraries_imports_them(graph: dict[str, set[str]]) ->
 
 def test_the_libraries_use_neither_the_dashboard_nor_the_cli(graph: dict[str, set[str]]) -> None:
     assert _wrong_way(graph, lambda m: _in(m, LIBRARIES), UPPER) == []
+
+
+def test_the_autoscaler_s_readers_read_its_record_not_its_code(
+    graph: dict[str, set[str]],
+) -> None:
+    # `ember status`, the Config view, the autoscaler_* families and the scaling events read
+    # the status record the monitor writes to the GCS KV: that record is the interface, so
+    # the dashboard never loads the autoscaler (and works with any monitor that writes it).
+    assert "ember.dashboard.autoscaler.record" in graph and "ember.cli.status" in graph
+    readers = ("ember.dashboard", "ember.cli.status", "ember.cli.status_autoscaler")
+    assert _wrong_way(graph, lambda m: _in(m, readers), ("ember.autoscaler",)) == []

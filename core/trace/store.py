@@ -20,6 +20,8 @@ FLOW_WINDOW = int(os.environ.get("EMBER_TIMELINE_FLOW_WINDOW", "100000"))
 MAX_FLOW_RECORDS = int(os.environ.get("EMBER_TIMELINE_MAX_FLOW_RECORDS", "200000"))
 MAX_SPANS = int(os.environ.get("EMBER_TIMELINE_MAX_SPANS", "200000"))
 MAX_TRANSFERS = int(os.environ.get("EMBER_TIMELINE_MAX_TRANSFERS", "100000"))
+# Instant events of the cluster itself (the autoscaler's scaling decisions): a few a minute.
+MAX_MARKS = int(os.environ.get("EMBER_TIMELINE_MAX_MARKS", "10000"))
 TASK_ID_HEX = 32  # an object id's first 16 bytes are its producing task's id (ember.ids)
 
 
@@ -51,7 +53,8 @@ class TimelineStore:
         self.flows: OrderedDict[str, tuple] = OrderedDict()
         self.spans: deque[dict[str, Any]] = deque(maxlen=MAX_SPANS)
         self.transfers: deque[dict[str, Any]] = deque(maxlen=MAX_TRANSFERS)
-        self.dropped = {"flows": 0, "spans": 0, "transfers": 0}
+        self.marks: deque[dict[str, Any]] = deque(maxlen=MAX_MARKS)
+        self.dropped = {"flows": 0, "spans": 0, "transfers": 0, "marks": 0}
         self._interned: dict[str, str] = {}
 
     def ingest(self, node_id: str, job_id: str, events: Iterable[list | tuple]) -> None:
@@ -108,6 +111,13 @@ class TimelineStore:
                 "cname": data.get("cname"),
             }
         )
+
+    def add_mark(self, row: str, name: str, cat: str, t: float, args: dict[str, str]) -> None:
+        """An instant event on the trace's row ``row`` (a process of its own, named by the
+        writer's labels): something that happened to the cluster at ``t``, not in a task."""
+        if len(self.marks) == self.marks.maxlen:
+            self.dropped["marks"] += 1
+        self.marks.append({"row": row, "name": name, "cat": cat, "time": t, "args": args})
 
     def add_transfer(self, transfer: dict[str, Any]) -> None:
         """{object_id, from_node, to_node, size, start, end}: one cross-node object copy."""

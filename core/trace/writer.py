@@ -6,7 +6,9 @@ slice per task with its phases nested inside (fetching args, executing, storing 
 wait for resources (submitted until pushed to a worker) as an async slice of the node, since
 it overlaps whatever that worker ran before; ``ember.profile`` spans on the thread that ran
 them; flow arrows from a task to the tasks it submitted and from an object's producer to the
-tasks that consumed it; object transfers between nodes as slices of a "transfers" thread.
+tasks that consumed it; object transfers between nodes as slices of a "transfers" thread;
+the cluster's own marks (``TimelineStore.marks``: the autoscaler's scaling decisions) as
+instant events on a row of their own.
 
 The writer reads task records with the attributes of ``the dashboard's task table (``TaskRecord``)``
 (task_id, name, state, job_id, node_id, pid, t_pending, t_scheduled, t_start, t_args,
@@ -72,7 +74,14 @@ class TraceWriter:
         self._names: dict[str, str] = {}  # json-encoded names, cached (few distinct)
         self._flow_id = 0
         self.async_id = 0  # ids of the wait-for-resources pairs
-        self.counts = {"tasks": 0, "spans": 0, "flows": 0, "flows_unresolved": 0, "transfers": 0}
+        self.counts = {
+            "tasks": 0,
+            "spans": 0,
+            "flows": 0,
+            "flows_unresolved": 0,
+            "transfers": 0,
+            "marks": 0,
+        }
         self._first = True
         # Times are whole microseconds since the epoch, as in Ray's traces. Integers (below
         # 2**53, so exact in a viewer's doubles) keep a phase ending with its task from
@@ -153,6 +162,13 @@ class TraceWriter:
         return self._line(
             f'{{"ph":"X","name":{self._q(name)},"cat":{self._q(cat)},"pid":{pid},"tid":{tid},'
             f'"ts":{ts},"dur":{dur}{colour}{extra}}}'
+        )
+
+    def instant(self, pid: int, name: str, cat: str, t: float, args: dict[str, Any]) -> str:
+        """A process-wide instant event (Chrome's ``ph: "i"``, scope ``p``)."""
+        return self._line(
+            f'{{"ph":"i","s":"p","name":{self._q(name)},"cat":{self._q(cat)},"pid":{pid},'
+            f'"tid":0,"ts":{self.us(t)},"args":{json.dumps(args)}}}'
         )
 
     def async_slice(
@@ -377,6 +393,20 @@ def generate(
             )
         )
         writer.counts["transfers"] += 1
+
+    for mark in list(store.marks):
+        if (
+            filters.node_id
+            or filters.job_id
+            or not filters.keeps(None, None, mark["time"], mark["time"])
+        ):
+            continue  # a cluster's mark is of no node and no job
+        pid, meta = writer.process(mark["row"])
+        if meta:
+            chunk.append(meta)
+        chunk.append(writer.thread(pid, 0, mark["cat"]))
+        chunk.append(writer.instant(pid, mark["name"], mark["cat"], mark["time"], mark["args"]))
+        writer.counts["marks"] += 1
 
     meta = {
         **writer.counts,

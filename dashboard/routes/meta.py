@@ -72,6 +72,8 @@ async def cluster_status(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, 
         "dropped": dict(st.dropped),
         "ingested": dict(st.ingested),
         "gcs_connected": bool(ctx.gcs and ctx.gcs.connected),
+        # The autoscaler's newest status record (None: none seen), for `ember status`.
+        "autoscaler": st.autoscaler.record,
         "time": time.time(),
     }
 

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from ember.dashboard.app import DashboardContext, get_ctx
+from ember.dashboard.autoscaler.view import TIMELINE_ROW
 from ember.dashboard.routes.nodes import resolve_node
 from ember.trace.store import Filters
 from ember.trace.writer import generate
@@ -60,6 +61,7 @@ async def timeline(
         }
 
     labels = {nid: f"node {n.info.get('node_ip', '?')} {nid[:8]}" for nid, n in st.nodes.items()}
+    labels[TIMELINE_ROW] = "autoscaler: scaling decisions"
     drivers = {
         w["pid"]
         for w in st.all_workers()

@@ -13,6 +13,7 @@ import { Logs } from "./pages/Logs";
 import { Memory } from "./pages/Memory";
 import { Metrics } from "./pages/Metrics";
 import { Events } from "./pages/Events";
+import { Config } from "./pages/Config";
 
 const PAGES: [string, string, (p: { params: URLSearchParams }) => preact.JSX.Element][] = [
   ["overview", "Overview", Overview],
@@ -25,6 +26,7 @@ const PAGES: [string, string, (p: { params: URLSearchParams }) => preact.JSX.Ele
   ["events", "Events", Events],
   ["memory", "Memory", Memory],
   ["metrics", "Metrics", Metrics],
+  ["config", "Config", Config],
 ];
 
 function StreamBanner() {

@@ -9,6 +9,8 @@ export interface SeriesSpec {
   color?: string;
   /** Formats a value on the axis and in the legend. */
   fmt?: (v: number) => string;
+  /** Drawn as steps (a count that changes at a moment, such as nodes), not slopes. */
+  step?: boolean;
 }
 
 const PALETTE = ["#e4572e", "#2e86de", "#17a589", "#f1c40f", "#8e44ad", "#d35400", "#7f8c8d", "#c0392b"];
@@ -64,6 +66,7 @@ export function Chart(p: {
             stroke: s.color ?? PALETTE[i % PALETTE.length],
             width: 1.5,
             points: { show: false },
+            paths: s.step ? uPlot.paths.stepped!({ align: 1 }) : undefined,
             value: s.fmt ? (_u: uPlot, v: number | null) => (v === null ? "–" : s.fmt!(v)) : undefined,
           })),
         ],

@@ -12,7 +12,7 @@ import { setParams } from "../lib/router";
 import type { EventRow } from "../lib/types";
 
 const SEVERITIES = ["", "INFO", "WARNING", "ERROR"];
-const SOURCES = ["", "task", "worker", "agent", "dashboard", "gcs"];
+const SOURCES = ["", "task", "worker", "agent", "dashboard", "gcs", "autoscaler"];
 // The time window's choices: seconds back from now ("" is all the dashboard keeps).
 const WINDOWS: [string, string][] = [
   ["", "any time"],

@@ -191,10 +191,13 @@ export function Timeline({ params }: { params: URLSearchParams }) {
 }
 
 // Drivers have rows of their own (the tasks they submitted leave from there, as Ray's
-// submit_task events do): counted apart from the workers that ran tasks.
+// submit_task events do): counted apart from the workers that ran tasks. So is the
+// autoscaler's row of scaling decisions (no process of the cluster ran those).
 function countRows(rows: { label: string }[]): string {
   const drivers = rows.filter((r) => r.label.startsWith("driver:")).length;
-  const workers = rows.length - drivers;
+  const scaler = rows.some((r) => r.label === "autoscaler");
+  const workers = rows.length - drivers - (scaler ? 1 : 0);
   const plural = (n: number, one: string) => `${n} ${one}${n === 1 ? "" : "s"}`;
-  return drivers ? `${plural(workers, "worker")} · ${plural(drivers, "driver")}` : plural(workers, "worker");
+  const text = drivers ? `${plural(workers, "worker")} · ${plural(drivers, "driver")}` : plural(workers, "worker");
+  return scaler ? `${text} · autoscaler decisions` : text;
 }

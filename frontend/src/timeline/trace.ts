@@ -98,6 +98,9 @@ export function parseTrace(raw: unknown): Trace {
       case "X":
         add(e, ts(e), Math.max(0, e.dur ?? 0));
         break;
+      case "i": // an instant (the autoscaler's scaling decisions): a slice of no length
+        add(e, ts(e), 0);
+        break;
       case "B": {
         const k = `${e.pid}/${e.tid}`;
         if (!open.has(k)) open.set(k, []);
