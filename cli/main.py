@@ -104,6 +104,7 @@ LAZY_COMMANDS = {
     "start": "ember.cli.start:start",
     "status": "ember.cli.status:status",
     "stop": "ember.cli.stop:stop",
+    "tune": "ember.cli.tune:tune",
 }
 
 

@@ -13,6 +13,7 @@ import { Logs } from "./pages/Logs";
 import { Memory } from "./pages/Memory";
 import { Metrics } from "./pages/Metrics";
 import { Events } from "./pages/Events";
+import { Tune } from "./pages/Tune";
 
 const PAGES: [string, string, (p: { params: URLSearchParams }) => preact.JSX.Element][] = [
   ["overview", "Overview", Overview],
@@ -23,6 +24,7 @@ const PAGES: [string, string, (p: { params: URLSearchParams }) => preact.JSX.Ele
   ["timeline", "Timeline", Timeline],
   ["logs", "Logs", Logs],
   ["events", "Events", Events],
+  ["tune", "Tune", Tune],
   ["memory", "Memory", Memory],
   ["metrics", "Metrics", Metrics],
 ];
