@@ -34,7 +34,6 @@ cost the GCS a few small puts a second, not one per result.
 from __future__ import annotations
 
 import json
-import logging
 import math
 import sys
 import time
@@ -46,10 +45,9 @@ import ember
 from ember import global_state
 from ember.tune.callback import Callback
 from ember.tune.files import flatten
+from ember.tune.kv_outbox import KvOutbox
 from ember.tune.stopper import Stopper
 from ember.tune.trial import ERROR, RUNNING, Trial
-
-logger = logging.getLogger(__name__)
 
 NAMESPACE = "tune"
 FORMAT = 1
@@ -184,7 +182,7 @@ class Publisher(Callback):
         self.controller = controller
         self.loop = controller.loop
         self.name: str = controller.name
-        self.call = call  # the driver's call_gcs_sync
+        self.outbox = KvOutbox(call, NAMESPACE, stop_key(self.name), POLL_S)
         self.index: dict[str, int] = {}  # trial id -> its place (chunk = place // CHUNK)
         self.curves: dict[str, Curve] = {}
         self.dirty_curves: set[str] = set()
@@ -199,7 +197,6 @@ class Publisher(Callback):
         self.end_time: float | None = None
         self.last_flush = 0.0
         self.last_poll = 0.0
-        self.failed = False
         self.header = self._header()
 
     # --- what the experiment is -----------------------------------------------------------
@@ -233,8 +230,7 @@ class Publisher(Callback):
 
     # --- tune.Callback --------------------------------------------------------------------
     def setup(self, **info: Any) -> None:
-        # A restored experiment must not obey the stop its previous run was asked for.
-        self._kv("kv_del", stop_key(self.name))
+        self.outbox.start()
         self.tick(force=True)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -260,6 +256,7 @@ class Publisher(Callback):
         self.end_time = time.time()
         self.status = "STOPPED" if self.stop_reason else "FINISHED"
         self.tick(force=True)
+        self.outbox.close()
 
     # --- the loop's turn ------------------------------------------------------------------
     def tick(self, force: bool = False) -> bool:
@@ -275,7 +272,7 @@ class Publisher(Callback):
         return bool(self.stop_reason)
 
     def _apply_stops(self) -> None:
-        raw = self._kv("kv_get", stop_key(self.name))
+        raw = self.outbox.watched  # read by the outbox's thread every POLL_S
         if not raw:
             return
         try:
@@ -356,13 +353,13 @@ class Publisher(Callback):
                 by_place[p] for p in range(chunk * CHUNK, min(len(by_place), (chunk + 1) * CHUNK))
             ]
             rows = [self._row(self.loop.by_id[t]) for t in ids if t in self.loop.by_id]
-            self._kv("kv_put", trials_key(self.name, chunk), json.dumps(rows).encode())
+            self.outbox.put(trials_key(self.name, chunk), json.dumps(rows).encode())
             self.versions[chunk] += 1
         self.dirty.clear()
         # Curves first, the record last: a reader that sees a new version finds its curves.
         for trial_id in sorted(self.dirty_curves):
             blob = json.dumps(self.curves[trial_id].to_json()).encode()
-            self._kv("kv_put", curves_key(self.name, trial_id), blob)
+            self.outbox.put(curves_key(self.name, trial_id), blob)
         self.dirty_curves.clear()
         counts: dict[str, int] = {}
         for trial in trials:
@@ -378,19 +375,7 @@ class Publisher(Callback):
             "status_counts": counts,
             "chunks": self.versions,
         }
-        self._kv("kv_put", exp_key(self.name), json.dumps(record).encode())
-
-    def _kv(self, op: str, key: bytes, value: bytes | None = None) -> Any:
-        body: dict[str, Any] = {"namespace": NAMESPACE, "key": key}
-        if op == "kv_put":
-            body.update(value=value, overwrite=True)
-        try:
-            return self.call(op, body, timeout=5.0)
-        except Exception as e:  # noqa: BLE001 - the view lags; the experiment goes on
-            if not self.failed:
-                logger.warning("ember.tune: could not publish to the dashboard: %s", e)
-                self.failed = True
-            return None
+        self.outbox.put(exp_key(self.name), json.dumps(record).encode())
 
 
 def install(controller: Any) -> list[Callback]:

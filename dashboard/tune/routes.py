@@ -5,6 +5,7 @@ route is when the dashboard is reachable; refused in history mode (``history_ser
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any
 
 from ember.dashboard.app import DashboardContext, get_ctx
@@ -76,8 +77,13 @@ async def list_trials(
         row = _with_places(ctx, row)
         return row if wanted is None else {c: row.get(c) for c in wanted}
 
+    rows = exp.rows()
+    if q.sort_by is not None and not places:
+        # Sorted once per change of the rows (cached), then filtered and paged in order.
+        rows = exp.sorted_rows(q.sort_by, q.descending)
+        q = dataclasses.replace(q, sort_by=None)
     out = q.page(
-        exp.rows(),
+        rows,
         preds,
         view=(lambda r: _with_places(ctx, r)) if places else None,
         render=render,

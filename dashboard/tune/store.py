@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ember.dashboard.query import sort_key
+
 logger = logging.getLogger("ember.dashboard")
 
 NAMESPACE = "tune"
@@ -78,6 +80,7 @@ class Experiment:
     columns: list[str] = field(default_factory=list)
     best_trial_id: str | None = None
     best_value: float | None = None
+    sorted_cache: dict[tuple[str, bool], list[dict[str, Any]]] = field(default_factory=dict)
     # What the history has not been given yet, and when it last was.
     unrecorded_rows: dict[int, list] = field(default_factory=dict)  # the newest raw rows
     unrecorded_curves: set[str] = field(default_factory=set)  # trials that reported since
@@ -90,6 +93,15 @@ class Experiment:
 
     def rows(self) -> list[dict[str, Any]]:
         return [r for chunk in self.chunks for r in chunk]
+
+    def sorted_rows(self, column: str, descending: bool) -> list[dict[str, Any]]:
+        """The rows in a column's order, kept until the rows change: the page sorts the same
+        10,000 rows on every poll (48 ms each time otherwise)."""
+        key = (column, descending)
+        if key not in self.sorted_cache:
+            order = sort_key(column)
+            self.sorted_cache[key] = sorted(self.rows(), key=order, reverse=descending)
+        return self.sorted_cache[key]
 
     def set_chunk(self, index: int, rows: list[dict[str, Any]], version: int) -> None:
         while len(self.chunks) <= index:
@@ -106,6 +118,7 @@ class Experiment:
 
     def refresh(self) -> None:
         """Columns and the best trial, once per change (not per request)."""
+        self.sorted_cache.clear()
         seen: dict[str, None] = dict.fromkeys(c for c in BASE_COLUMNS if c != "error")
         for row in self.rows():
             seen.update(dict.fromkeys(row))
@@ -227,15 +240,11 @@ class TuneStore:
     async def curves(self, gcs: Any, exp: Experiment, trial_ids: list[str]) -> dict[str, Any]:
         """``{trial_id: {"iter", "time", "metrics"}}`` for the trials asked (from the KV
         live, from the history's last copy otherwise)."""
-        out: dict[str, Any] = {}
-        for trial_id in trial_ids:
-            if gcs is not None:
-                curve = await _curve(gcs, exp.name, trial_id)
-            else:
-                curve = exp.curves.get(trial_id)
-            if curve is not None:
-                out[trial_id] = curve
-        return out
+        if gcs is not None:
+            found = await asyncio.gather(*(_curve(gcs, exp.name, t) for t in trial_ids))
+        else:
+            found = [exp.curves.get(t) for t in trial_ids]
+        return {t: c for t, c in zip(trial_ids, found, strict=True) if c is not None}
 
     async def request_stop(self, gcs: Any, name: str, trial_id: str | None, reason: str) -> None:
         """Writes the stop request the experiment's driver reads (``stop/<name>``)."""

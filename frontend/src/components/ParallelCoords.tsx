@@ -77,7 +77,7 @@ export function ParallelCoords(p: { trials: PcTrial[]; params: string[]; metric:
   }, [p.trials, p.params, p.metric, p.mode, p.best]);
   if (axes.length < 2) return <div class="note">Parallel coordinates need at least one hyperparameter and a metric.</div>;
   return (
-    <svg class="card pcoords" viewBox={`0 0 ${W} ${H}`} width="100%" data-testid="tune-pcoords" data-lines={lines.length} data-axes={axes.length}>
+    <svg class="card pcoords" viewBox={`0 0 ${W} ${H}`} width={W} height={H} data-testid="tune-pcoords" data-lines={lines.length} data-axes={axes.length}>
       {lines.map((l) => (
         <polyline
           key={l.id}
