@@ -1,8 +1,9 @@
 """The Tune page in headless Chromium on a real cluster head running an ASHA experiment (a
 submitted job): the experiment reads RUNNING; its trials table shows each trial's config; the
 best trial is marked (the one the API names); the live curves grow between two reads; the
-failed trial's traceback opens under its row; parallel coordinates draw a line per trial; and
-"Stop experiment" stops it, the page then reading STOPPED with the reason."""
+failed trial's traceback opens under its row; parallel coordinates draw a line per trial; a
+trial's Stop button ends it TERMINATED with the reason on its row; and "Stop experiment" stops
+the rest, the page then reading STOPPED with the reason."""
 
 from __future__ import annotations
 
@@ -127,6 +128,17 @@ def test_the_tune_page_of_a_running_asha_experiment(page, cluster):
     actor_link = running.locator("[data-testid=actor-link]")
     assert "#/actors?sel=" in actor_link.get_attribute("href")
     assert running.locator("[data-testid=node-link]").count() == 1
+
+    # Stop one trial from its row: it reads TERMINATED with the reason, the other runs on.
+    target = page.locator("[data-testid=tune-trial][data-status=RUNNING]").last
+    target_id = target.get_attribute("data-trial")
+    target.get_by_test_id("tune-stop-trial").click()
+    stopped = page.locator(f"[data-testid=tune-trial][data-trial={target_id}]")
+    wait_until(
+        lambda: stopped.get_attribute("data-status") == "TERMINATED", 30, 0.3, "the trial's stop"
+    )
+    assert "stopped from the dashboard" in stopped.locator("td[data-col=status]").inner_text()
+    assert page.locator("[data-testid=tune-trial][data-status=RUNNING]").count() == 1
 
     # Stop the experiment from the page: it ends STOPPED, its trials TERMINATED.
     page.get_by_test_id("tune-stop-experiment").click()
