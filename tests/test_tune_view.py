@@ -113,6 +113,8 @@ def test_the_running_trials_config_and_metrics_are_the_trials_own(cluster):
     assert row["last/loss"] == lines[n - 1]["loss"]
     assert row["best/loss"] == min(line["loss"] for line in lines[:n])
     assert row["last/acc"] == n / 2000
+    # acc is not the experiment's metric: its range, not a "best".
+    assert (row["min/acc"], row["max/acc"]) == (1 / 2000, n / 2000) and "best/acc" not in row
     assert row["time_total_s"] == lines[n - 1]["time_total_s"]
     # Where it runs: its actor, named after the trial, and that actor's node.
     actor = api_get(http, f"/api/actors/{row['actor_id']}")

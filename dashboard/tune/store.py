@@ -57,16 +57,18 @@ def _flatten(config: Any, prefix: str) -> dict[str, Any]:
     return out
 
 
-def flat_row(row: dict[str, Any], mode: str | None) -> dict[str, Any]:
+def flat_row(row: dict[str, Any], metric: str | None, mode: str | None) -> dict[str, Any]:
     """A published trial row as the table's columns: ``config/<key>`` per hyperparameter,
-    ``last/<metric>`` and ``best/<metric>`` (by the experiment's mode; min when it has
-    none) per metric, and the rest as they are."""
+    ``last/<m>`` per metric, ``best/<metric>`` for the experiment's metric (by its mode), and
+    ``min/<m>`` and ``max/<m>`` for the others (which way is better is not known for them)."""
     out = {k: row.get(k) for k in BASE_COLUMNS if k in row}
     out.update(_flatten(row.get("config") or {}, "config/"))
-    pick = "max" if mode == "max" else "min"
-    for metric, seen in (row.get("metrics") or {}).items():
-        out[f"last/{metric}"] = seen.get("last")
-        out[f"best/{metric}"] = seen.get(pick)
+    for name, seen in (row.get("metrics") or {}).items():
+        out[f"last/{name}"] = seen.get("last")
+        if name == metric and mode in ("min", "max"):
+            out[f"best/{name}"] = seen.get(mode)
+        else:
+            out[f"min/{name}"], out[f"max/{name}"] = seen.get("min"), seen.get("max")
     return out
 
 
@@ -107,9 +109,9 @@ class Experiment:
         while len(self.chunks) <= index:
             self.chunks.append([])
             self.versions.append(-1)
-        mode = self.record.get("mode")
+        metric, mode = self.record.get("metric"), self.record.get("mode")
         before = {r["trial_id"]: r.get("iterations") for r in self.chunks[index]}
-        self.chunks[index] = [flat_row(r, mode) for r in rows]
+        self.chunks[index] = [flat_row(r, metric, mode) for r in rows]
         self.versions[index] = version
         for r in rows:
             self.where[r["trial_id"]] = index

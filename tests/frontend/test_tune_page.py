@@ -8,6 +8,7 @@ the rest, the page then reading STOPPED with the reason."""
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import textwrap
 
@@ -15,7 +16,8 @@ import ember
 import httpx
 import pytest
 from browser_utils import open_page
-from ember_test_utils import head_cluster, wait_until
+from conftest import ARTIFACTS
+from ember_test_utils import ember_cli, head_cluster, history_server, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -66,9 +68,12 @@ def cluster(tmp_path_factory):
         r = http.post("/api/jobs/", json={"entrypoint": entry})
         assert r.status_code == 200, r.text
         try:
-            yield url, http
+            yield url, http, root
         finally:
-            http.post(f"/api/jobs/{r.json()['submission_id']}/stop")
+            try:  # a test that failed half-way leaves no experiment running
+                http.post(f"/api/jobs/{r.json()['submission_id']}/stop")
+            except httpx.HTTPError:
+                pass  # the history test stopped the cluster already
             http.close()
 
 
@@ -78,7 +83,7 @@ def _trials(http: httpx.Client) -> dict:
 
 
 def test_the_tune_page_of_a_running_asha_experiment(page, cluster):
-    url, http = cluster
+    url, http, _root = cluster
 
     def ready():
         t = _trials(http)
@@ -133,7 +138,7 @@ def test_the_tune_page_of_a_running_asha_experiment(page, cluster):
     target = page.locator("[data-testid=tune-trial][data-status=RUNNING]").last
     target_id = target.get_attribute("data-trial")
     target.get_by_test_id("tune-stop-trial").click()
-    stopped = page.locator(f"[data-testid=tune-trial][data-trial={target_id}]")
+    stopped = page.locator(f"[data-testid=tune-trial][data-trial='{target_id}']")
     wait_until(
         lambda: stopped.get_attribute("data-status") == "TERMINATED", 30, 0.3, "the trial's stop"
     )
@@ -149,3 +154,42 @@ def test_the_tune_page_of_a_running_asha_experiment(page, cluster):
     assert "stopped from the dashboard" in row.inner_text()
     statuses = sorted(r["status"] for r in _trials(http)["items"])
     assert statuses == ["ERROR", "TERMINATED", "TERMINATED"]
+
+
+def test_the_tune_page_in_the_history_after_the_cluster_stopped(browser, cluster):
+    """After ``ember stop``, ``ember dashboard --history`` shows the same experiment: its
+    trials, the best one marked, the traceback, and no stop buttons."""
+    _url, http, root = cluster
+    before = {r["trial_id"]: r["status"] for r in _trials(http)["items"]}
+    assert sorted(before.values()) == ["ERROR", "TERMINATED", "TERMINATED"]
+    stop = subprocess.run(
+        [ember_cli(), "stop", "--temp-dir", root], capture_output=True, text=True, timeout=90
+    )
+    assert stop.returncode == 0, stop.stderr
+    with history_server(root) as (url, _):
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{url.rstrip('/')}/#/tune?exp={EXP}")
+        row = page.locator(f"[data-testid=tune-experiment][data-name={EXP}]")
+        row.wait_for()
+        assert row.get_attribute("data-status") == "STOPPED"
+        trials = page.locator("[data-testid=tune-trial]")
+        wait_until(lambda: trials.count() == 3, 20, 0.2, "3 trial rows")
+        shown = {
+            trials.nth(i).get_attribute("data-trial"): trials.nth(i).get_attribute("data-status")
+            for i in range(3)
+        }
+        assert shown == before
+        assert page.locator("[data-testid=tune-trial][data-best='1']").count() == 1
+        failed = page.locator("[data-testid=tune-trial][data-status=ERROR]")
+        failed.locator("[data-testid=tune-error] summary").click()
+        assert "ValueError: tune-page-boom" in failed.get_by_test_id("tune-traceback").inner_text()
+        assert page.get_by_test_id("tune-chart").get_attribute("data-points") != "0"
+        assert page.get_by_test_id("tune-stop-experiment").count() == 0
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "tune_history.png"))
+        context.close()
+        assert not errors, errors

@@ -43,10 +43,13 @@ def test_rows_become_columns_and_the_best_trial_is_by_the_last_result():
             "iterations": 3,
         }
 
-    flat = flat_row(row("a", 0.1, 0.5, 0.2), "min")
+    flat = flat_row(row("a", 0.1, 0.5, 0.2), "loss", "min")
     assert flat["config/lr"] == 0.1 and flat["config/net/layers"] == 2
     assert flat["last/loss"] == 0.5 and flat["best/loss"] == 0.2
-    assert flat_row(row("a", 0.1, 0.5, 0.2), "max")["best/loss"] == 9.0
+    assert flat_row(row("a", 0.1, 0.5, 0.2), "loss", "max")["best/loss"] == 9.0
+    # Another metric than the experiment's has no "best": its min and max.
+    other = flat_row(row("a", 0.1, 0.5, 0.2), "acc", "max")
+    assert "best/loss" not in other and (other["min/loss"], other["max/loss"]) == (0.2, 9.0)
     store = TuneStore()
     record = {"name": "e", "metric": "loss", "mode": "min", "status": "RUNNING", "chunks": [1]}
     # b's best value (0.1) is lower, but a's last (0.3) is: a is the best, as in Ray.

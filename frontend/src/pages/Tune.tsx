@@ -138,7 +138,7 @@ function ExperimentView({ exp, params, history }: { exp: Experiment; params: URL
   const all = data?.columns ?? [];
   const metrics = all.filter((c) => c.startsWith("last/")).map((c) => c.slice(5));
   const hyper = all.filter((c) => c.startsWith("config/"));
-  const defaults = ["trial_id", "status", ...hyper, ...metrics.flatMap((m) => [`last/${m}`, `best/${m}`]), "iterations", "time_total_s", "node_id", "actor_id", "pid", "error"];
+  const defaults = ["trial_id", "status", ...hyper, ...metrics.flatMap((m) => [`last/${m}`, `best/${m}`]).filter((c) => all.includes(c)), "iterations", "time_total_s", "node_id", "actor_id", "pid", "error"];
   const colsParam = params.get("cols");
   const cols = (colsParam ? colsParam.split(",") : defaults).filter((c) => all.includes(c) || c === "node_id" || c === "pid");
   const best = data?.best_trial_id ?? null;
@@ -214,7 +214,7 @@ function ExperimentView({ exp, params, history }: { exp: Experiment; params: URL
       <table class="table" data-testid="tune-trials">
         <thead>
           <tr>
-            <th title="draw its curves">📈</th>
+            <th title="tick to draw its curves">plot</th>
             {cols.map((c) => (
               <th key={c} onClick={() => sortOn(c)} style={{ cursor: "pointer" }} data-col={c}>
                 {c}
