@@ -11,11 +11,12 @@ import re
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import ember
 import httpx
 import pytest
-from browser_utils import open_page
+from browser_utils import checked_page, open_page
 from conftest import ARTIFACTS
 from ember_test_utils import ember_cli, head_cluster, history_server, wait_until
 
@@ -167,29 +168,27 @@ def test_the_tune_page_in_the_history_after_the_cluster_stopped(browser, cluster
     )
     assert stop.returncode == 0, stop.stderr
     with history_server(root) as (url, _):
-        context = browser.new_context(viewport={"width": 1400, "height": 900})
-        page = context.new_page()
-        page.set_default_timeout(20_000)
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"{url.rstrip('/')}/#/tune?exp={EXP}")
-        row = page.locator(f"[data-testid=tune-experiment][data-name={EXP}]")
-        row.wait_for()
-        assert row.get_attribute("data-status") == "STOPPED"
-        trials = page.locator("[data-testid=tune-trial]")
-        wait_until(lambda: trials.count() == 3, 20, 0.2, "3 trial rows")
-        shown = {
-            trials.nth(i).get_attribute("data-trial"): trials.nth(i).get_attribute("data-status")
-            for i in range(3)
-        }
-        assert shown == before
-        assert page.locator("[data-testid=tune-trial][data-best='1']").count() == 1
-        failed = page.locator("[data-testid=tune-trial][data-status=ERROR]")
-        failed.locator("[data-testid=tune-error] summary").click()
-        assert "ValueError: tune-page-boom" in failed.get_by_test_id("tune-traceback").inner_text()
-        assert page.get_by_test_id("tune-chart").get_attribute("data-points") != "0"
-        assert page.get_by_test_id("tune-stop-experiment").count() == 0
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "tune_history.png"))
-        context.close()
-        assert not errors, errors
+        with checked_page(browser) as page:
+            _history_checks(page, url, before)
+
+
+def _history_checks(page: Any, url: str, before: dict[str, str]) -> None:
+    page.goto(f"{url.rstrip('/')}/#/tune?exp={EXP}")
+    row = page.locator(f"[data-testid=tune-experiment][data-name={EXP}]")
+    row.wait_for()
+    assert row.get_attribute("data-status") == "STOPPED"
+    trials = page.locator("[data-testid=tune-trial]")
+    wait_until(lambda: trials.count() == 3, 20, 0.2, "3 trial rows")
+    shown = {
+        trials.nth(i).get_attribute("data-trial"): trials.nth(i).get_attribute("data-status")
+        for i in range(3)
+    }
+    assert shown == before
+    assert page.locator("[data-testid=tune-trial][data-best='1']").count() == 1
+    failed = page.locator("[data-testid=tune-trial][data-status=ERROR]")
+    failed.locator("[data-testid=tune-error] summary").click()
+    assert "ValueError: tune-page-boom" in failed.get_by_test_id("tune-traceback").inner_text()
+    assert page.get_by_test_id("tune-chart").get_attribute("data-points") != "0"
+    assert page.get_by_test_id("tune-stop-experiment").count() == 0
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "tune_history.png"))
