@@ -46,8 +46,9 @@ class KvOutbox:
             self._pending[key] = (op, value)
             self._cond.notify()
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Writes what is pending (within ``timeout``), then ends the thread."""
+    def close(self, timeout: float = 30.0) -> None:
+        """Writes what is pending (within ``timeout``: the experiment's final record is in
+        it, and a GCS under load answers slowly), then ends the thread."""
         if not self._thread.is_alive():
             return
         with self._cond:
