@@ -115,6 +115,7 @@ LAZY_COMMANDS = {
     "get-head-ip": "ember.cli.cluster_launcher:get_head_ip",
     "get-worker-ips": "ember.cli.cluster_launcher:get_worker_ips",
     "monitor": "ember.cli.cluster_launcher:monitor",
+    "tune": "ember.cli.tune:tune",
 }
 
 

@@ -29,6 +29,7 @@ from ember.dashboard.history_writer import flush_seconds, read_dropped
 from ember.dashboard.job_manager import JobError
 from ember.dashboard.node_logs import shipped_logs
 from ember.dashboard.state import DashboardState
+from ember.dashboard.tune.store import store_of
 
 logger = logging.getLogger("ember.dashboard")
 # What the history says of a job whose end it never saw (kept as its last status).
@@ -248,6 +249,8 @@ def _apply(session: Session, kind: str, rec: dict[str, Any]) -> None:
         session.jobs[rec["record"]["submission_id"]] = rec["record"]
     elif kind == "job_deleted":
         session.jobs.pop(rec["submission_id"], None)
+    elif kind == "tune":
+        store_of(st).apply(rec)
 
 
 def _head_node(state: DashboardState, session_dir: str) -> str | None:

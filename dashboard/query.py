@@ -80,7 +80,7 @@ def check_sort(sort_by: str | None, fields: Iterable[str]) -> None:
         )
 
 
-def _sort_key(field: str) -> Callable[[dict[str, Any]], tuple]:
+def sort_key(field: str) -> Callable[[dict[str, Any]], tuple]:
     # None sorts first and mixed types never raise: (is-set, type name, value).
     def key(row: dict[str, Any]) -> tuple:
         v = row.get(field)
@@ -146,7 +146,7 @@ def _page(rows, predicates, sort_by, descending, limit, offset, view) -> dict[st
             total += 1
         return {"total": total, "offset": offset, "limit": limit, "items": items}
     all_rows = list(matched)
-    field_key = _sort_key(sort_by)
+    field_key = sort_key(sort_by)
     key = field_key if view is None else (lambda r: field_key(view(r)))
     want = offset + limit
     # A partial sort: the first offset+limit rows only, O(n log k).

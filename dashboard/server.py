@@ -177,6 +177,9 @@ async def serve(args: argparse.Namespace) -> None:
 
         ctx.extra["jobs"] = JobManager(ctx)
         tasks.append(asyncio.ensure_future(_recover_jobs(ctx.extra["jobs"])))
+        from ember.dashboard.tune.store import poll_loop as tune_poll_loop
+
+        tasks.append(asyncio.ensure_future(tune_poll_loop(ctx)))  # the Tune view's experiments
     tasks.append(asyncio.ensure_future(_freeze_gc()))
     agent_stop = asyncio.Event()
     if args.node_agent:  # this node's agent runs here (see ember.agent)

@@ -14,6 +14,7 @@ from ember.tune.callback import Callback
 from ember.tune.checkpoint import Checkpoint
 from ember.tune.files import TrialFiles, date_str, trial_dirname, write_state
 from ember.tune.loop import Action, TrialLoop
+from ember.tune.publish import install as install_publisher
 from ember.tune.resources import PlacementGroupFactory
 from ember.tune.trainable.session import TrialContext
 from ember.tune.trial import ERROR, PAUSED, PENDING, TERMINATED, Trial
@@ -67,6 +68,7 @@ class Controller:
         self.dir = experiment_dir
         self.name = experiment_name
         self.callbacks = list(callbacks or [])
+        self.callbacks += install_publisher(self)  # the dashboard's Tune view (publish.py)
         self.session = session or date_str()
         self.state_extra = state_extra or {}
         self.files: dict[str, TrialFiles] = {}

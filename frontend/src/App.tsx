@@ -14,6 +14,7 @@ import { Memory } from "./pages/Memory";
 import { Metrics } from "./pages/Metrics";
 import { Events } from "./pages/Events";
 import { Config } from "./pages/Config";
+import { Tune } from "./pages/Tune";
 
 const PAGES: [string, string, (p: { params: URLSearchParams }) => preact.JSX.Element][] = [
   ["overview", "Overview", Overview],
@@ -24,6 +25,7 @@ const PAGES: [string, string, (p: { params: URLSearchParams }) => preact.JSX.Ele
   ["timeline", "Timeline", Timeline],
   ["logs", "Logs", Logs],
   ["events", "Events", Events],
+  ["tune", "Tune", Tune],
   ["memory", "Memory", Memory],
   ["metrics", "Metrics", Metrics],
   ["config", "Config", Config],

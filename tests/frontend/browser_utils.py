@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+from collections.abc import Iterator
+from typing import Any
 
 # Debian's chromium, never a browser Playwright downloads; the flags keep it off the network.
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -47,3 +50,19 @@ def wait_chart_points(pg, testid: str, n: int, timeout: float = 20_000) -> None:
         f"Number(document.querySelector('[data-testid={testid}]')?.dataset.points) >= {n}",
         timeout=timeout,
     )
+
+
+@contextlib.contextmanager
+def checked_page(browser: Any) -> Iterator[Any]:
+    """A page in a fresh context (1400x900, 20 s default timeout) for tests that open their
+    own (the ``page`` fixture is the module cluster's); fails on any uncaught page error."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        yield page
+    finally:
+        context.close()
+    assert not errors, f"uncaught errors in the page: {errors}"

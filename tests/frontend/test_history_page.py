@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import httpx
+from browser_utils import checked_page
 from conftest import ARTIFACTS
 from ember.dashboard import job_records as jr
 from ember.dashboard.history_writer import HistoryWriter
@@ -29,28 +30,22 @@ def test_history_pages_in_the_browser(browser, tmp_path):
         url = url.rstrip("/")
         listed = httpx.get(f"{url}/api/sessions", timeout=30).json()
         assert [s["session_name"] for s in listed["sessions"]][-1] == newest
-        context = browser.new_context(viewport={"width": 1400, "height": 900})
-        page = context.new_page()
-        page.set_default_timeout(20_000)
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"{url}/")
-        page.click(f"text={newest}")
-        banner = page.get_by_test_id("history-banner")
-        banner.wait_for()
-        assert f"History of session {newest}, stopped at" in banner.inner_text()
-        assert page.get_by_test_id("stream-status").get_attribute("data-status") == "history"
-        page.goto(f"{url}/sessions/{newest}/#/tasks")
-        page.get_by_text("boom", exact=True).first.wait_for()
-        assert page.get_by_text("FAILED").first.is_visible()
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "history_tasks.png"))
-        page.goto(f"{url}/sessions/{newest}/#/jobs?sel=raysubmit_stopped")
-        message = page.get_by_test_id("job-message")
-        message.wait_for()
-        assert message.inner_text().startswith(
-            f"The cluster stopped while this job was RUNNING (session {newest} stopped at "
-        ), message.inner_text()
-        assert page.get_by_test_id("job-detail-status").inner_text() == "RUNNING"
-        context.close()
-        assert not errors, errors
+        with checked_page(browser) as page:
+            page.goto(f"{url}/")
+            page.click(f"text={newest}")
+            banner = page.get_by_test_id("history-banner")
+            banner.wait_for()
+            assert f"History of session {newest}, stopped at" in banner.inner_text()
+            assert page.get_by_test_id("stream-status").get_attribute("data-status") == "history"
+            page.goto(f"{url}/sessions/{newest}/#/tasks")
+            page.get_by_text("boom", exact=True).first.wait_for()
+            assert page.get_by_text("FAILED").first.is_visible()
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "history_tasks.png"))
+            page.goto(f"{url}/sessions/{newest}/#/jobs?sel=raysubmit_stopped")
+            message = page.get_by_test_id("job-message")
+            message.wait_for()
+            assert message.inner_text().startswith(
+                f"The cluster stopped while this job was RUNNING (session {newest} stopped at "
+            ), message.inner_text()
+            assert page.get_by_test_id("job-detail-status").inner_text() == "RUNNING"

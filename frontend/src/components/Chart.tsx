@@ -35,6 +35,10 @@ export function Chart(p: {
   height?: number;
   yMax?: number;
   testId?: string;
+  /** x is not a time (Tune's curves against iterations or seconds of training). */
+  xPlain?: boolean;
+  /** The value axis fits the data (a loss near 0.3 or below 0) instead of starting at 0. */
+  yFit?: boolean;
 }) {
   const host = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
@@ -52,11 +56,14 @@ export function Chart(p: {
         height: p.height ?? 160,
         legend: { show: true },
         cursor: { drag: { x: true, y: false } },
-        scales: { x: { time: true }, y: p.yMax ? { range: [0, p.yMax] } : { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] } },
+        scales: {
+          x: { time: !p.xPlain },
+          y: p.yMax ? { range: [0, p.yMax] } : p.yFit ? { auto: true } : { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] },
+        },
         // Ticks thinned to fit the width: at least ~90 px between time labels ("12:34:56")
         // and 28 px between value labels, so they never overlap on a narrow chart.
         axes: [
-          { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, space: (_u, _i, _min, _max, dim) => Math.max(90, dim / 6) },
+          { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, space: (_u, _i, _min, _max, dim) => Math.max(p.xPlain ? 50 : 90, dim / 6) },
           { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, font: AXIS_FONT, size: axisSize, space: 28, values: fmt ? (_u, vals) => vals.map((v) => fmt(v)) : undefined },
         ],
         series: [
@@ -67,6 +74,7 @@ export function Chart(p: {
             width: 1.5,
             points: { show: false },
             paths: s.step ? uPlot.paths.stepped!({ align: 1 }) : undefined,
+            spanGaps: !!p.xPlain, // curves of trials sampled at different x are joined
             value: s.fmt ? (_u: uPlot, v: number | null) => (v === null ? "–" : s.fmt!(v)) : undefined,
           })),
         ],
@@ -84,7 +92,7 @@ export function Chart(p: {
       plot.current = null;
     };
     // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [shape]);
+  }, [shape, p.xPlain]);
 
   useEffect(() => {
     plot.current?.setData(p.data as uPlot.AlignedData);
