@@ -24,6 +24,18 @@ from ember.serve.deployment import Application, Deployment, deployment
 from ember.serve.exceptions import BackPressureError, RayServeException
 from ember.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
 
+# Ray Serve 0.8.5's API (the seed documents'): names the 2.x API does not use.
+from ember.serve.legacy import (
+    accept_batch,
+    create_backend,
+    create_endpoint,
+    delete_backend,
+    delete_endpoint,
+    get_handle,
+    init,
+    set_traffic,
+)
+
 __all__ = [
     "Application",
     "AutoscalingConfig",
@@ -34,7 +46,15 @@ __all__ = [
     "DeploymentResponse",
     "DeploymentResponseGenerator",
     "RayServeException",
+    "accept_batch",
     "batch",
+    "create_backend",
+    "create_endpoint",
+    "delete_backend",
+    "delete_endpoint",
+    "get_handle",
+    "init",
+    "set_traffic",
     "delete",
     "deployment",
     "get_app_handle",

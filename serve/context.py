@@ -34,6 +34,7 @@ class RequestContext:
 
 
 _replica: ReplicaContext | None = None
+batch_size = 0  # Ray Serve 0.8.5's serve.context.batch_size, inside an @accept_batch call
 _NO_REQUEST = RequestContext()
 _request: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(
     "ember_serve_request", default=None

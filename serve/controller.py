@@ -25,6 +25,7 @@ from ember.serve import kv
 from ember.serve.deployment_state import DeploymentSpec, DeploymentState
 from ember.serve.exceptions import RayServeException
 from ember.serve.names import (
+    CONTROLLER_NAME,
     KV_APP_PREFIX,
     KV_CONFIG_REQUEST,
     KV_DECISIONS,
@@ -138,9 +139,9 @@ class ServeController:
                 "recovered",
                 f"controller restarted: {len(self.apps)} application(s), {len(registry)} replica(s) found",
             )
-        seq = kv.get(KV_CONFIG_REQUEST)
-        if seq:
-            self.config_seq = json.loads(seq).get("seq", -1)
+        last = json.loads(kv.get(KV_CONFIG_REQUEST) or b"{}")
+        if "ok" in last:  # answered; an unanswered one is applied by this controller
+            self.config_seq = last.get("seq", -1)
 
     def _ensure_proxy(self) -> None:
         if self.proxy is not None:
@@ -297,6 +298,12 @@ class ServeController:
             kv.delete(key)
         return not self.apps
 
+    async def _shutdown_on_request(self, seq: int) -> None:
+        await self.graceful_shutdown()
+        kv.put(KV_CONFIG_REQUEST, json.dumps({"seq": seq, "ok": True}).encode())
+        await asyncio.sleep(0.2)  # the reply is written; now this actor goes too
+        ember.kill(ember.get_actor(CONTROLLER_NAME, namespace=NAMESPACE))
+
     # -- reading -------------------------------------------------------------------------
     async def listen(self, epoch: int, timeout_s: float) -> tuple[int, dict]:
         """The routing snapshot, once it is newer than ``epoch`` (or after ``timeout_s``)."""
@@ -369,9 +376,12 @@ class ServeController:
         if not raw:
             return
         req = json.loads(raw)
-        if req.get("seq", -1) <= self.config_seq or "config" not in req:
+        if req.get("seq", -1) <= self.config_seq or "ok" in req:
             return
         self.config_seq = req["seq"]
+        if req.get("shutdown"):
+            asyncio.get_event_loop().create_task(self._shutdown_on_request(req["seq"]))
+            return
 
         async def apply() -> None:
             try:
