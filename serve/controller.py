@@ -357,12 +357,13 @@ class ServeController:
             if app.deleting and not app.deployments:
                 del self.apps[name]
         self._publish()
+        # at once: a controller killed now must find every replica it started
+        self._write(KV_REPLICAS, json.dumps(self._registry()).encode())
         if now - self.status_at >= STATUS_EVERY_S:
             self.status_at = now
             self._check_config_request()
             self._write(KV_STATUS, json.dumps(self._status()).encode())
             self._write(KV_DECISIONS, json.dumps(list(self.decisions)[-50:]).encode())
-            self._write(KV_REPLICAS, json.dumps(self._registry()).encode())
 
     def _write(self, key: bytes, value: bytes) -> None:
         if self.last_written.get(key) != value:
@@ -445,7 +446,7 @@ class ServeController:
                             "state": r.state,
                             "actor_name": r.name,
                             "version": r.version,
-                            "start_time_s": time.time() - (time.monotonic() - r.started_at),
+                            "start_time_s": r.started_wall,
                             **r.info,
                         }
                         for r in ds.replicas

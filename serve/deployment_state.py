@@ -53,6 +53,7 @@ class ReplicaInfo:
     state: str = STARTING
     ready: concurrent.futures.Future | None = None
     started_at: float = field(default_factory=time.monotonic)
+    started_wall: float = field(default_factory=time.time)
     health: concurrent.futures.Future | None = None
     health_sent: float = 0.0
     last_health: float = field(default_factory=time.monotonic)
@@ -66,6 +67,16 @@ class ReplicaInfo:
 def _failed(fut: concurrent.futures.Future) -> BaseException | None:
     """The done future's error, None if it succeeded."""
     return RuntimeError("cancelled") if fut.cancelled() else fut.exception()
+
+
+_REPLICA_CLASS: Any = None
+
+
+def _replica_class() -> Any:
+    global _REPLICA_CLASS
+    if _REPLICA_CLASS is None:  # made once: each start reuses the exported class
+        _REPLICA_CLASS = ember.remote(Replica)
+    return _REPLICA_CLASS
 
 
 class DeploymentState:
@@ -264,7 +275,7 @@ class DeploymentState:
         tag = f"{spec.name}#{uuid.uuid4().hex[:6]}"
         name = f"{REPLICA_NAME_PREFIX}{self.app}#{tag}"
         options = {"num_cpus": 1, **c.ray_actor_options}
-        actor = ember.remote(Replica).options(
+        actor = _replica_class().options(
             name=name,
             namespace=NAMESPACE,
             lifetime="detached",

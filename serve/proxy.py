@@ -19,7 +19,7 @@ import uuid
 from typing import Any
 
 import uvicorn
-from ember.exceptions import ActorDiedError, TaskError
+from ember.exceptions import ActorDiedError
 from ember.serve.client import routing_client
 from ember.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ember.serve.handle import _Call
@@ -199,6 +199,8 @@ class ProxyActor:
                 await _respond(
                     send, 500, f"the replica handling this request died: {e}", request_id
                 )
-        except TaskError as e:
+        except Exception as e:  # the replica's failure, as a 500 saying what it was
             if not meta.get("started"):
-                await _respond(send, 500, f"Internal Server Error: {e}", request_id)
+                await _respond(
+                    send, 500, f"Internal Server Error: {type(e).__name__}: {e}", request_id
+                )

@@ -114,7 +114,8 @@ class Replica:
             context.ReplicaContext(self.app, self.deployment, self.tag, None)
         )
         if inspect.isclass(self.target):
-            self.callable = await _call(self.target, *self.init_args, **self.init_kwargs)
+            # on the replica's loop (not a thread): a constructor may set up asyncio things
+            self.callable = self.target(*self.init_args, **self.init_kwargs)
             asgi = getattr(self.target, ASGI_ATTR, None)
             if asgi is not None:
                 self.asgi = bind_class_routes(asgi, self.target, self.callable)
@@ -194,14 +195,17 @@ class Replica:
     async def _enter(self, meta: dict) -> Any:
         self.last_arrival = time.monotonic()
         self.ongoing += 1
-        await self.slots.acquire()
-        return context.set_request_context(
+        slots = self.slots  # released to the same semaphore even if reconfigure replaced it
+        await slots.acquire()
+        token = context.set_request_context(
             context.RequestContext(meta.get("request_id", ""), meta.get("route", ""), self.app)
         )
+        return token, slots
 
-    def _leave(self, token: Any) -> None:
+    def _leave(self, entered: Any) -> None:
+        token, slots = entered
         context.reset_request_context(token)
-        self.slots.release()
+        slots.release()
         self.ongoing -= 1
         self.handled += 1
 
