@@ -98,6 +98,8 @@ class ServeController:
         self.config_seq = -1
         self.last_written: dict[bytes, bytes] = {}
         self.status_at = 0.0
+        self.stopping = False
+        self.stopped = False
         self._recover()
         self._ensure_proxy()
         self.task = asyncio.get_event_loop().create_task(self._run())
@@ -185,14 +187,15 @@ class ServeController:
         config: dict | None,
     ) -> None:
         app = self.apps.get(name)
-        if app is None or app.deleting:
+        if app is None:
             app = self.apps[name] = AppState(name, prefix, ingress)
+        app.deleting = False  # deployed again while being deleted: its replicas are reused
         app.route_prefix, app.ingress, app.config, app.error = prefix, ingress, config, ""
         app.deployed_at = time.time()
         wanted = {s.name for s in specs}
         for spec in specs:
             ds = app.deployments.get(spec.name)
-            if ds is None or ds.deleting:
+            if ds is None:
                 app.deployments[spec.name] = DeploymentState(name, spec, self._log)
                 self._log(
                     name,
@@ -214,6 +217,8 @@ class ServeController:
         ingress: str,
         config: dict | None = None,
     ) -> None:
+        if self.stopping:
+            raise RayServeException("Serve is shutting down; deploy again once it has stopped")
         if route_prefix is not None:
             for other in self.apps.values():
                 if other.name != name and not other.deleting and other.route_prefix == route_prefix:
@@ -284,6 +289,7 @@ class ServeController:
     async def graceful_shutdown(self, timeout_s: float = 30.0) -> bool:
         """Deletes everything and waits (bounded) until every replica is gone."""
         self.shutdown_all()
+        self.stopping = True
         deadline = time.monotonic() + timeout_s
         while self.apps and time.monotonic() < deadline:
             await asyncio.sleep(TICK_S)
@@ -294,6 +300,7 @@ class ServeController:
                 pass
             ember.kill(self.proxy)
             self.proxy = None
+        self.stopped = True  # no tick writes the KV again
         for key in (KV_REPLICAS, KV_STATUS, KV_HTTP_OPTIONS, KV_DECISIONS, KV_CONFIG_REQUEST):
             kv.delete(key)
         return not self.apps
@@ -340,7 +347,7 @@ class ServeController:
 
     # -- the loop ------------------------------------------------------------------------
     async def _run(self) -> None:
-        while True:
+        while not self.stopped:
             try:
                 self._tick()
             except Exception:

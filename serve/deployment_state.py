@@ -97,6 +97,7 @@ class DeploymentState:
     def update(self, spec: DeploymentSpec) -> None:
         old = self.spec
         self.spec = spec
+        self.deleting = False
         self.failures, self.retry_at, self.message = 0, 0.0, ""
         if spec.config.autoscaling_config is None or old.config.autoscaling_config is None:
             self.target = spec.config.initial_target()

@@ -298,6 +298,48 @@ def test_a_full_deployment_answers_503(port: int) -> None:
     serve.delete("slow")
 
 
+@serve.deployment(
+    max_ongoing_requests=10,
+    autoscaling_config={
+        "min_replicas": 1,
+        "max_replicas": 3,
+        "target_ongoing_requests": 1,
+        "upscale_delay_s": 0.5,
+        "downscale_delay_s": 1,
+    },
+)
+class Elastic:
+    async def __call__(self, request: Request) -> str:
+        await asyncio.sleep(float(request.query_params.get("s", "0")))
+        return "ok"
+
+
+def test_autoscaling_follows_ongoing_requests(port: int) -> None:
+    serve.run(Elastic.bind(), name="elastic", route_prefix="/elastic")
+
+    def running() -> int:
+        replicas = app_status("elastic")["deployments"]["Elastic"]["replicas"]
+        return sum(r["state"] == "RUNNING" for r in replicas)
+
+    assert running() == 1
+    threads = [threading.Thread(target=get, args=(port, "/elastic?s=6")) for _ in range(3)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: running() == 3, 30, message="3 replicas for 3 ongoing requests")
+    for t in threads:
+        t.join(30)
+    wait_until(lambda: running() == 1, 30, message="back to min_replicas when idle")
+    decisions = ember.get(
+        ember.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).get_decisions.remote()
+    )
+    scaled = [d["message"] for d in decisions if d["kind"] == "scaled" and d["app"] == "elastic"]
+    assert scaled[0].startswith("1 -> ") and "ongoing requests" in scaled[0]
+    assert " -> 1 replicas" in scaled[-1]
+        "3 -> 1"
+    )
+    serve.delete("elastic")
+
+
 # -- faults ---------------------------------------------------------------------------------
 @serve.deployment(num_replicas=2, graceful_shutdown_wait_loop_s=0.3)
 class Versioned:
