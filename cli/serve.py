@@ -14,6 +14,7 @@ import sys
 import time
 
 import click
+import cloudpickle
 import yaml
 from ember.cli.api_client import cluster_options, resolve
 from ember.cli.errors import fail
@@ -86,6 +87,14 @@ def run(
             target = import_attr(config_or_import_path, os.path.abspath(app_dir))
         except (ImportError, AttributeError) as e:
             fail(str(e))
+        # The app's module travels with its code (by value): the controller and the replicas
+        # need not have the app's directory on their import path.
+        module = (
+            config_or_import_path.partition(":")[0]
+            if ":" in config_or_import_path
+            else config_or_import_path.rpartition(".")[0]
+        )
+        cloudpickle.register_pickle_by_value(sys.modules[module])
         if callable(target) and not isinstance(target, serve_lib.Application):
             target = target({})
         if not isinstance(target, serve_lib.Application):

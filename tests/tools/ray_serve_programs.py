@@ -131,9 +131,15 @@ def main(name: str) -> None:
             same[label] = {"crashed": f"{type(e).__name__}: {e}"}
         seconds[label] = round(time.monotonic() - started, 1)
 
+    serve_error = importlib.import_module(f"{name}.serve.exceptions").RayServeException
+
     def raised(fn: Any) -> str:
+        """The error's kind as a user catches it (an error raised in the controller arrives
+        wrapped in the runtime's task error, which is also an instance of it)."""
         try:
             fn()
+        except serve_error:
+            return "RayServeException"
         except Exception as e:  # noqa: BLE001
             return type(e).__name__
         return "no error"
