@@ -10,6 +10,7 @@ import signal
 import socket
 import threading
 import time
+from pathlib import Path
 
 import ember
 import httpx
@@ -22,13 +23,14 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 MAX_BODY = 64 * 1024
+SESSION: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
 def port(_module_node_cleanup):
     if ember.is_initialized():
         ember.shutdown()
-    ember.init(num_cpus=32)  # logical CPUs: each replica asks for one, as in Ray
+    SESSION["dir"] = ember.init(num_cpus=32)["session_dir"]  # logical CPUs: a replica asks one
     p = free_port()
     serve.start(http_options={"port": p, "max_body_bytes": MAX_BODY})
     yield p
@@ -71,6 +73,20 @@ def test_a_function_deployment_answers_http_and_handles(port: int) -> None:
     assert r.headers["x-request-id"] == "req-123"
     assert get(port, "/fn/deeper").text == "hello world"
     assert len(get(port, "/fn").headers["x-request-id"]) == 32  # a new id when none was sent
+    # the replica's log lines for that request carry its id
+    pid = app_status("fn")["deployments"]["hello"]["replicas"][0]["pid"]
+    logs = Path(SESSION["dir"]) / "logs"
+
+    def logged() -> list[str]:
+        return [
+            line
+            for f in logs.glob(f"worker-*-{pid}.*")
+            for line in f.read_text(errors="replace").splitlines()
+            if "request_id=req-123" in line
+        ]
+
+    lines = wait_until(logged, 10, message="the request's log line")
+    assert any("GET /fn 200" in line for line in lines), lines
     # through a handle the function gets what the caller passes
     scope = {
         "type": "http",
