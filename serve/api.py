@@ -163,6 +163,8 @@ def run(
         timeout=CALL_TIMEOUT_S,
     )
     wait_for_app(name, _timeout_s)
+    if route_prefix is not None:
+        ember.get(controller.wait_routed.remote(CALL_TIMEOUT_S), timeout=CALL_TIMEOUT_S + 5)
     handle = DeploymentHandle(ingress, name)
     if blocking:
         try:

@@ -326,6 +326,16 @@ class ServeController:
         self._ensure_proxy()
         return await asyncio.wrap_future(self.proxy_ready)
 
+    async def wait_routed(self, timeout_s: float) -> bool:
+        """Waits (bounded) until the proxy routes with this controller's latest routing, so an
+        application that serve.run reported running answers HTTP at once."""
+        epoch, deadline = self.epoch, time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proxy is not None and await self.proxy.routing_epoch.remote() >= epoch:
+                return True
+            await asyncio.sleep(0.02)
+        return False
+
     def get_status(self) -> dict:
         return self._status()
 

@@ -87,6 +87,9 @@ class ProxyActor:
             await asyncio.sleep(0.02)
         return {"host": self.options.get("host"), "port": self.options.get("port")}
 
+    def routing_epoch(self) -> int:
+        return self.client.epoch
+
     async def stop(self) -> None:
         self.server.should_exit = True
         try:
