@@ -67,6 +67,9 @@ DEPLOYMENT_IGNORED = {
 }
 
 
+LOCAL_URI = "local://"
+
+
 def _fields(where: str, value: Any, allowed: set[str]) -> None:
     if not isinstance(value, dict):
         raise ConfigError(f"{where} must be a mapping, got {type(value).__name__}")
@@ -157,9 +160,13 @@ def build_applications(config: dict) -> dict[str, Any] | str:
     built: dict[str, Any] = {}
     for app_cfg in config["applications"]:
         name = app_cfg.get("name", "default")
-        runtime_env = app_cfg.get("runtime_env") or {}
+        runtime_env = dict(app_cfg.get("runtime_env") or {})
+        wd = runtime_env.get("working_dir")
+        if isinstance(wd, str) and wd.startswith(LOCAL_URI):
+            # Ray's spelling for a directory that exists on every node: the path itself here
+            runtime_env["working_dir"] = wd = wd[len(LOCAL_URI) :]
         try:
-            target = import_attr(app_cfg["import_path"], runtime_env.get("working_dir"))
+            target = import_attr(app_cfg["import_path"], wd)
             if not isinstance(target, Application):
                 if callable(target):  # an application builder: called with the config's args
                     target = target(app_cfg.get("args") or {})

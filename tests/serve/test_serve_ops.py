@@ -59,7 +59,9 @@ def head(tmp_path_factory):
 def config(head: dict, apps: list[dict]) -> dict:
     return {
         "http_options": {"port": head["http"]},
-        "applications": [{"runtime_env": {"working_dir": str(head["work"])}, **a} for a in apps],
+        "applications": [
+            {"runtime_env": {"working_dir": f"local://{head['work']}"}, **a} for a in apps
+        ],
     }
 
 
