@@ -132,7 +132,14 @@ def run(
 @cluster_options
 def deploy(config_file: str, address: str | None) -> None:
     """Deploys a config file's applications (declarative: apps it omits are deleted)."""
+    from ember.serve.config import ConfigError
+    from ember.serve.schema import validate
+
     config = _load_config(config_file)
+    try:  # checked here first, as Ray's CLI does: the error names the field
+        validate(config)
+    except ConfigError as e:
+        fail(f"{config_file}: {e}")
     api = resolve(address)
     with api.open("PUT", PATH, timeout=180, body=json.dumps(config).encode()) as resp:
         text = resp.read().decode()

@@ -142,6 +142,10 @@ def test_bad_configs_are_clear_errors_and_disturb_nothing(head: dict) -> None:
     out = ember(head, "deploy", str(write(head, "bad1.yaml", bad_field)))
     assert out.returncode != 0
     assert "applications[0].deployments[0]: unknown field(s) num_replica" in out.stderr
+    # the dashboard itself refuses it too (Ray's CLI checks before sending; curl does not)
+    put = httpx.put(f"{head['url']}/api/serve/applications/", json=bad_field, timeout=60)
+    assert put.status_code == 400
+    assert "applications[0].deployments[0]: unknown field(s) num_replica" in put.text
     assert http(head, "/greet?name=still").text == "hello still"
     # an import path that does not import fails its application alone
     broken = config(
