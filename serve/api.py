@@ -58,8 +58,16 @@ def _check_http_options(http_options: Any) -> dict:
     return dict(http_options)
 
 
-def start(http_options: Any = None, detached: bool = True, **_ignored: Any) -> None:
-    """Starts Serve on the cluster (the controller and its HTTP proxy) if it is not running."""
+def start(
+    http_options: Any = None,
+    detached: bool = True,
+    proxy_location: Any = None,
+    grpc_options: Any = None,
+    logging_config: Any = None,
+) -> None:
+    """Starts Serve on the cluster (the controller and its HTTP proxy) if it is not running.
+    Ray's ``proxy_location`` (one proxy runs, on the head), ``grpc_options`` (no gRPC proxy)
+    and ``logging_config`` are accepted and have no effect yet."""
     _ensure_init()
     options = _check_http_options(http_options)
     try:
@@ -147,7 +155,8 @@ def run(
     name: str = DEFAULT_APP_NAME,
     route_prefix: str | None = "/",
     _timeout_s: float = RUN_TIMEOUT_S,
-    **_ignored: Any,
+    logging_config: Any = None,  # Ray's; no effect yet
+    external_scaler_enabled: bool = False,  # Ray's; no effect
 ) -> DeploymentHandle:
     """Deploys the application (replacing one of the same name) and returns its handle once
     it runs; raises with the reason if its deploy fails."""
