@@ -8,16 +8,16 @@ application runs or its deploy failed.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from typing import Any
 
-import cloudpickle
 import ember
-from ember.serve import client, context, router
+import ember.serve.client as client
+import ember.serve.context as context
+import ember.serve.router as router
+from ember.serve.build import build_specs
 from ember.serve.controller import ServeController
-from ember.serve.deployment import Application, Deployment
-from ember.serve.deployment_state import DeploymentSpec
+from ember.serve.deployment import Application
 from ember.serve.exceptions import RayServeException
 from ember.serve.handle import DeploymentHandle
 from ember.serve.names import CONTROLLER_NAME, DEFAULT_APP_NAME, NAMESPACE
@@ -95,58 +95,6 @@ def start(
 def _controller() -> Any:
     _ensure_init()
     return client.get_controller()
-
-
-def _deployment_args(value: Any, handles: dict[int, DeploymentHandle]) -> Any:
-    if isinstance(value, Application):
-        return handles[id(value)]
-    if isinstance(value, list | tuple):
-        return type(value)(_deployment_args(v, handles) for v in value)
-    if isinstance(value, dict):
-        return {k: _deployment_args(v, handles) for k, v in value.items()}
-    return value
-
-
-def build_specs(app: Application, app_name: str) -> tuple[list[DeploymentSpec], str]:
-    """The graph's deployments (names made unique as Ray does: name, name_1, ...) and the
-    ingress deployment's name."""
-    if isinstance(app, Deployment):
-        raise TypeError(
-            f"serve.run() takes an application: call .bind() on deployment {app.name!r} first"
-        )
-    if not isinstance(app, Application):
-        raise TypeError(
-            f"serve.run() takes a bound deployment (an Application), got {type(app).__name__}"
-        )
-    nodes = app.walk()
-    names: dict[int, str] = {}
-    taken: set[str] = set()
-    for node in nodes:
-        name, n = node.deployment.name, 0
-        while name in taken:
-            n += 1
-            name = f"{node.deployment.name}_{n}"
-        taken.add(name)
-        names[id(node)] = name
-    handles = {id(node): DeploymentHandle(names[id(node)], app_name) for node in nodes}
-    specs = []
-    for node in nodes:
-        d = node.deployment
-        args = _deployment_args(node.args, handles)
-        kwargs = _deployment_args(node.kwargs, handles)
-        code = cloudpickle.dumps((d.func_or_class, args, kwargs, d.config.ray_actor_options))
-        specs.append(
-            DeploymentSpec(
-                names[id(node)],
-                d.func_or_class,
-                args,
-                kwargs,
-                d.config,
-                hashlib.sha1(code).hexdigest(),
-                getattr(d.func_or_class, ASGI_ATTR, None) is not None,
-            )
-        )
-    return specs, names[id(app)]
 
 
 def run(

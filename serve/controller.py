@@ -21,7 +21,7 @@ from typing import Any
 
 import cloudpickle
 import ember
-from ember.serve import kv
+import ember.serve.kv as kv
 from ember.serve.deployment_state import DeploymentSpec, DeploymentState
 from ember.serve.exceptions import RayServeException
 from ember.serve.names import (

@@ -15,8 +15,8 @@ import uuid
 from typing import Any
 
 import ember
+import ember.serve.context as context
 from ember.exceptions import ActorDiedError, GetTimeoutError
-from ember.serve import context
 from ember.serve.exceptions import RequestTimeoutError
 from ember.serve.router import Router, router_for
 

@@ -15,7 +15,7 @@ import json
 import random
 from typing import Any
 
-from ember.serve import api
+import ember.serve.api as api
 from ember.serve.batching import _BatchQueue
 from ember.serve.deployment import deployment
 from ember.serve.exceptions import RayServeException
@@ -85,7 +85,7 @@ class _Backend:
         return await self.queue.submit((request,), {})
 
     def _run_batch(self, requests: list) -> list:
-        from ember.serve import context
+        import ember.serve.context as context
 
         context.batch_size = len(requests)  # 0.8.5's serve.context.batch_size
         return self.call(requests)

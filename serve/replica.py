@@ -21,7 +21,7 @@ import traceback
 from typing import Any
 
 import ember
-from ember.serve import context
+import ember.serve.context as context
 from ember.serve.config import DeploymentConfig
 from ember.serve.http_util import (
     bind_class_routes,

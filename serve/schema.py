@@ -150,7 +150,7 @@ def import_attr(import_path: str, working_dir: str | None = None) -> Any:
 def build_applications(config: dict) -> dict[str, Any] | str:
     """{app name: (route_prefix, specs, ingress, its config entry) or the error text}; or the
     config's own error text (then nothing is deployed)."""
-    from ember.serve.api import build_specs
+    from ember.serve.build import build_specs
     from ember.serve.deployment import Application
 
     try:
