@@ -77,7 +77,7 @@ class AutoscalingConfig:
 class DeploymentConfig:
     """What the controller needs to run one deployment's replicas (not its code)."""
 
-    num_replicas: int | None = 1
+    num_replicas: int | str | None = None  # None: 1, unless autoscaling_config is set
     max_ongoing_requests: int = DEFAULT_MAX_ONGOING_REQUESTS
     max_queued_requests: int = DEFAULT_MAX_QUEUED_REQUESTS
     user_config: Any = None

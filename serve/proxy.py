@@ -67,6 +67,7 @@ class ProxyActor:
             log_level="warning",
             access_log=False,
             lifespan="off",
+            interface="asgi3",
             timeout_keep_alive=int(http_options.get("keep_alive_timeout_s", 5)),
         )
         self.server = uvicorn.Server(config)
