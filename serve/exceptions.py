@@ -13,7 +13,7 @@ class BackPressureError(RayServeException):
     def __init__(self, deployment: str, queued: int, limit: int, waited_s: float) -> None:
         self.deployment = deployment
         super().__init__(
-            f"deployment {deployment!r} is overloaded: every replica is at its "
+            f"deployment {deployment} is overloaded: every replica is at its "
             f"max_ongoing_requests and {queued} requests wait (limit {limit}); gave up after "
             f"{waited_s:.1f}s. Add replicas (num_replicas / autoscaling_config) or raise "
             "max_ongoing_requests / max_queued_requests."

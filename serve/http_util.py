@@ -10,6 +10,7 @@ out as they are produced).
 from __future__ import annotations
 
 import asyncio
+import copyreg
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -18,6 +19,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 Message = dict
+
+
+def _pickle_state_as_its_dict() -> None:
+    """A FastAPI app travels to its replicas pickled (driver -> controller -> replica); its
+    ``app.state`` (Starlette's ``State``) answers every attribute lookup from a dict that does
+    not exist yet while it is unpickled, which recurses without end. Pickled as its dict.
+    Registered wherever this module is imported: every process that pickles an app."""
+    from starlette.datastructures import State
+
+    copyreg.pickle(State, lambda state: (State, (dict(state._state),)))
+
+
+_pickle_state_as_its_dict()
 
 
 def make_scope(rec: dict) -> dict:
