@@ -92,6 +92,7 @@ class DeploymentState:
         self.policy = PolicyState()
         self.metrics_at = 0.0
         self.deleting = False
+        self.settled = False  # reached its target at its current version once
 
     # -- desired state -------------------------------------------------------------------
     def update(self, spec: DeploymentSpec) -> None:
@@ -105,6 +106,7 @@ class DeploymentState:
             a = spec.config.autoscaling_config
             self.target = max(a.min_replicas, min(a.max_replicas, self.target))
         if spec.version != old.version:
+            self.settled = False
             self.log(
                 self.app, spec.name, "updated", f"new version {spec.version[:8]}: rolling update"
             )
@@ -145,17 +147,11 @@ class DeploymentState:
         if self.failures >= FAILURES_BEFORE_UNHEALTHY:
             return "UNHEALTHY"
         if len(new_running) == len(live) == self.target:
+            self.settled = True
             return "HEALTHY"
-        if self.spec.config.autoscaling_config is not None and all(
-            r.version == self.spec.version for r in live
-        ):
-            return (
-                "UPSCALING"
-                if len(live) < self.target
-                else "DOWNSCALING"
-                if len(live) > self.target
-                else "UPDATING"
-            )
+        # once a version has settled, autoscaling moves are UPSCALING/DOWNSCALING, not a deploy
+        if self.settled and self.spec.config.autoscaling_config is not None:
+            return "UPSCALING" if len(live) < self.target else "DOWNSCALING"
         return "UPDATING"
 
     def finished(self) -> bool:

@@ -384,8 +384,8 @@ def test_a_rolling_update_under_load_fails_no_request(port: int) -> None:
         w.start()
     try:
         wait_until(lambda: len(results) > 20, 30, message="load before the update")
-        serve.run(Versioned.bind("v2"), name="roll", route_prefix="/roll")
         old = {r["replica_id"] for r in app_status("roll")["deployments"]["Versioned"]["replicas"]}
+        serve.run(Versioned.bind("v2"), name="roll", route_prefix="/roll")
         wait_until(
             lambda: all(
                 r["version"] == app_status("roll")["deployments"]["Versioned"]["version"]
@@ -405,6 +405,8 @@ def test_a_rolling_update_under_load_fails_no_request(port: int) -> None:
     texts = [t for _, t in results]
     assert texts[0] == "v1" and texts[-1] == "v2" and set(texts) == {"v1", "v2"}
     assert len(old) == 2
+    now = {r["replica_id"] for r in app_status("roll")["deployments"]["Versioned"]["replicas"]}
+    assert len(now) == 2 and not now & old
     decisions = ember.get(
         ember.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).get_decisions.remote()
     )
