@@ -128,7 +128,7 @@ class ServeController:
             app = self.apps.get(r["app"])
             ds = app.deployments.get(r["deployment"]) if app else None
             if ds is not None:
-                ds.adopt(name, r["tag"], r["version"])
+                ds.adopt(name, r["tag"], r["version"], r.get("stopping", False))
             else:  # a replica of something deleted meanwhile
                 try:
                     ember.kill(ember.get_actor(name, namespace=NAMESPACE))
@@ -439,7 +439,13 @@ class ServeController:
 
     def _registry(self) -> dict:
         return {
-            r.name: {"app": app.name, "deployment": dname, "tag": r.tag, "version": r.version}
+            r.name: {
+                "app": app.name,
+                "deployment": dname,
+                "tag": r.tag,
+                "version": r.version,
+                "stopping": r.state == "STOPPING",
+            }
             for app in self.apps.values()
             for dname, ds in app.deployments.items()
             for r in ds.replicas

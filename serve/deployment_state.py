@@ -123,15 +123,19 @@ class DeploymentState:
         self.deleting = True
         self.target = 0
 
-    def adopt(self, name: str, tag: str, version: str) -> None:
-        """A replica a previous controller started (found by name after a restart)."""
+    def adopt(self, name: str, tag: str, version: str, stopping: bool) -> None:
+        """A replica a previous controller started (found by name after a restart); one it was
+        stopping is stopped again, never routed to."""
         try:
             handle = ember.get_actor(name, namespace=NAMESPACE)
         except ValueError:
             return
         r = ReplicaInfo(tag, name, handle, version)
-        r.ready = handle.wait_ready.remote().future()
         self.replicas.append(r)
+        if stopping:
+            self._stop(r, "was being stopped when the controller restarted")
+        else:
+            r.ready = handle.wait_ready.remote().future()
 
     # -- reading -------------------------------------------------------------------------
     def _live(self) -> list[ReplicaInfo]:

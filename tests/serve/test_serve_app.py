@@ -463,9 +463,10 @@ def test_a_killed_controller_restarts_and_routing_resumes(port: int) -> None:
     controller = ember.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
     before = ember.get(controller.get_status.remote())
     pid = before["controller"]["pid"]
-    replicas = {
+    replicas = {  # the routable ones (one of the previous version may still be draining)
         r["replica_id"]
         for r in before["applications"]["counter"]["deployments"]["Counter"]["replicas"]
+        if r["state"] == "RUNNING"
     }
     os.kill(pid, signal.SIGKILL)
     assert get(port, "/counter").status_code == 200  # the proxy routes meanwhile
@@ -481,7 +482,7 @@ def test_a_killed_controller_restarts_and_routing_resumes(port: int) -> None:
 
     after = wait_until(restarted, 60, message="the restarted controller")
     counter = after["applications"]["counter"]["deployments"]["Counter"]
-    assert {r["replica_id"] for r in counter["replicas"]} == replicas  # adopted, not restarted
+    assert replicas <= {r["replica_id"] for r in counter["replicas"]}  # adopted, not restarted
     wait_until(lambda: app_status("counter")["status"] == "RUNNING", 30, message="counter running")
     assert {get(port, "/counter").json()["replica"] for _ in range(30)} == replicas
     serve.run(hello.bind(), name="fn2", route_prefix="/fn2")  # and it takes new work
