@@ -36,6 +36,12 @@ def empty() -> dict[str, Any]:
 def _deployment(name: str, d: dict[str, Any]) -> dict[str, Any]:
     cfg = d.get("deployment_config") or {}
     schema = {"name": name, **{k: cfg[k] for k in DEPLOYMENT_FIELDS if cfg.get(k) is not None}}
+    if "runtime_env" in (schema.get("ray_actor_options") or {}):
+        # the application's runtime_env, which the app's own entry shows (as its URI); Ray's
+        # schema takes only URIs here, and Ember gives the replicas the local path
+        schema["ray_actor_options"] = {
+            k: v for k, v in schema["ray_actor_options"].items() if k != "runtime_env"
+        }
     if schema.get("autoscaling_config"):
         schema.pop("num_replicas", None)
     rao = cfg.get("ray_actor_options") or {}
@@ -75,6 +81,7 @@ def instance_details(status: dict[str, Any]) -> dict[str, Any]:
             "last_deployed_time_s": a.get("last_deployed_time_s", 0.0),
             "deployed_app_config": config,
             "source": "declarative" if config else "imperative",
+            "external_scaler_enabled": False,
             "deployments": {n: _deployment(n, d) for n, d in a.get("deployments", {}).items()},
         }
     http = status.get("http_options") or {}
