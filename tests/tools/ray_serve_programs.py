@@ -115,7 +115,7 @@ def main(name: str) -> None:
     runtime = importlib.import_module(name)
     serve = importlib.import_module(f"{name}.serve")
     d = define(serve)
-    runtime.init(num_cpus=8)
+    runtime.init(num_cpus=16)  # logical: each replica reserves one CPU (Ray and Ember)
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     base = f"http://127.0.0.1:{port}"
