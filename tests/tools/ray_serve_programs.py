@@ -20,11 +20,35 @@ import socket
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
-import httpx
 from fastapi import FastAPI
 from starlette.requests import Request
+
+
+class Reply:
+    """An HTTP answer (the standard library's client: Ray's environment has no httpx)."""
+
+    def __init__(self, status: int, body: bytes, headers: Any) -> None:
+        self.status_code, self.text = status, body.decode()
+        self.headers = {k.lower(): v for k, v in headers.items()}
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+def fetch(url: str, body: Any = None, timeout: float = 30) -> Reply:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="POST" if data else "GET")
+    if data:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return Reply(r.status, r.read(), r.headers)
+    except urllib.error.HTTPError as e:
+        return Reply(e.code, e.read(), e.headers)
 
 
 def free_port() -> int:
@@ -146,16 +170,16 @@ def main(name: str) -> None:
 
     def function() -> dict:
         h = serve.run(d["hello"].bind(), name="fn", route_prefix="/fn")
-        r = httpx.get(f"{base}/fn?name=x", timeout=30)
+        r = fetch(f"{base}/fn?name=x", timeout=30)
         return {
             "http": [r.status_code, r.text, r.headers["content-type"]],
             "handle": h.remote("y").result(),
-            "sub": httpx.get(f"{base}/fn/a/b", timeout=30).text,
+            "sub": fetch(f"{base}/fn/a/b", timeout=30).text,
         }
 
     def klass() -> dict:
         h = serve.run(d["Counter"].bind(5), name="counter", route_prefix="/counter")
-        r = httpx.get(f"{base}/counter", timeout=30)
+        r = fetch(f"{base}/counter", timeout=30)
         st = serve.status().applications["counter"]
         return {
             "http": [r.status_code, r.json(), r.headers["content-type"]],
@@ -178,14 +202,14 @@ def main(name: str) -> None:
 
     def ingress() -> dict:
         serve.run(d["Api"].bind(), name="api", route_prefix="/api")
-        a = httpx.get(f"{base}/api/items/3?q=z", timeout=30)
-        b = httpx.post(f"{base}/api/echo", json={"k": [1, 2]}, timeout=30)
-        c = httpx.get(f"{base}/api/items/notanint", timeout=30)
+        a = fetch(f"{base}/api/items/3?q=z", timeout=30)
+        b = fetch(f"{base}/api/echo", {"k": [1, 2]})
+        c = fetch(f"{base}/api/items/notanint", timeout=30)
         return {
             "get": [a.status_code, a.json()],
             "post": [b.status_code, b.json()],
             "invalid": c.status_code,
-            "missing": httpx.get(f"{base}/api/nope", timeout=30).status_code,
+            "missing": fetch(f"{base}/api/nope", timeout=30).status_code,
         }
 
     def batching() -> list:
@@ -219,16 +243,16 @@ def main(name: str) -> None:
                 lambda: serve.run(d["hello"].bind(), name="fn_again", route_prefix="/fn")
             ),
             "no_app": raised(lambda: serve.get_app_handle("nope")),
-            "no_route": httpx.get(f"{base}/nowhere", timeout=30).status_code,
-            "fn_still": httpx.get(f"{base}/fn?name=z", timeout=30).text,
+            "no_route": fetch(f"{base}/nowhere", timeout=30).status_code,
+            "fn_still": fetch(f"{base}/fn?name=z", timeout=30).text,
         }
 
     def killed_replica() -> dict:
         serve.run(d["Mortal"].bind(), name="mortal", route_prefix="/mortal")
-        pid = httpx.get(f"{base}/mortal", timeout=30).json()["pid"]
+        pid = fetch(f"{base}/mortal", timeout=30).json()["pid"]
         inflight: list = []
         t = threading.Thread(
-            target=lambda: inflight.append(httpx.get(f"{base}/mortal?s=5", timeout=60))
+            target=lambda: inflight.append(fetch(f"{base}/mortal?s=5", timeout=60))
         )
         t.start()
         time.sleep(1.0)
@@ -238,11 +262,11 @@ def main(name: str) -> None:
         new_pid = None
         while time.monotonic() < deadline:
             try:
-                r = httpx.get(f"{base}/mortal", timeout=10)
+                r = fetch(f"{base}/mortal", timeout=10)
                 if r.status_code == 200:
                     new_pid = r.json()["pid"]
                     break
-            except httpx.HTTPError:
+            except OSError:
                 pass
             time.sleep(0.2)
         return {"inflight": inflight[0].status_code >= 500, "replaced": new_pid not in (None, pid)}
