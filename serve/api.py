@@ -140,6 +140,11 @@ def wait_for_app(name: str, timeout_s: float) -> None:
         app = apps.get(name)
         status = app["status"] if app else "NOT_STARTED"
         if status == "RUNNING":
+            # and this process routes with it: handles made now send at once
+            epoch = ember.get(controller.get_status.remote(), timeout=CALL_TIMEOUT_S)["controller"][
+                "epoch"
+            ]
+            client.routing_client().wait_epoch(epoch - 1, max(0.0, deadline - time.monotonic()))
             return
         if status in ("DEPLOY_FAILED", "UNHEALTHY"):
             raise RayServeException(f"application {name!r} failed to deploy: {app['message']}")

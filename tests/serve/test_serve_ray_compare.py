@@ -34,3 +34,7 @@ def test_ray_serve_and_ember_serve_agree():
         if ember["same"].get(case) != ray["same"].get(case)
     }
     assert not differ, f"Ember and Ray differ (ember, ray): {differ}"
+    # Where Ember means to differ: a user_config change through serve.run keeps the replica
+    # (Ray 2.60 replaces it: each imperative serve.run is a new code version there)
+    assert ember["own"] == {"user_config_same_replica": True}
+    print("Ray's own answers:", ray["own"])

@@ -234,7 +234,10 @@ def main(name: str) -> None:
         while word2 != "two" and time.monotonic() < deadline:
             time.sleep(0.1)
             word2, pid2 = h.remote().result()
-        return {"words": [word1, word2], "same_replica": pid1 == pid2}
+        # Ray 2.60 gives each imperative serve.run a new code version, so its replica is
+        # replaced; Ember's version is the code's hash, so user_config is applied in place
+        own["user_config_same_replica"] = pid1 == pid2
+        return {"words": [word1, word2]}
 
     def errors() -> dict:
         return {
