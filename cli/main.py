@@ -98,6 +98,7 @@ LAZY_COMMANDS = {
     "dashboard": "ember.cli.dashboard_url:dashboard",
     "archive": "ember.cli.archive:archive",
     "job": "ember.cli.job:job",
+    "serve": "ember.cli.serve:serve",
     "cleanup": "ember.cli.cleanup:cleanup",
     "completion": "ember.cli.completion:completion",
     "metrics": "ember.cli.metrics:metrics",

@@ -135,6 +135,14 @@ class GcsClient:
             body.update(value=value or b"", overwrite=True)
         return await conn.call(op, body, timeout=10.0)
 
+    async def get_named_actor(self, name: str, namespace: str) -> dict[str, Any] | None:
+        """The named actor's record, None when there is none (Serve's routes ask for the
+        Serve controller this way)."""
+        conn = await self._ensure()
+        return await conn.call(
+            "get_named_actor", {"name": name, "namespace": namespace}, timeout=10.0
+        )
+
     async def list_jobs(self) -> list[dict[str, Any]]:
         """The GCS's job table, asked on demand (the state API's ``jobs``), ids as hex."""
         conn = await self._ensure()

@@ -20,6 +20,7 @@ ROUTERS: list[tuple[str, str]] = [
     ("ember.dashboard.routes.state_v0", "router"),  # Ray's state API, for Ray's own clients
     ("ember.dashboard.routes.jobs", "router"),  # Ray's Jobs API (submit, logs, stop)
     ("ember.dashboard.tune.routes", "router"),  # the Tune view (experiments, trials, stop)
+    ("ember.dashboard.serve.routes", "router"),  # Ray Serve's REST API (serve deploy/status)
     ("ember.dashboard.prometheus", "router"),
     ("ember.dashboard.routes.timeline", "router"),
     ("ember.dashboard.routes.metrics_history", "router"),  # the Metrics page's histories

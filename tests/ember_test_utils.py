@@ -166,7 +166,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 RAY_PYTHON = REPO_ROOT / "tests" / "tools" / ".ray-venv" / "bin" / "python"
 RAY_SETUP = (
     "scripts/dev.sh setup (or: python3 scripts/ray_venv.py tests/tools/.ray-venv "
-    "'ray[default,tune]==2.60.0')"
+    "'ray[default,tune,serve]==2.60.0')"
 )
 
 

@@ -22,6 +22,7 @@ ROOTS = {
     "dashboard": "ember.dashboard",
     "tune": "ember.tune",
     "autoscaler": "ember.autoscaler",
+    "serve": "ember.serve",
 }
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(ember.__file__)))
 
@@ -29,7 +30,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(ember.__file__)))
 UPPER = ("ember.dashboard", "ember.cli", "ember.tools")
 AGENT = "ember.agent"
 # The libraries sit above the runtime: they use its public API, and nothing below imports them.
-LIBRARIES = ("ember.tune", "ember.autoscaler")
+LIBRARIES = ("ember.tune", "ember.autoscaler", "ember.serve")
 
 
 def _modules() -> dict[str, str]:
