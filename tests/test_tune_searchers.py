@@ -5,16 +5,21 @@ Ray's error before any trial starts. One local node (2 CPUs) for the module."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import ember
 import pytest
 from ember import tune
 from ember.tune.search import BasicVariantGenerator
+from ember.tune.search.hyperopt import HyperOptSearch
+from ember.tune.search.optuna import OptunaSearch
 
-optuna_search = pytest.importorskip("ember.tune.search.optuna")
-pytest.importorskip("optuna")
-pytest.importorskip("hyperopt")
-from ember.tune.search.hyperopt import HyperOptSearch  # noqa: E402
-from ember.tune.search.optuna import OptunaSearch  # noqa: E402
+# Not imported here: each trial's worker imports this module to find the trainable, and
+# Optuna and HyperOpt (SciPy, NetworkX) take seconds to import. The searchers import them.
+pytestmark = pytest.mark.skipif(
+    not (importlib.util.find_spec("optuna") and importlib.util.find_spec("hyperopt")),
+    reason="pip install 'ember[optuna,hyperopt]' (both are in the test extra)",
+)
 
 SEED, BUDGET = 7, 24
 
@@ -40,6 +45,7 @@ def best_loss(tmp_path, name, search_alg, points=None):
             num_samples=BUDGET,
             search_alg=search_alg,
             max_concurrent_trials=1,  # each suggestion knows every earlier result
+            reuse_actors=True,  # one actor serves every trial: seconds, not a minute
         ),
         run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), verbose=0),
     ).fit()
@@ -76,6 +82,7 @@ def test_points_to_evaluate_come_first_and_save_restore_carries_the_study(node, 
                 num_samples=4,
                 search_alg=searcher,
                 max_concurrent_trials=1,
+                reuse_actors=True,
             ),
             run_config=tune.RunConfig(
                 name=type(searcher).__name__, storage_path=str(tmp_path), verbose=0

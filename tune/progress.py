@@ -105,7 +105,8 @@ class CLIReporter(Callback):
         if self.metric:
             cols[self.metric] = self.metric
         for trial in trials:
-            for key, value in flatten(trial.last_result).items():
+            result = {k: v for k, v in trial.last_result.items() if k != "config"}
+            for key, value in flatten(result).items():
                 if len(cols) >= 6:  # two fixed columns and the first four metrics, as Ray
                     return cols
                 if key not in NOT_METRICS and isinstance(value, int | float):
