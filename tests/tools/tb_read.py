@@ -15,7 +15,10 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 
 def hparams_of(acc: EventAccumulator) -> dict:
-    contents = acc.PluginTagToContent("hparams") if "hparams" in acc.ActivePlugins() else {}
+    try:
+        contents = acc.PluginTagToContent("hparams")
+    except KeyError:  # no hparams in this file (a trial still running, or a restarted run)
+        contents = {}
     out: dict = {"hparams": {}, "metrics": []}
     for content in contents.values():
         data = plugin_data_pb2.HParamsPluginData.FromString(content)
