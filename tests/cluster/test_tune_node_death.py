@@ -35,8 +35,8 @@ def parks_once(config):
 
 
 def test_a_trial_whose_node_dies_restarts_elsewhere_from_its_checkpoint(cluster, tmp_path):
-    first = cluster.add_node(num_cpus=2, resources={"trial": 1})
-    second = cluster.add_node(num_cpus=2, resources={"trial": 1})
+    first = cluster.add_node(num_cpus=2)
+    second = cluster.add_node(num_cpus=2)
     cluster.connect()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -55,7 +55,7 @@ def test_a_trial_whose_node_dies_restarts_elsewhere_from_its_checkpoint(cluster,
     killer = threading.Thread(target=kill_its_node, daemon=True)
     killer.start()
     grid = tune.Tuner(
-        tune.with_resources(parks_once, {"cpu": 2, "trial": 1}),
+        tune.with_resources(parks_once, {"cpu": 2}),  # more than the head (1 CPU) has
         param_space={"scratch": str(scratch)},
         run_config=tune.RunConfig(
             name="node_dies",
