@@ -116,7 +116,7 @@ def test_points_to_evaluate_come_first_and_save_restore_carries_the_study(node, 
         (OptunaSearch, {"x": tune.sample_from(lambda _: 1)},
          "Optuna search does not support parameters of type `Function` with samplers of type `NoneType`"),
         (HyperOptSearch, {"x": tune.sample_from(lambda _: 1)},
-         "HyperOpt search does not support parameters of type `Function` with samplers of type `NoneType`"),
+         "HyperOpt does not support parameters of type `Function` with samplers of type `NoneType`"),
     ],
 )  # fmt: skip
 def test_a_space_the_library_cannot_search_fails_before_any_trial(

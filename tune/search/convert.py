@@ -50,12 +50,13 @@ class Param:
     def name(self) -> str:
         return "/".join(str(p) for p in self.path)
 
-    def unsupported(self, library: str) -> ValueError:
-        """Ray's error for a domain the library cannot search."""
+    def unsupported(self, who: str) -> ValueError:
+        """Ray's error for a domain the library cannot search (``who``: Ray's subject, "Optuna
+        search" or "HyperOpt")."""
         raw = self.domain.sampler
         name = "NoneType" if raw is None else RAY_SAMPLER_NAMES.get(type(raw), type(raw).__name__)
         return ValueError(
-            f"{library} search does not support parameters of type "
+            f"{who} does not support parameters of type "
             f"`{type(self.domain).__name__}` with samplers of type `{name}`"
         )
 

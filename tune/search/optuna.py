@@ -38,7 +38,7 @@ def _distribution(ot: Any, p: Param) -> Any:
         return ot.distributions.IntDistribution(d.lower, d.upper - int(not p.q), step=int(p.q or 1))
     if p.kind == "choice" and p.sampler == "uniform":
         return ot.distributions.CategoricalDistribution(d.categories)
-    raise p.unsupported("Optuna")
+    raise p.unsupported("Optuna search")
 
 
 def convert_search_space(spec: dict) -> dict[str, Any]:
