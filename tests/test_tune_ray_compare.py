@@ -34,6 +34,16 @@ EMBER_OWN = {
     # A mode that is neither 'min' nor 'max' is refused when the TuneConfig is made; Ray
     # 2.60 takes TuneConfig(mode="maximum") and fails later.
     "mode_typo": ["ValueError"],
+    # Ray 2.60 refuses ray.train.report inside a Tune trial (DeprecationWarning raised; the
+    # trial ERRORs); Ember runs the ray.train spellings of earlier Ray 2.x programs.
+    "train_spellings": {
+        "statuses": ["TERMINATED", "TERMINATED"],
+        "errors": [None, None],
+        "scores": [1, 2],
+        "context": [[True, "train", True, 1, 0, 0], [True, "train", True, 1, 0, 0]],
+        "checkpoints": ["checkpoint_000000", "checkpoint_000000"],
+        "is_train_result": True,
+    },
 }
 
 

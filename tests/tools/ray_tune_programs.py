@@ -243,11 +243,14 @@ def train_spellings(name: str, tune: Any, storage: str) -> dict:
         # Ray 2.60's Tuner wants tune's RunConfig (its train.RunConfig fails in Tuner).
         run_config=tune.RunConfig(name="train", storage_path=storage, verbose=0),
     ).fit()
-    out = describe(grid)
-    out["context"] = [r.metrics["context"] for r in grid]
-    out["had_checkpoint"] = [r.metrics["had_checkpoint"] for r in grid]
-    out["result_type"] = type(grid[0]).__name__ + str(isinstance(grid[0], train.Result))
-    return out
+    return {
+        "statuses": [r.status if hasattr(r, "status") else repr(r.error) for r in grid],
+        "errors": [type(r.error).__name__ if r.error else None for r in grid],
+        "scores": [r.metrics.get("score") for r in grid],
+        "context": [r.metrics.get("context") for r in grid],
+        "checkpoints": [Path(r.checkpoint.path).name if r.checkpoint else None for r in grid],
+        "is_train_result": isinstance(grid[0], train.Result),
+    }
 
 
 def raised(fn: Any) -> list:
@@ -327,7 +330,12 @@ def main(name: str) -> None:
 
     case("sigkilled_worker", killed)
     case("searcher_spaces", lambda: searcher_spaces(name, tune))
-    case("train_spellings", lambda: train_spellings(name, tune, storage))
+    # Ray 2.60 refuses ray.train.report inside a Tune trial (a DeprecationWarning raised, the
+    # trial ERROR); Ember takes the spellings earlier Ray 2.x programs use: its own answer.
+    try:
+        own["train_spellings"] = train_spellings(name, tune, storage)
+    except Exception as e:  # noqa: BLE001 - the error is the answer
+        own["train_spellings"] = {"crashed": f"{type(e).__name__}: {e}"}
 
     case(
         "class_checkpoints",
