@@ -479,8 +479,10 @@ def main(name: str) -> None:
     own["experiment_files"] = sorted(
         DATE.sub("DATE", p.name) for p in Path(storage, "fn").iterdir() if p.is_file()
     )
-    print(json.dumps({"same": same, "own": own, "seconds": seconds}))
+    # Shut down first: Ray forwards its workers' and raylet's messages (the SIGKILLed worker's)
+    # to stdout asynchronously, and the JSON must be the last line.
     runtime.shutdown()
+    print(json.dumps({"same": same, "own": own, "seconds": seconds}), flush=True)
     shutil.rmtree(storage, ignore_errors=True)
 
 
