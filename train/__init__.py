@@ -1,7 +1,9 @@
-"""The ``ray.train`` spellings Ray 2.60 accepts inside a Tune trial (``from ember import
+"""The ``ray.train`` spellings Ray 2.x programs use inside a Tune trial (``from ember import
 train``): ``train.report``, ``train.get_checkpoint``, ``train.get_context``, ``Checkpoint``,
 ``RunConfig``, ``CheckpointConfig``, ``FailureConfig``, ``Result``. Each is ``ember.tune``'s
-own object, re-exported: a program may mix ``tune.report`` and ``train.report``.
+own object, re-exported: a program may mix ``tune.report`` and ``train.report``. (Ray 2.60
+itself refuses them in a Tune trial with a DeprecationWarning; Ember keeps such programs
+running.)
 
 A library above the runtime, as ``ember.tune``; names load on first use, so a trial's worker
 that calls ``train.report`` loads no more than ``tune.report`` does.
