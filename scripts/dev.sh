@@ -67,8 +67,10 @@ setup_test_tools() {
   system_packages
   # Ray's own clients (ray list / get / summary, ray.util.state) judge the dashboard's Ray
   # state API: Ray 2.60 in its own environment, never a dependency of Ember (numpy: the
-  # scale suite runs its large-object rows on it).
-  "$PY" scripts/ray_venv.py tests/tools/.ray-venv 'ray[default,tune,serve]==2.60.0' 'joblib>=1.3' numpy >/dev/null \
+  # scale suite runs its large-object rows on it; tensorboard: TensorBoard's own reader judges
+  # the Tune event files; optuna, hyperopt: Ray Tune's searchers, compared with Ember's).
+  "$PY" scripts/ray_venv.py tests/tools/.ray-venv 'ray[default,tune,serve]==2.60.0' 'joblib>=1.3' numpy \
+    tensorboard 'optuna>=3' 'hyperopt>=0.2.7' >/dev/null \
     || echo "dev.sh: could not make tests/tools/.ray-venv; the Ray client tests will skip" >&2
   command -v npm >/dev/null 2>&1 || { echo "dev.sh: npm is missing; the timeline viewer test cannot run" >&2; return 0; }
   tools=tests/tools

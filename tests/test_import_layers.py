@@ -21,6 +21,7 @@ ROOTS = {
     "cli": "ember.cli",
     "dashboard": "ember.dashboard",
     "tune": "ember.tune",
+    "train": "ember.train",
     "autoscaler": "ember.autoscaler",
     "serve": "ember.serve",
 }
@@ -30,7 +31,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(ember.__file__)))
 UPPER = ("ember.dashboard", "ember.cli", "ember.tools")
 AGENT = "ember.agent"
 # The libraries sit above the runtime: they use its public API, and nothing below imports them.
-LIBRARIES = ("ember.tune", "ember.autoscaler", "ember.serve")
+LIBRARIES = ("ember.tune", "ember.train", "ember.autoscaler", "ember.serve")
 
 
 def _modules() -> dict[str, str]:

@@ -1,10 +1,11 @@
 """Tune side by side: ``tests/tools/ray_tune_programs.py`` runs one set of Tune programs
 (function and class trainables, grid and seeded random search, sample_from, ASHA, stoppers,
-checkpoints kept by num_to_keep, a failing trial, tune.run and its ExperimentAnalysis, bad
-input) on Ray Tune 2.60 (its own environment, ``tests/tools/.ray-venv``) and on ember.tune;
+checkpoints kept by num_to_keep, a failing trial, a trial whose worker is SIGKILLed, tune.run
+and its ExperimentAnalysis, the ``train`` spellings, Optuna's and HyperOpt's space conversions,
+bad input) on Ray Tune 2.60 (its own environment, ``tests/tools/.ray-venv``) and on ember.tune;
 what a user reads must agree: trial counts and statuses, configs, metrics, result keys in
 order, progress.csv headers, the files of each trial, the trial directory names, dataframe
-columns, and the errors.
+columns, the errors, and what TensorBoard's own reader finds in each trial's event files.
 
 Without Ray's environment (with ``ray[tune]``) the test skips, except in CI where it fails.
 """
@@ -33,6 +34,16 @@ EMBER_OWN = {
     # A mode that is neither 'min' nor 'max' is refused when the TuneConfig is made; Ray
     # 2.60 takes TuneConfig(mode="maximum") and fails later.
     "mode_typo": ["ValueError"],
+    # Ray 2.60 refuses ray.train.report inside a Tune trial (DeprecationWarning raised; the
+    # trial ERRORs); Ember runs the ray.train spellings of earlier Ray 2.x programs.
+    "train_spellings": {
+        "statuses": ["TERMINATED", "TERMINATED"],
+        "errors": [None, None],
+        "scores": [1, 2],
+        "context": [[True, "train", True, 1, 0, 0], [True, "train", True, 1, 0, 0]],
+        "checkpoints": ["checkpoint_000000", "checkpoint_000000"],
+        "is_train_result": True,
+    },
 }
 
 

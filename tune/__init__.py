@@ -14,6 +14,8 @@ from ember.lazy_exports import lazy_exports
 _SAMPLE = "ember.tune.search.sample"
 _PUBLIC: dict[str, str | None] = {
     "Callback": "ember.tune.callback",
+    "CLIReporter": "ember.tune.progress",
+    "JupyterNotebookReporter": "ember.tune.progress",
     "Checkpoint": "ember.tune.checkpoint",
     "CheckpointConfig": "ember.tune.config",
     "FailureConfig": "ember.tune.config",

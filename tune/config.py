@@ -102,8 +102,14 @@ class RunConfig:
     failure_config: FailureConfig = field(default_factory=FailureConfig)
     verbose: int | None = None
     log_to_file: bool = False
+    progress_reporter: Any = None  # a tune.CLIReporter / JupyterNotebookReporter
 
     def __post_init__(self) -> None:
+        if self.verbose is not None and self.verbose not in (0, 1, 2, 3):
+            raise ValueError(f"verbose must be 0, 1, 2 or 3, got {self.verbose!r}")
+        self._defaults()
+
+    def _defaults(self) -> None:
         if self.checkpoint_config is None:
             self.checkpoint_config = CheckpointConfig()
         if self.failure_config is None:

@@ -61,6 +61,7 @@ class Controller:
         callbacks: list[Callback] | None = None,
         session: str | None = None,
         state_extra: dict | None = None,
+        reuse_actors: bool = False,
     ) -> None:
         self.loop = loop
         self.trainable_cls = trainable_cls
@@ -75,6 +76,10 @@ class Controller:
         self.actors: dict[str, tuple[Any, Any]] = {}
         self.refs: dict[Any, tuple[str, int, str]] = {}
         self.iteration = 0
+        # reuse_actors: actors (with their placement groups) of ended trials, kept for the
+        # next trial to start instead of a new actor (same resources: every trial's are).
+        self.reuse_actors = reuse_actors
+        self.idle: list[tuple[Any, Any]] = []
         self._state_written = 0.0
         self._actor_cls = ember.remote(TuneTrial)
 
@@ -87,6 +92,10 @@ class Controller:
         finally:
             for trial_id in list(self.actors):
                 self._release(trial_id, graceful=False)
+            for actor, pg in self.idle:
+                ember.wait([actor.stop.remote()], timeout=STOP_WAIT_S)  # its cleanup() runs
+                self._end_actor(actor, pg)
+            self.idle.clear()
             self.write_state()
             for cb in self.callbacks:
                 cb.on_experiment_end(trials=self.loop.trials)
@@ -181,6 +190,22 @@ class Controller:
                 "iteration": trial.checkpoint_iteration,
                 "time_total": trial.checkpoint_time_total,
             }
+        context = TrialContext(
+            trial.trial_id, trial.trial_name, self.name, str(files.dir), self.resources
+        )
+        while self.idle:
+            actor, pg = self.idle.pop()
+            try:
+                taken = ember.get(
+                    actor.reset.remote(self.trainable_cls, trial.config, context, restore),
+                    timeout=STOP_WAIT_S,
+                )
+            except Exception:  # noqa: BLE001 - it died idle: a new actor instead
+                taken = False
+            if taken:
+                self._started(trial, actor, pg)
+                return
+            self._end_actor(actor, pg)
         bundles = self.resources.bundles
         pg = placement_group(bundles, strategy=self.resources.strategy)
         head = dict(bundles[0])
@@ -199,12 +224,12 @@ class Controller:
             options["resources"] = head
         if memory:
             options["memory"] = memory
-        context = TrialContext(
-            trial.trial_id, trial.trial_name, self.name, str(files.dir), self.resources
-        )
         actor = self._actor_cls.options(**options).remote(
             self.trainable_cls, trial.config, context, restore
         )
+        self._started(trial, actor, pg)
+
+    def _started(self, trial: Trial, actor: Any, pg: Any) -> None:
         self.actors[trial.trial_id] = (actor, pg)
         self.write_state()
         for cb in self.callbacks:
@@ -224,7 +249,10 @@ class Controller:
     def _do_stop(self, action: Action) -> None:
         trial = action.trial
         status = action.arg
-        self._release(trial.trial_id, graceful=status in (TERMINATED, PAUSED))
+        # A finished trial's actor waits for the next trial when actors are reused, as long
+        # as trials are still to come (else it is ended with the experiment).
+        keep = self.reuse_actors and status == TERMINATED and not self.loop.finished
+        self._release(trial.trial_id, graceful=status in (TERMINATED, PAUSED), keep=keep)
         self.write_state()
         if status == TERMINATED:
             for cb in self.callbacks:
@@ -235,15 +263,21 @@ class Controller:
     def _do_delete_checkpoint(self, action: Action) -> None:
         self.files[action.trial.trial_id].delete_checkpoint(action.arg)
 
-    def _release(self, trial_id: str, graceful: bool) -> None:
+    def _release(self, trial_id: str, graceful: bool, keep: bool = False) -> None:
         actor, pg = self.actors.pop(trial_id, (None, None))
         for ref in [r for r, v in self.refs.items() if v[0] == trial_id and v[2] == "train"]:
             self.refs.pop(ref)
         if actor is None:
             return
+        if keep:
+            self.idle.append((actor, pg))  # reset (not stopped) for the next trial
+            return
         if graceful:
             # cleanup() runs; an actor that does not answer in time is killed anyway.
             ember.wait([actor.stop.remote()], timeout=STOP_WAIT_S)
+        self._end_actor(actor, pg)
+
+    def _end_actor(self, actor: Any, pg: Any) -> None:
         try:
             ember.kill(actor)
         except Exception:  # noqa: BLE001 - already gone (it failed): nothing to end

@@ -114,6 +114,7 @@ class TrialLoop:
                     suggestion.config,
                     suggestion.experiment_tag,
                     self.trainable_name,
+                    evaluated_params=suggestion.evaluated_params,
                 )
             )
             pending += 1

@@ -60,6 +60,7 @@ def run(
     raise_on_failed_trial: bool = True,
     max_concurrent_trials: int | None = None,
     reuse_actors: bool | None = None,
+    progress_reporter: Any = None,
     **unsupported: Any,
 ) -> ExperimentAnalysis:
     if isinstance(run_or_experiment, Experiment):
@@ -90,6 +91,7 @@ def run(
         checkpoint_config=checkpoint_config,
         failure_config=FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
         verbose=verbose,
+        progress_reporter=progress_reporter,
     )
     tune_config = TuneConfig(
         metric=metric,
@@ -99,6 +101,7 @@ def run(
         num_samples=num_samples,
         max_concurrent_trials=max_concurrent_trials,
         time_budget_s=time_budget_s,
+        reuse_actors=bool(reuse_actors),
     )
     path = Path(restore) if restore else (Path(storage).expanduser() / name if name else None)
     if (resume or restore) and path is not None and Tuner.can_restore(path):

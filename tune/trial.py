@@ -39,6 +39,8 @@ class Trial:
     restore_iteration: int = 0
     restore_time_total: float = 0.0
     perturbations: list = field(default_factory=list)
+    # The values the search sampled, by "/"-joined path (TensorBoard's hparams, as Ray's).
+    evaluated_params: dict = field(default_factory=dict)
 
     def __str__(self) -> str:
         return f"{self.trainable_name}_{self.trial_id}"

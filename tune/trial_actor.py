@@ -16,6 +16,24 @@ class TuneTrial:
         if restore:
             self.trainable.restore(restore["path"], restore["iteration"], restore["time_total"])
 
+    def reset(
+        self, trainable_cls: type, config: dict, context: TrialContext, restore: dict | None
+    ) -> bool:
+        """Takes on another trial (``reuse_actors=True``): a class trainable keeps its
+        instance if its ``reset_config`` says it can; a function trainable starts afresh in
+        this process. False: this actor cannot take it (the controller makes a new one)."""
+        old = self.trainable
+        if type(old) is not trainable_cls:
+            return False
+        if getattr(trainable_cls, "_function", None) is not None:
+            old.stop()
+            self.trainable = trainable_cls(config, context)
+        elif not old.reset(config, context):
+            return False
+        if restore:
+            self.trainable.restore(restore["path"], restore["iteration"], restore["time_total"])
+        return True
+
     def train(self) -> dict:
         return self.trainable.train()
 

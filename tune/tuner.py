@@ -14,11 +14,14 @@ import ember
 from ember.tune.config import CheckpointConfig, RunConfig, TuneConfig, default_storage_path
 from ember.tune.controller import Controller, capacity
 from ember.tune.files import check_storage, date_str, latest_state, write_atomic
+from ember.tune.logger import default_callbacks
 from ember.tune.loop import TrialLoop
+from ember.tune.progress import make_reporter
 from ember.tune.resources import ATTR_RESOURCES, PlacementGroupFactory, as_resources
 from ember.tune.result_grid import ResultGrid
 from ember.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 from ember.tune.search.basic_variant import BasicVariantGenerator, SearchAlgorithm, SearchGenerator
+from ember.tune.search.convert import has_domains
 from ember.tune.search.searcher import ConcurrencyLimiter, Searcher
 from ember.tune.stopper import as_stopper
 from ember.tune.trainable.function import wrap_function
@@ -72,11 +75,19 @@ def make_search(search_alg: Any, tune_config: TuneConfig, param_space: dict) -> 
     ok = search_alg.set_search_properties(
         tune_config.metric, tune_config.mode, param_space, tune_config.num_samples
     )
-    if not ok:
+    if not ok and has_domains(param_space):
         raise ValueError(
-            f"{type(search_alg).__name__} already has a different metric/mode than "
-            f"TuneConfig(metric={tune_config.metric!r}, mode={tune_config.mode!r})"
+            "You passed a `param_space` parameter to `tune.Tuner()` with unresolved "
+            "parameters, but the search algorithm was already instantiated with a search "
+            "space. Make sure that `param_space` does not contain any more parameter "
+            "definitions - include them in the search algorithm's search space if necessary."
         )
+    # A searcher that needs a space and a metric/mode says so now, before any trial starts.
+    inner = getattr(search_alg, "searcher", None)
+    while inner is not None:
+        if hasattr(inner, "check_ready"):
+            inner.check_ready()
+        inner = getattr(inner, "searcher", None)
     return search_alg
 
 
@@ -200,20 +211,22 @@ class Tuner:
         session = None
         if self._restored:
             session = self._resume(loop, search)
+        reporter = []
+        if rc.verbose != 0:
+            shown = make_reporter(getattr(rc, "progress_reporter", None), rc.verbose)
+            shown.set_search_properties(tc.metric, tc.mode)
+            reporter = [shown]
         controller = Controller(
             loop,
             self._cls,
             resources,
             experiment_dir,
             name,
-            callbacks=rc.callbacks,
+            callbacks=default_callbacks(rc.callbacks) + reporter,
             session=session,
+            reuse_actors=tc.reuse_actors,
         )
         controller.run()
-        if (rc.verbose is None or rc.verbose >= 1) and loop.trials:
-            from ember.tune.progress import print_summary
-
-            print_summary(name, loop.trials, tc.metric)
         return ResultGrid(loop.trials, experiment_dir, tc.metric, tc.mode)
 
     def _save_tuner(self, experiment_dir: Path) -> None:

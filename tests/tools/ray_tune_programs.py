@@ -18,6 +18,8 @@ import json
 import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,8 +27,13 @@ from pathlib import Path
 from typing import Any
 
 DATE = re.compile(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d")
-# Files only one side writes by design: Ray's TensorBoard events (not in ember.tune yet).
-SKIP_FILES = re.compile(r"events\.out\.tfevents\..*")
+# A TensorBoard event file is named by its time and host: compared as one neutral name.
+EVENTS = re.compile(r"events\.out\.tfevents\..*")
+# TensorBoard's own reader, run in the judge venv (TensorBoard is no dependency of Ember).
+TB_READ = [
+    str(Path(__file__).parent / ".ray-venv" / "bin" / "python"),
+    str(Path(__file__).parent / "tb_read.py"),
+]
 
 
 def make_functions(tune: Any, scratch: str) -> dict:
@@ -52,7 +59,32 @@ def make_functions(tune: Any, scratch: str) -> dict:
         for i in range(12):
             tune.report({"acc": config["q"] * (i + 1), "flat": 1.0})
 
-    return {"fn_grid_random": fn_grid_random, "failing": failing, "curve": curve}
+    def sigkilled(config):
+        """Checkpoints each step; SIGKILLs its own worker process after the step-1 checkpoint
+        as many times as config["kills"] says (counted in files, across restarts)."""
+        start = 0
+        checkpoint = tune.get_checkpoint()
+        if checkpoint:
+            with checkpoint.as_directory() as d:
+                start = int(Path(d, "i").read_text()) + 1
+        for i in range(start, 4):
+            d = Path(tempfile.mkdtemp(dir=scratch))
+            (d / "i").write_text(str(i))
+            tune.report(
+                {"i": i, "resumed_at": start}, checkpoint=tune.Checkpoint.from_directory(str(d))
+            )
+            marks = Path(scratch, f"kills-{config['kills']}")
+            marks.mkdir(exist_ok=True)
+            if i == start + 1 and len(list(marks.iterdir())) < config["kills"]:
+                (marks / str(os.getpid())).write_text("")
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return {
+        "fn_grid_random": fn_grid_random,
+        "failing": failing,
+        "curve": curve,
+        "sigkilled": sigkilled,
+    }
 
 
 def make_counter(tune: Any) -> type:
@@ -78,8 +110,7 @@ def trial_files(path: str, trial_id: str) -> list[str]:
     out = []
     for root, _dirs, files in os.walk(path):
         for name in files:
-            if SKIP_FILES.fullmatch(name):
-                continue
+            name = EVENTS.sub("events.out.tfevents.*", name)
             out.append(os.path.relpath(os.path.join(root, name), path))
     return sorted(out)
 
@@ -128,6 +159,97 @@ def describe(grid: Any) -> dict:
         "errors": grid.num_errors,
         "terminated": grid.num_terminated,
         "trials": trials,
+    }
+
+
+def tensorboard(experiment: Path) -> list[dict]:
+    """What TensorBoard reads of each trial's event files: scalar tags, the score curve,
+    the hparams and their metric tags (trials in tag order)."""
+    dirs = sorted(
+        (p for p in experiment.iterdir() if p.is_dir()),
+        key=lambda p: p.name.split("_", 4)[-1],
+    )
+    done = subprocess.run([*TB_READ, *map(str, dirs)], capture_output=True, text=True, timeout=120)
+    if done.returncode:
+        return [{"tb_read failed": done.stderr.strip().splitlines()[-1:]}]
+    read = json.loads(done.stdout)
+    return [
+        {
+            "files": read[str(d)]["files"],
+            "tags": sorted(read[str(d)]["scalars"]),
+            "score": read[str(d)]["scalars"].get("ray/tune/score"),
+            "hparams": read[str(d)]["hparams"],
+            "metrics": read[str(d)]["metrics"],
+        }
+        for d in dirs
+    ]
+
+
+def searcher_spaces(name: str, tune: Any) -> dict:
+    """Each library searcher's conversion of each kind of domain: Optuna's distribution, or
+    the error (HyperOpt's converted expressions are compared by kind only)."""
+    spaces = {
+        "uniform": tune.uniform(-1, 2),
+        "quniform": tune.quniform(0, 1, 0.25),
+        "loguniform": tune.loguniform(1e-3, 1),
+        "randint": tune.randint(0, 10),
+        "qrandint": tune.qrandint(0, 10, 2),
+        "lograndint": tune.lograndint(1, 100),
+        "choice": tune.choice(["a", "b"]),
+        "randn": tune.randn(0, 1),
+        "sample_from": tune.sample_from(lambda _: 1),
+        "grid": tune.grid_search([1, 2]),
+    }
+    out = {}
+    for module, cls in (("optuna", "OptunaSearch"), ("hyperopt", "HyperOptSearch")):
+        searcher = getattr(importlib.import_module(f"{name}.tune.search.{module}"), cls)
+        for label, domain in spaces.items():
+            try:
+                converted = searcher.convert_search_space({"x": domain})["x"]
+                out[f"{module}.{label}"] = repr(converted) if module == "optuna" else "converted"
+            except Exception as e:  # noqa: BLE001 - the error is the answer
+                out[f"{module}.{label}"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def train_spellings(name: str, tune: Any, storage: str) -> dict:
+    """A trial written with Ray 2.60's ``ray.train`` spellings (report, get_checkpoint,
+    get_context, Checkpoint)."""
+    train = importlib.import_module(f"{name}.train")
+
+    def fn(config):
+        ctx = train.get_context()
+        d = Path(tempfile.mkdtemp(dir=storage))
+        (d / "x").write_text(str(config["x"]))
+        train.report(
+            {
+                "score": config["x"],
+                "had_checkpoint": train.get_checkpoint() is not None,
+                "context": [
+                    ctx.get_trial_name().endswith(ctx.get_trial_id()),
+                    ctx.get_experiment_name(),
+                    Path(ctx.get_trial_dir()).name.startswith(ctx.get_trial_name()),
+                    ctx.get_world_size(),
+                    ctx.get_world_rank(),
+                    ctx.get_local_rank(),
+                ],
+            },
+            checkpoint=train.Checkpoint.from_directory(str(d)),
+        )
+
+    grid = tune.Tuner(
+        fn,
+        param_space={"x": tune.grid_search([1, 2])},
+        # Ray 2.60's Tuner wants tune's RunConfig (its train.RunConfig fails in Tuner).
+        run_config=tune.RunConfig(name="train", storage_path=storage, verbose=0),
+    ).fit()
+    return {
+        "statuses": [r.status if hasattr(r, "status") else repr(r.error) for r in grid],
+        "errors": [type(r.error).__name__ if r.error else None for r in grid],
+        "scores": [r.metrics.get("score") for r in grid],
+        "context": [r.metrics.get("context") for r in grid],
+        "checkpoints": [Path(r.checkpoint.path).name if r.checkpoint else None for r in grid],
+        "is_train_result": isinstance(grid[0], train.Result),
     }
 
 
@@ -181,6 +303,39 @@ def main(name: str) -> None:
             ).fit()
         ),
     )
+
+    case("tensorboard", lambda: tensorboard(Path(storage, "fn")))
+
+    def killed() -> dict:
+        grid = tune.Tuner(
+            fns["sigkilled"],
+            param_space={"kills": tune.grid_search([1, 2])},
+            run_config=rc("killed", failure_config=tune.FailureConfig(max_failures=1)),
+        ).fit()
+        out = []
+        for result in sorted(grid, key=lambda r: r.config["kills"]):
+            rows = [
+                json.loads(x) for x in Path(result.path, "result.json").read_text().splitlines()
+            ]
+            text = Path(result.path, "error.txt").read_text()
+            out.append(
+                {
+                    "status": "ERROR" if result.error is not None else "TERMINATED",
+                    "rows": [(r["i"], r["resumed_at"], r["training_iteration"]) for r in rows],
+                    "failures_in_error_txt": text.count("Failure # "),
+                    "error_class": type(result.error).__name__ if result.error else None,
+                }
+            )
+        return {"trials": out, "errors": grid.num_errors}
+
+    case("sigkilled_worker", killed)
+    case("searcher_spaces", lambda: searcher_spaces(name, tune))
+    # Ray 2.60 refuses ray.train.report inside a Tune trial (a DeprecationWarning raised, the
+    # trial ERROR); Ember takes the spellings earlier Ray 2.x programs use: its own answer.
+    try:
+        own["train_spellings"] = train_spellings(name, tune, storage)
+    except Exception as e:  # noqa: BLE001 - the error is the answer
+        own["train_spellings"] = {"crashed": f"{type(e).__name__}: {e}"}
 
     case(
         "class_checkpoints",
@@ -324,8 +479,10 @@ def main(name: str) -> None:
     own["experiment_files"] = sorted(
         DATE.sub("DATE", p.name) for p in Path(storage, "fn").iterdir() if p.is_file()
     )
-    print(json.dumps({"same": same, "own": own, "seconds": seconds}))
+    # Shut down first: Ray forwards its workers' and raylet's messages (the SIGKILLed worker's)
+    # to stdout asynchronously, and the JSON must be the last line.
     runtime.shutdown()
+    print(json.dumps({"same": same, "own": own, "seconds": seconds}), flush=True)
     shutil.rmtree(storage, ignore_errors=True)
 
 

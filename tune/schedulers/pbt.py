@@ -2,7 +2,9 @@
 in the bottom ``quantile_fraction`` copies the checkpoint of one in the top (exploit) and
 continues with a perturbed copy of its config (explore). Decides only: the trial is PAUSEd
 with its new config and the donor's checkpoint recorded on it, and the loop restarts it from
-there; each perturbation is kept on the trial (``trial.perturbations``)."""
+there; each perturbation is kept on the trial (``trial.perturbations``). ``synch=True`` (Ray's
+synchronous PBT): a trial at a boundary pauses until every live trial has reached it, then
+the bottom quantile exploits the top one together and all resume."""
 
 from __future__ import annotations
 
@@ -87,9 +89,10 @@ class PopulationBasedTraining(TrialScheduler):
             raise ValueError(f"quantile_fraction must be in [0, 0.5], got {quantile_fraction}")
         if perturbation_interval <= 0:
             raise ValueError(f"perturbation_interval must be positive, got {perturbation_interval}")
-        if synch:
-            raise NotImplementedError("synch=True PBT is not supported yet (asynchronous only)")
         super().__init__(metric, mode)
+        self.synch = synch
+        # synch: trials paused at the current boundary, waiting for the rest of the population.
+        self.waiting: set[str] = set()
         self.time_attr = time_attr
         self.interval = perturbation_interval
         self.burn_in = burn_in_period
@@ -122,12 +125,61 @@ class PopulationBasedTraining(TrialScheduler):
         if t < self.burn_in or t - self.last_perturbed.get(tid, 0.0) < self.interval:
             return self.CONTINUE
         self.last_perturbed[tid] = t
+        if self.synch:
+            return self._synch_arrived(view, trial, t)
         lower, upper = self._quantiles(view)
         if tid not in {t.trial_id for t in lower}:
             return self.CONTINUE
+        return self.PAUSE if self._exploit(trial, upper, t) else self.CONTINUE
+
+    # --- synchronous: the whole population perturbs at once ---------------------------------
+    def _synch_arrived(self, view: LoopView, trial: Any, t: float) -> str:
+        """Each trial pauses at the boundary (its checkpoint is what others copy) until the
+        last live one arrives; then the bottom ones exploit the top ones and all go on."""
+        self.waiting.add(trial.trial_id)
+        if not self._all_arrived(view):
+            return self.PAUSE
+        in_lower = self._release(view, t)
+        return self.PAUSE if trial.trial_id in in_lower else self.CONTINUE
+
+    def _all_arrived(self, view: LoopView) -> bool:
+        return all(t.trial_id in self.waiting for t in view.live_trials())
+
+    def _release(self, view: LoopView, t: float) -> set[str]:
+        lower, upper = self._quantiles(view)
+        exploited = {x.trial_id for x in lower if self._exploit(x, upper, t)}
+        self.waiting.clear()
+        return exploited
+
+    def choose_trial_to_run(self, view: LoopView) -> Any | None:
+        live = view.live_trials()
+        for status in ("PENDING", "PAUSED"):
+            for trial in live:
+                if trial.status == status and trial.trial_id not in self.waiting:
+                    return trial
+        return None
+
+    def on_trial_complete(self, view: LoopView, trial: Any, result: dict) -> None:
+        self._left(view, trial)
+
+    def on_trial_error(self, view: LoopView, trial: Any) -> None:
+        self._left(view, trial)
+
+    def _left(self, view: LoopView, trial: Any) -> None:
+        # A trial that ends no longer holds the others back.
+        self.waiting.discard(trial.trial_id)
+        self.score.pop(trial.trial_id, None)
+        others = [x for x in view.live_trials() if x.trial_id != trial.trial_id]
+        if self.synch and self.waiting and all(x.trial_id in self.waiting for x in others):
+            self._release(view, max(self.last_perturbed.get(x, 0.0) for x in self.waiting))
+
+    # --- exploit and explore ------------------------------------------------------------
+    def _exploit(self, trial: Any, upper: list, t: float) -> bool:
+        """The trial takes a top trial's checkpoint and a perturbed copy of its config; False
+        when no top trial has a checkpoint yet."""
         donors = [d for d in upper if _checkpoint_path(d) is not None]
         if not donors:
-            return self.CONTINUE  # nobody to copy yet: the top trials have no checkpoint
+            return False  # nobody to copy yet: the top trials have no checkpoint
         donor = self.rng.choice(donors)
         new_config, ops = explore(
             donor.config, self.mutations, self.resample_probability, self.factors, self.rng
@@ -149,11 +201,11 @@ class PopulationBasedTraining(TrialScheduler):
         trial.restore_iteration = donor.checkpoint_iteration
         trial.restore_time_total = donor.checkpoint_time_total
         self.num_perturbations += 1
-        return self.PAUSE
+        return True
 
     def _quantiles(self, view: LoopView) -> tuple[list, list]:
         scored = sorted(
-            (t for t in view.live_trials() if t.trial_id in self.score),
+            (t for t in view.live_trials() if t.trial_id in self.score and not t.is_finished),
             key=lambda t: self.score[t.trial_id],
         )
         if len(scored) <= 1:

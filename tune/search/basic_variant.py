@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ember.tune.search.sample import Rng
@@ -26,6 +26,16 @@ class Suggestion:
     trial_id: str
     config: dict
     experiment_tag: str
+    # The sampled values by "/"-joined path (Ray's evaluated_params: TensorBoard's hparams).
+    evaluated_params: dict = field(default_factory=dict)
+
+
+def flatten_resolved(resolved: dict) -> dict:
+    out = {}
+    for path, value in resolved.items():
+        pieces = path[1:] if path and path[0] == "config" else path
+        out["/".join(str(p) for p in pieces)] = value
+    return out
 
 
 def _deep_update(base: dict, update: dict) -> dict:
@@ -138,7 +148,9 @@ class BasicVariantGenerator(SearchAlgorithm):
             tag += "_" + format_vars(resolved)
         self.counter += 1
         self.live.add(trial_id)
-        return Suggestion(trial_id, resolve_functions(spec["config"]), tag)
+        return Suggestion(
+            trial_id, resolve_functions(spec["config"]), tag, flatten_resolved(resolved)
+        )
 
     def on_trial_complete(self, trial_id: str, result: dict | None, error: bool) -> None:
         self.live.discard(trial_id)
@@ -166,12 +178,23 @@ class SearchGenerator(SearchAlgorithm):
         self.searcher = searcher
         self.counter = 0
         self.num_samples = 1
+        self.param_space: dict = {}
 
     def set_search_properties(
         self, metric: str | None, mode: str | None, param_space: dict, num_samples: int
     ) -> bool:
         self.num_samples = num_samples
+        self.param_space = param_space
         return self.searcher.set_search_properties(metric, mode, param_space)
+
+    def _complete(self, suggested: dict) -> dict:
+        """The suggestion over the Tuner's param_space, as Ray merges them: the space's
+        constants kept, its sample_from functions run on the merged config."""
+        if not self.param_space:
+            return suggested
+        merged = _deep_update(copy.deepcopy(self.param_space), copy.deepcopy(suggested))
+        _, spec = next(generate_variants({"config": hide_functions(merged)}, None))
+        return resolve_functions(spec["config"])
 
     def total_samples(self) -> int | None:
         return None if self.num_samples == -1 else self.num_samples
@@ -191,7 +214,8 @@ class SearchGenerator(SearchAlgorithm):
             return None
         tag = f"{self.counter}_{format_vars(_flatten(config))}" if config else str(self.counter)
         self.counter += 1
-        return Suggestion(trial_id, config, tag)
+        flat = {"/".join(str(p) for p in k): v for k, v in _flatten(config).items()}
+        return Suggestion(trial_id, self._complete(config), tag, flat)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         self.searcher.on_trial_result(trial_id, result)

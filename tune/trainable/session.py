@@ -35,6 +35,22 @@ class TrialContext:
     def get_trial_resources(self) -> Any:
         return self.trial_resources
 
+    # ray.train.get_context()'s distributed view: a Tune trial is one worker of one.
+    def get_world_size(self) -> int:
+        return 1
+
+    def get_world_rank(self) -> int:
+        return 0
+
+    def get_local_rank(self) -> int:
+        return 0
+
+    def get_local_world_size(self) -> int:
+        return 1
+
+    def get_node_rank(self) -> int:
+        return 0
+
 
 class Session:
     """Implemented by the function trainable's runner."""

@@ -121,6 +121,18 @@ class Trainable:
         result["iterations_since_restore"] = self._iterations_since_restore
         return result
 
+    def reset(self, new_config: dict, context: TrialContext | None) -> bool:
+        """This instance serves another trial (``reuse_actors``): its counters start over
+        and ``reset_config`` takes the new config (False: it cannot, and is not reused)."""
+        if not self.reset_config(dict(new_config)):
+            return False
+        self.config = new_config
+        self._context = context
+        self._iteration = self._iterations_since_restore = 0
+        self._time_total = self._time_since_restore = 0.0
+        self._checkpoint_index = 0
+        return True
+
     def save(self) -> str:
         """Saves into the trial's next ``checkpoint_NNNNNN`` directory; returns its name."""
         name = f"checkpoint_{self._checkpoint_index:06d}"
