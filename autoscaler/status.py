@@ -32,29 +32,13 @@ from typing import Any
 
 from ember.autoscaler.demand import waiting
 from ember.autoscaler.instance import ENDED_STATES, NODE_STATES, PENDING_STATES, Instance
+from ember.masking import mask_secrets
 
 STATUS_NAMESPACE = "autoscaler"
 STATUS_KEY = b"status"
 VERSION = 1
 MAX_DECISIONS = 200
 ENDED_KEPT_S = 600.0  # terminated and failed instances stay in the record this long
-MASK = "***"
-# A config key naming a secret (any case, anywhere in the config): its value is masked.
-_SECRET_WORDS = ("private_key", "password", "passwd", "token", "secret", "credential")
-
-
-def mask_secrets(value: Any) -> Any:
-    """A copy of ``value`` (a parsed config) with every secret-named key's value masked."""
-    if isinstance(value, Mapping):
-        return {
-            k: MASK
-            if any(w in str(k).lower() for w in _SECRET_WORDS) and v not in (None, "")
-            else mask_secrets(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        return [mask_secrets(v) for v in value]
-    return value
 
 
 def _counted(shapes: Iterable[Mapping[str, float]]) -> list[dict[str, Any]]:

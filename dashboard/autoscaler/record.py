@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any
+
+from ember.masking import mask_secrets
 
 KV_NAMESPACE = "autoscaler"
 KV_KEY = b"status"
@@ -26,13 +27,6 @@ KNOWN_VERSION = 1
 STALE_S = float(os.environ.get("EMBER_AUTOSCALER_STALE_S", "30"))
 PENDING_STATES = ("requested", "launching", "joining")
 GONE_STATES = ("terminated", "failed")
-# Config keys whose values are secrets. The monitor masks them already; masked again here
-# because the dashboard may be reached from other machines, and a monitor of another
-# version (or a provider's own config keys) may have missed one.
-_SECRET_KEY = re.compile(
-    r"(password|passwd|secret|token|private_key|api_key|access_key|credential)", re.IGNORECASE
-)
-MASK = "***"
 
 
 class RecordError(ValueError):
@@ -62,18 +56,6 @@ def parse(raw: bytes | str | dict[str, Any] | None) -> dict[str, Any] | None:
     rec = dict(rec)
     rec["config"] = mask_secrets(rec.get("config") or {})
     return rec
-
-
-def mask_secrets(value: Any) -> Any:
-    """A copy of ``value`` with the value of every secret-named key replaced by ``***``."""
-    if isinstance(value, dict):
-        return {
-            k: (MASK if _SECRET_KEY.search(str(k)) and v not in (None, "") else mask_secrets(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [mask_secrets(v) for v in value]
-    return value
 
 
 def is_fresh(rec: dict[str, Any] | None, now: float) -> bool:
