@@ -25,6 +25,23 @@ from ember.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 WAIT_S = 0.2  # one turn of the loop at most: the clock (time budget) is checked this often
 STOP_WAIT_S = 5.0  # how long a stopping trial's cleanup() may take before its actor is killed
 STATE_EVERY_S = 2.0  # results alone rewrite the state file at most this often
+# A function trainable's results taken per round trip when the scheduler decides nothing
+# the function must wait for between results (it may run this many results ahead; what it
+# reported past a stop is dropped, never written).
+RESULTS_PER_CALL = 64
+
+
+def buffers_results(loop: TrialLoop, trainable_cls: type) -> bool:
+    """Whether the loop may take a function trainable's results many at a time: its
+    scheduler only continues or stops trials on a result (FIFO, ASHA, median stopping),
+    never pauses one or asks it to save in between (PBT, HyperBand)."""
+    from ember.tune.schedulers.async_hyperband import AsyncHyperBandScheduler
+    from ember.tune.schedulers.median_stopping import MedianStoppingRule
+    from ember.tune.schedulers.trial_scheduler import FIFOScheduler
+
+    if getattr(trainable_cls, "_function", None) is None:
+        return False
+    return type(loop.scheduler) in (FIFOScheduler, AsyncHyperBandScheduler, MedianStoppingRule)
 
 
 def capacity(resources: PlacementGroupFactory) -> int:
@@ -82,6 +99,7 @@ class Controller:
         self.idle: list[tuple[Any, Any]] = []
         self._state_written = 0.0
         self._actor_cls = ember.remote(TuneTrial)
+        self.buffered = buffers_results(loop, trainable_cls)
 
     # --- the loop -------------------------------------------------------------------------
     def run(self) -> None:
@@ -137,12 +155,28 @@ class Controller:
                         Checkpoint(self.files[trial_id].dir / value),
                     )
             return
-        actions = self.loop.on_result(trial_id, value)
+        if kind == "train":
+            self._perform(self._result(trial, value))
+            return
+        # Many results: each as if it came alone, the next train call once at the end; a
+        # decision to stop the trial drops the results after it (reported past the stop).
+        actions: list[Action] = []
+        for result in value:
+            actions = self._result(trial, result)
+            again = [a for a in actions if a.kind == "train" and a.trial is trial]
+            if not again:
+                break
+            self._perform([a for a in actions if not any(a is b for b in again)])
+            actions = again
+        self._perform(actions)
+
+    def _result(self, trial: Trial, value: dict) -> list[Action]:
+        actions = self.loop.on_result(trial.trial_id, value)
         if not value.get("__done__"):
-            self.files[trial_id].write_result(value)
+            self.files[trial.trial_id].write_result(value)
             for cb in self.callbacks:
                 cb.on_trial_result(self.iteration, self.loop.trials, trial, value)
-        self._perform(actions)
+        return actions
 
     def _failed(self, trial: Trial, error: BaseException) -> None:
         text = error_text(error)
@@ -236,14 +270,17 @@ class Controller:
             cb.on_trial_start(self.iteration, self.loop.trials, trial)
 
     def _do_train(self, action: Action) -> None:
-        self._call(action.trial, "train")
+        if self.buffered:
+            self._call(action.trial, "train_buffered", RESULTS_PER_CALL)
+        else:
+            self._call(action.trial, "train")
 
     def _do_save(self, action: Action) -> None:
         self._call(action.trial, "save")
 
-    def _call(self, trial: Trial, method: str) -> None:
+    def _call(self, trial: Trial, method: str, *args: Any) -> None:
         actor, _ = self.actors[trial.trial_id]
-        ref = getattr(actor, method).remote()
+        ref = getattr(actor, method).remote(*args)
         self.refs[ref] = (trial.trial_id, trial.runs, method)
 
     def _do_stop(self, action: Action) -> None:
@@ -265,7 +302,7 @@ class Controller:
 
     def _release(self, trial_id: str, graceful: bool, keep: bool = False) -> None:
         actor, pg = self.actors.pop(trial_id, (None, None))
-        for ref in [r for r, v in self.refs.items() if v[0] == trial_id and v[2] == "train"]:
+        for ref in [r for r, v in self.refs.items() if v[0] == trial_id and v[2] != "save"]:
             self.refs.pop(ref)
         if actor is None:
             return

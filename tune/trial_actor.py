@@ -37,6 +37,10 @@ class TuneTrial:
     def train(self) -> dict:
         return self.trainable.train()
 
+    def train_buffered(self, most: int) -> list[dict]:
+        """Up to ``most`` results in one call (function trainables only)."""
+        return self.trainable.train_buffered(most)
+
     def save(self) -> str:
         return self.trainable.save()
 

@@ -52,6 +52,13 @@ class FunctionTrainable(Trainable, session.Session):
         self._resume = threading.Semaphore(0)
         self._thread: threading.Thread | None = None
         self._stopping = False
+        # Buffered (``train_buffered``): the function may run this many results ahead of the
+        # loop, each holding a slot until the loop takes it; a result with a checkpoint still
+        # waits for the loop (its checkpoint must be the trial's when the loop decides).
+        self._ahead = 0
+        self._slots = threading.Semaphore(0)
+        self._waiting = False  # the function waits on _resume for the loop's next call
+        self._held: tuple | None = None  # an item taken after results, for the next call
         self._last_report = time.time()
         self.checkpoint: Checkpoint | None = None
         self.context = self._context
@@ -90,17 +97,72 @@ class FunctionTrainable(Trainable, session.Session):
     def report(self, metrics: dict, checkpoint: Checkpoint | None = None) -> None:
         if self._stopping:
             raise _StopTrial()
+        lockstep = self._ahead == 0 or checkpoint is not None
+        if lockstep:
+            self._waiting = True  # before the put: the loop reads it once it has the item
         self._items.put(("result", (metrics, checkpoint, time.time())))
-        self._resume.acquire()
+        if lockstep:
+            self._resume.acquire()
+        else:
+            self._slots.acquire()
         if self._stopping:
             raise _StopTrial()
 
+    def train_buffered(self, most: int) -> list[dict]:
+        """The results the function has reported since the last call, at least one, at most
+        ``most`` (waiting for the first): one round trip for many results when the loop
+        decides nothing between them that the function must wait for (FIFO, ASHA, median
+        stopping). The list ends at a result with a checkpoint, at the end of the function
+        (``__done__``), or before its error (raised at the next call)."""
+        if self._thread is None:
+            self._ahead = max(0, most - 1)
+            self._slots = threading.Semaphore(self._ahead)
+        if self._held is not None:
+            kind, payload = self._held
+            self._held = None
+            if kind == "error":
+                raise payload
+            return [{"__done__": True}]
+        if self._thread is None:
+            self._start()
+        elif self._waiting:
+            self._waiting = False
+            self._resume.release()
+        out: list[dict] = []
+        while len(out) < most:
+            try:
+                if out:
+                    kind, payload = self._items.get_nowait()
+                else:
+                    kind, payload = self._items.get(timeout=REPORT_WAIT_S)
+            except queue.Empty:
+                if out:
+                    break
+                raise TimeoutError(f"no tune.report in {REPORT_WAIT_S:.0f} s") from None
+            if kind != "result":
+                if not out:
+                    if kind == "error":
+                        raise payload
+                    return [{"__done__": True}]
+                self._held = (kind, payload)
+                break
+            checkpoint = payload[1]
+            out.append(self._result(payload))
+            if checkpoint is not None:
+                break  # the function waits for the loop's next call (lockstep)
+            self._slots.release()
+        return out
+
+    def _start(self) -> None:
+        self._last_report = time.time()
+        self._thread = threading.Thread(target=self._run, name="tune-trial", daemon=True)
+        self._thread.start()
+
     def train(self) -> dict:
         if self._thread is None:
-            self._last_report = time.time()
-            self._thread = threading.Thread(target=self._run, name="tune-trial", daemon=True)
-            self._thread.start()
+            self._start()
         else:
+            self._waiting = False
             self._resume.release()
         try:
             kind, payload = self._items.get(timeout=REPORT_WAIT_S)
@@ -110,6 +172,10 @@ class FunctionTrainable(Trainable, session.Session):
             raise payload
         if kind == "done":
             return {"__done__": True}
+        return self._result(payload)
+
+    def _result(self, payload: tuple) -> dict:
+        """A reported ``(metrics, checkpoint, when)`` as the trial's next result."""
         metrics, checkpoint, at = payload
         result = dict(metrics)
         result.setdefault("timestamp", int(at))
@@ -133,6 +199,7 @@ class FunctionTrainable(Trainable, session.Session):
     def stop(self) -> None:
         self._stopping = True
         self._resume.release()
+        self._slots.release()  # a function running ahead waits on a slot, not on _resume
         if self._thread is not None:
             self._thread.join(timeout=5)
 
