@@ -6,17 +6,8 @@ from __future__ import annotations
 
 import tempfile
 
-import ember
-import pytest
 from ember import tune
 from ember.tune.schedulers import ASHAScheduler
-
-
-@pytest.fixture(scope="module")
-def node(_module_node_cleanup):
-    if ember.is_initialized():
-        ember.shutdown()
-    return ember.init(num_cpus=2)
 
 
 def fast(config):
@@ -39,7 +30,7 @@ def _fit(space, **tune_config):
     ).fit()
 
 
-def test_every_result_reaches_the_files_in_order(node) -> None:
+def test_every_result_reaches_the_files_in_order(shared_node) -> None:
     grid = _fit({"n": 500, "every": 0, "slope": tune.grid_search([1, 2])})
     for result in grid:
         frame = result.metrics_dataframe
@@ -48,7 +39,7 @@ def test_every_result_reaches_the_files_in_order(node) -> None:
         assert result.metrics["done"] is True
 
 
-def test_a_result_with_a_checkpoint_is_the_trials_checkpoint(node) -> None:
+def test_a_result_with_a_checkpoint_is_the_trials_checkpoint(shared_node) -> None:
     (result,) = _fit({"n": 40, "every": 7, "slope": 1})
     assert list(result.metrics_dataframe["i"]) == list(range(40))
     with result.checkpoint.as_directory() as d:
@@ -56,7 +47,7 @@ def test_a_result_with_a_checkpoint_is_the_trials_checkpoint(node) -> None:
     assert result.metrics["training_iteration"] == 40
 
 
-def test_asha_stops_a_trial_and_nothing_past_the_stop_is_written(node) -> None:
+def test_asha_stops_a_trial_and_nothing_past_the_stop_is_written(shared_node) -> None:
     scheduler = ASHAScheduler(max_t=300, grace_period=10, reduction_factor=3)
     grid = _fit(
         {"n": 300, "every": 0, "slope": tune.grid_search([1, -1, -2, -3])},
