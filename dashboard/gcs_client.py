@@ -89,6 +89,7 @@ class GcsClient:
                 timeout=10.0,
             )
         )
+        # Serve's request counters (a JSON record too; ServeMetrics.add drops anything else)
         serve = _autoscaler_record(
             await conn.call(
                 "kv_get", {"namespace": "serve", "key": SERVE_METRICS_KEY}, timeout=10.0
