@@ -14,6 +14,7 @@ from typing import Any
 from ember import config
 from ember.dashboard.autoscaler.record import KV_KEY as AUTOSCALER_KEY
 from ember.dashboard.autoscaler.record import KV_NAMESPACE as AUTOSCALER_NAMESPACE
+from ember.dashboard.serve.view import KV_KEY as SERVE_METRICS_KEY
 from ember.dashboard.state import DashboardState
 from ember.protocol import connection as conn_mod
 
@@ -88,6 +89,13 @@ class GcsClient:
                 timeout=10.0,
             )
         )
+        # Serve's request counters (a JSON record too; ServeMetrics.add drops anything else)
+        serve = _autoscaler_record(
+            await conn.call(
+                "kv_get", {"namespace": "serve", "key": SERVE_METRICS_KEY}, timeout=10.0
+            )
+        )
+        self.state.serve.add(serve)
         if len(events) < self._seen_events:
             self._seen_events = 0  # the GCS trimmed its list
         new_events = events[self._seen_events :]

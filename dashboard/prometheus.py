@@ -30,6 +30,7 @@ from ember.dashboard.autoscaler import prom as autoscaler_prom
 from ember.dashboard.prom_readings import MAX_LABEL_VALUES, OTHER, live_nodes
 from ember.dashboard.prom_user import user_metrics
 from ember.dashboard.routes.nodes import resolve_node
+from ember.dashboard.serve import prom as serve_prom
 from ember.listen_rules import is_wildcard
 from fastapi import APIRouter, Depends, Query, Response
 from prometheus_client import CollectorRegistry, generate_latest
@@ -87,6 +88,9 @@ class EmberCollector:
             scaler = autoscaler_prom.fresh_record(st)
             if scaler is not None:
                 yield from autoscaler_prom.metrics(scaler, None)
+            serve = serve_prom.fresh_record(st)
+            if serve is not None:
+                yield from serve_prom.metrics(serve, None)
 
     def _session(self) -> str:
         session_dir = self.ctx.session_dir
@@ -107,6 +111,9 @@ class EmberCollector:
                     yield family
             if scaler is not None:
                 yield from autoscaler_prom.metrics(scaler, session)
+            serve = serve_prom.fresh_record(st)
+            if serve is not None:
+                yield from serve_prom.metrics(serve, session)
 
 
 class _Families:

@@ -15,6 +15,7 @@ Public interface (the routers, Prometheus and timeline modules use these):
 - ``history``      History (30 min per node and for the cluster)
 - ``cluster``      the GCS's cluster_info         ``set_cluster``
 - ``autoscaler``   the autoscaler's status record ``autoscaler.apply`` (dashboard/autoscaler)
+- ``serve``        Serve's recent request-metrics records ``serve.add`` (dashboard/serve/view)
 - ``pubsub``       the live stream's fan-out
 - ``dropped``      {what: count} of everything dropped past a cap
 """
@@ -32,6 +33,7 @@ from ember.dashboard.current_tasks import CurrentTasks
 from ember.dashboard.history import History, UserMetricHistory
 from ember.dashboard.pubsub import PubSub
 from ember.dashboard.schemas import WORKERS
+from ember.dashboard.serve.view import ServeMetrics
 from ember.dashboard.task_table import TaskTable
 from ember.trace.store import TimelineStore
 
@@ -122,6 +124,7 @@ class DashboardState:
         self.user_history = UserMetricHistory(self.caps.history_seconds, self.caps.history_period)
         self.cluster: dict[str, Any] = {}
         self.autoscaler = AutoscalerView()  # what the autoscaler's monitor says, if one runs
+        self.serve = ServeMetrics()  # Serve's request counters, the newest records
         self.gcs_polled = False  # the GCS's node table has been read: it decides node deaths
         self.pubsub = PubSub(self.caps.stream_queue)
         self.dropped: dict[str, int] = {

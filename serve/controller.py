@@ -24,6 +24,7 @@ import ember
 import ember.serve.kv as kv
 from ember.serve.deployment_state import DeploymentSpec, DeploymentState
 from ember.serve.exceptions import RayServeException
+from ember.serve.metrics_collector import MetricsCollector
 from ember.serve.names import (
     CONTROLLER_NAME,
     KV_APP_PREFIX,
@@ -31,6 +32,7 @@ from ember.serve.names import (
     KV_DECISIONS,
     KV_HTTP_OPTIONS,
     KV_REPLICAS,
+    KV_REQUEST_METRICS,
     KV_STATUS,
     NAMESPACE,
     PROXY_NAME_PREFIX,
@@ -98,6 +100,7 @@ class ServeController:
         self.config_seq = -1
         self.last_written: dict[bytes, bytes] = {}
         self.status_at = 0.0
+        self.request_metrics = MetricsCollector()
         self.stopping = False
         self.stopped = False
         self._recover()
@@ -301,7 +304,14 @@ class ServeController:
             ember.kill(self.proxy)
             self.proxy = None
         self.stopped = True  # no tick writes the KV again
-        for key in (KV_REPLICAS, KV_STATUS, KV_HTTP_OPTIONS, KV_DECISIONS, KV_CONFIG_REQUEST):
+        for key in (
+            KV_REPLICAS,
+            KV_STATUS,
+            KV_HTTP_OPTIONS,
+            KV_DECISIONS,
+            KV_CONFIG_REQUEST,
+            KV_REQUEST_METRICS,
+        ):
             kv.delete(key)
         return not self.apps
 
@@ -381,6 +391,9 @@ class ServeController:
             self._check_config_request()
             self._write(KV_STATUS, json.dumps(self._status()).encode())
             self._write(KV_DECISIONS, json.dumps(list(self.decisions)[-50:]).encode())
+        record = self.request_metrics.tick(now, self.proxy, self.node_id, self.apps)
+        if record is not None:
+            self._write(KV_REQUEST_METRICS, json.dumps(record).encode())
 
     def _write(self, key: bytes, value: bytes) -> None:
         if self.last_written.get(key) != value:

@@ -17,5 +17,6 @@ KV_HTTP_OPTIONS = b"http_options"  # JSON {host, port, request_timeout_s, ...}
 KV_STATUS = b"status"  # JSON: what `serve status` and GET /api/serve/applications/ show
 KV_CONFIG_REQUEST = b"config_request"  # JSON {"seq": n, "config": {...}} from the dashboard
 KV_DECISIONS = b"decisions"  # JSON list, the controller's recent decisions (bounded)
+KV_REQUEST_METRICS = b"request_metrics"  # JSON: request counters (serve/request_metrics.py)
 
 DEFAULT_APP_NAME = "default"

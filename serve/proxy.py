@@ -23,6 +23,7 @@ from ember.exceptions import ActorDiedError
 from ember.serve.client import routing_client
 from ember.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ember.serve.handle import _Call
+from ember.serve.request_metrics import RequestStats
 from ember.serve.router import router_for
 
 logger = logging.getLogger("ember.serve")
@@ -60,6 +61,7 @@ class ProxyActor:
         self.client = routing_client()
         self.max_body = int(http_options.get("max_body_bytes") or 10 * 1024 * 1024)
         self.timeout_s = http_options.get("request_timeout_s")
+        self.stats = RequestStats()  # per route prefix; the controller collects it
         config = uvicorn.Config(
             self._app,
             host=http_options.get("host", "127.0.0.1"),
@@ -90,6 +92,9 @@ class ProxyActor:
 
     def routing_epoch(self) -> int:
         return self.client.epoch
+
+    def request_metrics(self) -> dict:
+        return self.stats.snapshot()
 
     async def stop(self) -> None:
         self.server.should_exit = True
@@ -161,20 +166,32 @@ class ProxyActor:
             "body": body,
         }
         meta = {"method": "__call__", "request_id": request_id, "route": prefix}
+        started = time.perf_counter()
+        sent: dict = {}
+
+        async def send_noting_status(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                sent["status"] = message["status"]
+            await send(message)
+
         try:
             if self.timeout_s:
                 async with asyncio.timeout(self.timeout_s):
-                    await self._forward(route, meta, rec, send, request_id)
+                    await self._forward(route, meta, rec, send_noting_status, request_id)
             else:
-                await self._forward(route, meta, rec, send, request_id)
+                await self._forward(route, meta, rec, send_noting_status, request_id)
         except TimeoutError:
             if not meta.get("started"):
                 await _respond(
-                    send,
+                    send_noting_status,
                     408,
                     f"request timed out after {self.timeout_s}s (http_options request_timeout_s)",
                     request_id,
                 )
+        finally:
+            status = sent.get("status", 500)
+            ms = (time.perf_counter() - started) * 1000
+            self.stats.record(prefix, route["app"], ms, status >= 400, scope["method"], status)
 
     async def _forward(
         self, route: dict, meta: dict, rec: dict, send: Any, request_id: str

@@ -30,6 +30,7 @@ from ember.serve.http_util import (
     make_scope,
     run_asgi,
 )
+from ember.serve.request_metrics import RequestStats
 
 logger = logging.getLogger("ember.serve")
 ASGI_ATTR = "__ember_serve_asgi_app__"  # set by @serve.ingress
@@ -84,6 +85,7 @@ class Replica:
         self.asgi: Any = None
         self.ongoing = 0
         self.handled = 0
+        self.stats = RequestStats()  # per route; the controller collects it
         self.last_arrival = time.monotonic()
         self.slots = asyncio.Semaphore(config.max_ongoing_requests)
         self.ready = asyncio.Event()
@@ -161,6 +163,9 @@ class Replica:
     def get_num_ongoing_requests(self) -> int:
         return self.ongoing
 
+    def request_metrics(self) -> dict:
+        return {"ongoing": self.ongoing, "routes": self.stats.snapshot()}
+
     async def prepare_for_shutdown(self, wait_loop_s: float, timeout_s: float) -> int:
         """Waits until no request arrived for ``wait_loop_s`` and none runs (or the timeout:
         the ones still running then fail); runs the user's ``__del__``. Returns how many were
@@ -200,25 +205,30 @@ class Replica:
         token = context.set_request_context(
             context.RequestContext(meta.get("request_id", ""), meta.get("route", ""), self.app)
         )
-        return token, slots
+        return token, slots, time.perf_counter(), meta.get("route") or meta["method"]
 
-    def _leave(self, entered: Any) -> None:
-        token, slots = entered
+    def _leave(self, entered: Any, error: bool = False) -> None:
+        token, slots, started, route = entered
         context.reset_request_context(token)
         slots.release()
         self.ongoing -= 1
         self.handled += 1
+        self.stats.record(route, self.app, (time.perf_counter() - started) * 1000, error)
 
     async def handle_request(self, meta: dict, *args: Any, **kwargs: Any) -> Any:
         token = await self._enter(meta)
+        error = True
         try:
-            return await _call(self._method(meta["method"]), *args, **kwargs)
+            result = await _call(self._method(meta["method"]), *args, **kwargs)
+            error = False
+            return result
         finally:
-            self._leave(token)
+            self._leave(token, error)
 
     @ember.method(num_returns="streaming")
     async def handle_request_streaming(self, meta: dict, *args: Any, **kwargs: Any) -> Any:
         token = await self._enter(meta)
+        error = True
         try:
             fn = self._method(meta["method"])
             if inspect.isasyncgenfunction(fn):
@@ -238,8 +248,9 @@ class Replica:
                     f"{self.deployment}.{meta['method']} was called with stream=True but is "
                     f"not a generator (it returned a {type(result).__name__})"
                 )
+            error = False
         finally:
-            self._leave(token)
+            self._leave(token, error)
 
     @ember.method(num_returns="streaming")
     async def handle_http(self, meta: dict, rec: dict) -> Any:
@@ -273,4 +284,4 @@ class Replica:
                 status,
                 (time.monotonic() - started) * 1000,
             )
-            self._leave(token)
+            self._leave(token, status >= 500)

@@ -12,6 +12,8 @@ and ``ember serve``:
 - ``DELETE /api/serve/applications/``: the record ``{"seq": n, "shutdown": true}``: every
   application is deleted and Serve stops.
 - ``GET /api/ray/version``: the version check Ray's Serve CLI makes first.
+- ``GET /api/serve/view``: the Serve page's figures (``page.py``): applications, deployments
+  with request rates and latency percentiles, replicas, the controller's recent decisions.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.serve.details import empty, instance_details
+from ember.dashboard.serve.page import serve_view
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import PlainTextResponse
 
@@ -32,6 +35,7 @@ router = APIRouter(tags=["serve"])
 NAMESPACE = "serve"  # ember.serve.names: the controller's KV namespace and actor namespace
 STATUS_KEY = b"status"
 REQUEST_KEY = b"config_request"
+DECISIONS_KEY = b"decisions"
 CONTROLLER = "SERVE_CONTROLLER_ACTOR"
 START_TIMEOUT_S = 120.0  # starting Serve: a controller and its proxy
 APPLY_TIMEOUT_S = 120.0  # the controller imports each application's code
@@ -62,6 +66,17 @@ async def get_applications(ctx: DashboardContext = Depends(get_ctx)) -> dict[str
         return empty()
     raw = await _gcs(ctx).kv("kv_get", NAMESPACE, STATUS_KEY)
     return instance_details(json.loads(raw)) if raw else empty()
+
+
+@router.get("/api/serve/view")
+async def get_view(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
+    status = decisions = None
+    if ctx.gcs is not None and await _controller_alive(ctx):
+        raw = await ctx.gcs.kv("kv_get", NAMESPACE, STATUS_KEY)
+        status = json.loads(raw) if raw else None
+        raw = await ctx.gcs.kv("kv_get", NAMESPACE, DECISIONS_KEY)
+        decisions = json.loads(raw) if raw else None
+    return serve_view(status, decisions, ctx.state.serve)
 
 
 async def _start_serve(ctx: DashboardContext, http_options: dict) -> None:

@@ -15,6 +15,7 @@ import { Metrics } from "./pages/Metrics";
 import { Events } from "./pages/Events";
 import { Config } from "./pages/Config";
 import { Tune } from "./pages/Tune";
+import { Serve } from "./pages/Serve";
 
 const PAGES: [string, string, (p: { params: URLSearchParams }) => preact.JSX.Element][] = [
   ["overview", "Overview", Overview],
@@ -26,6 +27,7 @@ const PAGES: [string, string, (p: { params: URLSearchParams }) => preact.JSX.Ele
   ["logs", "Logs", Logs],
   ["events", "Events", Events],
   ["tune", "Tune", Tune],
+  ["serve", "Serve", Serve],
   ["memory", "Memory", Memory],
   ["metrics", "Metrics", Metrics],
   ["config", "Config", Config],
