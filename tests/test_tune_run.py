@@ -451,6 +451,17 @@ def pbt_trainable(config):
         with checkpoint.as_directory() as d:
             score, start = json.loads(Path(d, "state.json").read_text())
     me = tune.get_context().get_trial_id()
+    if config.get("together") and not checkpoint:
+        # Both trials run side by side from their first step, however slowly a loaded machine
+        # starts the second one's actor: alone, the first could finish with nobody to compare
+        # against, and PBT would have nothing to exploit.
+        scratch = Path(config["scratch"])
+        scratch.mkdir(parents=True, exist_ok=True)
+        Path(scratch, f"started-{me}").touch()
+        deadline = time.time() + 60
+        while len(list(scratch.glob("started-*"))) < config["together"]:
+            assert time.time() < deadline, "the other trials never started"
+            time.sleep(0.05)
     for step in range(start, config.get("steps", 8)):
         score += config["lr"]
         d = Path(config["scratch"], f"{me}_{step}")
@@ -477,7 +488,11 @@ def test_pbt_exploits_and_explores_through_checkpoints(node, tmp_path):
     )
     grid = tune.Tuner(
         pbt_trainable,
-        param_space={"lr": tune.grid_search([0.1, 0.4]), "scratch": str(tmp_path / "s")},
+        param_space={
+            "lr": tune.grid_search([0.1, 0.4]),
+            "scratch": str(tmp_path / "s"),
+            "together": 2,
+        },
         tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=pbt),
         run_config=quiet(tmp_path, "pbt"),
     ).fit()

@@ -14,6 +14,8 @@ from ember.tune.trainable.session import TrialContext
 
 # Where a save_checkpoint that returns a dict keeps it inside the checkpoint directory.
 DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"
+# Where a save_checkpoint (or 0.8's _save) that returns a path inside the directory says which.
+PATH_CHECKPOINT_FILE = ".tune_checkpoint_path"
 
 
 def node_ip() -> str:
@@ -48,25 +50,41 @@ class Trainable:
         self.setup(dict(self.config))
 
     # --- for subclasses -------------------------------------------------------------------
+    # Each also runs Ray 0.8's name for it when a subclass defines that instead (the seed's
+    # programs do): _setup, _train, _save, _restore, _stop.
     def setup(self, config: dict) -> None:
-        pass
+        legacy = getattr(self, "_setup", None)
+        if legacy is not None:
+            legacy(config)
 
     def step(self) -> dict:
+        legacy = getattr(self, "_train", None)
+        if legacy is not None:
+            return legacy()
         raise NotImplementedError(f"{type(self).__name__} must define step()")
 
     def save_checkpoint(self, checkpoint_dir: str) -> dict | None:
+        legacy = getattr(self, "_save", None)
+        if legacy is not None:
+            return legacy(checkpoint_dir)
         raise NotImplementedError(
             f"{type(self).__name__} has no save_checkpoint(); define it to checkpoint"
         )
 
     def load_checkpoint(self, checkpoint: dict | str) -> None:
+        legacy = getattr(self, "_restore", None)
+        if legacy is not None:
+            legacy(checkpoint)
+            return
         raise NotImplementedError(f"{type(self).__name__} has no load_checkpoint()")
 
     def reset_config(self, new_config: dict) -> bool:
         return False
 
     def cleanup(self) -> None:
-        pass
+        legacy = getattr(self, "_stop", None)
+        if legacy is not None:
+            legacy()
 
     # --- read by subclasses ---------------------------------------------------------------
     @property
@@ -142,6 +160,11 @@ class Trainable:
         state = self.save_checkpoint(str(checkpoint_dir))
         if isinstance(state, dict):
             Path(checkpoint_dir, DICT_CHECKPOINT_FILE).write_bytes(pickle.dumps(state))
+        elif isinstance(state, str) and state:
+            # Ray 0.8's _save returns the file it wrote, and _restore is given that path.
+            inside = os.path.relpath(state, checkpoint_dir)
+            if not inside.startswith(".."):
+                Path(checkpoint_dir, PATH_CHECKPOINT_FILE).write_text(inside)
         return name
 
     def restore(self, checkpoint_dir: str, iteration: int = 0, time_total: float = 0.0) -> None:
@@ -152,9 +175,13 @@ class Trainable:
         if name.startswith("checkpoint_") and name[11:].isdigit():
             self._checkpoint_index = int(name[11:]) + 1
         dict_file = Path(checkpoint_dir, DICT_CHECKPOINT_FILE)
-        self.load_checkpoint(
-            pickle.loads(dict_file.read_bytes()) if dict_file.exists() else checkpoint_dir
-        )
+        path_file = Path(checkpoint_dir, PATH_CHECKPOINT_FILE)
+        if dict_file.exists():
+            self.load_checkpoint(pickle.loads(dict_file.read_bytes()))
+        elif path_file.exists():
+            self.load_checkpoint(str(Path(checkpoint_dir, path_file.read_text())))
+        else:
+            self.load_checkpoint(checkpoint_dir)
         self._iterations_since_restore = 0
         self._time_since_restore = 0.0
 
