@@ -2,20 +2,5 @@
 import from: the same objects as ``ember.tune.search``. The integrations are its submodules
 (``ember.tune.suggest.hyperopt``, ``.optuna``), imported only when named."""
 
-from ember.tune.search import (
-    BasicVariantGenerator,
-    ConcurrencyLimiter,
-    SearchAlgorithm,
-    Searcher,
-    SearchGenerator,
-    Suggestion,
-)
-
-__all__ = [
-    "BasicVariantGenerator",
-    "ConcurrencyLimiter",
-    "SearchAlgorithm",
-    "SearchGenerator",
-    "Searcher",
-    "Suggestion",
-]
+from ember.tune.search import *  # noqa: F403 - the same names, by design
+from ember.tune.search import __all__  # noqa: F401
