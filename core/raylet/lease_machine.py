@@ -344,11 +344,17 @@ class LeaseMachine:
                     i += 1
                     continue
             if not res.can_fit(req.shape):
-                if req.actor_id is not None and self.in_cluster:
+                if (
+                    req.actor_id is not None
+                    and self.in_cluster
+                    and group_request(req.shape) is None
+                ):
                     # The GCS placed this actor on a view a heartbeat old (a placement
                     # group's bundle may have taken the room since): answered "not now",
                     # so the GCS places it again, elsewhere or here once room comes. Held
-                    # here instead, it waited for good while other nodes had room.
+                    # here instead, it waited for good while other nodes had room. An
+                    # actor in a bundle waits here: its bundle is on no other node, and
+                    # its pending reason is this node's (who holds the bundle's CPU).
                     queue.pop(i)
                     out.append(Cancel(req))
                     continue
