@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ember.autoscaler.demand import NODE_TYPE_LABEL
-from ember.autoscaler.node_provider import TAG_USER_NODE_TYPE, NodeProvider
+from ember.autoscaler.node_provider import TAG_USER_NODE_TYPE, StartsEmberNodes
 
 START_TIMEOUT_S = 120.0  # ``ember start`` returns once its node registered, or fails
 STOP_TIMEOUT_S = 60.0
@@ -36,7 +36,7 @@ def _ember(*args: str) -> list[str]:
     return [sys.executable, "-m", "ember.cli.main", *args]
 
 
-class FakeMultiNodeProvider(NodeProvider):
+class FakeMultiNodeProvider(StartsEmberNodes):
     def __init__(self, provider_config: Mapping[str, Any], cluster_name: str) -> None:
         super().__init__(provider_config, cluster_name)
         missing = [k for k in ("gcs_address", "temp_dir") if not provider_config.get(k)]
@@ -77,11 +77,6 @@ class FakeMultiNodeProvider(NodeProvider):
 
     def internal_ip(self, node_id: str) -> str:
         return self.nodes[node_id]["ip"]
-
-    def create_node(
-        self, node_config: Mapping[str, Any], tags: Mapping[str, str], count: int
-    ) -> dict[str, dict[str, Any]]:
-        return self.create_node_with_resources_and_labels(node_config, tags, count, {}, {})
 
     def create_node_with_resources_and_labels(
         self,

@@ -75,3 +75,24 @@ class NodeProvider(ABC):
     @abstractmethod
     def terminate_node(self, node_id: str) -> None:
         """Stops the node; a node already gone is not an error (terminate is retried)."""
+
+
+class StartsEmberNodes(NodeProvider):
+    """A provider that starts ``ember start`` itself (local processes, SSH hosts, Slurm jobs)
+    and so tells each node its resources and labels: ``create_node`` is
+    ``create_node_with_resources_and_labels`` with none, which such a provider defines."""
+
+    def create_node(
+        self, node_config: Mapping[str, Any], tags: Mapping[str, str], count: int
+    ) -> dict[str, dict[str, Any]]:
+        return self.create_node_with_resources_and_labels(node_config, tags, count, {}, {})
+
+    @abstractmethod
+    def create_node_with_resources_and_labels(
+        self,
+        node_config: Mapping[str, Any],
+        tags: Mapping[str, str],
+        count: int,
+        resources: Mapping[str, float],
+        labels: Mapping[str, str],
+    ) -> dict[str, dict[str, Any]]: ...

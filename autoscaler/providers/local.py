@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ember.autoscaler.command_runner import CommandError, CommandRunner, command_runner_for
-from ember.autoscaler.node_provider import NODE_KIND_HEAD, TAG_NODE_KIND, NodeProvider
+from ember.autoscaler.node_provider import NODE_KIND_HEAD, TAG_NODE_KIND, StartsEmberNodes
 from ember.autoscaler.providers.node_table import NodeTable
 from ember.autoscaler.providers.start_args import (
     ember_command,
@@ -91,7 +91,7 @@ rm -f "$d/node.pid"
 """
 
 
-class LocalNodeProvider(NodeProvider):
+class LocalNodeProvider(StartsEmberNodes):
     def __init__(self, provider_config: Mapping[str, Any], cluster_name: str) -> None:
         super().__init__(provider_config, cluster_name)
         cfg = self.provider_config
@@ -141,11 +141,6 @@ class LocalNodeProvider(NodeProvider):
 
     def external_ip(self, node_id: str) -> str | None:
         return node_id
-
-    def create_node(
-        self, node_config: Mapping[str, Any], tags: Mapping[str, str], count: int
-    ) -> dict[str, dict[str, Any]]:
-        return self.create_node_with_resources_and_labels(node_config, tags, count, {}, {})
 
     def create_node_with_resources_and_labels(
         self,

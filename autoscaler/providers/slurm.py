@@ -39,7 +39,7 @@ from ember.autoscaler.node_provider import (
     TAG_CLUSTER_NAME,
     TAG_NODE_KIND,
     TAG_USER_NODE_TYPE,
-    NodeProvider,
+    StartsEmberNodes,
 )
 from ember.autoscaler.providers.node_table import NodeTable
 from ember.autoscaler.providers.start_args import (
@@ -78,7 +78,7 @@ def job_script(argv: Sequence[str], cluster_name: str, node_type: str) -> str:
     )
 
 
-class SlurmNodeProvider(NodeProvider):
+class SlurmNodeProvider(StartsEmberNodes):
     def __init__(self, provider_config: Mapping[str, Any], cluster_name: str) -> None:
         super().__init__(provider_config, cluster_name)
         cfg = self.provider_config
@@ -180,11 +180,6 @@ class SlurmNodeProvider(NodeProvider):
             return socket.gethostbyname(host)
         except OSError:
             return host
-
-    def create_node(
-        self, node_config: Mapping[str, Any], tags: Mapping[str, str], count: int
-    ) -> dict[str, dict[str, Any]]:
-        return self.create_node_with_resources_and_labels(node_config, tags, count, {}, {})
 
     def sbatch_argv(
         self, node_config: Mapping[str, Any], node_type: str, resources: Mapping[str, float]
