@@ -156,6 +156,9 @@ class TaskTable(TaskQueries):
         }
         self.codes: dict[str, array] = {k: array("B" if k == "state" else "I") for k in CODED}
         self.errors: dict[int, str] = {}  # {slot: error text}: most tasks have none
+        # Slots ended FAILED by presumption (their job ended and nothing had reported their
+        # end): a report of the attempt's real end that arrives later replaces it.
+        self._presumed: set[int] = set()
         # {slot: (attempt, out_start, out_end, err_start, err_end)}: the bytes of its worker's
         # log files the task wrote; only tasks that printed something have one.
         self.logs: dict[int, tuple[int, ...]] = {}
@@ -357,6 +360,8 @@ class TaskTable(TaskQueries):
         # from its owner and its worker, in any order).
         if rank is not None and cur < FIRST_TERMINAL and PHASE[rank] >= PHASE[cur]:
             cur = rank
+        elif state in TERMINAL and self._presumed and slot in self._presumed:
+            cur = self._unpresume(slot, rank, extra)
         if state == "PENDING_ARGS_AVAIL" and times["t_pending"][slot] != times["t_pending"][slot]:
             times["t_pending"][slot] = t
         elif state == "RETRYING" and times["t_pending"][slot] != times["t_pending"][slot]:
@@ -386,6 +391,21 @@ class TaskTable(TaskQueries):
             _dec(self.by_name_state, (name_of[old_name], STATES[old_state]))
             self.by_name_state[(name_of[names[slot]], STATES[cur])] += 1
         return slot
+
+    def _unpresume(self, slot: int, rank: int, extra: dict[str, Any] | None) -> int:
+        """A reported end of an attempt presumed FAILED: the report is the truth (a busy
+        node's workers may flush their last events after the job-end grace). Its time and
+        error are the report's; ``ended`` keeps counting the presumed move too (a counter
+        never goes down)."""
+        self._presumed.discard(slot)
+        self.times["t_end"][slot] = UNKNOWN_TIME  # the report's time is set below
+        error = extra.get("error") if extra else None
+        if error:
+            self.errors[slot] = str(error)[:4000]
+        else:
+            self.errors.pop(slot, None)
+        self._put("error_type", slot, (extra or {}).get("error_type") or None)
+        return rank
 
     def _set_state(self, slot: int, old: int, new: int) -> None:
         self.codes["state"][slot] = new
@@ -455,6 +475,7 @@ class TaskTable(TaskQueries):
         extra = {"error": error, "error_type": error_type}
         for s in open_slots:
             self.apply(self.task_id(s), "FAILED", t, self.attempt[s], extra)
+        self._presumed.update(open_slots)
         return len(open_slots)
 
     def _put(self, key: str, slot: int, value: Any) -> None:
@@ -498,6 +519,7 @@ class TaskTable(TaskQueries):
         else:
             slot = self.seq % self.cap
             self._evict(slot)
+            self._presumed.discard(slot)
             for k, col in codes.items():
                 col[slot] = job if k == "job_id" else 0
             for col in self.times.values():

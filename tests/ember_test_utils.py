@@ -39,15 +39,17 @@ def ember_children() -> list[psutil.Process]:
     return out
 
 
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, message: str = ""):
-    """Polls ``predicate`` until it returns a truthy value; fails the test at the deadline."""
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, message=""):
+    """Polls ``predicate`` until it returns a truthy value; fails the test at the deadline.
+    ``message`` may be a callable, called at the deadline, to name what was last seen."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {message or predicate}")
+            what = message() if callable(message) else message
+            pytest.fail(f"timed out after {timeout} s waiting for {what or predicate}")
         time.sleep(interval)
 
 

@@ -128,13 +128,13 @@ def test_tasks_of_killed_and_busy_drivers_end_in_their_true_state(monkeypatch, t
         drivers = [subprocess.Popen([sys.executable, str(busy), root, "2000"]) for _ in range(20)]
         assert [d.wait(300) for d in drivers] == [0] * 20
         want = {"FINISHED": 40_000, "FAILED": 2}
-        counts = wait_until(
-            lambda: (c := _state_counts(url)) == want and c,
-            60,
-            0.5,
-            f"{want} task rows",
-        )
-        assert counts == want
+        seen: list[dict[str, int]] = [{}]
+
+        def settled() -> bool:
+            seen[0] = _state_counts(url)
+            return seen[0] == want
+
+        wait_until(settled, 60, 0.5, lambda: f"{want} task rows (last seen: {seen[0]})")
         status = _get(url, "/api/cluster_status")
         assert status["tasks"] == want
         assert not any(status["dropped"].values()), status["dropped"]

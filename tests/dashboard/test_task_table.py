@@ -201,3 +201,32 @@ def test_attempts_through_evictions():
     assert len(table) == 6 and len(table._retried) == 2  # the kept tasks' only
     assert table.apply(ids[-3], "FINISHED", 2.0, 2, None) == -1 and table.late_dropped == 1
     assert ids[-3] not in table and all(t in table for t in kept)
+
+
+def test_a_late_report_replaces_a_failure_presumed_at_job_end():
+    """A job's driver exits once every task is done, but a busy node's worker may flush its
+    last events after the job-end grace: the sweep presumes those tasks FAILED, and the
+    worker's own FINISHED (or FAILED with its error), arriving later, is what they show."""
+    table = TaskTable(100)
+    job = "0100"
+    done, crashed, lost = (f"{i:032x}" for i in (1, 2, 3))
+    for tid in (done, crashed, lost):
+        table.apply(tid, "PENDING_ARGS_AVAIL", 1.0, 0, {"name": "f"}, job_id=job)
+        table.apply(tid, "RUNNING", 1.5, 0, {"worker_id": "w1"}, job_id=job)
+    assert table.fail_open_tasks(job, 3.0, "Job finishes as driver exits.", "WORKER_DIED") == 3
+    assert dict(table.counts["state"]) == {"FAILED": 3}
+    table.apply(done, "FINISHED", 2.5, 0, {"timings": {"end": 2.5}}, job_id=job)
+    crash = {"error": "ValueError: boom", "error_type": "TASK_EXECUTION_EXCEPTION"}
+    table.apply(crashed, "FAILED", 2.6, 0, crash)
+    rows = {tid: table.get(tid).public() for tid in (done, crashed, lost)}
+    assert rows[done]["state"] == "FINISHED" and rows[done]["error"] is None
+    assert rows[done]["error_type"] is None and rows[done]["end_time"] == 2.5
+    assert rows[crashed]["state"] == "FAILED"
+    assert rows[crashed]["error"] == "ValueError: boom"
+    assert rows[crashed]["error_type"] == "TASK_EXECUTION_EXCEPTION"
+    assert rows[lost]["state"] == "FAILED" and rows[lost]["error_type"] == "WORKER_DIED"
+    assert dict(table.counts["state"]) == {"FINISHED": 1, "FAILED": 2}
+    # A real end is final: a later duplicate or a stray earlier phase changes nothing.
+    table.apply(done, "FAILED", 4.0, 0, {"error": "late", "error_type": "WORKER_DIED"})
+    table.apply(done, "RUNNING", 4.1, 0, None)
+    assert table.get(done).public()["state"] == "FINISHED"
