@@ -36,7 +36,9 @@ retried at least once: most tasks never are).
 
 Rules:
 - events may arrive out of order (processes flush independently): a terminal state
-  (FINISHED, FAILED) is never overwritten by an earlier phase;
+  (FINISHED, FAILED) is never overwritten by an earlier phase, and only a FAILED presumed at
+  its job's end (nothing had reported the end within the grace) yields, to the attempt's
+  reported end arriving later;
 - where an attempt ran is what its events that know say (the executing worker's RUNNING, the
   owner's push to a leased worker): those override a guess made from an earlier event;
 - a new attempt copies its task's name, job and actor from the attempt before it, and ends
