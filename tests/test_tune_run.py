@@ -548,7 +548,14 @@ def test_hyperband_pauses_and_resumes_class_trials_from_checkpoints(node, tmp_pa
 
 def nested_metrics(config):
     for i in range(3):
-        tune.report({"score": config["x"] * (i + 1), "eval": {"loss": 1.0 / (i + 1)}, "tag": "a"})
+        tune.report(
+            {
+                "score": config["x"] * (i + 1),
+                "eval": {"loss": 1.0 / (i + 1)},
+                "tag": "a",
+                "weights": [0.5, 1.0, i + 2.0],  # a list of numbers: a histogram
+            }
+        )
 
 
 def test_tensorboard_reads_each_trials_event_files(node, tmp_path):
@@ -574,6 +581,7 @@ def test_tensorboard_reads_each_trials_event_files(node, tmp_path):
         assert [v for _, v in seen["scalars"]["ray/tune/eval/loss"]] == pytest.approx(
             [1.0, 0.5, 1 / 3]
         )
+        assert seen["histograms"]["ray/tune/weights"] == [[1, 3, 2.0], [2, 3, 3.0], [3, 3, 4.0]]
         # Strings, the config and the bookkeeping Ray leaves out are not curves.
         assert not {"ray/tune/tag", "ray/tune/training_iteration", "ray/tune/pid"} & set(
             seen["scalars"]

@@ -114,6 +114,8 @@ class Controller:
                 ember.wait([actor.stop.remote()], timeout=STOP_WAIT_S)  # its cleanup() runs
                 self._end_actor(actor, pg)
             self.idle.clear()
+            for files in self.files.values():
+                files.flush()
             self.write_state()
             for cb in self.callbacks:
                 cb.on_experiment_end(trials=self.loop.trials)
@@ -136,6 +138,14 @@ class Controller:
 
     def _arrived(self, ref: Any) -> None:
         trial_id, run, kind = self.refs.pop(ref)
+        try:
+            self._answer(trial_id, run, kind, ref)
+        finally:
+            files = self.files.get(trial_id)
+            if files is not None:
+                files.flush()  # the batch's results, in one write per file
+
+    def _answer(self, trial_id: str, run: int, kind: str, ref: Any) -> None:
         trial = self.loop.by_id[trial_id]
         if run != trial.runs:
             return  # the answer of an actor this trial no longer has

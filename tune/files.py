@@ -76,11 +76,17 @@ def flatten(result: dict, prefix: str = "") -> dict:
 
 class TrialFiles:
     """Appends one trial's results; the CSV header is the first result's keys (later keys
-    are left out of the CSV, as in Ray, and kept in result.json)."""
+    are left out of the CSV, as in Ray, and kept in result.json). Results are held until
+    ``flush``, which the controller calls once per batch it receives from the trial: one
+    open and one write per file per batch instead of per result (a trial reporting
+    hundreds of results a second sends them in batches)."""
 
     def __init__(self, trial_dir: Path) -> None:
         self.dir = trial_dir
         self.fields: list[str] | None = None
+        self._header = False  # the CSV's header is still to be written
+        self._lines: list[str] = []
+        self._rows: list[dict] = []
         csv_path = trial_dir / "progress.csv"
         if csv_path.exists() and csv_path.stat().st_size:
             with open(csv_path, newline="") as f:
@@ -92,19 +98,29 @@ class TrialFiles:
         (self.dir / "params.pkl").write_bytes(cloudpickle.dumps(config))
 
     def write_result(self, result: dict) -> None:
-        with open(self.dir / "result.json", "a") as f:
-            f.write(to_json(result) + "\n")
+        self._lines.append(to_json(result) + "\n")
         row = flatten({k: v for k, v in result.items() if k != "config"})
-        new = self.fields is None
-        if new:
-            self.fields = list(row)
-        with open(self.dir / "progress.csv", "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
-            if new:
-                writer.writeheader()
-            writer.writerow(row)
+        if self.fields is None:
+            self.fields, self._header = list(row), True
+        self._rows.append(row)
+
+    def flush(self) -> None:
+        """Writes the results held since the last flush."""
+        if self._lines:
+            with open(self.dir / "result.json", "a") as f:
+                f.write("".join(self._lines))
+            self._lines.clear()
+        if self._rows:
+            with open(self.dir / "progress.csv", "a", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
+                if self._header:
+                    writer.writeheader()
+                    self._header = False
+                writer.writerows(self._rows)
+            self._rows.clear()
 
     def write_error(self, failure: int, text: str, error: BaseException | None) -> None:
+        self.flush()
         with open(self.dir / "error.txt", "a") as f:
             f.write(f"Failure # {failure} (occurred at {date_str()})\n{text}\n")
         try:

@@ -37,16 +37,21 @@ def read(directory: str) -> dict:
 
     files = sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*")))
     scalars: dict = {}
+    histograms: dict = {}  # {tag: [[step, count, max], ...]}
     hparams: dict = {"hparams": {}, "metrics": []}
     for path in files:
-        acc = EventAccumulator(path, size_guidance={"scalars": 0, "tensors": 0})
+        acc = EventAccumulator(path, size_guidance={"scalars": 0, "tensors": 0, "histograms": 0})
         acc.Reload()
         for tag in acc.Tags()["scalars"]:
             scalars.setdefault(tag, []).extend([e.step, e.value] for e in acc.Scalars(tag))
+        for tag in acc.Tags()["histograms"]:
+            histograms.setdefault(tag, []).extend(
+                [e.step, e.histogram_value.num, e.histogram_value.max] for e in acc.Histograms(tag)
+            )
         found = hparams_of(acc)
         if found["hparams"] or found["metrics"]:
             hparams = found
-    return {"files": len(files), "scalars": scalars, **hparams}
+    return {"files": len(files), "scalars": scalars, "histograms": histograms, **hparams}
 
 
 if __name__ == "__main__":
