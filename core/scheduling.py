@@ -110,7 +110,14 @@ def lease_decision(
             )
         # soft affinity to a node that cannot: anywhere, as the default strategy would
     if spilled:
-        return "local", None  # another raylet chose us; never bounce work around
+        # Another raylet chose us: it waits here, unless it cannot start here now and another
+        # node has room for it now (as Ray's raylet spills the tasks waiting on it). A burst
+        # sent to the first node that joined spreads over the nodes that join after it; a
+        # node merely as busy as this one never gets it, so work does not bounce around.
+        if fits(shape, here.available) or not fits(shape, here.total):
+            return "local", None
+        free = [n for n in others if fits(shape, n.available)]
+        return ("spill", min(free, key=_load)) if free else ("local", None)
     if strategy == "SPREAD":
         candidates = [n for n in (here, *others) if fits(shape, n.available)]
         if candidates:

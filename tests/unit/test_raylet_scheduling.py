@@ -44,15 +44,20 @@ def test_spills_to_a_node_that_could_ever_hold_it() -> None:
     assert decide(here, [cpu_only, gpu_busy], {"GPU": 1}) == ("spill", gpu_busy)
 
 
-def test_a_spilled_request_is_never_spilled_again() -> None:
-    here = node(HERE, {"CPU": 2}, {"CPU": 0})
+def test_a_spilled_request_moves_on_only_to_a_node_with_room_now() -> None:
+    busy_here = node(HERE, {"CPU": 2}, {"CPU": 0})
     free = node(A, {"CPU": 4})
-    assert decide(here, [free], {"CPU": 1}) == ("spill", free)
-    assert decide(here, [free], {"CPU": 1}, spilled=True) == ("local", None)
-    # Even a request pinned (softly or not) to another node stays where it was sent.
+    busy = node(B, {"CPU": 4}, {"CPU": 0})
+    assert decide(busy_here, [free], {"CPU": 1}) == ("spill", free)
+    # Sent here, it starts here when it can, and waits here when no node has room now...
+    assert decide(node(HERE, {"CPU": 2}), [free], {"CPU": 1}, spilled=True) == ("local", None)
+    assert decide(busy_here, [busy], {"CPU": 1}, spilled=True) == ("local", None)
+    # ...but a burst queued on the first node to join moves to one that joined since.
+    assert decide(busy_here, [busy, free], {"CPU": 1}, spilled=True) == ("spill", free)
+    # A request pinned (softly or not) to another node stays where it was sent.
     for soft in (True, False):
         strategy = ("NODE_AFFINITY", A, soft)
-        assert decide(here, [free], {"CPU": 1}, strategy, spilled=True) == ("local", None)
+        assert decide(busy_here, [free], {"CPU": 1}, strategy, spilled=True) == ("local", None)
 
 
 def test_spread_rotates_over_the_nodes_with_room() -> None:
