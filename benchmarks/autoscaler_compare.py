@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""Ray 2.60's fake multi-node autoscaler and Ember's, side by side on this machine (issue 34's
+performance targets).
+
+One workload, the same code on both (the runtime imported by name): a head with no CPUs and
+one worker type of 1 CPU (0 to N nodes, a 10 s idle timeout); a burst of N one-CPU tasks that
+each hold until released. Measured per system:
+
+- demand to the first ready worker node, and to all N;
+- the autoscaler's own CPU over 10 s with N nodes up (its steady state);
+- after the release, the last task's end to 0 worker nodes (the 10 s idle timeout included);
+- tasks lost or run twice (each task leaves a marker file per execution).
+
+Ray's half starts its fake multi-node cluster as ``ray.cluster_utils.AutoscalingCluster``
+would (the same config, ``RAY_FAKE_CLUSTER=1``, ``AUTOSCALER_UPDATE_INTERVAL_S=1``) but
+without its ``ray stop --force``, which would end every Ray process on the machine: its
+processes run in a session of their own, and only that session is stopped. Ember's half
+uses ``ember.cluster_utils.AutoscalingCluster`` with the same 1 s tick.
+
+    .venv/bin/python benchmarks/autoscaler_compare.py            # N = 20
+    .venv/bin/python benchmarks/autoscaler_compare.py --quick    # N = 4
+    .venv/bin/python benchmarks/autoscaler_compare.py --quick --only ember
+
+Only the standard library is imported at the top: Ray's interpreter runs this same file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+SIZES = {"full": 20, "quick": 4}
+IDLE_TIMEOUT_S = 10.0
+TICK_S = 1.0
+DEADLINE_S = 600.0
+TARGETS = {"first_node_s": 3.0, "all_nodes_s": 3.0, "scale_down_s": 3.0}
+
+
+# --------------------------------------------------------------------------------------
+# One half: runs inside Ray's or Ember's interpreter
+# --------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RayFakeCluster:
+    """Ray's fake multi-node cluster in a session of its own (so that stopping it stops
+    nothing else)."""
+
+    def __init__(self, n: int, work: Path) -> None:
+        self.port = _free_port()
+        config = {
+            "cluster_name": "fake_multinode",
+            "max_workers": n,
+            "provider": {
+                "type": "fake_multinode",
+                "use_node_id_as_ip": True,
+                "disable_node_updaters": True,
+                "disable_launch_config_check": True,
+            },
+            "available_node_types": {
+                "ray.head.default": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
+                "worker": {
+                    "resources": {"CPU": 1, "object_store_memory": 100_000_000},
+                    "node_config": {},
+                    "min_workers": 0,
+                    "max_workers": n,
+                },
+            },
+            "head_node_type": "ray.head.default",
+            "auth": {},
+            "upscaling_speed": 1.0,
+            "idle_timeout_minutes": IDLE_TIMEOUT_S / 60,
+            "docker": {},
+            "initialization_commands": [],
+            "setup_commands": [],
+            "head_setup_commands": [],
+            "worker_setup_commands": [],
+            "head_start_ray_commands": [],
+            "worker_start_ray_commands": [],
+            "file_mounts": {},
+            "cluster_synced_files": [],
+            "file_mounts_sync_continuously": False,
+            "rsync_exclude": [],
+            "rsync_filter": [],
+        }
+        path = work / "ray-cluster.json"
+        path.write_text(json.dumps(config))
+        ray_cli = str(Path(sys.executable).with_name("ray"))
+        env = {**os.environ, "AUTOSCALER_UPDATE_INTERVAL_S": str(TICK_S), "RAY_FAKE_CLUSTER": "1"}
+        cmd = [ray_cli, "start", "--head", f"--autoscaling-config={path}", "--num-cpus=0"]
+        cmd += [f"--port={self.port}", "--node-ip-address=127.0.0.1", "--include-dashboard=false"]
+        cmd += [f"--temp-dir={work / 'ray'}"]  # not /tmp/ray: another Ray on this machine
+        starter = subprocess.Popen(cmd, env=env, start_new_session=True)
+        self.session = starter.pid  # every process it starts keeps this session id
+        if starter.wait(timeout=180) != 0:
+            self.stop()
+            raise RuntimeError(f"ray start exited {starter.returncode}")
+        self.address = f"127.0.0.1:{self.port}"
+
+    def processes(self) -> list[int]:
+        out = []
+        for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+            try:
+                if os.getsid(pid) == self.session:
+                    out.append(pid)
+            except OSError:
+                pass
+        return out
+
+    def monitor_pid(self) -> int | None:
+        for pid in self.processes():
+            try:
+                if b"monitor.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return pid
+            except OSError:
+                pass
+        return None
+
+    def stop(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in self.processes():
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+            deadline = time.monotonic() + 15
+            while self.processes() and time.monotonic() < deadline:
+                time.sleep(0.2)
+
+
+class EmberFakeCluster:
+    def __init__(self, n: int, work: Path) -> None:
+        from ember.cluster_utils import AutoscalingCluster
+
+        self.cluster = AutoscalingCluster(
+            head_resources={"CPU": 0},
+            worker_node_types={
+                "worker": {
+                    "resources": {"CPU": 1},
+                    "node_config": {},
+                    "min_workers": 0,
+                    "max_workers": n,
+                }
+            },
+            idle_timeout_minutes=IDLE_TIMEOUT_S / 60,
+            upscaling_speed=1.0,
+        )
+        self.cluster.start(interval=TICK_S)
+        self.address = self.cluster.address
+
+    def monitor_pid(self) -> int | None:
+        return self.cluster.monitor.pid if self.cluster.monitor else None
+
+    def stop(self) -> None:
+        self.cluster.shutdown()
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _worker_nodes(rt: Any) -> int:
+    return sum(1 for n in rt.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0))
+
+
+def _wait(predicate: Any, what: str, deadline: float) -> float:
+    print(f"[{time.strftime('%H:%M:%S')}] waiting for {what}", file=sys.stderr, flush=True)
+    while time.monotonic() < deadline:
+        if predicate():
+            return time.monotonic()
+        time.sleep(0.1)
+    raise TimeoutError(f"no {what} before the deadline")
+
+
+def run_half(system: str, n: int) -> dict:
+    import importlib
+
+    rt = importlib.import_module(system)
+    work = Path(tempfile.mkdtemp(prefix=f"as-bench-{system}-"))
+    markers, release = work / "markers", work / "release"
+    markers.mkdir()
+    cluster = (RayFakeCluster if system == "ray" else EmberFakeCluster)(n, work)
+    out: dict[str, Any] = {}
+    try:
+        rt.init(address=cluster.address)
+
+        @rt.remote(num_cpus=1)
+        def hold(i: int, markers: str, release: str) -> tuple[float, float]:
+            Path(markers, f"{i}-{os.getpid()}-{time.time_ns()}").touch()
+            started = time.time()
+            deadline = time.monotonic() + DEADLINE_S
+            while not os.path.exists(release) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return started, time.time()
+
+        deadline = time.monotonic() + DEADLINE_S
+        t0 = time.monotonic()
+        refs = [hold.remote(i, str(markers), str(release)) for i in range(n)]
+        first = _wait(lambda: _worker_nodes(rt) >= 1, "worker node", deadline)
+        out["first_node_s"] = first - t0
+        out["all_nodes_s"] = _wait(lambda: _worker_nodes(rt) >= n, f"{n} nodes", deadline) - t0
+
+        def started() -> bool:
+            done, _ = rt.wait(refs, num_returns=len(refs), timeout=0)
+            if done:  # a task that ends before the release failed: its error, now
+                rt.get(done)
+            return len(list(markers.iterdir())) >= n
+
+        _wait(started, "every task started", deadline)
+        out["all_started_s"] = time.monotonic() - t0
+        pid = cluster.monitor_pid()
+        if pid:
+            time.sleep(2.0)  # past the launches' own bookkeeping
+            c0, w0 = _cpu_seconds(pid), time.monotonic()
+            time.sleep(10.0)
+            out["monitor_cpu_pct"] = 100 * (_cpu_seconds(pid) - c0) / (time.monotonic() - w0)
+        release.touch()
+        ends = [end for _, end in rt.get(refs, timeout=DEADLINE_S)]
+        last_end = max(ends)
+        zero = _wait(lambda: _worker_nodes(rt) == 0, "scale-down to 0", deadline)
+        out["scale_down_s"] = time.time() - (time.monotonic() - zero) - last_end
+        runs: dict[str, int] = {}
+        for marker in markers.iterdir():
+            i = marker.name.split("-")[0]
+            runs[i] = runs.get(i, 0) + 1
+        out["lost"] = n - len(runs)
+        out["rerun"] = sum(c - 1 for c in runs.values())
+    finally:
+        try:
+            rt.shutdown()
+        finally:
+            cluster.stop()
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# The driver: both halves, then the table
+# --------------------------------------------------------------------------------------
+
+
+def _default_ray_python() -> str | None:
+    for candidate in (
+        os.environ.get("EMBER_RAY_PYTHON", ""),
+        str(REPO / "tests" / "tools" / ".ray-venv" / "bin" / "python"),
+    ):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
+def _run_sub(python: str, system: str, quick: bool) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        cmd = [python, __file__, "--half", system, "--json", f.name]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "RAY_"))}
+        env["RAY_USAGE_STATS_ENABLED"] = "0"
+        subprocess.run(cmd + (["--quick"] if quick else []), check=True, env=env, cwd=REPO)
+        return json.loads(Path(f.name).read_text())
+
+
+ROWS = [
+    ("first_node_s", "demand to the first ready worker node (s)"),
+    ("all_nodes_s", "demand to all N worker nodes (s)"),
+    ("all_started_s", "demand to every task running (s)"),
+    ("scale_down_s", "last task's end to 0 worker nodes (s; 10 s idle timeout)"),
+    ("monitor_cpu_pct", "autoscaler CPU with N nodes up (% of a core)"),
+    ("lost", "tasks lost"),
+    ("rerun", "tasks run twice"),
+]
+
+
+def print_table(results: dict[str, dict], n: int) -> None:
+    load = os.getloadavg()
+    print(
+        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores; "
+        f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"load average: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; N = {n}"
+    )
+    print("| workload | Ray 2.60 | Ember | Ray / Ember | target |")
+    print("|---|---|---|---|---|")
+    for key, label in ROWS:
+        ray, ember = results.get("ray", {}).get(key), results.get("ember", {}).get(key)
+        ratio = ""
+        if key in TARGETS and ray is not None and ember:
+            ratio = f"{ray / ember:.2f}"
+        target = f">= {TARGETS[key]:g}" if key in TARGETS else ""
+        if key == "monitor_cpu_pct":
+            target = "Ember <= 2"
+        if key in ("lost", "rerun"):
+            target = "0"
+        cells = [f"{v:.2f}" if isinstance(v, float) else str(v) for v in (ray, ember)]
+        cells = ["" if c == "None" else c for c in cells]
+        print(f"| {label} | {cells[0]} | {cells[1]} | {ratio} | {target} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--half", choices=["ray", "ember"], help=argparse.SUPPRESS)
+    parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--quick", action="store_true", help="N = 4 instead of 20")
+    parser.add_argument("--only", choices=["ray", "ember"], help="run one side only")
+    parser.add_argument("--ray-python", default=None, help="the interpreter that has Ray")
+    args = parser.parse_args(argv)
+    n = SIZES["quick" if args.quick else "full"]
+    if args.half:
+        Path(args.json).write_text(json.dumps(run_half(args.half, n)))
+        return 0
+    results: dict[str, dict] = {}
+    if args.only != "ember":
+        ray_python = args.ray_python or _default_ray_python()
+        if not ray_python:
+            print(
+                "No Ray interpreter: pass --ray-python or run scripts/dev.sh setup", file=sys.stderr
+            )
+            return 2
+        results["ray"] = _run_sub(ray_python, "ray", args.quick)
+    if args.only != "ray":
+        results["ember"] = _run_sub(sys.executable, "ember", args.quick)
+    print_table(results, n)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"n": n, "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
