@@ -3,6 +3,7 @@ demands that wait for a capable node, and data locality (issue 3 §3)."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import ember
@@ -108,6 +109,36 @@ def test_infeasible_until_a_capable_node_joins(cluster):
     node = cluster.add_node(num_cpus=1, resources={"bigmem": 1})
     assert ember.get(ref, timeout=30) == node.node_id.hex()
     wait_until(lambda: demand() is None, timeout=20, message="the demand to leave the status")
+
+
+def test_a_burst_sent_to_the_first_node_to_join_spreads_over_those_that_join_after(
+    cluster, tmp_path
+):
+    """What an autoscaler's burst meets: tasks no node could run wait; the first node that
+    joins gets them all (the only one that fits), and as more join, the tasks still waiting
+    there move on to them instead of running one at a time on the first."""
+    release = tmp_path / "release"
+
+    @ember.remote(num_cpus=1, resources={"burst": 1})
+    def hold(path: str) -> str:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return ember.get_runtime_context().get_node_id()
+
+    cluster.connect()
+    refs = [hold.remote(str(release)) for _ in range(3)]
+    nodes = [cluster.add_node(num_cpus=1, resources={"burst": 1})]
+    wait_until(lambda: _running(cluster) == 1, 20, 0.1, "one task running on the first node")
+    nodes += [cluster.add_node(num_cpus=1, resources={"burst": 1}) for _ in range(2)]
+    wait_until(lambda: _running(cluster) == 3, 30, 0.1, "all three running at once")
+    release.touch()
+    assert sorted(ember.get(refs, timeout=30)) == sorted(n.node_id.hex() for n in nodes)
+
+
+def _running(cluster) -> int:
+    tasks = ember.util.state.list_tasks(filters=[("state", "=", "RUNNING")], detail=True)
+    return sum(1 for t in tasks if t["name"].endswith("hold"))
 
 
 def test_actor_infeasible_until_a_capable_node_joins(cluster):
