@@ -389,7 +389,7 @@ class RemoteHead:
             except CommandError as e:
                 raise RemoteError(str(e)) from None
             address = f"127.0.0.1:{forward.local_port}"
-        link = GcsLink(address, self.token.encode())
+        link = GcsLink(f"tcp:{address}", self.token.encode())
         try:
             return link.call(op, body)
         finally:
