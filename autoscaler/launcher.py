@@ -243,8 +243,13 @@ def up(
         return head
     argv = _head_start_argv(config, paths)
     echo(f"Starting the head of cluster {config['cluster_name']}")
+    # The token by environment: the head's autoscaler inherits it, and so has it from its
+    # first tick (looking it up in the head's session races the session being written).
+    env = {**os.environ, "EMBER_TOKEN": _cluster_token(paths)}
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=START_TIMEOUT_S, env=env
+        )
     except subprocess.TimeoutExpired:
         _stop_all(paths, echo)
         raise LauncherError(f"the head did not start within {START_TIMEOUT_S:.0f} s") from None
