@@ -165,7 +165,7 @@ def test_up_on_ssh_hosts_scale_up_shrink_down(hosts, tmp_path, monkeypatch) -> N
             assert server.stdout.readline().strip() == "up"
             # The forward is up before the command starts, and lasts while it runs.
             execd = subprocess.Popen(
-                [sys.executable, "-m", "ember.cli.main", "exec", config, "sleep 8"]
+                [sys.executable, "-m", "ember.cli.main", "exec", config, "sleep 4"]
                 + ["--port-forward", str(port)],
                 env=env,
             )

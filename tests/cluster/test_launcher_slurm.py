@@ -3,7 +3,8 @@ real single-host Slurm (``slurm_host.py``): ``ember up`` starts the head here, a
 ``provider.gcs_address``; a task needing 2 CPUs (the head has none) makes its autoscaler
 ``sbatch`` a worker job, which runs it and is ``scancel``'ed when idle; a changed config
 (``min_workers: 1``) brings a job back without a restart; ``ember down`` stops the head and
-``scancel``s that job, leaving no job and no Ember process.
+``scancel``s that job, leaving no job and no Ember process. Then ``ember exec --start
+--stop`` brings a cluster up for one command and down again.
 
 One test: every step needs the cluster the step before left."""
 
@@ -126,6 +127,12 @@ def test_up_with_slurm_scale_up_shrink_down(slurm, tmp_path, monkeypatch) -> Non
             message="Ember processes outlived ember down",
         )
         assert not os.path.exists(root)
+
+        # Ray's exec --start --stop: up if needed, the command on the head, then down.
+        out = ok(ember(env, "exec", config, "echo at $EMBER_ADDRESS", "--start", "--stop"))
+        assert f"Cluster {name} is up" in out and f"at 127.0.0.1:{port}" in out
+        assert f"Cluster {name} is down" in out
+        assert not find_ember_processes(root) and not os.path.exists(root)
     finally:
         if os.path.isdir(root):
             ember(env, "down", config, "-y")
