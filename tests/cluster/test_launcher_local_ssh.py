@@ -73,25 +73,18 @@ def _greeting(port: int) -> bytes:
         return b""
 
 
-def test_up_on_ssh_hosts_scale_up_shrink_down(hosts, tmp_path, monkeypatch) -> None:
-    up_dir = tempfile.mkdtemp(prefix="eu-", dir="/tmp")
-    monkeypatch.setenv("EMBER_UP_DIR", up_dir)  # this process's heads.* calls too
-    env = dict(os.environ)
-    (head_ip, head_ns), (worker_ip, worker_ns) = hosts.hosts.items()
+def _config(hosts, name: str, worker_ips: list[str]) -> dict:
+    """The cluster.yaml of these tests: the first host the head (1 CPU), ``worker_ips`` the
+    worker hosts (2 CPUs each, one at most)."""
     root = hosts.root
-    mounted = tmp_path / "mount"
-    mounted.mkdir()
-    (mounted / "data.txt").write_text("mounted")
-    order = f"{root}/order.txt"
-    name = f"ssh{os.getpid()}"
-    raw = {
+    return {
         "cluster_name": name,
         "max_workers": 1,
         "idle_timeout_minutes": 0.1,  # 6 s: the worker goes soon after its task
         "provider": {
             "type": "local",
-            "head_ip": head_ip,
-            "worker_ips": [worker_ip],
+            "head_ip": next(iter(hosts.hosts)),
+            "worker_ips": worker_ips,
             "ember_command": EMBER,  # the hosts share this machine's disk
             "node_temp_dir": f"{root}/n",
             "state_path": f"{root}/state.json",
@@ -107,6 +100,22 @@ def test_up_on_ssh_hosts_scale_up_shrink_down(hosts, tmp_path, monkeypatch) -> N
             "worker": {"resources": {"CPU": 2}, "node_config": {}, "max_workers": 1},
         },
         "head_node_type": "head",
+    }
+
+
+def test_up_on_ssh_hosts_scale_up_shrink_down(hosts, tmp_path, monkeypatch) -> None:
+    up_dir = tempfile.mkdtemp(prefix="eu-", dir="/tmp")
+    monkeypatch.setenv("EMBER_UP_DIR", up_dir)  # this process's heads.* calls too
+    env = dict(os.environ)
+    (head_ip, head_ns), (worker_ip, worker_ns) = hosts.hosts.items()
+    root = hosts.root
+    mounted = tmp_path / "mount"
+    mounted.mkdir()
+    (mounted / "data.txt").write_text("mounted")
+    order = f"{root}/order.txt"
+    name = f"ssh{os.getpid()}"
+    raw = {
+        **_config(hosts, name, [worker_ip]),
         "file_mounts": {f"{root}/mnt": str(mounted)},
         # Ray's order: the mounts are there before the first command runs.
         "initialization_commands": [f"cat {root}/mnt/data.txt >> {order}"],
@@ -235,4 +244,38 @@ def test_up_on_ssh_hosts_scale_up_shrink_down(hosts, tmp_path, monkeypatch) -> N
         subprocess.run(
             [EMBER, "stop", "--force", "--temp-dir", root], capture_output=True, timeout=90
         )
+        shutil.rmtree(up_dir, ignore_errors=True)
+
+
+def test_up_runs_the_configs_own_head_start_commands(hosts, tmp_path, monkeypatch) -> None:
+    """Ray's ``head_start_ray_commands``, given: run as written on the head host (here a
+    daemonizing ``ember start --head``), with the token, the head's directory and the copied
+    config in their environment; ``up`` again finds that head running; ``down`` stops it."""
+    up_dir = tempfile.mkdtemp(prefix="eu-", dir="/tmp")
+    monkeypatch.setenv("EMBER_UP_DIR", up_dir)
+    env = dict(os.environ)
+    head_ip, head_ns = next(iter(hosts.hosts.items()))
+    name = f"own{os.getpid()}"
+    raw = _config(hosts, name, [])  # Ray's head-only cluster: no worker hosts
+    raw["head_start_ray_commands"] = [
+        f"{EMBER} start --head --port=6379 --node-ip-address=$EMBER_HEAD_IP "
+        "--temp-dir=$EMBER_TEMP_DIR --autoscaling-config=$EMBER_AUTOSCALING_CONFIG "
+        "--num-cpus=1 --object-store-memory=67108864 --include-dashboard=false"
+    ]
+    config = str(tmp_path / "cluster.yaml")
+    with open(config, "w") as f:
+        yaml.safe_dump(raw, f)
+    try:
+        assert f"Cluster {name} is up: address {head_ip}:6379" in ok(ember(env, "up", config, "-y"))
+        with open(os.path.join(up_dir, name, "token")) as f:
+            token = f.read().strip()
+        running = _ember_pids_in(head_ns)
+        assert running and not any(token in line for line in running)
+        assert "is up to date" in ok(ember(env, "up", config, "-y"))
+        assert ok(ember(env, "exec", config, "echo $EMBER_ADDRESS")).strip() == f"{head_ip}:6379"
+        assert f"Cluster {name} is down" in ok(ember(env, "down", config, "-y"))
+        wait_until(lambda: _ember_pids_in(head_ns) == [], timeout=15, interval=0.2)
+    finally:
+        if os.path.isdir(os.path.join(up_dir, name)):
+            ember(env, "down", config, "-y")
         shutil.rmtree(up_dir, ignore_errors=True)
