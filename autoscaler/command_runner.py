@@ -436,6 +436,12 @@ class SSHCommandRunner(CommandRunner):
         raise CommandError(self.host, f"port-forward {forward}", f"not ready in {timeout:g} s")
 
 
+def tmux_socket(cluster_name: str) -> str:
+    """The tmux server (``tmux -L``) of ``ember exec --tmux`` on the cluster's head: the
+    cluster's own, so ``ember down`` ends it and no one else's."""
+    return "ember-" + "".join(c if c.isalnum() or c in "_.-" else "_" for c in cluster_name)
+
+
 def command_runner_for(config: Mapping[str, object], host: str) -> CommandRunner:
     """The runner for one host of a prepared cluster config (what ``ember up``/``exec``/
     ``rsync-up``/``dashboard`` use): this machine for ``fake_multinode`` (every node is a

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ember.autoscaler.command_runner import tmux_socket
 from ember.autoscaler.launcher import (
     STOP_TIMEOUT_S,
     LauncherError,
@@ -22,7 +23,6 @@ from ember.autoscaler.launcher import (
     paths_for,
     read_raw,
     read_record,
-    tmux_socket,
     with_overrides,
 )
 

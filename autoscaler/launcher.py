@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from ember.autoscaler.command_runner import tmux_socket
 from ember.autoscaler.config import ConfigError, prepare_config
 
 START_TIMEOUT_S = 180.0
@@ -77,12 +78,6 @@ class ClusterPaths:
     def head_copy(self) -> str:
         """The config as the remote head's autoscaler reads it, before it is copied there."""
         return os.path.join(self.root, "head-cluster.yaml")
-
-
-def tmux_socket(cluster_name: str) -> str:
-    """The tmux server (``tmux -L``) of ``ember exec --tmux`` on the cluster's head: the
-    cluster's own, so ``ember down`` ends it and no one else's."""
-    return "ember-" + "".join(c if c.isalnum() or c in "_.-" else "_" for c in cluster_name)
 
 
 def paths_for(cluster_name: str) -> ClusterPaths:

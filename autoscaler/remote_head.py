@@ -38,6 +38,7 @@ from ember.autoscaler.command_runner import (
     CommandRunner,
     PortForward,
     command_runner_for,
+    tmux_socket,
 )
 from ember.autoscaler.providers.local import (
     READY_TIMEOUT_S,
@@ -275,8 +276,6 @@ def stop_cluster(config: Mapping[str, Any], echo: Callable[[str], None]) -> list
     head_ip = str(provider["head_ip"])
     head = _runner(config, head_ip)
     where = head_dir(config)
-    from ember.autoscaler.launcher import tmux_socket
-
     tmux = shlex.join(["tmux", "-L", tmux_socket(name), "kill-server"])
     try:
         echo(f"Stopping the head on {head_ip}")

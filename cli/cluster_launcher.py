@@ -132,7 +132,7 @@ def _down(cluster_config: str, cluster_name: str | None) -> None:
 def _tmux_line(cmd: str, cluster: str) -> str:
     """Ray's ``exec --tmux``: the command in a detached tmux session that stays open after it
     (``ember attach --tmux`` shows it), on a tmux server of the cluster's own (``-L``), which
-    ``ember down`` ends with the head's processes (``launcher.tmux_socket``)."""
+    ``ember down`` ends with the head's processes (``command_runner.tmux_socket``)."""
     from ember.autoscaler.heads import tmux_socket
 
     sock = shlex.quote(tmux_socket(cluster))
