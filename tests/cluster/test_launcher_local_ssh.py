@@ -2,7 +2,8 @@
 hosts (network namespaces, ``ssh_hosts.py``): ``ember up`` starts the head on the first host
 over SSH (file_mounts, initialization and setup commands first, in Ray's order); a task
 needing more CPUs than the head has makes its autoscaler start a worker on the second host
-over SSH; the worker goes when idle; ``exec`` (``--tmux``, ``--port-forward``), ``submit``,
+over SSH; a changed config reaches the head's autoscaler live; the worker goes when idle;
+``exec`` (``--tmux``, ``--port-forward``), ``submit``,
 ``rsync-up``/``rsync-down``, ``get-head-ip``, ``get-worker-ips``, ``monitor`` and ``dashboard``
 (an SSH forward) answer; ``ember down`` leaves no Ember process in either namespace.
 
@@ -155,6 +156,20 @@ def test_up_on_ssh_hosts_scale_up_shrink_down(hosts, tmp_path, monkeypatch) -> N
         ]
         log = ok(ember(env, "monitor", config, "--no-follow", "--lines", "500"))
         assert "local provider: node started on " + worker_ip in log
+
+        # A changed config is copied to the head, whose autoscaler re-reads it live.
+        raw["upscaling_speed"] = 2.0
+        with open(config, "w") as f:
+            yaml.safe_dump(raw, f)
+        assert "the new config reaches its autoscaler" in ok(ember(env, "up", config, "-y"))
+        with open(f"{head_dir}/cluster.yaml") as f:
+            assert yaml.safe_load(f)["upscaling_speed"] == 2.0
+        wait_until(
+            lambda: "config reloaded" in ok(ember(env, "monitor", config, "--no-follow")),
+            timeout=30,
+            interval=0.5,
+            message="the head's autoscaler never re-read its changed config",
+        )
 
         # exec runs on the head, in its namespace, with the cluster's address.
         assert ok(ember(env, "exec", config, "echo $EMBER_ADDRESS")).strip() == f"{head_ip}:6379"
