@@ -265,7 +265,8 @@ def test_up_on_ssh_hosts_scale_up_shrink_down(hosts, tmp_path, monkeypatch) -> N
 def test_up_runs_the_configs_own_head_start_commands(hosts, tmp_path, monkeypatch) -> None:
     """Ray's ``head_start_ray_commands``, given: run as written on the head host (here a
     daemonizing ``ember start --head``), with the token, the head's directory and the copied
-    config in their environment; ``up`` again finds that head running; ``down`` stops it."""
+    config in their environment; ``up`` again finds that head running, ``--restart-only``
+    starts it again; ``down`` stops it."""
     up_dir = tempfile.mkdtemp(prefix="eu-", dir="/tmp")
     monkeypatch.setenv("EMBER_UP_DIR", up_dir)
     env = dict(os.environ)
@@ -287,6 +288,10 @@ def test_up_runs_the_configs_own_head_start_commands(hosts, tmp_path, monkeypatc
         running = _ember_pids_in(head_ns)
         assert running and not any(token in line for line in running)
         assert "is up to date" in ok(ember(env, "up", config, "-y"))
+        # --restart-only: the head stopped and started again by the same commands.
+        out = ok(ember(env, "up", config, "-y", "--restart-only"))
+        assert f"Restarting cluster {name}" in out and f"Cluster {name} is up" in out
+        assert not set(_ember_pids_in(head_ns)) & set(running)  # new processes
         assert ok(ember(env, "exec", config, "echo $EMBER_ADDRESS")).strip() == f"{head_ip}:6379"
         assert f"Cluster {name} is down" in ok(ember(env, "down", config, "-y"))
         wait_until(lambda: _ember_pids_in(head_ns) == [], timeout=15, interval=0.2)
