@@ -312,7 +312,7 @@ def _up_remote(
         alive = record is not None and rh.head_alive(config)
         if alive and restart_only:
             echo(f"Restarting cluster {name} (--restart-only)")
-            _raise_left(rh.stop_cluster(config, echo))
+            _raise_left(rh.stop_cluster(config, echo), paths)
             alive = False
         changed = _write_config(raw, paths)
         if alive:
@@ -337,11 +337,12 @@ def _up_remote(
     return record
 
 
-def _raise_left(errors: list[str]) -> None:
+def _raise_left(errors: list[str], paths: ClusterPaths) -> None:
     if errors:
         raise LauncherError(
             "not everything of the cluster could be stopped (run `ember down` again once "
-            "the hosts answer):\n  " + "\n  ".join(errors)
+            f"the hosts answer; if they are gone for good, remove {paths.root}):\n  "
+            + "\n  ".join(errors)
         )
 
 
@@ -427,7 +428,7 @@ def down(config_path: str, *, cluster_name: str | None = None, echo=print) -> bo
         from ember.autoscaler import remote_head as rh
 
         try:
-            _raise_left(rh.stop_cluster(checked(raw, config_path), echo))
+            _raise_left(rh.stop_cluster(checked(raw, config_path), echo), paths)
         except rh.RemoteError as e:
             raise LauncherError(str(e)) from None
     else:
