@@ -280,7 +280,9 @@ def read_record(paths: ClusterPaths) -> dict[str, Any] | None:
 
 
 def _cluster_token(paths: ClusterPaths) -> str:
-    """The token of a remote head ``ember up`` starts: made once, kept here (0600)."""
+    """The cluster token of the head ``ember up`` starts, made once and kept in the
+    cluster's directory (0600): the head and its autoscaler get it by environment, and the
+    commands after ``up`` reach a remote head's GCS with it."""
     from ember.cluster_token import new_token
 
     try:
