@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -266,13 +267,19 @@ def test_up_runs_the_configs_own_head_start_commands(hosts, tmp_path, monkeypatc
     """Ray's ``head_start_ray_commands``, given: run as written on the head host (here a
     daemonizing ``ember start --head``), with the token, the head's directory and the copied
     config in their environment; ``up`` again finds that head running, ``--restart-only``
-    starts it again; ``down`` stops it."""
+    starts it again; ``down`` stops it. And a head this machine cannot reach directly (a
+    blackhole route to it here; SSH goes through the other host, ``ssh_proxy_command``):
+    its GCS is reached through an SSH forward."""
     up_dir = tempfile.mkdtemp(prefix="eu-", dir="/tmp")
     monkeypatch.setenv("EMBER_UP_DIR", up_dir)
     env = dict(os.environ)
-    head_ip, head_ns = next(iter(hosts.hosts.items()))
+    (head_ip, head_ns), (other_ip, _) = hosts.hosts.items()
     name = f"own{os.getpid()}"
     raw = _config(hosts, name, [])  # Ray's head-only cluster: no worker hosts
+    raw["auth"]["ssh_proxy_command"] = shlex.join(
+        ["ssh", "-i", hosts.key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new"]
+        + ["-o", f"UserKnownHostsFile={hosts.root}/known_hosts", "-W", "%h:%p", f"root@{other_ip}"]
+    )
     raw["head_start_ray_commands"] = [
         f"{EMBER} start --head --port=6379 --node-ip-address=$EMBER_HEAD_IP "
         "--temp-dir=$EMBER_TEMP_DIR --autoscaling-config=$EMBER_AUTOSCALING_CONFIG "
@@ -281,8 +288,15 @@ def test_up_runs_the_configs_own_head_start_commands(hosts, tmp_path, monkeypatc
     config = str(tmp_path / "cluster.yaml")
     with open(config, "w") as f:
         yaml.safe_dump(raw, f)
+    blackhole = ["ip", "route", "add", "blackhole", f"{head_ip}/32"]
+    subprocess.run(blackhole, check=True, capture_output=True, timeout=30)
     try:
+        with pytest.raises(OSError):
+            socket.create_connection((head_ip, 22), timeout=5).close()
         assert f"Cluster {name} is up: address {head_ip}:6379" in ok(ember(env, "up", config, "-y"))
+        # get-worker-ips and the status record: the GCS through a forward (none: no workers).
+        assert ok(ember(env, "get-worker-ips", config)) == ""
+        assert heads.read_status(heads.running_head(config))["cluster_name"] == name
         with open(os.path.join(up_dir, name, "token")) as f:
             token = f.read().strip()
         running = _ember_pids_in(head_ns)
@@ -298,4 +312,6 @@ def test_up_runs_the_configs_own_head_start_commands(hosts, tmp_path, monkeypatc
     finally:
         if os.path.isdir(os.path.join(up_dir, name)):
             ember(env, "down", config, "-y")
+        blackhole[2] = "del"
+        subprocess.run(blackhole, capture_output=True, timeout=30)
         shutil.rmtree(up_dir, ignore_errors=True)
