@@ -33,6 +33,9 @@ KEEPALIVE_S = 5  # ssh -o ServerAliveInterval (x3): a connection that went dead 
 OUTPUT_TAIL = 64 * 1024  # bytes of each stream kept: a chatty setup command cannot fill memory
 SSH_FAILED = 255  # ssh's own exit status: it could not connect or authenticate
 
+# Providers whose head ``ember up`` starts on this machine: their runner is a local one.
+LOCAL_HEAD_PROVIDERS = ("fake_multinode", "slurm")
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Host names, IPv4/IPv6 addresses, user names: never an option (a leading '-') or a shell word.
 _HOST = re.compile(r"^[A-Za-z0-9_.:\[\]%][A-Za-z0-9_.:\[\]%-]*$")
@@ -109,6 +112,10 @@ class PortForward:
         self.local_port = local_port
         self._process = process
 
+    def alive(self) -> bool:
+        """Whether the relay still runs (a local port needs none: always)."""
+        return self._process is None or self._process.poll() is None
+
     def close(self) -> None:
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()
@@ -158,10 +165,25 @@ class CommandRunner(ABC):
 
     @abstractmethod
     def port_forward(
-        self, remote_port: int, local_port: int = 0, *, timeout: float = 30.0
+        self,
+        remote_port: int,
+        local_port: int = 0,
+        *,
+        timeout: float = 30.0,
+        remote_host: str = "127.0.0.1",
     ) -> PortForward:
-        """This machine's 127.0.0.1:``local_port`` (0: a free one) relayed to the host's
-        127.0.0.1:``remote_port``; returns once the local port accepts connections."""
+        """This machine's 127.0.0.1:``local_port`` (0: a free one) relayed to
+        ``remote_host``:``remote_port`` as the host sees it (its loopback by default; the
+        host's own IP for a server bound only there, like the GCS); returns once the local
+        port accepts connections."""
+
+    @abstractmethod
+    def run_attached(
+        self, cmd: Sequence[str] | str, *, env: Mapping[str, str] | None = None, tty: bool = False
+    ) -> int:
+        """Runs ``cmd`` with this terminal's standard streams (``ember exec``/``attach``/
+        ``submit``: the user watches and may interrupt it); its exit status. No deadline:
+        the user ends it. No ``secret_env``: standard input is the user's."""
 
     def _fail(self, what: str, result: CommandResult) -> CommandError:
         why = (result.stderr or result.stdout).strip()[-2000:] or "no output"
@@ -214,10 +236,21 @@ class LocalCommandRunner(CommandRunner):
         _copy(remote_path, local_path)
 
     def port_forward(
-        self, remote_port: int, local_port: int = 0, *, timeout: float = 30.0
+        self,
+        remote_port: int,
+        local_port: int = 0,
+        *,
+        timeout: float = 30.0,
+        remote_host: str = "127.0.0.1",
     ) -> PortForward:
         # The port is already on this machine: nothing to relay.
         return PortForward(remote_port)
+
+    def run_attached(
+        self, cmd: Sequence[str] | str, *, env: Mapping[str, str] | None = None, tty: bool = False
+    ) -> int:
+        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        return subprocess.call(argv, env={**os.environ, **_check_env(env)})
 
 
 def _copy(src: str, dst: str) -> None:
@@ -226,6 +259,17 @@ def _copy(src: str, dst: str) -> None:
     else:
         os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
         shutil.copy2(src, dst)
+
+
+def _remote_script(cmd: Sequence[str] | str, env: Mapping[str, str] | None) -> str:
+    """The remote shell's line: an argument list quoted word by word (and ``exec``'d), a
+    string as written; ``env`` exported first (quoted: values may appear in ``ps``)."""
+    script = cmd if isinstance(cmd, str) else "exec " + shlex.join(cmd)
+    plain = _check_env(env)
+    if plain:
+        pairs = " ".join(f"{k}={shlex.quote(v)}" for k, v in plain.items())
+        script = f"export {pairs}; {script}"
+    return script
 
 
 class SSHCommandRunner(CommandRunner):
@@ -299,12 +343,7 @@ class SSHCommandRunner(CommandRunner):
         check: bool = True,
         what: str | None = None,
     ) -> CommandResult:
-        script = "" if isinstance(cmd, str) else "exec "
-        script += cmd if isinstance(cmd, str) else shlex.join(cmd)
-        plain = _check_env(env)
-        if plain:
-            pairs = " ".join(f"{k}={shlex.quote(v)}" for k, v in plain.items())
-            script = f"export {pairs}; {script}"
+        script = _remote_script(cmd, env)
         secrets = _check_env(secret_env)
         stdin = None
         if secrets:
@@ -321,6 +360,16 @@ class SSHCommandRunner(CommandRunner):
         if check and result.returncode != 0:
             raise self._fail(what, result)
         return result
+
+    def run_attached(
+        self, cmd: Sequence[str] | str, *, env: Mapping[str, str] | None = None, tty: bool = False
+    ) -> int:
+        try:
+            return subprocess.call(self.ssh_argv(_remote_script(cmd, env), tty=tty))
+        except FileNotFoundError:
+            raise CommandError(
+                self.host, _describe(cmd), "the ssh client is not installed"
+            ) from None
 
     def _rsync(self, src: str, dst: str, timeout: float, what: str) -> None:
         if shutil.which("rsync") is None:
@@ -354,13 +403,20 @@ class SSHCommandRunner(CommandRunner):
         )
 
     def port_forward(
-        self, remote_port: int, local_port: int = 0, *, timeout: float = 30.0
+        self,
+        remote_port: int,
+        local_port: int = 0,
+        *,
+        timeout: float = 30.0,
+        remote_host: str = "127.0.0.1",
     ) -> PortForward:
+        if not _HOST.match(remote_host):
+            raise ValueError(f"remote_host {remote_host!r} is not a host name or IP address")
         if local_port == 0:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 local_port = s.getsockname()[1]
-        forward = f"127.0.0.1:{int(local_port)}:127.0.0.1:{int(remote_port)}"
+        forward = f"127.0.0.1:{int(local_port)}:{remote_host}:{int(remote_port)}"
         argv = ["ssh", *self.ssh_options(), "-N", "-o", "ExitOnForwardFailure=yes"]
         argv += ["-L", forward, "--", self.destination]
         with tempfile.TemporaryFile() as err:
@@ -380,14 +436,21 @@ class SSHCommandRunner(CommandRunner):
         raise CommandError(self.host, f"port-forward {forward}", f"not ready in {timeout:g} s")
 
 
+def tmux_socket(cluster_name: str) -> str:
+    """The tmux server (``tmux -L``) of ``ember exec --tmux`` on the cluster's head: the
+    cluster's own, so ``ember down`` ends it and no one else's."""
+    return "ember-" + "".join(c if c.isalnum() or c in "_.-" else "_" for c in cluster_name)
+
+
 def command_runner_for(config: Mapping[str, object], host: str) -> CommandRunner:
     """The runner for one host of a prepared cluster config (what ``ember up``/``exec``/
     ``rsync-up``/``dashboard`` use): this machine for ``fake_multinode`` (every node is a
-    local process), ssh with the config's ``auth`` and the provider's ``ssh_port`` and
+    local process) and ``slurm`` (``ember up`` runs the head where it is typed, a login
+    node), ssh with the config's ``auth`` and the provider's ``ssh_port`` and
     ``known_hosts`` for every other provider."""
     provider = config["provider"]
     assert isinstance(provider, Mapping)
-    if provider.get("type") == "fake_multinode":
+    if provider.get("type") in LOCAL_HEAD_PROVIDERS:
         return LocalCommandRunner()
     auth = config.get("auth") or {}
     assert isinstance(auth, Mapping)

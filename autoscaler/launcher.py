@@ -9,9 +9,16 @@ worker nodes' directories) and ``launcher.json`` (the head's address). ``ember d
 exactly the processes under that directory, removes its shared-memory files with them and
 then the directory: nothing another cluster runs is touched.
 
-Providers: ``fake_multinode`` (the head and its workers are processes on this machine).
-Remote providers need the head started on another machine through a command runner; they
-are refused here with a message saying so.
+Providers:
+- ``fake_multinode``: the head and its workers are processes on this machine.
+- ``slurm``: the head (with its autoscaler) runs here, where ``ember up`` is typed (a login
+  node: Slurm's client commands must work here); workers are ``sbatch`` jobs.
+  ``provider.gcs_address`` is the head's HOST:PORT as the compute nodes reach it: the head
+  listens there. ``ember down`` stops the head, then ``scancel``s every job of the cluster.
+- ``local``: the head on ``provider.head_ip``, over SSH (``remote_head.py``); ``launcher.json``
+  then records the head's host, GCS address and directory there, and the cluster token lives
+  in ``token`` (mode 0600) beside it.
+Others (``external``, ``kubernetes``) are refused with what to do instead.
 """
 
 from __future__ import annotations
@@ -19,21 +26,24 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from ember.autoscaler.command_runner import tmux_socket
 from ember.autoscaler.config import ConfigError, prepare_config
 
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 120.0
 HEAD_STORE_BYTES = 256 * 2**20  # a laptop cluster's head: shared memory stays modest
-LOCAL_PROVIDERS = ("fake_multinode",)
+UP_PROVIDERS = ("fake_multinode", "slurm", "local")
+SLURM_DOWN_TIMEOUT_S = 90.0  # scancel'ed jobs leave squeue (Slurm's KillWait, then done)
 
 
 class LauncherError(RuntimeError):
@@ -59,6 +69,15 @@ class ClusterPaths:
     @property
     def state(self) -> str:
         return os.path.join(self.root, "launcher.json")
+
+    @property
+    def token(self) -> str:
+        return os.path.join(self.root, "token")
+
+    @property
+    def head_copy(self) -> str:
+        """The config as the remote head's autoscaler reads it, before it is copied there."""
+        return os.path.join(self.root, "head-cluster.yaml")
 
 
 def paths_for(cluster_name: str) -> ClusterPaths:
@@ -117,11 +136,11 @@ def checked(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
     except ConfigError as e:
         raise LauncherError(str(e)) from None
     kind = config["provider"]["type"]
-    if kind not in LOCAL_PROVIDERS:
+    if kind not in UP_PROVIDERS:
         raise LauncherError(
-            f"provider.type {kind!r}: ember up starts the head on this machine only "
-            f"({', '.join(LOCAL_PROVIDERS)}) for now; start the head on its machine with "
-            "`ember start --head --autoscaling-config CLUSTER.yaml`"
+            f"provider.type {kind!r}: ember up starts clusters for {', '.join(UP_PROVIDERS)}; "
+            "start this one's head on its machine with "
+            "`ember start --head --autoscaling-config CLUSTER.yaml` (docs/deploying.md)"
         )
     return config
 
@@ -148,30 +167,30 @@ def _ember(*args: str) -> list[str]:
 
 
 def _head_start_argv(config: Mapping[str, Any], paths: ClusterPaths) -> list[str]:
+    """The head on this machine: fake_multinode's on loopback and any port; slurm's where
+    ``provider.gcs_address`` says, since the jobs' nodes join it there."""
+    from ember.autoscaler.providers.start_args import resource_args
+
+    provider = config["provider"]
     head_type = config["available_node_types"][config["head_node_type"]]
     res = {k: float(v) for k, v in (head_type.get("resources") or {}).items()}
-    argv = _ember("start", "--head", "--port", "0", "--temp-dir", paths.head)
-    argv += ["--node-ip-address", str(config["provider"].get("node_ip", "127.0.0.1"))]
-    argv += ["--autoscaling-config", paths.config]
-    if "CPU" in res:
-        argv += ["--num-cpus", str(res.pop("CPU"))]
-    if "GPU" in res:
-        argv += ["--num-gpus", str(res.pop("GPU"))]
-    store = int(res.pop("object_store_memory", HEAD_STORE_BYTES))
-    argv += ["--object-store-memory", str(store)]
-    if "memory" in res:
-        argv += ["--memory", str(int(res.pop("memory")))]
-    if res:
-        argv += ["--resources", json.dumps(res)]
-    if head_type.get("labels"):
-        argv += ["--labels", json.dumps(head_type["labels"])]
-    return argv
+    if provider["type"] == "slurm":
+        host, _, port = str(provider["gcs_address"]).rpartition(":")
+        ip = socket.gethostbyname(host)  # a login node's name: its address, to listen on
+    else:
+        port, ip = "0", str(provider.get("node_ip", "127.0.0.1"))
+        res.setdefault("object_store_memory", HEAD_STORE_BYTES)
+    argv = _ember("start", "--head", "--port", port, "--temp-dir", paths.head)
+    argv += ["--node-ip-address", ip, "--autoscaling-config", paths.config]
+    return argv + resource_args(res, head_type.get("labels") or {})
 
 
 def _write_config(raw: Mapping[str, Any], paths: ClusterPaths) -> bool:
-    """Writes the config the head's autoscaler reads (atomically); whether it changed."""
+    """Writes the config the head's autoscaler reads (atomically); whether it changed. For
+    a remote head this is the local copy ``ember down`` reads back."""
     raw = json.loads(json.dumps(raw))
-    raw.setdefault("provider", {}).setdefault("temp_dir", paths.nodes)
+    if raw.get("provider", {}).get("type") == "fake_multinode":
+        raw["provider"].setdefault("temp_dir", paths.nodes)
     text = yaml.safe_dump(raw, sort_keys=True)
     try:
         with open(paths.config) as f:
@@ -197,13 +216,16 @@ def up(
     echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Starts the cluster, or brings a running one to the config (idempotent); the head's
-    node.json. A running head is left running unless ``restart_only`` (then its Ember
-    processes and its workers are stopped and started again); a changed config reaches the
-    head's autoscaler, which re-reads its file, without a restart."""
+    node.json (a remote head's record). A running head is left running unless
+    ``restart_only`` (then its Ember processes and its workers are stopped and started
+    again); a changed config reaches the head's autoscaler, which re-reads its file,
+    without a restart."""
     raw, config = load(
         config_path, min_workers=min_workers, max_workers=max_workers, cluster_name=cluster_name
     )
     paths = paths_for(config["cluster_name"])
+    if config["provider"]["type"] == "local":
+        return _up_remote(raw, config, paths, restart_only, no_restart, echo)
     head = head_node(paths)
     if head is not None and restart_only:
         echo(f"Restarting cluster {config['cluster_name']} (--restart-only)")
@@ -212,17 +234,17 @@ def up(
     os.makedirs(paths.root, mode=0o700, exist_ok=True)
     changed = _write_config(raw, paths)
     if head is not None:
-        if changed:
-            echo(f"Cluster {config['cluster_name']}: the new config reaches its autoscaler")
-        else:
-            echo(f"Cluster {config['cluster_name']} is up to date")
-        if no_restart:
-            echo("(--no-restart: the head's processes were left as they are)")
+        _say_running(config["cluster_name"], changed, no_restart, echo)
         return head
     argv = _head_start_argv(config, paths)
     echo(f"Starting the head of cluster {config['cluster_name']}")
+    # The token by environment: the head's autoscaler inherits it, and so has it from its
+    # first tick (looking it up in the head's session races the session being written).
+    env = {**os.environ, "EMBER_TOKEN": _cluster_token(paths)}
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=START_TIMEOUT_S, env=env
+        )
     except subprocess.TimeoutExpired:
         _stop_all(paths, echo)
         raise LauncherError(f"the head did not start within {START_TIMEOUT_S:.0f} s") from None
@@ -240,6 +262,92 @@ def up(
     return head
 
 
+def _say_running(name: str, changed: bool, no_restart: bool, echo: Callable[[str], None]) -> None:
+    if changed:
+        echo(f"Cluster {name}: the new config reaches its autoscaler")
+    else:
+        echo(f"Cluster {name} is up to date")
+    if no_restart:
+        echo("(--no-restart: the head's processes were left as they are)")
+
+
+def read_record(paths: ClusterPaths) -> dict[str, Any] | None:
+    try:
+        with open(paths.state) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _cluster_token(paths: ClusterPaths) -> str:
+    """The cluster token of the head ``ember up`` starts, made once and kept in the
+    cluster's directory (0600): the head and its autoscaler get it by environment, and the
+    commands after ``up`` reach a remote head's GCS with it."""
+    from ember.cluster_token import new_token
+
+    try:
+        with open(paths.token) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        pass
+    token = new_token().decode()
+    fd = os.open(paths.token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token)
+    return token
+
+
+def _up_remote(
+    raw: Mapping[str, Any],
+    config: Mapping[str, Any],
+    paths: ClusterPaths,
+    restart_only: bool,
+    no_restart: bool,
+    echo: Callable[[str], None],
+) -> dict[str, Any]:
+    from ember.autoscaler import remote_head as rh
+
+    name = config["cluster_name"]
+    os.makedirs(paths.root, mode=0o700, exist_ok=True)
+    record = read_record(paths)
+    try:
+        alive = record is not None and rh.head_alive(config)
+        if alive and restart_only:
+            echo(f"Restarting cluster {name} (--restart-only)")
+            _raise_left(rh.stop_cluster(config, echo), paths)
+            alive = False
+        changed = _write_config(raw, paths)
+        if alive:
+            assert record is not None
+            if changed:  # the autoscaler re-reads its file when it changes, so only then
+                rh.push_config(config, raw, paths.head_copy)
+            rh.sync_file_mounts(config, rh.head_runner(config), record["home"], echo)
+            _say_running(name, changed, no_restart, echo)
+            return record
+        echo(f"Starting the head of cluster {name} on {config['provider']['head_ip']}")
+        try:
+            record = rh.start_head(config, raw, paths.head_copy, _cluster_token(paths), echo)
+        except rh.RemoteError:
+            rh.stop_cluster(config, lambda _: None)  # what half-started; best effort
+            raise
+    except rh.RemoteError as e:
+        raise LauncherError(str(e)) from None
+    with open(paths.state, "w") as f:
+        json.dump({"cluster_name": name, "config": paths.config, **record}, f)
+    echo(f"Cluster {name} is up: address {record['gcs_address']}")
+    echo("Dashboard: `ember dashboard CLUSTER.yaml` forwards it here over SSH")
+    return record
+
+
+def _raise_left(errors: list[str], paths: ClusterPaths) -> None:
+    if errors:
+        raise LauncherError(
+            "not everything of the cluster could be stopped (run `ember down` again once "
+            f"the hosts answer; if they are gone for good, remove {paths.root}):\n  "
+            + "\n  ".join(errors)
+        )
+
+
 def dashboard_url(head: Mapping[str, Any]) -> str:
     """The head's dashboard URL ("" when it runs none), from its node.json."""
     return str((head.get("dashboard") or {}).get("url") or "")
@@ -251,8 +359,8 @@ def _address(head: Mapping[str, Any]) -> str:
 
 def _stop_all(paths: ClusterPaths, echo: Callable[[str], None]) -> None:
     """Stops the head (its raylet stops the autoscaler first), then every worker node the
-    provider made under ``paths.nodes``; each ``ember stop`` also removes its nodes'
-    shared-memory files."""
+    provider made: fake_multinode's under ``paths.nodes`` (each ``ember stop`` also removes
+    its nodes' shared-memory files), slurm's jobs by ``scancel``."""
     for where in (paths.head, paths.nodes):
         if not os.path.isdir(where):
             continue
@@ -267,10 +375,46 @@ def _stop_all(paths: ClusterPaths, echo: Callable[[str], None]) -> None:
             raise LauncherError(f"ember stop --temp-dir {where} did not finish in time") from None
         if done.returncode != 0:
             raise LauncherError(f"ember stop --temp-dir {where} failed: {done.stderr[-2000:]}")
+    if shutil.which("tmux") and os.path.exists(paths.state):  # exec --tmux's sessions
+        name = os.path.basename(paths.root)
+        subprocess.run(
+            ["tmux", "-L", tmux_socket(name), "kill-server"],
+            capture_output=True,
+            timeout=STOP_TIMEOUT_S,
+        )
     # The provider's table of nodes: all of them are stopped now.
     table = os.path.join(paths.nodes, "fake_multinode_nodes.json")
     if os.path.exists(table):
         os.unlink(table)
+    if os.path.exists(paths.config):
+        config = checked(read_raw(paths.config), paths.config)
+        if config["provider"]["type"] == "slurm":
+            _cancel_slurm_jobs(config, echo)
+
+
+def _cancel_slurm_jobs(config: Mapping[str, Any], echo: Callable[[str], None]) -> None:
+    """``scancel`` every job of the cluster, then wait until Slurm lists none of them (a
+    cancelled job's node stops in its KillWait)."""
+    from ember.autoscaler.providers.slurm import SlurmNodeProvider
+
+    try:
+        provider = SlurmNodeProvider(config["provider"], config["cluster_name"])
+        jobs = provider.listed_jobs()
+        for job in jobs:
+            provider.terminate_node(job)
+        echo(f"Cancelled {len(jobs)} Slurm job(s) of cluster {config['cluster_name']}")
+        deadline = time.monotonic() + SLURM_DOWN_TIMEOUT_S
+        while provider.listed_jobs():
+            if time.monotonic() > deadline:
+                raise LauncherError(
+                    f"Slurm still lists jobs {', '.join(provider.listed_jobs())} of the "
+                    f"cluster {SLURM_DOWN_TIMEOUT_S:.0f} s after scancel"
+                )
+            time.sleep(0.5)
+    except (RuntimeError, ValueError) as e:
+        if isinstance(e, LauncherError):
+            raise
+        raise LauncherError(str(e)) from None
 
 
 def down(config_path: str, *, cluster_name: str | None = None, echo=print) -> bool:
@@ -282,88 +426,15 @@ def down(config_path: str, *, cluster_name: str | None = None, echo=print) -> bo
     if not os.path.isdir(paths.root):
         echo(f"Cluster {name} is not running (nothing under {paths.root})")
         return False
-    _stop_all(paths, echo)
+    if (raw.get("provider") or {}).get("type") == "local":
+        from ember.autoscaler import remote_head as rh
+
+        try:
+            _raise_left(rh.stop_cluster(checked(raw, config_path), echo), paths)
+        except rh.RemoteError as e:
+            raise LauncherError(str(e)) from None
+    else:
+        _stop_all(paths, echo)
     shutil.rmtree(paths.root, ignore_errors=True)
     echo(f"Cluster {name} is down")
     return True
-
-
-def running_head(config_path: str, cluster_name: str | None = None) -> dict[str, Any]:
-    """The head of the cluster this config names, or LauncherError saying to ``ember up``."""
-    raw = with_overrides(read_raw(config_path), cluster_name=cluster_name)
-    name = str(raw.get("cluster_name") or "default")
-    head = head_node(paths_for(name))
-    if head is None:
-        raise LauncherError(
-            f"cluster {name} is not running: start it with `ember up {config_path}`"
-        )
-    return head
-
-
-def head_env(head: Mapping[str, Any]) -> dict[str, str]:
-    """The environment a command on the head runs in: ``ember.init()`` there joins the
-    cluster (the token by environment, never argv)."""
-    env = dict(os.environ)
-    env["EMBER_ADDRESS"] = _address(head)
-    token_file = head.get("token_file")
-    if token_file and os.path.exists(token_file):
-        with open(token_file) as f:
-            env["EMBER_TOKEN"] = f.read().strip()
-    return env
-
-
-def run_on_head(head: Mapping[str, Any], command: str | Sequence[str]) -> int:
-    """Runs ``command`` (a shell line, as Ray's ``exec`` takes it) on the head with its
-    output on this terminal; its exit status."""
-    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-    return subprocess.call(argv, env=head_env(head), cwd=os.path.dirname(head["session_dir"]))
-
-
-def worker_ips(config_path: str, cluster_name: str | None = None) -> list[str]:
-    """The addresses of the worker nodes the cluster's provider runs now."""
-    info = gcs_call(running_head(config_path, cluster_name), "cluster_info")
-    return sorted(
-        n.get("node_ip", "")
-        for n in info.get("nodes") or ()
-        if n.get("state") == "ALIVE" and not n.get("is_head")
-    )
-
-
-def gcs_call(head: Mapping[str, Any], op: str, body: Any = None) -> Any:
-    """One call to the head's GCS, with the cluster token from its session."""
-    from ember.autoscaler.monitor import GcsLink
-
-    token = head_env(head).get("EMBER_TOKEN")
-    link = GcsLink(str(head["gcs_address"]), token.encode() if token else None)
-    try:
-        return link.call(op, body)
-    finally:
-        link.close()
-
-
-def read_status(head: Mapping[str, Any]) -> dict[str, Any]:
-    """The autoscaler's last status record on the head ({} before its first tick)."""
-    raw = gcs_call(head, "kv_get", {"namespace": "autoscaler", "key": b"status"})
-    return json.loads(raw) if raw else {}
-
-
-def monitor_log(head: Mapping[str, Any]) -> str:
-    """The autoscaler's log on the head (its logging goes to the supervised process's
-    standard error)."""
-    return os.path.join(head["session_dir"], "logs", "monitor.err")
-
-
-def tail(path: str, lines: int, follow: bool, write: Callable[[str], None]) -> None:
-    """The last ``lines`` lines of ``path``, then (``follow``) what is added, until Ctrl-C."""
-    with open(path, errors="replace") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(max(0, size - 256 * 1024))  # a bound: the tail of a long log, not all of it
-        for line in f.read().splitlines()[-lines:]:
-            write(line)
-        while follow:
-            line = f.readline()
-            if line:
-                write(line.rstrip("\n"))
-            else:
-                time.sleep(0.2)

@@ -178,13 +178,22 @@ class Reconciler:
         views = nodes_from_cluster_info(info, self.config["head_node_type"], self.clock, now)
         draining = {i.node_id for i in self.instances.values() if i.state is S.DRAINING}
         views = [v for v in views if v.node_id not in draining]  # no new work goes there
+        seen = {v.node_id for v in views}
         pending: dict[str, int] = {}
+        leaving: dict[str, int] = {}
         for inst in self.instances.values():
             if inst.state in PENDING_STATES:
                 pending[inst.node_type] = pending.get(inst.node_type, 0) + 1
+            elif inst.state is S.DRAINING or (
+                inst.state is S.TERMINATING and inst.node_id not in seen
+            ):
+                # Not in ``views`` but still held: counted against max_workers.
+                leaving[inst.node_type] = leaving.get(inst.node_type, 0) + 1
         demand = demand_from_cluster_info(info, requested)
         blocked = self.backoff.blocked(now)
-        decision = schedule(self.config, views, demand, now, pending, unavailable=blocked)
+        decision = schedule(
+            self.config, views, demand, now, pending, unavailable=blocked, leaving=leaving
+        )
         self._note_infeasible(decision, demand, now)
         for node_type, count in decision.launch.items():
             self._launch(node_type, count, decision.reasons.get(node_type, []), now)

@@ -119,8 +119,12 @@ class _Planner:
         nodes: Sequence[NodeView],
         pending: Mapping[str, int],
         unavailable: Iterable[str] = (),
+        leaving: Mapping[str, int] | None = None,
     ) -> None:
         self.unavailable = frozenset(unavailable)
+        # Nodes on their way out (draining, terminating): no capacity, no min_workers, but
+        # still machines the provider holds, so they count against max_workers.
+        self.leaving = Counter({t: c for t, c in (leaving or {}).items() if c > 0})
         self.types: dict[str, Mapping[str, Any]] = dict(config["available_node_types"])
         self.max_total = int(config["max_workers"])
         self.speed = float(config.get("upscaling_speed", 1.0))
@@ -157,10 +161,12 @@ class _Planner:
         return sorted((_clean(s) for s in shapes), key=self.size)
 
     def workers(self) -> int:
-        return sum(self.running.values()) + sum(self.pending.values()) + sum(self.launch.values())
+        held = self.running + self.pending + self.launch + self.leaving
+        return sum(held.values())
 
     def room(self, node_type: str) -> bool:
         have = self.running[node_type] + self.pending[node_type] + self.launch[node_type]
+        have += self.leaving[node_type]
         return have < int(self.types[node_type]["max_workers"]) and self.workers() < self.max_total
 
     def feasible(self, shape: Shape) -> bool:
@@ -254,15 +260,17 @@ def schedule(
     now: float,
     pending: Mapping[str, int] | None = None,
     unavailable: Iterable[str] = (),
+    leaving: Mapping[str, int] | None = None,
 ) -> Decision:
     """Launch and terminate decisions for one tick (see the module's docstring).
 
     ``config`` is a prepared cluster config; ``nodes`` the live nodes, head included;
     ``pending`` the launches in flight per node type (requested, launching or joining);
     ``unavailable`` the types not to launch now (backing off after failures): demand they
-    would hold waits, as unmet.
+    would hold waits, as unmet. ``leaving``: nodes per type draining or terminating (not in
+    ``nodes``), counted against ``max_workers`` until the provider has let them go.
     """
-    plan = _Planner(config, nodes, pending or {}, unavailable)
+    plan = _Planner(config, nodes, pending or {}, unavailable, leaving)
 
     # 1. min_workers
     for name in sorted(plan.types):

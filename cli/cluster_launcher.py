@@ -5,8 +5,10 @@ is in ``dashboard_url``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
+import shlex
+import signal
 import sys
 
 import click
@@ -24,11 +26,25 @@ def _launcher():
     return launcher
 
 
-def _head(cluster_config: str, cluster_name: str | None) -> dict:
+def _head(cluster_config: str, cluster_name: str | None):
+    """The running head (``heads.LocalHead`` or ``remote_head.RemoteHead``), or the error."""
+    from ember.autoscaler.heads import running_head
+
     launcher = _launcher()
     try:
-        return launcher.running_head(cluster_config, cluster_name)
+        return running_head(cluster_config, cluster_name)
     except launcher.LauncherError as e:
+        fail(str(e))
+
+
+def _on_head(action) -> int:
+    """``action()``'s exit status, with a remote head's SSH failures as a clear error."""
+    from ember.autoscaler.remote_head import RemoteError
+
+    launcher = _launcher()
+    try:
+        return action()
+    except (RemoteError, launcher.LauncherError) as e:
         fail(str(e))
 
 
@@ -66,9 +82,20 @@ def up(
     """Start a cluster from CLUSTER.yaml, or apply a changed config to the running one."""
     if no_restart and restart_only:
         raise click.UsageError("--no-restart and --restart-only contradict each other")
-    launcher = _launcher()
     if restart_only and not yes:
         click.confirm("Restart the cluster's head and workers?", abort=True)
+    _up(cluster_config, cluster_name, min_workers, max_workers, no_restart, restart_only)
+
+
+def _up(
+    cluster_config: str,
+    cluster_name: str | None,
+    min_workers: int | None = None,
+    max_workers: int | None = None,
+    no_restart: bool = False,
+    restart_only: bool = False,
+) -> None:
+    launcher = _launcher()
     try:
         launcher.up(
             cluster_config,
@@ -89,22 +116,70 @@ def up(
 @_NAME
 def down(cluster_config: str, yes: bool, cluster_name: str | None) -> None:
     """Stop every node of the cluster ember up started (idempotent)."""
-    launcher = _launcher()
     if not yes:
         click.confirm("Stop the cluster's head and every worker?", abort=True)
+    _down(cluster_config, cluster_name)
+
+
+def _down(cluster_config: str, cluster_name: str | None) -> None:
+    launcher = _launcher()
     try:
         launcher.down(cluster_config, cluster_name=cluster_name, echo=click.echo)
     except launcher.LauncherError as e:
         fail(str(e))
 
 
+def _tmux_line(cmd: str, cluster: str) -> str:
+    """Ray's ``exec --tmux``: the command in a detached tmux session that stays open after it
+    (``ember attach --tmux`` shows it), on a tmux server of the cluster's own (``-L``), which
+    ``ember down`` ends with the head's processes (``command_runner.tmux_socket``)."""
+    from ember.autoscaler.heads import tmux_socket
+
+    sock = shlex.quote(tmux_socket(cluster))
+    return (
+        "command -v tmux >/dev/null 2>&1 || { echo 'ember exec --tmux: tmux is not installed "
+        "on the head' >&2; exit 127; }; "
+        f"tmux -L {sock} new-session -d {shlex.quote(cmd + '; exec sh')}"
+    )
+
+
 @click.command("exec")
 @_CONFIG
 @click.argument("cmd")
+@click.option("--start", is_flag=True, help="Start the cluster first if it is not running.")
+@click.option("--stop", is_flag=True, help="Take the cluster down after the command.")
+@click.option("--tmux", is_flag=True, help="Run CMD in a detached tmux session on the head.")
+@click.option(
+    "--port-forward",
+    "-p",
+    type=click.IntRange(1, 65535),
+    multiple=True,
+    help="Forward this port of this machine to the same port on the head (repeatable).",
+)
 @_NAME
-def exec_(cluster_config: str, cmd: str, cluster_name: str | None) -> None:
+def exec_(
+    cluster_config: str,
+    cmd: str,
+    start: bool,
+    stop: bool,
+    tmux: bool,
+    port_forward: tuple[int, ...],
+    cluster_name: str | None,
+) -> None:
     """Run CMD (a shell line) on the cluster's head, where ember.init() joins the cluster."""
-    sys.exit(_launcher().run_on_head(_head(cluster_config, cluster_name), cmd))
+    if start:
+        _up(cluster_config, cluster_name)
+    head = _head(cluster_config, cluster_name)
+    line = _tmux_line(cmd, head.cluster_name) if tmux else cmd
+    # SIGTERM unwinds like Ctrl-C: the ssh child is killed and the forwards are closed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with contextlib.ExitStack() as forwards:
+        for port in port_forward:
+            forwards.enter_context(_on_head(lambda p=port: head.forward(p)))
+        status = _on_head(lambda: head.run(line))
+    if stop:
+        _down(cluster_config, cluster_name)
+    sys.exit(status)
 
 
 @click.command()
@@ -115,29 +190,26 @@ def exec_(cluster_config: str, cmd: str, cluster_name: str | None) -> None:
 def submit(cluster_config: str, script: str, script_args: tuple, cluster_name: str | None) -> None:
     """Copy SCRIPT to the head and run it there with python (ARGS after it)."""
     head = _head(cluster_config, cluster_name)
-    target = os.path.join(os.path.dirname(head["session_dir"]), os.path.basename(script))
-    shutil.copyfile(script, target)
-    sys.exit(_launcher().run_on_head(head, [sys.executable, target, *script_args]))
+    target = f"{head.workdir}/{os.path.basename(script)}"
+    _on_head(lambda: head.put(script, target))
+    sys.exit(_on_head(lambda: head.run([head.python, target, *script_args])))
 
 
 @click.command()
 @_CONFIG
+@click.option("--tmux", is_flag=True, help="Attach to the head's tmux session (ember exec --tmux).")
 @_NAME
-def attach(cluster_config: str, cluster_name: str | None) -> None:
+def attach(cluster_config: str, tmux: bool, cluster_name: str | None) -> None:
     """Open a shell on the cluster's head."""
-    shell = os.environ.get("SHELL") or "/bin/sh"
-    sys.exit(_launcher().run_on_head(_head(cluster_config, cluster_name), [shell]))
+    head = _head(cluster_config, cluster_name)
+    if tmux:
+        from ember.autoscaler.heads import tmux_socket
 
-
-def _copy(cluster_config: str, source: str, target: str, cluster_name: str | None) -> None:
-    _head(cluster_config, cluster_name)  # the head runs on this machine: a local copy
-    if not os.path.exists(source):
-        fail(f"{source}: no such file or directory")
-    if os.path.isdir(source):
-        shutil.copytree(source, target, dirs_exist_ok=True, symlinks=True)
-    else:
-        os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
-        shutil.copy2(source, target)
+        sock = shlex.quote(tmux_socket(head.cluster_name))
+        sys.exit(
+            _on_head(lambda: head.run(f"tmux -L {sock} attach || tmux -L {sock} new", tty=True))
+        )
+    sys.exit(_on_head(head.shell))
 
 
 @click.command("rsync-up")
@@ -147,7 +219,10 @@ def _copy(cluster_config: str, source: str, target: str, cluster_name: str | Non
 @_NAME
 def rsync_up(cluster_config: str, source: str, target: str, cluster_name: str | None) -> None:
     """Copy SOURCE on this machine to TARGET on the head."""
-    _copy(cluster_config, source, target, cluster_name)
+    head = _head(cluster_config, cluster_name)
+    if not os.path.exists(source):
+        fail(f"{source}: no such file or directory")
+    _on_head(lambda: head.put(source, target))
 
 
 @click.command("rsync-down")
@@ -157,7 +232,8 @@ def rsync_up(cluster_config: str, source: str, target: str, cluster_name: str | 
 @_NAME
 def rsync_down(cluster_config: str, source: str, target: str, cluster_name: str | None) -> None:
     """Copy SOURCE on the head to TARGET on this machine."""
-    _copy(cluster_config, source, target, cluster_name)
+    head = _head(cluster_config, cluster_name)
+    _on_head(lambda: head.get(source, target))
 
 
 @click.command("get-head-ip")
@@ -165,7 +241,7 @@ def rsync_down(cluster_config: str, source: str, target: str, cluster_name: str 
 @_NAME
 def get_head_ip(cluster_config: str, cluster_name: str | None) -> None:
     """Print the head's IP address."""
-    click.echo(_head(cluster_config, cluster_name)["node_ip"])
+    click.echo(_head(cluster_config, cluster_name).ip)
 
 
 @click.command("get-worker-ips")
@@ -173,12 +249,10 @@ def get_head_ip(cluster_config: str, cluster_name: str | None) -> None:
 @_NAME
 def get_worker_ips(cluster_config: str, cluster_name: str | None) -> None:
     """Print the worker nodes' IP addresses, one a line."""
-    launcher = _launcher()
-    try:
-        for ip in launcher.worker_ips(cluster_config, cluster_name):
-            click.echo(ip)
-    except launcher.LauncherError as e:
-        fail(str(e))
+    from ember.autoscaler.heads import worker_ips
+
+    for ip in _on_head(lambda: worker_ips(cluster_config, cluster_name)):
+        click.echo(ip)
 
 
 @click.command()
@@ -188,11 +262,5 @@ def get_worker_ips(cluster_config: str, cluster_name: str | None) -> None:
 @_NAME
 def monitor(cluster_config: str, lines: int, follow: bool, cluster_name: str | None) -> None:
     """Print the autoscaler's log (following it until Ctrl-C)."""
-    launcher = _launcher()
-    path = launcher.monitor_log(_head(cluster_config, cluster_name))
-    if not os.path.exists(path):
-        fail(f"{path}: the autoscaler has written no log yet")
-    try:
-        launcher.tail(path, lines, follow, click.echo)
-    except KeyboardInterrupt:
-        pass
+    head = _head(cluster_config, cluster_name)
+    sys.exit(_on_head(lambda: head.tail_monitor(lines, follow)))

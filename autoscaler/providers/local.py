@@ -43,9 +43,10 @@ READY_MARK = "--block: staying in the foreground"
 log = logging.getLogger("ember.autoscaler")
 
 
-def _start_script(node_dir: str, argv: list[str]) -> str:
+def start_script(node_dir: str, argv: list[str]) -> str:
     """The remote shell: start the node detached (its own session, output to a log), wait
-    until it registered or died, print its pid. Every value is quoted."""
+    until it registered or died, print its pid. Every value is quoted. For a worker node
+    here, and for the head ``ember up`` starts on ``head_ip`` (remote_head.py)."""
     d = shlex.quote(node_dir)
     return f"""
 d={d}
@@ -70,7 +71,7 @@ tail -c 2000 "$d/node.log" >&2; kill "$pid"; exit 1
 """
 
 
-def _stop_script(node_dir: str, ember: list[str]) -> str:
+def stop_script(node_dir: str, ember: list[str]) -> str:
     """The remote shell: SIGTERM the node's --block process (it stops its node), then sweep
     whatever still runs under the node's directory. A pid file whose process is not this
     node's (a reboot reused the pid) is never signalled."""
@@ -89,6 +90,14 @@ fi
 if [ -d "$d" ]; then {stop} > /dev/null 2>&1; fi
 rm -f "$d/node.pid"
 """
+
+
+def node_dir_for(provider_config: Mapping[str, Any], cluster_name: str, ip: str) -> str:
+    """The directory of the cluster's node on host ``ip`` (its ``--temp-dir``; the head's too,
+    where ``ember up`` starts it). Per cluster and host: two clusters (or two test hosts
+    sharing a disk) never mix. Short (8 characters of the name): Unix sockets live under it."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", cluster_name)
+    return f"{provider_config.get('node_temp_dir', '/tmp/ember-nodes')}/{safe[:8]}-{ip}"
 
 
 class LocalNodeProvider(StartsEmberNodes):
@@ -118,9 +127,7 @@ class LocalNodeProvider(StartsEmberNodes):
         return command_runner_for({"provider": self.provider_config, "auth": self._auth}, ip)
 
     def node_dir(self, ip: str) -> str:
-        # Per cluster and host: two clusters (or two test hosts sharing a disk) never mix.
-        # Short (8 characters of the name): the node's Unix sockets live under it.
-        return f"{self.node_temp_dir}/{self._safe_name[:8]}-{ip}"
+        return node_dir_for(self.provider_config, self.cluster_name, ip)
 
     def non_terminated_nodes(self, tag_filters: Mapping[str, str]) -> list[str]:
         return [
@@ -201,7 +208,7 @@ class LocalNodeProvider(StartsEmberNodes):
                 nodes[ip] = {"tags": dict(tags), "node_dir": node_dir}
             try:
                 out = self.runner(ip).run(
-                    _start_script(node_dir, argv),
+                    start_script(node_dir, argv),
                     timeout=READY_TIMEOUT_S + SSH_SLACK_S,
                     secret_env={"EMBER_TOKEN": token},
                     what="starting a worker node (ember start --block)",
@@ -226,7 +233,7 @@ class LocalNodeProvider(StartsEmberNodes):
     def _stop(self, ip: str, node_dir: str, check: bool = True) -> None:
         try:
             self.runner(ip).run(
-                _stop_script(node_dir, self.ember),
+                stop_script(node_dir, self.ember),
                 timeout=STOP_TIMEOUT_S + SSH_SLACK_S,
                 what=f"stopping the node in {node_dir}",
             )

@@ -116,13 +116,24 @@ class SlurmNodeProvider(StartsEmberNodes):
         when, jobs = self._last_jobs
         if not fresh and time.monotonic() - when < SQUEUE_REUSE_S:
             return jobs
+        jobs = {j: job for j, job in self._squeue().items() if job["state"] in LIVE_STATES}
+        self._last_jobs = (time.monotonic(), jobs)
+        return jobs
+
+    def listed_jobs(self) -> list[str]:
+        """Every job of the cluster squeue still lists, in any state (a cancelled one stays
+        COMPLETING while its node stops): what ``ember down`` waits to see gone."""
+        return sorted(self._squeue())
+
+    def _squeue(self) -> dict[str, dict[str, str]]:
+        """This cluster's jobs squeue lists, in any state (known by their JSON comment)."""
         done = self._slurm(["squeue", "--noheader", f"--user={self.user}", "--format=%i|%T|%N|%k"])
         if done.returncode != 0:
             raise RuntimeError(f"slurm provider: squeue failed: {done.stderr.strip()[-1000:]}")
         jobs = {}
         for line in done.stdout.splitlines():
             parts = line.strip().split("|", 3)
-            if len(parts) != 4 or parts[1] not in LIVE_STATES:
+            if len(parts) != 4:
                 continue
             try:
                 comment = json.loads(parts[3])
@@ -135,7 +146,6 @@ class SlurmNodeProvider(StartsEmberNodes):
                 "nodelist": parts[2],
                 "node_type": str(comment.get("node_type", "")),
             }
-        self._last_jobs = (time.monotonic(), jobs)
         return jobs
 
     def _tags(self, job_id: str, job: Mapping[str, str], table: Mapping[str, Any]) -> dict:

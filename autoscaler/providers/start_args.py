@@ -32,6 +32,14 @@ def ember_start_argv(
     argv = [*ember, "start", "--address", gcs_address, "--block", "--temp-dir", temp_dir]
     if node_ip:
         argv += ["--node-ip-address", node_ip]
+    return argv + resource_args(resources, node_labels)
+
+
+def resource_args(resources: Mapping[str, float], labels: Mapping[str, str]) -> list[str]:
+    """``ember start``'s flags for a node type's ``resources`` and ``labels`` (a head's or a
+    worker's): CPU, GPU, memory and object_store_memory by their own flags, the rest as
+    ``--resources`` JSON. Resources not given are detected on the machine."""
+    argv: list[str] = []
     res = dict(resources)
     for name, flag in (("CPU", "--num-cpus"), ("GPU", "--num-gpus"), ("memory", "--memory")):
         if name in res:
@@ -40,7 +48,8 @@ def ember_start_argv(
         argv += ["--object-store-memory", str(int(res.pop("object_store_memory")))]
     if res:
         argv += ["--resources", json.dumps(res, sort_keys=True)]
-    argv += ["--labels", json.dumps(node_labels, sort_keys=True)]
+    if labels:
+        argv += ["--labels", json.dumps(dict(labels), sort_keys=True)]
     return argv
 
 

@@ -131,6 +131,21 @@ def test_per_type_max_workers() -> None:
     assert len(decision.unmet) == 8
 
 
+def test_draining_nodes_count_against_max_workers_but_not_min_workers() -> None:
+    """A node on its way out is still a machine the provider holds: with 2 of 3 allowed
+    workers draining, one more may come; a min_workers 1 type whose one node drains gets a
+    replacement (the draining node will not hold work)."""
+    config = _config(max_workers=3, cpu={"resources": {"CPU": 4}, "max_workers": 3})
+    demand = Demand(shapes=(CPU,) * 12)
+    decision = schedule(config, [HEAD_BUSY], demand, NOW, leaving={"cpu": 2})
+    assert decision.launch == {"cpu": 1}
+    assert len(decision.unmet) == 12 - 4
+    assert schedule(config, [HEAD_BUSY], demand, NOW, leaving={"cpu": 3}).launch == {}
+    config = _config(cpu={"resources": {"CPU": 4}, "min_workers": 1, "max_workers": 2})
+    decision = schedule(config, [HEAD_BUSY], Demand(), NOW, leaving={"cpu": 1})
+    assert decision.launch == {"cpu": 1}
+
+
 @pytest.mark.parametrize(
     ("speed", "running", "launch"),
     [

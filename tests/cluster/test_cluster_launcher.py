@@ -14,14 +14,13 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 
 import psutil
 import yaml
-from ember.autoscaler import launcher
+from ember.autoscaler import heads
 from ember_test_utils import REPO_ROOT, wait_until
+from launcher_cli import ember, ok
 
 FAST = {"EMBER_HEARTBEAT_INTERVAL": "0.2", "EMBER_NODE_DEATH_TIMEOUT": "2"}
 WORKLOAD = """
@@ -38,30 +37,15 @@ print("done", len(nodes), "tasks on", len(set(nodes)), "nodes")
 """
 
 
-def _ember(env: dict, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ember.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
-
-
-def _ok(done: subprocess.CompletedProcess) -> str:
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
 def _status(config: str) -> dict:
     """The autoscaler's record in the head's GCS KV (what ``ember status`` reads)."""
-    return launcher.read_status(launcher.running_head(config))
+    return heads.read_status(heads.running_head(config))
 
 
 def _workers(config: str) -> list[str]:
     """What ``ember get-worker-ips`` prints, asked in this process: polled often, a CLI
     process per poll would cost a second each."""
-    return launcher.worker_ips(config)
+    return heads.worker_ips(config)
 
 
 def test_up_scale_up_shrink_down(tmp_path, monkeypatch) -> None:
@@ -77,12 +61,12 @@ def test_up_scale_up_shrink_down(tmp_path, monkeypatch) -> None:
         yaml.safe_dump(raw, f)
     root = os.path.join(up_dir, raw["cluster_name"])
     try:
-        out = _ok(_ember(env, "up", config, "-y"))
+        out = ok(ember(env, "up", config, "-y"))
         assert f"Cluster {raw['cluster_name']} is up: address 127.0.0.1:" in out
-        assert "is up to date" in _ok(_ember(env, "up", config, "-y"))  # idempotent
-        assert _ok(_ember(env, "get-head-ip", config)).strip() == "127.0.0.1"
-        assert _ok(_ember(env, "get-worker-ips", config)).strip() == ""
-        url = _ok(_ember(env, "dashboard", config)).strip()
+        assert "is up to date" in ok(ember(env, "up", config, "-y"))  # idempotent
+        assert ok(ember(env, "get-head-ip", config)).strip() == "127.0.0.1"
+        assert ok(ember(env, "get-worker-ips", config)).strip() == ""
+        url = ok(ember(env, "dashboard", config)).strip()
         assert url.startswith("http://127.0.0.1:")
 
         # The head's raylet keeps the autoscaler running: killed, it is started again.
@@ -97,13 +81,13 @@ def test_up_scale_up_shrink_down(tmp_path, monkeypatch) -> None:
         # 8 CPUs of work on a 2-CPU head: workers come, the work finishes.
         script = tmp_path / "workload.py"
         script.write_text(WORKLOAD)
-        out = _ok(_ember(env, "submit", config, str(script), timeout=300))
+        out = ok(ember(env, "submit", config, str(script), timeout=300))
         assert "done 4 tasks on" in out
         st = _status(config)
         launches = [d for d in st["decisions"] if d["action"] == "launch"]
         assert launches and {d["node_type"] for d in launches} == {"cpu_worker"}
         assert st["counters"]["started"] >= 1 and st["counters"]["failed_create"] == 0
-        log = _ok(_ember(env, "monitor", config, "--no-follow", "--lines", "500"))
+        log = ok(ember(env, "monitor", config, "--no-follow", "--lines", "500"))
         assert "launch" in log and "cpu_worker" in log
 
         # Idle past 3 s, every worker goes (min_workers 0); the head stays.
@@ -117,34 +101,34 @@ def test_up_scale_up_shrink_down(tmp_path, monkeypatch) -> None:
         raw["available_node_types"]["cpu_worker"]["min_workers"] = 1
         with open(config, "w") as f:
             yaml.safe_dump(raw, f)
-        assert "the new config reaches its autoscaler" in _ok(_ember(env, "up", config, "-y"))
+        assert "the new config reaches its autoscaler" in ok(ember(env, "up", config, "-y"))
         wait_until(
             lambda: _workers(config) == ["127.0.0.1"],
             timeout=90,
             message="min_workers 1 never brought a worker",
         )
-        assert _ok(_ember(env, "get-worker-ips", config)).strip() == "127.0.0.1"
+        assert ok(ember(env, "get-worker-ips", config)).strip() == "127.0.0.1"
 
         # Files go up to the head and come back (the head is this machine).
         src = tmp_path / "data.txt"
         src.write_text("payload")
         on_head = os.path.join(root, "data.txt")
-        _ok(_ember(env, "rsync-up", config, str(src), on_head))
-        _ok(_ember(env, "rsync-down", config, on_head, str(tmp_path / "back.txt")))
+        ok(ember(env, "rsync-up", config, str(src), on_head))
+        ok(ember(env, "rsync-down", config, on_head, str(tmp_path / "back.txt")))
         assert (tmp_path / "back.txt").read_text() == "payload"
-        assert _ok(_ember(env, "exec", config, "echo $EMBER_ADDRESS")).startswith("127.0.0.1:")
+        assert ok(ember(env, "exec", config, "echo $EMBER_ADDRESS")).startswith("127.0.0.1:")
 
         arenas = _arena_files(root)
         assert arenas  # the head's and the worker's shared memory
-        out = _ok(_ember(env, "down", config, "-y"))
+        out = ok(ember(env, "down", config, "-y"))
         assert f"Cluster {raw['cluster_name']} is down" in out
         assert _processes_under(root) == []
         assert [a for a in arenas if os.path.exists(a)] == []
         assert not os.path.exists(root)
-        assert "is not running" in _ok(_ember(env, "down", config, "-y"))  # idempotent
+        assert "is not running" in ok(ember(env, "down", config, "-y"))  # idempotent
     finally:
         if os.path.isdir(root):
-            _ember(env, "down", config, "-y")
+            ember(env, "down", config, "-y")
         shutil.rmtree(up_dir, ignore_errors=True)
 
 
