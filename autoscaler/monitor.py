@@ -200,6 +200,17 @@ def main(argv: list[str] | None = None) -> int:
             saved = link.get(STATE_KEY)
             break
         except (OSError, TimeoutError, RuntimeError) as e:
+            if token is None and (token := token_for(gcs_address)):
+                # Started beside a head whose session did not exist yet: its token is
+                # there now. Without it the GCS refuses every call until the deadline.
+                link.token = token
+                link.close_conn()
+                if config["provider"]["type"] == "fake_multinode":
+                    config["provider"] = fake_provider_defaults(
+                        config["provider"], gcs_address, token
+                    )
+                    provider = make_provider(config)
+                continue
             if time.monotonic() > deadline:
                 print(f"the GCS at {gcs_address} did not answer for 60 s: {e}", file=sys.stderr)
                 return 1
