@@ -100,7 +100,8 @@ class ServeController:
         self.config_seq = -1
         self.last_written: dict[bytes, bytes] = {}
         self.status_at = 0.0
-        self.request_metrics = MetricsCollector()
+        # a restarted controller counts on from its predecessor's last record
+        self.request_metrics = MetricsCollector(kv.get(KV_REQUEST_METRICS))
         self.stopping = False
         self.stopped = False
         self._recover()
