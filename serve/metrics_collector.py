@@ -31,12 +31,26 @@ def _fold(acc: dict[str, Any], series: dict[str, Any]) -> None:
             acc["buckets"][i] += c
 
 
+def _merged(proxies: Any) -> dict[str, dict[str, Any]]:
+    """Every proxy's series summed by key (route, method, status): one set of counts for the
+    HTTP families, whichever node's proxy a request came in by."""
+    out: dict[str, dict[str, Any]] = {}
+    for routes in proxies:
+        for key, series in routes.items():
+            acc = out.get(key)
+            if acc is None:
+                out[key] = {**series, "buckets": list(series.get("buckets") or [])}
+            else:
+                _fold(acc, series)
+    return out
+
+
 class MetricsCollector:
     def __init__(self, previous: bytes | None = None) -> None:
         self.asked_at = 0.0
-        # who -> the pending answer; who is "proxy" or a replica's tag
+        # who -> the pending answer; who is "proxy:<node id>" or a replica's tag
         self.pending: dict[str, tuple[concurrent.futures.Future, dict]] = {}
-        self.proxy: dict[str, Any] = {}
+        self.proxies: dict[str, dict[str, Any]] = {}  # node id -> its proxy's series
         self.replicas: dict[str, dict[str, Any]] = {}
         # {app: {deployment: summed counters of its replicas that are gone}}
         self.retired: dict[str, dict[str, dict[str, Any]]] = {}
@@ -61,24 +75,32 @@ class MetricsCollector:
         for series in (r.get("routes") or {}).values():
             _fold(acc, series)
 
-    def tick(self, now: float, proxy: Any, node_id: str, apps: dict[str, Any]) -> dict | None:
-        """The new record when one is due and its answers came, else None."""
+    def tick(
+        self, now: float, proxies: dict[str, Any], node_id: str, apps: dict[str, Any]
+    ) -> dict | None:
+        """The new record when one is due and its answers came, else None. ``proxies``:
+        {node id: proxy actor}; their series are summed into the record's one ``proxy``."""
         for who, (fut, about) in list(self.pending.items()):
             if not fut.done():
                 continue
             del self.pending[who]
             if fut.cancelled() or fut.exception() is not None:
                 continue  # a dying replica: its counts since the last answer go with it
-            if who == "proxy":
-                self.proxy = {"node_id": node_id, "routes": fut.result()}
+            if who.startswith("proxy:"):
+                if who[len("proxy:") :] in proxies:
+                    self.proxies[who[len("proxy:") :]] = fut.result()
             else:
                 self.replicas[who] = {**about, **fut.result()}
         if now - self.asked_at < COLLECT_EVERY_S:
             return None
         self.asked_at = now
         live = set()
-        if proxy is not None and "proxy" not in self.pending:
-            self.pending["proxy"] = (proxy.request_metrics.remote().future(), {})
+        for gone in set(self.proxies) - set(proxies):  # its node is gone
+            del self.proxies[gone]
+        for proxy_node, proxy in proxies.items():
+            if "proxy:" + proxy_node not in self.pending:
+                future = proxy.request_metrics.remote().future()
+                self.pending["proxy:" + proxy_node] = (future, {})
         for app in apps.values():
             for dname, ds in app.deployments.items():
                 for r in ds.replicas:
@@ -101,7 +123,7 @@ class MetricsCollector:
         return {
             "time": time.time(),
             "buckets_ms": list(BUCKETS_MS),
-            "proxy": self.proxy,
+            "proxy": {"node_id": node_id, "routes": _merged(self.proxies.values())},
             "replicas": self.replicas,
             "retired": self.retired,
         }
