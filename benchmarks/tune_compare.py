@@ -27,12 +27,13 @@ import importlib
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from halves import run_halves  # benchmarks/: the script's own directory
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -151,26 +152,6 @@ def run_half(system: str, size: dict) -> dict:
 # --------------------------------------------------------------------------------------
 
 
-def _default_ray_python() -> str | None:
-    for candidate in (
-        os.environ.get("EMBER_RAY_PYTHON", ""),
-        str(REPO / "tests" / "tools" / ".ray-venv" / "bin" / "python"),
-        str(HERE / ".ray-venv" / "bin" / "python"),
-    ):
-        if candidate and Path(candidate).exists():
-            return candidate
-    return None
-
-
-def _run_sub(python: str, system: str, quick: bool) -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        cmd = [python, __file__, "--half", system, "--json", f.name]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "RAY_"))}
-        env["RAY_USAGE_STATS_ENABLED"] = "0"
-        subprocess.run(cmd + (["--quick"] if quick else []), check=True, env=env, cwd=REPO)
-        return json.loads(Path(f.name).read_text())
-
-
 def table(results: dict[str, dict], size: dict) -> list[dict]:
     """One row per workload: each system's seconds, Ray/Ember, the target."""
     rows = []
@@ -225,17 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         result = run_half(args.half, size)
         Path(args.json).write_text(json.dumps(result))
         return 0
-    results: dict[str, dict] = {}
-    if args.only != "ember":
-        ray_python = args.ray_python or _default_ray_python()
-        if not ray_python:
-            print(
-                "No Ray interpreter: pass --ray-python or run scripts/dev.sh setup", file=sys.stderr
-            )
-            return 2
-        results["ray"] = _run_sub(ray_python, "ray", args.quick)
-    if args.only != "ray":
-        results["ember"] = _run_sub(sys.executable, "ember", args.quick)
+    results = run_halves(__file__, args.quick, args.only, args.ray_python)
+    if results is None:
+        return 2
     rows = table(results, size)
     print_table(rows, size, args.quick)
     if args.json:

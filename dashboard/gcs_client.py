@@ -14,6 +14,7 @@ from typing import Any
 from ember import config
 from ember.dashboard.autoscaler.record import KV_KEY as AUTOSCALER_KEY
 from ember.dashboard.autoscaler.record import KV_NAMESPACE as AUTOSCALER_NAMESPACE
+from ember.dashboard.serve.recorded import record_poll
 from ember.dashboard.serve.view import KV_KEY as SERVE_METRICS_KEY
 from ember.dashboard.state import DashboardState
 from ember.protocol import connection as conn_mod
@@ -96,6 +97,12 @@ class GcsClient:
             )
         )
         self.state.serve.add(serve)
+        if self.state.recorder is not None:  # Serve's records, for --history
+
+            async def kv_get(namespace: str, key: bytes) -> Any:
+                return await conn.call("kv_get", {"namespace": namespace, "key": key}, timeout=10.0)
+
+            await record_poll(self.state, kv_get, serve, time.time())
         if len(events) < self._seen_events:
             self._seen_events = 0  # the GCS trimmed its list
         new_events = events[self._seen_events :]

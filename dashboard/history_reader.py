@@ -28,6 +28,7 @@ from ember.dashboard.history_format import HISTORY_DIR, segments
 from ember.dashboard.history_writer import flush_seconds, read_dropped
 from ember.dashboard.job_manager import JobError
 from ember.dashboard.node_logs import shipped_logs
+from ember.dashboard.serve.recorded import recorded_of
 from ember.dashboard.state import DashboardState
 from ember.dashboard.tune.store import store_of
 
@@ -251,6 +252,8 @@ def _apply(session: Session, kind: str, rec: dict[str, Any]) -> None:
         session.jobs.pop(rec["submission_id"], None)
     elif kind == "tune":
         store_of(st).apply(rec)
+    elif kind == "serve":
+        recorded_of(st).apply(st, rec)
 
 
 def _head_node(state: DashboardState, session_dir: str) -> str | None:

@@ -65,11 +65,16 @@ def start(
     grpc_options: Any = None,
     logging_config: Any = None,
 ) -> None:
-    """Starts Serve on the cluster (the controller and its HTTP proxy) if it is not running.
-    Ray's ``proxy_location`` (one proxy runs, on the head), ``grpc_options`` (no gRPC proxy)
-    and ``logging_config`` are accepted and have no effect yet."""
+    """Starts Serve on the cluster (the controller and its HTTP proxies) if it is not
+    running. ``proxy_location``: Ray's EveryNode (the default: a proxy on every node),
+    HeadOnly or Disabled. ``grpc_options`` (no gRPC proxy) and ``logging_config`` are
+    accepted and have no effect yet."""
     _ensure_init()
     options = _check_http_options(http_options)
+    if proxy_location is not None:
+        from ember.serve.controller import proxy_location as location_name
+
+        options["location"] = location_name(proxy_location)
     try:
         controller = client.get_controller()
     except RayServeException:

@@ -11,6 +11,7 @@ to the KV for ``serve status`` and the dashboard, which do not import this packa
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import os
@@ -42,6 +43,14 @@ logger = logging.getLogger("ember.serve")
 TICK_S = 0.05
 STATUS_EVERY_S = 0.5
 MAX_DECISIONS = 200  # the decision log's bound
+NODES_EVERY_S = 2.0  # how often the proxies are matched to the alive nodes
+# Ray's ProxyLocation values (and its older http_options location names)
+PROXY_LOCATIONS = {
+    "EveryNode": "EveryNode",
+    "HeadOnly": "HeadOnly",
+    "Disabled": "Disabled",
+    "NoServer": "Disabled",
+}
 DEFAULT_HTTP_OPTIONS = {
     "host": "127.0.0.1",
     "port": 8000,
@@ -95,16 +104,19 @@ class ServeController:
         self.http_options = dict(DEFAULT_HTTP_OPTIONS)
         self.http_options.update(json.loads(stored) if stored else (http_options or {}))
         kv.put(KV_HTTP_OPTIONS, json.dumps(self.http_options).encode())
-        self.proxy: Any = None
-        self.proxy_ready: Any = None
+        self.location = proxy_location(self.http_options.get("location"))
+        self.proxies: dict[str, Any] = {}  # node id -> its proxy actor
+        self.proxy_ready: dict[str, Any] = {}  # node id -> the future of its ready()
+        self.nodes_at = 0.0
         self.config_seq = -1
         self.last_written: dict[bytes, bytes] = {}
         self.status_at = 0.0
-        self.request_metrics = MetricsCollector()
+        # a restarted controller counts on from its predecessor's last record
+        self.request_metrics = MetricsCollector(kv.get(KV_REQUEST_METRICS))
         self.stopping = False
         self.stopped = False
         self._recover()
-        self._ensure_proxy()
+        self._ensure_proxies()
         self.task = asyncio.get_event_loop().create_task(self._run())
 
     # -- recovery ------------------------------------------------------------------------
@@ -148,26 +160,51 @@ class ServeController:
         if "ok" in last:  # answered; an unanswered one is applied by this controller
             self.config_seq = last.get("seq", -1)
 
-    def _ensure_proxy(self) -> None:
-        if self.proxy is not None:
-            return
+    def _proxy_nodes(self) -> dict[str, str]:
+        """{node id: node ip} of the nodes that should run a proxy."""
+        if self.location == "Disabled":
+            return {}
+        alive = {n["NodeID"]: n["NodeManagerAddress"] for n in ember.nodes() if n["Alive"]}
+        if self.location == "HeadOnly":
+            return {self.node_id: alive.get(self.node_id, "")}
+        return alive
+
+    def _ensure_proxies(self) -> None:
+        """A proxy on each node that should have one (Ray's ``proxy_location``: EveryNode by
+        default, HeadOnly, Disabled); a dead node's proxy is forgotten."""
         from ember.serve.proxy import ProxyActor
         from ember.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        self.proxy = (
-            ember.remote(ProxyActor)
-            .options(
-                name=PROXY_NAME_PREFIX + self.node_id,
-                namespace=NAMESPACE,
-                lifetime="detached",
-                get_if_exists=True,
-                max_restarts=-1,  # the runtime restarts a killed proxy; it reads its routes again
-                num_cpus=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False),
+        try:
+            wanted = self._proxy_nodes()
+        except Exception:  # the GCS is restarting: keep what runs, ask again next time
+            return
+        for node_id in list(self.proxies):
+            if node_id not in wanted:
+                handle = self.proxies.pop(node_id)
+                self.proxy_ready.pop(node_id, None)
+                try:
+                    ember.kill(handle)
+                except Exception:
+                    pass  # its node is gone, and it with it
+        for node_id, node_ip in wanted.items():
+            if node_id in self.proxies:
+                continue
+            options = dict(self.http_options, host=proxy_host(self.http_options, node_ip))
+            self.proxies[node_id] = handle = (
+                ember.remote(ProxyActor)
+                .options(
+                    name=PROXY_NAME_PREFIX + node_id,
+                    namespace=NAMESPACE,
+                    lifetime="detached",
+                    get_if_exists=True,
+                    max_restarts=-1,  # the runtime restarts a killed proxy; it reads its routes again
+                    num_cpus=0,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+                )
+                .remote(options)
             )
-            .remote(self.http_options)
-        )
-        self.proxy_ready = self.proxy.ready.remote().future()
+            self.proxy_ready[node_id] = handle.ready.remote().future()
 
     # -- desired state (called by serve.run / serve.delete / the config path) -------------
     def _log(self, app: str, deployment: str, kind: str, message: str) -> None:
@@ -261,6 +298,14 @@ class ServeController:
             raise RayServeException(built)
         if config.get("http_options"):
             self.http_options.update(config["http_options"])
+        if config.get("proxy_location"):
+            try:
+                self.location = proxy_location(config["proxy_location"])
+            except ValueError as e:
+                raise RayServeException(str(e)) from None
+            self.http_options["location"] = self.location
+            kv.put(KV_HTTP_OPTIONS, json.dumps(self.http_options).encode())
+            self._ensure_proxies()
         results: dict[str, str] = {}
         for name, item in built.items():
             if isinstance(item, str):
@@ -296,13 +341,17 @@ class ServeController:
         deadline = time.monotonic() + timeout_s
         while self.apps and time.monotonic() < deadline:
             await asyncio.sleep(TICK_S)
-        if self.proxy is not None:
+        for proxy in list(self.proxies.values()):
             try:
-                await asyncio.wait_for(self.proxy.stop.remote(), 5.0)
+                await asyncio.wait_for(proxy.stop.remote(), 5.0)
             except Exception:
                 pass
-            ember.kill(self.proxy)
-            self.proxy = None
+            try:
+                ember.kill(proxy)
+            except Exception:
+                pass  # its node is gone
+        self.proxies.clear()
+        self.proxy_ready.clear()
         self.stopped = True  # no tick writes the KV again
         for key in (
             KV_REPLICAS,
@@ -332,17 +381,34 @@ class ServeController:
         return self.epoch, self.routing or self._routing()
 
     async def wait_proxy(self) -> dict:
-        """The proxy's address once it listens; its error (e.g. the port is taken) if not."""
-        self._ensure_proxy()
-        return await asyncio.wrap_future(self.proxy_ready)
+        """The address of the proxy on this controller's node once it listens; its error
+        (e.g. the port is taken) if not; {} when no proxy runs there (Disabled)."""
+        if self.node_id not in self.proxy_ready:
+            self._ensure_proxies()
+        ready = self.proxy_ready.get(self.node_id)
+        return {} if ready is None else await asyncio.wrap_future(ready)
 
     async def wait_routed(self, timeout_s: float) -> bool:
         """Waits (bounded) until the proxy routes with this controller's latest routing, so an
         application that serve.run reported running answers HTTP at once."""
         epoch, deadline = self.epoch, time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.proxy is not None and await self.proxy.routing_epoch.remote() >= epoch:
-                return True
+            # the proxies that listen (one that could not, e.g. its port is taken, is in
+            # the status as UNHEALTHY and is not waited for)
+            serving = [
+                self.proxies[n]
+                for n, ready in self.proxy_ready.items()
+                if n in self.proxies and ready.done() and ready.exception() is None
+            ]
+            if serving:
+                try:
+                    epochs = await asyncio.gather(*(p.routing_epoch.remote() for p in serving))
+                except Exception:
+                    epochs = [-1]  # one is restarting: ask again
+                if min(epochs) >= epoch:
+                    return True
+            elif not self.proxy_ready:
+                return True  # no proxy (Disabled): nothing routes by HTTP
             await asyncio.sleep(0.02)
         return False
 
@@ -386,12 +452,15 @@ class ServeController:
         self._publish()
         # at once: a controller killed now must find every replica it started
         self._write(KV_REPLICAS, json.dumps(self._registry()).encode())
+        if now - self.nodes_at >= NODES_EVERY_S:
+            self.nodes_at = now
+            self._ensure_proxies()
         if now - self.status_at >= STATUS_EVERY_S:
             self.status_at = now
             self._check_config_request()
             self._write(KV_STATUS, json.dumps(self._status()).encode())
             self._write(KV_DECISIONS, json.dumps(list(self.decisions)[-50:]).encode())
-        record = self.request_metrics.tick(now, self.proxy, self.node_id, self.apps)
+        record = self.request_metrics.tick(now, self.proxies, self.node_id, self.apps)
         if record is not None:
             self._write(KV_REQUEST_METRICS, json.dumps(record).encode())
 
@@ -498,16 +567,48 @@ class ServeController:
                 "ingress": app.ingress,
                 "deployments": deployments,
             }
-        proxy_status = "STARTING"
-        if self.proxy_ready is not None and self.proxy_ready.done():
-            proxy_status = "HEALTHY" if self.proxy_ready.exception() is None else "UNHEALTHY"
+        proxies = {}
+        for node_id, ready in self.proxy_ready.items():
+            state = "STARTING"
+            if ready.done():
+                state = "HEALTHY" if ready.exception() is None else "UNHEALTHY"
+            proxies[node_id] = {"node_id": node_id, "status": state}
         return {
             "applications": apps,
             "http_options": self.http_options,
-            "proxies": {self.node_id: {"node_id": self.node_id, "status": proxy_status}},
+            "proxies": proxies,
+            "proxy_location": self.location,
             "controller": {"node_id": self.node_id, "epoch": self.epoch, "pid": os.getpid()},
         }
 
 
 def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
+
+
+def proxy_location(value: Any) -> str:
+    """Ray's ``proxy_location`` (a ``ProxyLocation`` or its name) as EveryNode, HeadOnly or
+    Disabled; EveryNode when unset, as Ray 2.x."""
+    if value is None:
+        return "EveryNode"
+    name = getattr(value, "value", value)
+    if name not in PROXY_LOCATIONS:
+        raise ValueError(
+            f"proxy_location must be one of EveryNode, HeadOnly, Disabled, got {value!r}"
+        )
+    return PROXY_LOCATIONS[name]
+
+
+def proxy_host(http_options: dict, node_ip: str) -> str:
+    """The address a node's proxy binds: ``http_options``' host; but a loopback host on a
+    node whose own address is another loopback address (several nodes on one machine, as
+    127.0.0.2, ...) binds that node's address, so each node's proxy stays on loopback and
+    has an address of its own."""
+    host = http_options.get("host", "127.0.0.1")
+    try:
+        same_machine = ipaddress.ip_address(host).is_loopback and (
+            ipaddress.ip_address(node_ip).is_loopback
+        )
+    except ValueError:
+        return host
+    return node_ip if same_machine else host

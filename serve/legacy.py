@@ -120,8 +120,15 @@ def create_endpoint(
 
 
 def create_backend(
-    backend_tag: str, func_or_class: Any, *actor_init_args: Any, config: dict | None = None
+    backend_tag: str,
+    func_or_class: Any,
+    *actor_init_args: Any,
+    ray_actor_options: dict | None = None,
+    config: dict | None = None,
 ) -> None:
+    """A backend's replicas hold no CPU unless ``ray_actor_options`` ask for some: 0.8.5
+    created them as plain actors, which need a CPU to be placed but none while they run (so
+    the document's programs, a handful of backends, run on a 2-CPU machine)."""
     config = dict(config or {})
     unknown = sorted(set(config) - BACKEND_CONFIG)
     if unknown:
@@ -130,7 +137,11 @@ def create_backend(
         )
     if backend_tag in _backends:
         raise RayServeException(f"backend {backend_tag!r} already exists")
-    options: dict[str, Any] = {"name": backend_tag, "num_replicas": config.get("num_replicas", 1)}
+    options: dict[str, Any] = {
+        "name": backend_tag,
+        "num_replicas": config.get("num_replicas", 1),
+        "ray_actor_options": {"num_cpus": 0, **(ray_actor_options or {})},
+    }
     if config.get("max_concurrent_queries"):
         options["max_ongoing_requests"] = config["max_concurrent_queries"]
     if config.get("max_batch_size"):
@@ -168,6 +179,7 @@ def set_traffic(endpoint_name: str, traffic_policy: dict[str, float]) -> None:
         name=endpoint_name,
         user_config={"traffic": ep["traffic"]},
         max_ongoing_requests=100,
+        ray_actor_options={"num_cpus": 0},  # Serve's own router in 0.8.5, not a user's backend
     )
     api.run(d.bind(), name=_ENDPOINT_APP + endpoint_name, route_prefix=ep["route"])
 

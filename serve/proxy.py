@@ -1,5 +1,6 @@
-"""The HTTP proxy: an actor running uvicorn (port 8000 unless ``http_options`` say otherwise,
-loopback unless told) that routes each request by the longest matching route prefix to its
+"""The HTTP proxy: an actor on each node (which nodes: the controller's ``proxy_location``)
+running uvicorn (port 8000 unless ``http_options`` say otherwise, loopback unless told) that
+routes each request by the longest matching route prefix to its
 application's ingress deployment.
 
 Bounded everywhere: the body is read up to ``max_body_bytes`` (413 past it); a request that

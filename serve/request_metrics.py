@@ -10,14 +10,19 @@ a second and writes them to the GCS KV (namespace ``serve``, key ``request_metri
      "buckets_ms": [1, 2, 5, ...],           # upper bounds; one more count for +Inf
      "proxy": {"node_id": ..., "routes": {key: SERIES}},
      "replicas": {tag: {"app": ..., "deployment": ..., "actor_name": ..., "node_id": ...,
-                        "actor_id": ..., "pid": n, "ongoing": n, "routes": {key: SERIES}}}}
+                        "actor_id": ..., "pid": n, "ongoing": n, "routes": {key: SERIES}}},
+     "retired": {app: {deployment: {"count": n, "errors": n, "sum_ms": x, "buckets": [...]}}}}
 
 where ``SERIES`` is ``{"route": ..., "app": ..., "method": ..., "status": n, "count": n,
 "errors": n, "sum_ms": x, "buckets": [n, ...]}`` (per-bucket counts, not cumulative). On the
 proxy, a series is one (route prefix, HTTP method, status code); on a replica, one route
 (the proxy's route prefix, or the method name for handle calls) with method and status
-empty. An error is a status >= 400 at the proxy, an exception (or a 5xx) at a replica. Counts only grow for the life of the process that keeps them; the dashboard
-(which does not import this package) derives rates and percentiles from their differences.
+empty. An error is a status >= 400 at the proxy, an exception (or a 5xx) at a replica. Counts
+only grow for the life of the process that keeps them; ``retired`` holds, per deployment, the
+last counts collected from its replicas that are gone (``metrics_collector``), so a
+deployment's sum over ``replicas`` and ``retired`` only grows while it exists. The dashboard
+(which does not import this package) derives rates and percentiles from the differences of
+those sums.
 """
 
 from __future__ import annotations

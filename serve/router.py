@@ -5,7 +5,9 @@ Each process routes with what it knows: the replica set from the controller's sn
 drawn at random the one with fewer in flight gets the request; a replica at its
 ``max_ongoing_requests`` is never chosen. When every replica is full the request waits (at
 most ``max_queued_requests`` waiting per deployment, each at most its timeout) and then fails
-with ``BackPressureError``: never an unbounded queue.
+with ``BackPressureError``: never an unbounded queue. A finished request wakes a waiter at
+once (threads through a condition, event-loop callers through a future), so a queue drains
+at the replicas' pace rather than a poller's.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import random
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from ember.serve.client import routing_client
@@ -33,6 +36,9 @@ class Router:
         self.dead: set[str] = set()  # replicas seen dying, until the snapshot drops them
         self.waiting = 0
         self.freed = threading.Condition(self.lock)
+        # callers waiting on an event loop (the proxy, a replica, an async driver), oldest
+        # first: a finished request wakes one (``release`` runs on the runtime's thread)
+        self.async_waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = deque()
 
     def _replicas(self) -> list[tuple[str, Any, int]]:
         listed = self.client.snapshot["replicas"].get(self.key, ())
@@ -107,16 +113,31 @@ class Router:
             if self.waiting >= self._queue_limit() and self.client.epoch >= 0:
                 raise self._no_room(started)
             self.waiting += 1
+        loop = asyncio.get_running_loop()
         try:
-            delay = 0.001
             while True:
-                if time.monotonic() - started >= timeout_s:
+                remaining = started + timeout_s - time.monotonic()
+                if remaining <= 0:
                     raise self._no_room(started)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.02)
-                pick = self.try_assign()
-                if pick is not None:
-                    return pick
+                woken = loop.create_future()
+                with self.lock:
+                    pick = self._choose()
+                    if pick is not None:
+                        return pick
+                    self.async_waiters.append((loop, woken))
+                try:
+                    # woken by a finished request; the snapshot moving (a new replica) is
+                    # polled. Polling alone (sleeps of up to 20 ms) capped a deployment at
+                    # max_ongoing_requests per ~10 ms once callers queued.
+                    await asyncio.wait_for(woken, min(remaining, 0.05))
+                except TimeoutError:
+                    pass
+                finally:
+                    with self.lock:
+                        try:
+                            self.async_waiters.remove((loop, woken))
+                        except ValueError:
+                            pass  # release() took it
         finally:
             with self.lock:
                 self.waiting -= 1
@@ -132,6 +153,20 @@ class Router:
                 self.dead.add(replica_id)
                 self.client.report_dead(self.key, replica_id)
             self.freed.notify()
+            while self.async_waiters:
+                loop, woken = self.async_waiters.popleft()
+                if woken.done():
+                    continue  # it timed out and polls by itself
+                try:
+                    loop.call_soon_threadsafe(_wake, woken)
+                    break
+                except RuntimeError:  # its loop is closed: the next waiter
+                    continue
+
+
+def _wake(woken: asyncio.Future) -> None:
+    if not woken.done():
+        woken.set_result(None)
 
 
 _routers: dict[str, Router] = {}

@@ -88,7 +88,7 @@ def instance_details(status: dict[str, Any]) -> dict[str, Any]:
     controller = status.get("controller") or {}
     return {
         "controller_info": {"node_id": controller.get("node_id")},
-        "proxy_location": "HeadOnly",
+        "proxy_location": status.get("proxy_location") or "HeadOnly",
         "http_options": {
             k: http[k]
             for k in ("host", "port", "request_timeout_s", "keep_alive_timeout_s")

@@ -1,7 +1,7 @@
 """What the Serve page shows (``GET /api/serve/view``): each application (status, route
 prefix), its deployments (status, replicas target/running, request rate, error rate and
 latency percentiles over the last ``WINDOW_S`` with per-second series for charts, requests
-since the replicas started), its replicas (state, node, actor, pid) and the controller's
+since the deployment was deployed), its replicas (state, node, actor, pid) and the controller's
 recent decisions with their reasons; all from the controller's KV records."""
 
 from __future__ import annotations

@@ -14,6 +14,11 @@ and ``ember serve``:
 - ``GET /api/ray/version``: the version check Ray's Serve CLI makes first.
 - ``GET /api/serve/view``: the Serve page's figures (``page.py``): applications, deployments
   with request rates and latency percentiles, replicas, the controller's recent decisions.
+
+In a stopped session's dashboard (``ember dashboard --history``, no GCS) both GETs answer
+from the history's Serve records (``recorded.py``): Serve as it last ran; the view then says
+``"history": true`` and, if Serve was shut down before the cluster stopped, when
+(``"stopped"``). The PUT and DELETE need a live cluster.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 from ember.dashboard.app import DashboardContext, get_ctx
 from ember.dashboard.serve.details import empty, instance_details
 from ember.dashboard.serve.page import serve_view
+from ember.dashboard.serve.recorded import recorded_of
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import PlainTextResponse
 
@@ -62,6 +68,9 @@ async def ray_version(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any
 
 @router.get("/api/serve/applications/")
 async def get_applications(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
+    if ctx.gcs is None:  # a stopped session (--history): Serve as it last ran
+        status = recorded_of(ctx.state).status
+        return instance_details(status) if status else empty()
     if not await _controller_alive(ctx):
         return empty()
     raw = await _gcs(ctx).kv("kv_get", NAMESPACE, STATUS_KEY)
@@ -71,12 +80,16 @@ async def get_applications(ctx: DashboardContext = Depends(get_ctx)) -> dict[str
 @router.get("/api/serve/view")
 async def get_view(ctx: DashboardContext = Depends(get_ctx)) -> dict[str, Any]:
     status = decisions = None
-    if ctx.gcs is not None and await _controller_alive(ctx):
+    if ctx.gcs is None:  # a stopped session (--history): Serve as it last ran
+        recorded = recorded_of(ctx.state)
+        view = serve_view(recorded.status, recorded.decisions, ctx.state.serve)
+        return {**view, "running": False, "history": True, "stopped": recorded.stopped}
+    if await _controller_alive(ctx):
         raw = await ctx.gcs.kv("kv_get", NAMESPACE, STATUS_KEY)
         status = json.loads(raw) if raw else None
         raw = await ctx.gcs.kv("kv_get", NAMESPACE, DECISIONS_KEY)
         decisions = json.loads(raw) if raw else None
-    return serve_view(status, decisions, ctx.state.serve)
+    return {**serve_view(status, decisions, ctx.state.serve), "history": False, "stopped": None}
 
 
 async def _start_serve(ctx: DashboardContext, http_options: dict) -> None:

@@ -4,8 +4,11 @@ contract). The GCS poller hands each new record to ``ServeMetrics.add``; the vie
 last ``MAX_SAMPLES`` and derives rates and latency percentiles from the differences of the
 counters between two of them, as Prometheus' ``rate`` and ``histogram_quantile`` would.
 
-A replica missing from the older sample (started since) counts from zero; one missing from the
-newer (stopped) drops out, so a deployment's rate never goes negative.
+Each deployment's counters are summed over its replicas and its ``retired`` totals (the
+replicas that are gone) in each record, and the differences are taken of those sums: a
+replica that started between two records counts from zero, and one that was replaced is in
+``retired``, so a deployment's counts, and its rate, never go backwards. A sum that does go
+backwards (a record without ``retired``) gives a zero difference, never a negative rate.
 """
 
 from __future__ import annotations
@@ -58,29 +61,48 @@ def _zero(n: int) -> dict[str, Any]:
     return {"count": 0, "errors": 0, "sum_ms": 0.0, "buckets": [0] * n}
 
 
-def _add(acc: dict[str, Any], new: dict[str, Any], old: dict[str, Any] | None) -> None:
-    old = old or {}
-    acc["count"] += max(0, new.get("count", 0) - old.get("count", 0))
-    acc["errors"] += max(0, new.get("errors", 0) - old.get("errors", 0))
-    acc["sum_ms"] += max(0.0, new.get("sum_ms", 0.0) - old.get("sum_ms", 0.0))
-    ob = old.get("buckets") or []
-    for i, c in enumerate(new.get("buckets") or []):
+def _sum_into(acc: dict[str, Any], series: dict[str, Any]) -> None:
+    acc["count"] += series.get("count", 0)
+    acc["errors"] += series.get("errors", 0)
+    acc["sum_ms"] += series.get("sum_ms", 0.0)
+    for i, c in enumerate(series.get("buckets") or []):
         if i < len(acc["buckets"]):
-            acc["buckets"][i] += max(0, c - (ob[i] if i < len(ob) else 0))
+            acc["buckets"][i] += c
+
+
+def deployment_sums(record: dict[str, Any] | None) -> dict[tuple, dict]:
+    """{(app, deployment): its counters summed over every replica and route of ``record``,
+    plus its retired replicas'}: what it has handled since it was deployed."""
+    if not record:
+        return {}
+    n = len(record.get("buckets_ms") or []) + 1
+    out: dict[tuple, dict] = {}
+    for r in (record.get("replicas") or {}).values():
+        acc = out.setdefault((r.get("app"), r.get("deployment")), _zero(n))
+        for series in (r.get("routes") or {}).values():
+            _sum_into(acc, series)
+    for app, deployments in (record.get("retired") or {}).items():
+        for name, series in (deployments or {}).items():
+            _sum_into(out.setdefault((app, name), _zero(n)), series)
+    return out
 
 
 def deployment_deltas(new: dict[str, Any], old: dict[str, Any] | None) -> dict[tuple, dict]:
-    """{(app, deployment): summed counter differences} between two records over every
-    replica and route (``old`` None: since each replica started)."""
-    n = len(new.get("buckets_ms") or []) + 1
+    """{(app, deployment): counter differences} between two records (``old`` None: since
+    each deployment was deployed)."""
+    before = deployment_sums(old)
     out: dict[tuple, dict] = {}
-    old_replicas = (old or {}).get("replicas") or {}
-    for tag, r in (new.get("replicas") or {}).items():
-        key = (r.get("app"), r.get("deployment"))
-        acc = out.setdefault(key, _zero(n))
-        before = (old_replicas.get(tag) or {}).get("routes") or {}
-        for route, series in (r.get("routes") or {}).items():
-            _add(acc, series, before.get(route))
+    for key, now in deployment_sums(new).items():
+        was = before.get(key) or {}
+        wb = was.get("buckets") or []
+        out[key] = {
+            "count": max(0, now["count"] - was.get("count", 0)),
+            "errors": max(0, now["errors"] - was.get("errors", 0)),
+            "sum_ms": max(0.0, now["sum_ms"] - was.get("sum_ms", 0.0)),
+            "buckets": [
+                max(0, c - (wb[i] if i < len(wb) else 0)) for i, c in enumerate(now["buckets"])
+            ],
+        }
     return out
 
 
@@ -134,7 +156,6 @@ def series(samples: list[dict[str, Any]], chart_s: float = CHART_S) -> dict[tupl
 
 
 def totals(record: dict[str, Any] | None) -> dict[tuple, dict]:
-    """Each deployment's counts since its replicas started (the newest record alone)."""
-    if not record:
-        return {}
-    return deployment_deltas(record, None)
+    """Each deployment's counts since it was deployed (the newest record alone), its
+    replaced replicas' included."""
+    return deployment_sums(record)

@@ -5,6 +5,7 @@ latency percentiles, and ``/metrics`` in Ray's and Ember's names (Ember's passin
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -12,7 +13,8 @@ from pathlib import Path
 
 from dashboard_state_fill import TestClient
 from ember.dashboard.app import DashboardContext, create_app
-from ember.dashboard.serve.view import ServeMetrics, quantile, window_figures
+from ember.dashboard.serve.recorded import record_poll, recorded_of
+from ember.dashboard.serve.view import ServeMetrics, quantile, totals, window_figures
 from ember.dashboard.state import DashboardState
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -158,3 +160,61 @@ def test_a_stale_record_leaves_metrics_without_serve_families() -> None:
     st.serve.add(_record(time.time() - 60, _series(1, 0, [1] + [0] * 7), None, 1, 0))
     with TestClient(create_app(DashboardContext(state=st))) as c:
         assert "serve_" not in c.get("/metrics").text
+
+
+def test_a_replaced_replica_stays_in_the_totals_and_the_rate_counts_its_last_requests() -> None:
+    m = ServeMetrics()
+    t0 = 2000.0
+    # a and b handled 100 and 50; then a died after 20 more (its last collected counts, 120,
+    # are in "retired") and its replacement c handled 30
+    m.add(
+        _record(
+            t0,
+            _series(100, 0, [0, 0, 0, 100, 0, 0, 0, 0]),
+            _series(50, 5, [0, 0, 0, 50, 0, 0, 0, 0]),
+            0,
+            0,
+        )
+    )
+    later = _record(t0 + 10, _series(30, 0, [0, 0, 0, 30, 0, 0, 0, 0]), None, 0, 0)
+    later["replicas"]["app1#Hello#c"] = later["replicas"].pop("app1#Hello#a")
+    later["replicas"]["app1#Hello#b"] = {
+        "app": "app1",
+        "deployment": "Hello",
+        "routes": {"/hello": _series(50, 5, [0, 0, 0, 50, 0, 0, 0, 0])},
+    }
+    later["retired"] = {"app1": {"Hello": _series(120, 0, [0, 0, 0, 120, 0, 0, 0, 0])}}
+    m.add(later)
+    total = totals(m.latest())[("app1", "Hello")]
+    assert (total["count"], total["errors"]) == (200, 5)
+    f = window_figures(list(m.samples), 30.0)[("app1", "Hello")]
+    assert f["requests"] == 50 and f["rate"] == 5.0  # a's last 20 and c's 30
+
+
+def test_serve_records_reach_the_history_and_a_shutdown_keeps_the_last_status() -> None:
+    live, replayed = DashboardState(), DashboardState()
+    written: list[tuple[str, dict]] = []
+    live.recorder = lambda kind, body: written.append((kind, body))
+    kv = {b"status": b'{"applications": {"a": {"status": "RUNNING"}}}', b"decisions": b"[]"}
+
+    async def kv_get(namespace: str, key: bytes) -> bytes | None:
+        assert namespace == "serve"
+        return kv.get(key)
+
+    rec = _record(100.0, _series(1, 0, [1] + [0] * 7), None, 1, 0)
+    asyncio.run(record_poll(live, kv_get, rec, 100.0))
+    asyncio.run(record_poll(live, kv_get, {**rec, "time": 101.0}, 101.0))  # nothing moved
+    idle = {**rec, "time": 111.0}
+    asyncio.run(record_poll(live, kv_get, idle, 111.0))  # idle, but 10 s on: recorded
+    kv.clear()  # serve.shutdown() deletes the controller's records
+    asyncio.run(record_poll(live, kv_get, None, 112.0))
+    assert [sorted(body) for _, body in written] == [
+        ["decisions", "metrics", "status"],
+        ["metrics"],
+        ["stopped"],
+    ]
+    for _, body in written:
+        recorded_of(replayed).apply(replayed, body)
+    got = recorded_of(replayed)
+    assert got.status == {"applications": {"a": {"status": "RUNNING"}}}
+    assert got.stopped == 112.0 and replayed.serve.latest()["time"] == 111.0

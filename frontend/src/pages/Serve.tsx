@@ -56,6 +56,8 @@ interface Decision {
 }
 interface ServeView {
   running: boolean;
+  history?: boolean; // a stopped session's dashboard (--history): Serve as it last ran
+  stopped?: number | null; // when Serve was shut down, if it was before the cluster stopped
   window_s: number;
   applications: App[];
   decisions: Decision[];
@@ -181,7 +183,14 @@ export function Serve(_: { params: URLSearchParams }) {
   return (
     <div>
       <h1>Serve</h1>
-      {!s.running && (
+      {s.history && (
+        <div class="note" data-testid="serve-history">
+          {s.applications.length
+            ? `Recorded session: Serve as it last ran${s.stopped ? `, until it was shut down at ${new Date(s.stopped * 1000).toLocaleString()}` : ""}.`
+            : "Recorded session: Serve did not run in it."}
+        </div>
+      )}
+      {!s.running && !s.history && (
         <div class="note" data-testid="serve-absent">
           Serve does not run on this cluster. Start an application with `serve.run(...)` in a driver, or `ember serve deploy CONFIG.yaml`.
         </div>

@@ -1,0 +1,58 @@
+"""The driver side of a side-by-side benchmark (``tune_compare.py``, ``serve_compare.py``):
+each half runs the benchmark's own script again, ``--half ray|ember --json FILE``, in its
+system's interpreter (Ray from the judge venv ``tests/tools/.ray-venv``, ``--ray-python`` or
+``EMBER_RAY_PYTHON``; Ray is never a dependency of Ember), with no ``EMBER_*``/``RAY_*``
+setting of the caller leaking in. Standard library only: Ray's interpreter imports it too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+
+def default_ray_python() -> str | None:
+    for candidate in (
+        os.environ.get("EMBER_RAY_PYTHON", ""),
+        str(REPO / "tests" / "tools" / ".ray-venv" / "bin" / "python"),
+        str(HERE / ".ray-venv" / "bin" / "python"),
+    ):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
+def run_half(python: str, script: str, system: str, quick: bool) -> dict:
+    """One half's results: ``script --half system`` in ``python``."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        cmd = [python, script, "--half", system, "--json", f.name]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "RAY_"))}
+        env["RAY_USAGE_STATS_ENABLED"] = "0"
+        subprocess.run(cmd + (["--quick"] if quick else []), check=True, env=env, cwd=REPO)
+        return json.loads(Path(f.name).read_text())
+
+
+def run_halves(
+    script: str, quick: bool, only: str | None, ray_python: str | None
+) -> dict[str, dict] | None:
+    """``{"ray": ..., "ember": ...}`` (Ray's first; ``only`` runs one), or None, said on
+    stderr, when Ray's half is wanted and no Ray interpreter is found."""
+    results: dict[str, dict] = {}
+    if only != "ember":
+        python = ray_python or default_ray_python()
+        if not python:
+            print(
+                "No Ray interpreter: pass --ray-python or run scripts/dev.sh setup", file=sys.stderr
+            )
+            return None
+        results["ray"] = run_half(python, script, "ray", quick)
+    if only != "ray":
+        results["ember"] = run_half(sys.executable, script, "ember", quick)
+    return results
