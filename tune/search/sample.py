@@ -325,7 +325,11 @@ class Function(Domain):
         return f"{self.func}()"
 
 
-def uniform(lower: float, upper: float) -> Float:
+def uniform(lower: float, upper: float | None = None) -> Float:
+    """A float in [lower, upper). With one bound, Ray 0.8's ``tune.uniform(x)`` (which was
+    ``np.random.uniform(x)``): between x and 1.0."""
+    if upper is None:
+        lower, upper = sorted((float(lower), 1.0))
     return Float(lower, upper).uniform()
 
 
