@@ -12,11 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from ember.tune.schedulers import pb2_gp
+from ember.tune.schedulers.pb2_gp import select
 from ember.tune.schedulers.pbt import PopulationBasedTraining
 from ember.tune.schedulers.trial_scheduler import LoopView, TrialView, metric_sign
 
-MAX_ROWS = 5000  # observations kept (the GP uses the newest pb2_gp.MAX_POINTS of them)
+MAX_ROWS = 5000  # observations kept (the GP uses the newest MAX_POINTS of pb2_gp.py)
 
 
 def _check_bounds(bounds: Any) -> dict[str, tuple[float, float]]:
@@ -131,7 +131,7 @@ class PB2(PopulationBasedTraining):
             if x[:, 0].max() > self.pending_time:  # time moved on: earlier picks are stale
                 self.pending, self.pending_time = [], float(x[:, 0].max())
             pending = np.array(self.pending) if self.pending else None
-            chosen = pb2_gp.select(
+            chosen = select(
                 x, y, np.array([donor_t, donor_reward]), self.low, self.high, pending, self.np_rng
             )
             how = "GP-UCB"

@@ -34,6 +34,9 @@ class Rng:
         return self._rng if self._rng is not None else np.random
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_rng":
+            # Not set yet (an Rng being unpickled): never look it up through itself.
+            raise AttributeError(name)
         if not isinstance(self._rng, np.random.Generator):
             name = {"integers": "randint", "random": "rand"}.get(name, name)
         return getattr(self.rng, name)
