@@ -287,6 +287,13 @@ class Tuner:
             # The searcher is as it was when these trials were saved (Optuna's study,
             # HyperOpt's trials): it already knows what they were and how they ended.
             return state.get("session") or date_str()
+        if isinstance(search, SearchGenerator):
+            # No saved state (it could not be saved, or the driver died before the first
+            # save): the searcher starts afresh and the saved trials count against
+            # num_samples. Asking it again for them would leave suggestions no trial runs,
+            # which a ConcurrencyLimiter would wait on forever.
+            search.counter = len(trials)
+            return state.get("session") or date_str()
         for _ in range(len(trials)):
             if search.next_trial() is None and search.finished:
                 break
