@@ -83,3 +83,27 @@ def test_bad_reporter_settings_are_named():
         tune.RunConfig(verbose=7)
     with pytest.raises(TypeError, match="progress_reporter must be a tune.CLIReporter"):
         make_reporter(object(), 1)
+
+
+def test_the_status_block_comes_on_a_timer_not_only_with_results(capsys):
+    few = trials(2, 1, 0)
+    reporter = make_reporter(None, 1)
+    reporter.on_step_end(0, few)  # a turn of the loop with no result: the block is shown
+    assert capsys.readouterr().out.startswith("Trial status: 2 RUNNING | 1 TERMINATED")
+    reporter.on_step_end(1, few)
+    assert capsys.readouterr().out == ""  # at most one block per max_report_frequency
+    reporter._last -= reporter.max_report_frequency  # that much time passed, still no result
+    reporter.on_step_end(2, few)
+    assert capsys.readouterr().out.startswith("Trial status: 2 RUNNING | 1 TERMINATED")
+
+
+def test_add_metric_column_shows_it_under_its_name():
+    few = trials(1, 1, 0)
+    for t in few:
+        t.update_metrics({**t.last_result, "custom_metric": 0.25})
+    reporter = CLIReporter(max_progress_rows=10)
+    reporter.add_metric_column("custom_metric", "custom")
+    header = reporter.table(few).splitlines()[2].split()
+    assert header[-2:] == ["(s)", "custom"]  # after iter and total time (s)
+    with pytest.raises(ValueError, match="metric column 'custom_metric' is already shown"):
+        reporter.add_metric_column("custom_metric")

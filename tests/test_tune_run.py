@@ -512,6 +512,39 @@ def test_pbt_exploits_and_explores_through_checkpoints(node, tmp_path):
     assert grid[0].metrics["training_iteration"] == grid[1].metrics["training_iteration"] == 8
 
 
+def test_pb2_exploits_the_better_trial_and_explores_within_bounds(node, tmp_path):
+    from ember.tune.schedulers.pb2 import PB2
+
+    pb2 = PB2(
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_bounds={"lr": [0.05, 0.5]},
+        seed=0,
+    )
+    grid = tune.Tuner(
+        pbt_trainable,
+        param_space={
+            "lr": tune.grid_search([0.05, 0.5]),
+            "scratch": str(tmp_path / "s"),
+            "together": 2,
+        },
+        tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=pb2),
+        run_config=quiet(tmp_path, "pb2"),
+    ).fit()
+    assert grid.num_terminated == 2 and pb2.num_perturbations >= 1
+    state = json.loads(next((tmp_path / "pb2").glob("experiment_state-*.json")).read_text())
+    by_id = {t["trial_id"]: t for t in state["trials"]}
+    for trial in state["trials"]:
+        for p in trial["perturbations"]:
+            assert 0.05 <= p["new_config"]["lr"] <= 0.5  # explored within the bounds
+            # exploited the better trial: the donor had the higher score at the boundary
+            assert p["clone_from"] != trial["trial_id"] and p["clone_from"] in by_id
+    first = min((p for t in state["trials"] for p in t["perturbations"]), key=lambda p: p["time"])
+    assert first["old_config"]["lr"] == 0.05  # the worse trial copied the better one first
+    slow = next(t for t in state["trials"] if t["experiment_tag"].startswith("0_"))
+    assert slow["last_result"]["score"] > 0.05 * 8 + 1e-9
+
+
 def test_hyperband_pauses_and_resumes_class_trials_from_checkpoints(node, tmp_path):
     from ember.tune.schedulers import HyperBandScheduler
 

@@ -152,3 +152,90 @@ def test_a_searcher_without_metric_or_space_says_so_before_any_trial(node, tmp_p
             {"y": tune.uniform(0, 1)},
         )
     assert not (tmp_path / "none").exists()
+
+
+KILLED_DRIVER = """
+import sys, time
+import ember
+from ember import tune
+from ember.tune.search.hyperopt import HyperOptSearch
+from ember.tune.search.optuna import OptunaSearch
+
+def slowly(config):
+    time.sleep(0.3)
+    tune.report({"loss": (config["x"] - 3.0) ** 2})
+
+ember.init(address=sys.argv[1])
+searcher = OptunaSearch(seed=7) if sys.argv[3] == "optuna" else HyperOptSearch(
+    random_state_seed=7, n_initial_points=2)
+tune.Tuner(
+    slowly,
+    param_space={"x": tune.uniform(-10, 10)},
+    tune_config=tune.TuneConfig(
+        metric="loss", mode="min", num_samples=6, search_alg=searcher, max_concurrent_trials=1
+    ),
+    run_config=tune.RunConfig(name="killed", storage_path=sys.argv[2], verbose=0),
+).fit()
+"""
+
+
+def slowly(config):
+    import time
+
+    time.sleep(0.3)
+    tune.report({"loss": (config["x"] - 3.0) ** 2})
+
+
+@pytest.mark.parametrize("library", ["optuna", "hyperopt", "optuna, state lost"])
+def test_a_restored_searcher_goes_on_from_its_saved_state(node, tmp_path, library):
+    """The driver is SIGKILLed after three trials; Tuner.restore's searcher is the saved one
+    (its study knows those trials and their losses), so it asks for three more, not six.
+    With its state file gone, a fresh searcher makes the rest (and nothing waits forever)."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = tmp_path / "driver.py"
+    script.write_text(KILLED_DRIVER)
+    address = node["address"]
+    lost = library.endswith("state lost")
+    library = library.split(",")[0]
+    proc = subprocess.Popen([sys.executable, str(script), address, str(tmp_path), library])
+    experiment = tmp_path / "killed"
+    deadline = time.monotonic() + 120
+    done: list = []
+    try:
+        while time.monotonic() < deadline and len(done) < 3:
+            state = next(experiment.glob("experiment_state-*.json"), None)
+            if state is not None and (experiment / "searcher-state.pkl").exists():
+                trials = json.loads(state.read_text())["trials"]
+                done = [t for t in trials if t["status"] == "TERMINATED"]
+            time.sleep(0.05)
+        assert len(done) >= 3, "the driver did not finish three trials in time"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    before = {t["trial_id"]: t["config"]["x"] for t in done}
+    if lost:
+        (experiment / "searcher-state.pkl").unlink()
+
+    tuner = tune.Tuner.restore(str(experiment), trainable=slowly)
+    grid = tuner.fit()
+    assert len(grid) == 6 and grid.num_terminated == 6
+    assert {r.trial_id: r.config["x"] for r in grid if r.trial_id in before} == before
+    if lost:
+        return
+    searcher = tuner.tune_config.search_alg
+    losses = sorted(r.metrics["loss"] for r in grid)
+    if library == "optuna":
+        told = [t for t in searcher._study.trials if t.value is not None]
+        assert len(searcher._study.trials) == 6  # the killed run's three, then three more
+        assert sorted(t.value for t in told) == pytest.approx(losses)
+    else:
+        docs = searcher._trials.trials
+        assert len(docs) == 6
+        assert sorted(d["result"]["loss"] for d in docs) == pytest.approx(losses)
+    assert Path(experiment, "search_gen_state.json").exists()

@@ -28,5 +28,8 @@ class Callback:
     ) -> None:
         pass
 
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        """After every turn of the experiment's loop (at least every 0.2 s while it runs)."""
+
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         pass

@@ -12,7 +12,7 @@ from typing import Any
 import ember
 from ember.tune.callback import Callback
 from ember.tune.checkpoint import Checkpoint
-from ember.tune.files import TrialFiles, date_str, trial_dirname, write_state
+from ember.tune.files import TrialFiles, date_str, trial_dirname, write_pbt_policy, write_state
 from ember.tune.loop import Action, TrialLoop
 from ember.tune.publish import install as install_publisher
 from ember.tune.resources import PlacementGroupFactory
@@ -79,6 +79,7 @@ class Controller:
         session: str | None = None,
         state_extra: dict | None = None,
         reuse_actors: bool = False,
+        trial_name_creator: Any = None,
     ) -> None:
         self.loop = loop
         self.trainable_cls = trainable_cls
@@ -100,6 +101,9 @@ class Controller:
         self._state_written = 0.0
         self._actor_cls = ember.remote(TuneTrial)
         self.buffered = buffers_results(loop, trainable_cls)
+        self.trial_name_creator = trial_name_creator
+        # trial id -> how many of its perturbations are logged (a restore's are already)
+        self.pbt_logged = {t.trial_id: len(t.perturbations) for t in loop.trials}
 
     # --- the loop -------------------------------------------------------------------------
     def run(self) -> None:
@@ -133,6 +137,8 @@ class Controller:
             ready, _ = ember.wait(list(self.refs), num_returns=1, timeout=WAIT_S)
             for ref in ready:
                 self._arrived(ref)
+            for cb in self.callbacks:
+                cb.on_step_end(self.iteration, self.loop.trials)
             if time.time() - self._state_written > STATE_EVERY_S:
                 self.write_state()
 
@@ -204,9 +210,12 @@ class Controller:
 
     def _do_start(self, action: Action) -> None:
         trial = action.trial
+        if self.trial_name_creator is not None and trial.custom_name is None:
+            trial.custom_name = str(self.trial_name_creator(trial))
         if not trial.dirname:
             trial.dirname = trial_dirname(trial)
         trial.experiment_dir = str(self.dir)
+        self._log_perturbations(trial)
         files = self.files.get(trial.trial_id) or TrialFiles(self.dir / trial.dirname)
         self.files[trial.trial_id] = files
         if not (files.dir / "params.json").exists():
@@ -272,6 +281,17 @@ class Controller:
             self.trainable_cls, trial.config, context, restore
         )
         self._started(trial, actor, pg)
+
+    def _log_perturbations(self, trial: Trial) -> None:
+        """PBT's exploits of this trial not yet in pbt_global.txt / pbt_policy_<id>.txt."""
+        if not getattr(self.loop.scheduler, "log_config", False):
+            return
+        done = self.pbt_logged.get(trial.trial_id, 0)
+        for perturbation in trial.perturbations[done:]:
+            donor = self.loop.by_id.get(perturbation["clone_from"])
+            if donor is not None:
+                write_pbt_policy(self.dir, trial, donor, perturbation)
+        self.pbt_logged[trial.trial_id] = len(trial.perturbations)
 
     def _started(self, trial: Trial, actor: Any, pg: Any) -> None:
         self.actors[trial.trial_id] = (actor, pg)
@@ -344,4 +364,5 @@ class Controller:
             **self.state_extra,
         }
         write_state(self.dir, self.session, state)
+        self.loop.search_alg.save_to_dir(self.dir)  # the same moment as the trials'
         self._state_written = time.time()

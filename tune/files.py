@@ -47,6 +47,8 @@ def to_json(value: Any, **kwargs: Any) -> str:
 
 
 def trial_dirname(trial: Trial) -> str:
+    if trial.custom_name is not None:  # named by trial_name_creator: that name, as in Ray 0.8
+        return f"{trial.custom_name[:MAX_NAME_LEN]}_{date_str()}".replace("/", "_")
     name = f"{trial}_{trial.experiment_tag}"[:MAX_NAME_LEN] + f"_{date_str()}"
     return name.replace("/", "_")
 
@@ -153,3 +155,24 @@ def latest_state(experiment_dir: Path) -> dict | None:
     if not files:
         return None
     return json.loads(files[-1].read_text())
+
+
+def write_pbt_policy(experiment_dir: Path, trial: Trial, donor: Trial, perturbation: dict) -> None:
+    """Ray's PBT log of one exploit: a line ``[target tag, clone tag, target iteration, clone
+    iteration, clone config, new config]`` in ``pbt_global.txt``, and the target's own
+    ``pbt_policy_<id>.txt`` becomes the clone's history plus that line."""
+    policy = [
+        trial.experiment_tag,
+        donor.experiment_tag,
+        trial.last_result.get("training_iteration", 0),
+        perturbation.get("clone_iteration", 0),
+        donor.config,
+        perturbation["new_config"],
+    ]
+    line = to_json(policy) + "\n"
+    with open(experiment_dir / "pbt_global.txt", "a") as f:
+        f.write(line)
+    mine = experiment_dir / f"pbt_policy_{trial.trial_id}.txt"
+    theirs = experiment_dir / f"pbt_policy_{donor.trial_id}.txt"
+    history = theirs.read_text() if theirs.exists() else ""
+    mine.write_text(history + line)

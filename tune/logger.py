@@ -20,6 +20,16 @@ from typing import Any
 from ember.tune.callback import Callback
 from ember.tune.files import flatten
 
+# Ray 0.8's logger classes live in ray.tune.logger too (the seed imports DEFAULT_LOGGERS here).
+from ember.tune.legacy_logger import (  # noqa: F401 - re-exported
+    DEFAULT_LOGGERS,
+    CSVLogger,
+    JsonLogger,
+    LegacyLoggers,
+    Logger,
+    TBXLogger,
+)
+
 # Fields every result has that a curve of would say nothing (Ray leaves out the same ones).
 SKIPPED = ("config", "pid", "timestamp", "time_total_s", "training_iteration")
 VALID_HPARAMS = (str, bool, int, float, list, type(None))
@@ -169,10 +179,15 @@ class TBXLoggerCallback(Callback):
             print(f"ember.tune: TensorBoard hparams not written: {e}", file=sys.stderr)
 
 
-def default_callbacks(callbacks: list | None) -> list:
+def default_callbacks(callbacks: list | None, loggers: Any = None) -> list:
     """The user's callbacks and, as Ray adds it, a TBXLoggerCallback when tensorboardX is
-    installed and none was passed."""
+    installed and none was passed. ``loggers`` (Ray 0.8's ``tune.run(loggers=...)``): the
+    user's Logger classes run per trial, and event files only if ``TBXLogger`` is listed."""
     out = list(callbacks or [])
+    if loggers is not None:
+        out.append(LegacyLoggers(list(loggers)))
+        if TBXLogger not in loggers:
+            return out
     if os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "0") == "1":
         return out
     if any(isinstance(c, TBXLoggerCallback) for c in out):

@@ -53,6 +53,9 @@ class TrialLoop:
         self.stopped = False  # the whole experiment (time budget, a stopper's stop_all)
         self._after_save: dict[str, Action] = {}
         self._queued: list[Action] = []  # stops a scheduler asked for other trials
+        # tune.run(restore=...): (checkpoint directory, its iteration, its time) every new
+        # trial starts from.
+        self.initial_restore: tuple[str, int, float] | None = None
 
     # --- the view schedulers get ----------------------------------------------------------
     def live_trials(self) -> list[Trial]:
@@ -117,6 +120,11 @@ class TrialLoop:
                     evaluated_params=suggestion.evaluated_params,
                 )
             )
+            if self.initial_restore is not None:
+                new = self.trials[-1]
+                new.restore_path, new.restore_iteration, new.restore_time_total = (
+                    self.initial_restore
+                )
             pending += 1
         while len(self.running) < self.max_running:
             trial = self.scheduler.choose_trial_to_run(self)
@@ -154,18 +162,20 @@ class TrialLoop:
         decision = decision or scheduled
         if result.get("done"):
             decision = TrialScheduler.STOP
-        if decision == TrialScheduler.STOP:
-            result["done"] = trial.last_result["done"] = True
-            return actions + self._end(trial, TERMINATED, result)
-        if decision == TrialScheduler.PAUSE:
-            return actions + self._pause(trial)
         freq = self.checkpoint_config.checkpoint_frequency
-        asked = getattr(self.scheduler, "wants_checkpoint", None)
-        wants_save = not self.is_function and (
+        due = not self.is_function and bool(
             (freq and result.get("training_iteration", 0) % freq == 0)
             or result.get("should_checkpoint")
-            or (asked is not None and asked(trial))
         )
+        if decision == TrialScheduler.STOP:
+            result["done"] = trial.last_result["done"] = True
+            # A checkpoint due on the last result is taken too (as Ray's runner checks even
+            # on STOP); checkpoint_at_end takes it anyway.
+            return actions + self._end(trial, TERMINATED, result, save=due)
+        if decision == TrialScheduler.PAUSE:
+            return actions + self._pause(trial)
+        asked = getattr(self.scheduler, "wants_checkpoint", None)
+        wants_save = due or (not self.is_function and asked is not None and asked(trial))
         if wants_save:
             self._after_save[trial_id] = Action("train", trial)
             return actions + [Action("save", trial)]
@@ -207,12 +217,17 @@ class TrialLoop:
         trial.latest_checkpoint = name
         trial.checkpoint_iteration = result.get("training_iteration", 0)
         trial.checkpoint_time_total = result.get("time_total_s", 0.0)
+        trial.checkpoint_points[name] = [trial.checkpoint_iteration, trial.checkpoint_time_total]
         trial.checkpoints, drop = checkpoint_manager.register(
             trial.checkpoints, name, result, self.checkpoint_config
         )
+        for gone in drop:
+            trial.checkpoint_points.pop(gone, None)
         return [Action("delete_checkpoint", trial, d) for d in drop]
 
-    def _end(self, trial: Trial, status: str, result: dict | None = None) -> list[Action]:
+    def _end(
+        self, trial: Trial, status: str, result: dict | None = None, save: bool = False
+    ) -> list[Action]:
         trial.stop_requested = True
         stop = Action("stop", trial, status)
         trial.status = status
@@ -220,7 +235,7 @@ class TrialLoop:
             final = result if result is not None else trial.last_result
             self.scheduler.on_trial_complete(self, trial, final)
             self.search_alg.on_trial_complete(trial.trial_id, final or None, False)
-        if not self.is_function and self.checkpoint_config.checkpoint_at_end:
+        if not self.is_function and (self.checkpoint_config.checkpoint_at_end or save):
             self._after_save[trial.trial_id] = stop
             return [Action("save", trial)]
         return [stop]

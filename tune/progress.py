@@ -50,7 +50,45 @@ def _render(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-class CLIReporter(Callback):
+class ProgressReporter(Callback):
+    """Ray 0.8's reporter interface: ``should_report(trials, done)`` is asked after each result,
+    each trial's end, on every turn of the experiment's loop (so a status block comes on a
+    timer, not only when results arrive) and at the end (``done=True``); when it says yes,
+    ``report(trials, done, *sys_info)`` runs. ``sys_info``: the scheduler in use and the
+    experiment's directory, as lines of text."""
+
+    verbose = 1
+    sys_info: tuple[str, ...] = ()
+
+    def should_report(self, trials: list, done: bool = False) -> bool:
+        return True
+
+    def report(self, trials: list, done: bool, *sys_info: str) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define report()")
+
+    def set_search_properties(self, metric: str | None, mode: str | None) -> None:
+        pass
+
+    def _maybe_report(self, trials: list, done: bool = False) -> None:
+        if self.verbose >= 1 and self.should_report(trials, done=done):
+            self.report(trials, done, *self.sys_info)
+
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
+    ) -> None:
+        self._maybe_report(trials)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._maybe_report(trials)
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        self._maybe_report(trials)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self._maybe_report(trials, done=True)
+
+
+class CLIReporter(ProgressReporter):
     """Ray's reporter arguments: which columns, how many rows, how often, best first."""
 
     def __init__(
@@ -84,6 +122,17 @@ class CLIReporter(Callback):
     def set_search_properties(self, metric: str | None, mode: str | None) -> None:
         self.metric = self.metric or metric
         self.mode = self.mode or mode
+
+    def add_metric_column(self, metric: str, representation: str | None = None) -> None:
+        """Shows ``metric`` (a key of the results) as a column, under ``representation``."""
+        columns = self.metric_columns
+        if columns is None:
+            columns = {"training_iteration": "iter", "time_total_s": "total time (s)"}
+        elif not isinstance(columns, dict):
+            columns = {c: c for c in columns}
+        if metric in columns:
+            raise ValueError(f"metric column {metric!r} is already shown")
+        self.metric_columns = {**columns, metric: representation or metric}
 
     # --- what is shown --------------------------------------------------------------------
     def _params(self, trials: list[Trial]) -> dict[str, str]:
@@ -191,6 +240,18 @@ class CLIReporter(Callback):
     def _show(self, text: str) -> None:
         print(text, flush=True)
 
+    def should_report(self, trials: list, done: bool = False) -> bool:
+        if done:
+            return bool(trials)
+        now = time.time()
+        if now - self._last >= self.max_report_frequency:
+            self._last = now
+            return True
+        return False
+
+    def report(self, trials: list, done: bool, *sys_info: str) -> None:
+        self._show(self.table(trials, all_rows=done))
+
     def on_trial_result(
         self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
     ) -> None:
@@ -201,20 +262,10 @@ class CLIReporter(Callback):
                 f"{result.get('training_iteration')}: {shown}",
                 flush=True,
             )
-        self.heartbeat(trials)
+        self._maybe_report(trials)
 
     def heartbeat(self, trials: list) -> None:
-        now = time.time()
-        if self.verbose >= 1 and now - self._last >= self.max_report_frequency:
-            self._last = now
-            self._show(self.table(trials))
-
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.heartbeat(trials)
-
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
-        if self.verbose >= 1 and trials:
-            self._show(self.table(trials, all_rows=True))
+        self._maybe_report(trials)
 
 
 class JupyterNotebookReporter(CLIReporter):
@@ -235,15 +286,15 @@ class JupyterNotebookReporter(CLIReporter):
         print(text, flush=True)
 
 
-def make_reporter(reporter: CLIReporter | None, verbose: int | None) -> CLIReporter:
+def make_reporter(reporter: ProgressReporter | None, verbose: int | None) -> ProgressReporter:
     """The reporter the experiment prints with: the user's, or Ray's default for where it
     runs (a notebook or a terminal)."""
     if reporter is None:
         reporter = JupyterNotebookReporter() if in_jupyter() else CLIReporter()
-    if not isinstance(reporter, CLIReporter):
+    if not isinstance(reporter, ProgressReporter):
         raise TypeError(
-            f"progress_reporter must be a tune.CLIReporter or JupyterNotebookReporter, "
-            f"got {type(reporter).__name__}"
+            f"progress_reporter must be a tune.CLIReporter, JupyterNotebookReporter or "
+            f"tune.ProgressReporter, got {type(reporter).__name__}"
         )
     reporter.verbose = 1 if verbose is None else verbose
     return reporter

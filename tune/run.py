@@ -1,8 +1,11 @@
 """The 0.8-era entry points: ``tune.run``, ``tune.run_experiments`` and ``tune.Experiment``,
-mapped onto Tuner (one engine, two spellings)."""
+mapped onto Tuner (one engine, two spellings), with tune.run's arguments as the seed lists
+them: each one Ember does something with does it, the syncing ones that have nothing to do
+(the driver writes every result file itself) are accepted, and the rest fail naming why."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ from ember.tune.config import (
     TuneConfig,
     default_storage_path,
 )
+from ember.tune.files import latest_state
 from ember.tune.resources import as_resources, with_resources
 from ember.tune.trial import ERROR
 from ember.tune.tuner import Tuner
@@ -23,6 +27,18 @@ class TuneError(Exception):
     """Raised by ``tune.run`` when trials failed (``raise_on_failed_trial=True``)."""
 
 
+# tune.run arguments about copying files between nodes or to the cloud: Ember's driver writes
+# every trial's files itself, so there is nothing to sync to it (accepted, nothing done).
+NOTHING_TO_DO = {"sync_to_driver", "sync_on_checkpoint", "global_checkpoint_period",
+                 "queue_trials", "ray_auto_init"}  # fmt: skip
+NOT_SUPPORTED = {
+    "upload_dir": "uploading results is not built; copy local_dir after the run",
+    "sync_to_cloud": "uploading results is not built; copy local_dir after the run",
+    "export_formats": "exporting models is not built; call self.export_model() in _stop",
+    "trial_executor": "Ember runs trials as actors itself; a custom executor is not taken",
+}
+
+
 class Experiment:
     """A named experiment spec for ``run_experiments`` (the same arguments as tune.run)."""
 
@@ -30,6 +46,23 @@ class Experiment:
         self.name = name
         self.run = run
         self.kwargs = kwargs
+        self.spec = {"run": run, **kwargs}
+
+
+def checkpoint_to_restore(path: str) -> tuple[str, int, float]:
+    """``tune.run(restore=...)``: a trial's checkpoint directory (or a file in it), with the
+    iteration and time it was taken at, read from the experiment that wrote it."""
+    where = Path(path).expanduser()
+    if not where.exists():
+        raise ValueError(f"restore={path!r}: no such checkpoint")
+    checkpoint = where if where.is_dir() else where.parent
+    trial_dir = checkpoint.parent
+    state = latest_state(trial_dir.parent) or {}
+    for trial in state.get("trials", []):
+        if trial.get("dirname") == trial_dir.name:
+            iteration, time_total = trial.get("checkpoint_points", {}).get(checkpoint.name, [0, 0])
+            return str(checkpoint), iteration, time_total
+    return str(checkpoint), 0, 0.0
 
 
 def run(
@@ -61,13 +94,29 @@ def run(
     max_concurrent_trials: int | None = None,
     reuse_actors: bool | None = None,
     progress_reporter: Any = None,
-    **unsupported: Any,
-) -> ExperimentAnalysis:
+    trial_name_creator: Any = None,
+    loggers: Any = None,
+    with_server: bool = False,
+    server_port: int = 4321,
+    return_trials: bool = False,
+    **other: Any,
+) -> Any:
     if isinstance(run_or_experiment, Experiment):
         merged = {**run_or_experiment.kwargs, "name": run_or_experiment.name}
+        given = dict(
+            search_alg=search_alg, scheduler=scheduler, verbose=verbose,
+            progress_reporter=progress_reporter, resume=resume, reuse_actors=reuse_actors,
+            raise_on_failed_trial=raise_on_failed_trial, with_server=with_server,
+            server_port=server_port, callbacks=callbacks,
+        )  # fmt: skip
+        defaults = {k: p.default for k, p in inspect.signature(run).parameters.items()}
+        merged.update({k: v for k, v in given.items() if v is not defaults[k] and v != defaults[k]})
         return run(run_or_experiment.run, **merged)
-    if unsupported:
-        raise ValueError(f"tune.run does not take {sorted(unsupported)}")
+    for key, value in other.items():
+        if key in NOT_SUPPORTED and value:
+            raise ValueError(f"tune.run({key}=...): {NOT_SUPPORTED[key]}")
+        if key not in NOT_SUPPORTED and key not in NOTHING_TO_DO:
+            raise ValueError(f"tune.run does not take {key!r}")
     trainable = run_or_experiment
     if resources_per_trial is not None:
         trainable = with_resources(trainable, as_resources(resources_per_trial))
@@ -103,8 +152,12 @@ def run(
         time_budget_s=time_budget_s,
         reuse_actors=bool(reuse_actors),
     )
-    path = Path(restore) if restore else (Path(storage).expanduser() / name if name else None)
-    if (resume or restore) and path is not None and Tuner.can_restore(path):
+    path = Path(storage).expanduser() / name if name else None
+    if resume == "PROMPT":
+        raise ValueError('resume="PROMPT" asks on a terminal; pass resume=True or False')
+    if resume == "REMOTE":
+        raise ValueError('resume="REMOTE" restores from upload_dir, which is not built')
+    if resume and path is not None and Tuner.can_restore(path):
         tuner = Tuner.restore(
             str(path),
             trainable,
@@ -116,18 +169,25 @@ def run(
         tuner = Tuner(
             trainable, param_space=config or {}, tune_config=tune_config, run_config=run_config
         )
+        tuner._initial_checkpoint = checkpoint_to_restore(restore) if restore else None
+    tuner._trial_name_creator = trial_name_creator
+    tuner._loggers = loggers
+    tuner._server_port = server_port if with_server else None
     grid = tuner.fit()
     trials = grid._trials
     failed = [t for t in trials if t.status == ERROR]
     if failed and raise_on_failed_trial:
         raise TuneError(f"Trials did not complete: {[str(t) for t in failed]}")
-    return ExperimentAnalysis(trials, Path(grid.experiment_path), metric, mode)
+    if return_trials:
+        return trials
+    return ExperimentAnalysis(Path(grid.experiment_path), trials, metric, mode)
 
 
 def run_experiments(
     experiments: Experiment | list[Experiment] | dict[str, dict], **kwargs: Any
 ) -> list:
     """Runs each experiment in turn; returns their trials (as Ray's does)."""
+    kwargs.pop("concurrent", None)  # one experiment after another, as with concurrent=False
     if isinstance(experiments, Experiment):
         experiments = [experiments]
     if isinstance(experiments, dict):

@@ -22,8 +22,10 @@ class Trial:
     # metric -> {"last": v, "min": v, "max": v}: the Tune view's "last and best" without
     # reading progress files.
     metric_analysis: dict = field(default_factory=dict)
-    # (checkpoint directory name, the result it was taken with): kept ones, oldest first.
+    # (checkpoint directory name, its score): kept ones, oldest first.
     checkpoints: list = field(default_factory=list)
+    # checkpoint directory name -> [training_iteration, time_total_s] it was taken at.
+    checkpoint_points: dict = field(default_factory=dict)
     latest_checkpoint: str | None = None
     checkpoint_iteration: int = 0
     checkpoint_time_total: float = 0.0
@@ -41,8 +43,12 @@ class Trial:
     perturbations: list = field(default_factory=list)
     # The values the search sampled, by "/"-joined path (TensorBoard's hparams, as Ray's).
     evaluated_params: dict = field(default_factory=dict)
+    # What tune.run(trial_name_creator=...) named the trial (its name and directory).
+    custom_name: str | None = None
 
     def __str__(self) -> str:
+        if self.custom_name is not None:
+            return self.custom_name
         return f"{self.trainable_name}_{self.trial_id}"
 
     @property

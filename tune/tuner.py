@@ -40,10 +40,11 @@ def prepare_trainable(trainable: Any) -> tuple[type, str, bool]:
             )
         return trainable, trainable.__name__, False
     if isinstance(trainable, str):
-        raise ValueError(
-            f"trainable {trainable!r}: registered trainable names are not supported; "
-            "pass the function or class itself"
-        )
+        from ember.tune.registry import get_trainable
+
+        named = get_trainable(trainable)
+        cls, _, is_function = prepare_trainable(named)
+        return cls, trainable, is_function
     if not callable(trainable):
         raise TypeError(
             f"trainable must be a function or a tune.Trainable class, got {trainable!r}"
@@ -139,6 +140,12 @@ class Tuner:
         self._cls, self._name, self._is_function = prepare_trainable(trainable)
         check_checkpointing(self.run_config.checkpoint_config, self._is_function)
         self._default_resources: Any = None
+        # Set by tune.run from Ray 0.8's arguments (restore=, trial_name_creator=, loggers=,
+        # with_server=/server_port=); a Tuner built directly leaves them unset.
+        self._initial_checkpoint: tuple[str, int, float] | None = None
+        self._trial_name_creator: Any = None
+        self._loggers: Any = None
+        self._server_port: int | None = None
 
     # --- restore --------------------------------------------------------------------------
     @classmethod
@@ -181,6 +188,9 @@ class Tuner:
     # --- run ------------------------------------------------------------------------------
     def fit(self) -> ResultGrid:
         tc, rc = self.tune_config, self.run_config
+        # The settings as given, before the searcher and scheduler are set up for this run
+        # (a searcher given the space here would refuse it again on restore).
+        given = cloudpickle.dumps(tc)
         # Everything below is checked before any trial starts.
         scheduler = make_scheduler(tc.scheduler, tc)
         search = make_search(tc.search_alg, tc, self.param_space)
@@ -195,7 +205,7 @@ class Tuner:
         max_running = capacity(resources)
         if tc.max_concurrent_trials:
             max_running = min(max_running, tc.max_concurrent_trials)
-        self._save_tuner(experiment_dir)
+        self._save_tuner(experiment_dir, given)
         loop = TrialLoop(
             search,
             scheduler,
@@ -208,13 +218,15 @@ class Tuner:
             time_budget_s=tc.time_budget_s,
             start_time=time.time(),
         )
+        loop.initial_restore = self._initial_checkpoint
         session = None
         if self._restored:
-            session = self._resume(loop, search)
+            session = self._resume(loop, search, experiment_dir)
         reporter = []
         if rc.verbose != 0:
             shown = make_reporter(getattr(rc, "progress_reporter", None), rc.verbose)
             shown.set_search_properties(tc.metric, tc.mode)
+            shown.sys_info = (scheduler.debug_string(), f"Result logdir: {experiment_dir}")
             reporter = [shown]
         controller = Controller(
             loop,
@@ -222,26 +234,36 @@ class Tuner:
             resources,
             experiment_dir,
             name,
-            callbacks=default_callbacks(rc.callbacks) + reporter,
+            callbacks=default_callbacks(rc.callbacks, self._loggers) + reporter,
             session=session,
             reuse_actors=tc.reuse_actors,
+            trial_name_creator=self._trial_name_creator,
         )
-        controller.run()
+        server = None
+        if self._server_port is not None:
+            from ember.tune.web_server import TuneServer
+
+            server = TuneServer(loop, self._server_port)
+        try:
+            controller.run()
+        finally:
+            if server is not None:
+                server.shutdown()
         return ResultGrid(loop.trials, experiment_dir, tc.metric, tc.mode)
 
-    def _save_tuner(self, experiment_dir: Path) -> None:
+    def _save_tuner(self, experiment_dir: Path, tune_config: bytes) -> None:
         run_config = copy.copy(self.run_config)
         blob = cloudpickle.dumps(
             {
                 "param_space": self.param_space,
-                "tune_config": self.tune_config,
+                "tune_config": cloudpickle.loads(tune_config),
                 "run_config": run_config,
                 "trainable_name": self._name,
             }
         )
         write_atomic(experiment_dir / TUNER_FILE, blob)
 
-    def _resume(self, loop: TrialLoop, search: SearchAlgorithm) -> str:
+    def _resume(self, loop: TrialLoop, search: SearchAlgorithm, experiment_dir: Path) -> str:
         """Loads the trials of the saved state: finished ones stay finished, unfinished ones
         go back to PENDING (from their latest checkpoint); the search skips what it made."""
         info = self._restored or {}
@@ -261,6 +283,17 @@ class Tuner:
             loop.add_trial(trial)
         if isinstance(search, BasicVariantGenerator) and trials:
             search.prefix = trials[0].trial_id.rsplit("_", 1)[0] + "_"
+        if search.restore_from_dir(experiment_dir):
+            # The searcher is as it was when these trials were saved (Optuna's study,
+            # HyperOpt's trials): it already knows what they were and how they ended.
+            return state.get("session") or date_str()
+        if isinstance(search, SearchGenerator):
+            # No saved state (it could not be saved, or the driver died before the first
+            # save): the searcher starts afresh and the saved trials count against
+            # num_samples. Asking it again for them would leave suggestions no trial runs,
+            # which a ConcurrencyLimiter would wait on forever.
+            search.counter = len(trials)
+            return state.get("session") or date_str()
         for _ in range(len(trials)):
             if search.next_trial() is None and search.finished:
                 break

@@ -3,6 +3,7 @@
 from ember.tune.schedulers.async_hyperband import ASHAScheduler, AsyncHyperBandScheduler
 from ember.tune.schedulers.hyperband import HyperBandScheduler
 from ember.tune.schedulers.median_stopping import MedianStoppingRule
+from ember.tune.schedulers.pb2 import PB2
 from ember.tune.schedulers.pbt import PopulationBasedTraining
 from ember.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 
@@ -12,6 +13,7 @@ __all__ = [
     "FIFOScheduler",
     "HyperBandScheduler",
     "MedianStoppingRule",
+    "PB2",
     "PopulationBasedTraining",
     "TrialScheduler",
 ]

@@ -7,7 +7,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from ember.tune.schedulers.trial_scheduler import LoopView, TrialScheduler, TrialView, metric_sign
+from ember.tune.schedulers.trial_scheduler import (
+    LoopView,
+    TrialScheduler,
+    TrialView,
+    legacy_metric,
+    metric_sign,
+)
 
 
 class _Bracket:
@@ -55,6 +61,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
         reduction_factor: float = 4,
         brackets: int = 1,
         stop_last_trials: bool = True,
+        reward_attr: str | None = None,  # Ray 0.8's name for metric (maximised)
     ) -> None:
         if grace_period <= 0:
             raise ValueError(f"grace_period must be positive, got {grace_period}")
@@ -64,7 +71,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
             raise ValueError(f"max_t ({max_t}) must be positive and at least grace_period")
         if brackets < 1:
             raise ValueError(f"brackets must be at least 1, got {brackets}")
-        super().__init__(metric, mode)
+        super().__init__(*legacy_metric(metric, mode, reward_attr))
         self.time_attr = time_attr
         self.max_t = max_t
         self.stop_last_trials = stop_last_trials

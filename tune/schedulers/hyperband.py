@@ -11,7 +11,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ember.tune.schedulers.trial_scheduler import LoopView, TrialScheduler, metric_sign
+from ember.tune.schedulers.trial_scheduler import (
+    LoopView,
+    TrialScheduler,
+    legacy_metric,
+    metric_sign,
+)
 
 
 class _Bracket:
@@ -88,12 +93,13 @@ class HyperBandScheduler(TrialScheduler):
         max_t: int = 81,
         reduction_factor: float = 3,
         stop_last_trials: bool = True,
+        reward_attr: str | None = None,  # Ray 0.8's name for metric (maximised)
     ) -> None:
         if reduction_factor <= 1:
             raise ValueError(f"reduction_factor must be greater than 1, got {reduction_factor}")
         if max_t < 1:
             raise ValueError(f"max_t must be at least 1, got {max_t}")
-        super().__init__(metric, mode)
+        super().__init__(*legacy_metric(metric, mode, reward_attr))
         self.time_attr = time_attr
         self.eta = reduction_factor
         self.max_t = max_t

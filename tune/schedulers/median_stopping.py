@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
-from ember.tune.schedulers.trial_scheduler import LoopView, TrialScheduler, TrialView
+from ember.tune.schedulers.trial_scheduler import LoopView, TrialScheduler, TrialView, legacy_metric
 
 
 class MedianStoppingRule(TrialScheduler):
@@ -21,8 +21,9 @@ class MedianStoppingRule(TrialScheduler):
         min_samples_required: int = 3,
         min_time_slice: float = 0,
         hard_stop: bool = True,
+        reward_attr: str | None = None,  # Ray 0.8's name for metric (maximised)
     ) -> None:
-        super().__init__(metric, mode)
+        super().__init__(*legacy_metric(metric, mode, reward_attr))
         self.time_attr = time_attr
         self.grace_period = grace_period
         self.min_samples_required = min_samples_required

@@ -15,7 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ember.tune.schedulers.trial_scheduler import LoopView, TrialScheduler, TrialView, metric_sign
+from ember.tune.schedulers.trial_scheduler import (
+    LoopView,
+    TrialScheduler,
+    TrialView,
+    legacy_metric,
+    metric_sign,
+)
 from ember.tune.search.sample import Domain
 
 
@@ -80,6 +86,7 @@ class PopulationBasedTraining(TrialScheduler):
         require_attrs: bool = True,
         synch: bool = False,
         seed: int | None = None,
+        reward_attr: str | None = None,  # Ray 0.8's name for metric (maximised)
     ) -> None:
         if not hyperparam_mutations and not custom_explore_fn:
             raise ValueError(
@@ -89,7 +96,7 @@ class PopulationBasedTraining(TrialScheduler):
             raise ValueError(f"quantile_fraction must be in [0, 0.5], got {quantile_fraction}")
         if perturbation_interval <= 0:
             raise ValueError(f"perturbation_interval must be positive, got {perturbation_interval}")
-        super().__init__(metric, mode)
+        super().__init__(*legacy_metric(metric, mode, reward_attr))
         self.synch = synch
         # synch: trials paused at the current boundary, waiting for the rest of the population.
         self.waiting: set[str] = set()
@@ -101,11 +108,15 @@ class PopulationBasedTraining(TrialScheduler):
         self.resample_probability = resample_probability
         self.factors = tuple(perturbation_factors)
         self.custom_explore_fn = custom_explore_fn
+        self.log_config = log_config  # the controller writes pbt_global.txt / pbt_policy_*.txt
         self.require_attrs = require_attrs
         self.rng = random.Random(seed)
         self.last_perturbed: dict[str, float] = {}
         self.score: dict[str, float] = {}
         self.num_perturbations = 0
+
+    def debug_string(self) -> str:
+        return f"{type(self).__name__}: {self.num_perturbations} perturbs"
 
     def on_trial_add(self, view: LoopView, trial: TrialView) -> None:
         self.last_perturbed.setdefault(trial.trial_id, 0.0)
@@ -181,9 +192,7 @@ class PopulationBasedTraining(TrialScheduler):
         if not donors:
             return False  # nobody to copy yet: the top trials have no checkpoint
         donor = self.rng.choice(donors)
-        new_config, ops = explore(
-            donor.config, self.mutations, self.resample_probability, self.factors, self.rng
-        )
+        new_config, ops = self._new_config(trial, donor)
         if self.custom_explore_fn:
             new_config = self.custom_explore_fn(new_config)
         trial.perturbations.append(
@@ -202,6 +211,12 @@ class PopulationBasedTraining(TrialScheduler):
         trial.restore_time_total = donor.checkpoint_time_total
         self.num_perturbations += 1
         return True
+
+    def _new_config(self, trial: Any, donor: Any) -> tuple[dict, dict]:
+        """The config ``trial`` continues with from ``donor``'s checkpoint (PB2 overrides)."""
+        return explore(
+            donor.config, self.mutations, self.resample_probability, self.factors, self.rng
+        )
 
     def _quantiles(self, view: LoopView) -> tuple[list, list]:
         scored = sorted(

@@ -91,6 +91,26 @@ class TrialScheduler:
                     return trial
         return None
 
+    def debug_string(self) -> str:
+        """One line for the progress report (Ray 0.8's ``TrialScheduler.debug_string``)."""
+        return f"Using {type(self).__name__}."
+
 
 class FIFOScheduler(TrialScheduler):
     """Every trial runs to its end, in the order it was added."""
+
+    def debug_string(self) -> str:
+        return "Using FIFO scheduling algorithm."
+
+
+def legacy_metric(
+    metric: str | None, mode: str | None, reward_attr: str | None
+) -> tuple[str | None, str | None]:
+    """Ray 0.8's ``reward_attr=`` (the seed's schedulers take it): the metric, maximised."""
+    if reward_attr is None:
+        return metric, mode
+    if metric is not None and metric != reward_attr:
+        raise ValueError(
+            f"reward_attr={reward_attr!r} and metric={metric!r} disagree: pass metric= alone"
+        )
+    return reward_attr, mode or "max"

@@ -6,12 +6,14 @@ from ember.tune.search.basic_variant import (
     SearchGenerator,
     Suggestion,
 )
+from ember.tune.search.repeater import Repeater
 from ember.tune.search.searcher import ConcurrencyLimiter, Searcher
 from ember.tune.search.variants import generate_variants
 
 __all__ = [
     "BasicVariantGenerator",
     "ConcurrencyLimiter",
+    "Repeater",
     "SearchAlgorithm",
     "SearchGenerator",
     "Searcher",

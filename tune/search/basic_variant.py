@@ -5,11 +5,15 @@ triples until finished. ``BasicVariantGenerator`` expands grids and samples doma
 from __future__ import annotations
 
 import copy
+import json
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from ember.tune.files import write_atomic
 from ember.tune.search.sample import Rng
 from ember.tune.search.searcher import Searcher
 from ember.tune.search.variants import (
@@ -69,13 +73,26 @@ class SearchAlgorithm:
     def on_trial_complete(self, trial_id: str, result: dict | None, error: bool) -> None:
         pass
 
+    # The experiment's directory keeps the search's state beside the trials' (a restored
+    # experiment goes on from it). A grid/random search needs none: it is replayed.
+    def save_to_dir(self, experiment_dir: Path) -> None:
+        pass
+
+    def restore_from_dir(self, experiment_dir: Path) -> bool:
+        return False
+
+
+SEARCHER_FILE = "searcher-state.pkl"
+GENERATOR_FILE = "search_gen_state.json"
+
 
 class BasicVariantGenerator(SearchAlgorithm):
     """Grid search crossed with random sampling, num_samples times, in Ray's order.
 
     ``points_to_evaluate``: configs (partial ones are completed from the space) tried first,
     each replacing one of the num_samples. ``random_state``: a seed or NumPy generator for
-    reproducible samples. ``max_concurrent``: 0 is unlimited.
+    reproducible samples. ``max_concurrent``: 0 is unlimited. ``shuffle`` (Ray 0.8): each
+    sample's grid points in a random order.
     """
 
     def __init__(
@@ -84,6 +101,7 @@ class BasicVariantGenerator(SearchAlgorithm):
         max_concurrent: int = 0,
         constant_grid_search: bool = False,
         random_state: Any = None,
+        shuffle: bool = False,
     ) -> None:
         if constant_grid_search:
             raise NotImplementedError(
@@ -92,6 +110,7 @@ class BasicVariantGenerator(SearchAlgorithm):
             )
         self.points = [copy.deepcopy(p) for p in (points_to_evaluate or [])]
         self.max_concurrent = max_concurrent
+        self.shuffle = shuffle
         self.rng = Rng(random_state)
         self.prefix = uuid.uuid1().hex[:5] + "_"
         self.counter = 0
@@ -122,7 +141,12 @@ class BasicVariantGenerator(SearchAlgorithm):
             this = spec
             if sample < len(self.points):
                 this = {"config": _deep_update(copy.deepcopy(spec["config"]), self.points[sample])}
-            yield from generate_variants(this, self.rng)
+            if self.shuffle:
+                variants = list(generate_variants(this, self.rng))
+                order = self.rng.permutation(len(variants))
+                yield from (variants[i] for i in order)
+            else:
+                yield from generate_variants(this, self.rng)
             sample += 1
 
     def total_samples(self) -> int | None:
@@ -179,6 +203,11 @@ class SearchGenerator(SearchAlgorithm):
         self.counter = 0
         self.num_samples = 1
         self.param_space: dict = {}
+        # Bumped on every suggestion and every result told: the state is saved only when it
+        # moved (and never again after a searcher that cannot be saved said so once).
+        self.version = 0
+        self.saved_version = 0
+        self.can_save = True
 
     def set_search_properties(
         self, metric: str | None, mode: str | None, param_space: dict, num_samples: int
@@ -214,11 +243,44 @@ class SearchGenerator(SearchAlgorithm):
             return None
         tag = f"{self.counter}_{format_vars(_flatten(config))}" if config else str(self.counter)
         self.counter += 1
+        self.version += 1
         flat = {"/".join(str(p) for p in k): v for k, v in _flatten(config).items()}
         return Suggestion(trial_id, self._complete(config), tag, flat)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
+        self.version += 1
         self.searcher.on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None, error: bool) -> None:
+        self.version += 1
         self.searcher.on_trial_complete(trial_id, result=result, error=error)
+
+    def save_to_dir(self, experiment_dir: Path) -> None:
+        """The searcher (its own ``save``) and how far the generator got, each written
+        atomically, at the same moment as the trials' state."""
+        if not self.can_save or self.version == self.saved_version:
+            return
+        try:
+            self.searcher.save(str(experiment_dir / SEARCHER_FILE))
+        except Exception as e:  # noqa: BLE001 - an unsaveable searcher costs only the resume
+            self.can_save = False
+            print(
+                f"ember.tune: {type(self.searcher).__name__}'s state cannot be saved ({e}); a "
+                "restored experiment will ask it from scratch",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        state = {"counter": self.counter, "finished": self.finished}
+        write_atomic(experiment_dir / GENERATOR_FILE, json.dumps(state).encode())
+        self.saved_version = self.version
+
+    def restore_from_dir(self, experiment_dir: Path) -> bool:
+        searcher_file = experiment_dir / SEARCHER_FILE
+        generator_file = experiment_dir / GENERATOR_FILE
+        if not (searcher_file.exists() and generator_file.exists()):
+            return False
+        self.searcher.restore(str(searcher_file))
+        state = json.loads(generator_file.read_text())
+        self.counter, self.finished = state["counter"], state["finished"]
+        return True

@@ -101,11 +101,13 @@ class HyperOptSearch(Searcher):
         n_initial_points: int = 20,
         random_state_seed: int | None = None,
         gamma: float = 0.25,
+        max_concurrent: int | None = None,
+        use_early_stopped_trials: bool | None = None,
     ) -> None:
         import numpy as np
 
         hpo = _hyperopt()
-        super().__init__(metric=metric, mode=mode)
+        super().__init__(metric, mode, max_concurrent, use_early_stopped_trials)
         self._n_initial_points = n_initial_points
         self._gamma = gamma
         self._points = copy.deepcopy(points_to_evaluate) or []
@@ -150,6 +152,8 @@ class HyperOptSearch(Searcher):
                 self._to_indices(value, expr)
             elif isinstance(expr, hpo.base.pyll.Apply) and expr.name == "switch":
                 options = [a.obj for a in expr.pos_args[1:] if a.name == "literal"]
+                if value not in options and isinstance(value, int) and 0 <= value < len(options):
+                    continue  # Ray 0.8's spelling: the choice's index (the seed's example)
                 if value not in options:
                     raise ValueError(
                         f"points_to_evaluate: {key}={value!r} is none of the choice's "
@@ -235,9 +239,13 @@ class HyperOptSearch(Searcher):
         del self._live[trial_id]
 
     def get_state(self) -> dict:
-        return {"hyperopt_trials": self._trials, "rstate": self.rstate.get_state()}
+        # Ray's two keys, and the rest (which trial is which HyperOpt trial, what is still
+        # to evaluate): a ConcurrencyLimiter saves its searcher through this.
+        rest = {k: v for k, v in self.__dict__.items() if k not in ("rstate", "_trials")}
+        return {"hyperopt_trials": self._trials, "rstate": self.rstate.get_state(), "rest": rest}
 
     def set_state(self, state: dict) -> None:
+        self.__dict__.update(state.get("rest", {}))
         self._trials = state["hyperopt_trials"]
         self.rstate.set_state(state["rstate"])
 

@@ -34,6 +34,9 @@ class Rng:
         return self._rng if self._rng is not None else np.random
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_rng":
+            # Not set yet (an Rng being unpickled): never look it up through itself.
+            raise AttributeError(name)
         if not isinstance(self._rng, np.random.Generator):
             name = {"integers": "randint", "random": "rand"}.get(name, name)
         return getattr(self.rng, name)
@@ -325,7 +328,11 @@ class Function(Domain):
         return f"{self.func}()"
 
 
-def uniform(lower: float, upper: float) -> Float:
+def uniform(lower: float, upper: float | None = None) -> Float:
+    """A float in [lower, upper). With one bound, Ray 0.8's ``tune.uniform(x)`` (which was
+    ``np.random.uniform(x)``): between x and 1.0."""
+    if upper is None:
+        lower, upper = sorted((float(lower), 1.0))
     return Float(lower, upper).uniform()
 
 

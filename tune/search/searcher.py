@@ -10,11 +10,24 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
+
 
 class Searcher:
     FINISHED = "FINISHED"
 
-    def __init__(self, metric: str | None = None, mode: str | None = None) -> None:
+    def __init__(
+        self,
+        metric: str | None = None,
+        mode: str | None = None,
+        max_concurrent: int | None = None,
+        use_early_stopped_trials: bool | None = None,  # Ray 0.8's, deprecated there: no effect
+    ) -> None:
+        if max_concurrent is not None:
+            raise ValueError(
+                "Searcher(max_concurrent=...) was deprecated in Ray 0.8.5 and is not taken: "
+                "wrap the searcher, ConcurrencyLimiter(searcher, max_concurrent=N)"
+            )
         if mode is not None and mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
         self._metric = metric
@@ -61,7 +74,7 @@ class Searcher:
     def save(self, checkpoint_path: str) -> None:
         path = Path(checkpoint_path)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(pickle.dumps(self.get_state()))
+        tmp.write_bytes(cloudpickle.dumps(self.get_state()))  # a space may hold lambdas
         tmp.replace(path)  # atomic: a crash never leaves half a searcher
 
     def restore(self, checkpoint_path: str) -> None:

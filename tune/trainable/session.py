@@ -96,18 +96,36 @@ def get_context() -> TrialContext:
 
 
 class _Track:
-    """Ray 0.8's ``tune.track.log(**metrics)``."""
+    """Ray 0.8's ``tune.track``: ``log(**metrics)`` and what the trial is (its directory,
+    name and id; None outside a trial, as in Ray)."""
 
     @staticmethod
     def log(**metrics: Any) -> None:
         _current("track.log").report(metrics, None)
+
+    @staticmethod
+    def trial_dir() -> str | None:
+        return _session.context.trial_dir if _session is not None else None
+
+    @staticmethod
+    def trial_name() -> str | None:
+        return _session.context.trial_name if _session is not None else None
+
+    @staticmethod
+    def trial_id() -> str | None:
+        return _session.context.trial_id if _session is not None else None
+
+    @staticmethod
+    def shutdown() -> None:
+        """Nothing to clean up: the trial's session ends with its function."""
 
 
 track = _Track()
 
 
 class Reporter:
-    """The ``reporter`` of ``def train(config, reporter)``: ``reporter(**metrics)``."""
+    """The ``reporter`` of ``def train(config, reporter)``: ``reporter(**metrics)``
+    (``done=True`` ends the trial with that result)."""
 
     def __call__(self, _metric: Any = None, **metrics: Any) -> None:
         if _metric is not None:

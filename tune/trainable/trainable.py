@@ -6,7 +6,9 @@ from __future__ import annotations
 import datetime
 import os
 import pickle
+import shutil
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -105,7 +107,13 @@ class Trainable:
 
     @property
     def logdir(self) -> str:
-        return self._context.trial_dir if self._context else os.getcwd()
+        if self._context:
+            return self._context.trial_dir
+        # Made outside Tune (``Example()``, as the seed's doctests do): a directory of its own,
+        # never the caller's working directory.
+        if getattr(self, "_own_logdir", None) is None:
+            self._own_logdir = tempfile.mkdtemp(prefix=f"{type(self).__name__}_")
+        return self._own_logdir
 
     # --- driven by the trial's actor ------------------------------------------------------
     def train(self) -> dict:
@@ -187,3 +195,43 @@ class Trainable:
 
     def stop(self) -> None:
         self.cleanup()
+
+    # --- Ray 0.8's other public methods ---------------------------------------------------
+    def get_config(self) -> dict:
+        return self.config
+
+    def save_to_object(self) -> bytes:
+        """The checkpoint as one object (every file of its directory, and the progress)."""
+        name = self.save()
+        root = Path(self.logdir, name)
+        files = {
+            str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+        }
+        shutil.rmtree(root, ignore_errors=True)
+        self._checkpoint_index -= 1
+        return pickle.dumps(
+            {"name": name, "files": files, "iteration": self._iteration, "time": self._time_total}
+        )
+
+    def restore_from_object(self, obj: bytes) -> None:
+        data = pickle.loads(obj)
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp, data["name"])
+            for rel, blob in data["files"].items():
+                Path(root, rel).parent.mkdir(parents=True, exist_ok=True)
+                Path(root, rel).write_bytes(blob)
+            root.mkdir(parents=True, exist_ok=True)
+            self.restore(str(root), data["iteration"], data["time"])
+
+    def delete_checkpoint(self, checkpoint_path: str) -> None:
+        """Deletes a checkpoint directory of this trainable (never one outside its logdir)."""
+        path = Path(checkpoint_path).resolve()
+        if Path(self.logdir).resolve() in path.parents:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def export_model(self, export_formats: list[str] | str, export_dir: str | None = None) -> dict:
+        formats = [export_formats] if isinstance(export_formats, str) else list(export_formats)
+        return self._export_model(formats, export_dir or self.logdir)
+
+    def _export_model(self, export_formats: list[str], export_dir: str) -> dict:
+        return {}
