@@ -1,0 +1,73 @@
+"""What a worker holds beyond its fork parent: its threads, the modules it imported since the
+fork and, when asked for, the Python allocations it made since (``benchmarks/actor_memory.py``
+reads them through an actor method).
+
+Off by default. A node started with ``EMBER_WORKER_MEMORY_TRACE=<frames>`` in its environment
+has each forked worker note ``sys.modules`` and start ``tracemalloc`` (keeping that many frames
+per allocation) right after the fork: that costs every worker memory and time, so it is for
+measuring only. ``report()`` works either way; without the variable it has no modules or
+allocations to say.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+ENV = "EMBER_WORKER_MEMORY_TRACE"
+_modules_at_fork: frozenset[str] | None = None
+
+
+def start_after_fork() -> None:
+    """In a freshly forked worker (the zygote's child), before anything else runs."""
+    value = os.environ.get(ENV, "")
+    if not value:
+        return
+    global _modules_at_fork
+    _modules_at_fork = frozenset(sys.modules)
+    import tracemalloc
+
+    tracemalloc.start(int(value) if value.isdigit() and int(value) > 0 else 1)
+
+
+def threads() -> list[dict[str, Any]]:
+    """Every OS thread of this process: its id and, for Python's, its name and whether it
+    is a daemon; a thread Python did not start (a C library's own) has no name."""
+    by_tid = {t.native_id: t for t in threading.enumerate()}
+    # A forked child's main thread keeps its parent's native id in Python's record.
+    by_tid[os.getpid()] = threading.main_thread()
+    out = []
+    for tid in sorted(int(t) for t in os.listdir("/proc/self/task")):
+        t = by_tid.get(tid)
+        out.append({"tid": tid, "name": t.name if t else "", "daemon": bool(t and t.daemon)})
+    return out
+
+
+def report(top: int = 15) -> dict[str, Any]:
+    """{threads, modules imported since the fork (or None), allocations since the fork:
+    total bytes and the ``top`` largest sites by line (or None)}."""
+    out: dict[str, Any] = {"threads": threads(), "modules": None, "allocations": None}
+    if _modules_at_fork is not None:
+        out["modules"] = sorted(set(sys.modules) - _modules_at_fork)
+    import tracemalloc
+
+    if tracemalloc.is_tracing():
+        snap = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(False, tracemalloc.__file__)]
+        )
+        stats = snap.statistics("lineno")
+        out["allocations"] = {
+            "bytes": sum(s.size for s in stats),
+            "count": sum(s.count for s in stats),
+            "top": [
+                {"where": str(s.traceback[0]), "bytes": s.size, "count": s.count}
+                for s in stats[:top]
+            ],
+            "by_file": [
+                {"where": str(s.traceback[0].filename), "bytes": s.size, "count": s.count}
+                for s in snap.statistics("filename")[:top]
+            ],
+        }
+    return out
