@@ -12,8 +12,9 @@ where pymalloc's arenas live, each thread's stack, each thread's malloc arena, l
 data), each split into copies of a page the zygote has at that address (copy-on-write:
 a reference count written, a free slot reused) and pages it allocated anew; and its threads.
 Last, on a second node started with ``EMBER_WORKER_MEMORY_TRACE`` (``memory_trace.py``), a
-few actors report the modules they imported after the fork and their Python allocations
-since it (tracemalloc), the largest first. Needs root for the copy/new split (page frame
+few actors report the modules they imported after the fork, their Python allocations since
+it (tracemalloc), the largest first, and the Python functions they ran (each run writes its
+code object's reference count: the pages those lie on are copies). Needs root for the copy/new split (page frame
 numbers of another process); it runs without, reporting 0 for both.
 """
 
@@ -194,7 +195,12 @@ def trace(n: int, deadline: float) -> dict[str, Any]:
             return {"error": "no actor traced: were the workers forked by the zygote?"}
         totals = sorted(r["allocations"]["bytes"] for r in traced)
         mid = next(r for r in traced if r["allocations"]["bytes"] == totals[len(totals) // 2])
-        return {"actors": n, "modules": mid["modules"], "allocations": mid["allocations"]}
+        return {
+            "actors": n,
+            "modules": mid["modules"],
+            "allocations": mid["allocations"],
+            "called": mid.get("called"),
+        }
     finally:
         ember.shutdown()
 
@@ -241,6 +247,15 @@ def print_report(m: dict[str, Any], t: dict[str, Any]) -> None:
     print("\n| file | KiB | blocks |\n| --- | --- | --- |")
     for s in a["by_file"]:
         print(f"| {s['where']} | {s['bytes'] / 1024:.1f} | {s['count']} |")
+    c = t.get("called")
+    if c:
+        # Each function run writes its code object's reference count (a copied page each).
+        print(
+            f"\nPython functions run since the fork: {c['functions']}, their code on"
+            f" {c['pages']} distinct pages\n\n| file | functions | pages |\n| --- | --- | --- |"
+        )
+        for r in c["top"]:
+            print(f"| {r['file']} | {r['functions']} | {r['pages']} |")
 
 
 def main(argv: list[str] | None = None) -> int:

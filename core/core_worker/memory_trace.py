@@ -1,12 +1,12 @@
 """What a worker holds beyond its fork parent: its threads, the modules it imported since the
-fork and, when asked for, the Python allocations it made since (``benchmarks/actor_memory.py``
-reads them through an actor method).
+fork and, when asked for, the Python allocations it made and the functions it ran since
+(``benchmarks/actor_memory.py`` reads them through an actor method).
 
 Off by default. A node started with ``EMBER_WORKER_MEMORY_TRACE=<frames>`` in its environment
-has each forked worker note ``sys.modules`` and start ``tracemalloc`` (keeping that many frames
-per allocation) right after the fork: that costs every worker memory and time, so it is for
-measuring only. ``report()`` works either way; without the variable it has no modules or
-allocations to say.
+has each forked worker note ``sys.modules``, start ``tracemalloc`` (keeping that many frames
+per allocation) and a profile hook on every thread right after the fork: that costs every
+worker memory and time, so it is for measuring only. ``report()`` works either way; without
+the variable it has no modules, allocations or functions to say.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from typing import Any
 
 ENV = "EMBER_WORKER_MEMORY_TRACE"
 _modules_at_fork: frozenset[str] | None = None
+_stopped = False  # report() ends the recording of calls
+_called: dict[int, Any] = {}  # {id(code): code} of the Python functions run since the fork
 
 
 def start_after_fork() -> None:
@@ -30,6 +32,13 @@ def start_after_fork() -> None:
     import tracemalloc
 
     tracemalloc.start(int(value) if value.isdigit() and int(value) > 0 else 1)
+
+    def on_event(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and not _stopped:
+            _called[id(frame.f_code)] = frame.f_code
+
+    sys.setprofile(on_event)
+    threading.setprofile(on_event)
 
 
 def threads() -> list[dict[str, Any]]:
@@ -51,6 +60,21 @@ def report(top: int = 15) -> dict[str, Any]:
     out: dict[str, Any] = {"threads": threads(), "modules": None, "allocations": None}
     if _modules_at_fork is not None:
         out["modules"] = sorted(set(sys.modules) - _modules_at_fork)
+    global _stopped
+    _stopped = True
+    if _called:
+        # Each function run writes its code object's reference count: the pages they lie
+        # on are copies. By file: functions run, and distinct 4 KiB pages their code spans.
+        by_file: dict[str, list[Any]] = {}
+        for code in list(_called.values()):
+            by_file.setdefault(code.co_filename, []).append(code)
+        rows = []
+        for name, codes in by_file.items():
+            pages = {id(c) >> 12 for c in codes}
+            rows.append({"file": name, "functions": len(codes), "pages": len(pages)})
+        rows.sort(key=lambda r: -r["pages"])
+        all_pages = {id(c) >> 12 for c in _called.values()}
+        out["called"] = {"functions": len(_called), "pages": len(all_pages), "top": rows[:top]}
     import tracemalloc
 
     if tracemalloc.is_tracing():

@@ -41,6 +41,7 @@ def _preimport() -> None:
     import uvloop
 
     ember.core_worker.core_worker.prepare_for_fork()
+    ember.worker_main.prepare_log_handlers()
     # A loop made and closed here leaves uvloop's lazily built module state shared.
     uvloop.new_event_loop().close()
 
