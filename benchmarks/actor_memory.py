@@ -131,8 +131,10 @@ def _idle_actors(ember: Any, n: int, deadline: float) -> tuple[list[Any], list[i
             return os.getpid()
 
         def report(self) -> dict:
-            from ember.core_worker import memory_trace
-
+            try:
+                from ember.core_worker import memory_trace
+            except ImportError:  # an Ember from before the tool: its USS figures only
+                return {"threads": [], "modules": None, "allocations": None}
             return memory_trace.report()
 
     actors = [Idle.remote() for _ in range(n)]
