@@ -75,9 +75,10 @@ def report(top: int = 15) -> dict[str, Any]:
         rows.sort(key=lambda r: -r["pages"])
         all_pages = {id(c) >> 12 for c in _called.values()}
         out["called"] = {"functions": len(_called), "pages": len(all_pages), "top": rows[:top]}
-    import tracemalloc
-
-    if tracemalloc.is_tracing():
+    # Imported only if tracing started: importing it here would add its modules' pages to
+    # the very memory this report is beside.
+    tracemalloc = sys.modules.get("tracemalloc")
+    if tracemalloc is not None and tracemalloc.is_tracing():
         snap = tracemalloc.take_snapshot().filter_traces(
             [tracemalloc.Filter(False, tracemalloc.__file__)]
         )

@@ -13,6 +13,7 @@ Protocol on its stdin/stdout (lines of JSON):
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import os
@@ -42,6 +43,8 @@ def _preimport() -> None:
 
     ember.core_worker.core_worker.prepare_for_fork()
     ember.worker_main.prepare_log_handlers()
+    # The event loop policy, made on first use: here, not in every child's I/O thread.
+    asyncio.get_event_loop_policy()
     # A loop made and closed here leaves uvloop's lazily built module state shared.
     uvloop.new_event_loop().close()
 
