@@ -25,7 +25,8 @@ def _redirect_output(base: str) -> tuple[tuple[str, str], LogOffsets]:
 
 # Ember's two handlers for a worker's log records, made before the worker's file and stream
 # are known: the zygote makes them once before it forks (``prepare_log_handlers``). A child
-# that made its own ran ~20 of logging's functions and copied ~160 KiB of shared pages.
+# that made its own ran ~20 of logging's functions, copying the shared pages they touch
+# (0.06-0.1 MiB per worker, benchmarks/actor_memory.py).
 _handlers: tuple[Any, Any] | None = None
 _core_worker: list = []  # the core worker, once made: the ids a log record carries
 
@@ -34,7 +35,7 @@ def _log_context() -> dict[str, str | None]:
     return _ids(_core_worker[0]) if _core_worker else {}
 
 
-def prepare_log_handlers() -> None:
+def prepare_log_handlers() -> tuple[Any, Any]:
     """Makes the handlers ``_log_ember_records`` attaches (in the zygote, before forking)."""
     import logging
 
@@ -47,6 +48,7 @@ def prepare_log_handlers() -> None:
     to_stderr.setFormatter(logging.Formatter(TEXT_FORMAT))
     to_stderr.setLevel(logging.WARNING)
     _handlers = (to_file, to_stderr)
+    return _handlers
 
 
 def _log_ember_records(base: str) -> None:
@@ -58,10 +60,7 @@ def _log_ember_records(base: str) -> None:
     shows them beside the user's output."""
     import logging
 
-    if _handlers is None:
-        prepare_log_handlers()
-    assert _handlers is not None
-    to_file, to_stderr = _handlers
+    to_file, to_stderr = _handlers or prepare_log_handlers()
     to_file.baseFilename = os.path.abspath(base + ".log")
     to_stderr.stream = sys.stderr  # the counting stream _redirect_output made
     log = logging.getLogger("ember")

@@ -36,7 +36,7 @@ def check_handlers(catalogue: Catalogue, handlers: Mapping[str, Handler]) -> Han
     return dict(handlers)
 
 
-# {(catalogue service, owners' types, prefixes, extra's ops): [(op, owner index, attribute)]}
+# {(catalogue, owners' types, extra's ops, prefixes): [(op, owner index, attribute)]}
 _PLANS: dict[tuple, list[tuple[str, int, str]]] = {}
 
 
@@ -50,7 +50,7 @@ def handler_plan(
     out (and checked) once per set of types. A forked worker finds its core worker's plan
     made by the zygote (``zygote._preimport``): listing eight classes' attributes with
     ``dir()`` wrote reference counts into hundreds of shared strings, copying their pages."""
-    key = (catalogue.service, owner_types, extra_ops, prefixes)
+    key = (catalogue, owner_types, extra_ops, prefixes)
     plan = _PLANS.get(key)
     if plan is not None:
         return plan
