@@ -34,12 +34,15 @@ def _filler(size: int, i: int) -> object:
 def free_blocks() -> dict[int, int]:
     """{size class in bytes: free blocks in its partly used pools}, from the allocator's
     own statistics (``sys._debugmallocstats``, which writes them to file descriptor 2);
-    {} where that is not there (another interpreter, ``PYTHONMALLOC=malloc``)."""
+    {} where that is not there (another interpreter, ``PYTHONMALLOC=malloc``, no stderr)."""
     dump = getattr(sys, "_debugmallocstats", None)
     if dump is None:
         return {}
-    sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no stderr to borrow: fill nothing
+        return {}
     with tempfile.TemporaryFile() as out:
         try:
             os.dup2(out.fileno(), 2)
