@@ -18,10 +18,10 @@ import pytest
 from ember_test_utils import assert_no_ember_children, wait_until
 
 N_ACTORS = 300
-# The median unique set size an idle actor may hold (benchmarks/actor_memory.py, which
-# measured 4.66 MiB on this machine, 2026-11-28; 5.02 MiB before the zygote prepared its
-# heap, handler plan and log handlers for its children).
-IDLE_ACTOR_USS_MIB = 4.85
+# The median unique set size an idle actor may hold (benchmarks/actor_memory.py measured
+# 4.55 MiB on this machine, 2026-11-28; 5.07 MiB before the zygote prepared its heap,
+# handler plan and log handlers for its children).
+IDLE_ACTOR_USS_MIB = 4.75
 
 
 @ember.remote(num_cpus=0)

@@ -22,7 +22,7 @@ import sys
 
 from ember.raylet import zygote_heap
 
-# What fills the free blocks of the heap's pools before the first fork (zygote_heap.py).
+# What fills the heap's free blocks and chunks before the first fork (zygote_heap.py).
 _FILLERS: list[object] = []
 
 
@@ -83,6 +83,7 @@ def main() -> None:
     gc.freeze()
     global _FILLERS
     _FILLERS = zygote_heap.fill_free_blocks()
+    _FILLERS.append(zygote_heap.fill_malloc_chunks())
     gc.freeze()  # the fillers' list, too
     in_fd = sys.stdin.fileno()
     out_fd = sys.stdout.fileno()
