@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from ember.core_worker.log_offsets import LogOffsets, counting_stream
@@ -24,23 +23,47 @@ def _redirect_output(base: str) -> tuple[tuple[str, str], LogOffsets]:
     return paths, LogOffsets(out, err)
 
 
-def _log_ember_records(base: str, ids: Callable[[], dict[str, str | None]]) -> None:
-    """Ember's own log records in this worker (logger ``ember``, at the node's level: INFO,
-    or ``init(logging_level=...)``) go to ``worker-<id>-<pid>.log``, created on the first
-    record; without a handler Python dropped all but warnings. With ``EMBER_LOG_FORMAT=json``
-    each is a JSON object carrying ``ids()``: the job, the task on the logging thread, the
-    actor. Warnings and errors also go to stderr as text, as before, so ``log_to_driver``
-    still shows them beside the user's output."""
+# Ember's two handlers for a worker's log records, made before the worker's file and stream
+# are known: the zygote makes them once before it forks (``prepare_log_handlers``). A child
+# that made its own ran ~20 of logging's functions, copying the shared pages they touch
+# (0.06-0.1 MiB per worker, benchmarks/actor_memory.py).
+_handlers: tuple[Any, Any] | None = None
+_core_worker: list = []  # the core worker, once made: the ids a log record carries
+
+
+def _log_context() -> dict[str, str | None]:
+    return _ids(_core_worker[0]) if _core_worker else {}
+
+
+def prepare_log_handlers() -> tuple[Any, Any]:
+    """Makes the handlers ``_log_ember_records`` attaches (in the zygote, before forking)."""
     import logging
 
     from ember.log_format import TEXT_FORMAT, formatter
 
-    log = logging.getLogger("ember")
-    to_file = logging.FileHandler(base + ".log", delay=True)
-    to_file.setFormatter(formatter("worker", context=ids))
+    global _handlers
+    to_file = logging.FileHandler(os.devnull, delay=True)  # each worker names its own file
+    to_file.setFormatter(formatter("worker", context=_log_context))
     to_stderr = logging.StreamHandler(sys.stderr)
     to_stderr.setFormatter(logging.Formatter(TEXT_FORMAT))
     to_stderr.setLevel(logging.WARNING)
+    _handlers = (to_file, to_stderr)
+    return _handlers
+
+
+def _log_ember_records(base: str) -> None:
+    """Ember's own log records in this worker (logger ``ember``, at the node's level: INFO,
+    or ``init(logging_level=...)``) go to ``worker-<id>-<pid>.log``, created on the first
+    record; without a handler Python dropped all but warnings. With ``EMBER_LOG_FORMAT=json``
+    each is a JSON object carrying the job, the task on the logging thread and the actor.
+    Warnings and errors also go to stderr as text, as before, so ``log_to_driver`` still
+    shows them beside the user's output."""
+    import logging
+
+    to_file, to_stderr = _handlers or prepare_log_handlers()
+    to_file.baseFilename = os.path.abspath(base + ".log")
+    to_stderr.stream = sys.stderr  # the counting stream _redirect_output made
+    log = logging.getLogger("ember")
     log.addHandler(to_file)
     log.addHandler(to_stderr)
 
@@ -102,8 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     die_with_parent(int(opts.get("raylet-pid", 0)), signal.SIGKILL)
     base = os.path.join(session_dir, "logs", f"worker-{worker_id[:16]}-{os.getpid()}")
     log_paths, log_offsets = _redirect_output(base)
-    worker: list = []  # the core worker, once made: the ids a log record carries
-    _log_ember_records(base, lambda: _ids(worker[0]) if worker else {})
+    _log_ember_records(base)
 
     from ember.core_worker.core_worker import WORKER, CoreWorker
     from ember.core_worker.executor import Executor
@@ -125,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         worker_id=bytes.fromhex(worker_id),
         register_extra={"log_paths": log_paths},
     )
-    worker.append(cw)
+    _core_worker.append(cw)
     cw.executor = Executor(cw)
     cw.executor.log_offsets = log_offsets  # stdout and stderr are the log files opened above
     cw.executor.install_interrupt_handler()

@@ -1,11 +1,15 @@
 """Many actors on one node: hundreds of ``num_cpus=0`` actors start and answer, the node's
-log stays quiet about it, and a node short of memory holds worker starts back and says why
-(the memory monitor's test hook, ``EMBER_MEMORY_MONITOR_USAGE_FILE``, stands in for a full
-machine)."""
+log stays quiet about it, each idle one holds little memory of its own, a worker forked from
+the prepared zygote still does real work, and a node short of memory holds worker starts
+back and says why (the memory monitor's test hook, ``EMBER_MEMORY_MONITOR_USAGE_FILE``,
+stands in for a full machine)."""
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -14,12 +18,26 @@ import pytest
 from ember_test_utils import assert_no_ember_children, wait_until
 
 N_ACTORS = 300
+# The median unique set size an idle actor may hold (benchmarks/actor_memory.py measured
+# 4.55 MiB on this machine, 2026-11-28; 5.07 MiB before the zygote prepared its heap,
+# handler plan and log handlers for its children).
+IDLE_ACTOR_USS_MIB = 4.75
 
 
 @ember.remote(num_cpus=0)
 class Pinger:
     def ping(self) -> int:
         return os.getpid()
+
+
+@pytest.fixture(scope="module")
+def node():
+    """One node for the tests that only add actors to it (the memory test makes its own)."""
+    if ember.is_initialized():
+        ember.shutdown()
+    ctx = ember.init(num_cpus=2, include_dashboard=False)
+    yield ctx
+    ember.shutdown()
 
 
 @pytest.fixture
@@ -35,8 +53,14 @@ def _raylet_log(ctx) -> str:
     return (Path(ctx.session_dir) / "logs" / "raylet.log").read_text()
 
 
-def test_hundreds_of_zero_cpu_actors_start_and_answer(fresh):
-    ctx = ember.init(num_cpus=2, include_dashboard=False)
+def _uss_mib(pid: int) -> float:
+    """What psutil's ``memory_full_info().uss`` says, read from ``smaps_rollup`` alone."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        return sum(int(x.split()[1]) for x in f if x.startswith("Private_")) / 1024
+
+
+def test_hundreds_of_zero_cpu_actors_start_and_answer(node):
+    ctx = node
     start = time.monotonic()
     actors = [Pinger.remote() for _ in range(N_ACTORS)]
     pids = ember.get([a.ping.remote() for a in actors], timeout=120)
@@ -49,7 +73,54 @@ def test_hundreds_of_zero_cpu_actors_start_and_answer(fresh):
     assert "died while starting" not in log, log[-3000:]
     assert "rejoining as a new node" not in log
     assert "Not starting more worker processes" not in log
-    print(f"{N_ACTORS} actors answered in {took:.1f} s ({N_ACTORS / took:.0f}/s)")
+    # Each idle actor holds little of its own: the pages it copied from the zygote it was
+    # forked from (reference counts written, free slots reused) and those it allocated.
+    uss = statistics.median(_uss_mib(p) for p in pids)
+    print(
+        f"{N_ACTORS} actors answered in {took:.1f} s ({N_ACTORS / took:.0f}/s), USS {uss:.2f} MiB"
+    )
+    assert uss <= IDLE_ACTOR_USS_MIB, f"median USS of an idle actor {uss:.2f} MiB"
+
+
+@ember.remote(num_cpus=0)
+class Worker:
+    def ping(self) -> int:
+        return os.getpid()
+
+    def digest(self, data: bytes) -> str:
+        return hashlib.sha256(data).hexdigest()
+
+    def make(self, n: int) -> bytes:
+        return bytes(range(256)) * (n // 256)
+
+    def add(self, i: int) -> int:
+        return i + 1
+
+    def log(self, text: str) -> None:
+        logging.getLogger("ember.test_many_actors").warning(text)
+
+
+def test_a_forked_worker_does_real_work_after_idling(node):
+    """The zygote's preparations (filled pools, handler plan, log handlers made before the
+    fork) leave a worker that takes large arguments, returns large values, answers many
+    calls in order and writes Ember's log records to its own file."""
+    w = Worker.remote()
+    pid = ember.get(w.ping.remote(), timeout=60)
+    time.sleep(1.0)  # idle: its exporter and drain have gone to sleep
+    big = os.urandom(8 * 1024 * 1024)  # through the object store
+    assert ember.get(w.digest.remote(big), timeout=60) == hashlib.sha256(big).hexdigest()
+    made = ember.get(w.make.remote(6 * 1024 * 1024), timeout=60)
+    assert made == bytes(range(256)) * (6 * 1024 * 1024 // 256)
+    assert ember.get([w.add.remote(i) for i in range(2000)], timeout=120) == list(range(1, 2001))
+    marker = f"marker-{os.urandom(4).hex()}"
+    ember.get(w.log.remote(marker), timeout=60)
+    logs = Path(node.session_dir) / "logs"
+
+    def logged() -> bool:
+        return any(marker in p.read_text() for p in logs.glob(f"worker-*-{pid}.log"))
+
+    wait_until(logged, 30, 0.05, "the worker's log record in its own .log file")
+    assert ember.get(w.ping.remote(), timeout=60) == pid, "the same process throughout"
 
 
 def test_a_node_short_of_memory_holds_worker_starts_and_says_why(fresh, tmp_path, capfd):

@@ -57,7 +57,7 @@ from ember.ids import new_task_id, new_unique_id
 from ember.log_monitor import print_worker_lines
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
-from ember.protocol.handler_table import handlers_from
+from ember.protocol.handler_table import handler_plan, handlers_from
 from ember.protocol.messages.worker import WORKER as WORKER_CATALOGUE
 
 logger = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ class CoreWorker:
                 self.actors,
                 self.links,
                 self.streams,
-            )
+            )  # in the order of handler_owner_types()
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -491,6 +491,28 @@ class CoreWorker:
             "actor": self.executor.actor_name if self.executor is not None else "",
             "rows": self.ownership.reference_table(),
         }
+
+
+def handler_owner_types() -> tuple[type, ...]:
+    """The types whose ``h_<op>`` methods serve a core worker's ops, in the order
+    ``CoreWorker.__init__`` passes their instances to ``handlers_from``."""
+    return (
+        CoreWorker,
+        Peers,
+        ObjectAccess,
+        Ownership,
+        TaskManager,
+        CreatedActors,
+        ClusterLinks,
+        GeneratorStreams,
+    )
+
+
+def prepare_for_fork() -> None:
+    """Work every worker would do on its way to its first task, done once in the zygote
+    before it forks, so that children share the result instead of each copying the pages
+    the work writes to (``zygote.py``)."""
+    handler_plan(WORKER_CATALOGUE, handler_owner_types())
 
 
 def _driver_code_path() -> list[str]:

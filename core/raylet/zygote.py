@@ -13,11 +13,17 @@ Protocol on its stdin/stdout (lines of JSON):
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import os
 import signal
 import sys
+
+from ember.raylet import zygote_heap
+
+# What fills the heap's free blocks and chunks before the first fork (zygote_heap.py).
+_FILLERS: list[object] = []
 
 
 def _preimport() -> None:
@@ -29,11 +35,16 @@ def _preimport() -> None:
     import ember  # noqa: F401
     import ember.core_worker.core_worker  # noqa: F401
     import ember.core_worker.executor  # noqa: F401
+    import ember.core_worker.memory_trace  # noqa: F401
     import ember.log_format  # noqa: F401 - the worker's log formatter (worker_main)
     import ember.object_store.arena  # noqa: F401
     import ember.worker_main  # noqa: F401
     import uvloop
 
+    ember.core_worker.core_worker.prepare_for_fork()
+    ember.worker_main.prepare_log_handlers()
+    # The event loop policy, made on first use: here, not in every child's I/O thread.
+    asyncio.get_event_loop_policy()
     # A loop made and closed here leaves uvloop's lazily built module state shared.
     uvloop.new_event_loop().close()
 
@@ -44,8 +55,10 @@ def _child(args: list[str], out_fd: int, in_fd: int) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     from ember import ids
+    from ember.core_worker import memory_trace
 
     ids.reseed_after_fork()
+    memory_trace.start_after_fork()  # off unless EMBER_WORKER_MEMORY_TRACE is set
     # Our parent is the zygote (which dies with the raylet): tie our life to it.
     if "--raylet-pid" in args:
         args[args.index("--raylet-pid") + 1] = str(os.getppid())
@@ -68,6 +81,10 @@ def main() -> None:
     # every page of the heap it shares with us (the bulk of an idle actor's private memory).
     gc.collect()
     gc.freeze()
+    global _FILLERS
+    _FILLERS = zygote_heap.fill_free_blocks()
+    _FILLERS.append(zygote_heap.fill_malloc_chunks())
+    gc.freeze()  # the fillers' list, too
     in_fd = sys.stdin.fileno()
     out_fd = sys.stdout.fileno()
     reader = os.fdopen(os.dup(in_fd), "r")
