@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
+from halves import run_halves, stop_on_sigterm  # benchmarks/: the script's own directory
+
 SIZES = {"full": 20, "quick": 4}
 IDLE_TIMEOUT_S = 10.0
 TICK_S = 1.0
@@ -256,25 +256,6 @@ def run_half(system: str, n: int) -> dict:
 # --------------------------------------------------------------------------------------
 
 
-def _default_ray_python() -> str | None:
-    for candidate in (
-        os.environ.get("EMBER_RAY_PYTHON", ""),
-        str(REPO / "tests" / "tools" / ".ray-venv" / "bin" / "python"),
-    ):
-        if candidate and Path(candidate).exists():
-            return candidate
-    return None
-
-
-def _run_sub(python: str, system: str, quick: bool) -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        cmd = [python, __file__, "--half", system, "--json", f.name]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "RAY_"))}
-        env["RAY_USAGE_STATS_ENABLED"] = "0"
-        subprocess.run(cmd + (["--quick"] if quick else []), check=True, env=env, cwd=REPO)
-        return json.loads(Path(f.name).read_text())
-
-
 ROWS = [
     ("first_node_s", "demand to the first ready worker node (s)"),
     ("all_nodes_s", "demand to all N worker nodes (s)"),
@@ -318,21 +299,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=["ray", "ember"], help="run one side only")
     parser.add_argument("--ray-python", default=None, help="the interpreter that has Ray")
     args = parser.parse_args(argv)
+    stop_on_sigterm()
     n = SIZES["quick" if args.quick else "full"]
     if args.half:
         Path(args.json).write_text(json.dumps(run_half(args.half, n)))
         return 0
-    results: dict[str, dict] = {}
-    if args.only != "ember":
-        ray_python = args.ray_python or _default_ray_python()
-        if not ray_python:
-            print(
-                "No Ray interpreter: pass --ray-python or run scripts/dev.sh setup", file=sys.stderr
-            )
-            return 2
-        results["ray"] = _run_sub(ray_python, "ray", args.quick)
-    if args.only != "ray":
-        results["ember"] = _run_sub(sys.executable, "ember", args.quick)
+    results = run_halves(__file__, args.quick, args.only, args.ray_python)
+    if results is None:
+        return 2
     print_table(results, n)
     if args.json:
         Path(args.json).write_text(json.dumps({"n": n, "results": results}, indent=1))

@@ -35,8 +35,33 @@ def run_half(python: str, script: str, system: str, quick: bool) -> dict:
         cmd = [python, script, "--half", system, "--json", f.name]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBER_", "RAY_"))}
         env["RAY_USAGE_STATS_ENABLED"] = "0"
-        subprocess.run(cmd + (["--quick"] if quick else []), check=True, env=env, cwd=REPO)
+        child = subprocess.Popen(cmd + (["--quick"] if quick else []), env=env, cwd=REPO)
+        try:
+            code = child.wait()
+        finally:
+            if child.poll() is None:
+                # Interrupted (Ctrl-C, or a SIGTERM made SystemExit by ``stop_on_sigterm``):
+                # the half is asked to stop, so its own cleanup stops the clusters it started.
+                child.terminate()
+                try:
+                    child.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+        if code:
+            raise subprocess.CalledProcessError(code, cmd)
         return json.loads(Path(f.name).read_text())
+
+
+def stop_on_sigterm() -> None:
+    """A SIGTERM (``timeout``, a CI job's end) becomes SystemExit, so ``finally`` blocks run:
+    a half stops its clusters, the driver stops its half."""
+    import signal
+
+    def _exit(*_: object) -> None:
+        raise SystemExit(143)
+
+    signal.signal(signal.SIGTERM, _exit)
 
 
 def run_halves(

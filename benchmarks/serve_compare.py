@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from halves import run_halves  # benchmarks/: the script's own directory
+from halves import run_halves, stop_on_sigterm  # benchmarks/: the script's own directory
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -470,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=["ray", "ember"], help="run one side only")
     parser.add_argument("--ray-python", default=None, help="the interpreter that has Ray Serve")
     args = parser.parse_args(argv)
+    stop_on_sigterm()
     if args.load:
         print(json.dumps(run_load(json.loads(args.load))))
         return 0

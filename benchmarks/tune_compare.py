@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from halves import run_halves  # benchmarks/: the script's own directory
+from halves import run_halves, stop_on_sigterm  # benchmarks/: the script's own directory
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=["ray", "ember"], help="run one side only")
     parser.add_argument("--ray-python", default=None, help="the interpreter that has Ray Tune")
     args = parser.parse_args(argv)
+    stop_on_sigterm()
     size = SIZES["quick" if args.quick else "full"]
     if args.half:
         result = run_half(args.half, size)
