@@ -290,8 +290,16 @@ class NodeTable:
         node.available = {}
         node.death_reason = reason
         self._save(node)
-        logger.warning("node %s died: %s", node_id.hex()[:12], reason)
-        self.record("ERROR", f"node {node_id.hex()} died: {reason}")
+        if node.drain_reason is not None:
+            # Drained first (the autoscaler removing an idle node, an operator's drain): an
+            # expected end, not an error every driver is told of.
+            logger.info("node %s left after draining: %s", node_id.hex()[:12], reason)
+            self.record(
+                "INFO", f"node {node_id.hex()} left after draining ({node.drain_reason}): {reason}"
+            )
+        else:
+            logger.warning("node %s died: %s", node_id.hex()[:12], reason)
+            self.record("ERROR", f"node {node_id.hex()} died: {reason}")
         # Owners retry the tasks it ran and stop reading objects from it; raylets stop
         # spilling to it. Said to every connection: a silent node's sockets may stay open.
         for c in list(self.connections):
