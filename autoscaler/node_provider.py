@@ -26,7 +26,11 @@ NODE_KIND_WORKER = "worker"
 
 class NodeProvider(ABC):
     """One cluster's machines at one provider. Every method may be called from the
-    autoscaler's loop only; implementations need not be thread-safe."""
+    autoscaler's loop only; implementations need not be thread-safe, unless they set
+    ``launches_in_parallel``: then the loop makes a tick's ``create_node`` calls (one node
+    each) from several threads at once and waits for them all."""
+
+    launches_in_parallel = False
 
     def __init__(self, provider_config: Mapping[str, Any], cluster_name: str) -> None:
         self.provider_config = dict(provider_config)

@@ -28,6 +28,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from ember.autoscaler.backoff import Backoff
@@ -59,6 +60,8 @@ PROVIDER_NODE_LABEL = "ember.io/provider-node-id"
 STATE_KEY = b"instances"  # the instance table, in the ``autoscaler`` KV namespace
 STATE_VERSION = 1
 JOIN_TIMEOUT_S = 300.0  # a launched node that has not registered by then is failed
+# At most this many create_node calls at once, for a provider that takes them in parallel.
+MAX_PARALLEL_LAUNCHES = 8
 log = logging.getLogger("ember.autoscaler")
 S = InstanceState
 
@@ -375,26 +378,60 @@ class Reconciler:
         }
         why = "; ".join(sorted(set(reasons))) or "demand"
         self._decide(now, "launch", node_type, None, why, count)
-        for _ in range(count):
-            inst = Instance.requested(f"i-{uuid.uuid4().hex[:12]}", node_type, now)
-            self.instances[inst.instance_id] = inst
-            inst.fire("launch", now)
-            self._persist()  # before the provider is asked: see the module's docstring
+
+        def create(inst: Instance) -> dict[str, Any]:
             tags = {**base, TAG_INSTANCE_ID: inst.instance_id}
+            return self.provider.create_node_with_resources_and_labels(
+                spec["node_config"], tags, 1, spec["resources"], spec.get("labels", {})
+            )
+
+        if not self.provider.launches_in_parallel:
+            for _ in range(count):
+                inst = self._requested(node_type, now)
+                try:
+                    made = create(inst)
+                except Exception as e:
+                    self._launch_failed(inst, e, backoff=True)
+                    break  # the rest of this type waits for its backoff
+                self._created(inst, made)
+            return
+        insts = [self._requested(node_type, now) for _ in range(count)]
+        with ThreadPoolExecutor(min(count, MAX_PARALLEL_LAUNCHES), "launch") as pool:
+            futures = [pool.submit(create, inst) for inst in insts]
+        failed = False
+        for inst, future in zip(insts, futures, strict=True):
             try:
-                made = self.provider.create_node_with_resources_and_labels(
-                    spec["node_config"], tags, 1, spec["resources"], spec.get("labels", {})
-                )
+                made = future.result()
             except Exception as e:
-                inst.fire("launch_failed", time.time(), f"{e}"[-1000:])
-                self.counters["failed_create"] += 1
-                self._failed(inst, time.time())
-                break  # the rest of this type waits for its backoff
-            (pid,) = made
-            inst.provider_node_id = pid
-            inst.ip = self._ip(pid)
-            inst.fire("created", time.time())
-            self.counters["started"] += 1
+                # One burst's failures are one failure for the backoff, not one each.
+                self._launch_failed(inst, e, backoff=not failed)
+                failed = True
+                continue
+            self._created(inst, made)
+
+    def _requested(self, node_type: str, now: float) -> Instance:
+        inst = Instance.requested(f"i-{uuid.uuid4().hex[:12]}", node_type, now)
+        self.instances[inst.instance_id] = inst
+        inst.fire("launch", now)
+        self._persist()  # before the provider is asked: see the module's docstring
+        return inst
+
+    def _launch_failed(self, inst: Instance, error: Exception, *, backoff: bool) -> None:
+        inst.fire("launch_failed", time.time(), f"{error}"[-1000:])
+        self.counters["failed_create"] += 1
+        if backoff:
+            self._failed(inst, time.time())
+        else:
+            self._decide(
+                time.time(), "failed", inst.node_type, inst.instance_id, inst.failure or ""
+            )
+
+    def _created(self, inst: Instance, made: dict[str, Any]) -> None:
+        (pid,) = made
+        inst.provider_node_id = pid
+        inst.ip = self._ip(pid)
+        inst.fire("created", time.time())
+        self.counters["started"] += 1
 
     def _note_infeasible(self, decision: Decision, demand: Any, now: float) -> None:
         """Infeasible shapes while they wait, each reported (a decision, a warning) once."""
