@@ -69,13 +69,17 @@ class NodeView:
         self.available = available
 
 
+# A lease request moves on at most this many times; its owner follows up to 8 redirects.
+MAX_SPILLS = 4
+
+
 def lease_decision(
     here: NodeView,
     others: Sequence[NodeView],
     shape: dict[str, float],
     strategy: Any,
     *,
-    spilled: bool = False,
+    spilled: int = 0,
     spread: int = 0,
 ) -> tuple[str, Any]:
     """Where a task's lease request should wait, decided by the raylet that got it.
@@ -83,7 +87,8 @@ def lease_decision(
     Returns ``("local", None)`` (wait here: it fits now or will), ``("spill", node)`` (ask
     that node instead), ``("infeasible", None)`` (no node can ever hold it: wait here until
     one joins) or ``("fail", message)`` (hard node affinity to a node that is gone). ``shape``
-    is already renamed for placement groups.
+    is already renamed for placement groups. ``spilled`` is how many raylets sent the request
+    on before this one (0: it came from its owner's node).
     """
     if isinstance(strategy, tuple) and strategy[0] == "NODE_AFFINITY":
         target, soft = strategy[1], strategy[2]
@@ -113,8 +118,9 @@ def lease_decision(
         # Another raylet chose us: it waits here, unless it cannot start here now and another
         # node has room for it now (as Ray's raylet spills the tasks waiting on it). A burst
         # sent to the first node that joined spreads over the nodes that join after it; a
-        # node merely as busy as this one never gets it, so work does not bounce around.
-        if fits(shape, here.available) or not fits(shape, here.total):
+        # node merely as busy as this one never gets it, so work does not bounce around;
+        # and after MAX_SPILLS moves (views a heartbeat old can disagree) it stays.
+        if spilled >= MAX_SPILLS or fits(shape, here.available) or not fits(shape, here.total):
             return "local", None
         free = [n for n in others if fits(shape, n.available)]
         return ("spill", min(free, key=_load)) if free else ("local", None)

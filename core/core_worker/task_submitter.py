@@ -295,7 +295,7 @@ class TaskSubmitter:
                     break
                 target = grant["spillback"]
                 raylet = await self.host.links.raylet_for_node(target["node_id"], target["address"])
-                body["spilled"] = True
+                body["spilled"] = body.get("spilled", 0) + 1  # hops so far (see scheduling)
         except Exception as e:
             cls.pending_leases -= 1
             if isinstance(e, OSError | TimeoutError) and not self.host.raylet.closed:

@@ -446,7 +446,7 @@ class LeaseMachine:
             others,
             req.shape,
             req.strategy,
-            spilled=req.spilled and not draining,
+            spilled=0 if draining else req.spilled,
             spread=self.spread_index,
         )
         if req.strategy == "SPREAD":

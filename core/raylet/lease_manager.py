@@ -142,7 +142,7 @@ class LeaseManager:
         holder = self.pool.workers.get(body.get("client", b""))
         depth = holder.depth + 1 if holder is not None and holder.lease_id else 1
         return self._request(
-            body, conn, body.get("name", ""), spilled=body.get("spilled", False), depth=depth
+            body, conn, body.get("name", ""), spilled=int(body.get("spilled") or 0), depth=depth
         )
 
     def h_lease_actor_worker(self, conn: Connection, body: dict) -> asyncio.Future:

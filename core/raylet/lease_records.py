@@ -123,7 +123,7 @@ class Request:
         job_id: bytes | None,
         name: str,
         actor_id: bytes | None = None,
-        spilled: bool = False,
+        spilled: int = 0,
         retriable: bool = False,
         depth: int = 1,
         env: str = "",
@@ -137,7 +137,7 @@ class Request:
         self.since = 0.0  # set when the machine queues it
         self.warned = False
         self.actor_id = actor_id
-        self.spilled = spilled  # sent here by another raylet: run here, never spill again
+        self.spilled = spilled  # how many raylets sent it on before this one (scheduling.py)
         self.view_check = ViewCheck.NOT_ASKED
         # Its work may run again if the memory monitor kills it (max_retries / restarts left).
         self.retriable = retriable

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from ember.resources import NodeResources, apply_strategy, fits, pg_resource_name
-from ember.scheduling import NodeView, feasible_anywhere, lease_decision, pick_node
+from ember.scheduling import MAX_SPILLS, NodeView, feasible_anywhere, lease_decision, pick_node
 
 HERE, A, B, GONE = b"here", b"node-a", b"node-b", b"gone"
 
@@ -54,6 +54,8 @@ def test_a_spilled_request_moves_on_only_to_a_node_with_room_now() -> None:
     assert decide(busy_here, [busy], {"CPU": 1}, spilled=True) == ("local", None)
     # ...but a burst queued on the first node to join moves to one that joined since.
     assert decide(busy_here, [busy, free], {"CPU": 1}, spilled=True) == ("spill", free)
+    # Views a heartbeat old can disagree: after MAX_SPILLS moves it stays, even so.
+    assert decide(busy_here, [busy, free], {"CPU": 1}, spilled=MAX_SPILLS) == ("local", None)
     # A request pinned (softly or not) to another node stays where it was sent.
     for soft in (True, False):
         strategy = ("NODE_AFFINITY", A, soft)
