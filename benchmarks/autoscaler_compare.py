@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import socket
 import subprocess
@@ -39,7 +38,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from halves import run_halves, stop_on_sigterm  # benchmarks/: the script's own directory
+from halves import (  # benchmarks/: the script's own directory
+    machine_line,
+    run_halves,
+    stop_on_sigterm,
+)
 
 SIZES = {"full": 20, "quick": 4}
 IDLE_TIMEOUT_S = 10.0
@@ -291,12 +294,7 @@ ROWS = [
 
 
 def print_table(results: dict[str, dict], n: int) -> None:
-    load = os.getloadavg()
-    print(
-        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores; "
-        f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-        f"load average: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; N = {n}"
-    )
+    print(machine_line(f"N = {n}"))
     print("| workload | Ray 2.60 | Ember | Ray / Ember | target |")
     print("|---|---|---|---|---|")
     for key, label in ROWS:

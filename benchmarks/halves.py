@@ -81,3 +81,16 @@ def run_halves(
     if only != "ray":
         results["ember"] = run_half(sys.executable, script, "ember", quick)
     return results
+
+
+def machine_line(sizes: str) -> str:
+    """The line every table starts with: the machine, the date, the load, the sizes run."""
+    import platform
+    import time
+
+    load = os.getloadavg()
+    return (
+        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, kernel "
+        f"{platform.release()}; date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"load average: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {sizes}"
+    )

@@ -26,14 +26,17 @@ import argparse
 import importlib
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from halves import run_halves, stop_on_sigterm  # benchmarks/: the script's own directory
+from halves import (  # benchmarks/: the script's own directory
+    machine_line,
+    run_halves,
+    stop_on_sigterm,
+)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -179,13 +182,7 @@ def table(results: dict[str, dict], size: dict) -> list[dict]:
 
 
 def print_table(rows: list[dict], size: dict, quick: bool) -> None:
-    load = os.getloadavg()
-    print(
-        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores; "
-        f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-        f"load average: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
-        f"sizes: {size} ({'--quick' if quick else 'full'})"
-    )
+    print(machine_line(f"sizes: {size} ({'--quick' if quick else 'full'})"))
     cols = ["workload", "ray", "ember", "ray/ember", "target"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
