@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -128,18 +130,36 @@ class FakeMultiNodeProvider(StartsEmberNodes):
             env = dict(os.environ)
             if self.token:
                 env["EMBER_TOKEN"] = str(self.token)
-            try:
-                done = subprocess.run(
-                    argv, capture_output=True, text=True, timeout=START_TIMEOUT_S, env=env
+            # Its output goes to a file and it runs in a session of its own: a monitor
+            # killed mid-start must not take the start with it (a pipe to a dead reader, a
+            # signal to the group), or the node the restarted monitor adopts never joins.
+            log_path = os.path.join(self.root, f"{node_id}.start.log")
+            with open(log_path, "wb") as log:
+                starter = subprocess.Popen(
+                    argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
                 )
+            # Its pid is kept while it runs: a monitor killed now leaves a start in flight,
+            # which terminate_node (of the restarted monitor) must end before it stops the
+            # node, or the node comes up after the stop, a worker nobody manages.
+            with self._lock:
+                record["start_pid"] = starter.pid
+                self._save()
+            try:
+                starter.wait(timeout=START_TIMEOUT_S)
             except subprocess.TimeoutExpired:
+                starter.kill()
+                starter.wait()
                 self.terminate_node(node_id)
                 raise RuntimeError(
                     f"ember start for {node_id} did not finish in {START_TIMEOUT_S:.0f} s"
                 ) from None
-            if done.returncode != 0:
+            with self._lock:
+                record.pop("start_pid", None)
+                self._save()
+            if starter.returncode != 0:
                 self.terminate_node(node_id)
-                tail = (done.stderr or done.stdout).strip()[-2000:]
+                with open(log_path, errors="replace") as f:
+                    tail = f.read().strip()[-2000:]
                 raise RuntimeError(f"ember start for {node_id} failed: {tail}")
             made[node_id] = dict(record)
         return made
@@ -148,6 +168,8 @@ class FakeMultiNodeProvider(StartsEmberNodes):
         node = self.nodes.get(node_id)
         if node is None:
             return
+        if node.get("start_pid"):
+            _end_start(int(node["start_pid"]), node["temp_dir"])
         if node.get("never_started"):
             with self._lock:
                 self.nodes.pop(node_id, None)
@@ -168,3 +190,26 @@ class FakeMultiNodeProvider(StartsEmberNodes):
         with self._lock:
             self.nodes.pop(node_id, None)
             self._save()
+        try:
+            os.unlink(os.path.join(self.root, f"{node_id}.start.log"))
+        except OSError:
+            pass
+
+
+def _end_start(pid: int, temp_dir: str) -> None:
+    """SIGKILLs a node's ``ember start`` if it still runs (its command line names the node's
+    directory, so a reused pid is left alone), and waits a moment for it to go."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if temp_dir.encode() not in f.read():
+                return
+        os.kill(pid, signal.SIGKILL)
+    except (OSError, ValueError):
+        return
+    deadline = time.monotonic() + 5.0
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        try:
+            os.waitpid(pid, os.WNOHANG)  # ours (not a restarted monitor's): reap it
+        except ChildProcessError:
+            pass
+        time.sleep(0.02)
