@@ -68,6 +68,7 @@ class RayFakeCluster:
     nothing else)."""
 
     def __init__(self, n: int, work: Path) -> None:
+        self.work = work
         # Ray's fake provider starts its worker nodes against the GCS at the default port.
         self.port = 6379
         with socket.socket() as probe:
@@ -129,14 +130,21 @@ class RayFakeCluster:
         self.address = f"127.0.0.1:{self.port}"
 
     def processes(self) -> list[int]:
+        """Its session's processes, and any that left the session but name its temp dir
+        (Ray's GCS server does)."""
         out = []
+        mark = str(self.work).encode()
         for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
             try:
                 if os.getsid(pid) == self.session:
                     out.append(pid)
+                    continue
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if mark in f.read():
+                        out.append(pid)
             except OSError:
                 pass
-        return out
+        return [p for p in out if p != os.getpid()]
 
     def monitor_pid(self) -> int | None:
         for pid in self.processes():
