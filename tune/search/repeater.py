@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-from ember.tune.search.searcher import Searcher
+from ember.tune.search.searcher import Searcher, WrapsSearcher
 
 TRIAL_INDEX = "__trial_index__"
 
@@ -25,7 +25,7 @@ class _Group:
         return len(self.members) >= self.size
 
 
-class Repeater(Searcher):
+class Repeater(WrapsSearcher):
     def __init__(self, searcher: Searcher, repeat: int = 1, set_index: bool = True) -> None:
         if not isinstance(repeat, int) or repeat < 1:
             raise ValueError(f"repeat must be a positive integer, got {repeat!r}")
@@ -71,13 +71,3 @@ class Repeater(Searcher):
             self.searcher.on_trial_complete(group.primary, result=averaged)
         else:
             self.searcher.on_trial_complete(group.primary, error=True)
-
-    def get_state(self) -> dict:
-        state = {k: v for k, v in self.__dict__.items() if k != "searcher"}
-        state["searcher"] = self.searcher.get_state()
-        return state
-
-    def set_state(self, state: dict) -> None:
-        state = dict(state)
-        self.searcher.set_state(state.pop("searcher"))
-        self.__dict__.update(state)

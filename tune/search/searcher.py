@@ -81,7 +81,24 @@ class Searcher:
         self.set_state(pickle.loads(Path(checkpoint_path).read_bytes()))
 
 
-class ConcurrencyLimiter(Searcher):
+class WrapsSearcher(Searcher):
+    """A searcher around another (``self.searcher``): its state is its own fields plus the
+    wrapped searcher's state, so a restored experiment restores both."""
+
+    searcher: Searcher
+
+    def get_state(self) -> dict:
+        state = {k: v for k, v in self.__dict__.items() if k != "searcher"}
+        state["searcher"] = self.searcher.get_state()
+        return state
+
+    def set_state(self, state: dict) -> None:
+        state = dict(state)
+        self.searcher.set_state(state.pop("searcher"))
+        self.__dict__.update(state)
+
+
+class ConcurrencyLimiter(WrapsSearcher):
     """At most ``max_concurrent`` suggestions of the wrapped searcher live at once."""
 
     def __init__(self, searcher: Searcher, max_concurrent: int, batch: bool = False) -> None:
@@ -127,13 +144,3 @@ class ConcurrencyLimiter(Searcher):
                 self.searcher.on_trial_complete(tid, result=res, error=err)
             self.live.clear()
             self.cached.clear()
-
-    def get_state(self) -> dict:
-        state = {k: v for k, v in self.__dict__.items() if k != "searcher"}
-        state["searcher"] = self.searcher.get_state()
-        return state
-
-    def set_state(self, state: dict) -> None:
-        state = dict(state)
-        self.searcher.set_state(state.pop("searcher"))
-        self.__dict__.update(state)
