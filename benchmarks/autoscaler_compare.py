@@ -26,7 +26,6 @@ Only the standard library is imported at the top: Ray's interpreter runs this sa
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from halves import (  # benchmarks/: the script's own directory
+    half_parser,
     machine_line,
     run_halves,
     stop_on_sigterm,
@@ -328,12 +328,9 @@ def print_table(results: dict[str, dict], n: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--half", choices=["ray", "ember"], help=argparse.SUPPRESS)
-    parser.add_argument("--json", default=None, help="write the results here")
-    parser.add_argument("--quick", action="store_true", help="N = 4 instead of 20")
-    parser.add_argument("--only", choices=["ray", "ember"], help="run one side only")
-    parser.add_argument("--ray-python", default=None, help="the interpreter that has Ray")
+    parser = half_parser(
+        __doc__.split("\n")[0], "N = 4 instead of 20", "the interpreter that has Ray"
+    )
     args = parser.parse_args(argv)
     stop_on_sigterm()
     n = SIZES["quick" if args.quick else "full"]

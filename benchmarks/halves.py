@@ -7,6 +7,7 @@ setting of the caller leaking in. Standard library only: Ray's interpreter impor
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -94,3 +95,15 @@ def machine_line(sizes: str) -> str:
         f"{platform.release()}; date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
         f"load average: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {sizes}"
     )
+
+
+def half_parser(description: str, quick_help: str, ray_help: str) -> argparse.ArgumentParser:
+    """The command line every side-by-side script takes: ``--json``, ``--quick``, ``--only``,
+    ``--ray-python``, and the hidden ``--half`` its driver runs each half with."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--half", choices=["ray", "ember"], help=argparse.SUPPRESS)
+    parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--only", choices=["ray", "ember"], help="run one side only")
+    parser.add_argument("--ray-python", default=None, help=ray_help)
+    return parser

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from halves import (  # benchmarks/: the script's own directory
+    half_parser,
     machine_line,
     run_halves,
     stop_on_sigterm,
@@ -458,13 +459,10 @@ def print_table(rows: list[dict], size: dict, quick: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--half", choices=["ray", "ember"], help=argparse.SUPPRESS)
+    parser = half_parser(
+        __doc__.split("\n")[0], "smaller sizes (~30 s a side)", "the interpreter that has Ray Serve"
+    )
     parser.add_argument("--load", help=argparse.SUPPRESS)
-    parser.add_argument("--json", default=None, help="write the results here")
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (~30 s a side)")
-    parser.add_argument("--only", choices=["ray", "ember"], help="run one side only")
-    parser.add_argument("--ray-python", default=None, help="the interpreter that has Ray Serve")
     args = parser.parse_args(argv)
     stop_on_sigterm()
     if args.load:

@@ -22,7 +22,6 @@ Only the standard library is imported at the top: Ray's interpreter runs this sa
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import os
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from halves import (  # benchmarks/: the script's own directory
+    half_parser,
     machine_line,
     run_halves,
     stop_on_sigterm,
@@ -191,12 +191,11 @@ def print_table(rows: list[dict], size: dict, quick: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--half", choices=["ray", "ember"], help=argparse.SUPPRESS)
-    parser.add_argument("--json", default=None, help="write the results here")
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (a minute a side)")
-    parser.add_argument("--only", choices=["ray", "ember"], help="run one side only")
-    parser.add_argument("--ray-python", default=None, help="the interpreter that has Ray Tune")
+    parser = half_parser(
+        __doc__.split("\n")[0],
+        "smaller sizes (a minute a side)",
+        "the interpreter that has Ray Tune",
+    )
     args = parser.parse_args(argv)
     stop_on_sigterm()
     size = SIZES["quick" if args.quick else "full"]
