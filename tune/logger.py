@@ -55,15 +55,15 @@ class _EventFile:
 
     def __init__(self, logdir: str) -> None:
         from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event
 
+        self._event = Event  # kept: write() runs per result
         os.makedirs(logdir, exist_ok=True)
         self._events = EventsWriter(os.path.join(logdir, "events"))
         self.flushed = time.monotonic()
 
     def write(self, summary: Any, step: int | None = None) -> None:
-        from tensorboardX.proto.event_pb2 import Event
-
-        event = Event(wall_time=time.time(), summary=summary)
+        event = self._event(wall_time=time.time(), summary=summary)
         if step is not None:
             event.step = int(step)
         self._events.write_event(event)
