@@ -320,6 +320,57 @@ def test_loop_pause_then_resume_through_the_scheduler():
     assert kinds(loop.step(2)) == [("start", "0", None), ("train", "0", None)]
 
 
+def test_a_class_trial_pausing_is_not_started_again_before_its_save_lands():
+    """The CI hang: a paused trial restarted while its save was in flight got a second actor,
+    the save's answer (of the old run) was dropped, and the experiment never finished."""
+
+    class PauseOnce(FIFOScheduler):
+        def on_trial_result(self, view, trial, result):
+            return P if result["training_iteration"] == 1 else C
+
+    loop = make_loop({"x": 1}, max_running=1, scheduler=PauseOnce(), is_function=False)
+    loop.step(0)
+    [t0] = loop.trials
+    assert kinds(loop.on_result(t0.trial_id, {"training_iteration": 1})) == [("save", "0", None)]
+    assert t0.status == "RUNNING" and loop.awaits_save(t0.trial_id)
+    assert loop.step(1) == [] and t0.runs == 1  # its slot is still taken
+    assert kinds(loop.on_saved(t0.trial_id, "checkpoint_000000")) == [("stop", "0", "PAUSED")]
+    assert t0.status == "PAUSED" and not loop.awaits_save(t0.trial_id)
+    assert kinds(loop.step(2)) == [("start", "0", None), ("train", "0", None)]
+    assert t0.runs == 2
+
+
+def test_a_pause_cut_short_leaves_nothing_waiting():
+    class PauseAtOne(FIFOScheduler):
+        def on_trial_result(self, view, trial, result):
+            return P if result["training_iteration"] == 1 else C
+
+    # the time budget ends the experiment while the pause's save is in flight
+    loop = make_loop(
+        {"x": 1}, max_running=1, scheduler=PauseAtOne(), is_function=False, time_budget_s=5
+    )
+    loop.step(0)
+    [t0] = loop.trials
+    loop.on_result(t0.trial_id, {"training_iteration": 1})
+    assert kinds(loop.step(5)) == [("stop", "0", "TERMINATED")]
+    assert loop.finished
+    # its save then fails (the actor was ended): nothing to do, still finished
+    assert loop.on_error(t0.trial_id, "actor died") == [] and loop.finished
+    # a trial ended with checkpoint_at_end whose last save fails is still released
+    loop = make_loop(
+        {"x": 1},
+        is_function=False,
+        checkpoint_config=CheckpointConfig(checkpoint_at_end=True),
+        stop={"training_iteration": 1},
+    )
+    loop.step(0)
+    [t0] = loop.trials
+    assert kinds(loop.on_result(t0.trial_id, {"training_iteration": 1})) == [("save", "0", None)]
+    assert not loop.finished
+    assert kinds(loop.on_error(t0.trial_id, "disk full")) == [("stop", "0", "TERMINATED")]
+    assert loop.finished
+
+
 def test_pbt_moves_the_worst_trial_onto_a_top_trials_checkpoint(tmp_path):
     from ember.tune.schedulers import PopulationBasedTraining
 
@@ -387,11 +438,15 @@ def test_hyperband_pauses_at_the_milestone_then_keeps_the_best_third():
 
     for trial in second:
         assert kinds(result(trial, 1)) == [("train", trial.trial_id[-1], None)]
-    for trial in second[:4]:  # at the milestone before the others: they pause (saving first)
+    for trial in second[1:4]:  # at the milestone before the others: they pause (saving first)
         assert kinds(result(trial, 3)) == [("save", trial.trial_id[-1], None)]
+    for trial in second[1:3]:
         assert kinds(loop.on_saved(trial.trial_id, "checkpoint_000000")) == [
             ("stop", trial.trial_id[-1], "PAUSED")
         ]
+    # x = 3's and x = 6's saves are still in flight (RUNNING, stop requested) when the last
+    # arrives
+    assert kinds(result(second[0], 3)) == [("save", "3", None)]
     # the last arrives: the bracket halves to ceil(5/3) = 2 (x = 6, 7) with milestone 9
     actions = kinds(result(second[4], 3))
     assert actions == [
@@ -400,7 +455,14 @@ def test_hyperband_pauses_at_the_milestone_then_keeps_the_best_third():
         ("stop", "4", "TERMINATED"),
         ("stop", "5", "TERMINATED"),
     ]
-    assert [t.status for t in second] == ["TERMINATED"] * 3 + ["PAUSED", "RUNNING"]
+    assert [t.status for t in second] == ["TERMINATED"] * 3 + ["RUNNING", "RUNNING"]
+    # x = 3, halved away while saving, stays ended when its save lands
+    assert loop.on_saved(second[0].trial_id, "checkpoint_000000") == []
+    assert second[0].status == "TERMINATED"
+    assert loop.step(1) == []  # x = 6 is still saving: not started a second time
+    assert kinds(loop.on_saved(second[3].trial_id, "checkpoint_000000")) == [
+        ("stop", "6", "PAUSED")
+    ]
     # the paused good trial resumes (from its checkpoint) when the loop looks for work
     assert kinds(loop.step(1)) == [("start", "6", None), ("train", "6", None)]
     assert hb.num_stopped == 3
@@ -450,3 +512,15 @@ def test_reporting_outside_a_trial_says_where_it_belongs():
     with pytest.raises(TypeError, match="dict of metrics"):
         tune.report(3)
     assert tune.get_checkpoint.__module__ == "ember.tune.trainable.session"
+
+
+def test_default_experiment_names_started_in_one_second_do_not_collide(tmp_path):
+    from ember.tune.files import unused_name
+
+    names = [unused_name(tmp_path, "train_2026-11-28_19-31-51") for _ in range(3)]
+    assert names == [
+        "train_2026-11-28_19-31-51",
+        "train_2026-11-28_19-31-51_2",
+        "train_2026-11-28_19-31-51_3",
+    ]
+    assert all((tmp_path / n).is_dir() for n in names)

@@ -158,6 +158,8 @@ class Controller:
         try:
             value = ember.get(ref)
         except Exception as e:  # noqa: BLE001 - the trial's error, reported on the trial
+            if trial.is_finished and not self.loop.awaits_save(trial_id):
+                return  # a save cut short by its trial's end (a scheduler stopped it)
             self._failed(trial, e)
             return
         if kind == "save":
@@ -210,6 +212,8 @@ class Controller:
 
     def _do_start(self, action: Action) -> None:
         trial = action.trial
+        if trial.trial_id in self.actors:  # never two actors for one trial (nor a leaked one)
+            self._release(trial.trial_id, graceful=False)
         if self.trial_name_creator is not None and trial.custom_name is None:
             trial.custom_name = str(self.trial_name_creator(trial))
         if not trial.dirname:

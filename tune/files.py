@@ -53,6 +53,22 @@ def trial_dirname(trial: Trial) -> str:
     return name.replace("/", "_")
 
 
+def unused_name(storage: Path, name: str) -> str:
+    """A default experiment name no other run has taken: two runs started within the same
+    second would otherwise share one directory, and the second's state would replace the
+    first's (its trials, their checkpoints' iterations, what ``restore=`` reads)."""
+    candidate, n = name, 1
+    while True:
+        try:
+            (storage / candidate).mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = f"{name}_{n}"
+        except OSError:
+            return candidate  # check_storage names what is wrong with the storage path
+
+
 def check_storage(path: Path) -> None:
     """Fails, naming the path, when the experiment cannot write there (before any trial)."""
     try:

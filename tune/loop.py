@@ -67,6 +67,7 @@ class TrialLoop:
             return
         trial.stop_requested = True
         trial.status = TERMINATED
+        self._after_save.pop(trial.trial_id, None)  # a pause's save no longer pauses it
         self.search_alg.on_trial_complete(trial.trial_id, trial.last_result or None, False)
         self._queued.append(Action("stop", trial, TERMINATED))
 
@@ -181,6 +182,10 @@ class TrialLoop:
             return actions + [Action("save", trial)]
         return actions + [Action("train", trial)]
 
+    def awaits_save(self, trial_id: str) -> bool:
+        """Whether a save of this trial is still to land before its next step."""
+        return trial_id in self._after_save
+
     def on_saved(self, trial_id: str, name: str) -> list[Action]:
         trial = self.by_id[trial_id]
         actions: list[Action] = []
@@ -188,6 +193,8 @@ class TrialLoop:
             actions += self._register_checkpoint(trial, name, trial.last_result)
         follow = self._after_save.pop(trial_id, None)
         if follow is not None:
+            if follow.kind == "stop" and follow.arg == PAUSED:
+                trial.status = PAUSED  # only now: its actor and resources are released next
             actions.append(follow)
         return actions
 
@@ -197,7 +204,9 @@ class TrialLoop:
     def _on_error(self, trial_id: str, error_msg: str) -> list[Action]:
         trial = self.by_id[trial_id]
         if trial.is_finished:
-            return []
+            # Its last save failed: the stop waiting for that save still releases the actor.
+            follow = self._after_save.pop(trial_id, None)
+            return [follow] if follow is not None else []
         trial.num_failures += 1
         trial.error_msg = error_msg
         self._after_save.pop(trial_id, None)
@@ -238,13 +247,17 @@ class TrialLoop:
         if not self.is_function and (self.checkpoint_config.checkpoint_at_end or save):
             self._after_save[trial.trial_id] = stop
             return [Action("save", trial)]
+        # A pause's save still on its way (the time budget ran out meanwhile) ends with it.
+        self._after_save.pop(trial.trial_id, None)
         return [stop]
 
     def _pause(self, trial: Trial) -> list[Action]:
         trial.stop_requested = True
-        trial.status = PAUSED
         stop = Action("stop", trial, PAUSED)
         if self.is_function:
+            trial.status = PAUSED
             return [stop]  # resumes from its last reported checkpoint
+        # RUNNING until its checkpoint lands (on_saved): a PAUSED trial may be started again
+        # at once, and this one still has its actor and its save in flight.
         self._after_save[trial.trial_id] = stop
         return [Action("save", trial)]

@@ -13,7 +13,7 @@ import cloudpickle
 import ember
 from ember.tune.config import CheckpointConfig, RunConfig, TuneConfig, default_storage_path
 from ember.tune.controller import Controller, capacity
-from ember.tune.files import check_storage, date_str, latest_state, write_atomic
+from ember.tune.files import check_storage, date_str, latest_state, unused_name, write_atomic
 from ember.tune.logger import default_callbacks
 from ember.tune.loop import TrialLoop
 from ember.tune.progress import make_reporter
@@ -197,7 +197,7 @@ class Tuner:
         stopper = as_stopper(rc.stop)
         resources = trainable_resources(self.trainable, self._default_resources)
         storage = Path(rc.storage_path or default_storage_path()).expanduser()
-        name = rc.name or f"{self._name}_{date_str()}"
+        name = rc.name or unused_name(storage, f"{self._name}_{date_str()}")
         experiment_dir = storage / name
         check_storage(experiment_dir)
         if not ember.is_initialized():

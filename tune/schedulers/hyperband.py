@@ -172,7 +172,9 @@ class HyperBandScheduler(TrialScheduler):
     def _stop(self, view: Any, bracket: _Bracket, trial_id: str) -> None:
         trial = bracket.trials[trial_id]
         bracket.live.pop(trial_id, None)
-        if trial.status in ("PAUSED", "PENDING"):
+        # A trial still saving on its way to PAUSED (RUNNING, stop requested) is stopped too.
+        pausing = trial.status == "RUNNING" and trial.stop_requested
+        if trial.status in ("PAUSED", "PENDING") or pausing:
             view.stop_trial(trial)
 
     def on_trial_complete(self, view: LoopView, trial: Any, result: dict) -> None:

@@ -11,7 +11,8 @@ from typing import Any, Protocol
 
 class TrialView(Protocol):
     trial_id: str
-    status: str
+    status: str  # a trial pausing stays RUNNING, stop_requested, until its checkpoint lands
+    stop_requested: bool
     config: dict
 
 
