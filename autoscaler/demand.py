@@ -84,6 +84,25 @@ def demand_from_cluster_info(info: Mapping[str, Any], requested: Iterable[Shape]
     )
 
 
+# Heartbeats after a join by which every queue report reflects it: the other nodes learn of
+# the new node in a heartbeat's reply, spill to it, and report their queue in the next one.
+SETTLED_AFTER_HEARTBEATS = 3
+
+
+def reported_before_newest_join(info: Mapping[str, Any]) -> bool:
+    """Whether a node's queue, as last reported, may predate the newest node's join. Each
+    node reports on its own heartbeat: a request the head still lists may already hold
+    resources on the node that just joined (spilled there), and counting it twice launches a
+    node too many. Reports a few heartbeats after the join settle it."""
+    alive = [n for n in info.get("nodes") or () if n.get("state") == "ALIVE"]
+    newest = max((n.get("start_time") or 0.0 for n in alive), default=0.0)
+    settled = newest + SETTLED_AFTER_HEARTBEATS * float(info.get("heartbeat_interval") or 0.5)
+    return any(
+        n.get("pending_demands") and n.get("demands_at") is not None and n["demands_at"] < settled
+        for n in alive
+    )
+
+
 class IdleClock:
     """When each node was first seen with nothing running; the GCS reports usage, not idle
     time, so the autoscaler keeps this between ticks (and a restarted one starts afresh:

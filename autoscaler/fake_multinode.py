@@ -62,6 +62,38 @@ class FakeMultiNodeProvider(StartsEmberNodes):
         if os.path.exists(self._path):
             with open(self._path) as f:
                 self.nodes = json.load(f)
+            self._resume_starts()
+
+    def _resume_starts(self) -> None:
+        """A monitor killed between recording a node and starting it left a node that would
+        never join (the restarted monitor would wait out its join timeout, then back the
+        type off): its ``ember start`` runs now. A start still running is kept by its pid
+        (so terminate_node can end it); a node whose processes run is started."""
+        for node_id, record in self.nodes.items():
+            if record.get("started", True) or record.get("never_started"):
+                continue
+            pids = _pids_naming(record["temp_dir"])
+            starts = [pid for pid, cmdline in pids if b"start" in cmdline.split(b"\0")]
+            if starts:
+                record["start_pid"] = starts[0]
+            elif pids:
+                record["started"] = True
+                record.pop("start_pid", None)
+            elif record.get("argv"):
+                starter = self._spawn(node_id, record)
+                threading.Thread(
+                    target=self._finish_quietly,
+                    args=(node_id, record, starter),
+                    name=f"start-{node_id}",
+                    daemon=True,
+                ).start()
+        self._save()
+
+    def _finish_quietly(self, node_id: str, record: dict, starter: subprocess.Popen) -> None:
+        try:
+            self._finish(node_id, record, starter)
+        except RuntimeError as e:  # the join timeout fails the instance; said here too
+            print(f"fake_multinode: {e}", file=sys.stderr, flush=True)
 
     def _save(self) -> None:
         with self._lock:
@@ -116,8 +148,15 @@ class FakeMultiNodeProvider(StartsEmberNodes):
                 argv += ["--resources", json.dumps(res)]
             if node_labels:
                 argv += ["--labels", json.dumps(node_labels)]
-            # Recorded before it starts: a crash mid-start still leaves a node to stop.
-            record = {"tags": dict(tags), "ip": self.node_ip, "temp_dir": temp_dir}
+            # Recorded before it starts: a crash mid-start still leaves a node to stop (or,
+            # for a restarted monitor, to start: _resume_starts).
+            record: dict[str, Any] = {
+                "tags": dict(tags),
+                "ip": self.node_ip,
+                "temp_dir": temp_dir,
+                "argv": argv,
+                "started": False,
+            }
             if node_config.get("test_never_join"):  # the test hook (see the module's docstring)
                 record["never_started"] = True
             with self._lock:
@@ -126,43 +165,55 @@ class FakeMultiNodeProvider(StartsEmberNodes):
             if record.get("never_started"):
                 made[node_id] = dict(record)
                 continue
-            # The token goes by environment, never argv: argv is readable by every local user.
-            env = dict(os.environ)
-            if self.token:
-                env["EMBER_TOKEN"] = str(self.token)
-            # Its output goes to a file and it runs in a session of its own: a monitor
-            # killed mid-start must not take the start with it (a pipe to a dead reader, a
-            # signal to the group), or the node the restarted monitor adopts never joins.
-            log_path = os.path.join(self.root, f"{node_id}.start.log")
-            with open(log_path, "wb") as log:
-                starter = subprocess.Popen(
-                    argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-                )
-            # Its pid is kept while it runs: a monitor killed now leaves a start in flight,
-            # which terminate_node (of the restarted monitor) must end before it stops the
-            # node, or the node comes up after the stop, a worker nobody manages.
-            with self._lock:
-                record["start_pid"] = starter.pid
-                self._save()
-            try:
-                starter.wait(timeout=START_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                starter.kill()
-                starter.wait()
-                self.terminate_node(node_id)
-                raise RuntimeError(
-                    f"ember start for {node_id} did not finish in {START_TIMEOUT_S:.0f} s"
-                ) from None
-            with self._lock:
-                record.pop("start_pid", None)
-                self._save()
-            if starter.returncode != 0:
-                self.terminate_node(node_id)
-                with open(log_path, errors="replace") as f:
-                    tail = f.read().strip()[-2000:]
-                raise RuntimeError(f"ember start for {node_id} failed: {tail}")
+            self._finish(node_id, record, self._spawn(node_id, record))
             made[node_id] = dict(record)
         return made
+
+    def _spawn(self, node_id: str, record: dict) -> subprocess.Popen:
+        # The token goes by environment, never argv: argv is readable by every local user.
+        env = dict(os.environ)
+        if self.token:
+            env["EMBER_TOKEN"] = str(self.token)
+        # Its output goes to a file and it runs in a session of its own: a monitor killed
+        # mid-start must not take the start with it (a pipe to a dead reader, a signal to
+        # the group), or the node the restarted monitor adopts never joins.
+        with open(os.path.join(self.root, f"{node_id}.start.log"), "wb") as log:
+            starter = subprocess.Popen(
+                record["argv"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        # Its pid is kept while it runs: a monitor killed now leaves a start in flight,
+        # which terminate_node (of the restarted monitor) must end before it stops the
+        # node, or the node comes up after the stop, a worker nobody manages.
+        with self._lock:
+            record["start_pid"] = starter.pid
+            self._save()
+        return starter
+
+    def _finish(self, node_id: str, record: dict, starter: subprocess.Popen) -> None:
+        """Waits for the node's ``ember start``; a start that fails ends the node."""
+        try:
+            starter.wait(timeout=START_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            starter.kill()
+            starter.wait()
+            self.terminate_node(node_id)
+            raise RuntimeError(
+                f"ember start for {node_id} did not finish in {START_TIMEOUT_S:.0f} s"
+            ) from None
+        with self._lock:
+            record.pop("start_pid", None)
+            record["started"] = starter.returncode == 0
+            self._save()
+        if starter.returncode != 0:
+            self.terminate_node(node_id)
+            log_path = os.path.join(self.root, f"{node_id}.start.log")
+            with open(log_path, errors="replace") as f:
+                tail = f.read().strip()[-2000:]
+            raise RuntimeError(f"ember start for {node_id} failed: {tail}")
 
     def terminate_node(self, node_id: str) -> None:
         node = self.nodes.get(node_id)
@@ -194,6 +245,24 @@ class FakeMultiNodeProvider(StartsEmberNodes):
             os.unlink(os.path.join(self.root, f"{node_id}.start.log"))
         except OSError:
             pass
+
+
+def _pids_naming(temp_dir: str) -> list[tuple[int, bytes]]:
+    """(pid, command line) of every process whose command line names the node's directory:
+    its ``ember start``, or the node's own processes (their ``--session-dir`` is in it)."""
+    out = []
+    needle = temp_dir.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if needle in cmdline:
+            out.append((int(entry), cmdline))
+    return out
 
 
 def _end_start(pid: int, temp_dir: str) -> None:

@@ -36,6 +36,7 @@ from ember.autoscaler.demand import (
     IdleClock,
     demand_from_cluster_info,
     nodes_from_cluster_info,
+    reported_before_newest_join,
 )
 from ember.autoscaler.instance import (
     ENDED_STATES,
@@ -62,6 +63,9 @@ STATE_VERSION = 1
 JOIN_TIMEOUT_S = 300.0  # a launched node that has not registered by then is failed
 # At most this many create_node calls at once, for a provider that takes them in parallel.
 MAX_PARALLEL_LAUNCHES = 8
+# How long launches wait for every node to report its queue again after a node joined (a
+# node that stopped reporting must not hold them for good): a few heartbeats.
+SETTLE_AFTER_JOIN_S = 3.0
 log = logging.getLogger("ember.autoscaler")
 S = InstanceState
 
@@ -101,6 +105,7 @@ class Reconciler:
         self.reported: set[tuple] = set()  # infeasible shapes already reported, once each
         self.last_status: dict[str, Any] = {}
         self._persisted = b""
+        self._held_since: float | None = None  # launches held for fresh queue reports
         if saved:
             self._restore(saved)
 
@@ -198,6 +203,7 @@ class Reconciler:
             self.config, views, demand, now, pending, unavailable=blocked, leaving=leaving
         )
         self._note_infeasible(decision, demand, now)
+        self._hold_on_stale_demand(decision, info, now)
         for node_type, count in decision.launch.items():
             self._launch(node_type, count, decision.reasons.get(node_type, []), now)
         self._drain_idle(decision, joined, now)
@@ -216,6 +222,20 @@ class Reconciler:
             now=now,
         )
         return decision
+
+    def _hold_on_stale_demand(
+        self, decision: Decision, info: Mapping[str, Any], now: float
+    ) -> None:
+        """No launch this tick while a node's queue report predates the newest join (see
+        ``reported_before_newest_join``), for at most SETTLE_AFTER_JOIN_S."""
+        if not decision.launch or not reported_before_newest_join(info):
+            self._held_since = None
+            return
+        if self._held_since is None:
+            self._held_since = now
+        if now - self._held_since < SETTLE_AFTER_JOIN_S:
+            log.debug("launches %s held: a queue report predates a join", decision.launch)
+            decision.launch = {}
 
     def _adopt(self, provider_ids: set[str], now: float) -> None:
         """Matches provider nodes the table does not hold to a launch in flight (by tag), or

@@ -72,6 +72,9 @@ class NodeInfo:
         self.end_time: float | None = None
         self.info: dict = body
         self.pending_demands: list = []
+        # When the node last reported its queue (wall time): the autoscaler holds launches
+        # while a report predates the newest node's join (its queue may have moved there).
+        self.demands_at: float | None = None
         self.death_reason = ""
         # Why no new work is placed here (``drain_node``), or None: it takes work.
         self.drain_reason: str | None = None
@@ -132,6 +135,7 @@ class NodeInfo:
             "hostname": self.info.get("hostname"),
             "is_head": self.info.get("is_head", False),
             "pending_demands": self.pending_demands,
+            "demands_at": self.demands_at,
             "store_stats": self.info.get("store_stats", {}),
         }
 
@@ -248,6 +252,7 @@ class NodeTable:
         self.on_heartbeat(node, before)
         node.total = body.get("total", node.total)
         node.pending_demands = body.get("pending_demands", [])
+        node.demands_at = time.time()
         if "store_stats" in body:
             node.info["store_stats"] = body["store_stats"]
         return {"view": self.cluster_view()}

@@ -246,6 +246,8 @@ class GcsServer:
         return {
             "nodes": [n.public() for n in self.node_table.nodes.values()],
             "start_time": self.start_time,
+            # How often nodes report (their queues among it): how stale a report may be.
+            "heartbeat_interval": config.heartbeat_interval,
             "pending_actors": self.actors.pending_view(),
             "placement_groups": self.placement_groups.h_list_placement_groups(conn, None),
             # Put there by whoever starts the dashboard (dashboard/launch.py, from LocalNode.start).

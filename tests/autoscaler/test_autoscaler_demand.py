@@ -73,3 +73,85 @@ def test_demand_read_from_cluster_info() -> None:
     assert nodes_from_cluster_info(info, "head", clock, now=60.0)[1].idle_since == 50.0
     info["nodes"][1]["resources_available"] = {"CPU": 1}
     assert nodes_from_cluster_info(info, "head", clock, now=70.0)[1].idle_since is None
+
+
+def test_launches_wait_for_queue_reports_newer_than_the_newest_join() -> None:
+    """The head still lists a request that a node which just joined has taken: counting both
+    launched a node too many (seen with a restarted monitor). Launches wait for the next
+    report, at most SETTLE_AFTER_JOIN_S."""
+    from ember.autoscaler.demand import reported_before_newest_join
+    from ember.autoscaler.reconciler import SETTLE_AFTER_JOIN_S, Reconciler
+
+    class Provider:
+        launches_in_parallel = False
+
+        def __init__(self) -> None:
+            self.made: list[str] = []
+
+        def non_terminated_nodes(self, tag_filters):
+            return []
+
+        def create_node_with_resources_and_labels(self, config, tags, count, res, labels):
+            self.made.append(tags["ember-user-node-type"])
+            return {f"p-{len(self.made)}": {}}
+
+    config = {
+        "cluster_name": "c",
+        "head_node_type": "head",
+        "max_workers": 4,
+        "idle_timeout_minutes": 5,
+        "available_node_types": {
+            "head": {
+                "resources": {"CPU": 1},
+                "node_config": {},
+                "min_workers": 0,
+                "max_workers": 0,
+            },
+            "cpu": {"resources": {"CPU": 2}, "node_config": {}, "min_workers": 0, "max_workers": 4},
+        },
+        "provider": {"type": "test"},
+    }
+
+    def node(nid, is_head, start, demands_at, demand, free):
+        return {
+            "node_id": nid * 16,
+            "state": "ALIVE",
+            "is_head": is_head,
+            "start_time": start,
+            "demands_at": demands_at,
+            "resources_total": {"CPU": 2.0},
+            "resources_available": {"CPU": free},
+            "labels": {} if is_head else {"ember.io/node-type": "cpu"},
+            "pending_demands": [{"shape": {"CPU": 2.0}, "count": 1}] if demand else [],
+        }
+
+    # The worker (joined at 100.0) took the request; the head's report, made before it heard
+    # of the worker (heartbeats of 0.1 s: three are 100.3), still has it.
+    stale = {
+        "heartbeat_interval": 0.1,
+        "nodes": [
+            node(b"h", True, 1.0, 100.2, True, 1.0),
+            node(b"w", False, 100.0, None, False, 0.0),
+        ],
+    }
+    fresh = {
+        "heartbeat_interval": 0.1,
+        "nodes": [
+            node(b"h", True, 1.0, 100.4, True, 1.0),
+            node(b"w", False, 100.0, 100.35, False, 0.0),
+        ],
+    }
+    assert reported_before_newest_join(stale) and not reported_before_newest_join(fresh)
+    # No heartbeat interval said (an older GCS): 0.5 s is assumed.
+    assert reported_before_newest_join({"nodes": fresh["nodes"]})
+
+    provider = Provider()
+    rec = Reconciler(config, provider)
+    assert rec.tick(stale, 100.1).launch == {} and provider.made == []
+    # A head that reports again and still has it waiting: that is demand, launched at once.
+    assert rec.tick(fresh, 100.5).launch == {"cpu": 1} and provider.made == ["cpu"]
+    # A node that never reports again holds launches no longer than the settle time.
+    rec2 = Reconciler(config, Provider())
+    rec2.tick(stale, 200.0)
+    assert rec2.tick(stale, 200.0 + SETTLE_AFTER_JOIN_S / 2).launch == {}
+    assert rec2.tick(stale, 200.0 + SETTLE_AFTER_JOIN_S).launch == {"cpu": 1}

@@ -217,3 +217,60 @@ def test_the_local_runner_passes_secrets_by_environment_and_bounds_output(tmp_pa
         runner.run("echo nope >&2; exit 3", timeout=30)
     with pytest.raises(RuntimeError, match="no end within 0.5 s"):
         runner.run(["sleep", "5"], timeout=0.5)
+
+
+def test_a_fake_node_recorded_but_never_started_is_started_by_the_next_provider(tmp_path) -> None:
+    """A monitor SIGKILLed between recording a node and running its ``ember start``: the
+    restarted monitor's provider runs the start (else the node never joins); a node whose
+    processes run, or whose start still runs, is left as it is."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from ember.autoscaler.fake_multinode import FakeMultiNodeProvider
+
+    def argv(node_dir, seconds):
+        # Stands in for ``ember start --temp-dir DIR``: names the node's directory, as it does.
+        return [sys.executable, "-c", f"import time; time.sleep({seconds})", "start", node_dir]
+
+    never = str(tmp_path / "fake-never000")
+    running = str(tmp_path / "fake-running0")
+    table = {
+        "fake-never000": {
+            "tags": {},
+            "temp_dir": never,
+            "argv": argv(never, 0.3),
+            "started": False,
+        },
+        "fake-running0": {
+            "tags": {},
+            "temp_dir": running,
+            "argv": argv(running, 0),
+            "started": False,
+        },
+        "fake-done0000": {"tags": {}, "temp_dir": str(tmp_path / "d"), "started": True},
+    }
+    (tmp_path / "fake_multinode_nodes.json").write_text(json.dumps(table))
+    # The "running" node's process, as a node's raylet names its session directory.
+    node = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)", "--session-dir", running + "/s"]
+    )
+    try:
+        provider = FakeMultiNodeProvider(
+            {"gcs_address": "127.0.0.1:1", "temp_dir": str(tmp_path)}, "c"
+        )
+        started = provider.nodes["fake-never000"]
+        assert started["start_pid"] > 0 and started["started"] is False
+        deadline = time.monotonic() + 30
+        while not provider.nodes["fake-never000"]["started"]:
+            assert time.monotonic() < deadline, "the resumed start never finished"
+            time.sleep(0.05)
+        assert "start_pid" not in provider.nodes["fake-never000"]
+        assert provider.nodes["fake-running0"]["started"] is True  # not started a second time
+        assert "start_pid" not in provider.nodes["fake-running0"]
+        on_disk = json.loads((tmp_path / "fake_multinode_nodes.json").read_text())
+        assert on_disk["fake-never000"]["started"] is True
+    finally:
+        node.kill()
+        node.wait()
