@@ -302,6 +302,37 @@ def test_cancel_queued_and_running(shared_node, tmp_path):
     open(release, "w").close()
 
 
+def test_a_cancelled_task_no_longer_asks_for_a_node(shared_node):
+    """Ray withdraws a cancelled task's lease request: the raylet's queue, which `ember
+    status` and the autoscaler read as demand, keeps only what live tasks still want."""
+    from ember.cli.status import fetch
+
+    @ember.remote(num_cpus=1, resources={"accelerator_nobody_has": 1})
+    def needs_a_node_that_never_comes():
+        return 1
+
+    def demand() -> int:
+        info = fetch(ember.get_runtime_context().gcs_address, None)
+        return sum(
+            d["count"]
+            for n in info["nodes"]
+            for d in n["pending_demands"]
+            if "accelerator_nobody_has" in d["shape"]
+        )
+
+    refs = [needs_a_node_that_never_comes.remote() for _ in range(3)]
+    wait_until(lambda: demand() == 3, 30, 0.1, "three requests in the raylet's queue")
+    ember.cancel(refs[0])
+    ember.cancel(refs[1], force=True)
+    for ref in refs[:2]:
+        with pytest.raises(ember.exceptions.TaskCancelledError):
+            ember.get(ref, timeout=20)
+    # The task still waiting keeps its request: only the surplus ones were withdrawn.
+    wait_until(lambda: demand() == 1, 30, 0.1, lambda: f"demand stays {demand()}, not 1")
+    ember.cancel(refs[2])
+    wait_until(lambda: demand() == 0, 30, 0.1, lambda: f"demand stays {demand()}, not 0")
+
+
 def test_calling_remote_function_directly_is_a_clear_type_error():
     with pytest.raises(TypeError, match=r"add.remote\(\)"):
         add(1, 2)

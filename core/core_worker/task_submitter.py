@@ -14,6 +14,7 @@ classes, leases and connections, tells the machine what happened and does what i
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import deque
@@ -93,7 +94,16 @@ class _Lease:
 
 
 class _Class:
-    __slots__ = ("key", "resources", "strategy", "queue", "idle", "leases", "pending_leases")
+    __slots__ = (
+        "key",
+        "resources",
+        "strategy",
+        "queue",
+        "idle",
+        "leases",
+        "pending_leases",
+        "waiting_at",
+    )
 
     def __init__(self, key, resources, strategy) -> None:
         self.key = key
@@ -103,6 +113,8 @@ class _Class:
         self.idle: list[_Lease] = []
         self.leases: set[_Lease] = set()
         self.pending_leases = 0
+        # {request number: the raylet it waits at}, for withdrawing requests no task needs.
+        self.waiting_at: dict[int, Connection] = {}
 
 
 class _Links(Protocol):
@@ -156,6 +168,7 @@ class TaskSubmitter:
         # said, retry)}, read when the worker's connection closes.
         self._oom_notices: dict[bytes, tuple[float, str, bool]] = {}
         self._backoff: dict[bytes, asyncio.TimerHandle] = {}  # retries waiting to queue
+        self._request_ids = itertools.count(1)
 
     # -- entry -----------------------------------------------------------------------------
     def submit(self, spec: TaskSpec) -> None:
@@ -207,7 +220,9 @@ class TaskSubmitter:
                 if waiting is not None:
                     waiting.cancel()
                 else:
-                    self._class_of(ins[1]).queue.remove(ins[1])
+                    cls = self._class_of(ins[1])
+                    cls.queue.remove(ins[1])
+                    self._withdraw_surplus(cls)
             elif op == SEND_CANCEL:
                 body = {"task_id": ins[1].task_id, "force": ins[3]}
                 if not ins[3] and not self._recursive:
@@ -273,6 +288,7 @@ class TaskSubmitter:
             asyncio.ensure_future(self._request_lease(cls))
 
     async def _request_lease(self, cls: _Class) -> None:
+        request_id = next(self._request_ids)
         body = {
             "resources": cls.resources,
             "strategy": cls.strategy,
@@ -280,6 +296,7 @@ class TaskSubmitter:
             "job_id": self.host.job_id,
             "name": cls.queue[0].function_name if cls.queue else "",
             "retriable": cls.key[2],
+            "request_id": request_id,
         }
         if cls.key[3]:
             body["env"] = cls.key[3]
@@ -290,13 +307,18 @@ class TaskSubmitter:
             if near is not None:
                 raylet = await self.host.links.raylet_for_node(near)
             for _ in range(8):  # each hop is a raylet that knows a better node
+                cls.waiting_at[request_id] = raylet
                 grant = await raylet.call("request_lease", body)
                 if not grant or "spillback" not in grant:
+                    break
+                if len(cls.queue) < cls.pending_leases:
+                    grant = None  # its tasks were cancelled meanwhile: no further hop
                     break
                 target = grant["spillback"]
                 raylet = await self.host.links.raylet_for_node(target["node_id"], target["address"])
                 body["spilled"] = body.get("spilled", 0) + 1  # hops so far (see scheduling)
         except Exception as e:
+            cls.waiting_at.pop(request_id, None)
             cls.pending_leases -= 1
             if isinstance(e, OSError | TimeoutError) and not self.host.raylet.closed:
                 # Another node's raylet went away (or never answered): ask ours again; the
@@ -308,8 +330,9 @@ class TaskSubmitter:
                 return  # the driver fails everything pending, saying why (on_node_lost)
             self._fail_queue(cls, e)
             return
+        cls.waiting_at.pop(request_id, None)
         cls.pending_leases -= 1
-        if grant is None:  # the raylet gave up on the request (cancelled, shutting down)
+        if grant is None:  # the raylet gave up on the request (withdrawn, shutting down)
             self._pump(cls)
             return
         if "spillback" in grant:  # still redirected after every hop
@@ -502,6 +525,18 @@ class TaskSubmitter:
         lease.idle_handle = None
         if lease in cls.idle and not lease.busy:
             self._return_lease(cls, lease)
+
+    def _withdraw_surplus(self, cls: _Class) -> None:
+        """Lease requests beyond the queued tasks (cancelled ones wanted them) are withdrawn
+        from their raylets, newest first, as Ray cancels a worker lease: a request left
+        waiting for a node that may never come is demand the autoscaler would act on."""
+        surplus = cls.pending_leases - len(cls.queue)
+        if surplus <= 0 or not cls.waiting_at:
+            return
+        for request_id in list(cls.waiting_at)[-surplus:]:
+            raylet = cls.waiting_at[request_id]
+            if not raylet.closed:
+                raylet.send("cancel_lease_request", {"request_id": request_id})
 
     def _fail_queue(self, cls: _Class, error: BaseException) -> None:
         while cls.queue:

@@ -78,6 +78,13 @@ class ClientGone(Record):
     client: Any
 
 
+class RequestWithdrawn(Record):
+    """A client's waiting request (by its number) is no longer wanted."""
+
+    client: Any
+    request_id: int
+
+
 class JobFinished(Record):
     job_id: bytes
 

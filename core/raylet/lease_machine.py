@@ -38,6 +38,7 @@ from ember.raylet.lease_events import (
     LeaseReturned,
     NodeDeclaredDead,
     RefreshView,
+    RequestWithdrawn,
     ResourcesChanged,
     RetireWorker,
     ShuttingDown,
@@ -233,6 +234,14 @@ class LeaseMachine:
             if lease.client is client and not lease.is_actor:
                 self._end(lease, True, "the process that leased it died", 0.0, out)
         self._dispatch(out)
+
+    def _on_withdrawn(self, ev: RequestWithdrawn, out: list) -> None:
+        for req in self.queue:
+            if req.client is ev.client and req.request_id == ev.request_id:
+                self.queue.remove(req)
+                out.append(Cancel(req))
+                self._dispatch(out)  # what waited behind it may fit now
+                return
 
     def _on_job_finished(self, ev: JobFinished, out: list) -> None:
         for lease in list(self.leases.values()):
@@ -547,6 +556,7 @@ _ON: dict[type, Callable[[LeaseMachine, Any, list], None]] = {
     WorkerUnblocked: LeaseMachine._on_unblocked,
     KillRequested: LeaseMachine._on_kill,
     ClientGone: LeaseMachine._on_client_gone,
+    RequestWithdrawn: LeaseMachine._on_withdrawn,
     JobFinished: LeaseMachine._on_job_finished,
     GroupRemoved: LeaseMachine._on_group_removed,
     ResourcesChanged: LeaseMachine._on_resources_changed,

@@ -187,10 +187,14 @@ class LeaseManager:
             name,
             retriable=bool(body.get("retriable", False)),
             env=body.get("env", ""),
+            request_id=body.get("request_id"),
             **kw,
         )
         self.handle(ev.LeaseRequested(req))
         return fut
+
+    def h_cancel_lease_request(self, conn: Connection, body: dict) -> None:
+        self.handle(ev.RequestWithdrawn(conn, body["request_id"]))
 
     def h_return_lease(self, conn: Connection, body: dict) -> None:
         lease_id = body["lease_id"]

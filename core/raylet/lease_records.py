@@ -112,6 +112,7 @@ class Request:
         "retriable",
         "depth",
         "env",
+        "request_id",
     )
 
     def __init__(
@@ -127,6 +128,7 @@ class Request:
         retriable: bool = False,
         depth: int = 1,
         env: str = "",
+        request_id: int | None = None,
     ) -> None:
         self.reply = reply
         self.shape = shape
@@ -145,6 +147,7 @@ class Request:
         # lease for a task's. The queue serves deeper requests first (see LeaseMachine).
         self.depth = depth
         self.env = env  # its runtime_env's key ("": none): only such a worker runs it
+        self.request_id = request_id  # the client's number for it (cancel_lease_request)
 
 
 class Lease:

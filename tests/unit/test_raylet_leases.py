@@ -24,6 +24,7 @@ from ember.raylet.lease_events import (
     LeaseReturned,
     NodeDeclaredDead,
     RefreshView,
+    RequestWithdrawn,
     RetireWorker,
     ShuttingDown,
     Spillback,
@@ -302,6 +303,22 @@ def test_a_holder_that_dies_loses_its_requests_and_leases() -> None:
     assert [type(i) for i in out] == [Cancel, KillWorker, StartWorkers]
     assert out[0].request is waiting and out[1].worker is w
     assert lease.lease_id not in m.leases and m.queue == [other]
+
+
+def test_a_withdrawn_request_leaves_the_queue_and_its_neighbours_stay() -> None:
+    m = make({"CPU": 1})
+    (w,) = workers(m, 1)
+    only(ask(m, request(client="c", request_id=1)), Grant)  # the CPU is taken
+    second = request(client="c", request_id=2)
+    third = request(client="c", request_id=3)
+    theirs = request(client="other", request_id=3)
+    for req in (second, third, theirs):
+        assert not any(isinstance(i, (Grant, StartWorkers)) for i in ask(m, req))
+    assert only(m.handle(RequestWithdrawn("c", 3)), Cancel).request is third
+    assert m.queue == [second, theirs]  # the other client's request of the same number stays
+    assert m.handle(RequestWithdrawn("c", 3)) == []  # gone already: nothing
+    assert m.handle(RequestWithdrawn("c", 9)) == []  # granted or never here: nothing
+    assert [d["count"] for d in m.pending_demands()] == [2]
 
 
 def test_actor_leases_outlive_their_requesters_connection() -> None:

@@ -68,6 +68,19 @@ class RequestLease(RayletMessage):
     spilled: bool = OMIT  # already redirected once: do not spill again
     retriable: bool = OMIT  # its tasks' max_retries is not 0: the memory monitor kills it first
     env: str = OMIT  # its runtime_env's key: only a worker kept for that env runs its tasks
+    request_id: int = OMIT  # the client's number for it, for cancel_lease_request
+
+
+class CancelLeaseRequest(RayletMessage):
+    """The client no longer needs a lease it asked for (the tasks that wanted it were
+    cancelled): if the request still waits here, it is answered None and leaves the queue,
+    so it is no longer demand the autoscaler sees."""
+
+    op = "cancel_lease_request"
+    sent_by = "core worker (task submitter)"
+    oneway = True
+
+    request_id: int
 
 
 class ReturnLease(RayletMessage):
