@@ -28,7 +28,8 @@ class NodeProvider(ABC):
     """One cluster's machines at one provider. Every method may be called from the
     autoscaler's loop only; implementations need not be thread-safe, unless they set
     ``launches_in_parallel``: then the loop makes a tick's ``create_node`` calls (one node
-    each) from several threads at once and waits for them all."""
+    each), and then its ``terminate_node`` calls, from several threads at once and waits for
+    them all."""
 
     launches_in_parallel = False
 

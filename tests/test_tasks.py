@@ -302,23 +302,27 @@ def test_cancel_queued_and_running(shared_node, tmp_path):
     open(release, "w").close()
 
 
+def _queued_demand(resource: str) -> int:
+    """Tasks asking for ``resource`` in the nodes' queues, as the GCS has them (what `ember
+    status` and the autoscaler read)."""
+    from ember.cli.status import fetch
+
+    info = fetch(ember.get_runtime_context().gcs_address, None)
+    return sum(
+        d["count"] for n in info["nodes"] for d in n["pending_demands"] if resource in d["shape"]
+    )
+
+
 def test_a_cancelled_task_no_longer_asks_for_a_node(shared_node):
     """Ray withdraws a cancelled task's lease request: the raylet's queue, which `ember
     status` and the autoscaler read as demand, keeps only what live tasks still want."""
-    from ember.cli.status import fetch
 
     @ember.remote(num_cpus=1, resources={"accelerator_nobody_has": 1})
     def needs_a_node_that_never_comes():
         return 1
 
     def demand() -> int:
-        info = fetch(ember.get_runtime_context().gcs_address, None)
-        return sum(
-            d["count"]
-            for n in info["nodes"]
-            for d in n["pending_demands"]
-            if "accelerator_nobody_has" in d["shape"]
-        )
+        return _queued_demand("accelerator_nobody_has")
 
     refs = [needs_a_node_that_never_comes.remote() for _ in range(3)]
     wait_until(lambda: demand() == 3, 30, 0.1, "three requests in the raylet's queue")
@@ -331,6 +335,28 @@ def test_a_cancelled_task_no_longer_asks_for_a_node(shared_node):
     wait_until(lambda: demand() == 1, 30, 0.1, lambda: f"demand stays {demand()}, not 1")
     ember.cancel(refs[2])
     wait_until(lambda: demand() == 0, 30, 0.1, lambda: f"demand stays {demand()}, not 0")
+
+
+def test_every_waiting_task_is_demand_not_only_those_with_a_lease_request(shared_node):
+    """An owner has a few lease requests out per class; the rest of its queue is reported as
+    a backlog, so `ember status` and the autoscaler see all 40 tasks (the autoscaler launched
+    16 nodes for 20 tasks' worth of demand without it)."""
+
+    @ember.remote(num_cpus=1, resources={"another_accelerator_nobody_has": 1})
+    def waits():
+        return 1
+
+    def demand() -> int:
+        return _queued_demand("another_accelerator_nobody_has")
+
+    refs = [waits.remote() for _ in range(40)]
+    wait_until(lambda: demand() == 40, 30, 0.1, lambda: f"demand {demand()}, not 40")
+    for ref in refs[:25]:
+        ember.cancel(ref)
+    wait_until(lambda: demand() == 15, 30, 0.1, lambda: f"demand {demand()}, not 15")
+    for ref in refs[25:]:
+        ember.cancel(ref)
+    wait_until(lambda: demand() == 0, 30, 0.1, lambda: f"demand {demand()}, not 0")
 
 
 def test_calling_remote_function_directly_is_a_clear_type_error():

@@ -44,6 +44,10 @@ from ember.runtime_env import env_key
 logger = logging.getLogger(__name__)
 
 MAX_PENDING_LEASES_PER_CLASS = 16
+# How often a class's backlog (queued tasks beyond its lease requests) is reported to the
+# raylet while there is one: its queue shows the rest as demand, for `ember status` and the
+# autoscaler (Ray sends a backlog size with its lease requests).
+BACKLOG_REPORT_S = 0.1
 # How long an idle lease is kept while our own task waits in get with its CPU lent out. The
 # usual hold (config.lease_idle_seconds) lets a submit-get loop reuse the worker; but a
 # task blocked on several children keeps the first child's lease idle, holding its CPU,
@@ -103,6 +107,7 @@ class _Class:
         "leases",
         "pending_leases",
         "waiting_at",
+        "backlog_sent",
     )
 
     def __init__(self, key, resources, strategy) -> None:
@@ -115,6 +120,7 @@ class _Class:
         self.pending_leases = 0
         # {request number: the raylet it waits at}, for withdrawing requests no task needs.
         self.waiting_at: dict[int, Connection] = {}
+        self.backlog_sent = 0  # the queued tasks beyond its lease requests, as last reported
 
 
 class _Links(Protocol):
@@ -169,6 +175,7 @@ class TaskSubmitter:
         self._oom_notices: dict[bytes, tuple[float, str, bool]] = {}
         self._backoff: dict[bytes, asyncio.TimerHandle] = {}  # retries waiting to queue
         self._request_ids = itertools.count(1)
+        self._backlog_timer: asyncio.TimerHandle | None = None
 
     # -- entry -----------------------------------------------------------------------------
     def submit(self, spec: TaskSpec) -> None:
@@ -286,6 +293,28 @@ class TaskSubmitter:
             cls.pending_leases += 1
             wanted -= 1
             asyncio.ensure_future(self._request_lease(cls))
+        if wanted > 0 and self._backlog_timer is None:
+            self._backlog_timer = self.host.loop.call_later(BACKLOG_REPORT_S, self._report_backlogs)
+
+    def _report_backlogs(self) -> None:
+        """Sends each class's changed backlog to the local raylet; again in a moment while
+        any class has one (the queue moves without a pump: leases take tasks as they free)."""
+        self._backlog_timer = None
+        raylet = self.host.raylet
+        if raylet is None or raylet.closed:
+            return
+        again = False
+        for cls in list(self._classes.values()):
+            backlog = max(0, len(cls.queue) - cls.pending_leases)
+            if backlog != cls.backlog_sent:
+                body = {"class_id": id(cls), "resources": cls.resources, "backlog": backlog}
+                if cls.strategy is not None:
+                    body["strategy"] = cls.strategy
+                raylet.send("report_backlog", body)
+                cls.backlog_sent = backlog
+            again = again or backlog > 0
+        if again:
+            self._backlog_timer = self.host.loop.call_later(BACKLOG_REPORT_S, self._report_backlogs)
 
     async def _request_lease(self, cls: _Class) -> None:
         request_id = next(self._request_ids)

@@ -78,6 +78,15 @@ class ClientGone(Record):
     client: Any
 
 
+class BacklogReported(Record):
+    """A client's tasks of one class waiting beyond its requests (0: none now)."""
+
+    client: Any
+    class_id: int
+    shape: dict
+    backlog: int
+
+
 class RequestWithdrawn(Record):
     """A client's waiting request (by its number) is no longer wanted."""
 

@@ -25,6 +25,7 @@ from ember.raylet.lease_events import (
     ActorWorkerDied,
     AskLeasesBack,
     AskMayExit,
+    BacklogReported,
     Cancel,
     CheckAnswered,
     ClientGone,
@@ -84,6 +85,8 @@ class LeaseMachine:
         # Draining (the GCS's drain_node): no new task lease here; queued ones go elsewhere.
         self.draining = False
         self.queue: list[Request] = []
+        # {(client, its class key): (shape, tasks waiting beyond its requests)}
+        self.backlogs: dict[tuple[Any, int], tuple[dict[str, float], int]] = {}
         # Task leases granted since a waiting request last asked holders for theirs back.
         self._not_asked_back: dict[int, Lease] = {}
         self.leases: dict[int, Lease] = {}
@@ -227,6 +230,8 @@ class LeaseMachine:
 
     def _on_client_gone(self, ev: ClientGone, out: list) -> None:
         client = ev.client
+        for key in [k for k in self.backlogs if k[0] is client]:
+            del self.backlogs[key]
         for req in [r for r in self.queue if r.client is client]:
             self.queue.remove(req)
             out.append(Cancel(req))
@@ -234,6 +239,12 @@ class LeaseMachine:
             if lease.client is client and not lease.is_actor:
                 self._end(lease, True, "the process that leased it died", 0.0, out)
         self._dispatch(out)
+
+    def _on_backlog(self, ev: BacklogReported, out: list) -> None:
+        if ev.backlog > 0:
+            self.backlogs[(ev.client, ev.class_id)] = (ev.shape, ev.backlog)
+        else:
+            self.backlogs.pop((ev.client, ev.class_id), None)
 
     def _on_withdrawn(self, ev: RequestWithdrawn, out: list) -> None:
         for req in self.queue:
@@ -502,13 +513,20 @@ class LeaseMachine:
     def pending_demands(self) -> list[dict[str, Any]]:
         """The queue by shape, for the GCS's autoscaling view (heartbeats)."""
         demands: dict[tuple, dict] = {}
-        for r in self.queue:
-            key = tuple(sorted(r.shape.items()))
+
+        def add(shape: dict[str, float], count: int) -> None:
+            key = tuple(sorted(shape.items()))
             d = demands.setdefault(
                 key,
-                {"shape": r.shape, "count": 0, "infeasible": not self.resources.feasible(r.shape)},
+                {"shape": shape, "count": 0, "infeasible": not self.resources.feasible(shape)},
             )
-            d["count"] += 1
+            d["count"] += count
+
+        for r in self.queue:
+            add(r.shape, 1)
+        # Tasks their owners hold back beyond their requests (a few per class) wait too.
+        for shape, backlog in self.backlogs.values():
+            add(shape, backlog)
         return list(demands.values())
 
 
@@ -557,6 +575,7 @@ _ON: dict[type, Callable[[LeaseMachine, Any, list], None]] = {
     KillRequested: LeaseMachine._on_kill,
     ClientGone: LeaseMachine._on_client_gone,
     RequestWithdrawn: LeaseMachine._on_withdrawn,
+    BacklogReported: LeaseMachine._on_backlog,
     JobFinished: LeaseMachine._on_job_finished,
     GroupRemoved: LeaseMachine._on_group_removed,
     ResourcesChanged: LeaseMachine._on_resources_changed,

@@ -193,6 +193,10 @@ class LeaseManager:
         self.handle(ev.LeaseRequested(req))
         return fut
 
+    def h_report_backlog(self, conn: Connection, body: dict) -> None:
+        shape = apply_strategy(body["resources"], body.get("strategy"))
+        self.handle(ev.BacklogReported(conn, body["class_id"], shape, int(body["backlog"])))
+
     def h_cancel_lease_request(self, conn: Connection, body: dict) -> None:
         self.handle(ev.RequestWithdrawn(conn, body["request_id"]))
 

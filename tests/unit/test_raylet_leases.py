@@ -12,6 +12,7 @@ from ember.raylet.lease_events import (
     ActorWorkerDied,
     AskLeasesBack,
     AskMayExit,
+    BacklogReported,
     Cancel,
     CheckAnswered,
     ClientGone,
@@ -319,6 +320,19 @@ def test_a_withdrawn_request_leaves_the_queue_and_its_neighbours_stay() -> None:
     assert m.handle(RequestWithdrawn("c", 3)) == []  # gone already: nothing
     assert m.handle(RequestWithdrawn("c", 9)) == []  # granted or never here: nothing
     assert [d["count"] for d in m.pending_demands()] == [2]
+
+
+def test_owners_backlogs_count_as_demand_until_they_end_or_the_owner_goes() -> None:
+    m = make({"CPU": 1})
+    ask(m, request({"CPU": 4}, client="c"))  # one request out; 30 more tasks held back
+    assert m.handle(BacklogReported("c", 7, {"CPU": 4.0}, 30)) == []
+    m.handle(BacklogReported("d", 7, {"CPU": 4.0}, 5))  # another owner's, same key
+    m.handle(BacklogReported("c", 8, {"GPU": 1.0}, 2))
+    rows = {tuple(d["shape"]): (d["count"], d["infeasible"]) for d in m.pending_demands()}
+    assert rows == {("CPU",): (36, True), ("GPU",): (2, True)}
+    m.handle(BacklogReported("c", 8, {"GPU": 1.0}, 0))  # 0 ends it
+    m.handle(ClientGone("c"))  # its request and its backlog go with it
+    assert [(d["shape"], d["count"]) for d in m.pending_demands()] == [({"CPU": 4.0}, 5)]
 
 
 def test_actor_leases_outlive_their_requesters_connection() -> None:

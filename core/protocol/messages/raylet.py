@@ -71,6 +71,20 @@ class RequestLease(RayletMessage):
     request_id: int = OMIT  # the client's number for it, for cancel_lease_request
 
 
+class ReportBacklog(RayletMessage):
+    """How many of a client's tasks of one scheduling class wait beyond its lease requests
+    (it has at most a few requests out per class): shown in this node's queue as demand."""
+
+    op = "report_backlog"
+    sent_by = "core worker (task submitter)"
+    oneway = True
+
+    class_id: int  # the client's own key for the class
+    resources: dict[str, float]
+    strategy: Any = OMIT
+    backlog: int  # 0 ends it
+
+
 class CancelLeaseRequest(RayletMessage):
     """The client no longer needs a lease it asked for (the tasks that wanted it were
     cancelled): if the request still waits here, it is answered None and leaves the queue,

@@ -1,0 +1,130 @@
+"""The reconciler's tick against a provider in memory: what it launches and stops, and
+when it holds back. No cluster, no processes."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from ember.autoscaler.demand import reported_before_newest_join
+from ember.autoscaler.instance import Instance, to_record
+from ember.autoscaler.reconciler import SETTLE_AFTER_JOIN_S, Reconciler
+
+CONFIG = {
+    "cluster_name": "c",
+    "head_node_type": "head",
+    "max_workers": 4,
+    "idle_timeout_minutes": 5,
+    "available_node_types": {
+        "head": {"resources": {"CPU": 1}, "node_config": {}, "min_workers": 0, "max_workers": 0},
+        "cpu": {"resources": {"CPU": 2}, "node_config": {}, "min_workers": 0, "max_workers": 4},
+    },
+    "provider": {"type": "test"},
+}
+
+
+class Provider:
+    launches_in_parallel = False
+
+    def __init__(self, nodes: dict | None = None) -> None:
+        self.made: list[str] = []
+        self.nodes = dict(nodes or {})
+        self.stopped: list[str] = []
+
+    def non_terminated_nodes(self, tag_filters):
+        return list(self.nodes)
+
+    def node_tags(self, pid):
+        return dict(self.nodes[pid])
+
+    def internal_ip(self, pid):
+        return "127.0.0.1"
+
+    def create_node_with_resources_and_labels(self, config, tags, count, res, labels):
+        self.made.append(tags["ember-user-node-type"])
+        return {f"p-{len(self.made)}": {}}
+
+    def terminate_node(self, pid):
+        self.stopped.append(pid)
+        self.nodes.pop(pid, None)
+
+
+def test_launches_wait_for_queue_reports_newer_than_the_newest_join() -> None:
+    """The head still lists a request that a node which just joined has taken: counting both
+    launched a node too many (seen with a restarted monitor). Launches wait for the next
+    report, at most SETTLE_AFTER_JOIN_S."""
+
+    def node(nid, is_head, start, demands_at, demand, free):
+        return {
+            "node_id": nid * 16,
+            "state": "ALIVE",
+            "is_head": is_head,
+            "start_time": start,
+            "demands_at": demands_at,
+            "resources_total": {"CPU": 2.0},
+            "resources_available": {"CPU": free},
+            "labels": {} if is_head else {"ember.io/node-type": "cpu"},
+            "pending_demands": [{"shape": {"CPU": 2.0}, "count": 1}] if demand else [],
+        }
+
+    # The worker (joined at 100.0) took the request; the head's report, made before it heard
+    # of the worker (heartbeats of 0.1 s: three are 100.3), still has it.
+    stale = {
+        "heartbeat_interval": 0.1,
+        "nodes": [
+            node(b"h", True, 1.0, 100.2, True, 1.0),
+            node(b"w", False, 100.0, None, False, 0.0),
+        ],
+    }
+    fresh = {
+        "heartbeat_interval": 0.1,
+        "nodes": [
+            node(b"h", True, 1.0, 100.4, True, 1.0),
+            node(b"w", False, 100.0, 100.35, False, 0.0),
+        ],
+    }
+    assert reported_before_newest_join(stale) and not reported_before_newest_join(fresh)
+    # No heartbeat interval said (an older GCS): 0.5 s is assumed.
+    assert reported_before_newest_join({"nodes": fresh["nodes"]})
+
+    provider = Provider()
+    rec = Reconciler(CONFIG, provider)
+    assert rec.tick(stale, 100.1).launch == {} and provider.made == []
+    # A head that reports again and still has it waiting: that is demand, launched at once.
+    assert rec.tick(fresh, 100.5).launch == {"cpu": 1} and provider.made == ["cpu"]
+    # A node that never reports again holds launches no longer than the settle time.
+    rec2 = Reconciler(CONFIG, Provider())
+    rec2.tick(stale, 200.0)
+    assert rec2.tick(stale, 200.0 + SETTLE_AFTER_JOIN_S / 2).launch == {}
+    assert rec2.tick(stale, 200.0 + SETTLE_AFTER_JOIN_S).launch == {"cpu": 1}
+
+
+def test_a_provider_that_takes_parallel_calls_gets_a_ticks_stops_together() -> None:
+    """Four nodes whose Ember left the cluster are stopped in one tick from several threads
+    (each stop here waits for all four to have begun: in a row, they never would)."""
+    barrier = threading.Barrier(4, timeout=10)
+
+    class Parallel(Provider):
+        launches_in_parallel = True
+
+        def terminate_node(self, pid):
+            barrier.wait()
+            super().terminate_node(pid)
+
+    tags = {"ember-cluster-name": "c", "ember-node-kind": "worker", "ember-user-node-type": "cpu"}
+    provider = Parallel({f"p{i}": {**tags, "ember-instance-id": f"i{i}"} for i in range(4)})
+    records = []
+    for i in range(4):
+        inst = Instance.requested(f"i{i}", "cpu", 1.0)
+        inst.fire("launch", 1.0)
+        inst.provider_node_id = f"p{i}"
+        inst.fire("created", 1.0)
+        inst.fire("joined", 1.0)
+        inst.node_id = f"{i:032x}"
+        records.append(to_record(inst))
+    saved = json.dumps({"version": 1, "instances": records}).encode()
+    rec = Reconciler(CONFIG, provider, saved=saved)
+    rec.tick({"nodes": []}, 2.0)  # none of their nodes is in the cluster any more
+    assert sorted(provider.stopped) == ["p0", "p1", "p2", "p3"]
+    assert {i.state.value for i in rec.instances.values()} == {"terminating"}
+    assert not [i.note for i in rec.instances.values() if i.note and "failed" in i.note]
