@@ -69,8 +69,11 @@ class NodeView:
         self.available = available
 
 
-# A lease request moves on at most this many times; its owner follows up to 8 redirects.
+# A lease request moves on at once at most this many times (views a heartbeat old can
+# disagree); after that, only once it has waited RESPILL_AFTER_S where it is, so it never
+# bounces faster than views refresh, yet never waits on a full node while another has room.
 MAX_SPILLS = 4
+RESPILL_AFTER_S = 1.0
 
 
 def lease_decision(
@@ -81,6 +84,7 @@ def lease_decision(
     *,
     spilled: int = 0,
     spread: int = 0,
+    waited: float = 0.0,
 ) -> tuple[str, Any]:
     """Where a task's lease request should wait, decided by the raylet that got it.
 
@@ -88,7 +92,8 @@ def lease_decision(
     that node instead), ``("infeasible", None)`` (no node can ever hold it: wait here until
     one joins) or ``("fail", message)`` (hard node affinity to a node that is gone). ``shape``
     is already renamed for placement groups. ``spilled`` is how many raylets sent the request
-    on before this one (0: it came from its owner's node).
+    on before this one (0: it came from its owner's node); ``waited`` how long it has waited
+    at this raylet.
     """
     if isinstance(strategy, tuple) and strategy[0] == "NODE_AFFINITY":
         target, soft = strategy[1], strategy[2]
@@ -119,8 +124,10 @@ def lease_decision(
         # node has room for it now (as Ray's raylet spills the tasks waiting on it). A burst
         # sent to the first node that joined spreads over the nodes that join after it; a
         # node merely as busy as this one never gets it, so work does not bounce around;
-        # and after MAX_SPILLS moves (views a heartbeat old can disagree) it stays.
-        if spilled >= MAX_SPILLS or fits(shape, here.available) or not fits(shape, here.total):
+        # and after MAX_SPILLS quick moves it moves on only after waiting RESPILL_AFTER_S
+        # (a burst of 20 had requests left on full nodes while 12 nodes stood idle).
+        settled = spilled >= MAX_SPILLS and waited < RESPILL_AFTER_S
+        if settled or fits(shape, here.available) or not fits(shape, here.total):
             return "local", None
         free = [n for n in others if fits(shape, n.available)]
         return ("spill", min(free, key=_load)) if free else ("local", None)

@@ -359,6 +359,37 @@ def test_every_waiting_task_is_demand_not_only_those_with_a_lease_request(shared
     wait_until(lambda: demand() == 0, 30, 0.1, lambda: f"demand {demand()}, not 0")
 
 
+def test_twenty_tasks_of_one_class_that_wait_for_each_other_all_run(ember_start):
+    """An owner keeps at most 16 lease requests out per class; when they are granted, the
+    rest of its queue gets requests at once, not when some task ends: 20 tasks that all wait
+    for each other on room for 20 all run (they never did)."""
+    ember_start(num_cpus=1, resources={"slot": 20})
+
+    @ember.remote
+    class Barrier:
+        def __init__(self) -> None:
+            self.arrived = 0
+
+        def arrive(self) -> int:
+            self.arrived += 1
+            return self.arrived
+
+        def count(self) -> int:
+            return self.arrived
+
+    @ember.remote(num_cpus=0, resources={"slot": 1})
+    def meet(barrier) -> int:
+        ember.get(barrier.arrive.remote())
+        deadline = time.monotonic() + 60
+        while ember.get(barrier.count.remote()) < 20:
+            assert time.monotonic() < deadline, "not every task arrived"
+            time.sleep(0.05)
+        return 1
+
+    barrier = Barrier.remote()
+    assert sum(ember.get([meet.remote(barrier) for _ in range(20)], timeout=90)) == 20
+
+
 def test_calling_remote_function_directly_is_a_clear_type_error():
     with pytest.raises(TypeError, match=r"add.remote\(\)"):
         add(1, 2)

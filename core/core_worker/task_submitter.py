@@ -44,6 +44,7 @@ from ember.runtime_env import env_key
 logger = logging.getLogger(__name__)
 
 MAX_PENDING_LEASES_PER_CLASS = 16
+MAX_REDIRECTS = 64  # spillbacks one lease request follows before its tasks fail
 # How often a class's backlog (queued tasks beyond its lease requests) is reported to the
 # raylet while there is one: its queue shows the rest as demand, for `ember status` and the
 # autoscaler (Ray sends a backlog size with its lease requests).
@@ -335,7 +336,9 @@ class TaskSubmitter:
             near = self.host.links.locality_node(cls.queue[0]) if cls.queue else None
             if near is not None:
                 raylet = await self.host.links.raylet_for_node(near)
-            for _ in range(8):  # each hop is a raylet that knows a better node
+            # Each hop is a raylet that knows a better node; past the first few, a raylet sends
+            # a request on only after it waited there a second (scheduling.RESPILL_AFTER_S).
+            for _ in range(MAX_REDIRECTS):
                 cls.waiting_at[request_id] = raylet
                 grant = await raylet.call("request_lease", body)
                 if not grant or "spillback" not in grant:
@@ -392,6 +395,10 @@ class TaskSubmitter:
         cls.leases.add(lease)
         if cls.queue:
             self._dispatch(lease, cls.queue.popleft())
+            # A request slot is free again: the tasks beyond the first 16 get their requests
+            # now, not when a task ends (20 tasks that wait for each other on 20 CPUs would
+            # otherwise never all run).
+            self._pump(cls)
         else:
             self._return_lease(cls, lease)
 

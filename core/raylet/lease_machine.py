@@ -468,6 +468,7 @@ class LeaseMachine:
             req.strategy,
             spilled=0 if draining else req.spilled,
             spread=self.spread_index,
+            waited=self.clock() - req.since,
         )
         if req.strategy == "SPREAD":
             self.spread_index += 1

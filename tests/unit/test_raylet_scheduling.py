@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 from ember.resources import NodeResources, apply_strategy, fits, pg_resource_name
-from ember.scheduling import MAX_SPILLS, NodeView, feasible_anywhere, lease_decision, pick_node
+from ember.scheduling import (
+    MAX_SPILLS,
+    RESPILL_AFTER_S,
+    NodeView,
+    feasible_anywhere,
+    lease_decision,
+    pick_node,
+)
 
 HERE, A, B, GONE = b"here", b"node-a", b"node-b", b"gone"
 
@@ -54,8 +61,12 @@ def test_a_spilled_request_moves_on_only_to_a_node_with_room_now() -> None:
     assert decide(busy_here, [busy], {"CPU": 1}, spilled=True) == ("local", None)
     # ...but a burst queued on the first node to join moves to one that joined since.
     assert decide(busy_here, [busy, free], {"CPU": 1}, spilled=True) == ("spill", free)
-    # Views a heartbeat old can disagree: after MAX_SPILLS moves it stays, even so.
+    # Views a heartbeat old can disagree: after MAX_SPILLS moves it stays a while, even so...
     assert decide(busy_here, [busy, free], {"CPU": 1}, spilled=MAX_SPILLS) == ("local", None)
+    # ...and moves on once it has waited long enough for views to agree.
+    late = {"spilled": MAX_SPILLS + 3, "waited": RESPILL_AFTER_S}
+    assert decide(busy_here, [busy, free], {"CPU": 1}, **late) == ("spill", free)
+    assert decide(busy_here, [busy], {"CPU": 1}, **late) == ("local", None)
     # A request pinned (softly or not) to another node stays where it was sent.
     for soft in (True, False):
         strategy = ("NODE_AFFINITY", A, soft)
