@@ -35,6 +35,8 @@ class GcsClient:
         # What was last recorded as history, so a poll that changed nothing writes nothing.
         self._last_jobs: Any = None
         self._last_info: Any = None
+        self._lock = asyncio.Lock()  # one poll at a time: the loop's or a listing's
+        self._poll_began = -1e9  # when the last finished poll began (monotonic)
 
     def resume_events(self, seen: int) -> None:
         """Skips the GCS's first ``seen`` cluster events (a restarted dashboard's history has
@@ -74,7 +76,30 @@ class GcsClient:
                     return
             await asyncio.sleep(self.interval)
 
+    async def fresh(self) -> None:
+        """What the GCS has (actors, placement groups, nodes) as of this call, as Ray's state
+        API reads it: a poll now, unless one that began after the call has finished (calls
+        that wait on one poll share the next). A GCS that does not answer leaves the state
+        as it was (the listing answers from it)."""
+        asked = time.monotonic()
+        async with self._lock:
+            if self._poll_began >= asked:
+                return
+            try:
+                await self._poll_locked()
+            except Exception as e:  # the loop reports the GCS's absence; a listing goes on
+                logger.debug("fresh poll failed: %s", e)
+
     async def poll_once(self) -> None:
+        async with self._lock:
+            await self._poll_locked()
+
+    async def _poll_locked(self) -> None:
+        began = time.monotonic()
+        await self._poll()
+        self._poll_began = began
+
+    async def _poll(self) -> None:
         conn = await self._ensure()
         actors = await conn.call("list_actors", None, timeout=10.0)
         # Listing every actor costs the GCS (which is on the actor-creation path) about 5 us

@@ -354,3 +354,26 @@ def test_cli_summary_and_errors(cluster):
     assert code == 2 and "KEY=VALUE" in err
     gone = CliRunner().invoke(main, ["list", "nodes", "--address", "http://127.0.0.1:9"])
     assert gone.exit_code == 1 and "could not reach the dashboard" in gone.stderr
+
+
+def test_an_actor_and_a_group_made_a_moment_ago_are_listed_at_once(cluster):
+    """Ray's state API answers from the GCS as of the call; the dashboard polls the GCS each
+    second, so it polls again before such a listing (a Tune test saw one of two trials'
+    actors missing right after fit)."""
+
+    @ember.remote(num_cpus=0)
+    class JustMade:
+        def ping(self) -> int:
+            return 1
+
+    for i in range(3):
+        actor = JustMade.options(name=f"just-made-{i}").remote()
+        assert ember.get(actor.ping.remote(), timeout=30) == 1
+        rows = state.list_actors(filters=[("name", "=", f"just-made-{i}")])
+        assert [(a.name, a.state) for a in rows] == [(f"just-made-{i}", "ALIVE")]
+        group = placement_group([{"CPU": 0.01}])
+        assert group.wait(30)
+        listed = {p.placement_group_id for p in state.list_placement_groups(limit=10000)}
+        assert group.id.hex() in listed
+        remove_placement_group(group)
+        ember.kill(actor)

@@ -96,10 +96,18 @@ def _listing(
     return out.reply(res, q.detail)
 
 
+async def _fresh(ctx: DashboardContext) -> None:
+    """Ray's state API answers from the GCS as of the call: the tables the dashboard polls
+    each second are polled now (``GcsClient.fresh``)."""
+    if ctx.gcs is not None:
+        await ctx.gcs.fresh()
+
+
 @router.get("/api/v0/actors", responses=_doc("actors"))
 async def list_actors(
     q: StateQuery = Depends(state_query), ctx: DashboardContext = Depends(get_ctx)
 ) -> Response:
+    await _fresh(ctx)
     return _listing("actors", q, actor_rows(ctx.state))
 
 
@@ -148,6 +156,7 @@ def _events(ctx: DashboardContext, task_id: str, attempt: int) -> list[dict[str,
 async def list_nodes(
     q: StateQuery = Depends(state_query), ctx: DashboardContext = Depends(get_ctx)
 ) -> Response:
+    await _fresh(ctx)
     return _listing("nodes", q, node_rows(ctx.state))
 
 
@@ -184,6 +193,7 @@ def _missing(missing: dict[str, str]) -> str:
 async def list_placement_groups(
     q: StateQuery = Depends(state_query), ctx: DashboardContext = Depends(get_ctx)
 ) -> Response:
+    await _fresh(ctx)
     return _listing("placement_groups", q, placement_group_rows(ctx.state))
 
 
@@ -264,6 +274,7 @@ async def summarize_tasks(
 async def summarize_actors(
     q: StateQuery = Depends(state_query), ctx: DashboardContext = Depends(get_ctx)
 ) -> Response:
+    await _fresh(ctx)
     return _filtered_summary("actors", q, actor_rows(ctx.state), actor_summary)
 
 
