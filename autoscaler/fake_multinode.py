@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ember.autoscaler.demand import NODE_TYPE_LABEL
@@ -31,6 +31,7 @@ from ember.autoscaler.node_provider import TAG_USER_NODE_TYPE, StartsEmberNodes
 
 START_TIMEOUT_S = 120.0  # ``ember start`` returns once its node registered, or fails
 STOP_TIMEOUT_S = 60.0
+STOP_GRACE_S = 5.0  # a drained node's processes get this long after SIGTERM, then SIGKILL
 _TABLE = "fake_multinode_nodes.json"
 
 
@@ -241,10 +242,43 @@ class FakeMultiNodeProvider(StartsEmberNodes):
         with self._lock:
             self.nodes.pop(node_id, None)
             self._save()
-        try:
-            os.unlink(os.path.join(self.root, f"{node_id}.start.log"))
-        except OSError:
-            pass
+        _forget_start_log(self.root, node_id)
+
+    def terminate_nodes(self, node_ids: Sequence[str]) -> dict[str, Exception]:
+        """A tick's stops in one pass in this process (``stop_sessions_under``): twenty
+        ``ember stop`` runs, each a Python start and a scan of every process on the
+        machine, took most of the way from idle to zero nodes."""
+        from ember.cli.stop import stop_sessions_under
+
+        known = [n for n in dict.fromkeys(node_ids) if n in self.nodes]
+        for node_id in known:
+            node = self.nodes[node_id]
+            if node.get("start_pid"):  # a start still in flight ends first (see terminate_node)
+                _end_start(int(node["start_pid"]), node["temp_dir"])
+        dirs = {
+            self.nodes[n]["temp_dir"]: n for n in known if not self.nodes[n].get("never_started")
+        }
+        left = stop_sessions_under(list(dirs), grace=STOP_GRACE_S)
+        errors: dict[str, Exception] = {
+            dirs[d]: RuntimeError(f"{count} process(es) of {dirs[d]} would not exit")
+            for d, count in left.items()
+        }
+        with self._lock:
+            for node_id in known:
+                if node_id not in errors:
+                    self.nodes.pop(node_id, None)
+            self._save()
+        for node_id in known:
+            if node_id not in errors:
+                _forget_start_log(self.root, node_id)
+        return errors
+
+
+def _forget_start_log(root: str, node_id: str) -> None:
+    try:
+        os.unlink(os.path.join(root, f"{node_id}.start.log"))
+    except OSError:
+        pass
 
 
 def _pids_naming(temp_dir: str) -> list[tuple[int, bytes]]:

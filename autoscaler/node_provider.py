@@ -9,7 +9,7 @@ and Kubernetes are later steps (issue 34).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # Tag names (Ray's ``autoscaler/tags.py``, Ember's prefix).
@@ -80,6 +80,17 @@ class NodeProvider(ABC):
     @abstractmethod
     def terminate_node(self, node_id: str) -> None:
         """Stops the node; a node already gone is not an error (terminate is retried)."""
+
+    def terminate_nodes(self, node_ids: Sequence[str]) -> dict[str, Exception]:
+        """Stops several nodes (a tick's); {node id: error} of those that would not stop.
+        Ray's providers have this too; one that can stop many in one pass overrides it."""
+        errors: dict[str, Exception] = {}
+        for node_id in node_ids:
+            try:
+                self.terminate_node(node_id)
+            except Exception as e:  # asked again next tick
+                errors[node_id] = e
+        return errors
 
 
 class StartsEmberNodes(NodeProvider):

@@ -326,36 +326,28 @@ class Reconciler:
         )
 
     def _terminate(self, inst: Instance, now: float) -> None:
-        """Asks the provider to stop the node; a refusal is asked again next tick. A provider
-        that takes calls in parallel gets the tick's stops together, at its end."""
-        if self.provider.launches_in_parallel:
-            self._stopping.append(inst)
-            return
-        self._terminated(inst, now, self._stop_call(inst))
-
-    def _stop_call(self, inst: Instance) -> Exception | None:
-        try:
-            self.provider.terminate_node(inst.provider_node_id or "")
-        except Exception as e:
-            return e
-        return None
-
-    def _terminated(self, inst: Instance, now: float, error: Exception | None) -> None:
-        if error is not None:
-            inst.note = f"terminate_node failed, asked again: {error}"[:500]
-            inst.fire("retry", now)
-            log.warning("terminate %s failed: %s", inst.instance_id, error)
+        """The node is stopped at the tick's end, with the tick's other stops
+        (``_stop_together``); a refusal is asked again next tick."""
+        self._stopping.append(inst)
 
     def _stop_together(self, now: float) -> None:
-        """The tick's stops, from up to MAX_PARALLEL_LAUNCHES threads: a fake node's stop
-        takes a second or more, and twenty in a row were most of the way down."""
+        """The tick's stops in one ``terminate_nodes`` call: a provider that can stops them
+        in one pass (fake_multinode: twenty ``ember stop`` runs, one after another, were most
+        of the way down)."""
         stopping, self._stopping = self._stopping, []
         if not stopping:
             return
-        with ThreadPoolExecutor(min(len(stopping), MAX_PARALLEL_LAUNCHES), "stop") as pool:
-            errors = list(pool.map(self._stop_call, stopping))
-        for inst, error in zip(stopping, errors, strict=True):
-            self._terminated(inst, now, error)
+        ids = [inst.provider_node_id or "" for inst in stopping]
+        try:
+            errors = self.provider.terminate_nodes(ids) or {}
+        except Exception as e:  # the whole call failed: every one is asked again
+            errors = dict.fromkeys(ids, e)
+        for inst, node_id in zip(stopping, ids, strict=True):
+            error = errors.get(node_id)
+            if isinstance(error, Exception):
+                inst.note = f"terminate_node failed, asked again: {error}"[:500]
+                inst.fire("retry", now)
+                log.warning("terminate %s failed: %s", inst.instance_id, error)
 
     def _check_drain(self, inst: Instance, now: float) -> None:
         """A draining node goes once its raylet has no lease and holds no primary copy;

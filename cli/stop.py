@@ -107,6 +107,39 @@ def stop_processes(procs: list[psutil.Process], force: bool, grace: float = 10.0
     return len(procs)
 
 
+def stop_sessions_under(dirs: list[str], grace: float = 5.0) -> dict[str, int]:
+    """Stops the processes of the sessions under each of ``dirs`` (several nodes' temp dirs)
+    in one pass: one scan of the machine's processes for all of them, SIGTERM (raylets first,
+    which stop their workers), SIGKILL after ``grace``, then their shared memory and spill
+    directories. {dir: processes that would not exit} for the dirs with any."""
+    roots = {d: os.path.realpath(d) + os.sep for d in dirs}
+    if not roots:
+        return {}
+    parent = os.path.commonpath([os.path.dirname(r.rstrip(os.sep)) for r in roots.values()])
+
+    def under(procs: list[psutil.Process]) -> dict[str, list[psutil.Process]]:
+        found: dict[str, list[psutil.Process]] = {}
+        for p in procs:
+            session = os.path.realpath(_session_of_process(p) or "") + os.sep
+            for d, root in roots.items():
+                if session.startswith(root):
+                    found.setdefault(d, []).append(p)
+        return found
+
+    chosen = [p for ps in under(find_ember_processes(parent)).values() for p in ps]
+    arenas, spill_dirs = _arena_paths(chosen), _spill_dirs(chosen)
+    stop_processes(chosen, False, grace)
+    left = under(find_ember_processes(parent))
+    for path in arenas:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    for path in spill_dirs:
+        shutil.rmtree(path, ignore_errors=True)
+    return {d: len(ps) for d, ps in left.items()}
+
+
 def _raylet_args(procs: list[psutil.Process], flag: str) -> list[str]:
     """The value of ``flag`` on these raylets' command lines."""
     values = []

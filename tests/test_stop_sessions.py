@@ -1,0 +1,50 @@
+"""``stop_sessions_under``: several nodes' processes stopped in one pass (what
+fake_multinode's ``terminate_nodes`` uses for a tick's stops), gently then by force, and
+nothing outside the named directories touched. The processes stand in for a node's: their
+command lines are an Ember daemon's, as ``find_ember_processes`` reads them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import psutil
+from ember.cli.stop import stop_sessions_under
+
+SLEEP = "import time; time.sleep(60)"
+STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+
+
+def _node_process(session_dir: str, code: str = SLEEP) -> subprocess.Popen:
+    argv = [sys.executable, "-c", code, "-m", "ember.raylet.raylet", "--session-dir", session_dir]
+    return subprocess.Popen(argv)
+
+
+def test_the_named_nodes_stop_in_one_pass_and_the_others_run_on(tmp_path) -> None:
+    a, b, c = (str(tmp_path / name) for name in ("fake-aaaa", "fake-bbbb", "fake-cccc"))
+    procs = {
+        "a": _node_process(a + "/session_1"),
+        "b": _node_process(b + "/session_1", STUBBORN),  # ignores SIGTERM: killed after grace
+        "c": _node_process(c + "/session_1"),
+    }
+    try:
+        deadline = time.monotonic() + 10
+        while not all(
+            psutil.Process(p.pid).cmdline()[-1].endswith("session_1") for p in procs.values()
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        time.sleep(0.2)  # the stubborn one has set its handler
+        assert stop_sessions_under([a, b], grace=0.5) == {}
+        # Gone (psutil reaped them, so their exit codes are not ours to read), the one that
+        # ignored SIGTERM too.
+        for p in (procs["a"], procs["b"]):
+            assert not psutil.pid_exists(p.pid) or psutil.Process(p.pid).status() == "zombie"
+        assert procs["c"].poll() is None  # another node's: untouched
+        assert stop_sessions_under([], grace=0.5) == {}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait()
