@@ -31,8 +31,7 @@ from ember.autoscaler.node_provider import TAG_USER_NODE_TYPE, StartsEmberNodes
 
 START_TIMEOUT_S = 120.0  # ``ember start`` returns once its node registered, or fails
 STOP_TIMEOUT_S = 60.0
-STOP_GRACE_S = 1.0  # a drained node (no work) gets this long after SIGTERM, then SIGKILL:
-# the stop blocks the tick, and a 5 s grace held the next 18 of 20 idle nodes 5 s longer
+STOP_GRACE_S = 1.0  # a drained node (no work) gets this long after SIGTERM, then SIGKILL
 _TABLE = "fake_multinode_nodes.json"
 
 
@@ -49,6 +48,7 @@ class FakeMultiNodeProvider(StartsEmberNodes):
     def __init__(self, provider_config: Mapping[str, Any], cluster_name: str) -> None:
         super().__init__(provider_config, cluster_name)
         self._lock = threading.RLock()
+        self._stopping: set[str] = set()  # nodes whose stop runs in the background
         missing = [k for k in ("gcs_address", "temp_dir") if not provider_config.get(k)]
         if missing:
             raise ValueError(f"provider (fake_multinode) needs {', '.join(missing)}")
@@ -105,9 +105,11 @@ class FakeMultiNodeProvider(StartsEmberNodes):
             os.replace(tmp, self._path)  # never a half-written table
 
     def non_terminated_nodes(self, tag_filters: Mapping[str, str]) -> list[str]:
+        with self._lock:  # a background stop may drop nodes meanwhile
+            nodes = list(self.nodes.items())
         return [
             node_id
-            for node_id, node in self.nodes.items()
+            for node_id, node in nodes
             if all(node["tags"].get(k) == v for k, v in tag_filters.items())
         ]
 
@@ -246,33 +248,55 @@ class FakeMultiNodeProvider(StartsEmberNodes):
         _forget_start_log(self.root, node_id)
 
     def terminate_nodes(self, node_ids: Sequence[str]) -> dict[str, Exception]:
-        """A tick's stops in one pass in this process (``stop_sessions_under``): twenty
-        ``ember stop`` runs, each a Python start and a scan of every process on the
-        machine, took most of the way from idle to zero nodes."""
+        """A tick's stops, in one pass (``stop_sessions_under``) on a thread of their own:
+        twenty ``ember stop`` runs took most of the way from idle to zero nodes, and a stop
+        run in the tick held the next tick's drains for its SIGTERM grace. A node stays
+        listed until its processes are gone; one whose stop fails is listed still, and the
+        reconciler asks again."""
+        with self._lock:
+            known = [
+                n for n in dict.fromkeys(node_ids) if n in self.nodes and n not in self._stopping
+            ]
+            self._stopping.update(known)
+        if known:
+            threading.Thread(
+                target=self._stop_together, args=(known,), name="stop-nodes", daemon=True
+            ).start()
+        return {}
+
+    def _stop_together(self, known: list[str]) -> None:
         from ember.cli.stop import stop_sessions_under
 
-        known = [n for n in dict.fromkeys(node_ids) if n in self.nodes]
-        for node_id in known:
-            node = self.nodes[node_id]
-            if node.get("start_pid"):  # a start still in flight ends first (see terminate_node)
-                _end_start(int(node["start_pid"]), node["temp_dir"])
-        dirs = {
-            self.nodes[n]["temp_dir"]: n for n in known if not self.nodes[n].get("never_started")
-        }
-        left = stop_sessions_under(list(dirs), grace=STOP_GRACE_S)
-        errors: dict[str, Exception] = {
-            dirs[d]: RuntimeError(f"{count} process(es) of {dirs[d]} would not exit")
-            for d, count in left.items()
-        }
-        with self._lock:
+        try:
             for node_id in known:
-                if node_id not in errors:
-                    self.nodes.pop(node_id, None)
-            self._save()
-        for node_id in known:
-            if node_id not in errors:
-                _forget_start_log(self.root, node_id)
-        return errors
+                node = self.nodes[node_id]
+                if node.get("start_pid"):  # a start in flight ends first (see terminate_node)
+                    _end_start(int(node["start_pid"]), node["temp_dir"])
+            dirs = {
+                self.nodes[n]["temp_dir"]: n
+                for n in known
+                if not self.nodes[n].get("never_started")
+            }
+            left = stop_sessions_under(list(dirs), grace=STOP_GRACE_S)
+            failed = {dirs[d] for d in left}
+            for d, count in left.items():
+                print(
+                    f"fake_multinode: {count} process(es) of {dirs[d]} would not exit; "
+                    "asked again next tick",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            with self._lock:
+                for node_id in known:
+                    if node_id not in failed:
+                        self.nodes.pop(node_id, None)
+                self._save()
+            for node_id in known:
+                if node_id not in failed:
+                    _forget_start_log(self.root, node_id)
+        finally:
+            with self._lock:
+                self._stopping.difference_update(known)
 
 
 def _forget_start_log(root: str, node_id: str) -> None:

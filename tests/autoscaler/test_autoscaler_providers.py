@@ -274,3 +274,52 @@ def test_a_fake_node_recorded_but_never_started_is_started_by_the_next_provider(
     finally:
         node.kill()
         node.wait()
+
+
+def test_fake_nodes_stop_in_the_background_and_stay_listed_until_gone(tmp_path) -> None:
+    """``terminate_nodes`` returns at once (a stop must not hold the autoscaler's tick for its
+    SIGTERM grace); the node is listed until its processes are gone, and asked again while
+    it stops, it is not stopped twice."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from ember.autoscaler.fake_multinode import FakeMultiNodeProvider
+
+    node_dir = str(tmp_path / "fake-stub0000")
+    table = {"fake-stub0000": {"tags": {"k": "v"}, "temp_dir": node_dir, "started": True}}
+    (tmp_path / "fake_multinode_nodes.json").write_text(json.dumps(table))
+    ignores_sigterm = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    )
+    node = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            ignores_sigterm,
+            "-m",
+            "ember.raylet.raylet",
+            "--session-dir",
+            node_dir + "/s",
+        ]
+    )
+    try:
+        time.sleep(0.3)  # its handler is set
+        provider = FakeMultiNodeProvider(
+            {"gcs_address": "127.0.0.1:1", "temp_dir": str(tmp_path)}, "c"
+        )
+        assert provider.terminate_nodes(["fake-stub0000", "unknown"]) == {}
+        # Its stop waits out the grace (the process ignores SIGTERM): still listed, and a
+        # second call while it stops starts nothing.
+        assert provider.non_terminated_nodes({"k": "v"}) == ["fake-stub0000"]
+        assert provider.terminate_nodes(["fake-stub0000"]) == {}
+        deadline = time.monotonic() + 30
+        while provider.non_terminated_nodes({"k": "v"}):
+            assert time.monotonic() < deadline, "the node was never stopped"
+            time.sleep(0.05)
+        assert json.loads((tmp_path / "fake_multinode_nodes.json").read_text()) == {}
+    finally:
+        if node.poll() is None:
+            node.kill()
+        node.wait()
