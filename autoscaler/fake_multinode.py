@@ -264,6 +264,16 @@ class FakeMultiNodeProvider(StartsEmberNodes):
             ).start()
         return {}
 
+    def finish_stops(self, timeout: float) -> None:
+        """Waits (up to ``timeout``) for the stops running in the background: a monitor
+        that exits mid-stop would leave a killed node's shared memory behind."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._stopping:
+                    return
+            time.sleep(0.05)
+
     def _stop_together(self, known: list[str]) -> None:
         from ember.cli.stop import stop_sessions_under
 

@@ -243,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         wake = time.monotonic() + args.interval
         while not stopping and time.monotonic() < wake:
             time.sleep(0.05)
+    finish = getattr(provider, "finish_stops", None)
+    if finish is not None:  # a provider stopping nodes in the background ends those stops
+        finish(30.0)
     link.close()
     return 0
 

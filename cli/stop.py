@@ -130,7 +130,12 @@ def stop_sessions_under(dirs: list[str], grace: float = 5.0) -> dict[str, int]:
     arenas, spill_dirs = _arena_paths(chosen), _spill_dirs(chosen)
     stop_processes(chosen, False, grace)
     left = under(find_ember_processes(parent))
-    for path in arenas:
+    # A raylet killed after the grace leaves its shared memory: the paths its sessions
+    # recorded (node.json) go too, unless a live raylet uses one.
+    live_arenas = set(_arena_paths(find_ember_processes(None)))
+    for d in roots:
+        arenas += _unused(_arena_candidates(d), live_arenas)
+    for path in dict.fromkeys(arenas):
         try:
             os.unlink(path)
         except OSError:

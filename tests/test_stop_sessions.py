@@ -5,6 +5,8 @@ command lines are an Ember daemon's, as ``find_ember_processes`` reads them."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import time
@@ -36,7 +38,18 @@ def test_the_named_nodes_stop_in_one_pass_and_the_others_run_on(tmp_path) -> Non
             assert time.monotonic() < deadline
             time.sleep(0.02)
         time.sleep(0.2)  # the stubborn one has set its handler
+        # The shared memory each session recorded: a killed raylet leaves it; it goes too,
+        # except the untouched node's.
+        arenas = {}
+        for name, d in (("b", b), ("c", c)):
+            arenas[name] = f"/dev/shm/ember-{os.getpid()}-stoptest{name}"
+            open(arenas[name], "wb").close()
+            os.makedirs(d + "/session_1", exist_ok=True)
+            with open(d + "/session_1/node.json", "w") as f:
+                json.dump({"arena_path": arenas[name]}, f)
         assert stop_sessions_under([a, b], grace=0.5) == {}
+        assert not os.path.exists(arenas["b"]) and os.path.exists(arenas["c"])
+        os.unlink(arenas["c"])
         # Gone (psutil reaped them, so their exit codes are not ours to read), the one that
         # ignored SIGTERM too.
         for p in (procs["a"], procs["b"]):
