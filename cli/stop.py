@@ -131,18 +131,24 @@ def stop_sessions_under(dirs: list[str], grace: float = 5.0) -> dict[str, int]:
     stop_processes(chosen, False, grace)
     left = under(find_ember_processes(parent))
     # A raylet killed after the grace leaves its shared memory: the paths its sessions
-    # recorded (node.json) go too, unless a live raylet uses one.
-    live_arenas = set(_arena_paths(find_ember_processes(None)))
+    # recorded (node.json) go too, unless one of these sessions' survivors still uses one
+    # (no other raylet uses a path these sessions recorded).
+    in_use = set(_arena_paths([p for ps in left.values() for p in ps]))
     for d in roots:
-        arenas += _unused(_arena_candidates(d), live_arenas)
-    for path in dict.fromkeys(arenas):
+        arenas += _unused(_arena_candidates(d), in_use)
+    _remove_leftovers([a for a in dict.fromkeys(arenas) if a not in in_use], spill_dirs)
+    return {d: len(ps) for d, ps in left.items()}
+
+
+def _remove_leftovers(arenas: list[str], spill_dirs: list[str]) -> None:
+    """What stopped raylets leave when killed: their shared memory and spilled objects."""
+    for path in arenas:
         try:
             os.unlink(path)
         except OSError:
             pass
     for path in spill_dirs:
         shutil.rmtree(path, ignore_errors=True)
-    return {d: len(ps) for d, ps in left.items()}
 
 
 def _raylet_args(procs: list[psutil.Process], flag: str) -> list[str]:
@@ -306,13 +312,7 @@ def stop(force: bool, temp_dir: str | None, everything: bool, grace_period: floa
         if not rest:
             break
         stop_processes(rest, True, 1.0)
-    for path in arenas:  # a raylet killed by force leaves its shared memory behind
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-    for path in spill_dirs:  # and its spilled objects
-        shutil.rmtree(path, ignore_errors=True)
+    _remove_leftovers(arenas, spill_dirs)  # a raylet killed by force leaves them behind
     _clean_leftovers(root)
     left = find_ember_processes(root)
     if left:

@@ -124,6 +124,11 @@ class _Class:
         self.backlog_sent = 0  # the queued tasks beyond its lease requests, as last reported
 
 
+def _surplus(cls: _Class) -> int:
+    """Lease requests out beyond the class's queued tasks (cancelled ones wanted them)."""
+    return cls.pending_leases - len(cls.queue)
+
+
 class _Links(Protocol):
     async def raylet_for_node(self, node_id: bytes, address: str | None = None) -> Connection: ...
     def locality_node(self, spec: Any) -> bytes | None: ...
@@ -343,7 +348,7 @@ class TaskSubmitter:
                 grant = await raylet.call("request_lease", body)
                 if not grant or "spillback" not in grant:
                     break
-                if len(cls.queue) < cls.pending_leases:
+                if _surplus(cls) > 0:
                     grant = None  # its tasks were cancelled meanwhile: no further hop
                     break
                 target = grant["spillback"]
@@ -566,7 +571,7 @@ class TaskSubmitter:
         """Lease requests beyond the queued tasks (cancelled ones wanted them) are withdrawn
         from their raylets, newest first, as Ray cancels a worker lease: a request left
         waiting for a node that may never come is demand the autoscaler would act on."""
-        surplus = cls.pending_leases - len(cls.queue)
+        surplus = _surplus(cls)
         if surplus <= 0 or not cls.waiting_at:
             return
         for request_id in list(cls.waiting_at)[-surplus:]:
