@@ -275,7 +275,7 @@ class FakeMultiNodeProvider(StartsEmberNodes):
             time.sleep(0.05)
 
     def _stop_together(self, known: list[str]) -> None:
-        from ember.cli.stop import stop_sessions_under
+        from ember.session_processes import stop_sessions_under
 
         try:
             for node_id in known:

@@ -97,7 +97,7 @@ def head_cluster(*extra: str, prefix: str = "emb-head-"):
     import subprocess
     import tempfile
 
-    from ember.cli.stop import find_ember_processes
+    from ember.session_processes import find_ember_processes
 
     root = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Unix socket paths
     port = free_port()
@@ -427,7 +427,7 @@ GCS_RESTART_ENV = {
 
 def gcs_processes(root: str) -> list[psutil.Process]:
     """The GCS processes of the cluster under the temp root ``root``."""
-    from ember.cli.stop import find_ember_processes
+    from ember.session_processes import find_ember_processes
 
     # The command line as found: asking again fails for one that exited since (a zombie).
     return [
@@ -455,8 +455,8 @@ def gcs_restart_cluster(monkeypatch, head_cpus: float = 1):
     the driver and the cluster stop, and no process of it may be left."""
     import ember
     from ember import config
-    from ember.cli.stop import find_ember_processes
     from ember.cluster_utils import Cluster
+    from ember.session_processes import find_ember_processes
 
     monkeypatch.setattr(config, "gcs_reconnect_timeout", 30.0)
     if ember.is_initialized():

@@ -17,8 +17,8 @@ import ember
 import psutil
 import pytest
 from ember import config
-from ember.cli.stop import find_ember_processes
 from ember.cluster_utils import Cluster
+from ember.session_processes import find_ember_processes
 from ember_test_utils import (
     COUNTER_SOURCE,
     GCS_RESTART_ENV,

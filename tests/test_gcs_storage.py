@@ -300,7 +300,7 @@ def test_a_head_whose_redis_does_not_answer_fails_to_start_saying_so(tmp_path):
     import shutil
     import tempfile
 
-    from ember.cli.stop import find_ember_processes
+    from ember.session_processes import find_ember_processes
     from ember_test_utils import free_port
 
     root = tempfile.mkdtemp(prefix="emb-noredis-", dir="/tmp")

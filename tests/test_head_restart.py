@@ -21,7 +21,7 @@ import time
 
 import psutil
 import pytest
-from ember.cli.stop import find_ember_processes
+from ember.session_processes import find_ember_processes
 from ember_test_utils import COUNTER_SOURCE, ember_cli, free_port, redis_server, wait_until
 
 ENV = {

@@ -12,8 +12,8 @@ import tempfile
 
 import pytest
 from ember import cluster_address
-from ember.cli.stop import find_ember_processes
 from ember.session import LIVE_DIR
+from ember.session_processes import find_ember_processes
 from ember_test_utils import ember_cli, free_port
 
 

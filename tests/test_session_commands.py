@@ -20,7 +20,7 @@ import tempfile
 import textwrap
 
 import pytest
-from ember.cli.stop import find_ember_processes
+from ember.session_processes import find_ember_processes
 from ember_test_utils import ember_cli, free_port
 
 pytestmark = pytest.mark.timeout(300)

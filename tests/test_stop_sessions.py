@@ -12,7 +12,7 @@ import sys
 import time
 
 import psutil
-from ember.cli.stop import stop_sessions_under
+from ember.session_processes import stop_sessions_under
 
 SLEEP = "import time; time.sleep(60)"
 STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"

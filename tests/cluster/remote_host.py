@@ -24,8 +24,8 @@ import threading
 import urllib.request
 
 import pytest
-from ember.cli.stop import find_ember_processes
 from ember.session import DEFAULT_TEMP_DIR
+from ember.session_processes import find_ember_processes
 from ember_test_utils import dashboard_url_in, ember_cli, free_port, wait_until
 
 EMBER = ember_cli()

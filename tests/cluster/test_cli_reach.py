@@ -21,8 +21,8 @@ import psutil
 import pytest
 from click.testing import CliRunner
 from ember.cli.main import main
-from ember.cli.stop import _module_of, find_ember_processes
 from ember.session import DEFAULT_TEMP_DIR, check_temp_root
+from ember.session_processes import find_ember_processes, module_of
 from ember_test_utils import dashboard_url_in, ember_cli, head_cluster, wait_until
 from remote_host import (  # noqa: F401
     HOLDER,
@@ -177,7 +177,7 @@ def test_every_node_listener_answers_on_loopback_too(cluster):
     on: dict[str, set] = {c: set() for c in (cluster["ip"], "127.0.0.1", "0.0.0.0")}
     for p in find_ember_processes(cluster["root"]):
         try:
-            conns, module = p.net_connections("inet"), _module_of(p.cmdline())
+            conns, module = p.net_connections("inet"), module_of(p.cmdline())
         except psutil.Error:
             continue
         for conn in conns:

@@ -14,7 +14,7 @@ import textwrap
 import time
 
 import yaml
-from ember.cli.stop import find_ember_processes
+from ember.session_processes import find_ember_processes
 from ember_test_utils import ember_cli, head_cluster
 
 DRIVER = textwrap.dedent(

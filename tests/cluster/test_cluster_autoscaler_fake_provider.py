@@ -13,8 +13,8 @@ from ember.autoscaler.demand import IdleClock, nodes_from_cluster_info
 from ember.autoscaler.fake_multinode import FakeMultiNodeProvider
 from ember.autoscaler.node_provider import TAG_NODE_KIND, TAG_USER_NODE_TYPE
 from ember.cli.status import fetch
-from ember.cli.stop import find_ember_processes
 from ember.cluster_utils import Cluster
+from ember.session_processes import find_ember_processes
 from ember_test_utils import wait_until
 
 

@@ -16,8 +16,8 @@ import textwrap
 
 import psutil
 import pytest
-from ember.cli.stop import find_ember_processes
 from ember.session import DEFAULT_TEMP_DIR
+from ember.session_processes import find_ember_processes
 from ember_test_utils import dashboard_url_in, ember_cli, free_port, head_cluster, wait_until
 
 EMBER = os.path.join(os.path.dirname(sys.executable), "ember")
@@ -436,8 +436,8 @@ def test_dashboard_on_every_interface_is_said_and_needs_the_token(temp_root, hos
 def test_stop_removes_what_a_killed_raylet_left_behind():
     """A SIGKILLed raylet runs no clean-up: its arena stays in /dev/shm. ``ember stop``
     removes it, and the head's note in the heads dir (readable by this user only)."""
-    from ember.cli.stop import _module_of
     from ember.session import _heads_dir, registered_head_session
+    from ember.session_processes import module_of
 
     with head_cluster() as (root, port, _started):
         with open(os.path.join(root, "session_latest", "node.json")) as f:
@@ -447,9 +447,7 @@ def test_stop_removes_what_a_killed_raylet_left_behind():
         assert registered_head_session(f"tcp:127.0.0.1:{port}") == session
         assert os.stat(marker).st_mode & 0o077 == 0, oct(os.stat(marker).st_mode)
         [raylet] = [
-            p
-            for p in find_ember_processes(root)
-            if _module_of(p.cmdline()) == "ember.raylet.raylet"
+            p for p in find_ember_processes(root) if module_of(p.cmdline()) == "ember.raylet.raylet"
         ]
         raylet.kill()
         raylet.wait(10)

@@ -13,8 +13,8 @@ import tempfile
 import textwrap
 
 import pytest
-from ember.cli.stop import find_ember_processes
 from ember.session import DEFAULT_TEMP_DIR
+from ember.session_processes import find_ember_processes
 from ember_test_utils import dashboard_url_in
 
 EMBER = os.path.join(os.path.dirname(sys.executable), "ember")
@@ -71,12 +71,12 @@ def in_ns(
 LISTENERS = textwrap.dedent(
     """
     import json, sys, psutil
-    from ember.cli.stop import find_ember_processes, _module_of
+    from ember.session_processes import find_ember_processes, module_of
     rows = []
     for p in find_ember_processes(sys.argv[1]):
         try:
             conns = p.net_connections("inet")
-            module = _module_of(p.cmdline())
+            module = module_of(p.cmdline())
         except psutil.Error:
             continue
         for c in conns:

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from autoscaler_process import EMBER
 from ember.autoscaler import heads
-from ember.cli.stop import find_ember_processes
+from ember.session_processes import find_ember_processes
 from ember_test_utils import wait_until
 from launcher_cli import ember, ok
 from ssh_hosts import ssh_hosts

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from autoscaler_process import EMBER
 from ember.autoscaler import heads
-from ember.cli.stop import find_ember_processes
+from ember.session_processes import find_ember_processes
 from ember_test_utils import free_port, wait_until
 from launcher_cli import ember, ok
 from slurm_host import slurm_host

@@ -19,7 +19,7 @@ import pytest
 from autoscaler_process import EMBER, Monitor, start_driver, start_head
 from ember.autoscaler.command_runner import CommandError, SSHCommandRunner
 from ember.autoscaler.providers.local import LocalNodeProvider
-from ember.cli.stop import find_ember_processes
+from ember.session_processes import find_ember_processes
 from ember_test_utils import wait_until
 from ssh_hosts import ssh_hosts
 

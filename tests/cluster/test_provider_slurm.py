@@ -16,7 +16,7 @@ import sys
 import pytest
 from autoscaler_process import EMBER, Monitor, start_driver, start_head
 from ember.autoscaler.providers.slurm import SlurmNodeProvider
-from ember.cli.stop import find_ember_processes
+from ember.session_processes import find_ember_processes
 from ember_test_utils import REPO_ROOT, free_port, wait_until
 from slurm_host import slurm_host
 

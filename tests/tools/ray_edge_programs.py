@@ -116,10 +116,11 @@ def retry_cases(ray: Any, tmp: str) -> dict:
     times = [float(x) for x in Path(path).read_text().split()]
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     INFO["retry_gaps"] = [round(g, 2) for g in gaps]
-    # Never within milliseconds, never many seconds: Ray 2.60 paused 0.4 to 1.0 s between
-    # attempts in runs here (a retry waits for a periodic check), Ember 1 s.
-    paused = [0.2 < g < 3 for g in gaps]
-    return {"outcome": got, "attempts": len(times), "paused_between_attempts": paused}
+    # Ray 2.60 resubmits a failed attempt at its owner's next once-a-second check, so its gaps
+    # fall anywhere in (0, 1] s (0.17 s and 1.0 s in one run here); Ember waits 1 s. What both
+    # promise is a retry within seconds, not a long wait.
+    soon = [g < 3 for g in gaps]
+    return {"outcome": got, "attempts": len(times), "retried_within_3s": soon}
 
 
 def placement_cases(ray: Any, tmp: str) -> dict:
