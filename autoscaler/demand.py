@@ -111,11 +111,17 @@ class IdleClock:
     def __init__(self) -> None:
         self._since: dict[str, float] = {}
 
-    def update(self, node_id: str, idle: bool, now: float) -> float | None:
+    def update(
+        self, node_id: str, idle: bool, now: float, reported: float | None = None
+    ) -> float | None:
+        """``reported``: since when the node's raylet says it has held no lease (the GCS's
+        ``idle_since``); the clock starts there rather than at this tick, which saw it a
+        heartbeat and a tick late."""
         if not idle:
             self._since.pop(node_id, None)
             return None
-        return self._since.setdefault(node_id, now)
+        start = now if reported is None else min(now, float(reported))
+        return self._since.setdefault(node_id, start)
 
     def since_map(self) -> dict[str, float]:
         """{node id: idle since} of the nodes idle now."""
@@ -151,7 +157,9 @@ def nodes_from_cluster_info(
             else (node.get("labels") or {}).get(NODE_TYPE_LABEL, UNMANAGED)
         )
         managed = not is_head and node_type != UNMANAGED
-        idle = clock.update(node_id, _is_idle(node), now) if managed else None
+        idle = (
+            clock.update(node_id, _is_idle(node), now, node.get("idle_since")) if managed else None
+        )
         out.append(
             NodeView(
                 node_id,

@@ -241,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             # unmanaged): the traceback goes to the log, the next tick tries again.
             logging.exception("tick failed")
         wake = time.monotonic() + args.interval
+        if reconciler.next_idle_due is not None:  # an idle timeout ends before the next tick
+            wake = min(wake, time.monotonic() + max(0.05, reconciler.next_idle_due - time.time()))
         while not stopping and time.monotonic() < wake:
             time.sleep(0.05)
     finish = getattr(provider, "finish_stops", None)

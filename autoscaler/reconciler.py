@@ -54,7 +54,7 @@ from ember.autoscaler.node_provider import (
     TAG_USER_NODE_TYPE,
     NodeProvider,
 )
-from ember.autoscaler.scheduler import Decision, schedule
+from ember.autoscaler.scheduler import Decision, idle_timeout_s, schedule
 from ember.autoscaler.status import ENDED_KEPT_S, MAX_DECISIONS, build_status
 
 PROVIDER_NODE_LABEL = "ember.io/provider-node-id"
@@ -104,6 +104,9 @@ class Reconciler:
         self.infeasible: dict[tuple, dict[str, Any]] = {}  # shape key -> row, while it waits
         self.reported: set[tuple] = set()  # infeasible shapes already reported, once each
         self.last_status: dict[str, Any] = {}
+        # The next moment (wall time) an idle node reaches its timeout, or None: the monitor
+        # ticks then rather than up to a tick later.
+        self.next_idle_due: float | None = None
         self._persisted = b""
         self._held_since: float | None = None  # launches held for fresh queue reports
         self._stopping: list[Instance] = []  # this tick's stops, for _stop_together
@@ -202,6 +205,15 @@ class Reconciler:
         blocked = self.backoff.blocked(now)
         decision = schedule(
             self.config, views, demand, now, pending, unavailable=blocked, leaving=leaving
+        )
+        self.next_idle_due = min(
+            (
+                due
+                for v in views
+                if v.idle_since is not None and not v.is_head
+                if (due := v.idle_since + idle_timeout_s(self.config, v.node_type)) > now
+            ),
+            default=None,
         )
         self._note_infeasible(decision, demand, now)
         self._hold_on_stale_demand(decision, info, now)

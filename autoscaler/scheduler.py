@@ -347,7 +347,7 @@ def _reasons(bins: Sequence[_Bin]) -> dict[str, list[str]]:
     return out
 
 
-def _idle_s(config: Mapping[str, Any], node_type: str) -> float:
+def idle_timeout_s(config: Mapping[str, Any], node_type: str) -> float:
     own = config["available_node_types"].get(node_type, {}).get("idle_timeout_s")
     return float(own) if own is not None else float(config["idle_timeout_minutes"]) * 60.0
 
@@ -363,7 +363,7 @@ def _idle_terminations(
     out = []
     idle = [n for n in nodes if not n.is_head and n.idle_since is not None]
     for n in sorted(idle, key=lambda n: (n.idle_since, n.node_id)):
-        limit = _idle_s(config, n.node_type)
+        limit = idle_timeout_s(config, n.node_type)
         idle_for = now - n.idle_since
         if idle_for < limit or n.node_id in needed:
             continue

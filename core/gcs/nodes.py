@@ -75,6 +75,9 @@ class NodeInfo:
         # When the node last reported its queue (wall time): the autoscaler holds launches
         # while a report predates the newest node's join (its queue may have moved there).
         self.demands_at: float | None = None
+        # Since when (wall time, this clock) the node has held no lease, by its own account;
+        # None while it has work. The raylet reports a duration: clocks of hosts differ.
+        self.idle_since: float | None = None
         self.death_reason = ""
         # Why no new work is placed here (``drain_node``), or None: it takes work.
         self.drain_reason: str | None = None
@@ -136,6 +139,7 @@ class NodeInfo:
             "is_head": self.info.get("is_head", False),
             "pending_demands": self.pending_demands,
             "demands_at": self.demands_at,
+            "idle_since": self.idle_since,
             "store_stats": self.info.get("store_stats", {}),
         }
 
@@ -253,6 +257,8 @@ class NodeTable:
         node.total = body.get("total", node.total)
         node.pending_demands = body.get("pending_demands", [])
         node.demands_at = time.time()
+        idle_for = body.get("idle_for")
+        node.idle_since = None if idle_for is None else node.demands_at - float(idle_for)
         if "store_stats" in body:
             node.info["store_stats"] = body["store_stats"]
         return {"view": self.cluster_view()}

@@ -96,6 +96,9 @@ class LeaseMachine:
         self.spread_index = 0
         self.stopping = False
         self._next_lease_id = 1
+        # When the last lease ended (on ``clock``): the autoscaler's idle timer starts there,
+        # not at the heartbeat and tick that first showed it the node idle.
+        self._last_lease_end = clock()
 
     def handle(self, event: Any) -> list[Any]:
         out: list[Any] = []
@@ -133,6 +136,7 @@ class LeaseMachine:
             lease = self.leases.pop(w.lease_id, None) if w.lease_id else None
             if lease is not None:
                 self._release(lease)
+                self._last_lease_end = self.clock()
             if w.actor_id is not None:
                 out.append(ActorWorkerDied(w))
         self._dispatch(out)
@@ -315,6 +319,7 @@ class LeaseMachine:
     ) -> None:
         self.leases.pop(lease.lease_id, None)
         self._not_asked_back.pop(lease.lease_id, None)
+        self._last_lease_end = self.clock()
         if lease.released:  # its CPU was already handed back while it was blocked
             self.resources.release(
                 {k: v for k, v in lease.shape.items() if k != "CPU"}, lease.gpu_ids
@@ -511,6 +516,13 @@ class LeaseMachine:
         out.append(WarnInfeasible(req, message))
 
     # -- views ------------------------------------------------------------------------------
+    def idle_for(self) -> float | None:
+        """Seconds since the last lease ended, with no lease held and none waiting; None
+        while the node has work."""
+        if self.leases or self.queue or self.backlogs:
+            return None
+        return max(0.0, self.clock() - self._last_lease_end)
+
     def pending_demands(self) -> list[dict[str, Any]]:
         """The queue by shape, for the GCS's autoscaling view (heartbeats)."""
         demands: dict[tuple, dict] = {}

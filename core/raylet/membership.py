@@ -129,6 +129,7 @@ class Membership:
                     "available": r.resources.available_dict(),
                     "total": r.resources.total_dict(),
                     "pending_demands": r.leases.machine.pending_demands(),
+                    "idle_for": r.leases.machine.idle_for(),
                     "store_stats": r.store.stats(),
                 }
                 # On this connection only: a beat is not worth sending to the next GCS.

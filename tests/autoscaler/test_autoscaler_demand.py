@@ -73,3 +73,12 @@ def test_demand_read_from_cluster_info() -> None:
     assert nodes_from_cluster_info(info, "head", clock, now=60.0)[1].idle_since == 50.0
     info["nodes"][1]["resources_available"] = {"CPU": 1}
     assert nodes_from_cluster_info(info, "head", clock, now=70.0)[1].idle_since is None
+    # Idle again, and its raylet says since when (the GCS's idle_since): the clock starts
+    # there, not at this tick, which came a heartbeat and a tick later.
+    info["nodes"][1]["resources_available"] = {"CPU": 2}
+    info["nodes"][1]["idle_since"] = 78.5
+    assert nodes_from_cluster_info(info, "head", clock, now=80.0)[1].idle_since == 78.5
+    # A report from a clock ahead of this one never puts the start in the future.
+    clock = IdleClock()
+    info["nodes"][1]["idle_since"] = 95.0
+    assert nodes_from_cluster_info(info, "head", clock, now=90.0)[1].idle_since == 90.0

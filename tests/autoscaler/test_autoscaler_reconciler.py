@@ -135,3 +135,37 @@ def test_a_ticks_stops_go_to_the_provider_in_one_call() -> None:
     assert notes["i3"].startswith("terminate_node failed, asked again: 1 process(es)")
     rec.tick({"nodes": []}, 3.0)  # asked again
     assert [sorted(c) for c in provider.calls][-1] == ["p3"]
+
+
+def test_the_next_idle_timeout_is_known_so_the_monitor_ticks_then() -> None:
+    """``next_idle_due``: when the first idle worker reaches its timeout (its raylet's
+    ``idle_since`` plus 5 minutes here); busy nodes, the head and timeouts already past
+    (a node kept for its objects) are not counted."""
+
+    def node(nid, is_head, free, idle_since):
+        return {
+            "node_id": nid * 16,
+            "state": "ALIVE",
+            "is_head": is_head,
+            "resources_total": {"CPU": 2.0},
+            "resources_available": {"CPU": free},
+            "labels": {} if is_head else {"ember.io/node-type": "cpu"},
+            "idle_since": idle_since,
+        }
+
+    rec = Reconciler(CONFIG, Provider())
+    info = {
+        "nodes": [
+            node(b"h", True, 1.0, 50.0),
+            node(b"a", False, 2.0, 40.0),
+            node(b"b", False, 2.0, 90.0),
+            node(b"c", False, 0.0, None),
+        ]
+    }
+    rec.tick(info, 100.0)
+    assert rec.next_idle_due == 40.0 + 300.0
+    info["nodes"][1]["resources_available"] = {"CPU": 0.0}  # a takes work
+    rec.tick(info, 101.0)
+    assert rec.next_idle_due == 90.0 + 300.0
+    rec.tick({"nodes": [node(b"h", True, 1.0, 50.0)]}, 102.0)
+    assert rec.next_idle_due is None

@@ -68,6 +68,7 @@ def test_demand_from_a_real_cluster_drives_launch_and_idle_termination(cluster: 
     assert decision.infeasible == [] and decision.terminate == []
 
     # The nodes decided join (as the provider would start them): all the work runs.
+    joining = time.time()
     for _ in range(decision.launch["cpu_worker"]):
         cluster.add_node(num_cpus=2, labels={NODE_TYPE_LABEL: "cpu_worker"})
     ember.get(pg.ready(), timeout=60)
@@ -88,3 +89,11 @@ def test_demand_from_a_real_cluster_drives_launch_and_idle_termination(cluster: 
         timeout=30,
         message="the idle workers were never chosen for termination",
     )
+    # Their raylets said since when they held no lease (the GCS's idle_since, on its clock):
+    # after they joined, before now, and the autoscaler's idle clock started there.
+    info = _info(cluster)
+    workers = [n for n in info["nodes"] if n["state"] == "ALIVE" and not n["is_head"]]
+    reported = sorted(n["idle_since"] for n in workers)
+    assert len(reported) == 3 and joining - 1 < reported[0] <= reported[-1] < time.time()
+    seen = nodes_from_cluster_info(info, "head", IdleClock(), time.time())
+    assert sorted(n.idle_since for n in seen if not n.is_head) == reported

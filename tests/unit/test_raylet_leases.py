@@ -114,6 +114,22 @@ def test_grant_return_and_reuse() -> None:
     assert again.lease.worker is w and again.lease.lease_id != grant.lease.lease_id
 
 
+def test_idle_for_counts_from_the_last_lease_end_and_is_none_while_work_is_held() -> None:
+    m = make({"CPU": 1})
+    (w,) = workers(m, 1)
+    m.clock.now += 3.0
+    assert m.idle_for() == 3.0  # never leased: idle since the machine began
+    lease = only(ask(m, request()), Grant).lease
+    m.clock.now += 5.0
+    assert m.idle_for() is None  # a lease held
+    ask(m, request())  # waits for the CPU
+    m.handle(LeaseReturned(lease.lease_id))  # the CPU goes to the waiting request
+    assert m.idle_for() is None
+    m.handle(LeaseReturned(next(iter(m.leases))))
+    m.clock.now += 2.5
+    assert m.idle_for() == 2.5  # from the last lease's end, not the first's
+
+
 def test_a_request_waiting_for_cpus_asks_other_holders_for_their_leases_once() -> None:
     m = make({"CPU": 2})
     workers(m, 3)
