@@ -56,10 +56,16 @@ def make_provider(config: dict[str, Any]) -> NodeProvider:
         return FakeMultiNodeProvider(config["provider"], config["cluster_name"])
     # The providers for machines people have (autoscaler/providers/), imported when named.
     if kind == "local":
+        from ember.autoscaler.host_setup import worker_setup
         from ember.autoscaler.providers.local import LocalNodeProvider
 
-        # It logs in to the hosts itself, so it reads the config's auth section too.
-        provider_config = {**config["provider"], "auth": config.get("auth") or {}}
+        # It logs in to the hosts itself, so it reads the config's auth section too, and it
+        # sets up each host before starting a node there.
+        provider_config = {
+            **config["provider"],
+            "auth": config.get("auth") or {},
+            "worker_setup": worker_setup(config),
+        }
         return LocalNodeProvider(provider_config, config["cluster_name"])
     if kind == "slurm":
         from ember.autoscaler.providers.slurm import SlurmNodeProvider

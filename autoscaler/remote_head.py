@@ -40,6 +40,17 @@ from ember.autoscaler.command_runner import (
     command_runner_for,
     tmux_socket,
 )
+from ember.autoscaler.host_setup import (
+    CONNECT_TIMEOUT_S,
+    COPY_TIMEOUT_S,
+    SHORT_TIMEOUT_S,
+    RemoteError,
+    expand_home,
+    home_of,
+    run_commands,
+    sync_file_mounts,
+)
+from ember.autoscaler.host_setup import run_on as _run
 from ember.autoscaler.providers.local import (
     READY_TIMEOUT_S,
     SSH_SLACK_S,
@@ -50,27 +61,11 @@ from ember.autoscaler.providers.local import (
 )
 from ember.autoscaler.providers.start_args import ember_command, gcs_address_of, resource_args
 
-CONNECT_TIMEOUT_S = 60.0  # the first SSH command: a host that is still booting
-SETUP_TIMEOUT_S = 1800.0  # one setup command (a pip install may take long; never forever)
-COPY_TIMEOUT_S = 600.0  # one file mount
-SHORT_TIMEOUT_S = 60.0  # mkdir, cat, rm on the head
-
-
-class RemoteError(RuntimeError):
-    """What failed on the head host; the launcher shows it as its own error."""
-
 
 def _runner(config: Mapping[str, Any], ip: str) -> CommandRunner:
     try:
         return command_runner_for(config, ip)
     except ValueError as e:  # a bad host name or a missing key file: nothing started
-        raise RemoteError(str(e)) from None
-
-
-def _run(runner: CommandRunner, cmd: Sequence[str] | str, timeout: float, **kw: Any) -> str:
-    try:
-        return runner.run(cmd, timeout=timeout, **kw).stdout
-    except CommandError as e:
         raise RemoteError(str(e)) from None
 
 
@@ -94,52 +89,14 @@ def _given_start_commands(raw: Mapping[str, Any]) -> list[str] | None:
 
 def bootstrap_config(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The config the head's autoscaler reads: the user's, with the key it logs in to the
-    worker hosts with at its copy on the head."""
+    worker hosts with at its copy on the head, and the file mounts' sources at their copies
+    there."""
     out = json.loads(json.dumps(raw))
+    if out.get("file_mounts"):  # worker hosts get them from the head's copies
+        out["file_mounts"] = {remote: remote for remote in out["file_mounts"]}
     if (out.get("auth") or {}).get("ssh_private_key"):
         out["auth"]["ssh_private_key"] = f"{where}/ssh_key"
     return out
-
-
-def _home(runner: CommandRunner) -> str:
-    return _run(runner, 'printf %s "$HOME"', CONNECT_TIMEOUT_S, what="reaching the host").strip()
-
-
-def _expand(path: str, home: str) -> str:
-    """A remote path with Ray's ``~/`` made absolute (rsync and quoted words never expand)."""
-    return home + path[1:] if path == "~" or path.startswith("~/") else path
-
-
-def sync_file_mounts(
-    config: Mapping[str, Any], runner: CommandRunner, home: str, echo: Callable[[str], None]
-) -> None:
-    """``file_mounts`` (remote path: local path), each copied to the head (a directory's
-    contents into the remote directory, as Ray's rsync does)."""
-    for remote, local in (config.get("file_mounts") or {}).items():
-        local = os.path.expanduser(local)
-        if not os.path.exists(local):
-            raise RemoteError(f"file_mounts: {local} (for {remote}) does not exist")
-        target = _expand(remote, home)
-        parent = target.rstrip("/") if os.path.isdir(local) else os.path.dirname(target)
-        _run(runner, ["mkdir", "-p", "--", parent or "/"], SHORT_TIMEOUT_S)
-        source = local.rstrip("/") + "/" if os.path.isdir(local) else local
-        echo(f"  file_mounts: {local} -> {runner.host}:{target}")
-        try:
-            runner.put(
-                source,
-                target.rstrip("/") + ("/" if os.path.isdir(local) else ""),
-                timeout=COPY_TIMEOUT_S,
-            )
-        except CommandError as e:
-            raise RemoteError(str(e)) from None
-
-
-def _run_commands(
-    runner: CommandRunner, field: str, commands: Sequence[str], echo: Callable[[str], None]
-) -> None:
-    for i, cmd in enumerate(commands):
-        echo(f"  {field}[{i}]: {cmd}")
-        _run(runner, cmd, SETUP_TIMEOUT_S, what=f"{field}[{i}] ({cmd[:80]})")
 
 
 def _read_node(runner: CommandRunner, where: str) -> dict[str, Any] | None:
@@ -205,10 +162,10 @@ def start_head(
     ip = str(provider["head_ip"])
     runner = _runner(config, ip)
     echo(f"Reaching the head host {ip} over SSH")
-    home = _home(runner)
+    home = home_of(runner)
     sync_file_mounts(config, runner, home, echo)
-    _run_commands(runner, "initialization_commands", config["initialization_commands"], echo)
-    _run_commands(runner, "head_setup_commands", config["head_setup_commands"], echo)
+    run_commands(runner, "initialization_commands", config["initialization_commands"], echo)
+    run_commands(runner, "head_setup_commands", config["head_setup_commands"], echo)
     runner, cluster_yaml = push_config(config, raw, local_copy)
     where = head_dir(config)
     gcs = gcs_address_of(provider)
@@ -301,10 +258,17 @@ def stop_cluster(config: Mapping[str, Any], echo: Callable[[str], None]) -> list
         safe = "".join(c if c.isalnum() or c in "_.-" else "_" for c in name)
         table = str(provider.get("state_path") or f"~/.ember/clusters/{safe}/local_nodes.json")
         try:
-            home = _home(head)
+            home = home_of(head)
             _run(
                 head,
-                ["rm", "-rf", "--", where, _expand(table, home), _expand(table, home) + ".lock"],
+                [
+                    "rm",
+                    "-rf",
+                    "--",
+                    where,
+                    expand_home(table, home),
+                    expand_home(table, home) + ".lock",
+                ],
                 SHORT_TIMEOUT_S,
             )
         except RemoteError as e:
@@ -359,7 +323,7 @@ class RemoteHead:
     def put(self, source: str, target: str) -> None:
         try:
             self.runner.put(
-                source, _expand(target, self.record.get("home", "~")), timeout=COPY_TIMEOUT_S
+                source, expand_home(target, self.record.get("home", "~")), timeout=COPY_TIMEOUT_S
             )
         except CommandError as e:
             raise RemoteError(str(e)) from None
@@ -367,7 +331,7 @@ class RemoteHead:
     def get(self, source: str, target: str) -> None:
         try:
             self.runner.get(
-                _expand(source, self.record.get("home", "~")), target, timeout=COPY_TIMEOUT_S
+                expand_home(source, self.record.get("home", "~")), target, timeout=COPY_TIMEOUT_S
             )
         except CommandError as e:
             raise RemoteError(str(e)) from None

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ember.autoscaler.command_runner import CommandError, CommandRunner, command_runner_for
+from ember.autoscaler.host_setup import RemoteError, set_up_worker_host
 from ember.autoscaler.node_provider import NODE_KIND_HEAD, TAG_NODE_KIND, StartsEmberNodes
 from ember.autoscaler.providers.node_table import NodeTable
 from ember.autoscaler.providers.start_args import (
@@ -121,6 +122,9 @@ class LocalNodeProvider(StartsEmberNodes):
         for ip in [self.head_ip, *self.worker_ips]:
             self.runner(ip)  # a bad host name or key file fails here, before any launch
         self._failed_at: dict[str, float] = {}  # host -> when it last failed to start a node
+        # file_mounts, initialization_commands, worker_setup_commands (make_provider puts the
+        # config's here): run on a host before each node starts there, as Ray's updater does.
+        self.setup = cfg.get("worker_setup") or {}
 
     def runner(self, ip: str) -> CommandRunner:
         """The command runner for one of the cluster's hosts, as the launcher makes it."""
@@ -207,17 +211,21 @@ class LocalNodeProvider(StartsEmberNodes):
             with self.table.change() as nodes:
                 nodes[ip] = {"tags": dict(tags), "node_dir": node_dir}
             try:
-                out = self.runner(ip).run(
+                runner = self.runner(ip)
+                set_up_worker_host(
+                    runner, self.setup, lambda line, ip=ip: log.info("%s:%s", ip, line)
+                )
+                out = runner.run(
                     start_script(node_dir, argv),
                     timeout=READY_TIMEOUT_S + SSH_SLACK_S,
                     secret_env={"EMBER_TOKEN": token},
                     what="starting a worker node (ember start --block)",
                 )
-            except CommandError as e:
+            except (CommandError, RemoteError) as e:
                 self._failed_at[ip] = time.monotonic()
                 errors.append(str(e))
                 log.warning("local provider: %s", e)
-                if not e.unreachable:
+                if not getattr(e, "unreachable", False):
                     self._stop(ip, node_dir, check=False)  # whatever half-started there
                 with self.table.change() as nodes:
                     nodes.pop(ip, None)

@@ -1,8 +1,8 @@
 """The issue's walk with the ``local`` provider, as a user types it, against two real OpenSSH
 hosts (network namespaces, ``ssh_hosts.py``): ``ember up`` starts the head on the first host
 over SSH (file_mounts, initialization and setup commands first, in Ray's order); a task
-needing more CPUs than the head has makes its autoscaler start a worker on the second host
-over SSH; a changed config reaches the head's autoscaler live; the worker goes when idle;
+needing more CPUs than the head has makes its autoscaler set up the second host (the same
+steps, with the worker's setup commands) and start a worker there over SSH; a changed config reaches the head's autoscaler live; the worker goes when idle;
 ``exec`` (``--tmux``, ``--port-forward``), ``submit``,
 ``rsync-up``/``rsync-down``, ``get-head-ip``, ``get-worker-ips``, ``monitor`` and ``dashboard``
 (an SSH forward) answer; ``ember down`` leaves no Ember process in either namespace.
@@ -123,6 +123,10 @@ def test_up_on_ssh_hosts_scale_up_shrink_down(hosts, tmp_path, monkeypatch) -> N
         "initialization_commands": [f"cat {root}/mnt/data.txt >> {order}"],
         "setup_commands": [f"echo ' setup' >> {order}"],
         "head_setup_commands": [f"echo ' head' >> {order}"],
+        # Run by the head's autoscaler on the worker host, before its node starts there.
+        "worker_setup_commands": [
+            f"echo \" worker-$(hostname -I | cut -d' ' -f1)-$(ls {root}/n | wc -l)\" >> {order}"
+        ],
     }
     config = str(tmp_path / "cluster.yaml")
     with open(config, "w") as f:
@@ -151,6 +155,13 @@ def test_up_on_ssh_hosts_scale_up_shrink_down(hosts, tmp_path, monkeypatch) -> N
         script.write_text(WORKLOAD)
         out = ok(ember(env, "submit", config, str(script), timeout=300))
         assert f"ran on {worker_ip}" in out
+        # The worker host was set up first, in Ray's order, in its own namespace (its
+        # address), before its node's directory was made (only the head's was there).
+        with open(order) as f:
+            assert f.read().split() == [
+                *["mounted", "setup", "head"],
+                *["mounted", "setup", f"worker-{worker_ip}-1"],
+            ]
         status = heads.read_status(heads.running_head(config))
         assert [d["node_type"] for d in status["decisions"] if d["action"] == "launch"] == [
             "worker"

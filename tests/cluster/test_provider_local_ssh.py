@@ -221,3 +221,30 @@ def test_the_ssh_command_runner_quotes_copies_and_forwards(hosts) -> None:
     finally:
         server.kill()
         server.wait()
+
+
+def test_a_failing_worker_setup_command_is_a_clear_error_and_no_node_starts(hosts, head) -> None:
+    """``worker_setup_commands`` run on the host before its node starts (Ray's updater); one
+    that fails names itself and its output, and neither a node nor a table entry is left."""
+    gcs, token = head
+    host = list(hosts.hosts)[0]
+    provider_config = {**_config(hosts, gcs, [host], "sf")["provider"]}
+    provider_config["auth"] = {"ssh_user": "root", "ssh_private_key": hosts.key}
+    provider_config["token"] = token
+    mark = f"{hosts.root}/sf-setup.txt"
+    provider_config["worker_setup"] = {
+        "file_mounts": {},
+        "initialization_commands": [f"echo init > {mark}"],
+        "worker_setup_commands": ["echo 'no such package' >&2; exit 7"],
+    }
+    provider = LocalNodeProvider(provider_config, "sf")
+    with pytest.raises(RuntimeError) as info:
+        provider.create_node_with_resources_and_labels(
+            {}, {"ember-user-node-type": "worker"}, 1, {"CPU": 2}, {}
+        )
+    message = str(info.value)
+    assert "worker_setup_commands[0]" in message and "no such package" in message, message
+    with open(mark) as f:
+        assert f.read() == "init\n"  # the steps before it ran, on the host
+    assert provider.non_terminated_nodes({}) == []
+    assert find_ember_processes(f"{hosts.root}/n/sf-{host}") == []
