@@ -51,13 +51,15 @@ def bind_port(host: str, port: int, exact: bool = False) -> tuple[socket.socket,
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             sock.bind((host, candidate))
+            # With SO_REUSEADDR two processes can both bind a port no one listens on yet;
+            # the second to listen is refused, and moves on as a refused bind does.
+            sock.listen(512)
         except OSError as e:
             sock.close()
             last = e
             if e.errno != errno.EADDRINUSE:
                 raise
             continue
-        sock.listen(512)
         sock.set_inheritable(False)
         return sock, sock.getsockname()[1]
     if exact:

@@ -63,8 +63,9 @@ def _no_stray_files_in_the_repo(request):
     or a process it started (which inherit this directory), and no one test reproduced it."""
     before = set(os.listdir(_REPO_ROOT))
     yield
-    # Tools' own caches (hypothesis makes its directory on first use, database or not).
-    new = set(os.listdir(_REPO_ROOT)) - before - {".hypothesis", ".pytest_cache"}
+    # Tools' own caches (hypothesis makes its directory on first use, database or not), and
+    # the browser tests' screenshots (git-ignored, made by the first of them to run).
+    new = set(os.listdir(_REPO_ROOT)) - before - {".hypothesis", ".pytest_cache", "test-artifacts"}
     if new:
         import warnings
 

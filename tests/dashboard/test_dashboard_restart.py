@@ -286,6 +286,35 @@ def test_bind_port_exact_or_the_next_free_one(exact):
         taken.close()
 
 
+def test_bind_port_moves_on_when_another_process_listens_first_on_the_port_it_bound(
+    monkeypatch,
+):
+    """Two nodes starting at once both bind 8265 (SO_REUSEADDR allows it while no one
+    listens); the one that listens second is refused, and takes the next port."""
+    import socket as socket_mod
+
+    import ember.launch
+
+    rival = socket_mod.socket()
+    rival.setsockopt(socket_mod.SOL_SOCKET, socket_mod.SO_REUSEADDR, 1)
+    rival.bind(("127.0.0.1", 0))
+    port = rival.getsockname()[1]
+
+    class RivalListensFirst(socket_mod.socket):
+        def bind(self, address):
+            super().bind(address)
+            if address[1] == port:
+                rival.listen(1)  # between our bind and our listen
+
+    monkeypatch.setattr(ember.launch.socket, "socket", RivalListensFirst)
+    try:
+        sock, got = bind_port("127.0.0.1", port)
+        sock.close()
+        assert got > port
+    finally:
+        rival.close()
+
+
 # A driver of an `ember start` cluster: an actor holding state, a named detached actor, 30
 # finished tasks and 2 still running when it says "ready"; after the gate, the running ones'
 # results and the actors' next counts.

@@ -28,12 +28,37 @@ def test_filling_takes_the_free_blocks_of_partly_used_pools() -> None:
     assert sum(after.values()) < sum(before.values()) or sum(before.values()) < 2000
 
 
+# In a fresh interpreter with one thread, as the zygote is when it fills (in a test runner's
+# process other threads, pytest-xdist's channel, allocate and free meanwhile). It scatters
+# 300 free chunks of one size (208 bytes: every other one of 600 freed, so none coalesce);
+# the fill must take them. Other sizes are the reading's own churn, not counted.
+_MALLOC_PROBE = """
+import ctypes, json
+from ember.raylet import zygote_heap
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+held = [libc.malloc(200) for _ in range(600)]
+for p in held[::2]:
+    libc.free(p)
+before = zygote_heap.malloc_free_chunks()
+taken = zygote_heap.fill_malloc_chunks() if before else []
+after = zygote_heap.malloc_free_chunks()
+print(json.dumps([before.get(208, 0), all(taken), after.get(208, 0), before, after]))
+"""
+
+
 def test_filling_takes_mallocs_small_free_chunks() -> None:
-    before = zygote_heap.malloc_free_chunks()
-    if not before:
+    import json
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-c", _MALLOC_PROBE], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    before, filled, after, *detail = json.loads(out.stdout)
+    if not detail[0]:
         pytest.skip("no glibc malloc_info report here")
-    taken = zygote_heap.fill_malloc_chunks()
-    assert all(taken), "every filler allocation succeeded"
-    after = zygote_heap.malloc_free_chunks()
-    # The fill's own bookkeeping may free a chunk or two; the scattered ones are gone.
-    assert sum(after.values()) <= max(20, sum(before.values()) // 10), (before, after)
+    assert before >= 250, detail  # the scattered chunks, seen (a few may sit in tcache)
+    assert filled, "every filler allocation succeeded"
+    assert after <= 5, detail  # taken: a child's small allocations get fresh memory
