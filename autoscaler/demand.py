@@ -93,14 +93,18 @@ def reported_before_newest_join(info: Mapping[str, Any]) -> bool:
     """Whether a node's queue, as last reported, may predate the newest node's join. Each
     node reports on its own heartbeat: a request the head still lists may already hold
     resources on the node that just joined (spilled there), and counting it twice launches a
-    node too many. Reports a few heartbeats after the join settle it."""
+    node too many. Reports a few heartbeats after the join settle it. Only another node's
+    join counts: a node's own start (a cluster's head just up, its first burst queued) moved
+    none of its requests anywhere."""
     alive = [n for n in info.get("nodes") or () if n.get("state") == "ALIVE"]
-    newest = max((n.get("start_time") or 0.0 for n in alive), default=0.0)
-    settled = newest + SETTLED_AFTER_HEARTBEATS * float(info.get("heartbeat_interval") or 0.5)
-    return any(
-        n.get("pending_demands") and n.get("demands_at") is not None and n["demands_at"] < settled
-        for n in alive
-    )
+    settle = SETTLED_AFTER_HEARTBEATS * float(info.get("heartbeat_interval") or 0.5)
+    for n in alive:
+        if not n.get("pending_demands") or n.get("demands_at") is None:
+            continue
+        others = [m.get("start_time") or 0.0 for m in alive if m is not n]
+        if others and n["demands_at"] < max(others) + settle:
+            return True
+    return False
 
 
 class IdleClock:

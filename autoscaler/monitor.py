@@ -20,6 +20,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ember.autoscaler.backoff import Backoff
@@ -91,13 +92,13 @@ class GcsLink:
         self.loop = conn_mod.new_event_loop()
         self.conn: Any = None
 
-    def call(self, op: str, body: Any = None) -> Any:
+    def call(self, op: str, body: Any = None, timeout: float = GCS_CALL_TIMEOUT_S) -> Any:
         async def ask() -> Any:
             if self.conn is None or self.conn.closed:
                 self.conn = await conn_mod.connect(
                     self.address, name="gcs", token=self.token, timeout=5.0
                 )
-            return await self.conn.call(op, body, timeout=GCS_CALL_TIMEOUT_S)
+            return await self.conn.call(op, body, timeout=timeout)
 
         try:
             return self.loop.run_until_complete(ask())
@@ -116,6 +117,26 @@ class GcsLink:
 
     def put(self, key: bytes, value: bytes) -> None:
         self.call("kv_put", {"namespace": KV_NAMESPACE, "key": key, "value": value})
+
+    def wait_demand(self, seen: int | None, until: float, stopping: Callable[[], bool]) -> None:
+        """Returns at ``until`` (monotonic), when ``stopping()``, or as soon as the GCS says
+        new demand appeared since its cluster_info said ``seen``: a burst is launched for at
+        once, not at the next tick. Waits in slices of at most a second, so a SIGTERM is
+        heeded within one; a GCS that cannot say (or is away) is waited out by sleeping."""
+        while not stopping() and (left := until - time.monotonic()) > 0:
+            if seen is None:
+                time.sleep(min(left, 0.05))
+                continue
+            wait = min(left, 1.0)
+            body = {"seen": seen, "timeout": wait}
+            try:
+                version = self.call("wait_demand", body, timeout=wait + 5.0)["demand_version"]
+            except Exception:  # the GCS restarting, or one that has no wait_demand
+                self.close_conn()
+                seen = None
+                continue
+            if version != seen:
+                return
 
     def drain_node(self, node_id: str, reason: str, draining: bool) -> dict[str, Any]:
         body = {"node_id": bytes.fromhex(node_id), "reason": reason, "draining": draining}
@@ -231,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.info("autoscaler started (pid %d) for cluster %s", os.getpid(), config["cluster_name"])
     seen = _mtime(args.config)
+    info: dict[str, Any] | None = None
     while not stopping:
         if _mtime(args.config) != seen:  # ``ember up`` with a changed config: applied live
             seen = _mtime(args.config)
@@ -249,8 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         wake = time.monotonic() + args.interval
         if reconciler.next_idle_due is not None:  # an idle timeout ends before the next tick
             wake = min(wake, time.monotonic() + max(0.05, reconciler.next_idle_due - time.time()))
-        while not stopping and time.monotonic() < wake:
-            time.sleep(0.05)
+        link.wait_demand(info.get("demand_version") if info else None, wake, lambda: bool(stopping))
     finish = getattr(provider, "finish_stops", None)
     if finish is not None:  # a provider stopping nodes in the background ends those stops
         finish(30.0)

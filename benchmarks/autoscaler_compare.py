@@ -4,7 +4,8 @@ performance targets).
 
 One workload, the same code on both (the runtime imported by name): a head with no CPUs and
 one worker type of 1 CPU (0 to N nodes, a 10 s idle timeout); a burst of N one-CPU tasks that
-each hold until released. Measured per system:
+each hold until released; the burst starts once the system's autoscaler loop runs. Measured
+per system:
 
 - demand to the first ready worker node, and to all N;
 - the autoscaler's own CPU over 10 s with N nodes up (its steady state);
@@ -146,6 +147,14 @@ class RayFakeCluster:
                 pass
         return [p for p in out if p != os.getpid()]
 
+    def autoscaler_running(self) -> bool:
+        """Its monitor's loop runs: it logs each update, waiting for load metrics or not."""
+        for log in (self.work / "ray").glob("session_*/logs/monitor.log"):
+            text = log.read_text(errors="replace")
+            if "load metrics" in text or "Resources" in text:
+                return True
+        return False
+
     def monitor_pid(self) -> int | None:
         for pid in self.processes():
             try:
@@ -187,6 +196,14 @@ class EmberFakeCluster:
         self.cluster.start(interval=TICK_S)
         self.address = self.cluster.address
         self.work = work
+
+    def autoscaler_running(self) -> bool:
+        """Its monitor's loop runs (it logs this before its first tick)."""
+        try:
+            with open(self.cluster.log_path) as f:
+                return "autoscaler started" in f.read()
+        except FileNotFoundError:
+            return False
 
     def monitor_pid(self) -> int | None:
         return self.cluster.monitor.pid if self.cluster.monitor else None
@@ -234,6 +251,10 @@ def run_half(system: str, n: int) -> dict:
     out: dict[str, Any] = {}
     try:
         rt.init(address=cluster.address)
+        # The clock starts with each autoscaler's loop running: its own start-up (a Python
+        # process's imports) is not the time from demand to a node.
+        if _wait(cluster.autoscaler_running, "the autoscaler", time.monotonic() + PHASE_S) is None:
+            raise RuntimeError(f"{system}'s autoscaler never started")
 
         @rt.remote(num_cpus=1)
         def hold(i: int, markers: str, release: str) -> tuple[float, float]:

@@ -202,6 +202,7 @@ class ActorManager:
     def _park(self, actor: ActorInfo) -> None:
         if actor.actor_id not in self.pending:
             self.pending.append(actor.actor_id)
+            self.nodes.on_demand()
 
     def _pick_node(self, actor: ActorInfo) -> NodeInfo | None:
         needs_cpu = (actor.spec.actor_options or {}).get("needs_cpu_node", False)

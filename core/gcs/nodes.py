@@ -175,6 +175,9 @@ class NodeTable:
         self.on_died: Callable[[bytes, str], None] = _nothing
         # (node, available before): a heartbeat brought new availability.
         self.on_heartbeat: Callable[[NodeInfo, dict[str, float]], None] = _nothing
+        # New demand: a node's queue that was empty is not (the autoscaler's wait_demand);
+        # actors and placement groups that park call it too.
+        self.on_demand: Callable[[], None] = _nothing
         # (node, registration): a known node's raylet registered again after a GCS restart,
         # saying which actor leases and bundles it holds; what this GCS does not know of
         # (its grant's reply died with the old process) is ended.
@@ -255,7 +258,9 @@ class NodeTable:
         before, node.available = node.available, body["available"]
         self.on_heartbeat(node, before)
         node.total = body.get("total", node.total)
-        node.pending_demands = body.get("pending_demands", [])
+        was_waiting, node.pending_demands = node.pending_demands, body.get("pending_demands", [])
+        if node.pending_demands and not was_waiting:
+            self.on_demand()
         node.demands_at = time.time()
         idle_for = body.get("idle_for")
         node.idle_since = None if idle_for is None else node.demands_at - float(idle_for)

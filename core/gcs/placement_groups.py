@@ -175,6 +175,8 @@ class PlacementGroupManager:
         nodes = self.nodes.placeable()
         plan = _plan(pg, nodes)
         if plan is None:
+            if not pg.reason:  # its first wait for room: demand for the autoscaler
+                self.nodes.on_demand()
             pg.reason = _why(pg, nodes)
             return
         by_node: dict[bytes, list] = {}

@@ -92,6 +92,10 @@ class GcsServer:
         self.node_table.on_died = self._node_died
         self.node_table.on_heartbeat = self._heartbeat
         self.node_table.on_reregistered = self._reregistered
+        self.node_table.on_demand = self._demand_appeared
+        # Bumped when new demand appears; wait_demand answers its waiters then.
+        self.demand_version = 0
+        self._demand_waiters: list[asyncio.Future] = []
         self.jobs.on_finished = self._job_finished
         for part in (self.node_table, self.jobs, self.actors, self.kv, self.placement_groups):
             part.store = store
@@ -252,7 +256,28 @@ class GcsServer:
             "placement_groups": self.placement_groups.h_list_placement_groups(conn, None),
             # Put there by whoever starts the dashboard (dashboard/launch.py, from LocalNode.start).
             "dashboard_url": (self.kv.get(DASHBOARD_URL_KEY) or b"").decode(),
+            "demand_version": self.demand_version,
         }
+
+    def _demand_appeared(self) -> None:
+        self.demand_version += 1
+        waiters, self._demand_waiters = self._demand_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def h_wait_demand(self, conn: Connection, body: dict) -> dict:
+        if body["seen"] == self.demand_version:
+            fut = asyncio.get_running_loop().create_future()
+            self._demand_waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, min(10.0, max(0.0, float(body["timeout"]))))
+            except TimeoutError:
+                pass
+            finally:
+                if fut in self._demand_waiters:
+                    self._demand_waiters.remove(fut)
+        return {"demand_version": self.demand_version}
 
 
 async def serve(args: argparse.Namespace) -> None:

@@ -77,8 +77,11 @@ class LeaseManager:
     def handle(self, event: Any) -> None:
         """Feeds one event to the machine and carries out its instructions, in order."""
         do = self._do
-        for ins in self.machine.handle(event):
+        machine = self.machine
+        for ins in machine.handle(event):
             do[type(ins)](ins)
+        if (machine.queue or machine.backlogs) and not self.raylet.membership.demand_reported:
+            self.raylet.membership.beat_soon()
 
     def _gcs_up(self) -> bool:
         gcs = self.raylet.gcs

@@ -27,11 +27,20 @@ if TYPE_CHECKING:
 logger = logging.getLogger("ember.raylet")
 
 
+EARLY_BEAT_GAP_S = 0.05  # the least time between two heartbeats
+
+
 class Membership:
     def __init__(self, raylet: Raylet) -> None:
         self.raylet = raylet
         self.gcs: GcsLink | None = None
         self._rejoining = False
+        # Whether the last heartbeat reported waiting work; when work starts waiting on a
+        # queue the GCS last heard was empty, the next beat goes at once (``beat_soon``), so
+        # the autoscaler hears of a burst without waiting out the interval.
+        self.demand_reported = False
+        self._beat_now: asyncio.Event | None = None
+        self._last_beat = 0.0
 
     def registration(self) -> dict[str, Any]:
         r = self.raylet
@@ -107,6 +116,25 @@ class Membership:
             logger.error("lost the GCS (%s); the node shuts down", reason)
             os.kill(os.getpid(), signal.SIGTERM)
 
+    def beat_soon(self) -> None:
+        if self._beat_now is not None:
+            self._beat_now.set()
+
+    async def _until_next_beat(self) -> None:
+        """The interval, or less when ``beat_soon`` asks; never two beats within
+        EARLY_BEAT_GAP_S (a queue that empties and fills again at a high rate would
+        otherwise beat at that rate)."""
+        if self._beat_now is None:
+            self._beat_now = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(self._beat_now.wait(), config.heartbeat_interval)
+            await asyncio.sleep(max(0.0, self._last_beat + EARLY_BEAT_GAP_S - loop.time()))
+        except TimeoutError:
+            pass
+        self._beat_now.clear()
+        self._last_beat = loop.time()
+
     async def heartbeat(self) -> None:
         """Reports resources and demands; the reply is the cluster view. A GCS silent for the
         node death timeout is gone (its socket may not say so): the node shuts down."""
@@ -116,7 +144,7 @@ class Membership:
         unanswered = 0
         r = self.raylet
         while True:
-            await asyncio.sleep(config.heartbeat_interval)
+            await self._until_next_beat()
             if self.gcs is None or self.gcs.closed:
                 return
             conn = self.gcs.conn
@@ -124,11 +152,13 @@ class Membership:
                 unanswered = 0  # the GCS is away: the link reconnects (or gives up)
                 continue
             try:
+                demands = r.leases.machine.pending_demands()
+                self.demand_reported = bool(demands)
                 body = {
                     "node_id": r.node_id,
                     "available": r.resources.available_dict(),
                     "total": r.resources.total_dict(),
-                    "pending_demands": r.leases.machine.pending_demands(),
+                    "pending_demands": demands,
                     "idle_for": r.leases.machine.idle_for(),
                     "store_stats": r.store.stats(),
                 }

@@ -83,6 +83,10 @@ def test_launches_wait_for_queue_reports_newer_than_the_newest_join() -> None:
         ],
     }
     assert reported_before_newest_join(stale) and not reported_before_newest_join(fresh)
+    # A cluster's first burst, queued on a head that just started: its own start moved
+    # none of its requests anywhere, so nothing is held.
+    alone = {"heartbeat_interval": 0.1, "nodes": [node(b"h", True, 100.0, 100.05, True, 0.0)]}
+    assert not reported_before_newest_join(alone)
     # No heartbeat interval said (an older GCS): 0.5 s is assumed.
     assert reported_before_newest_join({"nodes": fresh["nodes"]})
 

@@ -97,3 +97,65 @@ def test_demand_from_a_real_cluster_drives_launch_and_idle_termination(cluster: 
     assert len(reported) == 3 and joining - 1 < reported[0] <= reported[-1] < time.time()
     seen = nodes_from_cluster_info(info, "head", IdleClock(), time.time())
     assert sorted(n.idle_since for n in seen if not n.is_head) == reported
+
+
+def test_new_demand_wakes_the_autoscalers_wait_at_once() -> None:
+    """The monitor waits between ticks on the GCS's ``wait_demand``: a task queued on a head
+    whose last heartbeat said its queue was empty makes the raylet beat at once, and the
+    wait returns then, well within the monitor's 1 s tick (heartbeats here are 5 s apart:
+    only the early beat can be that quick). Demand the GCS has heard of already wakes no
+    one; an actor and a placement group that wait for room do."""
+    import threading
+
+    from ember.autoscaler.monitor import GcsLink
+    from ember.cluster_address import find_gcs_address
+
+    if ember.is_initialized():
+        ember.shutdown()
+    slow_beats = {"EMBER_HEARTBEAT_INTERVAL": "5", "EMBER_NODE_DEATH_TIMEOUT": "60"}
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0}, env=slow_beats)
+    c.connect()
+    link = GcsLink(find_gcs_address(c.address), c.token)
+
+    def woken_after(make_demand, deadline: float = 8.0) -> float:
+        """Seconds from making the demand to the wait's return (or to its deadline)."""
+        seen = link.cluster_info()[0]["demand_version"]
+        returned: list[float] = []
+
+        def wait() -> None:
+            link.wait_demand(seen, time.monotonic() + deadline, lambda: False)
+            returned.append(time.monotonic())
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(0.3)  # the wait is at the GCS
+        t0 = time.monotonic()
+        made = make_demand()
+        waiter.join(timeout=deadline + 10)
+        assert returned, "the wait never returned"
+        return returned[0] - t0, made
+
+    @ember.remote(num_cpus=1)
+    def needs_a_cpu() -> int:
+        return 1
+
+    @ember.remote(num_cpus=1)
+    class NeedsACpu:
+        pass
+
+    try:
+        took, task = woken_after(needs_a_cpu.remote)
+        assert took < 1.0, f"a first queued task woke the wait after {took:.2f} s"
+        took, more = woken_after(needs_a_cpu.remote, deadline=3.0)
+        assert took >= 2.5, f"more of the same queue woke the wait ({took:.2f} s)"
+        took, actor = woken_after(NeedsACpu.remote)
+        assert took < 1.0, f"a waiting actor woke the wait after {took:.2f} s"
+        took, pg = woken_after(lambda: placement_group([{"CPU": 1}]))
+        assert took < 1.0, f"a waiting placement group woke the wait after {took:.2f} s"
+        ember.util.remove_placement_group(pg)
+        ember.kill(actor)
+        ember.cancel(task)
+        ember.cancel(more)
+    finally:
+        link.close()
+        c.shutdown()

@@ -69,6 +69,9 @@ class Heartbeat(GcsMessage):
     total: dict[str, float] = OMIT
     pending_demands: list[dict] = OMIT  # resource shapes waiting on this node
     store_stats: dict[str, Any] = OMIT
+    # Seconds since the node's last lease ended, None while it holds or queues work: the
+    # autoscaler's idle timer starts there (the GCS keeps it as ``idle_since``).
+    idle_for: float | None = OMIT
 
 
 class SubscribeNodeEvents(GcsMessage):
@@ -129,8 +132,22 @@ class ClusterInfo(GcsMessage):
     sent_by = "CLI, dashboard, tests"
     reply = (
         '{"nodes": list[NodeInfo], "start_time": float, "pending_actors": list[dict], '
-        '"placement_groups": list[dict], "dashboard_url": str}'
+        '"placement_groups": list[dict], "dashboard_url": str, "demand_version": int}'
     )
+
+
+class WaitDemand(GcsMessage):
+    """Answers once new demand appeared (a node's queue that was empty is not, an actor or
+    a placement group waits for room) since ``cluster_info`` said ``seen``, or after
+    ``timeout`` seconds (at most 10): the autoscaler reacts to a burst at once instead of at
+    its next tick."""
+
+    op = "wait_demand"
+    sent_by = "autoscaler monitor"
+    reply = '{"demand_version": int}'
+
+    seen: int
+    timeout: float
 
 
 class GetEvents(GcsMessage):
