@@ -16,6 +16,7 @@ Each half runs in a subprocess of its own environment (Ray from the judge venv
     .venv/bin/python benchmarks/tune_compare.py            # full sizes (~3 min per side)
     .venv/bin/python benchmarks/tune_compare.py --quick    # 100 trials, 5 s, 10 iterations
     .venv/bin/python benchmarks/tune_compare.py --quick --only ember
+    .venv/bin/python benchmarks/tune_compare.py --workloads throughput,pbt
 
 Only the standard library is imported at the top: Ray's interpreter runs this same file.
 """
@@ -44,6 +45,7 @@ SIZES = {
     "full": {"trials": 1000, "seconds": 30.0, "rate": 200, "pbt_iters": 30},
     "quick": {"trials": 100, "seconds": 5.0, "rate": 200, "pbt_iters": 10},
 }
+WORKLOADS = ("bookkeeping", "throughput", "pbt")
 CONCURRENT = 8
 CHECKPOINT_MB = 10
 # Ember's targets from the issue: Ray's time / Ember's, and Ember's wall / the minimum.
@@ -104,8 +106,11 @@ def run_half(system: str, size: dict) -> dict:
     storage = tempfile.mkdtemp(prefix=f"tune-bench-{system}-")
     runtime.init(num_cpus=CONCURRENT, include_dashboard=False)
     out: dict[str, Any] = {}
+    chosen = os.environ.get("TUNE_COMPARE_WORKLOADS", ",".join(WORKLOADS)).split(",")
 
     def timed(name: str, trainable: Any, space: dict, **tc: Any) -> None:
+        if name not in chosen:
+            return
         tuner = tune.Tuner(
             trainable,
             param_space=space,
@@ -158,7 +163,8 @@ def run_half(system: str, size: dict) -> dict:
 def table(results: dict[str, dict], size: dict) -> list[dict]:
     """One row per workload: each system's seconds, Ray/Ember, the target."""
     rows = []
-    for name in ("bookkeeping", "throughput", "pbt"):
+    ran = [name for name in WORKLOADS if all(name in res for res in results.values())]
+    for name in ran:
         row: dict[str, Any] = {"workload": name}
         for system, res in results.items():
             row[system] = round(res[name]["seconds"], 2)
@@ -168,7 +174,7 @@ def table(results: dict[str, dict], size: dict) -> list[dict]:
             row["target"] = f">= {TARGETS[name]:g}"
         rows.append(row)
     minimum = size["seconds"]
-    for system, res in results.items():
+    for system, res in results.items() if "throughput" in ran else ():
         rows.append(
             {
                 "workload": f"throughput wall / minimum ({system})",
@@ -196,8 +202,17 @@ def main(argv: list[str] | None = None) -> int:
         "smaller sizes (a minute a side)",
         "the interpreter that has Ray Tune",
     )
+    parser.add_argument(
+        "--workloads",
+        default=os.environ.get("TUNE_COMPARE_WORKLOADS", ",".join(WORKLOADS)),
+        help="which to run, comma-separated (default: all three)",
+    )
     args = parser.parse_args(argv)
     stop_on_sigterm()
+    unknown = set(args.workloads.split(",")) - set(WORKLOADS)
+    if unknown:
+        parser.error(f"unknown workload(s) {sorted(unknown)}: choose from {', '.join(WORKLOADS)}")
+    os.environ["TUNE_COMPARE_WORKLOADS"] = args.workloads  # each half reads it
     size = SIZES["quick" if args.quick else "full"]
     if args.half:
         result = run_half(args.half, size)
