@@ -25,6 +25,9 @@ from ember.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 WAIT_S = 0.2  # one turn of the loop at most: the clock (time budget) is checked this often
 STOP_WAIT_S = 5.0  # how long a stopping trial's cleanup() may take before its actor is killed
 STATE_EVERY_S = 2.0  # results alone rewrite the state file at most this often
+# Starts and stops rewrite it at most this often: each write holds every trial, so one per
+# start and stop made 1,000 trials quadratic (450 s, most of it writing the state).
+STATE_AFTER_CHANGE_S = 0.5
 # A function trainable's results taken per round trip when the scheduler decides nothing
 # the function must wait for between results (it may run this many results ahead; what it
 # reported past a stop is dropped, never written).
@@ -99,6 +102,7 @@ class Controller:
         self.reuse_actors = reuse_actors
         self.idle: list[tuple[Any, Any]] = []
         self._state_written = 0.0
+        self._state_changed = False  # a trial started or stopped since the last write
         self._actor_cls = ember.remote(TuneTrial)
         self.buffered = buffers_results(loop, trainable_cls)
         self.trial_name_creator = trial_name_creator
@@ -139,7 +143,8 @@ class Controller:
                 self._arrived(ref)
             for cb in self.callbacks:
                 cb.on_step_end(self.iteration, self.loop.trials)
-            if time.time() - self._state_written > STATE_EVERY_S:
+            since = time.time() - self._state_written
+            if since > STATE_EVERY_S or (self._state_changed and since > STATE_AFTER_CHANGE_S):
                 self.write_state()
 
     def _arrived(self, ref: Any) -> None:
@@ -299,7 +304,7 @@ class Controller:
 
     def _started(self, trial: Trial, actor: Any, pg: Any) -> None:
         self.actors[trial.trial_id] = (actor, pg)
-        self.write_state()
+        self._state_changed = True
         for cb in self.callbacks:
             cb.on_trial_start(self.iteration, self.loop.trials, trial)
 
@@ -324,7 +329,7 @@ class Controller:
         # as trials are still to come (else it is ended with the experiment).
         keep = self.reuse_actors and status == TERMINATED and not self.loop.finished
         self._release(trial.trial_id, graceful=status in (TERMINATED, PAUSED), keep=keep)
-        self.write_state()
+        self._state_changed = True
         if status == TERMINATED:
             for cb in self.callbacks:
                 cb.on_trial_complete(self.iteration, self.loop.trials, trial)
@@ -370,3 +375,4 @@ class Controller:
         write_state(self.dir, self.session, state)
         self.loop.search_alg.save_to_dir(self.dir)  # the same moment as the trials'
         self._state_written = time.time()
+        self._state_changed = False

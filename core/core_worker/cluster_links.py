@@ -242,9 +242,14 @@ class ClusterLinks:
     def h_node_dead(self, conn: Connection, body: dict) -> None:
         node_id = body["node_id"]
         self.dead_nodes.add(node_id)
-        # The driver says so; workers only log it (their stderr would echo to the driver).
-        log = logger.warning if self.host.mode == "driver" else logger.info
-        log("node %s died: %s", node_id.hex()[:12], body.get("reason", ""))
+        # The driver says so; workers only log it (their stderr would echo to the driver). A
+        # node that was drained first (the autoscaler removing an idle node) left as planned:
+        # not a warning every driver prints for each node of a scale-down.
+        if body.get("drained"):
+            logger.info("node %s left after draining", node_id.hex()[:12])
+        else:
+            log = logger.warning if self.host.mode == "driver" else logger.info
+            log("node %s died: %s", node_id.hex()[:12], body.get("reason", ""))
         raylet = self.raylets.pop(node_id, None)
         if raylet is not None:
             raylet.close("its node died")

@@ -320,7 +320,14 @@ class NodeTable:
         # spilling to it. Said to every connection: a silent node's sockets may stay open.
         for c in list(self.connections):
             if not c.closed and c is not node.conn and c.state.get("node_events"):
-                c.send("node_dead", {"node_id": node_id, "reason": reason})
+                c.send(
+                    "node_dead",
+                    {
+                        "node_id": node_id,
+                        "reason": reason,
+                        "drained": node.drain_reason is not None,
+                    },
+                )
         if not node.conn.closed:
             node.conn.send("declared_dead", {"reason": reason})
         self.on_died(node_id, reason)

@@ -69,3 +69,31 @@ def test_a_draining_node_takes_no_new_work_and_its_running_task_finishes(
 def test_draining_a_node_that_is_not_alive_names_it(cluster: Cluster) -> None:
     with pytest.raises(Exception, match="no live node 00ff"):
         cluster.gcs_call("drain_node", {"node_id": bytes.fromhex("00ff" * 14)})
+
+
+def test_a_drained_node_that_leaves_is_no_warning_but_a_crashed_one_is(
+    cluster: Cluster, caplog
+) -> None:
+    """The autoscaler drains an idle node, then stops it: drivers log that it left (INFO),
+    not "node ... died" (a WARNING every driver prints) for each node of a scale-down. A
+    node that was not draining still warns."""
+    import logging
+
+    drained = cluster.add_node(num_cpus=1)
+    crashed = cluster.add_node(num_cpus=1)
+    cluster.connect()
+    caplog.set_level(logging.INFO, logger="ember")
+    cluster.gcs_call("drain_node", {"node_id": drained.node_id, "reason": "idle 10s"})
+    cluster.remove_node(drained)
+    cluster.remove_node(crashed, allow_graceful=False)
+
+    def said(node) -> list[logging.LogRecord]:
+        short = node.node_id.hex()[:12]
+        return [r for r in caplog.records if short in r.getMessage() and "node" in r.msg]
+
+    wait_until(lambda: said(drained) and said(crashed), timeout=60, message=caplog.text)
+    assert [(r.levelname, r.getMessage()) for r in said(drained)] == [
+        ("INFO", f"node {drained.node_id.hex()[:12]} left after draining")
+    ]
+    (warning,) = said(crashed)
+    assert warning.levelname == "WARNING" and "died" in warning.getMessage()

@@ -375,6 +375,7 @@ class NodeDead(RayletMessage):
 
     node_id: bytes
     reason: str = OMIT
+    drained: bool = OMIT  # it was draining: it left as planned (a scale-down)
 
 
 class NodeAdded(RayletMessage):

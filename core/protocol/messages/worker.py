@@ -218,6 +218,7 @@ class NodeDead(WorkerMessage):
 
     node_id: bytes
     reason: str = OMIT
+    drained: bool = OMIT  # it was draining: it left as planned (a scale-down)
 
 
 class NodeAdded(WorkerMessage):
