@@ -80,8 +80,9 @@ class LeaseManager:
         machine = self.machine
         for ins in machine.handle(event):
             do[type(ins)](ins)
-        if (machine.queue or machine.backlogs) and not self.raylet.membership.demand_reported:
-            self.raylet.membership.beat_soon()
+        membership = self.raylet.membership
+        if (machine.queue or machine.backlogs) and not membership.demand_reported:
+            membership.beat_soon()
 
     def _gcs_up(self) -> bool:
         gcs = self.raylet.gcs
@@ -326,6 +327,11 @@ class LeaseManager:
         fut = ins.request.reply
         if not fut.done():
             fut.set_result({"spillback": {"node_id": ins.node_id, "address": ins.address}})
+        # The request now waits on the other node, which reports it: the GCS should not
+        # hear it from here too until the next beat (the autoscaler and `ember status` would
+        # count it twice, as when a new node takes a burst's first request).
+        if self.raylet.membership.demand_reported:
+            self.raylet.membership.beat_soon()
 
     def _unschedulable(self, ins: ev.Unschedulable) -> None:
         fut = ins.request.reply
