@@ -90,10 +90,9 @@ def set_up_worker_host(
 ) -> None:
     """``worker_setup``'s steps on one host; a step that fails is a RemoteError naming it,
     and nothing after it runs."""
-    if not any(setup.get(k) for k in ("file_mounts", "initialization_commands")) and not (
-        setup.get("worker_setup_commands")
-    ):
-        return
+    steps = ("file_mounts", "initialization_commands", "worker_setup_commands")
+    if not any(setup.get(k) for k in steps):
+        return  # nothing to do: not even an SSH round trip for the home directory
     sync_file_mounts(setup, runner, home_of(runner), echo)
     run_commands(runner, "initialization_commands", setup["initialization_commands"], echo)
     run_commands(runner, "worker_setup_commands", setup["worker_setup_commands"], echo)
