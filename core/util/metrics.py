@@ -97,7 +97,9 @@ class _Registry:
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
-            metrics = [m._snapshot() for m in self.metrics.values()]
+            # A metric with no series yet (defined, or carried into a new session) has
+            # nothing to show: Prometheus would list a family with no samples.
+            metrics = [m._snapshot() for m in self.metrics.values() if m._series]
             return {
                 "pid": os.getpid(),
                 "time": time.time(),

@@ -146,8 +146,10 @@ def test_task_actor_and_driver_metrics_reach_the_dashboard(ember_start):
 
 def test_a_drivers_metrics_start_from_nothing_in_its_next_session(ember_start):
     events = Counter("um_session_events_total", "events the driver saw")
+    old_only = Gauge("um_old_session_only", "set in the first session only")
     ctx = ember_start(num_cpus=1)
     events.inc(5)
+    old_only.set(7)
     assert metrics.flush()
     ember.shutdown()
     ctx = ember_start(num_cpus=1)
@@ -160,3 +162,5 @@ def test_a_drivers_metrics_start_from_nothing_in_its_next_session(ember_start):
 
     lines = set(wait_until(scrape, 30, 0.3, "the counter on /metrics").splitlines())
     assert "ember_um_session_events_total 1.0" in lines  # not 6: the old cluster's 5 stayed there
+    # Not recorded in this session: no family at all, not one with no samples.
+    assert not [line for line in lines if "um_old_session_only" in line]
