@@ -1,6 +1,6 @@
 """``python -m ember.autoscaler.monitor --config CLUSTER.yaml --address HOST:PORT``: the
 autoscaler's loop as a process. Every ``--interval`` seconds it asks the GCS for
-``cluster_info`` and runs one ``Reconciler`` tick, then writes the status record
+``cluster_info`` and runs one ``Reconciler`` tick, which writes the status record
 (``status.py``) to the GCS's KV. The instance table it keeps in the KV too, read back at
 start, so a monitor killed and started again neither launches twice nor forgets a node.
 The cluster token comes from ``EMBER_TOKEN`` (never argv, which every local user can read).
@@ -29,7 +29,6 @@ from ember.autoscaler.fake_multinode import FakeMultiNodeProvider
 from ember.autoscaler.node_provider import NodeProvider
 from ember.autoscaler.reconciler import STATE_KEY, Reconciler
 from ember.autoscaler.sdk import KV_KEY, KV_NAMESPACE, read_request
-from ember.autoscaler.status import STATUS_KEY, encode
 from ember.cluster_address import find_gcs_address, token_for
 from ember.protocol import connection as conn_mod
 
@@ -259,8 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             _reload(args.config, reconciler, gcs_address, token)
         try:
             info, requested = link.cluster_info()
-            reconciler.tick(info, time.time(), requested)
-            link.put(STATUS_KEY, encode(reconciler.last_status))
+            reconciler.tick(info, time.time(), requested)  # writes the status record too
         except (OSError, TimeoutError) as e:
             # The GCS restarting: logged, tried next tick.
             logging.warning("tick failed: %s", e)

@@ -55,7 +55,13 @@ from ember.autoscaler.node_provider import (
     NodeProvider,
 )
 from ember.autoscaler.scheduler import Decision, idle_timeout_s, schedule
-from ember.autoscaler.status import ENDED_KEPT_S, MAX_DECISIONS, build_status
+from ember.autoscaler.status import (
+    ENDED_KEPT_S,
+    MAX_DECISIONS,
+    STATUS_KEY,
+    build_status,
+    encode,
+)
 
 PROVIDER_NODE_LABEL = "ember.io/provider-node-id"
 STATE_KEY = b"instances"  # the instance table, in the ``autoscaler`` KV namespace
@@ -110,6 +116,7 @@ class Reconciler:
         self._persisted = b""
         self._held_since: float | None = None  # launches held for fresh queue reports
         self._stopping: list[Instance] = []  # this tick's stops, for _stop_together
+        self._inputs: tuple[Mapping[str, Any], Sequence[Mapping[str, float]]] = ({}, ())
         if saved:
             self._restore(saved)
 
@@ -176,6 +183,7 @@ class Reconciler:
     ) -> Decision:
         """Reads ``info`` (the GCS's cluster_info) and ``requested`` (request_resources'
         bundles), moves the instances, launches, drains and terminates; the decision."""
+        self._inputs = (info, requested)
         mine = {TAG_CLUSTER_NAME: self.config["cluster_name"]}
         provider_ids = set(self.provider.non_terminated_nodes(mine))
         joined: dict[str, Mapping[str, Any]] = {}  # provider node id -> its alive Ember node
@@ -223,6 +231,13 @@ class Reconciler:
         self._stop_together(now)
         self._forget_ended(now)
         self._persist()
+        self._publish(now)
+        return decision
+
+    def _publish(self, now: float) -> None:
+        """Builds the status record and (with a cluster side) writes it to the KV, where
+        ``ember status`` and the dashboard read it."""
+        info, requested = self._inputs
         self.last_status = build_status(
             config=self.config,
             instances=self.instances.values(),
@@ -235,7 +250,8 @@ class Reconciler:
             idle_since=self.clock.since_map(),
             now=now,
         )
-        return decision
+        if self.side is not None:
+            self.side.put(STATUS_KEY, encode(self.last_status))
 
     def _hold_on_stale_demand(
         self, decision: Decision, info: Mapping[str, Any], now: float
@@ -434,17 +450,22 @@ class Reconciler:
                 spec["node_config"], tags, 1, spec["resources"], spec.get("labels", {})
             )
 
+        insts = [self._requested(node_type, now) for _ in range(count)]
+        # A create can take minutes (an SSH host's setup commands): the decision and the
+        # pending instances are shown while it runs, not after.
+        self._publish(now)
         if not self.provider.launches_in_parallel:
-            for _ in range(count):
-                inst = self._requested(node_type, now)
+            for i, inst in enumerate(insts):
                 try:
                     made = create(inst)
                 except Exception as e:
                     self._launch_failed(inst, e, backoff=True)
-                    break  # the rest of this type waits for its backoff
+                    for rest in insts[i + 1 :]:  # not asked for: they wait for the backoff
+                        del self.instances[rest.instance_id]
+                    self._persist()
+                    break
                 self._created(inst, made)
             return
-        insts = [self._requested(node_type, now) for _ in range(count)]
         with ThreadPoolExecutor(min(count, MAX_PARALLEL_LAUNCHES), "launch") as pool:
             futures = [pool.submit(create, inst) for inst in insts]
         failed = False

@@ -173,3 +173,50 @@ def test_the_next_idle_timeout_is_known_so_the_monitor_ticks_then() -> None:
     assert rec.next_idle_due == 90.0 + 300.0
     rec.tick({"nodes": [node(b"h", True, 1.0, 50.0)]}, 102.0)
     assert rec.next_idle_due is None
+
+
+def test_a_launch_is_in_the_status_while_its_create_runs() -> None:
+    """An SSH host's create runs its setup commands first (minutes, for some): ``ember
+    status`` shows the launch decision and the pending node during it, not after. When the
+    first of a serial burst fails, the rest are not left pending: they wait for the backoff."""
+    from ember.autoscaler.status import STATUS_KEY
+
+    class Side:
+        def __init__(self) -> None:
+            self.kv: dict[bytes, bytes] = {}
+
+        def put(self, key, value):
+            self.kv[key] = value
+
+        def drain_node(self, node_id, reason, draining):
+            return {"leases": 0, "num_primary": 0}
+
+    side = Side()
+    seen: list[dict] = []
+
+    class Slow(Provider):
+        def create_node_with_resources_and_labels(self, config, tags, count, res, labels):
+            seen.append(json.loads(side.kv[STATUS_KEY]))  # what a reader sees meanwhile
+            if len(seen) == 1:
+                raise RuntimeError("ssh: connect to host 10.0.0.9 port 22: Connection refused")
+            return super().create_node_with_resources_and_labels(config, tags, count, res, labels)
+
+    head = {
+        "node_id": "h" * 32,
+        "state": "ALIVE",
+        "is_head": True,
+        "resources_total": {"CPU": 1.0},
+        "resources_available": {"CPU": 0.0},
+        "labels": {},
+        "pending_demands": [{"shape": {"CPU": 2.0}, "count": 2}],
+    }
+    rec = Reconciler(CONFIG, Slow(), side)
+    rec.tick({"nodes": [head]}, 100.0)
+    (during,) = seen
+    assert [(d["action"], d["node_type"], d["count"]) for d in during["decisions"]] == [
+        ("launch", "cpu", 2)
+    ]
+    assert during["node_types"]["cpu"]["pending"] == 2
+    after = json.loads(side.kv[STATUS_KEY])
+    assert after["node_types"]["cpu"]["pending"] == 0  # one failed, one never asked for
+    assert [i.state.name for i in rec.instances.values()] == ["FAILED"]
