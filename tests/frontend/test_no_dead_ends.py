@@ -285,6 +285,19 @@ def test_events_page_filters_by_severity(two_nodes, browser):
         pg.get_by_test_id("event-severity").select_option("ERROR")
         pg.get_by_text("task speak failed").first.wait_for()
         _shot(pg, "events")
+        # A refresh that a live event scheduled before the filter changed must fetch the new
+        # filter's rows: it once fetched the old one's and showed them until the next event.
+        only = (
+            "(s) => [...document.querySelectorAll('[data-testid=event-row]')]"
+            ".every((x) => x.dataset.severity === s)"
+        )
+        for _ in range(3):
+            pg.get_by_test_id("event-severity").select_option("")
+            speak.remote("race", fail=True)  # an ERROR event, on its way to the page
+            time.sleep(0.6)  # (arrives within the 1 s gap the page keeps between refreshes)
+            pg.get_by_test_id("event-severity").select_option("WARNING")
+            time.sleep(2.0)  # past that gap: a stale refresh would have landed by now
+            pg.wait_for_function(only, arg="WARNING", timeout=5_000)
     finally:
         ctx.close()
     assert not errors, errors

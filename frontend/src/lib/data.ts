@@ -55,6 +55,11 @@ export function useApi<T>(
     return () => inflight.current?.abort();
   }, [load]);
 
+  // The refresh a live message schedules runs the load of the moment it fires: one that ran
+  // the load it was scheduled with would, after a filter changed meanwhile, abort the new
+  // query and show the old one's rows until the next message.
+  const latest = useRef(load);
+  latest.current = load;
   const minGap = opts.minGapMs ?? 1000;
   useStream(
     opts.liveTypes ?? [],
@@ -63,7 +68,7 @@ export function useApi<T>(
       const wait = Math.max(0, lastAt.current + minGap - Date.now());
       pending.current = window.setTimeout(() => {
         pending.current = 0;
-        load();
+        latest.current();
       }, wait);
     },
     [load],
