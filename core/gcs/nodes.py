@@ -297,7 +297,13 @@ class NodeTable:
             self.on_change()  # waiting actors and groups may go there again
         return reply
 
-    def node_died(self, node_id: bytes, reason: str) -> None:
+    def h_unregister_node(self, conn: Connection, body: dict) -> None:
+        node = self.nodes.get(body["node_id"])
+        if node is not None and node.conn is conn:  # only a node's own raylet says it leaves
+            self.node_died(node.node_id, body["reason"], told=True)
+
+    def node_died(self, node_id: bytes, reason: str, told: bool = False) -> None:
+        """``told``: the node's raylet said it was stopping (it needs no telling back)."""
         node = self.nodes.get(node_id)
         if node is None or node.track.state is NodeState.DEAD:
             return
@@ -328,7 +334,7 @@ class NodeTable:
                         "drained": node.drain_reason is not None,
                     },
                 )
-        if not node.conn.closed:
+        if not told and not node.conn.closed:
             node.conn.send("declared_dead", {"reason": reason})
         self.on_died(node_id, reason)
 

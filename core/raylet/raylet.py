@@ -381,11 +381,19 @@ async def serve(args: argparse.Namespace) -> None:
 
     signal_ready(args.ready_fd, args.address)
     stop = asyncio.Event()
+    stopped_by: list[str] = []
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, lambda s=sig: (stopped_by.append(s.name), stop.set()))
     await stop.wait()
     raylet.stopping = True
+    if raylet.gcs is not None and not raylet.gcs.closed:
+        # First: the cluster stops sending work here, and owners redo what ran here, now
+        # rather than once its workers and agent have stopped (a second or more).
+        raylet.gcs.send(
+            "unregister_node",
+            {"node_id": raylet.node_id, "reason": f"its raylet was stopped ({stopped_by[0]})"},
+        )
     if gcs_keeper is not None:  # a GCS stopped with the node is not started again
         gcs_keeper.stopping = True
     raylet.leases.handle(ev.ShuttingDown())

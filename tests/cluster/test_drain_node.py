@@ -97,3 +97,7 @@ def test_a_drained_node_that_leaves_is_no_warning_but_a_crashed_one_is(
     ]
     (warning,) = said(crashed)
     assert warning.levelname == "WARNING" and "died" in warning.getMessage()
+    # The stopped node's raylet said it was stopping; the killed one could not.
+    reasons = {n["node_id"]: n.get("death_reason") for n in cluster.gcs_call("list_nodes")}
+    assert reasons[drained.node_id] == "its raylet was stopped (SIGTERM)"
+    assert reasons[crashed.node_id] == "its raylet disconnected"

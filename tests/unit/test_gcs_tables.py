@@ -89,6 +89,32 @@ def test_a_raylet_disconnecting_is_its_nodes_death() -> None:
     assert gcs.node_table.alive() == []
 
 
+def test_a_stopping_raylet_unregisters_its_node_at_once() -> None:
+    """A raylet told to stop says so first: its node is dead now, with the raylet's reason,
+    every subscriber hears of it, and the raylet is not told back it was declared dead.
+    Only the node's own connection can say it leaves."""
+    gcs, _, _ = make_gcs()
+    driver = FakeConn()
+    gcs.on_connect(driver)
+    gcs.handlers["subscribe_node_events"](driver, None)
+    a, a_conn = add_node(gcs)
+    b, _ = add_node(gcs)
+    reason = "its raylet was stopped (SIGTERM)"
+    gcs.handlers["unregister_node"](FakeConn(), {"node_id": a, "reason": reason})
+    assert gcs.node_table.nodes[a].state is NodeState.ALIVE  # not a's raylet: ignored
+    gcs.handlers["unregister_node"](a_conn, {"node_id": a, "reason": reason})
+    assert gcs.node_table.nodes[a].state is NodeState.DEAD
+    assert gcs.node_table.nodes[a].death_reason == reason
+    assert [n.node_id for n in gcs.node_table.alive()] == [b]
+    assert [body["node_id"] for body in driver.ops("node_dead")] == [a]
+    assert not a_conn.ops("declared_dead")
+    # Its connection closing afterwards changes nothing.
+    a_conn.closed = True
+    gcs.on_connection_closed(a_conn)
+    assert gcs.node_table.nodes[a].death_reason == reason
+    assert len(driver.ops("node_dead")) == 1
+
+
 # -- actors --------------------------------------------------------------------------------
 def test_actor_placement_over_nodes() -> None:
     async def test() -> None:

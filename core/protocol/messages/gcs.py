@@ -74,6 +74,19 @@ class Heartbeat(GcsMessage):
     idle_for: float | None = OMIT
 
 
+class UnregisterNode(GcsMessage):
+    """A raylet says it is stopping (SIGTERM, ``ember stop``, a drained node removed): the
+    GCS marks its node dead at once, with this reason, rather than when its connection
+    closes, after its workers and agent have stopped."""
+
+    op = "unregister_node"
+    sent_by = "raylet"
+    oneway = True
+
+    node_id: bytes
+    reason: str
+
+
 class SubscribeNodeEvents(GcsMessage):
     """This connection wants ``node_added`` / ``node_dead`` (core workers in a cluster)."""
 
