@@ -542,7 +542,12 @@ def test_infeasible_task_warns_and_stays_pending(ember_start, capfd):
         err.append(capfd.readouterr().err)
         return "requires" in "".join(err)
 
-    wait_until(warned, 10, message="the infeasible task to be reported")
+    def seen() -> str:  # what the cluster had, for a failure (it once timed out in CI)
+        nodes = [(n["NodeID"][:12], n["Alive"], n["Resources"]) for n in ember.nodes()]
+        return f"a warning; nodes {nodes}, stderr {''.join(err)[-2000:]!r}"
+
+    # 30 s: the warning comes within ~1.5 s; a suite on two busy cores once took over 10.
+    wait_until(warned, 30, message=seen)
     msg = "".join(err)
     # It names the task, the shape it asks for and what the node has.
     assert "huge requires {CPU: 8}, which no node in the cluster has" in msg, msg
