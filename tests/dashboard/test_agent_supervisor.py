@@ -210,10 +210,25 @@ def test_in_process_messages_are_what_the_wire_would_deliver():
         ["cc" * 24, "FINISHED", 3.5, 0, {"pid": 7, "ok": True, "timings": {"start": 3.0}}],
         ["dd" * 24, "FAILED", math.inf, 2, {"error": "Traceback..."}],
         ["ee" * 24, "RUNNING", 4.5, 0, None],
+        # As a worker sends them: where its log ends as a tuple, timings nested.
+        ("ab" * 24, "RUNNING", 4.6, 0, {"name": "A.f", "pid": 9, "log_at": (10, 20)}),
+        ["ac" * 24, "FINISHED", 4.7, 0, {"timings": {"run": [4.6, 4.7]}, "ids": [b"\x04"]}],
     ]
     odd = plain + [["ff" * 24, "PROFILE", 5.0, 0, {"extra": {"k": (1, 2)}, "n": {3: "x"}}]]
-    for events in (plain, odd):
+    deep = plain + [["fe" * 24, "PROFILE", 5.1, 0, {"a": [[[[[{"b": object()}]]]]]}]]
+    for events in (plain, odd, deep):
         msg = {"type": "task_events", "job_id": "01", "worker_id": "02", "events": events}
         assert as_received(msg) == wire.decode(wire.encode(msg))
+    # The fast path took the plain batch (the round trip would not keep the same objects).
+    from ember.agent import link
+
+    calls = []
+    real = link.wire.encode
+    link.wire.encode = lambda m: calls.append(m) or real(m)
+    try:
+        as_received({"type": "task_events", "events": plain})
+    finally:
+        link.wire.encode = real
+    assert calls == []
     other = {"type": "event", "severity": "ERROR", "detail": {"ids": {b"\x03"}}}
     assert as_received(other) == wire.decode(wire.encode(other))
