@@ -265,6 +265,36 @@ def test_loop_starts_up_to_its_slots_and_stops_on_the_stop_dict():
     assert loop.finished and [t.status for t in loop.trials] == ["TERMINATED"] * 3
 
 
+def test_a_result_that_ends_its_trial_is_not_shown_to_the_scheduler_or_searcher():
+    """As in Ray: the stop criteria (or ``done``) decide first, and the scheduler and the
+    searcher hear only of results after which the trial goes on. A PBT once exploited a
+    trial at its last result: the finished trial showed a config it never ran."""
+
+    class Watching(FIFOScheduler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[int] = []
+
+        def on_trial_result(self, view, trial, result):
+            self.seen.append(result["training_iteration"])
+            return C
+
+    watching = Watching()
+    loop = make_loop({"x": 1}, stop={"training_iteration": 2}, scheduler=watching)
+    searched: list[int] = []
+    real = loop.search_alg.on_trial_result
+    loop.search_alg.on_trial_result = lambda tid, r: (
+        searched.append(r["training_iteration"]),
+        real(tid, r),
+    )
+    loop.step(0)
+    tid = loop.trials[0].trial_id
+    assert kinds(loop.on_result(tid, {"training_iteration": 1})) == [("train", "0", None)]
+    assert kinds(loop.on_result(tid, {"training_iteration": 2})) == [("stop", "0", "TERMINATED")]
+    assert watching.seen == [1] and searched == [1]
+    assert loop.trials[0].config == {"x": 1}
+
+
 def test_loop_restarts_a_failed_trial_max_failures_times_then_errors():
     loop = make_loop({"x": 1}, max_failures=1)
     loop.step(0)

@@ -108,6 +108,7 @@ class Controller:
         self.trial_name_creator = trial_name_creator
         # trial id -> how many of its perturbations are logged (a restore's are already)
         self.pbt_logged = {t.trial_id: len(t.perturbations) for t in loop.trials}
+        self.pbt_seen = getattr(loop.scheduler, "num_perturbations", 0)
 
     # --- the loop -------------------------------------------------------------------------
     def run(self) -> None:
@@ -195,6 +196,13 @@ class Controller:
 
     def _result(self, trial: Trial, value: dict) -> list[Action]:
         actions = self.loop.on_result(trial.trial_id, value)
+        perturbed = getattr(self.loop.scheduler, "num_perturbations", 0)
+        if perturbed != self.pbt_seen:
+            # Logged when they happen, as Ray does: a trial exploited at its last result
+            # never starts again, and its policy file was never written.
+            self.pbt_seen = perturbed
+            for t in self.loop.trials:
+                self._log_perturbations(t)
         if not value.get("__done__"):
             self.files[trial.trial_id].write_result(value)
             for cb in self.callbacks:

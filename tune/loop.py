@@ -157,12 +157,16 @@ class TrialLoop:
         actions: list[Action] = []
         if result.get("checkpoint_dir_name"):
             actions += self._register_checkpoint(trial, result["checkpoint_dir_name"], result)
-        self.search_alg.on_trial_result(trial_id, result)
-        decision = TrialScheduler.STOP if self.stopper(trial_id, result) else None
-        scheduled = self.scheduler.on_trial_result(self, trial, result)
-        decision = decision or scheduled
-        if result.get("done"):
+        # As Ray's controller: a result that ends the trial (its stop criteria, or done) is
+        # not shown to the scheduler, which would otherwise act on a trial that is over (PBT
+        # exploiting it gave a finished trial a config it never ran), nor to the searcher,
+        # which hears of it as the trial's completion.
+        if self.stopper(trial_id, result) or result.get("done"):
             decision = TrialScheduler.STOP
+        else:
+            decision = self.scheduler.on_trial_result(self, trial, result)
+        if decision != TrialScheduler.STOP:
+            self.search_alg.on_trial_result(trial_id, result)
         freq = self.checkpoint_config.checkpoint_frequency
         due = not self.is_function and bool(
             (freq and result.get("training_iteration", 0) % freq == 0)
