@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -189,6 +191,42 @@ def _compare_env() -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def ray_alone(timeout: float = 900.0):
+    """Held while a Ray cluster of a side-by-side runs, across the suite's processes: two
+    Ray clusters at once on two cores made Ray miss its own cancels for 60 s (a timing of
+    Ray's, not a semantic), and Ray's fake cluster takes a fixed port."""
+    with open(os.path.join(tempfile.gettempdir(), "ember-tests-ray.lock"), "a") as f:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"another test held Ray's turn for {timeout:.0f} s")
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def differences_after_a_second_reading(
+    program: Path, ray_python: Path | str, ember: dict, ray: dict
+) -> tuple[dict, dict]:
+    """``compare_differences``; when there are any, Ray's side is run again, alone, and that
+    reading is the judge: Ray's answers under load are not always its own (a cancel that
+    lands after 60 s, a child that never sees its interrupt), while a real difference of
+    Ember's shows in both readings. (differences, the Ray reading used)."""
+    differ = compare_differences(ember, ray)
+    if not differ:
+        return differ, ray
+    print(f"Ray's first reading differs on {sorted(differ)}: reading Ray again")
+    again = run_compare_program(program, ray_python, "ray")
+    return compare_differences(ember, again), again
+
+
 def compare_differences(ember: dict, ray: dict) -> dict:
     """The cases whose outcomes differ between two runs of a comparison program, as
     ``{"section.case": (Ember's, Ray's)}``; a section that crashed on one side is one entry."""
@@ -214,14 +252,15 @@ def run_compare_program(
     program: Path, python: Path | str, runtime: str, timeout: float = 300
 ) -> dict:
     """Runs a program of ``tests/tools`` on one runtime; its last line of output, as JSON."""
-    done = subprocess.run(
-        [str(python), str(program), runtime],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_compare_env(),
-        cwd=REPO_ROOT,
-    )
+    with ray_alone() if runtime == "ray" else contextlib.nullcontext():
+        done = subprocess.run(
+            [str(python), str(program), runtime],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=_compare_env(),
+            cwd=REPO_ROOT,
+        )
     return _compare_output(runtime, done.returncode, done.stdout, done.stderr)
 
 
@@ -229,6 +268,11 @@ def run_compare_programs_together(program: Path, ray_python: Path | str) -> tupl
     """Runs a program of ``tests/tools`` on Ember and on Ray at the same time; returns
     (Ember's output, Ray's output). Only for programs whose cases measure no speed: both
     runtimes then share the cores, which slows each, but changes none of their answers."""
+    with ray_alone():
+        return _run_together(program, ray_python)
+
+
+def _run_together(program: Path, ray_python: Path | str) -> tuple[dict, dict]:
     procs = {
         runtime: subprocess.Popen(
             [str(python), str(program), runtime],

@@ -16,7 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ember_test_utils import require_ray_python, run_compare_programs_together
+from ember_test_utils import (
+    differences_after_a_second_reading,
+    require_ray_python,
+    run_compare_programs_together,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "tools" / "ray_edge_programs.py"
@@ -38,16 +42,7 @@ def test_ray_and_ember_agree_on_issue_33_edges():
     ember, ray = run_compare_programs_together(PROGRAM, ray_python)
     print("per section (s): Ember", ember["seconds"], "Ray", ray["seconds"])
     print("measured: Ember", ember["info"], "Ray", ray["info"])
-    differ = {}
-    for section in ember["same"] | ray["same"]:
-        mine, theirs = ember["same"].get(section), ray["same"].get(section)
-        if not isinstance(mine, dict) or not isinstance(theirs, dict):
-            if mine != theirs:  # a section that crashed on one side
-                differ[section] = (mine, theirs)
-            continue
-        for case in mine | theirs:
-            if mine.get(case) != theirs.get(case):
-                differ[f"{section}.{case}"] = (mine.get(case), theirs.get(case))
+    differ, ray = differences_after_a_second_reading(PROGRAM, ray_python, ember, ray)
     assert not differ, f"Ember and Ray differ (ember, ray): {differ}"
     assert ember["own"] == EMBER_OWN
     print("Ray's own answers:", ray["own"])
