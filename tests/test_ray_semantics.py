@@ -81,8 +81,12 @@ def test_exit_actor_runs_atexit_and_later_calls_say_it_was_intentional(shared_no
     ember.get(box.add.remote(1))
     with pytest.raises(ActorDiedError):
         ember.get(box.leave.remote(), timeout=30)
-    wait_until(marker.exists, 15, message="the actor's atexit handler")
-    assert marker.read_text() == "atexit ran"
+    # The handler's open() makes the file before its write: wait for the words.
+    wait_until(
+        lambda: marker.exists() and marker.read_text() == "atexit ran",
+        15,
+        message="the actor's atexit handler",
+    )
     with pytest.raises(ActorDiedError) as later:
         ember.get(box.add.remote(2), timeout=30)
     assert "exit_actor()" in str(later.value) and "intentional" in str(later.value)
