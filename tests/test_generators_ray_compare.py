@@ -14,7 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ember_test_utils import require_ray_python, run_compare_programs_together
+from ember_test_utils import (
+    differences_after_a_second_reading,
+    require_ray_python,
+    run_compare_programs_together,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "tools" / "ray_generator_programs.py"
@@ -30,10 +34,7 @@ def test_ray_and_ember_agree_on_generators():
     ray_python = require_ray_python()
     # No case measures speed: both runtimes run at once.
     ember, ray = run_compare_programs_together(PROGRAM, ray_python)
-    mine, theirs = ember["same"], ray["same"]
-    differ = {
-        k: (mine.get(k), theirs.get(k)) for k in mine | theirs if mine.get(k) != theirs.get(k)
-    }
+    differ, ray = differences_after_a_second_reading(PROGRAM, ray_python, ember, ray)
     assert not differ, f"Ember and Ray differ (ember, ray): {differ}"
     assert ember["own"] == EMBER_OWN
     print("Ray's own answers:", ray["own"])
