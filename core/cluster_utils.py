@@ -76,9 +76,11 @@ class Cluster:
         prestart: int | None = None,
         labels: dict[str, str] | None = None,
         gcs_storage: str = "",
+        dashboard_port: int | None = None,
     ) -> LocalNode:
         """Starts a node (the first one is the head); waits until the GCS lists it.
-        ``gcs_storage``: the head's GCS storage (``ember.gcs.storage``; default SQLite)."""
+        ``gcs_storage``: the head's GCS storage (``ember.gcs.storage``; default SQLite);
+        ``dashboard_port``: the head's dashboard port (default 8265, or the next free one)."""
         self._count += 1
         head = self.head_node is None
         temp_dir = os.path.join(self.temp_root, f"node{self._count}")
@@ -98,6 +100,7 @@ class Cluster:
             env={**self.env, **(env or {})},
             prestart=prestart,
             gcs_storage=gcs_storage if head else "",
+            dashboard_port=dashboard_port if head else None,
         )
         node.start()
         if head:

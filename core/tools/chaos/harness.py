@@ -18,6 +18,7 @@ import queue
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -160,6 +161,13 @@ class Driver:
             self.proc.wait(10)
 
 
+def _free_port() -> int:
+    """A port the kernel has free now, from its ephemeral range."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 class Harness:
     def __init__(self, log: Callable[[str], None] = print) -> None:
         self.log = log
@@ -185,6 +193,10 @@ class Harness:
                 "num_cpus": 2,
                 "object_store_memory": STORE,
                 "env": {TAG_VAR: "head"},
+                # Not 8265 or the next free one: the dashboard is SIGKILLed and comes back
+                # on its own port, which a cluster started meanwhile (the suite runs two
+                # processes, and new clusters take 8265 or the next free port) can take.
+                "dashboard_port": _free_port(),
             },
             temp_root=os.path.join(self.work_dir, "cluster"),
             env={RUN_VAR: self.run_id, **FAST_FAILURE_ENV},
