@@ -15,13 +15,17 @@ from gcs_fakes import FakeConn, add_node, make_gcs, run, settle, spec
 
 
 # -- nodes ---------------------------------------------------------------------------------
-def test_node_registration_and_the_death_timeout() -> None:
-    gcs, clock, _ = make_gcs()
+def _subscriber_and_two_nodes(gcs):
+    """A driver subscribed to node events, then two nodes: (driver, (id, conn), (id, conn))."""
     driver = FakeConn()
     gcs.on_connect(driver)
     gcs.handlers["subscribe_node_events"](driver, None)
-    a, a_conn = add_node(gcs)
-    b, _ = add_node(gcs)
+    return driver, add_node(gcs), add_node(gcs)
+
+
+def test_node_registration_and_the_death_timeout() -> None:
+    gcs, clock, _ = make_gcs()
+    driver, (a, a_conn), (b, _) = _subscriber_and_two_nodes(gcs)
     assert [n["node_id"] for n in gcs.node_table.cluster_view()] == [a, b]
     assert [body["node_id"] for body in driver.ops("node_added")] == [a, b]
 
@@ -94,11 +98,7 @@ def test_a_stopping_raylet_unregisters_its_node_at_once() -> None:
     every subscriber hears of it, and the raylet is not told back it was declared dead.
     Only the node's own connection can say it leaves."""
     gcs, _, _ = make_gcs()
-    driver = FakeConn()
-    gcs.on_connect(driver)
-    gcs.handlers["subscribe_node_events"](driver, None)
-    a, a_conn = add_node(gcs)
-    b, _ = add_node(gcs)
+    driver, (a, a_conn), (b, _) = _subscriber_and_two_nodes(gcs)
     reason = "its raylet was stopped (SIGTERM)"
     gcs.handlers["unregister_node"](FakeConn(), {"node_id": a, "reason": reason})
     assert gcs.node_table.nodes[a].state is NodeState.ALIVE  # not a's raylet: ignored
