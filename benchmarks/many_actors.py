@@ -4,6 +4,7 @@ and reports the rate they answered at, the private memory (USS) per idle actor, 
 daemons' open files, and, if not all answered, what the raylet said held them back::
 
     .venv/bin/python benchmarks/many_actors.py 1000 2000
+    .venv/bin/python benchmarks/many_actors.py --shared 10000   # shared_process=True actors
     EMBER_MEMORY_USAGE_THRESHOLD=0.8 .venv/bin/python benchmarks/many_actors.py 5000
 
 Sizes run one after the other, each on a fresh node. A size stops waiting when no actor has
@@ -52,14 +53,14 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
-def run(n: int, stall: float, settle: float = 1.0) -> dict:
+def run(n: int, stall: float, settle: float = 1.0, shared: bool = False) -> dict:
     import ember
 
     available_before = mem_available_kib()
     ctx = ember.init(num_cpus=2, include_dashboard=False)
     try:
 
-        @ember.remote(num_cpus=0)
+        @ember.remote(num_cpus=0, shared_process=shared)
         class Idle:
             def ping(self) -> int:
                 return os.getpid()
@@ -80,8 +81,14 @@ def run(n: int, stall: float, settle: float = 1.0) -> dict:
         # (page tables, stacks, socket buffers), which USS leaves out: the figure that says
         # how many fit a machine. Other processes' growth meanwhile counts too (noise).
         used_kib = available_before - mem_available_kib()
-        sample = answered[:: max(len(answered) // 100, 1)]
-        usses = [uss_kib(p) for p in sample if os.path.exists(f"/proc/{p}")]
+        hosts = set(answered)
+        if len(hosts) < len(answered):
+            # Actors share processes: each actor's part of its hosts' private memory.
+            per_actor = sum(uss_kib(p) for p in hosts if os.path.exists(f"/proc/{p}"))
+            usses = [per_actor / max(len(answered), 1)]
+        else:
+            sample = answered[:: max(len(answered) // 100, 1)]
+            usses = [uss_kib(p) for p in sample if os.path.exists(f"/proc/{p}")]
         daemons = {}
         for pid in children_of(os.getpid()):
             with open(f"/proc/{pid}/cmdline") as f:
@@ -94,6 +101,7 @@ def run(n: int, stall: float, settle: float = 1.0) -> dict:
         return {
             "n": n,
             "answered": len(answered),
+            "processes": len(hosts),
             "seconds": took,
             "rate": len(answered) / took if took else 0.0,
             "uss_kib": statistics.median(usses) if usses else 0,
@@ -110,14 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("sizes", type=int, nargs="+", help="numbers of actors, one node each")
     ap.add_argument("--stall", type=float, default=60.0, help="give up after this many idle s")
     ap.add_argument("--settle", type=float, default=1.0, help="s to wait before measuring")
+    ap.add_argument(
+        "--shared", action="store_true", help="shared_process=True actors, many to a process"
+    )
     args = ap.parse_args(argv)
     for n in args.sizes:
         if n < 1:
             ap.error(f"size {n}: give a positive number of actors")
-        r = run(n, args.stall, args.settle)
+        r = run(n, args.stall, args.settle, args.shared)
         print(
-            f"{r['answered']:6}/{r['n']} actors answered in {r['seconds']:6.1f} s "
-            f"({r['rate']:5.1f}/s)  USS per idle actor {r['uss_kib'] / 1024:4.1f} MiB  "
+            f"{r['answered']:6}/{r['n']} actors in {r['processes']} processes answered in "
+            f"{r['seconds']:6.1f} s "
+            f"({r['rate']:5.1f}/s)  USS per idle actor {r['uss_kib'] / 1024:5.2f} MiB  "
             f"machine memory per actor {r['used_kib'] / 1024:4.1f} MiB  "
             f"open files {r['fds']}",
             flush=True,

@@ -203,6 +203,7 @@ class ActorClass:
         if self._pickled is None:
             self._pickled = dumps_function(self._cls)
             self._class_id = hashlib.sha1(self._pickled).digest()[:16]
+        options.check_shared_process(opts, f"actor {self._name}")
         actor_id = new_unique_id()
         encoded, kw_names, nested = worker.encode_args(args, kwargs, f"{self._name}.__init__")
         resources = options.resource_shape(opts, 0)
@@ -234,7 +235,8 @@ class ActorClass:
                 "max_concurrency": opts.get("max_concurrency") or (1000 if self._is_async else 1),
                 "concurrency_groups": self._groups,
                 "is_async": self._is_async,
-                "needs_cpu_node": opts.get("num_cpus") is None,
+                "needs_cpu_node": opts.get("num_cpus") is None and not opts.get("shared_process"),
+                "shared_process": bool(opts.get("shared_process")),
                 "methods": self._methods,
             },
             strategy=options.scheduling_strategy(opts) or captured_strategy(worker),

@@ -83,6 +83,10 @@ local_prestart_worker_cap: int = _env("local_prestart_worker_cap", 0)
 max_starting_workers: int = _env("max_starting_workers", 0)
 # Idle workers beyond the CPU count are stopped after this long.
 idle_worker_kill_seconds: float = _env("idle_worker_kill_seconds", 10.0)
+# shared_process actors: how many one host process takes before the raylet starts another
+# for the job, and how long a host with no actors left is kept for new ones.
+shared_actors_per_host: int = _env("shared_actors_per_host", 2500)
+shared_host_idle_seconds: float = _env("shared_host_idle_seconds", 2.0)
 # Print the infeasible-task warning after this long pending (Ray warns too).
 infeasible_warning_seconds: float = _env("infeasible_warning_seconds", 0.5)
 # Cross-node object transfer: chunk size, chunk requests in flight per pull, and how many

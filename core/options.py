@@ -52,6 +52,7 @@ ACTOR_OPTIONS = {
     "placement_group_capture_child_tasks",
     "accelerator_type",
     "concurrency_groups",
+    "shared_process",
     "_metadata",
 }
 
@@ -149,6 +150,7 @@ _RULES: dict[str, tuple[Any, Any, str]] = {
         "True or False",
     ),
     "concurrency_groups": (lambda v: isinstance(v, dict | list), None, "a dict or list"),
+    "shared_process": (lambda v: isinstance(v, bool), None, "True or False"),
     "concurrency_group": (lambda v: isinstance(v, str), None, "a string"),
 }
 
@@ -218,6 +220,36 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
                 f"allowed: resource names (strings) mapped to non-negative numbers."
             )
     return opts
+
+
+def check_shared_process(opts: dict[str, Any], what: str) -> None:
+    """``shared_process=True``: the actor lives in a process it shares with others of its
+    job, so what would be the process's for it alone is refused here, at the call."""
+    if not opts.get("shared_process"):
+        return
+    how = "drop shared_process=True to give the actor a process of its own"
+    cpus = opts.get("num_cpus")
+    if cpus is not None and cpus >= 1:
+        raise ValueError(
+            f"{what}: a shared_process actor takes num_cpus=0 (the default) or a fraction "
+            f"below 1, not {cpus!r}; a whole CPU is a process's to use: {how}."
+        )
+    if opts.get("num_gpus"):
+        raise ValueError(
+            f"{what}: a shared_process actor cannot hold GPUs (CUDA_VISIBLE_DEVICES is the "
+            f"process's, shared by every actor in it): {how}."
+        )
+    if opts.get("runtime_env"):
+        raise ValueError(
+            f"{what}: a shared_process actor cannot have a runtime_env of its own (the "
+            f"environment is the process's, shared by every actor in it): {how}, or set "
+            f"the runtime_env on the job (ember.init(runtime_env=...))."
+        )
+    if opts.get("concurrency_groups"):
+        raise ValueError(
+            f"{what}: a shared_process actor has one mailbox (max_concurrency bounds it); "
+            f"concurrency groups need threads or event loops of their own: {how}."
+        )
 
 
 def resource_shape(opts: dict[str, Any], default_cpus: float) -> dict[str, float]:

@@ -105,6 +105,10 @@ class RuntimeContext:
         spec = getattr(executor, "actor_spec", None)
         if spec is None:
             return False
+        if (
+            getattr(executor, "shared", None) is not None
+        ):  # a shared-process actor: its own restarts
+            return spec.attempt > 0
         if executor.actor_restarted is None:
             info = self._worker.call_gcs_sync(
                 "get_actor_info", {"actor_id": spec.actor_id}, timeout=30

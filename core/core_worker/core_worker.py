@@ -113,7 +113,7 @@ class CoreWorker:
         # Where the driver imports from, so workers can import what its functions reference
         # (Ray adds the driver's script and working directories to workers' sys.path too).
         self.code_path: list[str] = _driver_code_path() if mode == DRIVER else []
-        self.actor_id: bytes | None = None
+        self._actor_id: bytes | None = None
         self.address = f"unix:{node['session_dir']}/sockets/w-{self.worker_id.hex()[:16]}"
         self.owner_address = (self.worker_id, self.address, self.node_id)
         self.current = CurrentTask()  # .task_id, .actor_id, .spec (per async call too)
@@ -445,6 +445,19 @@ class CoreWorker:
     def gcs_send_threadsafe(self, op: str, body: Any) -> None:
         self.send_threadsafe(self.gcs, op, body)
 
+    @property
+    def actor_id(self) -> bytes | None:
+        """The actor this code runs in: this worker's own, or in a host of shared-process
+        actors the running call's (each guest is an actor of its own)."""
+        executor = self.executor
+        if executor is not None and executor.shared is not None:
+            return self.current.actor_id
+        return self._actor_id
+
+    @actor_id.setter
+    def actor_id(self, actor_id: bytes | None) -> None:
+        self._actor_id = actor_id
+
     def current_actor_hex(self) -> str:
         return self.actor_id.hex() if self.actor_id else ""
 
@@ -475,6 +488,12 @@ class CoreWorker:
     def _h_exit(self, conn: Connection, body: dict) -> None:
         if self.executor is not None:
             self.executor.request_exit(body or {})
+
+    def _h_drop_actor(self, conn: Connection, body: dict) -> bool:
+        shared = self.executor.shared if self.executor is not None else None
+        if shared is not None:
+            shared.end({**body, "force": True})
+        return True
 
     # -- messages for the user -------------------------------------------------------------
     def _h_log_lines(self, conn: Connection, body: dict) -> None:

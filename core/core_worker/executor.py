@@ -32,6 +32,7 @@ from ember.core_worker.current_task import enter_async_call, leave_async_call
 from ember.core_worker.log_offsets import LogOffsets
 from ember.core_worker.method_lookup import actor_method
 from ember.core_worker.process_limits import LimitWatch
+from ember.core_worker.shared_actors import SharedActors
 from ember.core_worker.task_runtime_env import applied_env
 from ember.core_worker.task_spec import (
     ACTOR_CREATION_TASK,
@@ -83,7 +84,7 @@ class Executor:
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.functions: dict[bytes, Any] = {}  # {function_id: callable}
         self.actor: Any = None
-        self.actor_spec: TaskSpec | None = None
+        self._actor_spec: TaskSpec | None = None
         # Whether this actor is a restart, asked of the GCS on first use: the constructor
         # the GCS sends again is the first one's spec, so only the GCS knows.
         self.actor_restarted: bool | None = None
@@ -110,6 +111,8 @@ class Executor:
         # A worker's stdout and stderr are its log files (worker_main): each reply then says
         # which bytes of them its task wrote.
         self.log_offsets: LogOffsets | None = None
+        # The shared-process actors this worker hosts, when it is their host (shared_actors).
+        self.shared: SharedActors | None = None
 
     # -- on the I/O thread -----------------------------------------------------------------
     def on_push_task(self, conn, spec: TaskSpec) -> object:
@@ -117,17 +120,23 @@ class Executor:
         return DEFERRED
 
     def on_create_actor(self, conn, spec: TaskSpec) -> object:
+        if (spec.actor_options or {}).get("shared_process"):
+            if self.shared is None:
+                self.shared = SharedActors(self)
+            return self.shared.on_create(conn, spec)
         self.queue.put((spec, conn.deferred()))
         return DEFERRED
 
     def on_push_actor_task(self, conn, spec: TaskSpec) -> object:
+        if self.shared is not None:
+            return self.shared.on_call(conn, spec)
         reply_to = conn.deferred()
         group = spec.concurrency_group
         if group and self.groups is not None:
             try:
                 self.groups.check(group)
             except UnknownGroup as e:
-                reply_to.resolve(self._error_reply(spec, self._task_error(spec, e), app=False))
+                reply_to.resolve(self.error_reply(spec, self._task_error(spec, e), app=False))
                 return DEFERRED
             if self.groups.is_async:
                 lane = self.groups.lanes[group]
@@ -148,8 +157,11 @@ class Executor:
         ``force`` (``ember.kill``): now, with no atexit handlers, as Ray 2.x's ``ray.kill``
         ("atexit handlers installed in the actor will not be run"; an exit that runs them is
         ``__ray_terminate__`` or ``exit_actor``); calls in flight fail. Only the output
-        already printed is flushed.
+        already printed is flushed. In a host of shared-process actors, only the actor named.
         """
+        if self.shared is not None:
+            self.shared.end(body)
+            return
         if body.get("force"):
             try:
                 sys.stdout.flush()
@@ -166,7 +178,7 @@ class Executor:
             loop.call_soon_threadsafe(future.cancel)
             return
         ident = self.running.get(task_id)
-        if ident is None or self.actor is not None:
+        if ident is None or self.actor is not None or self.shared is not None:
             return  # a threaded actor's running call is not interrupted (Ray's rule)
         if force:
             os._exit(1)
@@ -273,20 +285,20 @@ class Executor:
                 self._crash_unless_intended(spec, e)
                 reply = self._exit_reply(spec, e)
             else:
-                reply = self._error_reply(spec, self._task_error(spec, e), app=True)
+                reply = self.error_reply(spec, self._task_error(spec, e), app=True)
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             if isinstance(e, TaskCancelledError):
-                reply = self._error_reply(spec, TaskCancelledError(spec.task_id.hex()), app=False)
+                reply = self.error_reply(spec, TaskCancelledError(spec.task_id.hex()), app=False)
             elif isinstance(e, KeyboardInterrupt) and spec.task_id in self.cancelled:
                 reply = self._cancelled_reply(spec, e)
             elif isinstance(e, KeyboardInterrupt | SystemExit):
-                reply = self._error_reply(spec, self._task_error(spec, e), app=True)
+                reply = self.error_reply(spec, self._task_error(spec, e), app=True)
             elif isinstance(e, TaskError) and getattr(e, "_from_arg", False):
-                reply = self._error_reply(spec, e, app=False)  # an upstream failure, as is
+                reply = self.error_reply(spec, e, app=False)  # an upstream failure, as is
             elif isinstance(e, RuntimeEnvSetupError):
-                reply = self._error_reply(spec, e, app=False)  # Ray's class, never retried
+                reply = self.error_reply(spec, e, app=False)  # Ray's class, never retried
             else:
-                reply = self._error_reply(spec, self._task_error(spec, e), app=True)
+                reply = self.error_reply(spec, self._task_error(spec, e), app=True)
         finally:
             if env is not None and spec.kind == 0:
                 env.restore()
@@ -316,6 +328,19 @@ class Executor:
         self.calls_per_function[spec.function_id] = n
         return n >= limit
 
+    def _actor_repr(self, spec: TaskSpec) -> str | None:
+        if self.shared is not None:
+            return self.shared.name_of(spec) or None
+        return self.actor_name or None
+
+    @property
+    def actor_spec(self) -> TaskSpec | None:
+        """The creation spec of the actor this code runs in (the running call's guest, in a
+        host of shared-process actors)."""
+        if self.shared is not None:
+            return self.shared.spec_of(self.host.current.actor_id)
+        return self._actor_spec
+
     def _task_error(self, spec: TaskSpec, e: BaseException) -> TaskError:
         tb = format_user_exception(e)
         # A nested task's error re-raised here keeps the user's exception as its cause, so
@@ -335,7 +360,7 @@ class Executor:
             cause,
             pid=os.getpid(),
             ip=self.host.node.get("node_ip", ""),
-            actor_repr=self.actor_name or None,
+            actor_repr=self._actor_repr(spec),
         )
 
     def _cancelled_reply(self, spec: TaskSpec, interrupt: BaseException) -> dict:
@@ -345,9 +370,9 @@ class Executor:
         cancel = TaskCancelledError(spec.task_id.hex())
         cancel.__traceback__ = interrupt.__traceback__
         error = self._task_error(spec, cancel).as_instanceof_cause()
-        return self._error_reply(spec, error, app=False)
+        return self.error_reply(spec, error, app=False)
 
-    def _error_reply(self, spec: TaskSpec, error: BaseException, app: bool) -> dict:
+    def error_reply(self, spec: TaskSpec, error: BaseException, app: bool) -> dict:
         loc = _error_loc(error)
         # The text (with the remote traceback) rides along for the dashboard's task table.
         return {
@@ -402,11 +427,15 @@ class Executor:
 
     def _load(self, spec: TaskSpec):
         if spec.kind == ACTOR_TASK:
+            if self.shared is not None:
+                return self.shared.method(spec)
             if self.actor is None:
                 raise ActorDiedError(
                     spec.actor_id.hex() if spec.actor_id else "", "the actor is not constructed"
                 )
-            method = self._bound.get(spec.method_name) or self._bind(spec.method_name)
+            method = self._bound.get(spec.method_name) or self.bind_method(
+                self.actor, spec.method_name, self._bound
+            )
             if method is None:
                 raise AttributeError(
                     f"actor {type(self.actor).__name__} has no method {spec.method_name!r}"
@@ -421,14 +450,16 @@ class Executor:
             fn = self.functions[spec.function_id] = cloudpickle.loads(data)
         return fn
 
-    def _bind(self, name: str) -> Any:
-        """The actor's method ``name`` (``method_lookup``); a plain method is bound once."""
+    @staticmethod
+    def bind_method(instance: Any, name: str, cache: dict[str, Any]) -> Any:
+        """The actor's method ``name`` (``method_lookup``); a plain method is bound once
+        (kept in ``cache``)."""
         method = _BUILT_IN_METHODS.get(name)
         if method is not None:
             return method
-        method, keep = actor_method(self.actor, name)
+        method, keep = actor_method(instance, name)
         if keep:
-            self._bound[name] = method
+            cache[name] = method
         return method
 
     def adopt_code_path(self, code_path: list[str] | None) -> None:
@@ -468,9 +499,12 @@ class Executor:
 
     # -- actors ----------------------------------------------------------------------------
     def _construct_actor(self, spec: TaskSpec, cls: Any, args: list, kwargs: dict) -> None:
+        if self.shared is not None:
+            self.shared.construct(spec, cls, args, kwargs)
+            return
         self.adopt_code_path(spec.code_path)
         opts = spec.actor_options or {}
-        self.actor_spec = spec
+        self._actor_spec = spec
         self.host.current.actor_id = spec.actor_id
         self.host.actor_id = spec.actor_id
         self.actor_name = opts.get("class_name", getattr(cls, "__name__", "Actor"))
@@ -496,11 +530,21 @@ class Executor:
 
     def _start_async_call(self, spec: TaskSpec, reply_to: Deferred, lane: Lane) -> None:
         """On ``lane``'s loop thread."""
-        call = asyncio.ensure_future(self._run_async(spec, reply_to, lane.limit))
-        self.async_calls[spec.task_id] = (lane.loop, call)
+        self.start_async_call(spec, lane.limit, lambda reply: self._async_replied(reply, reply_to))
+
+    def _async_replied(self, reply: dict, reply_to: Deferred) -> None:
+        reply_to.resolve_threadsafe(reply)
+        if self.exiting:
+            self._exit_actor(self.exit_reason)
+
+    def start_async_call(self, spec: TaskSpec, limit: Any, after: Any, *_: Any) -> None:
+        """On an async lane's loop thread: runs the call within ``limit`` (its actor's or
+        group's semaphore) and hands its reply to ``after``."""
+        call = asyncio.ensure_future(self._run_async(spec, limit, after))
+        self.async_calls[spec.task_id] = (asyncio.get_running_loop(), call)
         call.add_done_callback(lambda _: self.async_calls.pop(spec.task_id, None))
 
-    async def _run_async(self, spec: TaskSpec, reply_to: Deferred, limit: Any) -> None:
+    async def _run_async(self, spec: TaskSpec, limit: Any, after: Any) -> None:
         started = False
         try:
             async with limit:
@@ -512,10 +556,8 @@ class Executor:
             if started:
                 reply = self._cancelled_reply(spec, e)
             else:
-                reply = self._error_reply(spec, TaskCancelledError(spec.task_id.hex()), app=False)
-        reply_to.resolve_threadsafe(reply)
-        if self.exiting:
-            self._exit_actor(self.exit_reason)
+                reply = self.error_reply(spec, TaskCancelledError(spec.task_id.hex()), app=False)
+        after(reply)
 
     async def _execute_async(self, spec: TaskSpec) -> dict:
         timings = {"start": time.time()}
@@ -553,9 +595,9 @@ class Executor:
             raise  # ember.cancel: _run_async answers TaskCancelledError
         except BaseException as e:  # noqa: BLE001
             if isinstance(e, TaskError) and getattr(e, "_from_arg", False):
-                reply = self._error_reply(spec, e, app=False)
+                reply = self.error_reply(spec, e, app=False)
             else:
-                reply = self._error_reply(spec, self._task_error(spec, e), app=True)
+                reply = self.error_reply(spec, self._task_error(spec, e), app=True)
         finally:
             leave_async_call(token)
         reply["timings"] = _ended(timings)
@@ -580,8 +622,8 @@ class Executor:
         process ends with no reply to the call, so the actor restarts within max_restarts
         and the call is retried within max_task_retries, as after a crash. Its atexit
         handlers run first (Ray's do), and a message is printed as Python prints it."""
-        if isinstance(e, ActorExit) or e.code == 0:
-            return
+        if isinstance(e, ActorExit) or e.code == 0 or self.shared is not None:
+            return  # a shared-process actor crashes alone (SharedActors.exit_reply)
         code = e.code
         if not isinstance(code, int):
             if code is not None:
@@ -603,13 +645,15 @@ class Executor:
 
     def _exit_reply(self, spec: TaskSpec, e: SystemExit) -> dict:
         """The reply of the call that ends the actor on purpose; the actor exits after it."""
+        if self.shared is not None:
+            return self.shared.exit_reply(spec, e)
         self.exiting = True
         if isinstance(e, ActorExit):
             self.exit_reason = getattr(e, "reason", "") or "exit_actor() was called"
         else:
             self.exit_reason = f"sys.exit({e.code!r}) was called in {spec.display_name()}()"
         self.exit_reason += " (an intentional exit)"
-        return self._error_reply(
+        return self.error_reply(
             spec, ActorDiedError(self.host.current_actor_hex(), self.exit_reason), app=False
         )
 

@@ -96,6 +96,9 @@ class ActorInfo:
         self.namespace: str = opts.get("namespace", "")
         self.detached: bool = opts.get("detached", False)
         self.max_restarts: int = opts.get("max_restarts", 0)
+        # Hosted in a process with others (``shared_process``): its place there is a lease
+        # of its own that ends with each incarnation (``EndLease``), not with a process.
+        self.shared: bool = bool(opts.get("shared_process"))
         self.owner = spec.owner  # (worker_id, address, node_id)
         self.job_id: bytes = spec.job_id
         self.track: Track[ActorState] = ACTOR_LIFECYCLE.track(spec.actor_id, _P)
@@ -326,13 +329,29 @@ class ExitWorker(Plain):
 
 
 class KillWorker(Plain):
-    """Ask the node's raylet to kill the actor's worker process, if the node is alive."""
+    """Ask the node's raylet to kill the actor's worker process, if the node is alive (a
+    shared-process actor: drop it from its host, and kill the host only if it does not let
+    go)."""
 
     reason: str
 
 
+class EndLease(Plain):
+    """A shared-process actor's incarnation ended: give its place in the host back."""
+
+    lease_id: Any
+
+
 Instruction = (
-    Place | PushCreation | ReturnLease | Publish | ReleaseName | Record | ExitWorker | KillWorker
+    Place
+    | PushCreation
+    | ReturnLease
+    | Publish
+    | ReleaseName
+    | Record
+    | ExitWorker
+    | KillWorker
+    | EndLease
 )
 
 PLACE = Place()
@@ -470,7 +489,7 @@ class ActorMachine:
             actor.address = None
             actor.death_cause = reason
             what = f"actor {actor.class_name} {actor.actor_id.hex()} restarting: {reason}"
-            return [Record("WARNING", what), PUBLISH, PLACE]
+            return [*self._end_lease(actor), Record("WARNING", what), PUBLISH, PLACE]
         if not can_restart and actor.max_restarts:
             reason += (
                 f" (restarted {actor.num_restarts} of max_restarts={actor.max_restarts} times)"
@@ -505,4 +524,13 @@ class ActorMachine:
         actor.end_time = self.clock()
         actor.address = None
         what = f"actor {actor.class_name} {actor.actor_id.hex()} died: {cause}"
-        return [RELEASE_NAME, Record("INFO", what), PUBLISH]
+        return [*self._end_lease(actor), RELEASE_NAME, Record("INFO", what), PUBLISH]
+
+    @staticmethod
+    def _end_lease(actor: ActorInfo) -> list[Instruction]:
+        """A dedicated actor's lease ends with its process (the raylet sees it exit); a
+        shared-process actor's place in its host is given back as its incarnation ends."""
+        if not actor.shared or actor.lease_id is None:
+            return []
+        lease_id, actor.lease_id = actor.lease_id, None
+        return [EndLease(lease_id)]

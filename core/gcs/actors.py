@@ -23,6 +23,7 @@ from ember.gcs.actor_machine import (
     ConstructorRaised,
     CreationFailed,
     CreationSucceeded,
+    EndLease,
     Exited,
     ExitWorker,
     Instruction,
@@ -44,6 +45,7 @@ from ember.gcs.actor_machine import (
 from ember.gcs.jobs import JobTable
 from ember.gcs.nodes import NodeInfo, NodeTable
 from ember.gcs.pending_words import free_of, group_of, in_group, per_node
+from ember.gcs.shared_places import SharedPlaces
 from ember.options import ANONYMOUS_NAMESPACE_PREFIX
 from ember.protocol import connection as conn_mod
 from ember.protocol.connection import Connection
@@ -91,6 +93,7 @@ class ActorManager:
         # {actor_id: (node_id, worker_id)}: restored actors whose creation a GCS restart cut
         # off; _place ends that worker before placing the actor again.
         self.cut_off: dict[bytes, tuple[bytes, bytes]] = {}
+        self.shared = SharedPlaces(self)  # shared-process actors' places in their hosts
         self._do = {
             Place: lambda a, i: self._schedule(a),
             Publish: lambda a, i: self._publish(a),
@@ -98,6 +101,7 @@ class ActorManager:
             Record: lambda a, i: self.record(i.severity, i.message),
             ExitWorker: self._exit_worker,
             KillWorker: self._kill_worker,
+            EndLease: self.shared.end_lease,
         }
 
     # -- storage --------------------------------------------------------------------------
@@ -125,7 +129,7 @@ class ActorManager:
                 self._park(actor)
 
     # -- carrying out the machine's instructions ------------------------------------------
-    def _carry_out(self, actor: ActorInfo, instructions: list[Instruction]) -> None:
+    def carry_out(self, actor: ActorInfo, instructions: list[Instruction]) -> None:
         self._save(actor)  # every event the machine handled may have moved the record
         for ins in instructions:
             self._do[type(ins)](actor, ins)
@@ -136,12 +140,18 @@ class ActorManager:
             del self.named[key]
 
     def _exit_worker(self, actor: ActorInfo, ins: ExitWorker) -> None:
+        if actor.shared:
+            self.shared.exit(actor, ins)
+            return
         wconn = self.worker_conns.get(actor.worker_id) if actor.worker_id else None
         if wconn is not None and not wconn.closed:
             body = {"reason": ins.reason, "force": True} if ins.force else {"reason": ins.reason}
             wconn.send("exit", body)
 
     def _kill_worker(self, actor: ActorInfo, ins: KillWorker) -> None:
+        if actor.shared:
+            self.shared.kill(actor, ins)
+            return
         node = self.nodes.get_alive(actor.node_id)
         if node is not None and actor.worker_id:
             # With a connection it was told to exit first: give atexit a moment.
@@ -193,7 +203,7 @@ class ActorManager:
             self.named[key] = actor.actor_id
         self.actors[actor.actor_id] = actor
         self.subscribers.setdefault(actor.actor_id, set()).add(conn)
-        self._carry_out(actor, self.machine.handle(actor, Registered()))
+        self.carry_out(actor, self.machine.handle(actor, Registered()))
         return {"ok": True}
 
     def _schedule(self, actor: ActorInfo) -> None:
@@ -217,7 +227,9 @@ class ActorManager:
     def _end_cut_off_creation(self, actor: ActorInfo) -> None:
         node_id, worker_id = self.cut_off.pop(actor.actor_id)
         node = self.nodes.get_alive(node_id)
-        if node is not None:
+        if node is not None and actor.shared:
+            self.shared.end_cut_off(actor, node)
+        elif node is not None:
             reason = "its actor's creation was cut off by a GCS restart; placed again"
             node.conn.send("kill_worker", {"worker_id": worker_id, "reason": reason, "grace": 0})
         actor.worker_id = actor.node_id = actor.pid = None
@@ -227,7 +239,7 @@ class ActorManager:
             self._end_cut_off_creation(actor)
         never = self._never_placed(actor)
         if never:
-            self._carry_out(actor, self.machine.handle(actor, Unschedulable(never)))
+            self.carry_out(actor, self.machine.handle(actor, Unschedulable(never)))
             return
         node = self._pick_node(actor)
         if node is None:
@@ -236,27 +248,29 @@ class ActorManager:
             return
         actor.pending_reason = self._why_waiting_on(actor, node)
         self.leasing[actor.actor_id] = node
+        body = {
+            "actor_id": actor.actor_id,
+            "resources": actor.spec.resources,
+            "job_id": actor.job_id,
+            "class_name": actor.class_name,
+            "strategy": actor.spec.strategy,
+            # Its own runtime_env: a worker kept for that env hosts it (a shared-process
+            # actor's is its job's: a host kept for the job and env).
+            "env": env_key(actor.spec.runtime_env),
+        }
+        if actor.shared:
+            op = "lease_shared_actor"
+        else:
+            op = "lease_actor_worker"
+            # Restarts left: the node's memory monitor kills such an actor first.
+            body["retriable"] = actor.max_restarts == -1 or actor.num_restarts < actor.max_restarts
         try:
-            grant = await node.conn.call(
-                "lease_actor_worker",
-                {
-                    "actor_id": actor.actor_id,
-                    "resources": actor.spec.resources,
-                    "job_id": actor.job_id,
-                    "class_name": actor.class_name,
-                    "strategy": actor.spec.strategy,
-                    # Its own runtime_env: a worker kept for that env hosts it.
-                    "env": env_key(actor.spec.runtime_env),
-                    # Restarts left: the node's memory monitor kills such an actor first.
-                    "retriable": actor.max_restarts == -1
-                    or actor.num_restarts < actor.max_restarts,
-                },
-            )
+            grant = await node.conn.call(op, body)
         except Exception as e:
             self.leasing.pop(actor.actor_id, None)
             logger.warning("lease for actor %s failed: %s", actor.actor_id.hex(), e)
             await asyncio.sleep(0.1)
-            self._carry_out(actor, self.machine.handle(actor, LeaseFailed()))
+            self.carry_out(actor, self.machine.handle(actor, LeaseFailed()))
             return
         self.leasing.pop(actor.actor_id, None)
         actor.pending_reason = ""
@@ -272,24 +286,27 @@ class ActorManager:
         # Kept, so a GCS started while the constructor runs can end that worker (restore).
         self._save(actor)
         try:
-            wconn = await self.connect(
-                grant["address"],
-                {},
-                name=f"actor:{actor.actor_id.hex()[:8]}",
-                on_close=lambda c, a=actor: self._actor_conn_closed(a, c),
-            )
-            self.worker_conns[actor.worker_id] = wconn
+            if actor.shared:
+                wconn = await self.shared.connection(grant)
+            else:
+                wconn = await self.connect(
+                    grant["address"],
+                    {},
+                    name=f"actor:{actor.actor_id.hex()[:8]}",
+                    on_close=lambda c, a=actor: self._actor_conn_closed(a, c),
+                )
+                self.worker_conns[actor.worker_id] = wconn
             reply = await wconn.call("create_actor", actor.spec)
         except Exception as e:
             event = CreationFailed(
                 f"its worker died during creation: {e}", self.jobs.running(actor.job_id)
             )
-            self._carry_out(actor, self.machine.handle(actor, event))
+            self.carry_out(actor, self.machine.handle(actor, event))
             return
         if reply.get("error"):
-            self._carry_out(actor, self.machine.handle(actor, ConstructorRaised(_cause(reply))))
+            self.carry_out(actor, self.machine.handle(actor, ConstructorRaised(_cause(reply))))
             return
-        self._carry_out(actor, self.machine.handle(actor, CreationSucceeded(grant["address"])))
+        self.carry_out(actor, self.machine.handle(actor, CreationSucceeded(grant["address"])))
 
     def _never_placed(self, actor: ActorInfo) -> str:
         """Why no node can ever take the actor ("" when one may): its hard node affinity
@@ -374,7 +391,7 @@ class ActorManager:
         if actor is not None and actor.worker_id == body["worker_id"]:
             reason = body.get("reason", "its worker process died")
             event = WorkerDied(reason, self.jobs.running(actor.job_id))
-            self._carry_out(actor, self.machine.handle(actor, event))
+            self.carry_out(actor, self.machine.handle(actor, event))
         # Its resources are free again: an actor waiting for them may fit now.
         self.schedule_pending()
 
@@ -408,13 +425,13 @@ class ActorManager:
         for actor in list(self.actors.values()):
             if actor.node_id == node_id:
                 event = NodeDied(why, self.jobs.running(actor.job_id))
-                self._carry_out(actor, self.machine.handle(actor, event))
+                self.carry_out(actor, self.machine.handle(actor, event))
 
     def on_job_finished(self, job_id: bytes, reason: str) -> None:
         event = JobEnded(f"its job ended ({reason})")
         for actor in list(self.actors.values()):
             if actor.job_id == job_id:
-                self._carry_out(actor, self.machine.handle(actor, event))
+                self.carry_out(actor, self.machine.handle(actor, event))
 
     def h_kill_actor(self, conn: Connection, body: dict) -> None:
         actor = self.actors.get(body["actor_id"])
@@ -431,13 +448,13 @@ class ActorManager:
             restart=not body.get("no_restart", True),
             worker_connected=wconn is not None and not wconn.closed,
         )
-        self._carry_out(actor, self.machine.handle(actor, event))
+        self.carry_out(actor, self.machine.handle(actor, event))
 
     def h_actor_exited(self, conn: Connection, body: dict) -> dict:
         actor = self.actors.get(body["actor_id"])
         if actor is not None:
             event = Exited(body.get("reason", "the actor exited"))
-            self._carry_out(actor, self.machine.handle(actor, event))
+            self.carry_out(actor, self.machine.handle(actor, event))
         return {"ok": True}
 
     # -- subscriptions and lookups ----------------------------------------------------------

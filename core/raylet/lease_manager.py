@@ -22,7 +22,8 @@ from ember.exceptions import TaskUnschedulableError
 from ember.protocol.connection import Connection
 from ember.raylet import lease_events as ev
 from ember.raylet import lease_machine as lm
-from ember.raylet.lease_records import Request
+from ember.raylet.lease_records import Request, is_host_key
+from ember.raylet.shared_hosts import SharedHosts
 from ember.raylet.start_admission import StartAdmission
 from ember.raylet.start_failures import StartFailures
 from ember.raylet.worker_pool import WorkerProc
@@ -58,6 +59,7 @@ class LeaseManager:
         )
         self.exit_reasons_forgotten = 0
         self.admission = StartAdmission(raylet.memory.reader, raylet.memory.threshold)
+        self.shared = SharedHosts(self)  # the hosts of shared_process actors
         self._do = {
             ev.StartWorkers: self._start_workers,
             ev.Grant: self._grant,
@@ -155,6 +157,13 @@ class LeaseManager:
         fut.add_done_callback(lambda f: self._actor_lease_answered(conn, f))
         return fut
 
+    async def h_lease_shared_actor(self, conn: Connection, body: dict) -> dict | None:
+        return await self.shared.lease(body)
+
+    def request_actor_worker(self, body: dict, key: bytes) -> asyncio.Future:
+        """An actor lease for ``key`` (a shared-process actors' host): the grant, or None."""
+        return self._request(body, None, body.get("class_name", ""), actor_id=key)
+
     def _actor_lease_answered(self, conn: Connection, fut: asyncio.Future) -> None:
         if fut.cancelled() or fut.exception() is not None or fut.result() is None:
             return
@@ -171,11 +180,14 @@ class LeaseManager:
         """(lease id, worker id, actor id) of every actor lease held here: what a new GCS
         checks against its actor table when this node registers again (a lease whose grant
         died with the old GCS is one it does not know)."""
-        return [
+        dedicated = [
             (lease.lease_id, lease.worker.worker_id, lease.worker.actor_id)
             for lease in self.machine.leases.values()
-            if lease.is_actor and lease.worker.actor_id is not None
+            if lease.is_actor
+            and lease.worker.actor_id is not None
+            and not is_host_key(lease.worker.actor_id)
         ]
+        return dedicated + self.shared.leases()
 
     def _request(self, body: dict, client: Any, name: str, **kw: Any) -> asyncio.Future:
         """A lease request to the machine; the future is its answer."""
@@ -219,6 +231,9 @@ class LeaseManager:
 
     def h_return_actor_lease(self, conn: Connection, body: dict) -> None:
         lease_id = body["lease_id"]
+        if self.shared.owns(lease_id):  # a shared-process actor's place in its host
+            self.shared.release(lease_id, drop=body.get("kill", True))
+            return
         if body.get("kill", True):
             self.handle(ev.LeaseEnded(lease_id, "actor lease returned"))
         else:
@@ -400,6 +415,8 @@ class LeaseManager:
 
     def _actor_worker_died(self, ins: ev.ActorWorkerDied) -> None:
         w: Any = ins.worker
+        if self.shared.host_died(w) or is_host_key(w.actor_id):
+            return  # a host: each of its actors was reported on its own
         gcs = self.raylet.gcs
         if gcs is not None and not gcs.closed:
             gcs.send(

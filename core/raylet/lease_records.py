@@ -10,6 +10,14 @@ from typing import Any
 
 from ember.lifecycle import Lifecycle, LifecycleState, Track
 
+# The actor lease of a host of shared-process actors names this key, not an actor: its first
+# bytes say so wherever a worker's actor_id is shown (a host holds many actors, not one).
+HOST_KEY_PREFIX = b"ember-host:"
+
+
+def is_host_key(actor_id: bytes | None) -> bool:
+    return actor_id is not None and actor_id.startswith(HOST_KEY_PREFIX)
+
 
 class WorkerState(LifecycleState):
     STARTING = "STARTING"  # process started, not yet registered with the raylet

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from ember.ids import new_unique_id
-from ember.raylet.lease_records import Worker
+from ember.raylet.lease_records import Worker, is_host_key
 
 logger = logging.getLogger("ember.raylet")
 
@@ -59,7 +59,10 @@ class WorkerProc(Worker):
             "pid": self.pid,
             "state": self.track.state.value,
             "title": self.title,
-            "actor_id": self.actor_id.hex() if self.actor_id else None,
+            # A host of shared-process actors names none: it holds many (its title says).
+            "actor_id": None
+            if self.actor_id is None or is_host_key(self.actor_id)
+            else self.actor_id.hex(),
             "job_id": self.job_id.hex() if self.job_id else None,
             "started_at": self.started_at,
             "blocked": self.blocked,

@@ -312,7 +312,7 @@ class WorkerDied(GcsMessage):
     """One of a raylet's workers exited; if it held an actor, the actor restarts or dies."""
 
     op = "worker_died"
-    sent_by = "raylet"
+    sent_by = "raylet; a host of shared-process actors, for one that crashed"
     oneway = True
 
     worker_id: bytes

@@ -122,9 +122,26 @@ class LeaseActorWorker(RayletMessage):
     env: str = OMIT  # its runtime_env's key: a fresh worker, kept for that env, hosts it
 
 
+class LeaseSharedActor(RayletMessage):
+    """A place for a ``shared_process`` actor in one of the job's host processes (started
+    if none has room); the GCS then sends the host ``create_actor``. None: not now (its
+    resources are not free here)."""
+
+    op = "lease_shared_actor"
+    sent_by = "GCS"
+    reply = "lease grant, or None"
+
+    actor_id: bytes
+    resources: dict[str, float]
+    job_id: bytes | None = OMIT
+    class_name: str = OMIT
+    strategy: Any = OMIT
+    env: str = OMIT  # the job's runtime_env key: hosts are kept per job and env
+
+
 class ReturnActorLease(RayletMessage):
     op = "return_actor_lease"
-    sent_by = "GCS (an actor whose creation was abandoned)"
+    sent_by = "GCS (an actor whose creation was abandoned; a shared-process actor that ended)"
     oneway = True
 
     lease_id: int

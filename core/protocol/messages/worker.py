@@ -172,6 +172,19 @@ class Exit(WorkerMessage):
 
     reason: str = OMIT
     force: bool = OMIT
+    actor_id: bytes = OMIT  # in a host of shared-process actors: only this one ends
+
+
+class DropActor(WorkerMessage):
+    """Drop one shared-process actor from its host now (``ember.kill``, its job's end): its
+    queued calls fail; True once it is gone. The GCS kills the host if no answer comes."""
+
+    op = "drop_actor"
+    sent_by = "GCS, raylet"
+    reply = "True"
+
+    actor_id: bytes
+    reason: str = OMIT
 
 
 class MayExit(WorkerMessage):

@@ -1,0 +1,213 @@
+"""The raylet's host processes for ``shared_process`` actors, and each such actor's place in
+one ("guest lease").
+
+A host is an ordinary worker, leased from the lease machine like a dedicated actor's worker
+(an actor lease of no resources, for a key that names no actor), so starting it, its death
+and its kill are the machine's as for any worker. What the machine does not know is its
+guests: this table keeps them, and the resources each guest holds come out of the node's
+resources here, at the guest's grant, as a dedicated actor's do at its lease.
+
+Hosts are kept per job and runtime_env (a process runs one job's code). A guest goes to the
+job's host with the fewest guests; a new host starts when every host has ``per_host`` guests,
+so the pool grows with the actors placed here. A host whose last guest ended is ended after
+``idle_seconds``, unless a guest came back meanwhile. When a host dies, each of its guests is
+reported to the GCS as a worker death of its own, so each restarts by its own rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from ember import config
+from ember.raylet import lease_events as ev
+from ember.raylet.lease_records import HOST_KEY_PREFIX
+from ember.resources import apply_strategy
+
+if TYPE_CHECKING:
+    from ember.raylet.lease_manager import LeaseManager
+
+logger = logging.getLogger("ember.raylet")
+
+# Guest lease ids come from their own range, so they never meet the machine's lease ids.
+_GUEST_IDS_FROM = 1 << 48
+
+
+class Host:
+    __slots__ = ("worker_id", "lease_id", "address", "pid", "job_id", "env", "guests", "worker")
+
+    def __init__(self, grant: dict, job_id: bytes | None, env: str, worker: Any) -> None:
+        self.worker_id: bytes = grant["worker_id"]
+        self.lease_id: int = grant["lease_id"]
+        self.address: str = grant["address"]
+        self.pid: int = grant["pid"]
+        self.job_id = job_id
+        self.env = env
+        self.guests: dict[int, GuestLease] = {}
+        self.worker = worker  # the pool's WorkerProc: its connection, to drop a guest
+
+
+class GuestLease:
+    __slots__ = ("lease_id", "actor_id", "host", "shape", "gpu_ids")
+
+    def __init__(self, lease_id: int, actor_id: bytes, host: Host, shape: dict[str, float]):
+        self.lease_id = lease_id
+        self.actor_id = actor_id
+        self.host = host
+        self.shape = shape
+        self.gpu_ids: list[int] = []
+
+
+class SharedHosts:
+    def __init__(
+        self,
+        manager: LeaseManager,
+        per_host: int | None = None,
+        idle_seconds: float | None = None,
+    ) -> None:
+        self.manager = manager
+        self.per_host = per_host or config.shared_actors_per_host
+        self.idle_seconds = (
+            config.shared_host_idle_seconds if idle_seconds is None else idle_seconds
+        )
+        self.hosts: dict[bytes, Host] = {}  # {worker_id: Host}
+        self.guests: dict[int, GuestLease] = {}  # {guest lease id: GuestLease}
+        self._ids = itertools.count(_GUEST_IDS_FROM)
+        # {(job_id, env): the host starting for it}: concurrent placements wait for one start.
+        self._starting: dict[tuple[Any, str], asyncio.Future] = {}
+
+    # -- the GCS's requests ------------------------------------------------------------------
+    async def lease(self, body: dict) -> dict | None:
+        """A place for one shared-process actor, or None when its resources are not free
+        here now (the GCS places it again when they may be)."""
+        shape = apply_strategy(body["resources"], body.get("strategy"))
+        resources = self.manager.machine.resources
+        if shape and not resources.can_fit(shape):
+            return None
+        host = await self._host_for(body.get("job_id"), body.get("env", ""))
+        if host is None or (shape and not resources.can_fit(shape)):
+            return None
+        guest = GuestLease(next(self._ids), body["actor_id"], host, shape)
+        if shape:
+            guest.gpu_ids = resources.acquire(shape)
+        host.guests[guest.lease_id] = guest
+        self.guests[guest.lease_id] = guest
+        return {
+            "lease_id": guest.lease_id,
+            "worker_id": host.worker_id,
+            "address": host.address,
+            "pid": host.pid,
+            "gpu_ids": [],
+            "node_id": self.manager.machine.node_id,
+        }
+
+    def owns(self, lease_id: Any) -> bool:
+        return lease_id in self.guests
+
+    def release(self, lease_id: int, drop: bool, reason: str = "its lease was returned") -> None:
+        """The GCS is done with a guest's place (it died, or restarts elsewhere). ``drop``:
+        the host still holds the actor and must let it go (a lease this GCS never knew)."""
+        guest = self.guests.pop(lease_id, None)
+        if guest is None:
+            return
+        host = guest.host
+        host.guests.pop(lease_id, None)
+        if guest.shape:
+            self.manager.machine.resources.release(guest.shape, guest.gpu_ids)
+            self.manager.handle(ev.ResourcesChanged())
+        conn = getattr(host.worker, "conn", None)
+        if drop and conn is not None and not conn.closed:
+            conn.send("exit", {"actor_id": guest.actor_id, "force": True, "reason": reason})
+        if not host.guests:
+            self._end_if_still_idle(host)
+
+    def leases(self) -> list[tuple[int, bytes, bytes]]:
+        """(guest lease id, host worker id, actor id) of every guest placed here."""
+        return [(g.lease_id, g.host.worker_id, g.actor_id) for g in self.guests.values()]
+
+    def public(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "worker_id": h.worker_id.hex(),
+                "pid": h.pid,
+                "job_id": h.job_id.hex() if h.job_id else None,
+                "actors": len(h.guests),
+            }
+            for h in self.hosts.values()
+        ]
+
+    # -- the lease machine's news -----------------------------------------------------------
+    def host_died(self, worker: Any) -> bool:
+        """A worker died: if it was a host, each of its guests is reported dead on its own
+        (their resources are free again). False if it hosted none."""
+        host = self.hosts.pop(worker.worker_id, None)
+        if host is None:
+            return False
+        reason = worker.exit_reason or "its process died"
+        reason = f"the shared process hosting it (pid {host.pid}) died: {reason}"
+        gcs = self.manager.raylet.gcs
+        freed = False
+        for guest in list(host.guests.values()):
+            self.guests.pop(guest.lease_id, None)
+            if guest.shape:
+                self.manager.machine.resources.release(guest.shape, guest.gpu_ids)
+                freed = True
+            if gcs is not None and not gcs.closed:
+                gcs.send(
+                    "worker_died",
+                    {"worker_id": host.worker_id, "actor_id": guest.actor_id, "reason": reason},
+                )
+        host.guests.clear()
+        if freed:
+            self.manager.handle(ev.ResourcesChanged())
+        return True
+
+    # -- hosts -------------------------------------------------------------------------------
+    async def _host_for(self, job_id: bytes | None, env: str) -> Host | None:
+        while True:
+            mine = [h for h in self.hosts.values() if h.job_id == job_id and h.env == env]
+            roomy = [h for h in mine if len(h.guests) < self.per_host]
+            if roomy:
+                return min(roomy, key=lambda h: len(h.guests))
+            key = (job_id, env)
+            starting = self._starting.get(key)
+            if starting is None:
+                starting = asyncio.ensure_future(self._start_host(job_id, env))
+                self._starting[key] = starting
+                starting.add_done_callback(lambda _f, k=key: self._starting.pop(k, None))
+            host = await asyncio.shield(starting)
+            if host is None:
+                return None
+            if len(host.guests) < self.per_host:
+                return host
+            # Filled by the placements that waited with this one: look (or start) again.
+
+    async def _start_host(self, job_id: bytes | None, env: str) -> Host | None:
+        key = HOST_KEY_PREFIX + os.urandom(5)
+        body = {"resources": {}, "job_id": job_id, "env": env, "class_name": "shared actors"}
+        try:
+            grant = await self.manager.request_actor_worker(body, key)
+        except Exception as e:
+            logger.warning("could not start a host for shared-process actors: %s", e)
+            return None
+        if not grant or "worker_id" not in grant:
+            return None
+        worker = self.manager.pool.workers.get(grant["worker_id"])
+        if worker is None or worker.dead:
+            return None
+        host = Host(grant, job_id, env, worker)
+        self.hosts[host.worker_id] = host
+        worker.title = "shared actors host (0 actors)"
+        return host
+
+    def _end_if_still_idle(self, host: Host) -> None:
+        def end() -> None:
+            if host.guests or self.hosts.get(host.worker_id) is not host:
+                return
+            del self.hosts[host.worker_id]
+            self.manager.handle(ev.LeaseEnded(host.lease_id, "its last shared actor ended"))
+
+        asyncio.get_running_loop().call_later(self.idle_seconds, end)
