@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['answered']:6}/{r['n']} actors in {r['processes']} processes answered in "
             f"{r['seconds']:6.1f} s "
             f"({r['rate']:5.1f}/s)  USS per idle actor {r['uss_kib'] / 1024:5.2f} MiB  "
-            f"machine memory per actor {r['used_kib'] / 1024:4.1f} MiB  "
+            f"machine memory per actor {r['used_kib'] / 1024:5.2f} MiB "
+            f"({r['used_kib'] * r['answered'] / 1024**2:5.2f} GiB in all)  "
             f"open files {r['fds']}",
             flush=True,
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -15,10 +16,11 @@ import urllib.error
 import urllib.request
 
 import ember
+import psutil
 import pytest
 from ember.exceptions import ActorDiedError, ActorUnavailableError
 from ember.util.state import list_actors
-from ember_test_utils import wait_until
+from ember_test_utils import gcs_restart_cluster, kill_the_gcs, wait_until
 
 
 @ember.remote(shared_process=True)
@@ -255,6 +257,73 @@ def test_many_actors_from_many_threads(node):
     for t in threads:
         t.join(60)
     assert ember.get([a.incr.remote() for a in made], timeout=60) == [2] * 200
+
+
+def test_shared_actors_live_through_a_gcs_restart(monkeypatch):
+    """The GCS is SIGKILLed and comes back: the shared actors keep their state (the raylet
+    registers their places again), one is killed alone afterwards (the new GCS finds the
+    host by the others' address), and a new one joins the same host."""
+    with gcs_restart_cluster(monkeypatch, head_cpus=2) as cluster:
+        cluster.connect()
+        actors = [Counter.remote(i) for i in range(3)]
+        assert ember.get([a.incr.remote() for a in actors], timeout=30) == [1, 2, 3]
+        pid = ember.get(actors[0].pid.remote(), timeout=30)
+        kill_the_gcs(cluster.temp_root)
+        assert ember.get([a.incr.remote() for a in actors], timeout=60) == [2, 3, 4]
+        ember.kill(actors[0])
+        with pytest.raises(ActorDiedError):
+            ember.get(actors[0].incr.remote(), timeout=30)
+        assert ember.get([a.incr.remote() for a in actors[1:]], timeout=30) == [4, 5]
+        late = Counter.remote(100)
+        assert ember.get(late.incr.remote(), timeout=60) == 101
+        assert ember.get([late.pid.remote(), actors[1].pid.remote()], timeout=30) == [pid, pid]
+
+
+DRIVER_WITH_SHARED_ACTORS = """
+import sys, time, ember
+ember.init(address=sys.argv[1])
+
+@ember.remote(shared_process=True)
+class Busy:
+    def work(self):
+        time.sleep(60)
+
+actors = [Busy.remote() for _ in range(10)]
+refs = [a.work.remote() for a in actors]
+print("working", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_sigkilled_driver_takes_its_shared_actors_and_their_host_with_it(monkeypatch, tmp_path):
+    with gcs_restart_cluster(monkeypatch, head_cpus=2) as cluster:
+        program = tmp_path / "driver.py"
+        program.write_text(DRIVER_WITH_SHARED_ACTORS)
+        driver = subprocess.Popen(
+            [sys.executable, str(program), cluster.address], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert driver.stdout.readline().strip() == "working"
+
+            def actors() -> list[dict]:
+                return cluster.gcs_call("list_actors")
+
+            wait_until(
+                lambda: len(actors()) == 10 and all(a["state"] == "ALIVE" for a in actors()),
+                timeout=30,
+            )
+            [pid] = {a["pid"] for a in actors()}
+            host = psutil.Process(pid)
+            driver.kill()
+            driver.wait(10)
+            # The job ends: every actor of it is dead, and the host (mid-call in all ten)
+            # is gone too, though its calls were still sleeping.
+            wait_until(lambda: all(a["state"] == "DEAD" for a in actors()), timeout=30)
+            host.wait(30)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.wait(10)
 
 
 def test_zz_the_host_is_on_the_machines_page_and_ends_when_empty(node):
