@@ -83,8 +83,11 @@ class SharedHosts:
     async def lease(self, body: dict) -> dict | None:
         """A place for one shared-process actor, or None when its resources are not free
         here now (the GCS places it again when they may be)."""
+        machine = self.manager.machine
+        if machine.draining or machine.stopping:
+            return None  # the GCS places it on another node
         shape = apply_strategy(body["resources"], body.get("strategy"))
-        resources = self.manager.machine.resources
+        resources = machine.resources
         if shape and not resources.can_fit(shape):
             return None
         host = await self._host_for(body.get("job_id"), body.get("env", ""))
