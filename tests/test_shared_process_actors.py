@@ -344,9 +344,9 @@ def test_zz_the_host_is_on_the_machines_page_and_ends_when_empty(node):
             raise
         return next((w for w in workers if w.get("pid") == pid), {})
 
-    wait_until(lambda: host_row().get("actor_class") == "shared actors host (5 actors)", timeout=20)
+    wait_until(lambda: host_row().get("activity") == "shared actors host (5 actors)", timeout=20)
     ember.kill(actors[0])
-    wait_until(lambda: host_row().get("actor_class") == "shared actors host (4 actors)", timeout=20)
+    wait_until(lambda: host_row().get("activity") == "shared actors host (4 actors)", timeout=20)
     for a in actors[1:]:
         ember.kill(a)
     # No actor left in it: the host is ended after a short idle time, and its process exits.

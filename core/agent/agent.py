@@ -233,16 +233,19 @@ class Agent(DashboardStream):
             title = w.get("title") or ""
             state = _STATE.get(w.get("state", ""), w.get("state", ""))
             kind = "driver" if w.get("is_driver") else "worker"
+            # A host of shared-process actors holds many actors, none its own: its title
+            # ("shared actors host (N actors)") is what it does.
+            host = w.get("state") == "ACTOR" and not w.get("actor_id")
             by_pid[w["pid"]] = {
                 "pid": w["pid"],
                 "worker_id": w.get("worker_id"),
                 "kind": kind,
                 "component": kind,
                 "state": state,
-                "activity": _activity(state, title),
+                "activity": title if host and title else _activity(state, title),
                 "current_task": title if w.get("state") == "LEASED" else None,
                 "actor_id": w.get("actor_id"),
-                "actor_class": title if w.get("state") == "ACTOR" else None,
+                "actor_class": title if w.get("state") == "ACTOR" and not host else None,
                 "job_id": w.get("job_id"),
                 "blocked": w.get("blocked"),
             }

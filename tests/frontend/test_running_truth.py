@@ -188,3 +188,41 @@ def test_metrics_page_charts_user_metrics_and_task_functions(page, cluster):
     assert sum(sq["finished"]) >= 20 and all(d is None or d >= 0 for d in sq["mean_duration_s"]), sq
     tput = page.request.get(f"{url}/api/frontend/throughput?window_s=60&bucket_s=5").json()
     assert tput["times"][-1] + 5 <= time.time() + 1, tput["times"][-1]
+
+
+@ember.remote(shared_process=True)
+class Tenant:
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_a_shared_actors_host_is_one_process_with_its_actors_listed_apart(page, cluster):
+    """Three shared-process actors: the Machines page shows their one host and how many it
+    holds; the Actors page, filtered by that process, lists the three, each its own row."""
+    url, _ = cluster
+    tenants = [Tenant.remote(i) for i in range(3)]
+    try:
+        pids = set(ember.get([t.pid.remote() for t in tenants], timeout=60))
+        assert len(pids) == 1
+        (pid,) = pids
+        [node] = wait_until(
+            lambda: httpx.get(f"{url}/api/workers?filter=pid={pid}", timeout=10).json()["items"],
+            timeout=20,
+            message="the host in the node's process list",
+        )
+        open_page(page, url, f"machines?node={node['node_id']}")
+        row = page.locator(f"[data-testid=workers-table] tbody tr[data-row-key='{pid}']")
+        _wait_text(row.locator("td[data-col=state]"), "shared actors host (3 actors)")
+        open_page(page, url, f"actors?pid={pid}")
+        wait_until(
+            lambda: page.locator("[data-testid=actors-table]").get_attribute("data-total") == "3",
+            message="three actors in the host's process",
+        )
+        rows = page.locator("[data-testid=actors-table] .vrow").all_inner_texts()
+        assert len(rows) == 3 and all("Tenant" in r and "ALIVE" in r for r in rows), rows
+    finally:
+        for t in tenants:
+            ember.kill(t)
