@@ -454,8 +454,8 @@ class DashboardState:
             # Its method calls: the constructor (run again on each restart) is not one.
             if actor_id and not tasks.cols["name"][slot].endswith(".__init__"):
                 calls = self._actor_calls.setdefault(actor_id, [0, 0])
-                if state == "PENDING_ARGS_AVAIL":
-                    calls[0] += 1
+                if state == "PENDING_ARGS_AVAIL" or (extra and "t_pending" in extra):
+                    calls[0] += 1  # submitted (an end with its submission folded in, too)
                 elif state == "RETRYING":
                     calls[1] -= 1  # the end of the attempt before it did not end the call
                 # A call is done when an attempt of it ends (once: two accounts of one end,

@@ -94,6 +94,8 @@ ATTEMPT_FIELDS = (
 # Ways an attempt ends with its worker: no reply says where its lines end (they end where
 # the worker's file does).
 DIED = frozenset({"WORKER_DIED", "NODE_DIED", "ACTOR_DIED", "OUT_OF_MEMORY"})
+# The columns of the phases an agent may fold into an attempt's end event.
+FOLDED_TIMES = ("t_pending", "t_assign", "t_scheduled")
 
 
 class TaskView:
@@ -345,6 +347,13 @@ class TaskTable(TaskQueries):
                 old_log = self.logs.get(slot)
                 if old_log is not None and old_log[0] == attempt and old_log[2] < 0:
                     del self.logs[slot]  # ended without printing: no range to keep
+            if "t_pending" in extra or "t_scheduled" in extra or "t_assign" in extra:
+                # The agent folded this attempt's earlier phases into its end (one event for
+                # up to four: agent/fold_phases.py); their times ride along.
+                for col in FOLDED_TIMES:
+                    v = extra.get(col)
+                    if isinstance(v, int | float) and times[col][slot] != times[col][slot]:
+                        times[col][slot] = v
             tm = extra.get("timings")
             if tm:
                 for col, key in (

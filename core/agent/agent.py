@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psutil
+from ember.agent.fold_phases import fold_phases
 from ember.agent.health_events import NodeHealth
 from ember.agent.link import DashboardStream
 from ember.agent.log_shipper import LogShipper
@@ -124,7 +125,7 @@ class Agent(DashboardStream):
         # turned into hex by the JSON encoder's default hook, in C for everything else.
         events = [
             [tid.hex(), state, t, attempt, extra]
-            for tid, state, t, attempt, extra in body["events"]
+            for tid, state, t, attempt, extra in fold_phases(body["events"])
         ]
         msg = {
             "type": "task_events",
