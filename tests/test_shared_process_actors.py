@@ -65,9 +65,11 @@ class Counter:
 
 @pytest.fixture(scope="module")
 def node():
+    """One CPU: the raylet gives a job one host per CPU before actors share one, so here
+    every actor of the module's driver is in one process."""
     if ember.is_initialized():
         ember.shutdown()
-    ctx = ember.init(num_cpus=2)
+    ctx = ember.init(num_cpus=1)
     yield ctx
     ember.shutdown()
 
@@ -234,12 +236,17 @@ def test_what_a_shared_process_cannot_keep_is_refused_at_the_call(node):
 
 
 def test_fractional_cpus_are_held_per_actor(node):
-    held = [Counter.options(num_cpus=0.5).remote() for _ in range(3)]
+    held = [Counter.options(num_cpus=0.5).remote() for _ in range(2)]
     ember.get([a.value.remote() for a in held], timeout=30)
-    wait_until(lambda: ember.available_resources().get("CPU", 0) == pytest.approx(0.5), timeout=15)
-    for a in held:
+    wait_until(lambda: ember.available_resources().get("CPU", 0) == 0, timeout=15)
+    # A third does not fit the node's one CPU: it waits, and says for what.
+    third = Counter.options(num_cpus=0.5).remote(3)
+    wait_until(lambda: _state(third) == "PENDING_CREATION", timeout=15)
+    ember.kill(held[0])
+    assert ember.get(third.value.remote(), timeout=30) == 3  # placed once room came free
+    for a in (held[1], third):
         ember.kill(a)
-    wait_until(lambda: ember.available_resources().get("CPU", 0) == pytest.approx(2.0), timeout=15)
+    wait_until(lambda: ember.available_resources().get("CPU", 0) == pytest.approx(1.0), timeout=15)
 
 
 def test_many_actors_from_many_threads(node):
@@ -263,7 +270,7 @@ def test_shared_actors_live_through_a_gcs_restart(monkeypatch):
     """The GCS is SIGKILLed and comes back: the shared actors keep their state (the raylet
     registers their places again), one is killed alone afterwards (the new GCS finds the
     host by the others' address), and a new one joins the same host."""
-    with gcs_restart_cluster(monkeypatch, head_cpus=2) as cluster:
+    with gcs_restart_cluster(monkeypatch, head_cpus=1) as cluster:  # one host
         cluster.connect()
         actors = [Counter.remote(i) for i in range(3)]
         assert ember.get([a.incr.remote() for a in actors], timeout=30) == [1, 2, 3]
@@ -296,7 +303,7 @@ time.sleep(120)
 
 
 def test_a_sigkilled_driver_takes_its_shared_actors_and_their_host_with_it(monkeypatch, tmp_path):
-    with gcs_restart_cluster(monkeypatch, head_cpus=2) as cluster:
+    with gcs_restart_cluster(monkeypatch, head_cpus=1) as cluster:  # one host
         program = tmp_path / "driver.py"
         program.write_text(DRIVER_WITH_SHARED_ACTORS)
         driver = subprocess.Popen(
@@ -326,31 +333,39 @@ def test_a_sigkilled_driver_takes_its_shared_actors_and_their_host_with_it(monke
                 driver.wait(10)
 
 
-def test_zz_the_host_is_on_the_machines_page_and_ends_when_empty(node):
-    """Last in the module: on a fresh node, so the host holds only this test's actors."""
+def test_zz_hosts_one_per_cpu_on_the_machines_page_each_ending_when_empty(node):
+    """Last in the module: on a fresh node of two CPUs, so the hosts hold only this test's
+    actors. Four actors go to two hosts (one per CPU) of two each; the Machines page says
+    how many each holds, and a host with none left ends."""
     ember.shutdown()
     ctx = ember.init(num_cpus=2)
-    actors = [Counter.remote() for _ in range(5)]
-    pid = ember.get(actors[0].pid.remote(), timeout=30)
+    actors = [Counter.remote() for _ in range(4)]
+    pids = ember.get([a.pid.remote() for a in actors], timeout=30)
+    assert len(set(pids)) == 2 and all(pids.count(p) == 2 for p in pids)
     url = f"{ctx['dashboard_url']}/api/nodes/{ctx['node_id']}"
 
-    def host_row() -> dict:
+    def activity(pid: int) -> str:
         try:
             with urllib.request.urlopen(url, timeout=10) as r:
                 workers = json.load(r).get("workers") or []
         except urllib.error.HTTPError as e:
             if e.code == 404:  # the node's agent has not reported yet
-                return {}
+                return ""
             raise
-        return next((w for w in workers if w.get("pid") == pid), {})
+        return next((w.get("activity", "") for w in workers if w.get("pid") == pid), "")
 
-    wait_until(lambda: host_row().get("activity") == "shared actors host (5 actors)", timeout=20)
-    ember.kill(actors[0])
-    wait_until(lambda: host_row().get("activity") == "shared actors host (4 actors)", timeout=20)
-    for a in actors[1:]:
-        ember.kill(a)
-    # No actor left in it: the host is ended after a short idle time, and its process exits.
-    wait_until(lambda: not _alive(pid), timeout=30)
+    for pid in set(pids):
+        wait_until(lambda p=pid: activity(p) == "shared actors host (2 actors)", timeout=20)
+    first = pids[0]
+    mine = [a for a, p in zip(actors, pids, strict=True) if p == first]
+    ember.kill(mine[0])
+    wait_until(lambda: activity(first) == "shared actors host (1 actor)", timeout=20)
+    ember.kill(mine[1])
+    # No actor left in it: the host is ended after a short idle time, and its process exits;
+    # the other host, still holding two, stays.
+    wait_until(lambda: not _alive(first), timeout=30)
+    (other,) = set(pids) - {first}
+    assert _alive(other) and activity(other) == "shared actors host (2 actors)"
 
 
 def _row(a) -> dict:

@@ -7,9 +7,12 @@ and its kill are the machine's as for any worker. What the machine does not know
 guests: this table keeps them, and the resources each guest holds come out of the node's
 resources here, at the guest's grant, as a dedicated actor's do at its lease.
 
-Hosts are kept per job and runtime_env (a process runs one job's code). A guest goes to the
-job's host with the fewest guests; a new host starts when every host has ``per_host`` guests,
-so the pool grows with the actors placed here. A host whose last guest ended is ended after
+Hosts are kept per job and runtime_env (a process runs one job's code). The pool is sized
+here: a job's actors are spread over as many hosts as the node has CPUs before any host
+takes a second one (one process runs one thread of Python at a time, so actors that compute
+in one host would share one core), then each new actor goes to the host with the fewest,
+and a new host starts when every host has ``per_host``, so the pool grows with the actors
+placed here. A host whose last guest ended is ended after
 ``idle_seconds``, unless a guest came back meanwhile. When a host dies, each of its guests is
 reported to the GCS as a worker death of its own, so each restarts by its own rules.
 """
@@ -32,6 +35,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("ember.raylet")
 
+# How often a placement waiting for resources looks again for room a task's lease gave back
+# (a shared actor's own release wakes it at once).
+ROOM_POLL_SECONDS = 0.2
 # Guest lease ids come from their own range, so they never meet the machine's lease ids.
 _GUEST_IDS_FROM = 1 << 48
 
@@ -67,9 +73,13 @@ class SharedHosts:
         manager: LeaseManager,
         per_host: int | None = None,
         idle_seconds: float | None = None,
+        spread: int | None = None,
     ) -> None:
         self.manager = manager
         self.per_host = per_host or config.shared_actors_per_host
+        # Hosts a job gets before actors share one: the node's CPUs (at least one).
+        cpus = manager.machine.resources.total_dict().get("CPU", 1)
+        self.spread = spread or max(1, int(cpus))
         self.idle_seconds = (
             config.shared_host_idle_seconds if idle_seconds is None else idle_seconds
         )
@@ -78,21 +88,34 @@ class SharedHosts:
         self._ids = itertools.count(_GUEST_IDS_FROM)
         # {(job_id, env): the host starting for it}: concurrent placements wait for one start.
         self._starting: dict[tuple[Any, str], asyncio.Future] = {}
+        self._room = asyncio.Event()  # set when a guest gives its resources back
 
     # -- the GCS's requests ------------------------------------------------------------------
     async def lease(self, body: dict) -> dict | None:
-        """A place for one shared-process actor, or None when its resources are not free
-        here now (the GCS places it again when they may be)."""
+        """A place for one shared-process actor. While its resources are not free here the
+        request waits, as a dedicated actor's does in the lease machine's queue (the GCS
+        chose this node on its view, which may be a heartbeat old). None: this node takes
+        no new actor (draining, stopping), or could never hold it; the GCS places it again."""
         machine = self.manager.machine
-        if machine.draining or machine.stopping:
-            return None  # the GCS places it on another node
         shape = apply_strategy(body["resources"], body.get("strategy"))
         resources = machine.resources
-        if shape and not resources.can_fit(shape):
+        if shape and not resources.feasible(shape):
             return None
-        host = await self._host_for(body.get("job_id"), body.get("env", ""))
-        if host is None or (shape and not resources.can_fit(shape)):
-            return None
+        while True:
+            if machine.draining or machine.stopping:
+                return None
+            if not shape or resources.can_fit(shape):
+                host = await self._host_for(body.get("job_id"), body.get("env", ""))
+                if host is None:
+                    return None
+                if not shape or resources.can_fit(shape):
+                    break
+            # A guest's place given back wakes it; room a task's lease gave back, the poll.
+            self._room.clear()
+            try:
+                await asyncio.wait_for(self._room.wait(), ROOM_POLL_SECONDS)
+            except TimeoutError:
+                pass
         guest = GuestLease(next(self._ids), body["actor_id"], host, shape)
         if shape:
             guest.gpu_ids = resources.acquire(shape)
@@ -121,6 +144,7 @@ class SharedHosts:
         if guest.shape:
             self.manager.machine.resources.release(guest.shape, guest.gpu_ids)
             self.manager.handle(ev.ResourcesChanged())
+            self._room.set()
         conn = getattr(host.worker, "conn", None)
         if drop and conn is not None and not conn.closed:
             conn.send("exit", {"actor_id": guest.actor_id, "force": True, "reason": reason})
@@ -166,6 +190,7 @@ class SharedHosts:
         host.guests.clear()
         if freed:
             self.manager.handle(ev.ResourcesChanged())
+            self._room.set()
         return True
 
     # -- hosts -------------------------------------------------------------------------------
@@ -173,20 +198,19 @@ class SharedHosts:
         while True:
             mine = [h for h in self.hosts.values() if h.job_id == job_id and h.env == env]
             roomy = [h for h in mine if len(h.guests) < self.per_host]
-            if roomy:
-                return min(roomy, key=lambda h: len(h.guests))
+            emptiest = min(roomy, key=lambda h: len(h.guests)) if roomy else None
+            if emptiest is not None and (not emptiest.guests or len(mine) >= self.spread):
+                return emptiest
             key = (job_id, env)
             starting = self._starting.get(key)
             if starting is None:
                 starting = asyncio.ensure_future(self._start_host(job_id, env))
                 self._starting[key] = starting
                 starting.add_done_callback(lambda _f, k=key: self._starting.pop(k, None))
-            host = await asyncio.shield(starting)
-            if host is None:
-                return None
-            if len(host.guests) < self.per_host:
-                return host
-            # Filled by the placements that waited with this one: look (or start) again.
+            if await asyncio.shield(starting) is None:
+                return emptiest  # no new host: an existing one with room will do
+            # Look again: the placements that waited with this one take turns, each to the
+            # emptiest host then (the new one first), or start the next.
 
     async def _start_host(self, job_id: bytes | None, env: str) -> Host | None:
         key = HOST_KEY_PREFIX + os.urandom(5)

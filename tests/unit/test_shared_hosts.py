@@ -72,7 +72,7 @@ def _body(actor: int, job: bytes = b"j1", cpus: float = 0.0) -> dict:
 def test_actors_fill_the_least_loaded_host_and_a_new_one_starts_at_the_cap():
     async def go():
         m = FakeManager()
-        hosts = SharedHosts(m, per_host=2, idle_seconds=0.01)
+        hosts = SharedHosts(m, per_host=2, idle_seconds=0.01, spread=1)
         grants = [await hosts.lease(_body(i)) for i in range(5)]
         # Two per host: three hosts, filled in order.
         assert [g["pid"] for g in grants] == [1001, 1001, 1002, 1002, 1003]
@@ -97,10 +97,35 @@ def test_actors_fill_the_least_loaded_host_and_a_new_one_starts_at_the_cap():
 def test_concurrent_placements_share_one_host_start():
     async def go():
         m = FakeManager()
-        hosts = SharedHosts(m, per_host=100, idle_seconds=0.01)
+        hosts = SharedHosts(m, per_host=100, idle_seconds=0.01, spread=1)
         grants = await asyncio.gather(*(hosts.lease(_body(i)) for i in range(20)))
         assert {g["pid"] for g in grants} == {1001}
         assert len(m.keys) == 1
+
+    asyncio.run(go())
+
+
+def test_a_jobs_actors_spread_over_one_host_per_cpu_before_sharing_one():
+    async def go():
+        m = FakeManager(cpus=3.0)
+        hosts = SharedHosts(m, per_host=100, idle_seconds=0.01)
+        assert hosts.spread == 3
+        one_by_one = [(await hosts.lease(_body(i)))["pid"] for i in range(3)]
+        assert one_by_one == [1001, 1002, 1003]  # a host per CPU first
+        together = await asyncio.gather(*(hosts.lease(_body(10 + i)) for i in range(9)))
+        assert len(m.keys) == 3  # then no new host: the emptiest takes the next
+        assert sorted(h["actors"] for h in hosts.public()) == [4, 4, 4]
+        assert {g["pid"] for g in together} == {1001, 1002, 1003}
+
+    asyncio.run(go())
+
+
+def test_concurrent_first_placements_are_spread_too():
+    async def go():
+        m = FakeManager(cpus=2.0)
+        hosts = SharedHosts(m, per_host=100, idle_seconds=0.01)
+        await asyncio.gather(*(hosts.lease(_body(i)) for i in range(10)))
+        assert sorted(h["actors"] for h in hosts.public()) == [5, 5]
 
     asyncio.run(go())
 
@@ -112,11 +137,18 @@ def test_a_guests_cpus_come_out_of_the_node_and_go_back():
         a = await hosts.lease(_body(1, cpus=0.5))
         b = await hosts.lease(_body(2, cpus=0.5))
         assert m.machine.resources.available_dict()["CPU"] == 0.0
-        assert await hosts.lease(_body(3, cpus=0.5)) is None  # not now: the GCS parks it
+        # No room now: the request waits here (the GCS's view may be a heartbeat old) ...
+        waiting = asyncio.ensure_future(hosts.lease(_body(3, cpus=0.5)))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        # ... until a guest gives its CPUs back.
         hosts.release(a["lease_id"], drop=False)
-        assert m.machine.resources.available_dict()["CPU"] == 0.5
         assert any(isinstance(e, ev.ResourcesChanged) for e in m.events)
-        assert b is not None
+        third = await asyncio.wait_for(waiting, 2)
+        assert third["pid"] == b["pid"]
+        assert m.machine.resources.available_dict()["CPU"] == 0.0
+        # One that no node of this size could hold is refused at once.
+        assert await hosts.lease(_body(4, cpus=2.0)) is None
 
     asyncio.run(go())
 
@@ -124,7 +156,7 @@ def test_a_guests_cpus_come_out_of_the_node_and_go_back():
 def test_a_host_death_reports_each_guest_and_frees_their_resources():
     async def go():
         m = FakeManager(cpus=2.0)
-        hosts = SharedHosts(m, per_host=100, idle_seconds=0.01)
+        hosts = SharedHosts(m, per_host=100, idle_seconds=0.01, spread=1)
         grants = [await hosts.lease(_body(i, cpus=0.25)) for i in range(4)]
         worker = m.pool.workers[grants[0]["worker_id"]]
         worker.exit_reason = "killed by signal 9 (SIGKILL)"
