@@ -537,7 +537,7 @@ class Executor:
         if self.exiting:
             self._exit_actor(self.exit_reason)
 
-    def start_async_call(self, spec: TaskSpec, limit: Any, after: Any, *_: Any) -> None:
+    def start_async_call(self, spec: TaskSpec, limit: Any, after: Any) -> None:
         """On an async lane's loop thread: runs the call within ``limit`` (its actor's or
         group's semaphore) and hands its reply to ``after``."""
         call = asyncio.ensure_future(self._run_async(spec, limit, after))

@@ -137,13 +137,14 @@ class SharedActors:
             guest.exit_reason = guest.exit_reason or reason
             self._drop(guest)
             return
-        guest.exit_reason = guest.exit_reason or reason
-        if guest.is_async:
+        if guest.is_async:  # after the calls it has started
+            guest.exit_reason = guest.exit_reason or reason
             if guest.in_flight == 0:
                 self.threads.submit(self._report_exit, guest)
             return
         with self.lock:
-            guest.mailbox.append((None, None))  # type: ignore[arg-type] # ends it, in order
+            # Its end, queued behind the calls it has: the reason rides in the reply's place.
+            guest.mailbox.append((None, reason))  # type: ignore[arg-type]
             start = guest.active < guest.concurrency
             if start:
                 guest.active += 1
@@ -179,6 +180,7 @@ class SharedActors:
                     return
                 spec, reply_to = guest.mailbox.popleft()
             if spec is None:  # asked to end after the calls before it
+                guest.exit_reason = guest.exit_reason or reply_to  # type: ignore[assignment]
                 self._report_exit(guest)
                 continue
             if guest.gone:
@@ -232,7 +234,7 @@ class SharedActors:
             if guest.exit_reason and guest.in_flight == 0 and not guest.gone:
                 self.threads_submit_safe(self._report_exit, guest)
 
-        self.executor.start_async_call(spec, guest.limit, after, guest.actor_id)
+        self.executor.start_async_call(spec, guest.limit, after)
 
     def threads_submit_safe(self, fn: Any, *args: Any) -> None:
         """``CallThreads.submit`` takes calls from the I/O thread only."""
