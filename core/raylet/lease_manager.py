@@ -158,7 +158,13 @@ class LeaseManager:
         return fut
 
     async def h_lease_shared_actor(self, conn: Connection, body: dict) -> dict | None:
-        return await self.shared.lease(body)
+        grant = await self.shared.lease(body)
+        if grant is not None and conn.closed:
+            # The GCS process that asked died while the request waited here (as for a
+            # dedicated actor's lease, _actor_lease_answered): nobody will use this place.
+            self.shared.release(grant["lease_id"], drop=False)
+            return None
+        return grant
 
     def request_actor_worker(self, body: dict, key: bytes) -> asyncio.Future:
         """An actor lease for ``key`` (a shared-process actors' host): the grant, or None."""
