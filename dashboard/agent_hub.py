@@ -274,6 +274,7 @@ def apply_agent_message(st: DashboardState, node_id: str, msg: dict[str, Any]) -
             str(msg.get("job_id") or ""),
             msg["events"],
             int(msg.get("dropped") or 0),
+            int(msg.get("folded") or 0),
         )
     elif kind == "actors":
         for row in msg["actors"]:

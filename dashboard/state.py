@@ -430,8 +430,11 @@ class DashboardState:
         job_id: str,
         events: list[list[Any]],
         dropped_at_source: int = 0,
+        folded: int = 0,
     ) -> None:
-        """Ingests one owner's batch: ``[[task_id, state, time, attempt, extra], ...]``."""
+        """Ingests one owner's batch: ``[[task_id, state, time, attempt, extra], ...]``;
+        ``folded``: how many of the owner's events the agent folded into these
+        (``agent/fold_phases.py``), counted as received."""
         tasks = self.tasks
         before = tasks.dropped
         changed: dict[str, int] = {}
@@ -479,7 +482,7 @@ class DashboardState:
         self.dropped["late_task_events"] = tasks.late_dropped
         self.dropped["agent_task_events"] += dropped_at_source
         self.timeline.ingest(node_id, job_id, events)
-        self.ingested["task_events"] += len(events)
+        self.ingested["task_events"] += len(events) + folded
         self.ingested["batches"] += 1
         if changed:
             self.pubsub.publish(

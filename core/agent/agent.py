@@ -133,14 +133,19 @@ class Agent(DashboardStream):
             "worker_id": _hex(body.get("worker_id")),
             "events": events,
             "dropped": int(body.get("dropped") or 0),
+            # Events folded into others: received all the same (the dashboard counts them).
+            "folded": len(body["events"]) - len(events),
         }
         self.events.append(msg)
         self.buffered_events += len(events)
         while self.buffered_events > MAX_BUFFERED_EVENTS and len(self.events) > 1:
             old = self.events.popleft()
+            if old["type"] != "task_events":
+                continue  # a worker's error event: no task events in it
             self.buffered_events -= len(old["events"])
-            self.events_dropped += len(old["events"]) + old["dropped"]
-            self.events_dropped_total += len(old["events"])
+            # The events folded into the dropped ones are lost with them.
+            self.events_dropped += len(old["events"]) + old["folded"] + old["dropped"]
+            self.events_dropped_total += len(old["events"]) + old["folded"]
         self.wakeup.set()
 
     def h_task_events_sync(self, conn: Any, body: Any) -> None:

@@ -7,7 +7,7 @@ gain. JSON, not pickle: the dashboard must never unpickle what the network sends
 
 Agent → dashboard:  {"type": "hello", "node_id", "info"}
                     {"type": "metrics", "time", "sample", "workers", "logs"}
-                    {"type": "task_events", "job_id", "worker_id", "events", "dropped"}
+                    {"type": "task_events", "job_id", "worker_id", "events", "dropped", "folded"}
                     {"type": "event", "severity", "message", "kind", "pid", "detail"}
                     {"type": "reply", "rid", "body"} | {"type": "reply", "rid", "error"}
 Dashboard → agent:  {"type": "request", "rid", "op", "body"}
