@@ -184,6 +184,14 @@ class ActorExit(SystemExit):
         self.reason = reason
 
 
+def exit_cause(e: SystemExit, call: str) -> str:
+    """What ended an actor in its call ``call`` with SystemExit, in the words its callers
+    read (the executor's and a shared-process host's)."""
+    if isinstance(e, ActorExit):
+        return getattr(e, "reason", "") or "exit_actor() was called"
+    return f"sys.exit({e.code!r}) was called in {call}()"
+
+
 class ActorAlreadyExistsError(EmberError, ValueError):
     """An actor was created with a name already taken in its namespace (Ray's class: a
     ``ValueError``, so code written for older Ray that catches ValueError still works)."""

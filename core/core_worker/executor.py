@@ -47,6 +47,7 @@ from ember.exceptions import (
     TaskCancelledError,
     TaskError,
     error_type_of,
+    exit_cause,
     format_user_exception,
 )
 from ember.protocol.connection import DEFERRED, Connection, Deferred, new_event_loop
@@ -648,11 +649,7 @@ class Executor:
         if self.shared is not None:
             return self.shared.exit_reply(spec, e)
         self.exiting = True
-        if isinstance(e, ActorExit):
-            self.exit_reason = getattr(e, "reason", "") or "exit_actor() was called"
-        else:
-            self.exit_reason = f"sys.exit({e.code!r}) was called in {spec.display_name()}()"
-        self.exit_reason += " (an intentional exit)"
+        self.exit_reason = exit_cause(e, spec.display_name()) + " (an intentional exit)"
         return self.error_reply(
             spec, ActorDiedError(self.host.current_actor_hex(), self.exit_reason), app=False
         )

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from ember.core_worker.call_threads import CallThreads
 from ember.core_worker.concurrency_groups import Lane
 from ember.core_worker.task_spec import TaskSpec
-from ember.exceptions import ActorDiedError, ActorExit
+from ember.exceptions import ActorDiedError, ActorExit, exit_cause
 from ember.protocol.connection import DEFERRED, Deferred
 
 if TYPE_CHECKING:
@@ -232,11 +232,11 @@ class SharedActors:
             guest.in_flight -= 1
             self._answer(guest, spec, reply, reply_to)
             if guest.exit_reason and guest.in_flight == 0 and not guest.gone:
-                self.threads_submit_safe(self._report_exit, guest)
+                self._submit_from_any_thread(self._report_exit, guest)
 
         self.executor.start_async_call(spec, guest.limit, after)
 
-    def threads_submit_safe(self, fn: Any, *args: Any) -> None:
+    def _submit_from_any_thread(self, fn: Any, *args: Any) -> None:
         """``CallThreads.submit`` takes calls from the I/O thread only."""
         self.host.loop.call_soon_threadsafe(self.threads.submit, fn, *args)
 
@@ -263,10 +263,7 @@ class SharedActors:
         ``sys.exit(0)``) or crashes (any other ``sys.exit()``), alone."""
         guest = self.guests.get(spec.actor_id)
         intended = isinstance(e, ActorExit) or e.code == 0
-        if isinstance(e, ActorExit):
-            reason = getattr(e, "reason", "") or "exit_actor() was called"
-        else:
-            reason = f"sys.exit({e.code!r}) was called in {spec.display_name()}()"
+        reason = exit_cause(e, spec.display_name())
         if guest is not None and intended:
             guest.exit_reason = reason + " (an intentional exit)"
         elif guest is not None:

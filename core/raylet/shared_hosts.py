@@ -43,17 +43,25 @@ _GUEST_IDS_FROM = 1 << 48
 
 
 class Host:
-    __slots__ = ("worker_id", "lease_id", "address", "pid", "job_id", "env", "guests", "worker")
+    """A host process: the pool's worker (its id, address, pid and connection) and the
+    lease the machine holds for it."""
 
-    def __init__(self, grant: dict, job_id: bytes | None, env: str, worker: Any) -> None:
-        self.worker_id: bytes = grant["worker_id"]
-        self.lease_id: int = grant["lease_id"]
-        self.address: str = grant["address"]
-        self.pid: int = grant["pid"]
+    __slots__ = ("lease_id", "job_id", "env", "guests", "worker")
+
+    def __init__(self, lease_id: int, job_id: bytes | None, env: str, worker: Any) -> None:
+        self.lease_id = lease_id
         self.job_id = job_id
         self.env = env
         self.guests: dict[int, GuestLease] = {}
-        self.worker = worker  # the pool's WorkerProc: its connection, to drop a guest
+        self.worker = worker
+
+    @property
+    def worker_id(self) -> bytes:
+        return self.worker.worker_id
+
+    @property
+    def pid(self) -> int:
+        return self.worker.pid
 
 
 class GuestLease:
@@ -124,7 +132,7 @@ class SharedHosts:
         return {
             "lease_id": guest.lease_id,
             "worker_id": host.worker_id,
-            "address": host.address,
+            "address": host.worker.address,
             "pid": host.pid,
             "gpu_ids": [],
             "node_id": self.manager.machine.node_id,
@@ -142,9 +150,7 @@ class SharedHosts:
         host = guest.host
         host.guests.pop(lease_id, None)
         if guest.shape:
-            self.manager.machine.resources.release(guest.shape, guest.gpu_ids)
-            self.manager.handle(ev.ResourcesChanged())
-            self._room.set()
+            self._give_back([guest])
         conn = getattr(host.worker, "conn", None)
         if drop and conn is not None and not conn.closed:
             conn.send("exit", {"actor_id": guest.actor_id, "force": True, "reason": reason})
@@ -176,22 +182,26 @@ class SharedHosts:
         reason = worker.exit_reason or "its process died"
         reason = f"the shared process hosting it (pid {host.pid}) died: {reason}"
         gcs = self.manager.raylet.gcs
-        freed = False
-        for guest in list(host.guests.values()):
+        for guest in host.guests.values():
             self.guests.pop(guest.lease_id, None)
-            if guest.shape:
-                self.manager.machine.resources.release(guest.shape, guest.gpu_ids)
-                freed = True
             if gcs is not None and not gcs.closed:
                 gcs.send(
                     "worker_died",
                     {"worker_id": host.worker_id, "actor_id": guest.actor_id, "reason": reason},
                 )
+        self._give_back([g for g in host.guests.values() if g.shape])
         host.guests.clear()
-        if freed:
-            self.manager.handle(ev.ResourcesChanged())
-            self._room.set()
         return True
+
+    def _give_back(self, guests: list[GuestLease]) -> None:
+        """The guests' resources back to the node; the lease machine's queue and the
+        placements waiting here look again."""
+        if not guests:
+            return
+        for guest in guests:
+            self.manager.machine.resources.release(guest.shape, guest.gpu_ids)
+        self.manager.handle(ev.ResourcesChanged())
+        self._room.set()
 
     # -- hosts -------------------------------------------------------------------------------
     async def _host_for(self, job_id: bytes | None, env: str) -> Host | None:
@@ -225,7 +235,7 @@ class SharedHosts:
         worker = self.manager.pool.workers.get(grant["worker_id"])
         if worker is None or worker.dead:
             return None
-        host = Host(grant, job_id, env, worker)
+        host = Host(grant["lease_id"], job_id, env, worker)
         self.hosts[host.worker_id] = host
         worker.title = "shared actors host (0 actors)"
         return host

@@ -51,7 +51,13 @@ class FakeManager:
         n = next(self._n)
         worker_id = bytes([n]) * 16
         self.pool.workers[worker_id] = SimpleNamespace(
-            worker_id=worker_id, dead=False, conn=FakeConn(), title="", exit_reason=""
+            worker_id=worker_id,
+            pid=1000 + n,
+            address=f"unix:/w{n}",
+            dead=False,
+            conn=FakeConn(),
+            title="",
+            exit_reason="",
         )
         fut = asyncio.get_running_loop().create_future()
         fut.set_result(
