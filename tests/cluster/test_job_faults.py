@@ -15,7 +15,13 @@ import httpx
 import psutil
 import pytest
 from ember.cluster_utils import Cluster
-from ember_test_utils import PeakRss, assert_no_ember_children, ember_cli, wait_until
+from ember_test_utils import (
+    PeakRss,
+    assert_no_ember_children,
+    ember_cli,
+    free_port,
+    wait_until,
+)
 
 pytestmark = pytest.mark.timeout(180)
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -127,12 +133,15 @@ def test_entrypoints_run_on_the_head_or_where_labels_select(cluster):
 
 @pytest.fixture
 def head():
-    """A head (2 CPUs, its dashboard) for one test; ``GET .../logs`` capped at 8 MiB."""
+    """A head (2 CPUs, its dashboard) for one test; ``GET .../logs`` capped at 8 MiB. Its
+    dashboard port is one no other test's cluster can be given as "the next free one above
+    8265": a dashboard started again must bind that very port, and one that another test's
+    cluster took while it was down would keep it down."""
     if ember.is_initialized():
         ember.shutdown()
     c = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 2},
+        head_node_args={"num_cpus": 2, "dashboard_port": free_port()},
         env={"EMBER_JOB_LOGS_MAX_BYTES": str(LOGS_CAP)},
     )
     http = httpx.Client(base_url=c.head_node.dashboard_url, timeout=120)
