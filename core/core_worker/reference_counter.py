@@ -58,6 +58,14 @@ class Ref:
         return bool(self.local or self.submitted or self.captured or self.borrowers)
 
 
+class _NewBorrows(threading.local):
+    """Per thread: refs deserialized and not registered yet. A class default, because
+    ``getattr(local, name, None)`` raises and catches inside on every thread that never set
+    it, and every ``get`` asks."""
+
+    new_borrows: list[tuple[bytes, OwnerAddress]] | None = None
+
+
 class ReferenceCounter:
     def __init__(
         self,
@@ -71,7 +79,7 @@ class ReferenceCounter:
         self._on_free = on_free
         self._on_borrow_released = on_borrow_released
         # Borrowed refs deserialized on this thread, to register with their owners.
-        self._tls = threading.local()
+        self._tls = _NewBorrows()
 
     # -- owned objects ---------------------------------------------------------------------
     def add_owned(
@@ -161,13 +169,13 @@ class ReferenceCounter:
             ref = self._refs.get(object_id)
             if ref is not None and ref.in_use():
                 return  # already a registered borrower
-        pending = getattr(self._tls, "new_borrows", None)
+        pending = self._tls.new_borrows
         if pending is None:
             pending = self._tls.new_borrows = []
         pending.append((object_id, owner))
 
     def take_new_borrows(self) -> list[tuple[bytes, OwnerAddress]]:
-        pending = getattr(self._tls, "new_borrows", None)
+        pending = self._tls.new_borrows
         if not pending:
             return []
         self._tls.new_borrows = None
