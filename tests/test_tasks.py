@@ -584,8 +584,10 @@ def test_task_event_buffer_is_bounded_and_reports_what_it_dropped(ember_start, m
 
     # The flush to the agent reports what fell out unsent: what the dashboard received plus
     # what it was told was dropped adds up to every event the driver recorded, and the
-    # workers' own: each task's RUNNING (their buffers are the default size: none dropped).
-    recorded = worker.events_dropped + len(worker.events) + 300
+    # workers' own (their buffers are the default size: none dropped). A worker sends a
+    # task's RUNNING only if the task is still running at its flush (the owner's end says
+    # the rest), so the workers add between none and one per task.
+    recorded = worker.events_dropped + len(worker.events)
     url = worker.node["dashboard_url"].rstrip("/") + "/api/cluster_status"
 
     def accounted():
@@ -593,7 +595,7 @@ def test_task_event_buffer_is_bounded_and_reports_what_it_dropped(ember_start, m
             status = json.load(resp)
         got = status["ingested"]["task_events"]
         lost = status["dropped"]["agent_task_events"]
-        return (got, lost) if got + lost == recorded else None
+        return (got, lost) if recorded <= got + lost <= recorded + 300 else None
 
     got, lost = wait_until(accounted, 30, interval=0.2, message="the events to be accounted for")
     assert lost > 0 and got >= 50  # the last 50, at least, reached the agent

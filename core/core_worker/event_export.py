@@ -9,7 +9,9 @@ one-way (no reply awaited): a slow or dead agent never stalls this process. Whil
 is away, events wait in the same bounded buffer (``config.task_events_buffer_size``). The
 buffer counts every event that fell out (``events_dropped``), so ``events_dropped + len``
 is how many were ever recorded; the next batch reports (``dropped``) how many fell out
-before they were sent: only those are lost to the agent.
+before they were sent: only those are lost to the agent. A worker's RUNNING events wait
+apart (``TaskEvents.starts``): each flush sends those of tasks still running, and a task that
+ended before it needs none (its owner's end event says where and when it ran).
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ class EventExporter:
                 woken = asyncio.Event()
                 self.events.wake = functools.partial(loop.call_soon_threadsafe, woken.set)
                 try:
-                    if not self.new_events()[0]:  # none slipped in before the hook was set
+                    # None slipped in before the hook was set.
+                    if not self.new_events()[0] and not self.events.starts:
                         await woken.wait()
                 finally:
                     self.events.wake = None
@@ -108,14 +111,16 @@ class EventExporter:
     async def flush(self) -> bool:
         """Sends what is new; whether there was anything (sent or kept for later)."""
         new, lost, recorded = self.new_events()
-        if not new:
+        if not new and not self.events.starts:
             return False
         conn = await self._connection()
         if conn is None:
             return True  # the agent is away; the events stay in the bounded buffer
         host = self.host
-        for i in range(0, len(new), BATCH):
-            chunk = new[i : i + BATCH]
+        # The RUNNING events of tasks still running now (``TaskEvents.record_start``).
+        batch = new + self.events.take_starts() if self.events.starts else new
+        for i in range(0, len(batch), BATCH):
+            chunk = batch[i : i + BATCH]
             conn.send(
                 "task_events",
                 {
@@ -125,9 +130,10 @@ class EventExporter:
                     "dropped": lost if i == 0 else 0,
                 },
             )
-        self.reported_dropped += lost
-        self.sent_upto = recorded
-        self.last = new[-1]
+        if new:
+            self.reported_dropped += lost
+            self.sent_upto = recorded
+            self.last = new[-1]
         return True
 
     async def _connection(self) -> Any:

@@ -310,8 +310,11 @@ class Executor:
         reply["timings"] = _ended(timings)
         if spans:
             reply["profile"] = spans
+        # Where it ran, for the owner's end event (the timeline's process row): with it,
+        # this worker's own RUNNING event is not needed once the task ended.
         reply["pid"] = os.getpid()
-        reply["node_id"] = host.node_id_hex  # where it ran: the timeline's process row
+        reply["node_id"] = host.node_id_hex
+        reply["worker_id"] = host.worker_id
         self.tasks_done += 1
         sys.stdout.flush()
         sys.stderr.flush()
@@ -319,6 +322,8 @@ class Executor:
             _add_log_range(reply, log_from, self.log_offsets.now())
         if spec.kind == ACTOR_CREATION_TASK:
             self._record_creation_end(spec, reply)
+        else:
+            host.task_events.ended_here(spec.task_id)
         return reply
 
     def _reached_max_calls(self, spec: TaskSpec) -> bool:
@@ -406,7 +411,9 @@ class Executor:
                 extra["log_at"] = log_at
             if name in self._running_extra or len(self._running_extra) < 1024:
                 self._running_extra[name] = extra  # bounded: names are few, but user-given
-        self.host.task_events.append((spec.task_id, "RUNNING", time.time(), spec.attempt, extra))
+        self.host.task_events.record_start(
+            (spec.task_id, "RUNNING", time.time(), spec.attempt, extra)
+        )
 
     def _record_creation_end(self, spec: TaskSpec, reply: dict) -> None:
         """An actor's creation task ends here: its reply goes to the GCS, not to the owner,

@@ -27,6 +27,9 @@ class TaskEvents:
         self._root_task_id = root_task_id
         # Set by the exporter while it sleeps for want of events: the next one wakes it.
         self.wake: Any = None
+        # RUNNING events of tasks running here, by task id, held until the exporter's next
+        # flush (see ``record_start``).
+        self.starts: dict[bytes, tuple] = {}
 
     def record(self, spec: TaskSpec, state: str, **extra: Any) -> None:
         self.append((spec.task_id, state, time.time(), spec.attempt, extra or None))
@@ -44,6 +47,32 @@ class TaskEvents:
         extra = {"error": error, "error_type": error_type, **where}
         self.append((spec.task_id, "FAILED", time.time(), attempt, extra))
 
+    def record_start(self, event: tuple) -> None:
+        """A task's RUNNING event, held apart until the next flush. A task that ends first
+        loses it (``ended_here``): the end its owner records carries the same facts (the
+        worker, pid, node and start time ride in the reply), so a call shorter than the
+        flush period costs the agent and the dashboard one event fewer. One still running
+        at the flush is sent then, as before."""
+        self.starts[event[0]] = event
+        if self.wake is not None:
+            self._wake()
+
+    def ended_here(self, task_id: bytes) -> None:
+        """The task's reply, which says where and when it ran, is on its way to its owner."""
+        self.starts.pop(task_id, None)
+
+    def take_starts(self) -> list[tuple]:
+        """The held RUNNING events of tasks still running (each taken once)."""
+        starts = self.starts
+        if not starts:
+            return []
+        out = []
+        for task_id in list(starts):
+            event = starts.pop(task_id, None)  # the task may end meanwhile, on its thread
+            if event is not None:
+                out.append(event)
+        return out
+
     def append(self, event: tuple) -> None:
         """Into the bounded buffer; the oldest event falls out and is counted as dropped
         (the exporter reports the count to the agent with its next batch)."""
@@ -52,11 +81,16 @@ class TaskEvents:
             self.dropped += 1
         events.append(event)
         if self.wake is not None:
-            wake, self.wake = self.wake, None
-            try:
-                wake()
-            except RuntimeError:  # the loop closed meanwhile (shutdown): nothing to wake
-                pass
+            self._wake()
+
+    def _wake(self) -> None:
+        wake, self.wake = self.wake, None
+        if wake is None:  # another thread woke it first
+            return
+        try:
+            wake()
+        except RuntimeError:  # the loop closed meanwhile (shutdown): nothing to wake
+            pass
 
     def record_profile(self, name: str, start: float, end: float, extra: dict) -> None:
         """A span of ``ember.profile``; inside a task it travels back with the task's reply."""

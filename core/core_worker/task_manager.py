@@ -285,6 +285,7 @@ class TaskManager:
                 "timings": reply.get("timings"),
                 "pid": reply.get("pid"),
                 "node_id": reply.get("node_id"),
+                "worker_id": reply.get("worker_id"),
                 "function": spec.display_name(),
                 "error": reply.get("message"),
                 "error_type": reply.get("error_type"),

@@ -175,6 +175,43 @@ def test_a_running_task_is_running_everywhere_then_finished(node):
     assert [t["state"] for t in cli_tasks(ctx.dashboard_url, f"task_id={task_id}")] == ["FINISHED"]
 
 
+@ember.remote
+def where_task() -> tuple[int, str, str]:
+    ctx = ember.get_runtime_context()
+    return os.getpid(), ctx.get_worker_id(), ctx.get_node_id()
+
+
+@ember.remote
+class Where:
+    def me(self) -> tuple[int, str, str]:
+        ctx = ember.get_runtime_context()
+        return os.getpid(), ctx.get_worker_id(), ctx.get_node_id()
+
+
+def test_a_short_task_and_call_say_where_and_when_they_ran(node):
+    """A task or call that ends before its worker's next flush sends no RUNNING event of
+    its own (its owner's end event carries the same facts): its row still names the worker,
+    pid and node it ran on, and its RUNNING phase with its time."""
+    _, http, _ = node
+    actor = Where.remote()
+    refs = {"task": where_task.remote(), "call": actor.me.remote()}
+    for kind, ref in refs.items():
+        pid, worker_id, node_id = ember.get(ref, timeout=30)
+        task_id = ref.task_id().hex()
+        row = wait_until(
+            lambda task_id=task_id: (
+                (r := one_task(http, task_id)) and r["state"] == "FINISHED" and r
+            ),
+            30,
+            0.1,
+            f"the {kind} FINISHED",
+        )
+        assert (row["worker_pid"], row["worker_id"], row["node_id"]) == (pid, worker_id, node_id)
+        events = {e["state"]: e["created_ms"] for e in row["events"]}
+        assert "RUNNING" in events, (kind, row["events"])
+        assert row["start_time_ms"] == events["RUNNING"] <= events["FINISHED"] == row["end_time_ms"]
+
+
 def test_a_failed_task_carries_its_error_and_its_execute_phase(node):
     _, http, _ = node
     ref = boom.remote()

@@ -6,7 +6,9 @@ updates, exit, node events), its raylet (logs, warnings, reference collection). 
 ``bytes``; an "owner" is ``(worker_id, address)``; an object "location" is
 ``("inline", meta, data, buffers)`` or ``("plasma", node_id, ...)``, a stored error being an
 inline value whose meta says so. A task reply is
-``{"returns": list[location], "contained": list, "error"?: True, "worker_exiting"?: True}``.
+``{"returns": list[location], "contained": list, "error"?: True, "worker_exiting"?: True}``
+with where and when it ran (``timings``, ``pid``, ``node_id``, ``worker_id``), which its
+owner's end event carries to the dashboard.
 """
 
 from __future__ import annotations
