@@ -242,6 +242,9 @@ def test_fractional_cpus_are_held_per_actor(node):
     # A third does not fit the node's one CPU: it waits, and says for what.
     third = Counter.options(num_cpus=0.5).remote(3)
     wait_until(lambda: _state(third) == "PENDING_CREATION", timeout=15)
+    # The autoscaler's demand holds it once, whether it waits in the GCS (pending actors)
+    # or in the raylet that the GCS's view sent it to (the node's heartbeat).
+    wait_until(lambda: _waiting_shapes() == [{"CPU": 0.5}], timeout=15, message="the demand for it")
     ember.kill(held[0])
     assert ember.get(third.value.remote(), timeout=30) == 3  # placed once room came free
     for a in (held[1], third):
@@ -366,6 +369,15 @@ def test_zz_hosts_one_per_cpu_on_the_machines_page_each_ending_when_empty(node):
     wait_until(lambda: not _alive(first), timeout=30)
     (other,) = set(pids) - {first}
     assert _alive(other) and activity(other) == "shared actors host (2 actors)"
+
+
+def _waiting_shapes() -> list[dict]:
+    """Every shape waiting for room, as the autoscaler reads the GCS's view of the cluster."""
+    from ember.autoscaler.demand import demand_from_cluster_info
+    from ember.cli.status import fetch
+
+    info = fetch(ember.get_runtime_context().gcs_address, None)
+    return [dict(s) for s in demand_from_cluster_info(info).shapes]
 
 
 def _row(a) -> dict:

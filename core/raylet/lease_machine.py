@@ -17,7 +17,7 @@ holder is told once, naming the task and the shapes (as Ray does).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ember.raylet.cluster_view import ClusterView
@@ -523,8 +523,9 @@ class LeaseMachine:
             return None
         return max(0.0, self.clock() - self._last_lease_end)
 
-    def pending_demands(self) -> list[dict[str, Any]]:
-        """The queue by shape, for the GCS's autoscaling view (heartbeats)."""
+    def pending_demands(self, waiting: Iterable[dict[str, float]] = ()) -> list[dict[str, Any]]:
+        """The queue by shape, for the GCS's autoscaling view (heartbeats); ``waiting``:
+        more requests waiting elsewhere on the node (shared-process actors' placements)."""
         demands: dict[tuple, dict] = {}
 
         def add(shape: dict[str, float], count: int) -> None:
@@ -540,6 +541,8 @@ class LeaseMachine:
         # Tasks their owners hold back beyond their requests (a few per class) wait too.
         for shape, backlog in self.backlogs.values():
             add(shape, backlog)
+        for shape in waiting:
+            add(shape, 1)
         return list(demands.values())
 
 

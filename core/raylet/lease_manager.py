@@ -86,6 +86,16 @@ class LeaseManager:
         if (machine.queue or machine.backlogs) and not membership.demand_reported:
             membership.beat_soon()
 
+    def pending_demands(self) -> list[dict[str, Any]]:
+        """What waits on this node for resources, by shape (the heartbeat's report): the
+        lease queue, owners' backlogs and shared-process actors' placements."""
+        return self.machine.pending_demands(self.shared.waiting_demands())
+
+    def demand_changed(self) -> None:
+        """New demand outside the lease machine: reported at the next early beat."""
+        if not self.raylet.membership.demand_reported:
+            self.raylet.membership.beat_soon()
+
     def _gcs_up(self) -> bool:
         gcs = self.raylet.gcs
         return gcs is not None and not gcs.closed

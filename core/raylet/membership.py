@@ -152,7 +152,7 @@ class Membership:
                 unanswered = 0  # the GCS is away: the link reconnects (or gives up)
                 continue
             try:
-                demands = r.leases.machine.pending_demands()
+                demands = r.leases.pending_demands()
                 self.demand_reported = bool(demands)
                 body = {
                     "node_id": r.node_id,

@@ -97,6 +97,10 @@ class SharedHosts:
         # {(job_id, env): the host starting for it}: concurrent placements wait for one start.
         self._starting: dict[tuple[Any, str], asyncio.Future] = {}
         self._room = asyncio.Event()  # set when a guest gives its resources back
+        # {placement: its shape} while it waits for room: demand the node reports in its
+        # heartbeats (``waiting_demands``), so the autoscaler sees it as it sees queued leases.
+        self._waiting: dict[int, dict[str, float]] = {}
+        self._placements = itertools.count()
 
     # -- the GCS's requests ------------------------------------------------------------------
     async def lease(self, body: dict) -> dict | None:
@@ -109,21 +113,28 @@ class SharedHosts:
         resources = machine.resources
         if shape and not resources.feasible(shape):
             return None
-        while True:
-            if machine.draining or machine.stopping:
-                return None
-            if not shape or resources.can_fit(shape):
-                host = await self._host_for(body.get("job_id"), body.get("env", ""))
-                if host is None:
+        placement = next(self._placements)
+        try:
+            while True:
+                if machine.draining or machine.stopping:
                     return None
                 if not shape or resources.can_fit(shape):
-                    break
-            # A guest's place given back wakes it; room a task's lease gave back, the poll.
-            self._room.clear()
-            try:
-                await asyncio.wait_for(self._room.wait(), ROOM_POLL_SECONDS)
-            except TimeoutError:
-                pass
+                    host = await self._host_for(body.get("job_id"), body.get("env", ""))
+                    if host is None:
+                        return None
+                    if not shape or resources.can_fit(shape):
+                        break
+                if placement not in self._waiting:
+                    self._waiting[placement] = shape
+                    self.manager.demand_changed()
+                # A guest's place given back wakes it; room a task's lease gave back, the poll.
+                self._room.clear()
+                try:
+                    await asyncio.wait_for(self._room.wait(), ROOM_POLL_SECONDS)
+                except TimeoutError:
+                    pass
+        finally:
+            self._waiting.pop(placement, None)
         guest = GuestLease(next(self._ids), body["actor_id"], host, shape)
         if shape:
             guest.gpu_ids = resources.acquire(shape)
@@ -137,6 +148,10 @@ class SharedHosts:
             "gpu_ids": [],
             "node_id": self.manager.machine.node_id,
         }
+
+    def waiting_demands(self) -> list[dict[str, float]]:
+        """The shapes of the placements waiting here for room, one per placement."""
+        return list(self._waiting.values())
 
     def owns(self, lease_id: Any) -> bool:
         return lease_id in self.guests

@@ -41,10 +41,14 @@ class FakeManager:
         self.raylet = SimpleNamespace(gcs=self.gcs)
         self.pool = SimpleNamespace(workers={})
         self.keys: list[bytes] = []
+        self.demand_changes = 0
         self._n = itertools.count(1)
 
     def handle(self, event) -> None:
         self.events.append(event)
+
+    def demand_changed(self) -> None:
+        self.demand_changes += 1
 
     def request_actor_worker(self, body: dict, key: bytes) -> asyncio.Future:
         self.keys.append(key)
@@ -147,10 +151,14 @@ def test_a_guests_cpus_come_out_of_the_node_and_go_back():
         waiting = asyncio.ensure_future(hosts.lease(_body(3, cpus=0.5)))
         await asyncio.sleep(0.3)
         assert not waiting.done()
+        # It is the node's demand meanwhile (the heartbeat reports it to the autoscaler),
+        # told once to beat early.
+        assert hosts.waiting_demands() == [{"CPU": 0.5}] and m.demand_changes == 1
         # ... until a guest gives its CPUs back.
         hosts.release(a["lease_id"], drop=False)
         assert any(isinstance(e, ev.ResourcesChanged) for e in m.events)
         third = await asyncio.wait_for(waiting, 2)
+        assert hosts.waiting_demands() == []
         assert third["pid"] == b["pid"]
         assert m.machine.resources.available_dict()["CPU"] == 0.0
         # One that no node of this size could hold is refused at once.
