@@ -387,6 +387,12 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, lambda s=sig: (stopped_by.append(s.name), stop.set()))
     await stop.wait()
     raylet.stopping = True
+    if dashboard is not None:
+        # The head's dashboard before anything else: the cluster stops with this node, and
+        # its job manager, told that the supervisors of running jobs died with the node,
+        # recorded those jobs FAILED when nothing had failed (their last status stays
+        # RUNNING, and the history says the cluster stopped under them).
+        await dashboard.stop()
     if raylet.gcs is not None and not raylet.gcs.closed:
         # First: the cluster stops sending work here, and owners redo what ran here, now
         # rather than once its workers and agent have stopped (a second or more).
@@ -399,8 +405,6 @@ async def serve(args: argparse.Namespace) -> None:
     raylet.leases.handle(ev.ShuttingDown())
     if agent is not None:
         await agent.stop()
-    if dashboard is not None:
-        await dashboard.stop()
     for keeper in supervised:
         await keeper.stop()
     for t in tasks:
