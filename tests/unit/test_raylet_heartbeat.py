@@ -42,7 +42,7 @@ def _raylet() -> SimpleNamespace:
         node_id=b"n",
         resources=resources,
         leases=SimpleNamespace(
-            machine=SimpleNamespace(pending_demands=list, idle_for=lambda: None)
+            pending_demands=list, machine=SimpleNamespace(idle_for=lambda: None)
         ),
         store=SimpleNamespace(stats=dict),
     )
