@@ -10,12 +10,10 @@ group has its own pool or event loop (``concurrency_groups``).
 from __future__ import annotations
 
 import asyncio
-import atexit
 import ctypes
 import inspect
 import logging
 import os
-import pickle
 import queue
 import signal
 import sys
@@ -25,7 +23,7 @@ from typing import Any, Protocol
 
 import cloudpickle
 from ember import runtime_env_packages as packages
-from ember.core_worker import generators, task_values
+from ember.core_worker import actor_exits, generators, task_replies, task_values
 from ember.core_worker.call_threads import CallThreads
 from ember.core_worker.concurrency_groups import ConcurrencyGroups, Lane, UnknownGroup
 from ember.core_worker.current_task import enter_async_call, leave_async_call
@@ -46,14 +44,9 @@ from ember.exceptions import (
     RuntimeEnvSetupError,
     TaskCancelledError,
     TaskError,
-    error_type_of,
     exit_cause,
-    format_user_exception,
 )
 from ember.protocol.connection import DEFERRED, Connection, Deferred, new_event_loop
-from ember.serialization import (
-    serialize_error,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -307,19 +300,13 @@ class Executor:
             current.task_id = None
             current.spec = None
             current.profile_spans = None
-        reply["timings"] = _ended(timings)
         if spans:
             reply["profile"] = spans
-        # Where it ran, for the owner's end event (the timeline's process row): with it,
-        # this worker's own RUNNING event is not needed once the task ended.
-        reply["pid"] = os.getpid()
-        reply["node_id"] = host.node_id_hex
-        reply["worker_id"] = host.worker_id
         self.tasks_done += 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if log_from is not None:
-            _add_log_range(reply, log_from, self.log_offsets.now())
+        if log_from is None:  # else stamp flushes them, before it asks where the files end
+            sys.stdout.flush()
+            sys.stderr.flush()
+        task_replies.stamp(reply, timings, host, self.log_offsets, log_from)
         if spec.kind == ACTOR_CREATION_TASK:
             self._record_creation_end(spec, reply)
         else:
@@ -348,26 +335,8 @@ class Executor:
         return self._actor_spec
 
     def _task_error(self, spec: TaskSpec, e: BaseException) -> TaskError:
-        tb = format_user_exception(e)
-        # A nested task's error re-raised here keeps the user's exception as its cause, so
-        # the caller's get() raises an instance of the original class at every level (the
-        # text still carries both tracebacks: the nested one is in this one's message).
-        inner: BaseException = e
-        while isinstance(inner, TaskError) and inner.cause is not None:
-            inner = inner.cause
-        try:
-            pickle.loads(cloudpickle.dumps(inner))
-            cause = inner
-        except Exception:
-            cause = None
-        return TaskError(
-            spec.display_name(),
-            tb,
-            cause,
-            pid=os.getpid(),
-            ip=self.host.node.get("node_ip", ""),
-            actor_repr=self._actor_repr(spec),
-        )
+        ip = self.host.node.get("node_ip", "")
+        return task_replies.task_error(spec, e, ip, self._actor_repr(spec))
 
     def _cancelled_reply(self, spec: TaskSpec, interrupt: BaseException) -> dict:
         """A cancel that interrupted the task's own code: as in Ray, the error is both a
@@ -378,16 +347,7 @@ class Executor:
         error = self._task_error(spec, cancel).as_instanceof_cause()
         return self.error_reply(spec, error, app=False)
 
-    def error_reply(self, spec: TaskSpec, error: BaseException, app: bool) -> dict:
-        loc = _error_loc(error)
-        # The text (with the remote traceback) rides along for the dashboard's task table.
-        return {
-            "returns": [loc] * spec.num_returns,
-            "error": True,
-            "app_error": app,
-            "error_type": error_type_of(error),
-            "message": str(error)[:8000],
-        }
+    error_reply = staticmethod(task_replies.error_reply)
 
     # -- task events (the owner records the others; these only the executing worker sees) --
     def _record_running(self, spec: TaskSpec, log_at: tuple[int, int] | None = None) -> None:
@@ -502,7 +462,7 @@ class Executor:
 
     def _partial_reply(self, spec: TaskSpec, partial: generators.PartialReturns) -> dict:
         """A static generator's items, then its error in the returns it did not yield."""
-        loc = _error_loc(self._task_error(spec, partial.error))
+        loc = task_replies.error_location(self._task_error(spec, partial.error))
         return task_values.store_partial_returns(self.host, spec, partial.values, loc)
 
     # -- actors ----------------------------------------------------------------------------
@@ -608,13 +568,8 @@ class Executor:
                 reply = self.error_reply(spec, self._task_error(spec, e), app=True)
         finally:
             leave_async_call(token)
-        reply["timings"] = _ended(timings)
-        reply["pid"] = os.getpid()
-        reply["node_id"] = self.host.node_id_hex
-        if log_from is not None:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            _add_log_range(reply, log_from, self.log_offsets.now())
+        task_replies.stamp(reply, timings, self.host, self.log_offsets, log_from)
+        self.host.task_events.ended_here(spec.task_id)
         return reply
 
     def _restore_gpus(self) -> None:
@@ -632,24 +587,7 @@ class Executor:
         handlers run first (Ray's do), and a message is printed as Python prints it."""
         if isinstance(e, ActorExit) or e.code == 0 or self.shared is not None:
             return  # a shared-process actor crashes alone (SharedActors.exit_reply)
-        code = e.code
-        if not isinstance(code, int):
-            if code is not None:
-                print(code, file=sys.stderr)
-            code = 1
-        try:
-            atexit._run_exitfuncs()
-        except Exception:  # a failing handler must not keep the process alive
-            logger.exception("an atexit handler of the exiting actor failed")
-        logger.error(
-            "%s() called sys.exit(%r): the actor's process exits unexpectedly (only "
-            "sys.exit(0) and exit_actor() end an actor on purpose)",
-            spec.display_name(),
-            e.code,
-        )
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code if code & 0xFF else 1)  # 256 would read as 0, a clean exit
+        actor_exits.crash(spec.display_name(), e.code)
 
     def _exit_reply(self, spec: TaskSpec, e: SystemExit) -> dict:
         """The reply of the call that ends the actor on purpose; the actor exits after it."""
@@ -662,46 +600,8 @@ class Executor:
         )
 
     def _exit_actor(self, reason: str) -> None:
-        """Ends this actor's process after telling the GCS it meant to; its ``atexit``
-        handlers run first, as Ray's do on an intentional exit (never on a kill)."""
-        host = self.host
-        try:
-            atexit._run_exitfuncs()
-        except Exception:  # a failing handler must not keep the actor alive
-            logger.exception("an atexit handler of the exiting actor failed")
-        try:
-            host.call_gcs_sync(
-                "actor_exited", {"actor_id": host.actor_id, "reason": reason}, timeout=5.0
-            )
-        except Exception:
-            pass
-        sys.stdout.flush()
-        sys.stderr.flush()
-        time.sleep(0.05)  # let the last reply leave the socket
-        os._exit(0)
-
-
-def _error_loc(error: BaseException) -> tuple:
-    """Where a return holding ``error`` is: inline in the reply."""
-    ser = serialize_error(error)
-    return ("inline", ser.meta, ser.data, [])
-
-
-def _ended(timings: dict[str, float]) -> dict[str, float]:
-    """The task's phase times with its end; a task that failed while executing ran that
-    phase to the end (the timeline then shows where the time went)."""
-    timings["end"] = end = time.time()
-    if "args_ready" in timings and "executed" not in timings:
-        timings["executed"] = end
-    return timings
-
-
-def _add_log_range(reply: dict, start: tuple[int, int], end: tuple[int, int]) -> None:
-    """The byte ranges of the worker's .out and .err files the task wrote, as
-    ``(out_start, out_end, err_start, err_end)`` (Ray's ``task_log_info``), only when it
-    wrote something: most tasks print nothing, and their replies stay as small as before."""
-    if end[0] != start[0] or end[1] != start[1]:
-        reply["log"] = (start[0], end[0], start[1], end[1])
+        """Ends this actor's process after telling the GCS it meant to."""
+        actor_exits.exit_on_purpose(self.host, reason)
 
 
 def _terminate() -> None:
