@@ -188,13 +188,25 @@ class Where:
         return os.getpid(), ctx.get_worker_id(), ctx.get_node_id()
 
 
+@ember.remote
+class WhereAsync:
+    async def me(self) -> tuple[int, str, str]:
+        ctx = ember.get_runtime_context()
+        return os.getpid(), ctx.get_worker_id(), ctx.get_node_id()
+
+
 def test_a_short_task_and_call_say_where_and_when_they_ran(node):
-    """A task or call that ends before its worker's next flush sends no RUNNING event of
-    its own (its owner's end event carries the same facts): its row still names the worker,
-    pid and node it ran on, and its RUNNING phase with its time."""
+    """A task or call (of a plain or an async actor) that ends before its worker's next
+    flush sends no RUNNING event of its own (its owner's end event carries the same facts):
+    its row still names the worker, pid and node it ran on, and its RUNNING phase with its
+    time."""
     _, http, _ = node
     actor = Where.remote()
-    refs = {"task": where_task.remote(), "call": actor.me.remote()}
+    refs = {
+        "task": where_task.remote(),
+        "call": actor.me.remote(),
+        "async call": WhereAsync.remote().me.remote(),
+    }
     for kind, ref in refs.items():
         pid, worker_id, node_id = ember.get(ref, timeout=30)
         task_id = ref.task_id().hex()
