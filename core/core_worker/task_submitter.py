@@ -368,17 +368,23 @@ class TaskSubmitter:
             self._fail_queue(cls, e)
             return
         cls.waiting_at.pop(request_id, None)
-        cls.pending_leases -= 1
         if grant is None:  # the raylet gave up on the request (withdrawn, shutting down)
+            cls.pending_leases -= 1
             self._pump(cls)
             return
         if "spillback" in grant:  # still redirected after every hop
+            cls.pending_leases -= 1
             self._fail_queue(cls, TaskUnschedulableError("no node took it"))
             return
         lease_id, worker_id, address = grant["lease_id"], grant["worker_id"], grant["address"]
+        # A granted request counts as pending until its worker takes a task: while we connect
+        # to the worker, the task it is for is still queued, and a pump meanwhile (another
+        # lease's dispatch) asked for one lease too many, which the autoscaler then saw as
+        # demand (a GPU node launched for CPU-only work, in tests/cluster/test_cluster_launcher).
         try:
             conn = await self.host.connect_to_worker(worker_id, address)
         except Exception as e:
+            cls.pending_leases -= 1
             if self.host.shutting_down:
                 return  # the node is stopping: its workers are going away, say nothing
             logger.warning("could not reach leased worker %s: %s", address, e)
@@ -386,6 +392,7 @@ class TaskSubmitter:
                 raylet.send("return_lease", {"lease_id": lease_id, "worker_died": True})
             self._pump(cls)
             return
+        cls.pending_leases -= 1
         lease = _Lease(
             cls,
             lease_id,
