@@ -97,10 +97,9 @@ class SharedHosts:
         # {(job_id, env): the host starting for it}: concurrent placements wait for one start.
         self._starting: dict[tuple[Any, str], asyncio.Future] = {}
         self._room = asyncio.Event()  # set when a guest gives its resources back
-        # {placement: its shape} while it waits for room: demand the node reports in its
-        # heartbeats (``waiting_demands``), so the autoscaler sees it as it sees queued leases.
-        self._waiting: dict[int, dict[str, float]] = {}
-        self._placements = itertools.count()
+        # {actor_id: its shape} while its placement waits for room: demand the node reports
+        # in its heartbeats (``waiting_demands``), as the autoscaler sees queued leases.
+        self._waiting: dict[bytes, dict[str, float]] = {}
 
     # -- the GCS's requests ------------------------------------------------------------------
     async def lease(self, body: dict) -> dict | None:
@@ -113,7 +112,7 @@ class SharedHosts:
         resources = machine.resources
         if shape and not resources.feasible(shape):
             return None
-        placement = next(self._placements)
+        actor_id = body["actor_id"]  # one placement at a time per actor (the GCS's)
         try:
             while True:
                 if machine.draining or machine.stopping:
@@ -124,8 +123,8 @@ class SharedHosts:
                         return None
                     if not shape or resources.can_fit(shape):
                         break
-                if placement not in self._waiting:
-                    self._waiting[placement] = shape
+                if actor_id not in self._waiting:
+                    self._waiting[actor_id] = shape
                     self.manager.demand_changed()
                 # A guest's place given back wakes it; room a task's lease gave back, the poll.
                 self._room.clear()
@@ -134,8 +133,8 @@ class SharedHosts:
                 except TimeoutError:
                     pass
         finally:
-            self._waiting.pop(placement, None)
-        guest = GuestLease(next(self._ids), body["actor_id"], host, shape)
+            self._waiting.pop(actor_id, None)
+        guest = GuestLease(next(self._ids), actor_id, host, shape)
         if shape:
             guest.gpu_ids = resources.acquire(shape)
         host.guests[guest.lease_id] = guest
