@@ -169,13 +169,25 @@ def test_ray_get_actor_prints_the_actor(cluster, answers):
     assert "class_name: Counter" in out and "name: counter" in out and "state: ALIVE" in out
 
 
-def test_ray_list_tasks_with_states_errors_and_limit(answers):
+def test_ray_list_tasks_with_states_errors_and_limit(cluster, answers):
     rows = _json(answers, "list tasks --format json --limit 1000")
     squares = [r for r in rows if r["func_or_class_name"].endswith("square")]
     assert len(squares) == 5 and {r["state"] for r in squares} == {"FINISHED"}
     assert all(r["type"] == "NORMAL_TASK" and r["worker_pid"] for r in squares)
     incr = [r for r in rows if r["func_or_class_name"].endswith("Counter.incr")]
     assert len(incr) == 2 and all(r["type"] == "ACTOR_TASK" and r["actor_id"] for r in incr)
+    # Short tasks and calls send no RUNNING of their own (their owner's end says where they
+    # ran): Ray's client still reads the node and the worker of each.
+    workers = {
+        w["worker_id"]: w["pid"] for w in _json(answers, "list workers --format json --limit 1000")
+    }
+    for r in squares + incr:
+        assert r["node_id"] == cluster["node"]["node_id"], r
+    for r in squares:  # their workers are alive (an actor's may have died since)
+        assert workers.get(r["worker_id"]) == r["worker_pid"], (r, workers)
+    for actor_id in {r["actor_id"] for r in incr}:  # an actor's calls: its one worker
+        ran_on = {(r["worker_id"], r["worker_pid"]) for r in incr if r["actor_id"] == actor_id}
+        assert len(ran_on) == 1 and all(ran_on.pop()), incr
     failed = _json(answers, "list tasks --filter state=FAILED --format json --detail")
     assert len(failed) == 1 and failed[0]["func_or_class_name"].endswith("boom")
     assert failed[0]["error_type"] == "TASK_EXECUTION_EXCEPTION"
