@@ -19,7 +19,8 @@ from typing import Any
 ENV = "EMBER_WORKER_MEMORY_TRACE"
 _modules_at_fork: frozenset[str] | None = None
 _stopped = False  # report() ends the recording of calls
-_called: dict[int, Any] = {}  # {id(code): code} of the Python functions run since the fork
+# {id(code): (code, its module's name)} of the Python functions run since the fork
+_called: dict[int, tuple[Any, str]] = {}
 
 
 def start_after_fork() -> None:
@@ -35,7 +36,7 @@ def start_after_fork() -> None:
 
     def on_event(frame: Any, event: str, arg: Any) -> None:
         if event == "call" and not _stopped:
-            _called[id(frame.f_code)] = frame.f_code
+            _called[id(frame.f_code)] = (frame.f_code, frame.f_globals.get("__name__", ""))
 
     sys.setprofile(on_event)
     threading.setprofile(on_event)
@@ -54,6 +55,23 @@ def threads() -> list[dict[str, Any]]:
     return out
 
 
+def hot_functions() -> list[str]:
+    """``module:qualname`` of each function run since the fork whose module the fork parent
+    had imported (what ``ember.raylet.hot_code`` can lay out together in the zygote)."""
+    global _stopped
+    _stopped = True
+    if _modules_at_fork is None:
+        return []
+    return sorted(
+        {
+            f"{module}:{code.co_qualname}"
+            for code, module in list(_called.values())
+            # __main__: the user's functions, unpickled into the zygote's main module
+            if module in _modules_at_fork and module not in ("__main__", __name__)
+        }
+    )
+
+
 def report(top: int = 15) -> dict[str, Any]:
     """{threads, modules imported since the fork (or None), allocations since the fork:
     total bytes and the ``top`` largest sites by line (or None)}."""
@@ -65,16 +83,17 @@ def report(top: int = 15) -> dict[str, Any]:
     if _called:
         # Each function run writes its code object's reference count: the pages they lie
         # on are copies. By file: functions run, and distinct 4 KiB pages their code spans.
+        codes = [code for code, _ in list(_called.values())]
         by_file: dict[str, list[Any]] = {}
-        for code in list(_called.values()):
+        for code in codes:
             by_file.setdefault(code.co_filename, []).append(code)
         rows = []
-        for name, codes in by_file.items():
-            pages = {id(c) >> 12 for c in codes}
-            rows.append({"file": name, "functions": len(codes), "pages": len(pages)})
+        for name, in_file in by_file.items():
+            pages = {id(c) >> 12 for c in in_file}
+            rows.append({"file": name, "functions": len(in_file), "pages": len(pages)})
         rows.sort(key=lambda r: -r["pages"])
-        all_pages = {id(c) >> 12 for c in _called.values()}
-        out["called"] = {"functions": len(_called), "pages": len(all_pages), "top": rows[:top]}
+        all_pages = {id(c) >> 12 for c in codes}
+        out["called"] = {"functions": len(codes), "pages": len(all_pages), "top": rows[:top]}
     # Imported only if tracing started: importing it here would add its modules' pages to
     # the very memory this report is beside.
     tracemalloc = sys.modules.get("tracemalloc")

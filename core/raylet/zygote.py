@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 
-from ember.raylet import zygote_heap
+from ember.raylet import hot_code, zygote_heap
 
 # What fills the heap's free blocks and chunks before the first fork (zygote_heap.py).
 _FILLERS: list[object] = []
@@ -84,6 +84,8 @@ def main() -> None:
     global _FILLERS
     _FILLERS = zygote_heap.fill_free_blocks()
     _FILLERS.append(zygote_heap.fill_malloc_chunks())
+    # The code every worker runs, copied next to each other past the fillers.
+    _FILLERS.append(hot_code.compact(hot_code.load()))
     gc.freeze()  # the fillers' list, too
     in_fd = sys.stdin.fileno()
     out_fd = sys.stdout.fileno()
