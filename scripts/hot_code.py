@@ -27,6 +27,18 @@ the list no longer covers what workers run. Generated: do not edit by hand.
 '''
 
 
+# What every forked worker runs before its trace can start (the zygote's side of the fork,
+# the trace's own start, a new thread's start-up before its profile hook), by name.
+UNTRACEABLE = (
+    "__main__:_child",  # the zygote runs as __main__
+    "ember.core_worker.memory_trace:start_after_fork",
+    "ember.ids:reseed_after_fork",
+    "random:Random.seed",
+    "threading:Thread._bootstrap",
+    "threading:Thread._bootstrap_inner",
+)
+
+
 def capture(settle: float = 2.0) -> set[str]:
     """``module:qualname`` of what an actor's worker and a task's worker ran since the fork."""
     import ember
@@ -63,7 +75,7 @@ def capture(settle: float = 2.0) -> set[str]:
         ember.shutdown()
     if not names:
         raise SystemExit("no worker traced anything: were they forked by the zygote?")
-    return names
+    return names | set(UNTRACEABLE)
 
 
 def main(argv: list[str] | None = None) -> int:

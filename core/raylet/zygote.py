@@ -38,15 +38,16 @@ def _preimport() -> None:
     import ember.core_worker.memory_trace  # noqa: F401
     import ember.log_format  # noqa: F401 - the worker's log formatter (worker_main)
     import ember.object_store.arena  # noqa: F401
+    import ember.protocol.stream
     import ember.worker_main  # noqa: F401
-    import uvloop
 
     ember.core_worker.core_worker.prepare_for_fork()
     ember.worker_main.prepare_log_handlers()
     # The event loop policy, made on first use: here, not in every child's I/O thread.
     asyncio.get_event_loop_policy()
-    # A loop made and closed here leaves uvloop's lazily built module state shared.
-    uvloop.new_event_loop().close()
+    # A loop made and closed here leaves uvloop's lazily built module state shared (and
+    # ``zero_pages``' handle on madvise).
+    ember.protocol.stream.new_event_loop().close()
 
 
 def _child(args: list[str], out_fd: int, in_fd: int) -> None:
