@@ -387,13 +387,29 @@ class CoreWorker:
                 pass
 
     def run_sync(self, coro, timeout: float | None) -> Any:
-        """Runs a coroutine on the I/O thread and waits for it (from any other thread)."""
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return fut.result(timeout)
-        except concurrent.futures.TimeoutError:
-            fut.cancel()
-            raise
+        """Runs a coroutine on the I/O thread and waits for it (from any other thread): its
+        result, or its exception raised here; TimeoutError (after cancelling it) when it
+        takes longer than ``timeout``; concurrent.futures.CancelledError when it was
+        cancelled. A lock to sleep on rather than ``run_coroutine_threadsafe``'s future:
+        every worker runs this on its way up, and the future's machinery (a condition,
+        two futures chained) wrote to pages it shares with its zygote."""
+        done = threading.Lock()
+        done.acquire()
+        box: list[asyncio.Task] = []
+
+        def start() -> None:
+            task = self.loop.create_task(coro)
+            box.append(task)
+            task.add_done_callback(lambda _t: done.release())
+
+        self.loop.call_soon_threadsafe(start)
+        if not done.acquire(timeout=-1 if timeout is None else timeout):
+            self.loop.call_soon_threadsafe(lambda: box[0].cancel())  # after start: FIFO
+            raise TimeoutError(f"no answer within {timeout} s")
+        task = box[0]
+        if task.cancelled():
+            raise concurrent.futures.CancelledError()
+        return task.result()
 
     def call_raylet_sync(self, op: str, body: Any, timeout: float = 30.0) -> Any:
         if self.dropped_refs:
