@@ -36,6 +36,7 @@ from ember.session import (
     unregister_head,
     write_node_info,
 )
+from ember.session_processes import sweep_orphan_arenas
 
 logger = logging.getLogger(__name__)
 
@@ -249,6 +250,9 @@ class LocalNode:
             self.gcs_address = local_gcs
         self.raylet_address = "unix:" + socket_path(self.session_dir, "raylet")
         self.arena_path = f"/dev/shm/ember-{os.getpid()}-{self.node_id.hex()[:12]}"
+        swept = sweep_orphan_arenas()
+        if swept:
+            logger.info("removed %d arena file(s) that killed nodes left: %s", len(swept), swept)
         self.spill_dir = self._spill_dir()
         parent = ["--parent-pid", str(self.tied_to)] if self.tied_to else []
         token_args = ["--token-file", self.token_file] if self.cluster else []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 
 import psutil
@@ -233,6 +234,32 @@ def _sessions(procs: list[psutil.Process], module: str) -> set[str]:
         if module_of(cmd) == module and _session_of(cmd):
             found.add(_session_of(cmd))
     return found
+
+
+_ARENA_NAME = re.compile(r"ember-(\d+)-[0-9a-f]+")
+
+
+def sweep_orphan_arenas() -> list[str]:
+    """Removes this user's arena files in /dev/shm that a killed node left: the process that
+    made one (its pid is in the name) is gone, and no running raylet maps it. A node starting
+    calls this, so a driver or node killed by force leaves its arena until the next start on
+    the machine, not for good. Returns the paths it removed."""
+    candidates = []
+    for path in glob.glob("/dev/shm/ember-*"):
+        m = _ARENA_NAME.fullmatch(os.path.basename(path))
+        if m and not psutil.pid_exists(int(m.group(1))):
+            candidates.append(path)
+    if not candidates:  # the usual case: no process listing needed
+        return []
+    # As in clean_leftovers: who runs is read after the files are listed.
+    removed = []
+    for path in _unused(candidates, set(arena_paths(find_ember_processes(None)))):
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
 
 
 def clean_leftovers(temp_dir: str | None) -> None:
