@@ -240,25 +240,26 @@ _ARENA_NAME = re.compile(r"ember-(\d+)-[0-9a-f]+")
 
 
 def sweep_orphan_arenas() -> list[str]:
-    """Removes this user's arena files in /dev/shm that a killed node left: the process that
-    made one (its pid is in the name) is gone, and no running raylet maps it. A node starting
-    calls this, so a driver or node killed by force leaves its arena until the next start on
-    the machine, not for good. Returns the paths it removed."""
-    candidates = []
+    """Removes this user's arena files in /dev/shm that killed nodes left: the process that
+    made one (its pid is in the name) is gone, and no raylet holds it (its lock, which a
+    raylet takes when it makes the file and keeps for its life). A node starting calls this,
+    so a driver and raylet killed by force leave their arena until the next start on the
+    machine, not for good. Returns the paths it removed."""
+    from ember.object_store.arena import remove_if_unheld
+
+    uid = os.getuid()
+    removed = []
     for path in glob.glob("/dev/shm/ember-*"):
         m = _ARENA_NAME.fullmatch(os.path.basename(path))
-        if m and not psutil.pid_exists(int(m.group(1))):
-            candidates.append(path)
-    if not candidates:  # the usual case: no process listing needed
-        return []
-    # As in clean_leftovers: who runs is read after the files are listed.
-    removed = []
-    for path in _unused(candidates, set(arena_paths(find_ember_processes(None)))):
+        if not m or psutil.pid_exists(int(m.group(1))):
+            continue
         try:
-            os.unlink(path)
+            if os.stat(path).st_uid != uid:
+                continue
         except OSError:
             continue
-        removed.append(path)
+        if remove_if_unheld(path):
+            removed.append(path)
     return removed
 
 

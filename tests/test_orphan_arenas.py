@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import os
+import subprocess
 
 import ember
 import psutil
@@ -98,3 +99,24 @@ def test_an_arena_a_running_raylet_maps_is_kept_though_its_maker_is_gone():
         wait_until(lambda: not psutil.pid_exists(maker), 30, 0.1, "ember start's process gone")
         assert sweep_orphan_arenas() == []
         assert os.path.exists(arena)
+
+
+def test_an_arena_someone_holds_is_kept_though_its_maker_is_gone():
+    """A raylet in another PID namespace (a container sharing /dev/shm) is not in this
+    one's process list; its lock on the file is what keeps its arena."""
+    from ember.object_store.arena import hold_arena_file
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    held = f"/dev/shm/ember-{gone.pid}-{os.urandom(6).hex()}"
+    unheld = f"/dev/shm/ember-{gone.pid}-{os.urandom(6).hex()}"
+    for path in (held, unheld):
+        open(path, "wb").close()
+    fd = hold_arena_file(held)
+    try:
+        removed = sweep_orphan_arenas()  # other tests' orphans may go too
+        assert unheld in removed and held not in removed
+        assert os.path.exists(held) and not os.path.exists(unheld)
+    finally:
+        os.close(fd)
+        os.unlink(held)

@@ -13,6 +13,7 @@ callback, the moment the last of them has been garbage collected.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import mmap
 import os
 import pickle
@@ -40,6 +41,41 @@ def create_arena_file(path: str, capacity: int) -> None:
         os.unlink(path)
         raise
     os.close(fd)
+
+
+def hold_arena_file(path: str) -> int:
+    """A shared lock on the arena file, held through the returned descriptor for as long as
+    it stays open: the raylet holds it for its life, and a node starting takes a file no one
+    holds, whose maker is gone, to be a killed node's (``unheld_arena_file``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def remove_if_unheld(path: str) -> bool:
+    """Removes an arena file no process holds (``hold_arena_file``); True if it did. The
+    lock is a file's, so it sees holders in other PID namespaces too (containers sharing
+    /dev/shm), which a process listing would not."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held: a running node's
+        os.close(fd)
+        return False
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def remove_arena_file(path: str) -> None:

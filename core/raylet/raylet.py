@@ -313,9 +313,12 @@ async def serve(args: argparse.Namespace) -> None:
 
     resources = json.loads(args.resources)
     raylet = Raylet(args, resources)
-    from ember.object_store.arena import create_arena_file, remove_arena_file
+    from ember.object_store.arena import create_arena_file, hold_arena_file, remove_arena_file
 
     create_arena_file(args.arena_path, args.object_store_memory)
+    # Held until this process ends (the descriptor is never closed): a node starting takes an
+    # arena no one holds, whose maker is gone, for a killed node's and removes it.
+    hold_arena_file(args.arena_path)
     server, _ = await conn_mod.serve(
         args.address, raylet.handlers, name="raylet", on_close=raylet.on_connection_closed
     )

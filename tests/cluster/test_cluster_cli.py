@@ -451,7 +451,8 @@ def test_stop_removes_what_a_killed_raylet_left_behind():
         ]
         raylet.kill()
         raylet.wait(10)
-        assert os.path.exists(arena)
+        # The arena stays (until `ember stop`, or any node starting on the machine meanwhile:
+        # another test's, under xdist; sweep_orphan_arenas, test_orphan_arenas).
         out = subprocess.run(
             [ember_cli(), "stop", "--force", "--temp-dir", root],
             capture_output=True,
