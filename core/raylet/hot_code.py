@@ -28,9 +28,12 @@ NAMES_FILE = Path(__file__).with_name("hot_code_names.py")
 
 
 def load() -> set[str]:
-    """The names the generated list holds."""
-    from ember.raylet.hot_code_names import NAMES
-
+    """The names the generated list holds (none if it is missing: the zygote forks as well
+    without it, its children only copy more of its pages)."""
+    try:
+        from ember.raylet.hot_code_names import NAMES
+    except ImportError:
+        return set()
     return set(NAMES)
 
 
