@@ -136,7 +136,11 @@ logging_level: str = _env("logging_level", "")
 
 
 def apply_logging_level() -> None:
-    """Sets this process's "ember" logger to ``logging_level``, if one was given."""
+    """Sets this process's "ember" logger to ``logging_level``, if one was given and it is
+    not that already: ``setLevel`` clears every logger's cache, and a worker forked from a
+    zygote that set the same level would write to each of those loggers' pages for nothing."""
     if logging_level:
         level = int(logging_level) if logging_level.isdigit() else logging_level.upper()
-        logging.getLogger("ember").setLevel(level)
+        log = logging.getLogger("ember")
+        if log.level != level and logging.getLevelName(log.level) != level:
+            log.setLevel(level)

@@ -33,6 +33,7 @@ def _preimport() -> None:
 
     import cloudpickle  # noqa: F401
     import ember  # noqa: F401
+    import ember.config
     import ember.core_worker.core_worker  # noqa: F401
     import ember.core_worker.executor  # noqa: F401
     import ember.core_worker.memory_trace  # noqa: F401
@@ -42,6 +43,9 @@ def _preimport() -> None:
     import ember.worker_main  # noqa: F401
 
     ember.core_worker.core_worker.prepare_for_fork()
+    # The node's level, which each child sets too (a child setting it anew clears every
+    # logger's cache, writing to their pages).
+    ember.config.apply_logging_level()
     ember.worker_main.prepare_log_handlers()
     # The event loop policy, made on first use: here, not in every child's I/O thread.
     asyncio.get_event_loop_policy()
