@@ -242,22 +242,24 @@ _ARENA_NAME = re.compile(r"ember-(\d+)-[0-9a-f]+")
 def sweep_orphan_arenas() -> list[str]:
     """Removes this user's arena files in /dev/shm that killed nodes left: the process that
     made one (its pid is in the name) is gone, and no raylet holds it (its lock, which a
-    raylet takes when it makes the file and keeps for its life). A node starting calls this,
+    raylet takes when it makes the file and keeps for its life, seen across PID namespaces)
+    or names it. A node starting calls this,
     so a driver and raylet killed by force leave their arena until the next start on the
     machine, not for good. Returns the paths it removed."""
     from ember.object_store.arena import remove_if_unheld
 
-    uid = os.getuid()
-    removed = []
+    candidates = []
     for path in glob.glob("/dev/shm/ember-*"):
         m = _ARENA_NAME.fullmatch(os.path.basename(path))
-        if not m or psutil.pid_exists(int(m.group(1))):
-            continue
-        try:
-            if os.stat(path).st_uid != uid:
-                continue
-        except OSError:
-            continue
+        if m and not psutil.pid_exists(int(m.group(1))):
+            candidates.append(path)
+    if not candidates:  # the usual case: no process listing needed
+        return []
+    # Also not one a raylet we can see names (one from before raylets held their arena's
+    # lock: an Ember upgraded while an older node runs); who runs is read after the listing.
+    mapped = set(arena_paths(find_ember_processes(None)))
+    removed = []
+    for path in _unused(candidates, mapped):
         if remove_if_unheld(path):
             removed.append(path)
     return removed

@@ -46,7 +46,7 @@ def create_arena_file(path: str, capacity: int) -> None:
 def hold_arena_file(path: str) -> int:
     """A shared lock on the arena file, held through the returned descriptor for as long as
     it stays open: the raylet holds it for its life, and a node starting takes a file no one
-    holds, whose maker is gone, to be a killed node's (``unheld_arena_file``)."""
+    holds, whose maker is gone, to be a killed node's (``remove_if_unheld``)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

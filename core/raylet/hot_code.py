@@ -5,7 +5,7 @@ of the frame's code, the interpreter's warm-up counter in its bytecode), so ever
 forked worker runs copies the 4 KiB page its code object lies on. After the imports, the
 ~240 functions a worker runs to start, take an actor and answer a call lie on ~180 pages
 among the code of everything else the modules define. ``compact`` gives each of them a
-fresh copy of its code object, made one after the other so the copies share ~80 pages, and
+fresh copy of its code object, made one after the other so the copies share ~70 pages, and
 keeps the originals alive so that their memory is not handed to a child's first objects.
 An idle actor copies ~0.35 MiB less (docs/benchmarks-memory.md).
 
