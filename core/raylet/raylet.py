@@ -318,7 +318,15 @@ async def serve(args: argparse.Namespace) -> None:
     create_arena_file(args.arena_path, args.object_store_memory)
     # Held until this process ends (the descriptor is never closed): a node starting takes an
     # arena no one holds, whose maker is gone, for a killed node's and removes it.
-    hold_arena_file(args.arena_path)
+    try:
+        hold_arena_file(args.arena_path)
+    except OSError as e:  # a file system without locks: the process list still guards it
+        logging.getLogger("ember.raylet").warning(
+            "cannot lock the object store's file %s (%s): a node starting on this machine "
+            "tells it from a killed node's by the processes it can see only",
+            args.arena_path,
+            e,
+        )
     server, _ = await conn_mod.serve(
         args.address, raylet.handlers, name="raylet", on_close=raylet.on_connection_closed
     )
