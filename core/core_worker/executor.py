@@ -27,6 +27,7 @@ from ember.core_worker import actor_exits, generators, task_replies, task_values
 from ember.core_worker.call_threads import CallThreads
 from ember.core_worker.concurrency_groups import ConcurrencyGroups, Lane, UnknownGroup
 from ember.core_worker.current_task import enter_async_call, leave_async_call
+from ember.core_worker.locations import error_location
 from ember.core_worker.log_offsets import LogOffsets
 from ember.core_worker.method_lookup import actor_method
 from ember.core_worker.process_limits import LimitWatch
@@ -462,7 +463,7 @@ class Executor:
 
     def _partial_reply(self, spec: TaskSpec, partial: generators.PartialReturns) -> dict:
         """A static generator's items, then its error in the returns it did not yield."""
-        loc = task_replies.error_location(self._task_error(spec, partial.error))
+        loc = error_location(self._task_error(spec, partial.error))
         return task_values.store_partial_returns(self.host, spec, partial.values, loc)
 
     # -- actors ----------------------------------------------------------------------------

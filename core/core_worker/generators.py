@@ -29,11 +29,12 @@ from typing import Any, Protocol
 
 from ember.core_worker import task_values
 from ember.core_worker.generator_streams import item_id
+from ember.core_worker.locations import error_location
 from ember.core_worker.task_spec import GEN_DYNAMIC, GEN_STATIC, TaskSpec
 from ember.exceptions import TaskCancelledError
 from ember.object_ref import ObjectRef
 from ember.object_ref_generator import DynamicObjectRefGenerator
-from ember.serialization import SerializedObject, serialize, serialize_error
+from ember.serialization import SerializedObject, serialize
 
 
 class _Host(Protocol):
@@ -179,8 +180,7 @@ class _Sender:
         self.index += 1
         oid = item_id(self.spec.task_id, index)
         self.refs.append(ObjectRef(oid, self.spec.owner, _count=False))
-        ser = serialize_error(self.executor._task_error(self.spec, e))
-        self._send(index, ("inline", ser.meta, ser.data, []), None)
+        self._send(index, error_location(self.executor._task_error(self.spec, e)), None)
 
     def _send(self, index: int, loc: tuple, contained: list | None) -> None:
         body = {"task_id": self.spec.task_id, "index": index, "loc": loc, "contained": contained}

@@ -17,16 +17,10 @@ import time
 from typing import Any
 
 import cloudpickle
+from ember.core_worker.locations import error_location
 from ember.core_worker.log_offsets import LogOffsets
 from ember.core_worker.task_spec import TaskSpec
 from ember.exceptions import TaskError, error_type_of, format_user_exception
-from ember.serialization import serialize_error
-
-
-def error_location(error: BaseException) -> tuple:
-    """Where a return holding ``error`` is: inline in the reply."""
-    ser = serialize_error(error)
-    return ("inline", ser.meta, ser.data, [])
 
 
 def error_reply(spec: TaskSpec, error: BaseException, app: bool) -> dict:

@@ -59,7 +59,7 @@ def compact(names: Iterable[str]) -> list[types.CodeType]:
         if done is not None:
             return done
         consts = tuple(
-            copy(k, module) if type(k) is types.CodeType and _named(k, module, wanted) else k
+            copy(k, module) if type(k) is types.CodeType and _key(k, module) in wanted else k
             for k in code.co_consts
         )
         new = code.replace(co_consts=consts)
@@ -76,7 +76,7 @@ def compact(names: Iterable[str]) -> list[types.CodeType]:
     hot = []
     for fn in functions:
         module = fn.__globals__.get("__name__", "")
-        key = f"{module}:{fn.__code__.co_qualname}"
+        key = _key(fn.__code__, module)
         if key in wanted:
             hot.append((order[key], module, fn))
     hot.sort(key=lambda item: item[0])
@@ -85,5 +85,6 @@ def compact(names: Iterable[str]) -> list[types.CodeType]:
     return originals
 
 
-def _named(code: types.CodeType, module: str, wanted: set[str]) -> bool:
-    return f"{module}:{code.co_qualname}" in wanted
+def _key(code: types.CodeType, module: str) -> str:
+    """A function's name in the list: ``module:qualname`` (as ``memory_trace`` writes it)."""
+    return f"{module}:{code.co_qualname}"
