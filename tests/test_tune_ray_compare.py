@@ -31,6 +31,10 @@ EMBER_OWN = {
     # atomically as the experiment runs) and tuner.pkl; Ray also writes
     # basic-variant-state-*.json (a BasicVariantGenerator is rebuilt from tuner.pkl here).
     "experiment_files": [".validate_storage_marker", "experiment_state-DATE.json", "tuner.pkl"],
+    # A SIGKILLed trial's rows from before its restore (in order: killed once, killed twice):
+    # Ember keeps them in result.json; Ray 2.60 copies the file over itself on restore and
+    # sometimes loses them.
+    "sigkilled_rows_before_restore": [[[0, 0, 1], [1, 0, 2]], [[0, 0, 1], [1, 0, 2]]],
     # A mode that is neither 'min' nor 'max' is refused when the TuneConfig is made; Ray
     # 2.60 takes TuneConfig(mode="maximum") and fails later.
     "mode_typo": ["ValueError"],

@@ -313,19 +313,28 @@ def main(name: str) -> None:
             run_config=rc("killed", failure_config=tune.FailureConfig(max_failures=1)),
         ).fit()
         out = []
+        before_restore = []
         for result in sorted(grid, key=lambda r: r.config["kills"]):
             rows = [
                 json.loads(x) for x in Path(result.path, "result.json").read_text().splitlines()
             ]
+            rows = [(r["i"], r["resumed_at"], r["training_iteration"]) for r in rows]
+            last_start = max(row[1] for row in rows)
+            # Ray 2.60 copies result.json from the trial's storage over its local copy when
+            # the trial restores; with a local storage path that is the same file, so the
+            # rows written before the kill are sometimes lost (a race in Ray). Compared: the
+            # rows since the last restore; the rows before it are each runtime's own answer.
+            before_restore.append([row for row in rows if row[1] < last_start])
             text = Path(result.path, "error.txt").read_text()
             out.append(
                 {
                     "status": "ERROR" if result.error is not None else "TERMINATED",
-                    "rows": [(r["i"], r["resumed_at"], r["training_iteration"]) for r in rows],
+                    "rows": [row for row in rows if row[1] == last_start],
                     "failures_in_error_txt": text.count("Failure # "),
                     "error_class": type(result.error).__name__ if result.error else None,
                 }
             )
+        own["sigkilled_rows_before_restore"] = before_restore
         return {"trials": out, "errors": grid.num_errors}
 
     case("sigkilled_worker", killed)
