@@ -73,7 +73,7 @@ class LocalModeWorker:
             out.append(value)
         return out
 
-    def wait(self, refs, num_returns, timeout, fetch_local=True):
+    def wait(self, refs, num_returns, timeout, fetch_local=True, ids=None):
         return list(refs[:num_returns]), list(refs[num_returns:])
 
     def object_future(self, ref: ObjectRef):

@@ -19,7 +19,6 @@ import logging
 import threading
 import time
 from collections import deque
-from operator import attrgetter
 from typing import Any, Protocol
 
 from ember import config
@@ -49,7 +48,6 @@ from ember.serialization import (
     unpack_from,
 )
 
-_ref_id = attrgetter("_id")
 logger = logging.getLogger(__name__)
 
 _FUTURE_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="ember-fut")
@@ -298,8 +296,8 @@ class ObjectAccess:
             self.materialize(failed[0], store.get_if_ready(failed[0]))  # raises its error
         return [store.get_if_ready(r._id) for r in refs]
 
-    def _ensure_resolving_many(self, refs) -> None:
-        missing = self.memory_store.unknown(list(map(_ref_id, refs)))
+    def _ensure_resolving_many(self, refs, ids: list[bytes] | None = None) -> None:
+        missing = self.memory_store.unknown([r._id for r in refs] if ids is None else ids)
         if missing:
             wanted = set(missing)
             for ref in refs:
@@ -446,10 +444,12 @@ class ObjectAccess:
         num_returns: int,
         timeout: float | None,
         fetch_local: bool = True,
+        ids: list[bytes] | None = None,
     ) -> tuple[list[ObjectRef], list[ObjectRef]]:
         """Ray's wait: a ref is ready once its object exists; with ``fetch_local`` only once
         it is on this node too, so an object in another node's shared memory is pulled
-        here first (the pull starts now and finishes even if the wait times out first)."""
+        here first (the pull starts now and finishes even if the wait times out first).
+        ``ids``: the refs' ids, when the caller has them already (api.wait's checks)."""
         store = self.memory_store
         get_if_ready = store.get_if_ready
         node_id = self.node_id
@@ -463,7 +463,9 @@ class ObjectAccess:
             loc = get_if_ready(refs[0]._id)
             if loc is not None and not (fetch_local and _elsewhere(loc, node_id)):
                 return [refs[0]], refs[1:]
-        ids = list(map(_ref_id, refs))
+        if ids is None:
+            ids = [r._id for r in refs]
+        generation = store.generation  # before the look: a put during it shows as a change
         first = store.first_ready(ids)
         if first < 0:
             unknown = refs  # nothing ready here yet
@@ -485,7 +487,15 @@ class ObjectAccess:
                     break
         if len(ready_at) < num_returns and (remote or (unknown and timeout != 0)):
             ready_ids = {ids[i] for i in ready_at}
-            self._wait_for_more(ready_ids, remote, unknown, num_returns, timeout, fetch_local)
+            self._wait_for_more(
+                ready_ids,
+                remote,
+                unknown,
+                num_returns,
+                timeout,
+                fetch_local,
+                *((ids, generation) if unknown is refs else (None, None)),
+            )
             if len(ready_ids) <= 4:  # C-speed lookups of a few (a loop's one at a time)
                 ready_at = sorted(map(ids.index, ready_ids))[:num_returns]
             else:
@@ -507,9 +517,13 @@ class ObjectAccess:
         num_returns: int,
         timeout: float | None,
         fetch_local: bool,
+        unknown_ids: list[bytes] | None = None,
+        looked_at: int | None = None,
     ) -> None:
         """wait's slow path: adds to ``ready_ids`` what becomes ready (or is pulled here)
-        before ``num_returns`` are or ``timeout`` passes.
+        before ``num_returns`` are or ``timeout`` passes. ``unknown_ids``: the ids of
+        ``unknown``, when the caller has them; ``looked_at``: the store's generation when
+        the caller found none of them ready (the first look is skipped if it still is).
 
         It watches the whole store (one generation counter) and looks over ``unknown`` again,
         in order, each time something became ready: objects mostly become ready in the order
@@ -532,17 +546,19 @@ class ObjectAccess:
         for r, loc in remote:
             pull(r, loc)
         deadline = None if timeout is None else time.monotonic() + timeout
+        if unknown_ids is None:
+            unknown_ids = [r._id for r in unknown]
         if timeout != 0:
-            self._ensure_resolving_many(unknown)
+            self._ensure_resolving_many(unknown, unknown_ids)
         get_if_ready = store.get_if_ready
         node_id = self.node_id
         blocked = False
-        unknown_ids = list(map(_ref_id, unknown))
         try:
             while True:
                 generation = store.generation
                 # Refs before the first ready one need no look (pulled ones are in `done`).
-                start = store.first_ready(unknown_ids)
+                start = -1 if generation == looked_at else store.first_ready(unknown_ids)
+                looked_at = None
                 for r in itertools.islice(unknown, start, None) if start >= 0 else ():
                     oid = r._id
                     if oid in done or oid in pulling:

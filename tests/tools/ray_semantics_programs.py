@@ -293,6 +293,25 @@ def error_cases(ray: Any, tmp: str) -> dict:
     out["get_timeout_zero"] = outcome(lambda: ray.get(pending, timeout=0))
     out["wait_more_than_given"] = outcome(lambda: ray.wait([pending], num_returns=2), "num_returns")
     out["wait_timeout"] = outcome(lambda: [len(x) for x in ray.wait([pending], timeout=0.2)])
+    # wait's checks, and what comes back in which list. Which of several ready refs fill
+    # num_returns is not promised (Ray 2.60 picks in its hash order; Ember in list order),
+    # only that each list keeps the order the refs were given in.
+    a, b, c = ray.put(1), ray.put(2), ray.put(3)
+
+    def shape(given: list, **kw: Any) -> list:
+        ready, rest = ray.wait(given, **kw)
+        in_order = all(
+            [given.index(r) for r in part] == sorted(given.index(r) for r in part)
+            for part in (ready, rest)
+        )
+        return [len(ready), len(rest), pending in ready, in_order]
+
+    out["wait_order"] = outcome(lambda: shape([pending, a, b, c], num_returns=2))
+    out["wait_all_ready"] = outcome(lambda: shape([c, b, a], num_returns=3))
+    out["wait_first_ready"] = outcome(lambda: shape([c, pending, a]))
+    out["wait_duplicates"] = outcome(lambda: ray.wait([a, b, a]), "unique")
+    out["wait_not_a_ref"] = outcome(lambda: ray.wait([a, 1]), "ObjectRef")
+    out["wait_one_ref"] = outcome(lambda: ray.wait(a), "list")
     ray.cancel(pending, force=True)
 
     try:
