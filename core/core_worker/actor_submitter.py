@@ -158,10 +158,17 @@ class ActorSubmitter:
             ):
                 st.slow_pending += 1
                 return False
+            batch = bool(st.in_flight)  # others in flight: join the I/O thread's next write
             st.in_flight[spec.task_id] = spec  # before the write: the reply may come at once
-            if conn.request_cb_direct(
-                "push_actor_task", spec, lambda reply, exc: self._on_reply(st, spec, reply, exc)
-            ):
+
+            def on_reply(reply: Any, exc: BaseException | None) -> None:
+                self._on_reply(st, spec, reply, exc)
+
+            if batch:
+                sent = conn.request_cb_batched("push_actor_task", spec, on_reply)
+            else:
+                sent = conn.request_cb_direct("push_actor_task", spec, on_reply)
+            if sent:
                 return True
             del st.in_flight[spec.task_id]
             st.slow_pending += 1

@@ -262,6 +262,29 @@ class Connection(asyncio.Protocol):
                 return False
         return True
 
+    def request_cb_batched(
+        self, op: str, body: Any, callback: Callable[[Any, BaseException | None], None]
+    ) -> bool:
+        """``request_cb`` from a thread other than the loop's, for a call made while earlier
+        ones are in flight: the frame joins the loop's next write. A burst of calls is then
+        one write on the loop, and the calling thread keeps the GIL (``os.write`` gives it
+        up, and getting it back from a busy loop thread cost more than the write). False,
+        having sent nothing: use the loop instead."""
+        if self.closed or self._fd < 0:
+            return False
+        rid = next(self._ids)
+        payload = _encode_request(op, rid, body)
+        with self._wlock:
+            if self.closed:
+                return False
+            self._pending[rid] = callback
+            self._out.append(codec.HEADER.pack(len(payload)))
+            self._out.append(payload)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon_threadsafe(self._flush)
+        return True
+
     def send_direct(self, op: str, body: Any = None) -> bool:
         """``send`` from a thread other than the loop's, written straight to the socket when
         nothing is queued ahead of it. False, having sent nothing: use ``send_threadsafe``."""

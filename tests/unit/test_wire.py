@@ -275,3 +275,59 @@ def test_replies_from_many_threads_at_once_arrive_whole(tmp_path):
         run(main())
     finally:
         pool.shutdown()
+
+
+def test_requests_from_another_thread_direct_or_batched_arrive_in_order(tmp_path):
+    # A caller's thread sends 3,000 requests on one Unix socket, some written straight to
+    # the socket and the rest batched into the loop's next write (as a burst of actor calls
+    # is): the peer must get them in the order they were made, each reply its own callback.
+    import threading
+
+    n = 3000
+    seen: list[int] = []
+
+    def record(conn, body):
+        seen.append(body)
+        return body
+
+    loop = conn_mod.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start():
+        server, address = await conn_mod.serve(f"unix:{tmp_path}/s", {"rec": record}, name="srv")
+        return server, await conn_mod.connect(address, name="cli")
+
+    server, conn = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
+    replies: dict[int, tuple] = {}
+    all_in = threading.Event()
+
+    def answer(i):
+        def cb(reply, exc):
+            replies[i] = (reply, exc)
+            if len(replies) == n:
+                all_in.set()
+
+        return cb
+
+    direct = 0
+    try:
+        for i in range(n):
+            if i % 3 == 0 and conn.request_cb_direct("rec", i, answer(i)):
+                direct += 1
+                continue
+            assert conn.request_cb_batched("rec", i, answer(i))
+        assert all_in.wait(30), f"{len(replies)} of {n} replies"
+        assert seen == list(range(n))
+        assert all(replies[i] == (i, None) for i in range(n))
+        assert 0 < direct < n
+    finally:
+
+        async def stop():
+            conn.close()
+            server.close()
+
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()

@@ -20,6 +20,7 @@ SENDERS = {
     "request": 0,
     "request_cb": 0,
     "request_cb_direct": 0,
+    "request_cb_batched": 0,
     "send": 0,
     "send_threadsafe": 0,
     "call_gcs_sync": 0,
