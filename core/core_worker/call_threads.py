@@ -47,6 +47,10 @@ class CallThreads:
             self._threads.append(thread)
             thread.start()
 
+    def waiting(self) -> bool:
+        """Whether calls wait for a thread (a hint: another thread may take one meanwhile)."""
+        return not self._queue.empty()
+
     def _serve(self) -> None:
         get = self._queue.get
         while True:

@@ -220,7 +220,12 @@ class Executor:
             retire = True  # a hard limit the task lowered cannot be raised again
         if retire:
             reply["worker_exiting"] = True
-        reply_to.resolve_threadsafe(reply)
+        # Calls waiting to run: their replies follow, so this one joins a batched write
+        # (never the last words of a worker about to exit).
+        batch = not (retire or self.exiting) and (
+            self.queue.qsize() > 0 or (self.pool is not None and self.pool.waiting())
+        )
+        reply_to.resolve_threadsafe(reply, batch)
         if retire:
             # max_calls: this worker has run the function enough times; a fresh one follows.
             time.sleep(0.05)

@@ -280,10 +280,24 @@ class Connection(asyncio.Protocol):
             self._pending[rid] = callback
             self._out.append(codec.HEADER.pack(len(payload)))
             self._out.append(payload)
+        self._flush_soon_threadsafe()
+        return True
+
+    def write_batched(self, payload: bytes) -> bool:
+        """From a thread other than the loop's: one frame joins the loop's next write (see
+        ``request_cb_batched``). False, having sent nothing: the connection is closed."""
+        with self._wlock:
+            if self.closed:
+                return False
+            self._out.append(codec.HEADER.pack(len(payload)))
+            self._out.append(payload)
+        self._flush_soon_threadsafe()
+        return True
+
+    def _flush_soon_threadsafe(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon_threadsafe(self._flush)
-        return True
 
     def send_direct(self, op: str, body: Any = None) -> bool:
         """``send`` from a thread other than the loop's, written straight to the socket when
@@ -541,14 +555,19 @@ class Deferred:
         """On the connection's loop."""
         self.conn._reply(self.rid, value)
 
-    def resolve_threadsafe(self, value: Any) -> None:
+    def resolve_threadsafe(self, value: Any, batch: bool = False) -> None:
+        """``batch``: more replies follow soon (calls wait to run), so this one joins the
+        loop's next write rather than give up the GIL for its own (``request_cb_batched``)."""
         conn = self.conn
         try:
             payload = _encode_reply(self.rid, value)
         except Exception:
             conn.loop.call_soon_threadsafe(conn._reply_now, self.rid, value)  # error reply
             return
-        if not conn.write_direct(payload):
+        if batch:
+            if not conn.write_batched(payload):
+                conn.loop.call_soon_threadsafe(conn._write_now, payload)
+        elif not conn.write_direct(payload):
             conn.loop.call_soon_threadsafe(conn._write_now, payload)
 
 
