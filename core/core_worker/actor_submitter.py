@@ -9,7 +9,10 @@ a dead actor fail with ``ActorDiedError``.
 Threads: everything runs on the core worker's I/O thread except ``submit_direct``, which the
 user's thread calls first. When the actor is connected and nothing of ours is queued ahead,
 it writes the call to the actor's socket itself, sparing a wake-up of the I/O thread per call
-(a sync call's cost is mostly wake-ups). ``_lock`` guards what both threads touch: an actor's
+(a sync call's cost is mostly wake-ups); with calls to it already in flight, it queues the
+frame for the I/O thread's next write instead (a burst is one write, and the user's thread
+keeps the GIL). Both go through the connection's write lock and its queue of frames, so they
+keep the order the calls were made in. ``_lock`` guards what both threads touch: an actor's
 state, queue, in-flight table and ``slow_pending``, the count of calls handed to the I/O
 thread and not yet queued there, which keeps later direct calls from overtaking them.
 """
