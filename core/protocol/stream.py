@@ -142,8 +142,9 @@ class Connection(asyncio.Protocol):
     def _write(self, payload: bytes) -> None:
         if self.closed:
             raise ConnectionClosedError(f"connection {self.name} is closed: {self.close_reason}")
-        self._out.append(codec.HEADER.pack(len(payload)))
-        self._out.append(payload)
+        # One extend (one C call): other threads add frames too (``write_batched``), and a
+        # frame's header and payload must not be split by theirs.
+        self._out.extend((codec.HEADER.pack(len(payload)), payload))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
@@ -152,8 +153,10 @@ class Connection(asyncio.Protocol):
         if not self._flush_scheduled:
             return
         self._flush_scheduled = False
-        if self.closed or not self._out:
+        if self.closed:
             self._out.clear()
+            return
+        if not self._out:  # (not cleared: another thread may have added a frame since)
             return
         # Emptying the queue under the lock keeps order with writers on other threads: they
         # only write when, holding the lock, they see nothing queued ahead of them.
@@ -278,8 +281,7 @@ class Connection(asyncio.Protocol):
             if self.closed:
                 return False
             self._pending[rid] = callback
-            self._out.append(codec.HEADER.pack(len(payload)))
-            self._out.append(payload)
+            self._out.extend((codec.HEADER.pack(len(payload)), payload))
         self._flush_soon_threadsafe()
         return True
 
@@ -289,8 +291,7 @@ class Connection(asyncio.Protocol):
         with self._wlock:
             if self.closed:
                 return False
-            self._out.append(codec.HEADER.pack(len(payload)))
-            self._out.append(payload)
+            self._out.extend((codec.HEADER.pack(len(payload)), payload))
         self._flush_soon_threadsafe()
         return True
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import time
 
 import pytest
 from ember.protocol import codec
@@ -280,7 +281,8 @@ def test_replies_from_many_threads_at_once_arrive_whole(tmp_path):
 def test_requests_from_another_thread_direct_or_batched_arrive_in_order(tmp_path):
     # A caller's thread sends 3,000 requests on one Unix socket, some written straight to
     # the socket and the rest batched into the loop's next write (as a burst of actor calls
-    # is): the peer must get them in the order they were made, each reply its own callback.
+    # is), while the loop's own thread sends requests of its own on it: the peer must get
+    # every frame whole, the thread's in the order they were made, each reply its callback.
     import threading
 
     n = 3000
@@ -310,17 +312,28 @@ def test_requests_from_another_thread_direct_or_batched_arrive_in_order(tmp_path
 
         return cb
 
+    loop_replies: dict[int, tuple] = {}
+
+    def from_the_loop(i):
+        conn.request_cb("rec", i, lambda reply, exc: loop_replies.__setitem__(i, (reply, exc)))
+
     direct = 0
     try:
         for i in range(n):
+            if i % 10 == 0:
+                loop.call_soon_threadsafe(from_the_loop, -1 - i)
             if i % 3 == 0 and conn.request_cb_direct("rec", i, answer(i)):
                 direct += 1
                 continue
             assert conn.request_cb_batched("rec", i, answer(i))
         assert all_in.wait(30), f"{len(replies)} of {n} replies"
-        assert seen == list(range(n))
+        assert [x for x in seen if x >= 0] == list(range(n))
         assert all(replies[i] == (i, None) for i in range(n))
         assert 0 < direct < n
+        deadline = time.monotonic() + 30
+        while len(loop_replies) < n // 10 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert loop_replies == {-1 - i: (-1 - i, None) for i in range(0, n, 10)}
     finally:
 
         async def stop():
