@@ -142,12 +142,15 @@ class Connection(asyncio.Protocol):
     def _write(self, payload: bytes) -> None:
         if self.closed:
             raise ConnectionClosedError(f"connection {self.name} is closed: {self.close_reason}")
-        # One extend (one C call): other threads add frames too (``write_batched``), and a
-        # frame's header and payload must not be split by theirs.
-        self._out.extend((codec.HEADER.pack(len(payload)), payload))
+        self._queue_frame(payload)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
+
+    def _queue_frame(self, payload: bytes) -> None:
+        # One extend (one C call): other threads add frames too (``write_batched``), and a
+        # frame's header and payload must not be split by theirs.
+        self._out.extend((codec.HEADER.pack(len(payload)), payload))
 
     def _flush(self) -> None:
         if not self._flush_scheduled:
@@ -281,7 +284,7 @@ class Connection(asyncio.Protocol):
             if self.closed:
                 return False
             self._pending[rid] = callback
-            self._out.extend((codec.HEADER.pack(len(payload)), payload))
+            self._queue_frame(payload)
         self._flush_soon_threadsafe()
         return True
 
@@ -291,7 +294,7 @@ class Connection(asyncio.Protocol):
         with self._wlock:
             if self.closed:
                 return False
-            self._out.extend((codec.HEADER.pack(len(payload)), payload))
+            self._queue_frame(payload)
         self._flush_soon_threadsafe()
         return True
 
