@@ -89,20 +89,23 @@ def demand_from_cluster_info(info: Mapping[str, Any], requested: Iterable[Shape]
 SETTLED_AFTER_HEARTBEATS = 3
 
 
-def reported_before_newest_join(info: Mapping[str, Any]) -> bool:
-    """Whether a node's queue, as last reported, may predate the newest node's join. Each
-    node reports on its own heartbeat: a request the head still lists may already hold
-    resources on the node that just joined (spilled there), and counting it twice launches a
-    node too many. Reports a few heartbeats after the join settle it. Only another node's
-    join counts: a node's own start (a cluster's head just up, its first burst queued) moved
+def reported_before_newest_change(info: Mapping[str, Any]) -> bool:
+    """Whether a node's queue, as last reported, may predate work moving to another node.
+    Each node reports on its own heartbeat: a request the head still lists may already hold
+    resources on a node that just joined, or on one that just took it (spilled there), and
+    counting it twice launches a node too many. Reports a few heartbeats after the other
+    node's join, or after its report that showed resources taken, settle it. Only other
+    nodes count: a node's own start (a cluster's head just up, its first burst queued) moved
     none of its requests anywhere."""
     alive = [n for n in info.get("nodes") or () if n.get("state") == "ALIVE"]
     settle = SETTLED_AFTER_HEARTBEATS * float(info.get("heartbeat_interval") or 0.5)
     for n in alive:
         if not n.get("pending_demands") or n.get("demands_at") is None:
             continue
-        others = [m.get("start_time") or 0.0 for m in alive if m is not n]
-        if others and n["demands_at"] < max(others) + settle:
+        changes = [
+            max(m.get("start_time") or 0.0, m.get("taken_at") or 0.0) for m in alive if m is not n
+        ]
+        if changes and n["demands_at"] < max(changes) + settle:
             return True
     return False
 

@@ -36,7 +36,7 @@ from ember.autoscaler.demand import (
     IdleClock,
     demand_from_cluster_info,
     nodes_from_cluster_info,
-    reported_before_newest_join,
+    reported_before_newest_change,
 )
 from ember.autoscaler.instance import (
     ENDED_STATES,
@@ -69,9 +69,10 @@ STATE_VERSION = 1
 JOIN_TIMEOUT_S = 300.0  # a launched node that has not registered by then is failed
 # At most this many create_node calls at once, for a provider that takes them in parallel.
 MAX_PARALLEL_LAUNCHES = 8
-# How long launches wait for every node to report its queue again after a node joined (a
-# node that stopped reporting must not hold them for good): a few heartbeats.
-SETTLE_AFTER_JOIN_S = 3.0
+# How long launches wait for every node to report its queue again after another node joined
+# or took work (a node that stopped reporting, or a cluster whose work moves all the time,
+# must not hold them for good).
+SETTLE_AFTER_CHANGE_S = 3.0
 log = logging.getLogger("ember.autoscaler")
 S = InstanceState
 
@@ -225,6 +226,14 @@ class Reconciler:
         )
         self._note_infeasible(decision, demand, now)
         self._hold_on_stale_demand(decision, info, now)
+        if decision.launch:
+            log.info(
+                "launching %s; saw %s, in flight %s, waiting %s",
+                decision.launch,
+                _seen_nodes(info),
+                pending,
+                [dict(s) for s in demand.shapes],
+            )
         for node_type, count in decision.launch.items():
             self._launch(node_type, count, decision.reasons.get(node_type, []), now)
         self._drain_idle(decision, joined, now)
@@ -256,15 +265,16 @@ class Reconciler:
     def _hold_on_stale_demand(
         self, decision: Decision, info: Mapping[str, Any], now: float
     ) -> None:
-        """No launch this tick while a node's queue report predates the newest join (see
-        ``reported_before_newest_join``), for at most SETTLE_AFTER_JOIN_S."""
-        if not decision.launch or not reported_before_newest_join(info):
+        """No launch this tick while a node's queue report predates the newest join or
+        resources taken elsewhere (see ``reported_before_newest_change``), for at most
+        SETTLE_AFTER_CHANGE_S."""
+        if not decision.launch or not reported_before_newest_change(info):
             self._held_since = None
             return
         if self._held_since is None:
             self._held_since = now
-        if now - self._held_since < SETTLE_AFTER_JOIN_S:
-            log.debug("launches %s held: a queue report predates a join", decision.launch)
+        if now - self._held_since < SETTLE_AFTER_CHANGE_S:
+            log.debug("launches %s held: a queue report predates a change", decision.launch)
             decision.launch = {}
 
     def _adopt(self, provider_ids: set[str], now: float) -> None:
@@ -533,3 +543,22 @@ def _kept_note(primary: int) -> str:
 
 def _hex(raw: Any) -> str:
     return raw.hex() if isinstance(raw, bytes) else str(raw)
+
+
+def _seen_nodes(info: Mapping[str, Any]) -> list[str]:
+    """Each alive node as the tick saw it, for the log line that explains a launch: its id's
+    head, free of total CPUs, its queue and how old its report is."""
+    out = []
+    for n in info.get("nodes") or ():
+        if n.get("state") != "ALIVE":
+            continue
+        raw = n.get("node_id") or b""
+        node = raw.hex()[:8] if isinstance(raw, bytes) else str(raw)[:8]
+        free = (n.get("resources_available") or {}).get("CPU", 0)
+        total = (n.get("resources_total") or {}).get("CPU", 0)
+        queued = sum(int(d.get("count", 1)) for d in n.get("pending_demands") or ())
+        out.append(
+            f"{node} CPU {free}/{total} queued {queued} at {n.get('demands_at')}"
+            f" taken {n.get('taken_at')}"
+        )
+    return out

@@ -75,6 +75,9 @@ class NodeInfo:
         # When the node last reported its queue (wall time): the autoscaler holds launches
         # while a report predates the newest node's join (its queue may have moved there).
         self.demands_at: float | None = None
+        # When a heartbeat last showed less of a resource free than the one before (wall
+        # time): work landed here, perhaps spilled from a node whose queue report predates it.
+        self.taken_at: float | None = None
         # Since when (wall time, this clock) the node has held no lease, by its own account;
         # None while it has work. The raylet reports a duration: clocks of hosts differ.
         self.idle_since: float | None = None
@@ -139,6 +142,7 @@ class NodeInfo:
             "is_head": self.info.get("is_head", False),
             "pending_demands": self.pending_demands,
             "demands_at": self.demands_at,
+            "taken_at": self.taken_at,
             "idle_since": self.idle_since,
             "store_stats": self.info.get("store_stats", {}),
         }
@@ -262,6 +266,8 @@ class NodeTable:
         if node.pending_demands and not was_waiting:
             self.on_demand()
         node.demands_at = time.time()
+        if any(v < before.get(k, 0.0) for k, v in node.available.items()):
+            node.taken_at = node.demands_at
         idle_for = body.get("idle_for")
         node.idle_since = None if idle_for is None else node.demands_at - float(idle_for)
         if "store_stats" in body:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from ember.autoscaler.demand import reported_before_newest_join
+from ember.autoscaler.demand import reported_before_newest_change
 from ember.autoscaler.instance import Instance, to_record
-from ember.autoscaler.reconciler import SETTLE_AFTER_JOIN_S, Reconciler
+from ember.autoscaler.reconciler import SETTLE_AFTER_CHANGE_S, Reconciler
 
 CONFIG = {
     "cluster_name": "c",
@@ -48,10 +48,10 @@ class Provider:
         self.nodes.pop(pid, None)
 
 
-def test_launches_wait_for_queue_reports_newer_than_the_newest_join() -> None:
+def test_launches_wait_for_queue_reports_newer_than_the_newest_change() -> None:
     """The head still lists a request that a node which just joined has taken: counting both
     launched a node too many (seen with a restarted monitor). Launches wait for the next
-    report, at most SETTLE_AFTER_JOIN_S."""
+    report, at most SETTLE_AFTER_CHANGE_S."""
 
     def node(nid, is_head, start, demands_at, demand, free):
         return {
@@ -82,13 +82,19 @@ def test_launches_wait_for_queue_reports_newer_than_the_newest_join() -> None:
             node(b"w", False, 100.0, 100.35, False, 0.0),
         ],
     }
-    assert reported_before_newest_join(stale) and not reported_before_newest_join(fresh)
+    assert reported_before_newest_change(stale) and not reported_before_newest_change(fresh)
     # A cluster's first burst, queued on a head that just started: its own start moved
     # none of its requests anywhere, so nothing is held.
     alone = {"heartbeat_interval": 0.1, "nodes": [node(b"h", True, 100.0, 100.05, True, 0.0)]}
-    assert not reported_before_newest_join(alone)
+    assert not reported_before_newest_change(alone)
     # No heartbeat interval said (an older GCS): 0.5 s is assumed.
-    assert reported_before_newest_join({"nodes": fresh["nodes"]})
+    assert reported_before_newest_change({"nodes": fresh["nodes"]})
+    # Long after the join, the worker took a request (its report at 200.0 shows less free):
+    # the head's report from before then may list it still; one three heartbeats on may not.
+    taken = {**node(b"w", False, 100.0, 200.0, False, 0.0), "taken_at": 200.0}
+    before = {"heartbeat_interval": 0.1, "nodes": [node(b"h", True, 1.0, 200.1, True, 1.0), taken]}
+    after = {"heartbeat_interval": 0.1, "nodes": [node(b"h", True, 1.0, 200.35, True, 1.0), taken]}
+    assert reported_before_newest_change(before) and not reported_before_newest_change(after)
 
     provider = Provider()
     rec = Reconciler(CONFIG, provider)
@@ -98,8 +104,8 @@ def test_launches_wait_for_queue_reports_newer_than_the_newest_join() -> None:
     # A node that never reports again holds launches no longer than the settle time.
     rec2 = Reconciler(CONFIG, Provider())
     rec2.tick(stale, 200.0)
-    assert rec2.tick(stale, 200.0 + SETTLE_AFTER_JOIN_S / 2).launch == {}
-    assert rec2.tick(stale, 200.0 + SETTLE_AFTER_JOIN_S).launch == {"cpu": 1}
+    assert rec2.tick(stale, 200.0 + SETTLE_AFTER_CHANGE_S / 2).launch == {}
+    assert rec2.tick(stale, 200.0 + SETTLE_AFTER_CHANGE_S).launch == {"cpu": 1}
 
 
 def test_a_ticks_stops_go_to_the_provider_in_one_call() -> None:

@@ -85,9 +85,9 @@ def test_up_scale_up_shrink_down(tmp_path, monkeypatch) -> None:
         assert "done 4 tasks on" in out
         st = _status(config)
         launches = [d for d in st["decisions"] if d["action"] == "launch"]
-        assert launches and {d["node_type"] for d in launches} == {"cpu_worker"}, json.dumps(
-            st["decisions"], indent=1
-        )
+        if not launches or {d["node_type"] for d in launches} != {"cpu_worker"}:
+            seen = ok(ember(env, "monitor", config, "--no-follow", "--lines", "60"))
+            raise AssertionError(json.dumps(st["decisions"], indent=1) + "\n" + seen)
         assert st["counters"]["started"] >= 1 and st["counters"]["failed_create"] == 0
         log = ok(ember(env, "monitor", config, "--no-follow", "--lines", "500"))
         assert "launch" in log and "cpu_worker" in log
