@@ -191,7 +191,9 @@ def _check_archive(url: str, done: str, running: str, far_node: str, far_log: st
     assert api_get(http, f"/api/jobs/{done}")["status"] == "SUCCEEDED"
     logs = api_get(http, f"/api/jobs/{done}/logs")["logs"]
     assert "caught RayTaskError" in logs or "caught" in logs, logs
-    assert logs.rstrip().endswith("LOG-END"), logs
+    # The driver's last line is there; a worker's forwarded print may land after it (as on
+    # Ray, a worker's output reaches the driver on its own path, not in order with results).
+    assert "LOG-END" in logs.splitlines(), logs
     # The job that was running when the cluster stopped: its last status, saying why.
     job = api_get(http, f"/api/jobs/{running}")
     assert job["status"] == "RUNNING", job

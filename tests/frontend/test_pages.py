@@ -261,20 +261,32 @@ def test_timeline_draws_the_task_stream(page, cluster):
         message=f"{len(workers)} worker rows",
     )
     assert tl.get_attribute("data-groups").split("|") == sorted(nodes)
-    # Hovering a slice says what it is: fit the view, then sweep a row until a tip appears.
+    # Hovering a slice says what it is: fit the view, then hover the middle of the trace's
+    # longest slices in view (where the page must draw them), down every row.
     page.get_by_role("button", name="Fit").click()
     canvas = page.locator("[data-testid=timeline] canvas")
     box = canvas.bounding_box()
-    found = False
-    for y in range(40, min(int(box["height"]), 400), 6):
-        for x in range(200, int(box["width"]) - 10, 25):
+    t0, t1 = (float(v) for v in tl.get_attribute("data-view").split(","))
+    label_w = 180  # TimelineCanvas's LABEL_W: the row names, left of the plot
+    in_view = [
+        (min(e["ts"] + e["dur"], t1) - max(e["ts"], t0), e)
+        for e in trace
+        if e.get("ph") == "X" and e["ts"] < t1 and e["ts"] + e["dur"] > t0
+    ]
+    tip = None
+    for _, e in sorted(in_view, key=lambda p: -p[0])[:3]:
+        mid = (max(e["ts"], t0) + min(e["ts"] + e["dur"], t1)) / 2
+        x = label_w + (mid - t0) / (t1 - t0) * (box["width"] - label_w)
+        for y in range(24, int(box["height"]), 5):
             canvas.hover(position={"x": x, "y": y})
             if page.locator("[data-testid=timeline-tip]").count():
-                found = True
+                tip = page.locator("[data-testid=timeline-tip]").inner_text()
                 break
-        if found:
+        if tip:
             break
-    assert found, "no slice showed a tooltip"
+    assert tip, f"no slice showed a tooltip ({len(in_view)} slices in view)"
+    names = {e["name"] for _, e in in_view}
+    assert tip.split("  ")[0] in names, (tip, sorted(names)[:20])
     # The download is the Chrome trace the page drew.
     assert any(e.get("ph") == "X" for e in trace)
 
