@@ -1,6 +1,6 @@
 """Where one actor call's CPU goes: per process and per phase, in microseconds per call.
 
-    .venv/bin/python benchmarks/call_breakdown.py [--seconds 8] [--modes sync,async] [--json F]
+    .venv/bin/python benchmarks/call_breakdown.py [--seconds 8] [--modes sync,async,concurrent] [--json F]
 
 For each mode (``sync``: ``get(a.f.remote())`` one at a time; ``async``: batches of 1,000
 calls, then one ``get``) it runs calls to a no-op actor method for ``--seconds``, and reads:
@@ -134,7 +134,8 @@ def measure(mode: str, seconds: float, rate: int, spy: str) -> dict:
         def pid(self) -> int:
             return os.getpid()
 
-    actor = Actor.remote()
+    # concurrent: a threaded actor (its calls run on a pool of 16 threads), called as async.
+    actor = Actor.options(max_concurrency=16).remote() if mode == "concurrent" else Actor.remote()
     actor_pid = ember.get(actor.pid.remote())
     driver = psutil.Process()
     callee = psutil.Process(actor_pid)

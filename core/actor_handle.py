@@ -167,15 +167,27 @@ class ActorMethod:
             function_name=f"{handle._class_name}.{self._name}",
             method_name=self._name,
             args=encoded,
-            kwarg_names=kw_names,
-            num_returns=num_returns,
             actor_id=handle._actor_id,
-            max_retries=retries if retries is not None else handle._max_task_retries,
-            retry_exceptions=allowed,
-            nested_refs=nested,
-            **_group(opts.get("concurrency_group") or self._meta.get("concurrency_group")),
-            name=opts.get("name") or "",
         )
+        # The rest only when not the class default: a spec pickles the fields it sets, and
+        # each costs its caller and its worker on every call.
+        fields = spec.__dict__
+        if kw_names:
+            fields["kwarg_names"] = kw_names
+        if num_returns != 1:
+            fields["num_returns"] = num_returns
+        retries = retries if retries is not None else handle._max_task_retries
+        if retries:
+            fields["max_retries"] = retries
+        if allowed:
+            fields["retry_exceptions"] = allowed
+        if nested:
+            fields["nested_refs"] = nested
+        group = opts.get("concurrency_group") or self._meta.get("concurrency_group")
+        if group:
+            fields["concurrency_group"] = group
+        if opts.get("name"):
+            fields["name"] = opts["name"]
         if handle._max_pending_calls > 0:
             worker.admit_limited_call(spec, handle._max_pending_calls)
         if generator:
@@ -201,9 +213,3 @@ def _loads_retry(data: bytes) -> list:
     import cloudpickle
 
     return cloudpickle.loads(data)
-
-
-def _group(group: str | None) -> dict[str, str]:
-    """The call's concurrency group as a spec field, set only when it has one (a spec pickles
-    only the fields it sets)."""
-    return {"concurrency_group": group} if group else {}

@@ -7,7 +7,7 @@ import inspect
 from typing import Any
 
 from ember import global_state, options
-from ember.core_worker.task_spec import NORMAL_TASK, TaskSpec
+from ember.core_worker.task_spec import TaskSpec
 from ember.driver import current_worker
 from ember.ids import new_task_id
 from ember.object_ref_generator import check_generator_returns, generator_mode, submit_generator
@@ -83,20 +83,30 @@ class RemoteFunction:
         encoded, kw_names, nested = worker.encode_args(args, kwargs, self._name)
         spec = TaskSpec(
             task_id=new_task_id(),
-            kind=NORMAL_TASK,
             function_id=self._function_id,
             function_name=self._task_name,
             args=encoded,
-            kwarg_names=kw_names,
-            num_returns=num_returns,
             resources=options.resource_shape(opts, 1),
             max_retries=opts.get("max_retries", DEFAULT_MAX_RETRIES),
-            retry_exceptions=opts.get("retry_exceptions", False),
-            name=opts.get("name") or "",
-            strategy=options.scheduling_strategy(opts) or captured_strategy(worker),
-            nested_refs=nested,
-            actor_options={"max_calls": opts["max_calls"]} if opts.get("max_calls") else None,
         )
+        # The rest only when not the class default: a spec pickles the fields it sets, and
+        # each costs its submitter and its worker on every task.
+        fields = spec.__dict__
+        if kw_names:
+            fields["kwarg_names"] = kw_names
+        if num_returns != 1:
+            fields["num_returns"] = num_returns
+        if opts.get("retry_exceptions"):
+            fields["retry_exceptions"] = opts["retry_exceptions"]
+        if opts.get("name"):
+            fields["name"] = opts["name"]
+        strategy = options.scheduling_strategy(opts) or captured_strategy(worker)
+        if strategy is not None:
+            fields["strategy"] = strategy
+        if nested:
+            fields["nested_refs"] = nested
+        if opts.get("max_calls"):
+            fields["actor_options"] = {"max_calls": opts["max_calls"]}
         env = inherited_env(worker, opts.get("runtime_env"))
         if env:
             spec.runtime_env = env

@@ -168,9 +168,9 @@ class ActorSubmitter:
                 self._on_reply(st, spec, reply, exc)
 
             if batch:
-                sent = conn.request_cb_batched("push_actor_task", spec, on_reply)
+                sent = conn.request_cb_batched("push_actor_task", spec.to_wire(), on_reply)
             else:
-                sent = conn.request_cb_direct("push_actor_task", spec, on_reply)
+                sent = conn.request_cb_direct("push_actor_task", spec.to_wire(), on_reply)
             if sent:
                 return True
             del st.in_flight[spec.task_id]
@@ -253,7 +253,9 @@ class ActorSubmitter:
         st.in_flight[spec.task_id] = spec
         self.host.attach_function(spec, st.conn)
         st.conn.request_cb(
-            "push_actor_task", spec, lambda reply, exc: self._on_reply(st, spec, reply, exc)
+            "push_actor_task",
+            spec.to_wire(),
+            lambda reply, exc: self._on_reply(st, spec, reply, exc),
         )
 
     # -- cancel ----------------------------------------------------------------------------

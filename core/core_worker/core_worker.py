@@ -482,12 +482,14 @@ class CoreWorker:
         return self.task_events.dropped
 
     # -- worker side: handlers that the executor serves ------------------------------------
-    def _h_push_task(self, conn: Connection, spec: TaskSpec):
+    def _h_push_task(self, conn: Connection, fields: dict):
+        spec = TaskSpec.from_wire(fields)
         if spec.generator:
             spec.stream_conn = conn  # its items go back on it (generators.py)
         return self.executor.on_push_task(conn, spec)
 
-    def _h_push_actor_task(self, conn: Connection, spec: TaskSpec):
+    def _h_push_actor_task(self, conn: Connection, fields: dict):
+        spec = TaskSpec.from_wire(fields)
         if spec.generator:
             spec.stream_conn = conn
         return self.executor.on_push_actor_task(conn, spec)

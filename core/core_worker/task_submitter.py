@@ -436,7 +436,7 @@ class TaskSubmitter:
         # before its own RUNNING event leaves it.
         self.host.record_event_shared(spec, "SUBMITTED_TO_WORKER", lease.where)
         lease.conn.request_cb(
-            "push_task", spec, lambda reply, exc: self._on_reply(lease, spec, reply, exc)
+            "push_task", spec.to_wire(), lambda reply, exc: self._on_reply(lease, spec, reply, exc)
         )
 
     def _on_reply(self, lease: _Lease, spec: TaskSpec, reply, exc) -> None:

@@ -24,7 +24,7 @@ class WorkerMessage(Message):
     catalogue = WORKER
 
 
-# -- tasks (the hot path: the body is the spec itself) -------------------------------------
+# -- tasks (the hot path: the body is the spec's fields, a dict) ---------------------------
 class PushTask(WorkerMessage):
     """Run a normal task on this leased worker; answered when it has run."""
 
@@ -33,7 +33,7 @@ class PushTask(WorkerMessage):
     reply = "task reply"
     body_is = "spec"
 
-    spec: Any  # ember.core_worker.task_spec.TaskSpec, kind NORMAL_TASK
+    spec: Any  # TaskSpec.to_wire() of a TaskSpec (ember.core_worker.task_spec), NORMAL_TASK
 
 
 class PushActorTask(WorkerMessage):
@@ -44,7 +44,7 @@ class PushActorTask(WorkerMessage):
     reply = "task reply"
     body_is = "spec"
 
-    spec: Any  # TaskSpec, kind ACTOR_TASK
+    spec: Any  # TaskSpec.to_wire() of a TaskSpec, kind ACTOR_TASK
 
 
 class CreateActor(WorkerMessage):
