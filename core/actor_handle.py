@@ -154,9 +154,8 @@ class ActorMethod:
         generator = 0
         if self._meta.get("generator"):
             num_returns, generator = generator_mode(num_returns)
-        encoded, kw_names, nested = worker.encode_args(
-            args, kwargs, f"{handle._class_name}.{self._name}"
-        )
+        function_name = f"{handle._class_name}.{self._name}"
+        encoded, kw_names, nested = worker.encode_args(args, kwargs, function_name)
         retries = opts.get("max_task_retries", self._meta.get("max_task_retries"))
         allowed = opts.get("retry_exceptions", self._meta.get("retry_exceptions", False))
         if isinstance(allowed, bytes):  # the method table's pickled list (actor._portable_retry)
@@ -164,7 +163,7 @@ class ActorMethod:
         spec = TaskSpec(
             task_id=new_task_id(),
             kind=ACTOR_TASK,
-            function_name=f"{handle._class_name}.{self._name}",
+            function_name=function_name,
             method_name=self._name,
             args=encoded,
             actor_id=handle._actor_id,

@@ -28,8 +28,20 @@ def test_memory_lists_each_reference_kind_with_call_sites(ember_start):
         def ping(self):
             return 1
 
+    @ember.remote
+    def one():
+        return 1
+
     holder = Holder.remote()
     ember.get(holder.ping.remote())
+    # Refs a task and actor calls return: made on these lines (the walk to the user's frame
+    # starts above Ember's submit path, whichever way the call came in).
+    returned = {
+        "task": one.remote(),  # CALL-SITE task
+        "call": holder.ping.remote(),  # CALL-SITE call
+        "call with options": holder.ping.options(name="p").remote(),  # CALL-SITE options
+    }
+    ember.get(list(returned.values()))
     gone = ember.put(np.zeros(10))
     view = ember.get(gone)  # a zero-copy view keeps the object pinned after its ref is gone
     gone_hex = gone.hex()
@@ -45,6 +57,9 @@ def test_memory_lists_each_reference_kind_with_call_sites(ember_start):
     assert row["size"] >= 1_600_000
     assert row["call_site"].endswith(f"{os.path.basename(__file__)}:{_line_of('np.arange')}")
     assert (gone_hex, "PINNED_IN_MEMORY") in by_ref
+    for mark, ref in zip(("task", "call", "options"), returned.values(), strict=True):
+        site = by_ref[(ref.hex(), "LOCAL_REFERENCE")]["call_site"]
+        assert site.endswith(f"{os.path.basename(__file__)}:{_line_of(f'CALL-SITE {mark}')}")
     assert any(r["reference_type"] == "ACTOR_HANDLE" for r in rows)
 
     table = _run("memory", "--address", ctx.address, "--units", "MB").stdout
@@ -59,7 +74,7 @@ def test_memory_lists_each_reference_kind_with_call_sites(ember_start):
 def _line_of(text: str) -> int:
     with open(__file__) as f:
         for i, line in enumerate(f, 1):
-            if text in line and "ember.put" in line:
+            if text in line and ("ember.put" in line or "CALL-SITE" in text):
                 return i
     raise AssertionError(text)
 

@@ -111,6 +111,8 @@ class TaskManager:
 
     def encode_args(self, args: tuple, kwargs: dict, fn_name: str) -> tuple[list, tuple, list]:
         """Top-level refs stay refs; values are serialized inline or put in the store."""
+        if not args and not kwargs:
+            return [], (), []
         encoded: list = []
         nested: list = []
         names: tuple = tuple(kwargs)
@@ -160,9 +162,13 @@ class TaskManager:
         spec.job_id = self.host.job_id
         spec.namespace = self.host.namespace
         oids = spec.return_ids()
-        self.refs.add_owned_returns(oids, owner, user_call_site())
+        # Called by submit_task or submit_actor_task: the walk starts above both.
+        self.refs.add_owned_returns(oids, owner, user_call_site(3))
         self.memory_store.add_pending_many(oids)
-        refs = [counted_ref(oid, owner) for oid in oids]
+        if len(oids) == 1:  # the common case, without a comprehension's frame
+            refs = [counted_ref(oids[0], owner)]
+        else:
+            refs = [counted_ref(oid, owner) for oid in oids]
         if spec.args:
             held = spec.arg_refs()
             if held:

@@ -60,7 +60,7 @@ class TaskSpec:
         # driver's __main__, which a worker cannot import: sent, they made its unpickling of
         # the whole spec fail (the worker died, the call hung).
         state = self.__dict__
-        if isinstance(state.get("retry_exceptions"), list | tuple):
+        if "retry_exceptions" in state and isinstance(state["retry_exceptions"], (list, tuple)):
             state = {**state, "retry_exceptions": True}
         return state
 
@@ -78,6 +78,8 @@ class TaskSpec:
     def return_ids(self) -> list[bytes]:
         tid = self.task_id
         n = self.num_returns
+        if n == 1:
+            return [tid + _RETURN_ONE]
         if n <= len(_RETURN_INDEX):
             return [tid + _RETURN_INDEX[i] for i in range(n)]
         return [tid + struct.pack("<I", i + 1) for i in range(n)]
@@ -94,3 +96,4 @@ class TaskSpec:
 
 
 _RETURN_INDEX = [struct.pack("<I", i + 1) for i in range(4096)]
+_RETURN_ONE = _RETURN_INDEX[0]
