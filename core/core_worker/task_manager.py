@@ -284,24 +284,26 @@ class TaskManager:
             reply = {**reply, "returns": [NONE_LOCATION]}
         for start, event in reply.get("profile") or ():
             self.events.append((spec.task_id, "PROFILE", start, 0, event))
-        self._task_done(
-            spec,
-            "FAILED" if reply.get("error") else "FINISHED",
-            {
-                "timings": reply.get("timings"),
-                "pid": reply.get("pid"),
-                "node_id": reply.get("node_id"),
-                "worker_id": reply.get("worker_id"),
-                "function": spec.display_name(),
-                "error": reply.get("message"),
-                "error_type": reply.get("error_type"),
-                # For the timeline's arrows: who submitted it and whose objects it consumed.
-                "parent": spec.parent_task_id.hex(),
-                "owner_pid": os.getpid(),
-                "arg_tasks": _producer_task_ids(spec),
-                "log": reply.get("log"),  # the bytes of its worker's log files it wrote
-            },
-        )
+        extra = {
+            "timings": reply.get("timings"),
+            "pid": reply.get("pid"),
+            "node_id": reply.get("node_id"),
+            "worker_id": reply.get("worker_id"),
+            "function": spec.display_name(),
+            # For the timeline's arrows: who submitted it and whose objects it consumed.
+            "parent": spec.parent_task_id.hex(),
+            "owner_pid": os.getpid(),
+        }
+        # The rest only when there is something to say: every key of the event is pickled
+        # here, read and converted by the dashboard and journaled, for every task.
+        if spec.args or spec.nested_refs:
+            extra["arg_tasks"] = _producer_task_ids(spec)
+        if reply.get("error"):
+            extra["error"] = reply.get("message")
+            extra["error_type"] = reply.get("error_type")
+        if reply.get("log"):
+            extra["log"] = reply["log"]  # the bytes of its worker's log files it wrote
+        self._task_done(spec, "FAILED" if reply.get("error") else "FINISHED", extra)
         returns = reply["returns"]
         if spec.max_retries and not reply.get("error"):
             self.host.lineage.keep(spec, returns)
@@ -373,7 +375,7 @@ class TaskManager:
         if held:
             self.refs.remove_submitted(held)
         if extra:
-            self.events.record(spec, state, **extra)
+            self.events.record_shared(spec, state, extra)  # built for this event alone
         else:
             self.events.record(spec, state)
 
