@@ -629,10 +629,13 @@ def test_timeline_warns_when_the_dashboard_evicted_tasks(ember_start, monkeypatc
             warnings.simplefilter("always")
             ember.timeline(filename=str(tmp_path / "t.json"))
         info = json.loads((tmp_path / "t.json").read_text())[-1]["args"]
-        return {"info": info, "caught": caught} if info["dropped"]["tasks"] >= 20 else None
+        # The submissions can land a batch before the ends (a busy machine): the kept ten
+        # are drawn once their ends are in.
+        done = info["dropped"]["tasks"] >= 20 and info["tasks"] == 10
+        return {"info": info, "caught": caught} if done else None
 
-    got = wait_until(evicted, timeout=30, interval=0.3, message="20 tasks evicted")
-    assert got["info"]["tasks"] == 10 and got["info"]["max_tasks"] == 10
+    got = wait_until(evicted, timeout=30, interval=0.3, message="20 tasks evicted, 10 drawn")
+    assert got["info"]["max_tasks"] == 10
     messages = [str(w.message) for w in got["caught"]]
     assert any("older tasks were evicted" in m and "newest 10 tasks" in m for m in messages)
     assert all(w.filename == __file__ for w in got["caught"])
