@@ -552,8 +552,7 @@ def _seen_nodes(info: Mapping[str, Any]) -> list[str]:
     for n in info.get("nodes") or ():
         if n.get("state") != "ALIVE":
             continue
-        raw = n.get("node_id") or b""
-        node = raw.hex()[:8] if isinstance(raw, bytes) else str(raw)[:8]
+        node = _hex(n.get("node_id") or b"")[:8]
         free = (n.get("resources_available") or {}).get("CPU", 0)
         total = (n.get("resources_total") or {}).get("CPU", 0)
         queued = sum(int(d.get("count", 1)) for d in n.get("pending_demands") or ())

@@ -168,25 +168,13 @@ class ActorMethod:
             args=encoded,
             actor_id=handle._actor_id,
         )
-        # The rest only when not the class default: a spec pickles the fields it sets, and
-        # each costs its caller and its worker on every call.
-        fields = spec.__dict__
-        if kw_names:
-            fields["kwarg_names"] = kw_names
-        if num_returns != 1:
-            fields["num_returns"] = num_returns
+        spec.set_optional(kw_names, num_returns, nested, opts.get("name"), allowed)
         retries = retries if retries is not None else handle._max_task_retries
         if retries:
-            fields["max_retries"] = retries
-        if allowed:
-            fields["retry_exceptions"] = allowed
-        if nested:
-            fields["nested_refs"] = nested
+            spec.max_retries = retries
         group = opts.get("concurrency_group") or self._meta.get("concurrency_group")
         if group:
-            fields["concurrency_group"] = group
-        if opts.get("name"):
-            fields["name"] = opts["name"]
+            spec.concurrency_group = group
         if handle._max_pending_calls > 0:
             worker.admit_limited_call(spec, handle._max_pending_calls)
         if generator:

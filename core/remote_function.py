@@ -89,24 +89,14 @@ class RemoteFunction:
             resources=options.resource_shape(opts, 1),
             max_retries=opts.get("max_retries", DEFAULT_MAX_RETRIES),
         )
-        # The rest only when not the class default: a spec pickles the fields it sets, and
-        # each costs its submitter and its worker on every task.
-        fields = spec.__dict__
-        if kw_names:
-            fields["kwarg_names"] = kw_names
-        if num_returns != 1:
-            fields["num_returns"] = num_returns
-        if opts.get("retry_exceptions"):
-            fields["retry_exceptions"] = opts["retry_exceptions"]
-        if opts.get("name"):
-            fields["name"] = opts["name"]
+        spec.set_optional(
+            kw_names, num_returns, nested, opts.get("name"), opts.get("retry_exceptions")
+        )
         strategy = options.scheduling_strategy(opts) or captured_strategy(worker)
         if strategy is not None:
-            fields["strategy"] = strategy
-        if nested:
-            fields["nested_refs"] = nested
+            spec.strategy = strategy
         if opts.get("max_calls"):
-            fields["actor_options"] = {"max_calls": opts["max_calls"]}
+            spec.actor_options = {"max_calls": opts["max_calls"]}
         env = inherited_env(worker, opts.get("runtime_env"))
         if env:
             spec.runtime_env = env

@@ -75,6 +75,29 @@ class TaskSpec:
         spec.__dict__ = fields
         return spec
 
+    def set_optional(
+        self,
+        kwarg_names: tuple,
+        num_returns: int,
+        nested_refs: list,
+        name: str | None,
+        retry_exceptions: Any,
+    ) -> None:
+        """Sets the fields any submit may give, each only when it is not the class default:
+        a spec pickles the fields it sets, and each costs its submitter and its worker on
+        every call."""
+        fields = self.__dict__
+        if kwarg_names:
+            fields["kwarg_names"] = kwarg_names
+        if num_returns != 1:
+            fields["num_returns"] = num_returns
+        if nested_refs:
+            fields["nested_refs"] = nested_refs
+        if name:
+            fields["name"] = name
+        if retry_exceptions:
+            fields["retry_exceptions"] = retry_exceptions
+
     def return_ids(self) -> list[bytes]:
         tid = self.task_id
         n = self.num_returns
