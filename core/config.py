@@ -25,8 +25,9 @@ plasma_pin_hold_seconds: float = _env("plasma_pin_hold_seconds", 1.0)
 # An idle leased worker is kept this long for the next task of its class (saves a round trip
 # to the raylet per task in a sync loop); the raylet can take it back sooner.
 lease_idle_seconds: float = _env("lease_idle_seconds", 0.05)
-# How many tasks one leased worker may have queued at once (pipelining hides the round trip).
-max_tasks_in_flight_per_worker: int = _env("max_tasks_in_flight_per_worker", 4)
+# Normal tasks a leased worker may have at once: 2 (or more) pushes a short task behind the
+# running one, hiding the round trip (task_submitter's pipelining); 1 turns that off.
+max_tasks_in_flight_per_worker: int = _env("max_tasks_in_flight_per_worker", 2)
 # Deadlines for start-up and control calls: every wait has one.
 process_start_timeout: float = _env("process_start_timeout", 30.0)
 gcs_rpc_timeout: float = _env("gcs_rpc_timeout", 30.0)

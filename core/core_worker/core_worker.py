@@ -458,6 +458,13 @@ class CoreWorker:
         except RuntimeError:
             pass  # loop closed during interpreter shutdown
 
+    def give_back_queued(self) -> None:
+        """The running task waits in get or wait: the tasks its owner pushed behind it go
+        back unstarted (``Executor.give_back_all``)."""
+        executor = self.executor
+        if executor is not None and executor.held and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(executor.give_back_all)
+
     def gcs_send_threadsafe(self, op: str, body: Any) -> None:
         self.send_threadsafe(self.gcs, op, body)
 

@@ -51,6 +51,11 @@ from ember.protocol.connection import DEFERRED, Connection, Deferred, new_event_
 
 logger = logging.getLogger(__name__)
 
+# A normal task its owner pushed behind a running one (``TaskSpec.behind``: pipelined) waits
+# at most this long for its turn; then it goes back to its owner unstarted, to run elsewhere
+# (a long task ahead would otherwise hold it).
+HOLD_QUEUED_S = 0.002
+
 
 class ExecutorHost(task_values.ValuesHost, Protocol):
     """What the executor needs of the rest of the core worker (besides what a task's values
@@ -108,11 +113,30 @@ class Executor:
         self.log_offsets: LogOffsets | None = None
         # The shared-process actors this worker hosts, when it is their host (shared_actors).
         self.shared: SharedActors | None = None
+        # Tasks pushed behind a running one, not started yet: {task_id: their reply}. Whoever
+        # pops one first has it: the main thread (runs it) or the I/O thread (gives it back).
+        self.held: dict[bytes, Deferred] = {}
 
     # -- on the I/O thread -----------------------------------------------------------------
     def on_push_task(self, conn, spec: TaskSpec) -> object:
-        self.queue.put((spec, conn.deferred()))
+        reply_to = conn.deferred()
+        if spec.behind:
+            self.held[spec.task_id] = reply_to
+            conn.loop.call_later(HOLD_QUEUED_S, self.give_back, spec.task_id)
+        self.queue.put((spec, reply_to))
         return DEFERRED
+
+    def give_back(self, task_id: bytes) -> None:
+        """On the I/O thread: a held task goes back to its owner unstarted, if still held."""
+        reply_to = self.held.pop(task_id, None)
+        if reply_to is not None:
+            reply_to.resolve({"returned": True})
+
+    def give_back_all(self) -> None:
+        """On the I/O thread: the running task blocks in get or wait, perhaps on one of the
+        tasks held behind it, which must not wait for it."""
+        for task_id in list(self.held):
+            self.give_back(task_id)
 
     def on_create_actor(self, conn, spec: TaskSpec) -> object:
         if (spec.actor_options or {}).get("shared_process"):
@@ -166,6 +190,9 @@ class Executor:
         self.queue.put(("exit", body))
 
     def cancel(self, task_id: bytes, force: bool) -> None:
+        if task_id in self.held:  # not started: its owner fails it when it comes back
+            self.give_back(task_id)
+            return
         self.cancelled.add(task_id)
         call = self.async_calls.get(task_id)
         if call is not None:  # an async actor's call: CancelledError inside it
@@ -209,6 +236,8 @@ class Executor:
                 self._exit_actor(item[1].get("reason", "exit requested"))
                 return
             spec, reply_to = item
+            if spec.behind and self.held.pop(spec.task_id, None) is None:
+                continue  # given back to its owner meanwhile
             self._run_and_reply(spec, reply_to)
             if self.exiting:
                 return
@@ -222,10 +251,12 @@ class Executor:
             reply["worker_exiting"] = True
         # Calls waiting to run: their replies follow, so this one joins a batched write
         # (never the last words of a worker about to exit).
-        batch = not (retire or self.exiting) and (
+        batch = not (retire or self.exiting or self.held) and (
             self.queue.qsize() > 0 or (self.pool is not None and self.pool.waiting())
         )
-        reply_to.resolve_threadsafe(reply, batch)
+        # A task held behind this one runs next: this reply must be out first, or a crash
+        # of that task would lose it and this task would be retried (or failed) as if cut.
+        reply_to.resolve_threadsafe(reply, batch, settled=bool(self.held))
         if retire:
             # max_calls: this worker has run the function enough times; a fresh one follows.
             time.sleep(0.05)

@@ -28,12 +28,17 @@ Events (``handle``'s input):
   it runs again on its own OOM budget (``oom_retries``, -1 unlimited; not ``max_retries``,
   as in Ray) unless ``max_retries`` is 0, after a delay doubling from ``oom_delay_base``.
   (A task whose own exception is retried waits ``app_retry_delay`` each time, as in Ray.)
+- ``("returned", task_id)``: a task pushed behind another (pipelined) came back unstarted:
+  its worker gave it back (its running task blocked or ran long) or died before reaching
+  it. It was never run, so it queues again at the front, its attempt and retries untouched
+  (or fails, if it was cancelled meanwhile).
 - ``("cancel", task_id, force)``: ``ember.cancel``.
 - ``("reconstruct", spec, waiting_on)``: a finished task runs again (lineage).
 
 Instructions (``handle``'s output), executed in order:
 - ``(WAIT_ARGS, spec, object_ids)``: call back with ``args_ready`` once they are ready.
 - ``(ENQUEUE, spec)``: queue it in its scheduling class for a lease.
+- ``(REQUEUE, spec)``: queue it again at the front of its class (it came back unstarted).
 - ``(PUSH, spec, lease)``: send it to the leased worker.
 - ``(DEQUEUE, spec)``: take it out of its class's queue.
 - ``(SEND_CANCEL, spec, lease, force)``: ask the worker running it to cancel it.
@@ -85,6 +90,7 @@ TASK_ATTEMPT: Lifecycle[TaskState] = Lifecycle(
             "finished": S.FINISHED,
             "failed": S.FAILED,
             "retry": S.PENDING_NODE_ASSIGNMENT,
+            "returned": S.PENDING_NODE_ASSIGNMENT,
             "cancel": S.SUBMITTED_TO_WORKER,  # the worker interrupts it; its reply says so
             "force_cancel": S.CANCELLED_KILLING,
         },
@@ -104,6 +110,7 @@ del S
 # Instructions (see the module doc).
 WAIT_ARGS = "wait_args"
 ENQUEUE = "enqueue"
+REQUEUE = "requeue"
 PUSH = "push"
 DEQUEUE = "dequeue"
 SEND_CANCEL = "send_cancel"
@@ -116,12 +123,14 @@ _DONE = (TaskState.FINISHED, TaskState.FAILED)
 
 
 class _Task:
-    __slots__ = ("spec", "track", "lease")
+    __slots__ = ("spec", "track", "lease", "cancel_asked")
 
     def __init__(self, spec: TaskSpec, track: Track[TaskState]) -> None:
         self.spec = spec
         self.track = track
         self.lease: Any = None  # the shell's lease while SUBMITTED_TO_WORKER
+        # A cancel was sent to its worker: if the task comes back unstarted, it fails.
+        self.cancel_asked = False
 
 
 class TaskAttempts:
@@ -146,6 +155,7 @@ class TaskAttempts:
             "unschedulable": self._unschedulable,
             "reply": self._reply,
             "worker_died": self._worker_died,
+            "returned": self._returned,
             "oom_killed": self._oom_killed,
             "cancel": self._cancel,
             "reconstruct": self._reconstruct,
@@ -240,6 +250,16 @@ class TaskAttempts:
         track.fire("failed")
         return self._end(task, [(FAIL_CRASHED, spec, lease, error)])
 
+    def _returned(self, event: tuple) -> list[tuple]:
+        task = self._tasks[event[1]]
+        spec = task.spec
+        task.lease = None
+        if task.cancel_asked or task.track.state is TaskState.CANCELLED_KILLING:
+            task.track.fire("failed")
+            return self._end(task, [(FAIL, spec, cancelled_error(spec))])
+        task.track.fire("returned")
+        return [(REQUEUE, spec)]
+
     def oom_retry_allowed(self, spec: TaskSpec) -> bool:
         """Whether a task the memory monitor kills may run again, by its own settings."""
         budget = self.oom_retries
@@ -275,6 +295,7 @@ class TaskAttempts:
             task.track.fire("cancel")
             return self._end(task, [(DEQUEUE, spec), (FAIL, spec, cancelled_error(spec))])
         if state is TaskState.SUBMITTED_TO_WORKER or state is TaskState.CANCELLED_KILLING:
+            task.cancel_asked = True
             task.track.fire("force_cancel" if force else "cancel")
             return [(SEND_CANCEL, spec, task.lease, force)]
         task.track.fire("cancel")

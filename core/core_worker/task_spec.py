@@ -51,6 +51,7 @@ class TaskSpec:
     runtime_env: dict | None = None  # a task's or actor's, merged with its parent's
     generator: int = 0  # GEN_*: a generator function's returns; 0: an ordinary task
     generator_skip: int = 0  # items its caller already has: a retry does not send them again
+    behind: bool = False  # pushed behind a running task: its worker may give it back unstarted
 
     def __init__(self, **kw: Any) -> None:
         self.__dict__.update(kw)

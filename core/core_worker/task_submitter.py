@@ -1,10 +1,17 @@
 """Normal tasks: lease workers from the raylet per scheduling class, push tasks straight to them.
 
 Runs on the core worker's I/O thread only. A scheduling class is the resource shape plus the
-scheduling strategy; tasks of one class share leases. A leased worker runs one task at a time
-(pipelining could queue a task behind one blocked in ``get`` on its result, a deadlock), and
-an idle lease is kept for ``lease_idle_seconds`` so a loop of sync calls costs one round trip
-to the worker per task, not two.
+scheduling strategy; tasks of one class share leases. A leased worker runs one task at a time,
+and an idle lease is kept for ``lease_idle_seconds`` so a loop of sync calls costs one round
+trip to the worker per task, not two.
+
+Pipelining: while a class's tasks are short (the last one took under ``PIPELINE_BELOW_S``
+from reaching the head of its worker to its reply) and more wait, a busy lease gets one
+more, pushed behind the running one, so the worker starts it without waiting a round trip.
+The worker gives it back unstarted if the running task blocks in ``get`` or ``wait`` (it
+might be waiting for that very task) or is still running after ``HOLD_QUEUED_S``
+(``executor.py``); a task given back, or lost with a worker that died before reaching it,
+queues again at the front of its class with its retries untouched (``returned``).
 
 What happens to each task (queue it, push it, retry it, fail it) is decided by the state
 machine in ``task_attempts.py``; this module is its I/O shell: it owns the scheduling
@@ -29,6 +36,7 @@ from ember.core_worker.task_attempts import (
     FAIL_CRASHED,
     FINISH,
     PUSH,
+    REQUEUE,
     RETRY,
     SEND_CANCEL,
     WAIT_ARGS,
@@ -55,6 +63,10 @@ BACKLOG_REPORT_S = 0.1
 # while the others still need CPUs: in a tree of blocking tasks that stalled every level
 # for the whole hold. A loop's next submit comes within this much of the reply.
 BLOCKED_OWNER_IDLE_SECONDS = 0.002
+# A class whose last task took less than this from the head of its worker to its reply gets
+# a second task pushed behind a running one (the module doc says how it comes back if that
+# was wrong): a round trip here is ~0.3-0.5 ms, so it is what such tasks wait for.
+PIPELINE_BELOW_S = 0.002
 
 
 class _Lease:
@@ -68,6 +80,8 @@ class _Lease:
         "idle_handle",
         "raylet",
         "spec",
+        "queued",
+        "head_since",
         "gpu_ids",
         "node_id",
         "pid",
@@ -96,6 +110,8 @@ class _Lease:
         self.busy = False
         self.idle_handle: asyncio.TimerHandle | None = None
         self.spec: TaskSpec | None = None  # the task it runs now
+        self.queued: TaskSpec | None = None  # the one pushed behind it (pipelined), if any
+        self.head_since = 0.0  # when ``spec`` became the first of its tasks on the worker
 
 
 class _Class:
@@ -109,6 +125,7 @@ class _Class:
         "pending_leases",
         "waiting_at",
         "backlog_sent",
+        "short",
     )
 
     def __init__(self, key, resources, strategy) -> None:
@@ -122,6 +139,7 @@ class _Class:
         # {request number: the raylet it waits at}, for withdrawing requests no task needs.
         self.waiting_at: dict[int, Connection] = {}
         self.backlog_sent = 0  # the queued tasks beyond its lease requests, as last reported
+        self.short = False  # its last task was short: pipeline (the module doc)
 
 
 def _surplus(cls: _Class) -> int:
@@ -182,6 +200,8 @@ class TaskSubmitter:
         self._backoff: dict[bytes, asyncio.TimerHandle] = {}  # retries waiting to queue
         self._request_ids = itertools.count(1)
         self._backlog_timer: asyncio.TimerHandle | None = None
+        self.pipelined = 0  # tasks pushed behind a running one
+        self.given_back = 0  # of those, how many came back unstarted
 
     # -- entry -----------------------------------------------------------------------------
     def submit(self, spec: TaskSpec) -> None:
@@ -213,6 +233,12 @@ class TaskSubmitter:
                 self._enqueue(ins[1])
             elif op == PUSH:
                 self._push(ins[2], ins[1])
+            elif op == REQUEUE:
+                spec = ins[1]
+                cls = self._class_of(spec)
+                cls.queue.appendleft(spec)
+                self.host.record_event(spec, "PENDING_NODE_ASSIGNMENT")
+                self._pump(cls)
             elif op == FINISH:
                 self.host.complete_task(ins[1], ins[2])
             elif op == RETRY:
@@ -428,8 +454,14 @@ class TaskSubmitter:
         self._run(self.attempts.handle(("lease_granted", spec, lease)))
 
     def _push(self, lease: _Lease, spec: TaskSpec) -> None:
-        lease.busy = True
-        lease.spec = spec
+        if lease.busy:  # pipelined behind the running one (_pipeline)
+            lease.queued = spec
+            spec.behind = True
+        else:
+            spec.__dict__.pop("behind", None)  # (given back before: it heads a worker now)
+            lease.busy = True
+            lease.spec = spec
+            lease.head_since = time.monotonic()
         spec.gpu_ids = lease.gpu_ids
         self.host.attach_function(spec, lease.conn)
         # Where this attempt runs, from the lease: its rows say so even if the worker dies
@@ -439,10 +471,70 @@ class TaskSubmitter:
             "push_task", spec.to_wire(), lambda reply, exc: self._on_reply(lease, spec, reply, exc)
         )
 
+    def _pipeline(self, lease: _Lease) -> None:
+        """Pushes the next queued task behind ``lease``'s running one, when worth it."""
+        cls = lease.cls
+        if (
+            cls.short
+            and config.max_tasks_in_flight_per_worker > 1
+            and cls.queue
+            and lease.queued is None
+            and lease.busy
+            and cls.strategy is None  # a placement the strategy chose is not second-guessed
+            and not (lease.wanted or lease.draining)
+            and not cls.queue[0].generator
+        ):
+            self.pipelined += 1
+            self._dispatch(lease, cls.queue.popleft())
+
+    def _on_queued_reply(self, lease: _Lease, spec: TaskSpec, reply, exc) -> None:
+        """The reply to a task pushed behind another, before that one's: it came back
+        unstarted (given back, or its worker died first), or a cancel answered it."""
+        lease.queued = None
+        if exc is not None or reply.get("returned"):
+            self.given_back += 1
+            self._run(self.attempts.handle(("returned", spec.task_id)))
+            return
+        self._run(self.attempts.handle(("reply", spec.task_id, reply)), _failure(reply))
+
+    def _on_head_returned(self, lease: _Lease, spec: TaskSpec, now: float) -> None:
+        """A task that became its lease's first when the one ahead replied had been given
+        back already: whatever was pushed behind it runs there now, or the lease is free."""
+        cls = lease.cls
+        cls.short = False  # the task ahead of it ran long, or blocked
+        self.given_back += 1
+        if lease.queued is not None:
+            lease.spec, lease.queued = lease.queued, None
+            lease.head_since = now
+        else:
+            lease.busy = False
+            lease.spec = None
+            if lease.draining or lease.wanted:
+                self._return_lease(cls, lease)
+            else:
+                cls.idle.append(lease)  # where the requeued task goes first (its pump)
+        self._run(self.attempts.handle(("returned", spec.task_id)))
+
     def _on_reply(self, lease: _Lease, spec: TaskSpec, reply, exc) -> None:
+        if spec is lease.queued:
+            self._on_queued_reply(lease, spec, reply, exc)
+            return
+        cls = lease.cls
+        now = time.monotonic()
+        if exc is None and reply.get("returned"):
+            self._on_head_returned(lease, spec, now)
+            return
+        if exc is None:
+            cls.short = now - lease.head_since < PIPELINE_BELOW_S
+        if lease.queued is not None and exc is None and not reply.get("worker_exiting"):
+            # The worker runs the one pushed behind it next (or gives it back).
+            lease.spec, lease.queued = lease.queued, None
+            lease.head_since = now
+            self._run(self.attempts.handle(("reply", spec.task_id, reply)), _failure(reply))
+            self._pipeline(lease)
+            return
         lease.busy = False
         lease.spec = None
-        cls = lease.cls
         if exc is not None:
             # The worker went away mid-task: the lease is gone; retry or fail the task.
             self._return_lease(cls, lease, worker_died=True)
@@ -456,13 +548,7 @@ class TaskSubmitter:
                 self._run(self.attempts.handle(event), why)
             self._pump(cls)
             return
-        why = None
-        if reply.get("error"):
-            why = (
-                reply.get("message") or "",
-                reply.get("error_type") or "TASK_EXECUTION_EXCEPTION",
-            )
-        self._run(self.attempts.handle(("reply", spec.task_id, reply)), why)
+        self._run(self.attempts.handle(("reply", spec.task_id, reply)), _failure(reply))
         if reply.get("worker_exiting"):
             self._return_lease(cls, lease, worker_died=True)
             self._pump(cls)
@@ -473,6 +559,7 @@ class TaskSubmitter:
             return
         if cls.queue:
             self._dispatch(lease, cls.queue.popleft())
+            self._pipeline(lease)
             return
         if lease.wanted:  # another request waits for its resources: no hold
             self._return_lease(cls, lease)
@@ -619,7 +706,16 @@ class TaskSubmitter:
             "queued": sum(len(c.queue) for c in self._classes.values()),
             "leases": sum(len(c.leases) for c in self._classes.values()),
             "running": self.attempts.count(TaskState.SUBMITTED_TO_WORKER),
+            "pipelined": self.pipelined,
+            "given_back": self.given_back,
         }
+
+
+def _failure(reply: dict) -> tuple[str, str] | None:
+    """(error, Ray's error type) of a reply that failed its attempt, for the attempt's row."""
+    if not reply.get("error"):
+        return None
+    return (reply.get("message") or "", reply.get("error_type") or "TASK_EXECUTION_EXCEPTION")
 
 
 def _strategy_key(strategy: Any) -> Any:

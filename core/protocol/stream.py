@@ -559,9 +559,11 @@ class Deferred:
         """On the connection's loop."""
         self.conn._reply(self.rid, value)
 
-    def resolve_threadsafe(self, value: Any, batch: bool = False) -> None:
+    def resolve_threadsafe(self, value: Any, batch: bool = False, settled: bool = False) -> None:
         """``batch``: more replies follow soon (calls wait to run), so this one joins the
-        loop's next write rather than give up the GIL for its own (``request_cb_batched``)."""
+        loop's next write rather than give up the GIL for its own (``request_cb_batched``).
+        ``settled``: returns only once the reply is written (at most a second's wait for the
+        loop): what runs next in this process may kill it, and must not take this with it."""
         conn = self.conn
         try:
             payload = _encode_reply(self.rid, value)
@@ -573,6 +575,10 @@ class Deferred:
                 conn.loop.call_soon_threadsafe(conn._write_now, payload)
         elif not conn.write_direct(payload):
             conn.loop.call_soon_threadsafe(conn._write_now, payload)
+            if settled:
+                written = threading.Event()
+                conn.loop.call_soon_threadsafe(written.set)  # runs after the write, in order
+                written.wait(1.0)
 
 
 def _log_task_error(task: asyncio.Future) -> None:

@@ -12,6 +12,7 @@ from ember.core_worker.task_attempts import (
     FAIL_CRASHED,
     FINISH,
     PUSH,
+    REQUEUE,
     RETRY,
     SEND_CANCEL,
     TASK_ATTEMPT,
@@ -283,3 +284,24 @@ def test_cancelling_a_task_that_waits_out_its_oom_delay_dequeues_it() -> None:
     _running(tasks, spec)
     _oom(tasks, spec)
     assert _ops(tasks.handle(("cancel", spec.task_id, False))) == [DEQUEUE, FAIL]
+
+
+def test_a_task_returned_unstarted_queues_again_at_its_first_attempt() -> None:
+    tasks, spec = TaskAttempts(), _spec(max_retries=0)
+    _running(tasks, spec)
+    assert tasks.handle(("returned", spec.task_id)) == [(REQUEUE, spec)]
+    assert tasks.state_of(spec.task_id) is TaskState.PENDING_NODE_ASSIGNMENT
+    assert spec.attempt == 0  # not a retry: max_retries=0 does not fail it
+    assert tasks.handle(("lease_granted", spec, LEASE)) == [(PUSH, spec, LEASE)]
+    assert _ops(tasks.handle(("reply", spec.task_id, OK))) == [FINISH]
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_task_cancelled_while_held_fails_when_it_comes_back(force: bool) -> None:
+    tasks, spec = TaskAttempts(), _spec(max_retries=3)
+    _running(tasks, spec)
+    assert _ops(tasks.handle(("cancel", spec.task_id, force))) == [SEND_CANCEL]
+    out = tasks.handle(("returned", spec.task_id))
+    assert _ops(out) == [FAIL]
+    assert isinstance(out[0][2], TaskCancelledError)
+    assert tasks.state_of(spec.task_id) is None
