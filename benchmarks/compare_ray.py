@@ -54,9 +54,10 @@ RUN_MARK_ENV = "EMBER_BENCH_RUN"
 
 STARTUP_ROW = "init -> first task -> shutdown"
 MEMORY_ROW = "idle local node resident memory"
-# Ember's targets, as ratios where >1 means Ember is better.
-FAST_PATH_ROWS = {"single client tasks sync": 3.0, "1:1 actor calls sync": 3.0}
-DEFAULT_TARGET = 2.0  # every other row at least twice Ray's
+# Ember's targets, as ratios where >1 means Ember is better (issue 32 raised them from 3x
+# and 2x: the one-request-one-reply rows are where the machine allows most).
+FAST_PATH_ROWS = {"single client tasks sync": 5.0, "1:1 actor calls sync": 5.0}
+DEFAULT_TARGET = 3.0  # every other row at least three times Ray's
 STARTUP_TARGET_S = 1.0
 MEMORY_TARGET = 4.0
 
