@@ -493,6 +493,9 @@ class TaskSubmitter:
         lease.queued = None
         if exc is not None or reply.get("returned"):
             self.given_back += 1
+            # The task ahead ran long or blocked: no more pipelining until a reply says the
+            # class is short again (tasks of about the hold's length would churn otherwise).
+            lease.cls.short = False
             self._run(self.attempts.handle(("returned", spec.task_id)))
             return
         self._run(self.attempts.handle(("reply", spec.task_id, reply)), _failure(reply))
