@@ -24,6 +24,7 @@ from ember_test_utils import (
     assert_no_ember_children,
     dashboard_url_in,
     fake_spawn,
+    free_port,
     head_cluster,
     wait_for_node_agents,
     wait_until,
@@ -218,7 +219,11 @@ def _kill_the_dashboard(root: str, url: str) -> None:
 
 
 def test_an_ember_start_head_restarts_its_dashboard_and_ember_stop_ends_it():
-    with head_cluster() as (root, _port, head):
+    # A port of its own, not the default 8265 or the next free after it: under a parallel
+    # suite another test's node can take the dead dashboard's port (8265 + n) within the
+    # restart's delay, and the raylet restarts it on that exact port only (the likely cause
+    # of the one time no new dashboard came within 30 s, in a fresh-clone run).
+    with head_cluster("--dashboard-port", str(free_port())) as (root, _port, head):
         url = dashboard_url_in(head.stdout)
         wait_for_node_agents(url)
         _kill_the_dashboard(root, url)
