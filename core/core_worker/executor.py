@@ -126,11 +126,14 @@ class Executor:
         self.queue.put((spec, reply_to))
         return DEFERRED
 
-    def give_back(self, task_id: bytes) -> None:
-        """On the I/O thread: a held task goes back to its owner unstarted, if still held."""
+    def give_back(self, task_id: bytes) -> bool:
+        """On the I/O thread: a held task goes back to its owner unstarted, if still held
+        (False: the main thread took it first, or it was never held)."""
         reply_to = self.held.pop(task_id, None)
-        if reply_to is not None:
-            reply_to.resolve({"returned": True})
+        if reply_to is None:
+            return False
+        reply_to.resolve({"returned": True})
+        return True
 
     def give_back_all(self) -> None:
         """On the I/O thread: the running task blocks in get or wait, perhaps on one of the
@@ -190,8 +193,7 @@ class Executor:
         self.queue.put(("exit", body))
 
     def cancel(self, task_id: bytes, force: bool) -> None:
-        if task_id in self.held:  # not started: its owner fails it when it comes back
-            self.give_back(task_id)
+        if self.give_back(task_id):  # not started: its owner fails it when it comes back
             return
         self.cancelled.add(task_id)
         call = self.async_calls.get(task_id)
