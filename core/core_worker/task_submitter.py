@@ -234,11 +234,7 @@ class TaskSubmitter:
             elif op == PUSH:
                 self._push(ins[2], ins[1])
             elif op == REQUEUE:
-                spec = ins[1]
-                cls = self._class_of(spec)
-                cls.queue.appendleft(spec)
-                self.host.record_event(spec, "PENDING_NODE_ASSIGNMENT")
-                self._pump(cls)
+                self._enqueue(ins[1], front=True)
             elif op == FINISH:
                 self.host.complete_task(ins[1], ins[2])
             elif op == RETRY:
@@ -306,9 +302,12 @@ class TaskSubmitter:
 
         self._backoff[spec.task_id] = self.host.loop.call_later(delay, due)
 
-    def _enqueue(self, spec: TaskSpec) -> None:
+    def _enqueue(self, spec: TaskSpec, front: bool = False) -> None:
         cls = self._class_of(spec)
-        cls.queue.append(spec)
+        if front:  # it came back unstarted: it was first in line already
+            cls.queue.appendleft(spec)
+        else:
+            cls.queue.append(spec)
         self.host.record_event(spec, "PENDING_NODE_ASSIGNMENT")
         self._pump(cls)
 
@@ -489,7 +488,9 @@ class TaskSubmitter:
 
     def _on_queued_reply(self, lease: _Lease, spec: TaskSpec, reply, exc) -> None:
         """The reply to a task pushed behind another, before that one's: it came back
-        unstarted (given back, or its worker died first), or a cancel answered it."""
+        unstarted (given back, or its worker died first). Any other reply is taken as the
+        task's own (no worker sends one today; a held task is given back even when
+        cancelled)."""
         lease.queued = None
         if exc is not None or reply.get("returned"):
             self.given_back += 1
