@@ -88,7 +88,10 @@ def test_a_task_behind_a_long_one_runs_elsewhere_on_its_first_attempt(always_pip
 
     given_back = always_pipeline.stats()["given_back"]
     _warm()
-    refs = [pid_of.remote(i) for i in range(2)]
+    # Both leases busy for a while, so the two below queue behind them (a lease free when
+    # they are submitted would take one straight away, unpipelined); the first to free
+    # takes the slow one, and the quick one is pushed behind it.
+    refs = [sleep_then_pid.remote(0.3) for _ in range(2)]
     slow = sleep_then_pid.remote(3.0)
     quick = pid_of.options(name="behind_slow").remote(99)
     started = time.monotonic()

@@ -20,12 +20,12 @@ thread and not yet queued there, which keeps later direct calls from overtaking 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import threading
 from collections import deque
 from typing import Any, Protocol
 
+from ember.core_worker.io_lock import locked
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.task_spec import ARG_REF, TaskSpec
 from ember.exceptions import (
@@ -83,17 +83,6 @@ class _Actor:
         self.where: dict[str, Any] = {}
 
 
-def _locked(method):
-    """Runs an I/O-thread entry point under the submitter's lock (see the module doc)."""
-
-    @functools.wraps(method)
-    def run(self, *args):
-        with self._lock:
-            return method(self, *args)
-
-    return run
-
-
 class ActorSubmitterHost(Protocol):
     """What the actor submitter needs of the rest of the core worker."""
 
@@ -129,8 +118,7 @@ class ActorSubmitter:
             self.host.gcs.send("subscribe_actor", {"actor_id": actor_id})
         return st
 
-    @_locked
-    @_locked
+    @locked
     def resubscribe(self, conn: Connection) -> None:
         """A new GCS process: the actors followed here are followed there too (it answers
         each with the actor's state, which it read back from storage)."""
@@ -215,7 +203,7 @@ class ActorSubmitter:
                 self.host.memory_store.on_ready(oid, on_ready)
         self._flush(st)
 
-    @_locked
+    @locked
     def _args_ready(self, spec: TaskSpec) -> None:
         spec.attempt = 0
         self.host.inline_small_args(spec)
@@ -259,7 +247,7 @@ class ActorSubmitter:
         )
 
     # -- cancel ----------------------------------------------------------------------------
-    @_locked
+    @locked
     def has_call(self, task_id: bytes) -> bool:
         """Whether ``task_id`` is a call of ours not done yet (``ember.cancel`` asks)."""
         return any(self._find(st, task_id) is not None for st in self._actors.values())
@@ -270,7 +258,7 @@ class ActorSubmitter:
             spec = next((s for s in st.queue if s.task_id == task_id), None)
         return spec
 
-    @_locked
+    @locked
     def cancel(self, task_id: bytes, recursive: bool) -> None:
         """A call not sent yet is dropped and fails with TaskCancelledError; one sent is the
         actor's to cancel (an async actor's running call gets CancelledError; a threaded
@@ -289,7 +277,7 @@ class ActorSubmitter:
                 st.conn.send("cancel_task", body)
                 return
 
-    @_locked
+    @locked
     def children_of(self, parent_id: bytes) -> list[bytes]:
         return [
             spec.task_id
@@ -298,7 +286,7 @@ class ActorSubmitter:
             if spec.parent_task_id == parent_id
         ]
 
-    @_locked
+    @locked
     def end_after_calls(self, actor_id: bytes) -> bool:
         """The last handle is gone. True if we end the actor ourselves after our calls."""
         st = self._actors.get(actor_id)
@@ -345,14 +333,14 @@ class ActorSubmitter:
             else:
                 st.lost.append(spec)
 
-    @_locked
+    @locked
     def _retry(self, spec: TaskSpec) -> None:
         st = self._get(spec.actor_id)
         st.queue.appendleft(spec)
         self._flush(st)
 
     # -- GCS updates -----------------------------------------------------------------------
-    @_locked
+    @locked
     def on_actor_update(self, info: dict[str, Any]) -> None:
         st = self._actors.get(info["actor_id"])
         if st is None:
@@ -422,7 +410,7 @@ class ActorSubmitter:
             return ActorUnschedulableError(st.actor_id.hex(), st.death_cause)
         return ActorDiedError(st.actor_id.hex(), st.death_cause or "the actor died")
 
-    @_locked
+    @locked
     def forget(self, actor_id: bytes) -> None:
         st = self._actors.pop(actor_id, None)
         if st is not None and st.subscribed and not self.host.gcs.closed:

@@ -34,6 +34,7 @@ from ember.serialization import serialize
 
 
 class _TaskSubmitter(Protocol):
+    def submit_direct(self, spec: TaskSpec) -> bool: ...
     def submit(self, spec: TaskSpec) -> None: ...
     def cancel(self, task_id: bytes, force: bool, recursive: bool = True) -> None: ...
     def children_of(self, parent_id: bytes) -> list[bytes]: ...
@@ -197,7 +198,9 @@ class TaskManager:
 
     def submit_task(self, spec: TaskSpec) -> list[ObjectRef]:
         refs = self.prepare_task(spec)
-        self.loop.call_soon_threadsafe(self.host.task_submitter.submit, spec)
+        submitter = self.host.task_submitter
+        if not submitter.submit_direct(spec):
+            self.loop.call_soon_threadsafe(submitter.submit, spec)
         return refs
 
     def submit_actor_task(self, spec: TaskSpec) -> list[ObjectRef]:

@@ -1,6 +1,6 @@
 """Normal tasks: lease workers from the raylet per scheduling class, push tasks straight to them.
 
-Runs on the core worker's I/O thread only. A scheduling class is the resource shape plus the
+Runs on the core worker's I/O thread, except ``submit_direct``. A scheduling class is the resource shape plus the
 scheduling strategy; tasks of one class share leases. A leased worker runs one task at a time,
 and an idle lease is kept for ``lease_idle_seconds`` so a loop of sync calls costs one round
 trip to the worker per task, not two.
@@ -16,6 +16,14 @@ queues again at the front of its class with its retries untouched (``returned``)
 What happens to each task (queue it, push it, retry it, fail it) is decided by the state
 machine in ``task_attempts.py``; this module is its I/O shell: it owns the scheduling
 classes, leases and connections, tells the machine what happened and does what it says.
+
+Direct submission: a new task whose class has an idle lease and nothing queued, and whose
+arguments are ready, is pushed by the user's thread itself (``submit_direct``), written
+straight to the worker's socket: in a loop of sync tasks the I/O thread is then woken once
+per task (for the reply), not twice. ``_lock`` guards what both threads touch (classes,
+leases, the attempts table); every other entry point runs on the I/O thread under it. The
+user's thread never touches the loop's timers: an idle lease it takes keeps its timer,
+which finds the lease's ``idle_epoch`` moved on and does nothing.
 """
 
 from __future__ import annotations
@@ -23,11 +31,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import threading
 import time
 from collections import deque
 from typing import Any, Protocol
 
 from ember import config
+from ember.core_worker.io_lock import locked
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.task_attempts import (
     DEQUEUE,
@@ -78,6 +88,7 @@ class _Lease:
         "conn",
         "busy",
         "idle_handle",
+        "idle_epoch",
         "raylet",
         "spec",
         "queued",
@@ -109,6 +120,7 @@ class _Lease:
         self.raylet: Connection = raylet
         self.busy = False
         self.idle_handle: asyncio.TimerHandle | None = None
+        self.idle_epoch = 0  # moves on each time it is taken: a stale idle timer sees that
         self.spec: TaskSpec | None = None  # the task it runs now
         self.queued: TaskSpec | None = None  # the one pushed behind it (pipelined), if any
         self.head_since = 0.0  # when ``spec`` became the first of its tasks on the worker
@@ -200,14 +212,45 @@ class TaskSubmitter:
         self._backoff: dict[bytes, asyncio.TimerHandle] = {}  # retries waiting to queue
         self._request_ids = itertools.count(1)
         self._backlog_timer: asyncio.TimerHandle | None = None
+        self._lock = threading.RLock()  # the module doc says what it guards
+        self._on_user_thread = False  # a direct submission is being carried out (_push)
+        self.direct = 0  # tasks the user's thread pushed itself (submit_direct)
         self.pipelined = 0  # tasks pushed behind a running one
         self.given_back = 0  # of those, how many came back unstarted
 
     # -- entry -----------------------------------------------------------------------------
+    def submit_direct(self, spec: TaskSpec) -> bool:
+        """On the user's thread: pushes a new task to an idle lease of its class from this
+        thread (the module doc). False, having done nothing: hand it to ``submit``."""
+        if self._waiting_on(spec) or self.host.shutting_down:
+            return False
+        with self._lock:
+            cls = self._class_of(spec)
+            if cls.queue or not cls.idle:
+                return False
+            lease = cls.idle[-1]
+            if lease.conn.closed or lease.wanted or lease.draining:
+                return False
+            cls.idle.pop()
+            lease.idle_epoch += 1  # its timer, left to fire, finds the lease taken
+            lease.idle_handle = None
+            instructions = self.attempts.handle(("submit", spec, []))
+            assert instructions == [(ENQUEUE, spec)], instructions
+            self.host.record_event(spec, "PENDING_NODE_ASSIGNMENT")
+            self._on_user_thread = True
+            try:
+                self._dispatch(lease, spec)
+            finally:
+                self._on_user_thread = False
+            self.direct += 1
+            return True
+
+    @locked
     def submit(self, spec: TaskSpec) -> None:
         """On the I/O thread: a new task (its arguments may still be pending)."""
         self._run(self.attempts.handle(("submit", spec, self._waiting_on(spec))))
 
+    @locked
     def resubmit(self, spec: TaskSpec) -> None:
         """On the I/O thread: a finished task runs again to rebuild a lost result."""
         self._run(self.attempts.handle(("reconstruct", spec, self._waiting_on(spec))))
@@ -279,6 +322,7 @@ class TaskSubmitter:
         for oid in object_ids:
             self.host.memory_store.on_ready(oid, on_ready)
 
+    @locked
     def _args_ready(self, spec: TaskSpec) -> None:
         self.host.inline_small_args(spec)
         self._run(self.attempts.handle(("args_ready", spec.task_id)))
@@ -297,8 +341,9 @@ class TaskSubmitter:
 
     def _enqueue_later(self, spec: TaskSpec, delay: float) -> None:
         def due() -> None:
-            if self._backoff.pop(spec.task_id, None) is not None:
-                self._enqueue(spec)
+            with self._lock:
+                if self._backoff.pop(spec.task_id, None) is not None:
+                    self._enqueue(spec)
 
         self._backoff[spec.task_id] = self.host.loop.call_later(delay, due)
 
@@ -312,6 +357,10 @@ class TaskSubmitter:
         self._pump(cls)
 
     # -- leases ----------------------------------------------------------------------------
+    @locked
+    def _pump_locked(self, cls: _Class) -> None:
+        self._pump(cls)
+
     def _pump(self, cls: _Class) -> None:
         while cls.queue and cls.idle:
             lease = cls.idle.pop()
@@ -327,6 +376,7 @@ class TaskSubmitter:
         if wanted > 0 and self._backlog_timer is None:
             self._backlog_timer = self.host.loop.call_later(BACKLOG_REPORT_S, self._report_backlogs)
 
+    @locked
     def _report_backlogs(self) -> None:
         """Sends each class's changed backlog to the local raylet; again in a moment while
         any class has one (the queue moves without a pump: leases take tasks as they free)."""
@@ -386,20 +436,22 @@ class TaskSubmitter:
                 # Another node's raylet went away (or never answered): ask ours again; the
                 # cluster view it spills by learns of the death within a heartbeat.
                 logger.info("lease request to another node failed (%s); retrying here", e)
-                self.host.loop.call_later(0.1, self._pump, cls)
+                self.host.loop.call_later(0.1, self._pump_locked, cls)
                 return
             if self.host.links.local_node_lost():
                 return  # the driver fails everything pending, saying why (on_node_lost)
-            self._fail_queue(cls, e)
+            with self._lock:
+                self._fail_queue(cls, e)
             return
         cls.waiting_at.pop(request_id, None)
         if grant is None:  # the raylet gave up on the request (withdrawn, shutting down)
             cls.pending_leases -= 1
-            self._pump(cls)
+            self._pump_locked(cls)
             return
         if "spillback" in grant:  # still redirected after every hop
             cls.pending_leases -= 1
-            self._fail_queue(cls, TaskUnschedulableError("no node took it"))
+            with self._lock:
+                self._fail_queue(cls, TaskUnschedulableError("no node took it"))
             return
         lease_id, worker_id, address = grant["lease_id"], grant["worker_id"], grant["address"]
         # A granted request counts as pending until its worker takes a task: while we connect
@@ -415,20 +467,26 @@ class TaskSubmitter:
             logger.warning("could not reach leased worker %s: %s", address, e)
             if not raylet.closed:
                 raylet.send("return_lease", {"lease_id": lease_id, "worker_died": True})
-            self._pump(cls)
+            self._pump_locked(cls)
             return
         cls.pending_leases -= 1
-        lease = _Lease(
+        self._granted(
             cls,
-            lease_id,
-            worker_id,
-            address,
-            conn,
-            raylet,
-            grant.get("gpu_ids", ()),
-            grant.get("node_id"),
-            grant.get("pid"),
+            _Lease(
+                cls,
+                lease_id,
+                worker_id,
+                address,
+                conn,
+                raylet,
+                grant.get("gpu_ids", ()),
+                grant.get("node_id"),
+                grant.get("pid"),
+            ),
         )
+
+    @locked
+    def _granted(self, cls: _Class, lease: _Lease) -> None:
         cls.leases.add(lease)
         if cls.queue:
             self._dispatch(lease, cls.queue.popleft())
@@ -466,9 +524,20 @@ class TaskSubmitter:
         # Where this attempt runs, from the lease: its rows say so even if the worker dies
         # before its own RUNNING event leaves it.
         self.host.record_event_shared(spec, "SUBMITTED_TO_WORKER", lease.where)
-        lease.conn.request_cb(
-            "push_task", spec.to_wire(), lambda reply, exc: self._on_reply(lease, spec, reply, exc)
-        )
+
+        def on_reply(reply: Any, exc: BaseException | None) -> None:
+            self._on_reply(lease, spec, reply, exc)
+
+        conn = lease.conn
+        if not self._on_user_thread:
+            conn.request_cb("push_task", spec.to_wire(), on_reply)
+            return
+        wire = spec.to_wire()
+        if conn.request_cb_direct("push_task", wire, on_reply):
+            return
+        if not conn.request_cb_batched("push_task", wire, on_reply):  # closed meanwhile
+            lost = ConnectionClosedError(f"connection {conn.name} is closed: {conn.close_reason}")
+            self.host.loop.call_soon_threadsafe(on_reply, None, lost)
 
     def _pipeline(self, lease: _Lease) -> None:
         """Pushes the next queued task behind ``lease``'s running one, when worth it."""
@@ -519,6 +588,7 @@ class TaskSubmitter:
                 cls.idle.append(lease)  # where the requeued task goes first (its pump)
         self._run(self.attempts.handle(("returned", spec.task_id)))
 
+    @locked
     def _on_reply(self, lease: _Lease, spec: TaskSpec, reply, exc) -> None:
         if spec is lease.queued:
             self._on_queued_reply(lease, spec, reply, exc)
@@ -552,7 +622,14 @@ class TaskSubmitter:
                 self._run(self.attempts.handle(event), why)
             self._pump(cls)
             return
-        self._run(self.attempts.handle(("reply", spec.task_id, reply)), _failure(reply))
+        instructions = self.attempts.handle(("reply", spec.task_id, reply))
+        if not (reply.get("worker_exiting") or lease.draining or cls.queue or lease.wanted):
+            # Idle before the results are stored: a caller they wake submits its next task
+            # at once, and finds the lease there (``submit_direct``).
+            self._hold_idle(cls, lease)
+            self._run(instructions, _failure(reply))
+            return
+        self._run(instructions, _failure(reply))
         if reply.get("worker_exiting"):
             self._return_lease(cls, lease, worker_died=True)
             self._pump(cls)
@@ -568,11 +645,16 @@ class TaskSubmitter:
         if lease.wanted:  # another request waits for its resources: no hold
             self._return_lease(cls, lease)
             return
+        self._hold_idle(cls, lease)
+
+    def _hold_idle(self, cls: _Class, lease: _Lease) -> None:
+        """Keeps a free lease for the class's next task, for a while (the module doc)."""
         cls.idle.append(lease)
         hold = config.lease_idle_seconds
         if self.host.blocked_in_get():
             hold = min(hold, BLOCKED_OWNER_IDLE_SECONDS)
-        lease.idle_handle = self.host.loop.call_later(hold, self._idle_expired, cls, lease)
+        expire = self._idle_expired
+        lease.idle_handle = self.host.loop.call_later(hold, expire, cls, lease, lease.idle_epoch)
 
     def _fail_crashed(self, spec: TaskSpec, lease: _Lease, reason: str) -> None:
         """Fails a task whose worker died, saying how it died (exit code or signal), which
@@ -592,6 +674,7 @@ class TaskSubmitter:
         )
 
     # -- the memory monitor ----------------------------------------------------------------
+    @locked
     def oom_notice(self, body: dict) -> dict | None:
         """A raylet's memory monitor is killing one of our leased workers: the task it runs
         and whether that will run again (``worker_oom_killed``)."""
@@ -640,6 +723,7 @@ class TaskSubmitter:
             instructions, (f"killed by its node's memory monitor:\n{detail}", "OUT_OF_MEMORY")
         )
 
+    @locked
     def leases_wanted(
         self, raylet: Connection, lease_ids: list[int], draining: bool = False
     ) -> None:
@@ -660,7 +744,10 @@ class TaskSubmitter:
                         lease.idle_handle = None
                     self._return_lease(cls, lease)
 
-    def _idle_expired(self, cls: _Class, lease: _Lease) -> None:
+    @locked
+    def _idle_expired(self, cls: _Class, lease: _Lease, epoch: int) -> None:
+        if epoch != lease.idle_epoch:
+            return  # the user's thread took it (submit_direct) since this timer was set
         lease.idle_handle = None
         if lease in cls.idle and not lease.busy:
             self._return_lease(cls, lease)
@@ -682,15 +769,18 @@ class TaskSubmitter:
             self._run(self.attempts.handle(("unschedulable", cls.queue.popleft(), error)))
 
     # -- cancel ----------------------------------------------------------------------------
+    @locked
     def cancel(self, task_id: bytes, force: bool, recursive: bool = True) -> None:
         """Cancels a queued task, or interrupts (force: kills) the worker running it; with
         ``recursive``, that worker cancels the tasks it submitted too."""
         self._recursive = recursive
         self._run(self.attempts.handle(("cancel", task_id, force)))
 
+    @locked
     def children_of(self, parent_id: bytes) -> list[bytes]:
         return self.attempts.children_of(parent_id)
 
+    @locked
     def on_node_dead(self, node_id: bytes) -> None:
         """A node was declared dead: its workers' tasks are lost even if their sockets stay
         open (a silent node), so close them; the replies fail and the tasks retry."""
@@ -699,17 +789,20 @@ class TaskSubmitter:
                 if lease.node_id == node_id:
                     lease.conn.close(f"its node {node_id.hex()[:12]} died")
 
+    @locked
     def release_all(self) -> None:
         for cls in self._classes.values():
             for lease in list(cls.leases):
                 if not lease.busy:
                     self._return_lease(cls, lease)
 
+    @locked
     def stats(self) -> dict[str, int]:
         return {
             "queued": sum(len(c.queue) for c in self._classes.values()),
             "leases": sum(len(c.leases) for c in self._classes.values()),
             "running": self.attempts.count(TaskState.SUBMITTED_TO_WORKER),
+            "direct": self.direct,
             "pipelined": self.pipelined,
             "given_back": self.given_back,
         }
