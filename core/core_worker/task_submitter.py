@@ -222,10 +222,14 @@ class TaskSubmitter:
     def submit_direct(self, spec: TaskSpec) -> bool:
         """On the user's thread: pushes a new task to an idle lease of its class from this
         thread (the module doc). False, having done nothing: hand it to ``submit``."""
+        # Read without the lock first, as a hint: in a burst the class has tasks queued and no
+        # idle lease, and the I/O thread, busy with replies under the lock, is not waited for.
+        cls = self._classes.get(_class_key(spec))
+        if cls is None or cls.queue or not cls.idle:
+            return False
         if self._waiting_on(spec) or self.host.shutting_down:
             return False
         with self._lock:
-            cls = self._class_of(spec)
             if cls.queue or not cls.idle:
                 return False
             lease = cls.idle[-1]
@@ -328,12 +332,7 @@ class TaskSubmitter:
         self._run(self.attempts.handle(("args_ready", spec.task_id)))
 
     def _class_of(self, spec: TaskSpec) -> _Class:
-        # Retriable or not is part of the class: a lease tells its raylet which it is, for
-        # the memory monitor, which kills retriable work first.
-        retriable = spec.max_retries != 0
-        # A runtime_env is part of it too: its tasks run in workers kept for that env.
-        env = env_key(spec.runtime_env) if spec.runtime_env else ""
-        key = (tuple(sorted(spec.resources.items())), _strategy_key(spec.strategy), retriable, env)
+        key = _class_key(spec)
         cls = self._classes.get(key)
         if cls is None:
             cls = self._classes[key] = _Class(key, spec.resources, spec.strategy)
@@ -813,6 +812,15 @@ def _failure(reply: dict) -> tuple[str, str] | None:
     if not reply.get("error"):
         return None
     return (reply.get("message") or "", reply.get("error_type") or "TASK_EXECUTION_EXCEPTION")
+
+
+def _class_key(spec: TaskSpec) -> tuple:
+    # Retriable or not is part of the class: a lease tells its raylet which it is, for the
+    # memory monitor, which kills retriable work first.
+    retriable = spec.max_retries != 0
+    # A runtime_env is part of it too: its tasks run in workers kept for that env.
+    env = env_key(spec.runtime_env) if spec.runtime_env else ""
+    return (tuple(sorted(spec.resources.items())), _strategy_key(spec.strategy), retriable, env)
 
 
 def _strategy_key(strategy: Any) -> Any:
