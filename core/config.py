@@ -28,6 +28,12 @@ lease_idle_seconds: float = _env("lease_idle_seconds", 0.05)
 # Normal tasks a leased worker may have at once: 2 (or more) pushes a short task behind the
 # running one, hiding the round trip (task_submitter's pipelining); 1 turns that off.
 max_tasks_in_flight_per_worker: int = _env("max_tasks_in_flight_per_worker", 2)
+# A new task whose class has an idle leased worker is pushed by the caller's own thread
+# (task_submitter's direct submission: one wake-up of the I/O thread fewer per sync task);
+# 0 hands every task to the I/O thread.
+direct_task_submit: bool = _env(
+    "direct_task_submit", True, lambda v: v.lower() not in ("0", "false", "no")
+)
 # Deadlines for start-up and control calls: every wait has one.
 process_start_timeout: float = _env("process_start_timeout", 30.0)
 gcs_rpc_timeout: float = _env("gcs_rpc_timeout", 30.0)

@@ -121,3 +121,11 @@ def test_an_idle_lease_taken_directly_still_goes_back_after_its_hold(shared_node
         15,
         message="the node's CPUs to be free again",
     )
+
+
+def test_the_switch_off_hands_every_task_to_the_io_thread(shared_node, long_hold, monkeypatch):
+    monkeypatch.setattr(config, "direct_task_submit", False)  # EMBER_DIRECT_TASK_SUBMIT=0
+    ember.get(pid_of.remote(), timeout=30)
+    before = _submitter().stats()["direct"]
+    assert [ember.get(pid_of.remote(i), timeout=30)[0] for i in range(20)] == list(range(20))
+    assert _submitter().stats()["direct"] == before

@@ -224,6 +224,8 @@ class TaskSubmitter:
         thread (the module doc). False, having done nothing: hand it to ``submit``."""
         # Read without the lock first, as a hint: in a burst the class has tasks queued and no
         # idle lease, and the I/O thread, busy with replies under the lock, is not waited for.
+        if not config.direct_task_submit:
+            return False
         cls = self._classes.get(_class_key(spec))
         if cls is None or cls.queue or not cls.idle:
             return False

@@ -1,12 +1,19 @@
-"""Short tasks with and without pipelining, alternating on one machine: the tasks-async
-pattern (1,000 no-op tasks, then one ``get``) for ``--seconds``, in a fresh Ember each run,
-with ``EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER`` at 1 (off) and 2 (on).
+"""Short tasks with one of the owner's switches off and on, alternating on one machine: a
+pattern of no-op tasks for ``--seconds``, in a fresh Ember each run.
 
-    .venv/bin/python benchmarks/pipelining.py [--pairs 3] [--seconds 6]
+    .venv/bin/python benchmarks/task_switches.py [--switch pipelining|direct]
+        [--pattern async|sync] [--pairs 3] [--seconds 6]
 
-Each run prints tasks/s, how many tasks the owner pushed behind a running one and how many
-came back unstarted, and the CPU per task of the driver, the dashboard and the workers (from
-/proc, exact). Runs alternate so that a VM whose speed drifts over minutes shows in both.
+Switches: ``pipelining`` (``EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER`` 1 or 2: a short task pushed
+behind a running one) and ``direct`` (``EMBER_DIRECT_TASK_SUBMIT`` 0 or 1: a task pushed to
+an idle leased worker by the caller's own thread). Patterns: ``async`` (1,000 tasks, then
+one ``get``: the microbenchmark's tasks async row) and ``sync`` (``get(f.remote())`` one at
+a time: its tasks sync row).
+
+Each run prints tasks/s, how many tasks the owner pushed behind a running one, how many came
+back unstarted and how many the caller's thread pushed itself, and the CPU per task of the
+driver, the dashboard and the workers (from /proc, exact). Runs alternate, and the order
+within a pair flips every pair, so that a VM whose speed drifts over minutes shows in both.
 """
 
 from __future__ import annotations
@@ -18,10 +25,13 @@ import subprocess
 import sys
 import time
 
-KNOB = "EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER"
+SWITCHES = {  # the setting and its (off, on) values
+    "pipelining": ("EMBER_MAX_TASKS_IN_FLIGHT_PER_WORKER", ("1", "2")),
+    "direct": ("EMBER_DIRECT_TASK_SUBMIT", ("0", "1")),
+}
 
 
-def one_run(seconds: float) -> dict:
+def one_run(seconds: float, pattern: str) -> dict:
     """In this process: a fresh Ember, the pattern for ``seconds``, what it measured."""
     import ember
     import psutil
@@ -50,8 +60,13 @@ def one_run(seconds: float) -> dict:
     before, stats0 = cpu(), submitter.stats()
     started, n = time.monotonic(), 0
     while time.monotonic() - started < seconds:
-        ember.get([small_value.remote() for _ in range(1000)])
-        n += 1000
+        if pattern == "async":
+            ember.get([small_value.remote() for _ in range(1000)])
+            n += 1000
+        else:
+            for _ in range(200):
+                ember.get(small_value.remote())
+            n += 200
     elapsed = time.monotonic() - started
     after, stats1 = cpu(), submitter.stats()
     per_task: dict[str, float] = {"driver": 0.0, "dashboard": 0.0, "workers": 0.0}
@@ -75,6 +90,7 @@ def one_run(seconds: float) -> dict:
         "tasks_per_s": n / elapsed,
         "pipelined": stats1["pipelined"] - stats0["pipelined"],
         "given_back": stats1["given_back"] - stats0["given_back"],
+        "direct": stats1["direct"] - stats0["direct"],
         "tasks": n,
         "cpu_us_per_task": per_task,
     }
@@ -82,19 +98,27 @@ def one_run(seconds: float) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--switch", choices=sorted(SWITCHES), default="pipelining")
+    parser.add_argument("--pattern", choices=("async", "sync"), default="async")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one_run(args.seconds)))
+        print(json.dumps(one_run(args.seconds, args.pattern)))
         return 0
-    print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, {time.ctime()}")
+    setting, values = SWITCHES[args.switch]
+    print(
+        f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, {time.ctime()}; "
+        f"{args.switch} ({setting}), {args.pattern} pattern"
+    )
     for pair in range(args.pairs):
-        for knob in ("1", "2"):
+        order = values if pair % 2 == 0 else values[::-1]
+        for value in order:
+            one = [sys.executable, __file__, "--one", "--seconds", str(args.seconds)]
             out = subprocess.run(
-                [sys.executable, __file__, "--one", "--seconds", str(args.seconds)],
-                env={**os.environ, KNOB: knob},
+                [*one, "--pattern", args.pattern],
+                env={**os.environ, setting: value},
                 capture_output=True,
                 text=True,
                 timeout=120 + args.seconds,
@@ -105,9 +129,10 @@ def main() -> int:
             r = json.loads(out.stdout.strip().splitlines()[-1])
             cpu = " ".join(f"{k} {v:.1f}" for k, v in r["cpu_us_per_task"].items())
             print(
-                f"pair {pair + 1} {'on ' if knob == '2' else 'off'}: {r['tasks_per_s']:7,.0f} "
-                f"tasks/s; pipelined {r['pipelined']:,} of {r['tasks']:,}, given back "
-                f"{r['given_back']:,}; CPU us per task: {cpu}"
+                f"pair {pair + 1} {'on ' if value == values[1] else 'off'}: "
+                f"{r['tasks_per_s']:7,.0f} tasks/s; of {r['tasks']:,}: pipelined "
+                f"{r['pipelined']:,}, given back {r['given_back']:,}, pushed by the caller's "
+                f"thread {r['direct']:,}; CPU us per task: {cpu}"
             )
     return 0
 
