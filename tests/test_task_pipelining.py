@@ -98,7 +98,10 @@ def test_a_task_behind_a_long_one_runs_elsewhere_on_its_first_attempt(always_pip
     ready, _ = ember.wait([slow, quick], num_returns=1, timeout=30)
     assert ready == [quick], "the quick task waited for the slow one ahead of it"
     assert time.monotonic() - started < 2.5
-    assert always_pipeline.stats()["given_back"] > given_back
+    stats = always_pipeline.stats()
+    assert stats["given_back"] > given_back
+    # Running now: the slow one alone (the quick one is done, and nothing is held).
+    assert (stats["running"], stats["held"]) == (1, 0), stats
     quick_pid, slow_pid = ember.get(quick), ember.get(slow)
     assert quick_pid != slow_pid
     ember.get(refs)

@@ -1,9 +1,9 @@
 """Normal tasks: lease workers from the raylet per scheduling class, push tasks straight to them.
 
-Runs on the core worker's I/O thread, except ``submit_direct``. A scheduling class is the resource shape plus the
-scheduling strategy; tasks of one class share leases. A leased worker runs one task at a time,
-and an idle lease is kept for ``lease_idle_seconds`` so a loop of sync calls costs one round
-trip to the worker per task, not two.
+Runs on the core worker's I/O thread, except ``submit_direct`` (below). A scheduling class is
+the resource shape plus the scheduling strategy; tasks of one class share leases. A leased
+worker runs one task at a time, and an idle lease is kept for ``lease_idle_seconds`` so a
+loop of sync calls costs one round trip to the worker per task, not two.
 
 Pipelining: while a class's tasks are short (the last one took under ``PIPELINE_BELOW_S``
 from reaching the head of its worker to its reply) and more wait, a busy lease gets one
@@ -586,7 +586,9 @@ class TaskSubmitter:
             if lease.draining or lease.wanted:
                 self._return_lease(cls, lease)
             else:
-                cls.idle.append(lease)  # where the requeued task goes first (its pump)
+                # Where the requeued task goes first (its pump); held as any free lease, so
+                # that it still goes back if that task was cancelled meanwhile (no pump).
+                self._hold_idle(cls, lease)
         self._run(self.attempts.handle(("returned", spec.task_id)))
 
     @locked
@@ -799,10 +801,14 @@ class TaskSubmitter:
 
     @locked
     def stats(self) -> dict[str, int]:
+        held = sum(1 for c in self._classes.values() for lease in c.leases if lease.queued)
         return {
             "queued": sum(len(c.queue) for c in self._classes.values()),
             "leases": sum(len(c.leases) for c in self._classes.values()),
-            "running": self.attempts.count(TaskState.SUBMITTED_TO_WORKER),
+            # A task pushed behind a running one is SUBMITTED_TO_WORKER (Ray's state for a
+            # task pushed to a worker) but not running yet: counted apart.
+            "running": self.attempts.count(TaskState.SUBMITTED_TO_WORKER) - held,
+            "held": held,
             "direct": self.direct,
             "pipelined": self.pipelined,
             "given_back": self.given_back,
