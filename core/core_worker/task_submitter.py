@@ -22,8 +22,10 @@ arguments are ready, is pushed by the user's thread itself (``submit_direct``), 
 straight to the worker's socket: in a loop of sync tasks the I/O thread is then woken once
 per task (for the reply), not twice. ``_lock`` guards what both threads touch (classes,
 leases, the attempts table); every other entry point runs on the I/O thread under it. The
-user's thread never touches the loop's timers: an idle lease it takes keeps its timer,
-which finds the lease's ``idle_epoch`` moved on and does nothing.
+user's thread never touches the loop's timers: an idle lease's hold is a deadline
+(``idle_until``) that a timer checks, and a lease taken meanwhile is simply not idle when it
+fires. A lease that is taken and freed again within its hold only moves the deadline: a
+loop of sync tasks arms one timer per hold (50 ms), not one per task.
 """
 
 from __future__ import annotations
@@ -87,8 +89,8 @@ class _Lease:
         "address",
         "conn",
         "busy",
-        "idle_handle",
-        "idle_epoch",
+        "idle_until",
+        "timer_at",
         "raylet",
         "spec",
         "queued",
@@ -119,8 +121,8 @@ class _Lease:
         self.conn: Connection = conn
         self.raylet: Connection = raylet
         self.busy = False
-        self.idle_handle: asyncio.TimerHandle | None = None
-        self.idle_epoch = 0  # moves on each time it is taken: a stale idle timer sees that
+        self.idle_until = 0.0  # while idle, it goes back at this loop time (its hold)
+        self.timer_at: float | None = None  # when the earliest idle timer armed fires
         self.spec: TaskSpec | None = None  # the task it runs now
         self.queued: TaskSpec | None = None  # the one pushed behind it (pipelined), if any
         self.head_since = 0.0  # when ``spec`` became the first of its tasks on the worker
@@ -237,9 +239,7 @@ class TaskSubmitter:
             lease = cls.idle[-1]
             if lease.conn.closed or lease.wanted or lease.draining:
                 return False
-            cls.idle.pop()
-            lease.idle_epoch += 1  # its timer, left to fire, finds the lease taken
-            lease.idle_handle = None
+            cls.idle.pop()  # (its idle timer finds it taken)
             instructions = self.attempts.handle(("submit", spec, []))
             assert instructions == [(ENQUEUE, spec)], instructions
             self.host.record_event(spec, "PENDING_NODE_ASSIGNMENT")
@@ -364,10 +364,7 @@ class TaskSubmitter:
 
     def _pump(self, cls: _Class) -> None:
         while cls.queue and cls.idle:
-            lease = cls.idle.pop()
-            if lease.idle_handle is not None:
-                lease.idle_handle.cancel()
-                lease.idle_handle = None
+            lease = cls.idle.pop()  # (its idle timer finds it taken)
             self._dispatch(lease, cls.queue.popleft())
         wanted = len(cls.queue) - cls.pending_leases
         while wanted > 0 and cls.pending_leases < MAX_PENDING_LEASES_PER_CLASS:
@@ -656,8 +653,29 @@ class TaskSubmitter:
         hold = config.lease_idle_seconds
         if self.host.blocked_in_get():
             hold = min(hold, BLOCKED_OWNER_IDLE_SECONDS)
-        expire = self._idle_expired
-        lease.idle_handle = self.host.loop.call_later(hold, expire, cls, lease, lease.idle_epoch)
+        lease.idle_until = self.host.loop.time() + hold
+        self._arm_idle_timer(cls, lease)
+
+    def _arm_idle_timer(self, cls: _Class, lease: _Lease) -> None:
+        """A timer for the lease's hold, unless one armed already fires by then."""
+        at = lease.idle_until
+        if lease.timer_at is None or at < lease.timer_at:
+            lease.timer_at = at
+            self.host.loop.call_at(at, self._idle_check, cls, lease, at)
+
+    @locked
+    def _idle_check(self, cls: _Class, lease: _Lease, at: float) -> None:
+        """An idle timer fired: the lease goes back if it is still idle and its hold is over;
+        if it was taken and freed since, a timer for its new deadline."""
+        if lease.timer_at == at:
+            lease.timer_at = None
+        if lease.busy or lease not in cls.idle:
+            return  # taken (or gone): freeing it again arms a timer if none is
+        # (A timer may fire up to a millisecond early: uvloop's clock counts milliseconds.)
+        if self.host.loop.time() >= lease.idle_until - 0.001:
+            self._return_lease(cls, lease)
+        else:
+            self._arm_idle_timer(cls, lease)
 
     def _fail_crashed(self, spec: TaskSpec, lease: _Lease, reason: str) -> None:
         """Fails a task whose worker died, saying how it died (exit code or signal), which
@@ -742,18 +760,7 @@ class TaskSubmitter:
                 lease.wanted = True
                 lease.draining = lease.draining or draining
                 if lease in cls.idle and not lease.busy:
-                    if lease.idle_handle is not None:
-                        lease.idle_handle.cancel()
-                        lease.idle_handle = None
                     self._return_lease(cls, lease)
-
-    @locked
-    def _idle_expired(self, cls: _Class, lease: _Lease, epoch: int) -> None:
-        if epoch != lease.idle_epoch:
-            return  # the user's thread took it (submit_direct) since this timer was set
-        lease.idle_handle = None
-        if lease in cls.idle and not lease.busy:
-            self._return_lease(cls, lease)
 
     def _withdraw_surplus(self, cls: _Class) -> None:
         """Lease requests beyond the queued tasks (cancelled ones wanted them) are withdrawn
