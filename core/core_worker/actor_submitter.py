@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from ember.core_worker.io_lock import locked
 from ember.core_worker.memory_store import MemoryStore
-from ember.core_worker.task_spec import ARG_REF, TaskSpec
+from ember.core_worker.task_spec import TaskSpec, owned_args_pending
 from ember.exceptions import (
     ActorDiedError,
     ActorUnavailableError,
@@ -166,15 +166,8 @@ class ActorSubmitter:
             return False
 
     def _args_pending(self, spec: TaskSpec) -> list[bytes]:
-        """Our own argument refs whose values are not ready yet."""
-        if not spec.args:
-            return []
         host = self.host
-        return [
-            a[1]
-            for a in spec.args
-            if a[0] == ARG_REF and host.owns(a[1]) and not host.memory_store.get_if_ready(a[1])
-        ]
+        return owned_args_pending(spec, host.owns, host.memory_store.get_if_ready)
 
     def submit(self, spec: TaskSpec) -> None:
         """On the I/O thread: a call ``submit_direct`` could not send."""

@@ -8,6 +8,7 @@ nested inside values stay refs (they are inside ``data``) and are listed in ``ne
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 NORMAL_TASK, ACTOR_CREATION_TASK, ACTOR_TASK = 0, 1, 2
@@ -121,3 +122,13 @@ class TaskSpec:
 
 _RETURN_INDEX = [struct.pack("<I", i + 1) for i in range(4096)]
 _RETURN_ONE = _RETURN_INDEX[0]
+
+
+def owned_args_pending(
+    spec: TaskSpec, owns: Callable[[bytes], bool], ready: Callable[[bytes], Any]
+) -> list[bytes]:
+    """The spec's top-level argument refs owned here (``owns``) whose values are not in
+    the memory store yet (``ready`` gives None): what its submitter waits for first."""
+    if not spec.args:
+        return []
+    return [a[1] for a in spec.args if a[0] == ARG_REF and owns(a[1]) and not ready(a[1])]

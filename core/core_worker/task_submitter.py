@@ -56,7 +56,7 @@ from ember.core_worker.task_attempts import (
     TaskState,
     crashed_error,
 )
-from ember.core_worker.task_spec import ARG_REF, TaskSpec
+from ember.core_worker.task_spec import TaskSpec, owned_args_pending
 from ember.exceptions import OutOfMemoryError, TaskUnschedulableError
 from ember.protocol.connection import Connection, ConnectionClosedError
 from ember.runtime_env import env_key
@@ -262,15 +262,8 @@ class TaskSubmitter:
         self._run(self.attempts.handle(("reconstruct", spec, self._waiting_on(spec))))
 
     def _waiting_on(self, spec: TaskSpec) -> list[bytes]:
-        """The task's owned argument objects whose values are not ready yet."""
-        if not spec.args:
-            return []
         host = self.host
-        return [
-            a[1]
-            for a in spec.args
-            if a[0] == ARG_REF and host.owns(a[1]) and not host.memory_store.get_if_ready(a[1])
-        ]
+        return owned_args_pending(spec, host.owns, host.memory_store.get_if_ready)
 
     def _run(self, instructions: list[tuple], failure: tuple[str, str] | None = None) -> None:
         """Carries out the state machine's instructions (task_attempts.py lists them);
@@ -623,29 +616,21 @@ class TaskSubmitter:
             self._pump(cls)
             return
         instructions = self.attempts.handle(("reply", spec.task_id, reply))
-        if not (reply.get("worker_exiting") or lease.draining or cls.queue or lease.wanted):
-            # Idle before the results are stored: a caller they wake submits its next task
-            # at once, and finds the lease there (``submit_direct``).
-            self._hold_idle(cls, lease)
-            self._run(instructions, _failure(reply))
-            return
-        self._run(instructions, _failure(reply))
-        if reply.get("worker_exiting"):
-            self._return_lease(cls, lease, worker_died=True)
-            self._pump(cls)
-            return
-        if lease.draining:
-            self._return_lease(cls, lease)
-            self._pump(cls)  # what waits asks for a lease elsewhere
-            return
-        if cls.queue:
+        # The lease's fate first, then the results: a caller they wake submits its next task
+        # at once, and finds the lease idle (``submit_direct``).
+        exiting = bool(reply.get("worker_exiting"))
+        if exiting or lease.draining:
+            self._return_lease(cls, lease, worker_died=exiting)
+        elif cls.queue:
             self._dispatch(lease, cls.queue.popleft())
             self._pipeline(lease)
-            return
-        if lease.wanted:  # another request waits for its resources: no hold
+        elif lease.wanted:  # another request waits for its resources: no hold
             self._return_lease(cls, lease)
-            return
-        self._hold_idle(cls, lease)
+        else:
+            self._hold_idle(cls, lease)
+        self._run(instructions, _failure(reply))
+        if exiting or lease.draining:
+            self._pump(cls)  # what waits asks for a lease elsewhere
 
     def _hold_idle(self, cls: _Class, lease: _Lease) -> None:
         """Keeps a free lease for the class's next task, for a while (the module doc)."""
