@@ -189,6 +189,11 @@ class ServeController:
                     pass  # its node is gone, and it with it
         for node_id, node_ip in wanted.items():
             if node_id in self.proxies:
+                ready = self.proxy_ready[node_id]
+                if ready.done() and ready.exception() is not None:
+                    # unhealthy (its port taken, or it is restarting): asked again, so the
+                    # status turns HEALTHY once it listens
+                    self.proxy_ready[node_id] = self.proxies[node_id].ready.remote().future()
                 continue
             options = dict(self.http_options, host=proxy_host(self.http_options, node_ip))
             self.proxies[node_id] = handle = (

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import time
 import uuid
 from typing import Any
@@ -29,6 +30,8 @@ from ember.serve.router import router_for
 
 logger = logging.getLogger("ember.serve")
 READY_TIMEOUT_S = 30.0
+BIND_RETRY_FIRST_S = 0.5  # then doubling, to BIND_RETRY_MAX_S
+BIND_RETRY_MAX_S = 5.0
 
 
 class _HttpCall(_Call):
@@ -63,7 +66,7 @@ class ProxyActor:
         self.max_body = int(http_options.get("max_body_bytes") or 10 * 1024 * 1024)
         self.timeout_s = http_options.get("request_timeout_s")
         self.stats = RequestStats()  # per route prefix; the controller collects it
-        config = uvicorn.Config(
+        self.config = uvicorn.Config(
             self._app,
             host=http_options.get("host", "127.0.0.1"),
             port=int(http_options.get("port", 8000)),
@@ -73,18 +76,57 @@ class ProxyActor:
             interface="asgi3",
             timeout_keep_alive=int(http_options.get("keep_alive_timeout_s", 5)),
         )
-        self.server = uvicorn.Server(config)
-        self.serving = asyncio.get_event_loop().create_task(self.server.serve())
+        self.server = uvicorn.Server(self.config)
+        self.bind_error: str | None = None  # why the last attempt to listen failed
+        self.stopping = False
+        self.serving = asyncio.get_event_loop().create_task(self._serve())
+
+    async def _serve(self) -> None:
+        """Serves until stopped. A port that cannot be taken (another process holds it) is
+        tried again with a growing pause, as Ray restarts an unhealthy proxy: the node gets
+        its proxy once the port is free, and meanwhile ``ready`` says why it has none."""
+        pause = BIND_RETRY_FIRST_S
+        while not self.stopping:
+            self.server = uvicorn.Server(self.config)
+            try:
+                await self.server.serve()
+            except (SystemExit, OSError) as e:  # uvicorn exits when it cannot bind
+                if self.server.started:
+                    raise
+                self.bind_error = str(e) if isinstance(e, OSError) else self._why_not_listening()
+            if self.server.started or self.stopping:
+                return
+            self.bind_error = self.bind_error or "the server exited before it listened"
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, BIND_RETRY_MAX_S)
+            self.bind_error = None  # a new attempt: ``ready`` waits for its outcome
+
+    def _why_not_listening(self) -> str:
+        """uvicorn logs why it could not bind and exits; the same bind, tried here, names it."""
+        family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET
+        try:
+            with socket.socket(family) as probe:
+                probe.bind((self.config.host, self.config.port))
+        except OSError as e:
+            return str(e)
+        return "the server exited before it listened"
 
     async def ready(self) -> dict:
-        """Returns once the server listens; raises (e.g. the port is taken) if it cannot."""
+        """Returns once the server listens; raises while it cannot (e.g. the port is taken,
+        tried again in the background: a later call may return)."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not self.server.started:
             if self.serving.done():
-                error = self.serving.exception()
+                error = None if self.serving.cancelled() else self.serving.exception()
+                raise RuntimeError(
+                    f"the Serve HTTP proxy on {self.options.get('host')}:"
+                    f"{self.options.get('port')} stopped: {error or 'it was told to'}"
+                )
+            if self.bind_error is not None:
                 raise RuntimeError(
                     f"the Serve HTTP proxy could not listen on {self.options.get('host')}:"
-                    f"{self.options.get('port')}: {error or 'the server exited (port in use?)'}"
+                    f"{self.options.get('port')}: {self.bind_error}; it tries again until "
+                    "the port is free"
                 )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the Serve HTTP proxy did not start within {READY_TIMEOUT_S}s")
@@ -98,6 +140,7 @@ class ProxyActor:
         return self.stats.snapshot()
 
     async def stop(self) -> None:
+        self.stopping = True
         self.server.should_exit = True
         try:
             await asyncio.wait_for(asyncio.shield(self.serving), 5.0)

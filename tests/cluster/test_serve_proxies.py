@@ -1,6 +1,7 @@
 """Serve's HTTP proxies on a two-node cluster on this machine (the worker node at
 127.0.0.2): Ray 2.x's default ``proxy_location="EveryNode"`` puts a proxy on each node and a
-request to the worker node's proxy is answered; ``HeadOnly`` runs one, on the head;
+request to the worker node's proxy is answered (and a proxy whose port another process holds
+reads UNHEALTHY until the port is let go, then listens); ``HeadOnly`` runs one, on the head;
 ``Disabled`` none, while handles still work. One cluster for the three (Serve is shut down
 and started again between them)."""
 
@@ -43,9 +44,22 @@ def test_proxy_locations_every_node_head_only_disabled(cluster) -> None:
     worker_id = next(n["NodeID"] for n in ember.nodes() if n["NodeID"] != head_id)
     assert worker.node_ip == "127.0.0.2"
     port = free_port()
+    # another process holds the port on the worker node's address: that node's proxy is
+    # UNHEALTHY (the head's serves), and it listens once the port is let go
+    holder = socket.socket()
+    holder.bind(("127.0.0.2", port))
+    holder.listen()
     try:
         serve.start(http_options={"port": port})  # proxy_location: EveryNode, Ray's default
         serve.run(where.bind(), name="where", route_prefix="/where")
+        wait_until(
+            lambda: serve.status().proxies == {head_id: "HEALTHY", worker_id: "UNHEALTHY"},
+            60,
+            interval=0.2,
+            message=lambda: f"the worker node's proxy unhealthy: {serve.status().proxies}",
+        )
+        assert _answers("127.0.0.1", port).startswith("node ")
+        holder.close()
 
         def both() -> dict | None:
             proxies = serve.status().proxies
@@ -80,4 +94,5 @@ def test_proxy_locations_every_node_head_only_disabled(cluster) -> None:
         with pytest.raises(ValueError, match="proxy_location must be one of EveryNode"):
             serve.start(proxy_location="Everywhere")
     finally:
+        holder.close()
         serve.shutdown()
