@@ -5,6 +5,8 @@ Everything else is declared in pyproject.toml. This file only adds two setuptool
 - ``sdist`` builds the app first (``npm ci && npm run build`` in ``frontend/``) when it is
   missing or older than its sources, so the sdist carries ``frontend/dist`` (MANIFEST.in) and
   installing from it needs no Node.
+  A tarball that Python's zipfile would take for a zip is compressed again (pip asks
+  zipfile before the name: ``not_read_as_zip``).
 - ``build_py`` (the wheel) builds it the same way when Node is present and the copy is
   missing or stale, then copies ``frontend/dist`` to ``ember/frontend/dist`` in the wheel:
   the path the dashboard looks for beside ``ember/dashboard`` (dashboard/routes/frontend.py),
@@ -83,10 +85,35 @@ class BuildPyWithApp(build_py):
             shutil.copytree(DIST, target)
 
 
+def not_read_as_zip(tarball: str) -> None:
+    """Compresses ``tarball`` (a .tar.gz) again, at another level, while Python's
+    ``zipfile.is_zipfile`` takes it for a zip. pip and twine ask that function before they
+    look at the name, and it accepts any file with a zip end record's four bytes in its last
+    64 KiB: about one gzip stream in 65,000 has them by chance, and pip then fails to install
+    it with ``BadZipFile``. The files inside do not change."""
+    import gzip
+    import zipfile
+
+    for level in (8, 7, 6, 5, 4):
+        if not zipfile.is_zipfile(tarball):
+            return
+        with gzip.open(tarball, "rb") as packed:
+            tar = packed.read()
+        name = os.path.basename(tarball).removesuffix(".gz")
+        with open(tarball, "wb") as raw, gzip.GzipFile(name, "wb", level, raw, mtime=0) as out:
+            out.write(tar)
+    if zipfile.is_zipfile(tarball):
+        sys.exit(f"ember: {tarball} reads as a zip at every compression level; build it again")
+
+
 class SdistWithApp(sdist):
     def run(self) -> None:
         build_app(required=True)
         super().run()
+        for archive in self.archive_files:
+            if archive.endswith(".tar.gz"):
+                not_read_as_zip(archive)
 
 
-setup(cmdclass={"build_py": BuildPyWithApp, "sdist": SdistWithApp})
+if __name__ == "__main__":  # as setuptools runs it; tests import not_read_as_zip alone
+    setup(cmdclass={"build_py": BuildPyWithApp, "sdist": SdistWithApp})
