@@ -1,0 +1,233 @@
+"""What each thread hand-off costs a synchronous call on this machine, without Ember's work.
+
+    .venv/bin/python benchmarks/wakeup_chain.py [--seconds 3] [--rounds 3] [--ember]
+
+A sync actor call on Ember wakes four threads in turn: the actor's I/O thread (the request
+arrives), the actor's executing thread (handed the call), the caller's I/O thread (the reply
+arrives) and the caller's own thread (handed the result). This runs the same chain with
+nothing else in it: two processes, a Unix socket, a request of 300 bytes and a reply of 250
+(the sizes of a small call's), the I/O threads on uvloop as in Ember, and times four shapes:
+
+- ``direct/direct``: the caller's thread writes and reads the socket itself; the callee's
+  loop thread answers in its read callback. Two wake-ups: the floor.
+- ``direct/handoff``: the callee's loop thread hands each request to an executing thread
+  (a ``queue.SimpleQueue``), which writes the reply. Three.
+- ``handoff/direct``: the caller's loop thread reads the reply and wakes the caller's
+  thread (a lock it sleeps on). Three.
+- ``handoff/handoff``: both, the shape of Ember's sync call today. Four.
+
+Rounds alternate the shapes (this VM's wake-up cost drifts over minutes); the table gives
+each shape's median rate and wall time per call. With ``--ember`` the same rounds also time
+``get(actor.method.remote())`` on a local Ember node, so the gap between Ember and the
+four-hand-off chain is the CPU work of its call path, and the gap between the chain's shapes
+is what removing a hand-off could buy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import queue
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REQUEST = b"q" * 300
+REPLY = b"r" * 250
+HEADER = struct.Struct("!I")
+SHAPES = ("direct/direct", "direct/handoff", "handoff/direct", "handoff/handoff")
+
+
+def _frame(payload: bytes) -> bytes:
+    return HEADER.pack(len(payload)) + payload
+
+
+def _whole_frames(buffer: bytes) -> tuple[int, bytes]:
+    """How many whole frames ``buffer`` starts with, and what follows them."""
+    count = 0
+    while len(buffer) >= HEADER.size:
+        (n,) = HEADER.unpack_from(buffer)
+        if len(buffer) < HEADER.size + n:
+            break
+        buffer, count = buffer[HEADER.size + n :], count + 1
+    return count, buffer
+
+
+def _serve(path: str, handoff: bool) -> None:
+    """The callee: answers each framed request with a framed reply, from its loop thread
+    or (``handoff``) from an executing thread the loop hands it to."""
+    import uvloop
+
+    calls: queue.SimpleQueue = queue.SimpleQueue()
+
+    def execute(sock: socket.socket) -> None:
+        while True:
+            if calls.get() is None:
+                return
+            sock.sendall(_frame(REPLY))
+
+    class Callee(asyncio.Protocol):
+        def connection_made(self, transport) -> None:
+            self.transport, self.buffer = transport, b""
+            if handoff:
+                sock = transport.get_extra_info("socket")
+                raw = socket.socket(fileno=os.dup(sock.fileno()))
+                threading.Thread(target=execute, args=(raw,), daemon=True).start()
+
+        def data_received(self, data: bytes) -> None:
+            count, self.buffer = _whole_frames(self.buffer + data)
+            for _ in range(count):
+                if handoff:
+                    calls.put(True)
+                else:
+                    self.transport.write(_frame(REPLY))
+
+        def connection_lost(self, exc) -> None:
+            calls.put(None)
+            loop.stop()
+
+    loop = uvloop.new_event_loop()
+    server = loop.run_until_complete(loop.create_unix_server(Callee, path))
+    print("ready", flush=True)
+    loop.run_forever()
+    server.close()
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    data = b""
+    while len(data) < HEADER.size:
+        data += sock.recv(65536)
+    (n,) = HEADER.unpack_from(data)
+    while len(data) < HEADER.size + n:
+        data += sock.recv(65536)
+    return data[HEADER.size :]
+
+
+def _time_shape(shape: str, seconds: float) -> float:
+    """Calls per second of one shape, a fresh callee process for it."""
+    caller_handoff, callee_handoff = (part == "handoff" for part in shape.split("/"))
+    path = os.path.join(tempfile.mkdtemp(prefix="wake-"), "s")
+    argv = [sys.executable, __file__, "--serve", path] + (["--handoff"] if callee_handoff else [])
+    callee = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert callee.stdout.readline().strip() == "ready"
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(path)
+        if caller_handoff:
+            return _time_with_io_thread(sock, seconds)
+        calls, deadline = 0, time.perf_counter() + seconds
+        start = time.perf_counter()
+        while time.perf_counter() < deadline:
+            sock.sendall(_frame(REQUEST))
+            _read_frame(sock)
+            calls += 1
+        rate = calls / (time.perf_counter() - start)
+        sock.shutdown(socket.SHUT_RDWR)  # the callee sees the end and exits
+        sock.close()
+        return rate
+    finally:
+        callee.wait(timeout=30)
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+
+
+def _time_with_io_thread(sock: socket.socket, seconds: float) -> float:
+    """The caller's thread writes; a uvloop thread reads each reply and releases the lock
+    the caller's thread sleeps on (as Ember's get waits on a reply its I/O thread reads)."""
+    import uvloop
+
+    loop = uvloop.new_event_loop()
+    waiter: list[threading.Lock] = []
+
+    class Caller(asyncio.Protocol):
+        buffer = b""
+
+        def data_received(self, data: bytes) -> None:
+            count, self.buffer = _whole_frames(self.buffer + data)
+            for _ in range(count):
+                waiter.pop().release()
+
+    reader = socket.socket(fileno=os.dup(sock.fileno()))
+
+    async def attach() -> None:
+        await loop.connect_accepted_socket(Caller, reader)
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    loop.run_until_complete(attach())
+    thread.start()
+    calls, deadline = 0, time.perf_counter() + seconds
+    start = time.perf_counter()
+    while time.perf_counter() < deadline:
+        done = threading.Lock()
+        done.acquire()
+        waiter.append(done)
+        sock.sendall(_frame(REQUEST))
+        done.acquire()
+        calls += 1
+    rate = calls / (time.perf_counter() - start)
+    sock.shutdown(socket.SHUT_RDWR)  # for every copy of the descriptor: the callee exits
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+    sock.close()
+    return rate
+
+
+def _time_ember(seconds: float) -> float:
+    code = (
+        "import time, ember\n"
+        "ember.init(num_cpus=2)\n"
+        "@ember.remote\n"
+        "class A:\n"
+        "    def f(self): return b'ok'\n"
+        "a = A.remote(); ember.get(a.f.remote())\n"
+        f"n, end = 0, time.perf_counter() + {seconds}\n"
+        "start = time.perf_counter()\n"
+        "while time.perf_counter() < end:\n"
+        "    ember.get(a.f.remote()); n += 1\n"
+        "print(n / (time.perf_counter() - start))\n"
+        "ember.shutdown()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="per shape per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ember", action="store_true", help="also time Ember's sync call")
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    parser.add_argument("--handoff", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        _serve(args.serve, args.handoff)
+        return
+    shapes = list(SHAPES) + (["ember"] if args.ember else [])
+    rates: dict[str, list[float]] = {s: [] for s in shapes}
+    for r in range(args.rounds):
+        order = shapes if r % 2 == 0 else shapes[::-1]
+        for shape in order:
+            if shape == "ember":
+                rate = _time_ember(args.seconds * 2)
+            else:
+                rate = _time_shape(shape, args.seconds)
+            rates[shape].append(rate)
+            print(f"round {r + 1} {shape:16s} {rate:9,.0f} calls/s", flush=True)
+    print(f"\n{'caller/callee':16s} {'calls/s':>9s} {'us/call':>8s}  hand-offs  rounds")
+    for shape in shapes:
+        median = statistics.median(rates[shape])
+        handoffs = "Ember" if shape == "ember" else str(2 + shape.count("handoff"))
+        each = " ".join(f"{x:,.0f}" for x in rates[shape])
+        print(f"{shape:16s} {median:9,.0f} {1e6 / median:8.1f}  {handoffs:>9s}  {each}")
+
+
+if __name__ == "__main__":
+    main()
