@@ -38,6 +38,8 @@ import tempfile
 import threading
 import time
 
+import psutil
+
 REQUEST = b"q" * 300
 REPLY = b"r" * 250
 HEADER = struct.Struct("!I")
@@ -109,8 +111,15 @@ def _read_frame(sock: socket.socket) -> bytes:
     return data[HEADER.size :]
 
 
-def _time_shape(shape: str, seconds: float) -> float:
-    """Calls per second of one shape, a fresh callee process for it."""
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (every thread)."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def _time_shape(shape: str, seconds: float) -> tuple[float, float]:
+    """Calls per second of one shape, a fresh callee process for it, and the CPU both
+    processes spent per call (us)."""
     caller_handoff, callee_handoff = (part == "handoff" for part in shape.split("/"))
     path = os.path.join(tempfile.mkdtemp(prefix="wake-"), "s")
     argv = [sys.executable, __file__, "--serve", path] + (["--handoff"] if callee_handoff else [])
@@ -119,25 +128,28 @@ def _time_shape(shape: str, seconds: float) -> float:
         assert callee.stdout.readline().strip() == "ready"
         sock = socket.socket(socket.AF_UNIX)
         sock.connect(path)
+        cpu_before = _cpu_s(os.getpid()) + _cpu_s(callee.pid)
         if caller_handoff:
-            return _time_with_io_thread(sock, seconds)
-        calls, deadline = 0, time.perf_counter() + seconds
-        start = time.perf_counter()
-        while time.perf_counter() < deadline:
-            sock.sendall(_frame(REQUEST))
-            _read_frame(sock)
-            calls += 1
-        rate = calls / (time.perf_counter() - start)
-        sock.shutdown(socket.SHUT_RDWR)  # the callee sees the end and exits
+            rate, calls = _time_with_io_thread(sock, seconds)
+        else:
+            calls, deadline = 0, time.perf_counter() + seconds
+            start = time.perf_counter()
+            while time.perf_counter() < deadline:
+                sock.sendall(_frame(REQUEST))
+                _read_frame(sock)
+                calls += 1
+            rate = calls / (time.perf_counter() - start)
+        cpu = _cpu_s(os.getpid()) + _cpu_s(callee.pid) - cpu_before
+        sock.shutdown(socket.SHUT_RDWR)  # for every copy of the descriptor: the callee exits
         sock.close()
-        return rate
+        return rate, cpu / calls * 1e6
     finally:
         callee.wait(timeout=30)
         os.unlink(path)
         os.rmdir(os.path.dirname(path))
 
 
-def _time_with_io_thread(sock: socket.socket, seconds: float) -> float:
+def _time_with_io_thread(sock: socket.socket, seconds: float) -> tuple[float, int]:
     """The caller's thread writes; a uvloop thread reads each reply and releases the lock
     the caller's thread sleeps on (as Ember's get waits on a reply its I/O thread reads)."""
     import uvloop
@@ -171,32 +183,35 @@ def _time_with_io_thread(sock: socket.socket, seconds: float) -> float:
         done.acquire()
         calls += 1
     rate = calls / (time.perf_counter() - start)
-    sock.shutdown(socket.SHUT_RDWR)  # for every copy of the descriptor: the callee exits
     loop.call_soon_threadsafe(loop.stop)
     thread.join(timeout=10)
-    sock.close()
-    return rate
+    return rate, calls
 
 
-def _time_ember(seconds: float) -> float:
+def _time_ember(seconds: float) -> tuple[float, float]:
+    """Ember's sync actor call: its rate, and the CPU the driver and the actor spent per
+    call (us; the node's other processes are not counted, as the chain has none)."""
     code = (
-        "import time, ember\n"
+        "import os, time, ember, psutil\n"
         "ember.init(num_cpus=2)\n"
         "@ember.remote\n"
         "class A:\n"
         "    def f(self): return b'ok'\n"
-        "a = A.remote(); ember.get(a.f.remote())\n"
+        "    def pid(self): return os.getpid()\n"
+        "a = A.remote(); actor = psutil.Process(ember.get(a.pid.remote()))\n"
+        "def cpu(): return sum(psutil.Process().cpu_times()[:2]) + sum(actor.cpu_times()[:2])\n"
         f"n, end = 0, time.perf_counter() + {seconds}\n"
-        "start = time.perf_counter()\n"
+        "start, cpu0 = time.perf_counter(), cpu()\n"
         "while time.perf_counter() < end:\n"
         "    ember.get(a.f.remote()); n += 1\n"
-        "print(n / (time.perf_counter() - start))\n"
+        "print(n / (time.perf_counter() - start), (cpu() - cpu0) / n * 1e6)\n"
         "ember.shutdown()\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
-    return float(out.stdout.strip().splitlines()[-1])
+    rate, cpu = out.stdout.strip().splitlines()[-1].split()
+    return float(rate), float(cpu)
 
 
 def main() -> None:
@@ -212,21 +227,25 @@ def main() -> None:
         return
     shapes = list(SHAPES) + (["ember"] if args.ember else [])
     rates: dict[str, list[float]] = {s: [] for s in shapes}
+    cpus: dict[str, list[float]] = {s: [] for s in shapes}
     for r in range(args.rounds):
         order = shapes if r % 2 == 0 else shapes[::-1]
         for shape in order:
             if shape == "ember":
-                rate = _time_ember(args.seconds * 2)
+                rate, cpu = _time_ember(args.seconds * 2)
             else:
-                rate = _time_shape(shape, args.seconds)
+                rate, cpu = _time_shape(shape, args.seconds)
             rates[shape].append(rate)
-            print(f"round {r + 1} {shape:16s} {rate:9,.0f} calls/s", flush=True)
-    print(f"\n{'caller/callee':16s} {'calls/s':>9s} {'us/call':>8s}  hand-offs  rounds")
+            cpus[shape].append(cpu)
+            print(f"round {r + 1} {shape:16s} {rate:9,.0f} calls/s {cpu:7.1f} us CPU", flush=True)
+    header = f"{'caller/callee':16s} {'calls/s':>9s} {'us/call':>8s} {'CPU us':>7s}  hand-offs"
+    print(f"\n{header}  rounds (calls/s)")
     for shape in shapes:
         median = statistics.median(rates[shape])
         handoffs = "Ember" if shape == "ember" else str(2 + shape.count("handoff"))
         each = " ".join(f"{x:,.0f}" for x in rates[shape])
-        print(f"{shape:16s} {median:9,.0f} {1e6 / median:8.1f}  {handoffs:>9s}  {each}")
+        cpu = statistics.median(cpus[shape])
+        print(f"{shape:16s} {median:9,.0f} {1e6 / median:8.1f} {cpu:7.1f}  {handoffs:>9s}  {each}")
 
 
 if __name__ == "__main__":
