@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 import pytest
+from ember.tools.ports import free_port  # noqa: F401  (tests import it from here)
 
 # A counter actor's class for the driver programs tests run as subprocesses (each decorates
 # it with the options it needs).
@@ -73,30 +74,6 @@ def dashboard_url_in(output: str) -> str:
     m = re.search(r"^\s*Dashboard: .*?(https?://\S+)", output, re.MULTILINE)
     assert m, f"no dashboard URL in: {output!r}"
     return m.group(1).rstrip("/")
-
-
-def free_port() -> int:
-    """A port no socket on any address holds now, chosen below the kernel's ephemeral range:
-    a port from ``bind(0)`` is one the kernel hands to the next outgoing connection or bind
-    to port 0 of any process (a node's own sockets included) in the moment before the test
-    listens on it. Random, so parallel test workers pick apart."""
-    import random
-    import socket
-
-    try:
-        first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        first_ephemeral = 32768
-    low, high = 10000, max(first_ephemeral - 1, 10001)
-    for _ in range(200):
-        port = random.randint(low, high)
-        with socket.socket() as s:
-            try:
-                s.bind(("0.0.0.0", port))  # fails if any address has the port
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {low}-{high}")
 
 
 def ember_cli() -> str:

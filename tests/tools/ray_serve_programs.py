@@ -15,6 +15,7 @@ import asyncio
 import importlib
 import json
 import os
+import random
 import signal
 import socket
 import sys
@@ -52,9 +53,19 @@ def fetch(url: str, body: Any = None, timeout: float = 30) -> Reply:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """As ``ember.tools.ports.free_port`` (this program also runs on Ray, without Ember): a
+    port below the kernel's ephemeral range, which no other process's outgoing connection
+    can take before Serve listens on it, that no address holds now."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        first_ephemeral = int(f.read().split()[0])
+    while True:
+        port = random.randint(10000, first_ephemeral - 1)
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
 
 
 def define(serve: Any) -> dict:

@@ -18,7 +18,6 @@ import queue
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from typing import Any, TypeVar
 import psutil
 from ember.cluster_utils import Cluster
 from ember.node import LocalNode
+from ember.tools.ports import free_port
 
 T = TypeVar("T")
 MIB = 1024 * 1024
@@ -161,13 +161,6 @@ class Driver:
             self.proc.wait(10)
 
 
-def _free_port() -> int:
-    """A port the kernel has free now, from its ephemeral range."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Harness:
     def __init__(self, log: Callable[[str], None] = print) -> None:
         self.log = log
@@ -196,7 +189,7 @@ class Harness:
                 # Not 8265 or the next free one: the dashboard is SIGKILLed and comes back
                 # on its own port, which a cluster started meanwhile (the suite runs two
                 # processes, and new clusters take 8265 or the next free port) can take.
-                "dashboard_port": _free_port(),
+                "dashboard_port": free_port(),
             },
             temp_root=os.path.join(self.work_dir, "cluster"),
             env={RUN_VAR: self.run_id, **FAST_FAILURE_ENV},
