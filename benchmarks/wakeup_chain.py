@@ -20,7 +20,8 @@ Rounds alternate the shapes (this VM's wake-up cost drifts over minutes); the ta
 each shape's median rate and wall time per call. With ``--ember`` the same rounds also time
 ``get(actor.method.remote())`` on a local Ember node, so the gap between Ember and the
 four-hand-off chain is the CPU work of its call path, and the gap between the chain's shapes
-is what removing a hand-off could buy.
+is what removing a hand-off could buy. ``ember own`` is the same call with the caller
+reading its own reply (``EMBER_OWN_REPLY_CHANNEL=1``, core_worker/own_replies.py).
 """
 
 from __future__ import annotations
@@ -188,9 +189,10 @@ def _time_with_io_thread(sock: socket.socket, seconds: float) -> tuple[float, in
     return rate, calls
 
 
-def _time_ember(seconds: float) -> tuple[float, float]:
+def _time_ember(seconds: float, own_replies: bool) -> tuple[float, float]:
     """Ember's sync actor call: its rate, and the CPU the driver and the actor spent per
-    call (us; the node's other processes are not counted, as the chain has none)."""
+    call (us; the node's other processes are not counted, as the chain has none).
+    ``own_replies``: with ``EMBER_OWN_REPLY_CHANNEL`` on (the caller reads its reply)."""
     code = (
         "import os, time, ember, psutil\n"
         "ember.init(num_cpus=2)\n"
@@ -207,7 +209,9 @@ def _time_ember(seconds: float) -> tuple[float, float]:
         "print(n / (time.perf_counter() - start), (cpu() - cpu0) / n * 1e6)\n"
         "ember.shutdown()\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, EMBER_OWN_REPLY_CHANNEL="1" if own_replies else "0")
+    argv = [sys.executable, "-c", code]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
     rate, cpu = out.stdout.strip().splitlines()[-1].split()
@@ -225,14 +229,14 @@ def main() -> None:
     if args.serve:
         _serve(args.serve, args.handoff)
         return
-    shapes = list(SHAPES) + (["ember"] if args.ember else [])
+    shapes = list(SHAPES) + (["ember", "ember own"] if args.ember else [])
     rates: dict[str, list[float]] = {s: [] for s in shapes}
     cpus: dict[str, list[float]] = {s: [] for s in shapes}
     for r in range(args.rounds):
         order = shapes if r % 2 == 0 else shapes[::-1]
         for shape in order:
-            if shape == "ember":
-                rate, cpu = _time_ember(args.seconds * 2)
+            if shape.startswith("ember"):
+                rate, cpu = _time_ember(args.seconds * 2, own_replies=shape == "ember own")
             else:
                 rate, cpu = _time_shape(shape, args.seconds)
             rates[shape].append(rate)
@@ -242,7 +246,7 @@ def main() -> None:
     print(f"\n{header}  rounds (calls/s)")
     for shape in shapes:
         median = statistics.median(rates[shape])
-        handoffs = "Ember" if shape == "ember" else str(2 + shape.count("handoff"))
+        handoffs = "Ember" if shape.startswith("ember") else str(2 + shape.count("handoff"))
         each = " ".join(f"{x:,.0f}" for x in rates[shape])
         cpu = statistics.median(cpus[shape])
         print(f"{shape:16s} {median:9,.0f} {1e6 / median:8.1f} {cpu:7.1f}  {handoffs:>9s}  {each}")

@@ -59,6 +59,7 @@ class _Actor:
         "ending",
         "slow_pending",
         "where",
+        "side",
     )
 
     def __init__(self, actor_id: bytes) -> None:
@@ -81,6 +82,8 @@ class _Actor:
         # The node, pid and worker of its live incarnation: a call lost with that worker
         # ends there (its task events), even if the worker died before reporting it ran.
         self.where: dict[str, Any] = {}
+        # A driver thread's own channel to the actor, while it has one (own_replies.py).
+        self.side: Any = None
 
 
 class ActorSubmitterHost(Protocol):
@@ -108,6 +111,9 @@ class ActorSubmitter:
         self._actors: dict[bytes, _Actor] = {}  # {actor_id: _Actor}
         # Reentrant: a reply handled under it may retry a call, which takes it again.
         self._lock = threading.RLock()
+        # Calls whose replies the calling thread reads itself (own_replies.py): a driver's,
+        # when the core worker turns it on.
+        self.own: Any = None
 
     def _get(self, actor_id: bytes) -> _Actor:
         st = self._actors.get(actor_id)
@@ -148,6 +154,12 @@ class ActorSubmitter:
                 or self._args_pending(spec)
             ):
                 st.slow_pending += 1
+                return False
+            own = self.own
+            if own is not None and own.usable(st, spec) and own.send(st, spec):
+                return True
+            if st.side is not None and st.side.pending:
+                st.slow_pending += 1  # after the calls pending on the thread's own channel
                 return False
             batch = bool(st.in_flight)  # others in flight: join the I/O thread's next write
             st.in_flight[spec.task_id] = spec  # before the write: the reply may come at once
@@ -209,6 +221,8 @@ class ActorSubmitter:
             if st.state == "ALIVE" and st.address and not st.connecting:
                 asyncio.ensure_future(self._connect(st))
             return
+        if st.side is not None and st.side.pending:
+            return  # one connection's order at a time: these go once that channel drains
         while st.queue and st.queue[0].attempt != -1:
             spec = st.queue.popleft()
             self._push(st, spec)
@@ -304,6 +318,32 @@ class ActorSubmitter:
                 },
             )
 
+    @property
+    def lock(self) -> threading.RLock:
+        return self._lock
+
+    @locked
+    def flush_locked(self, st: _Actor) -> None:
+        self._flush(st)
+
+    def settle_reply(self, st: _Actor, spec: TaskSpec, reply, exc) -> None:
+        """On the I/O thread: a reply read on a thread's own channel (own_replies.py), as if
+        read on the main connection."""
+        self._on_reply(st, spec, reply, exc)
+
+    def settle_here(self, st: _Actor, spec: TaskSpec, reply: dict) -> None:
+        """On the calling thread: a success read on its own channel, settled as ``_on_reply``
+        settles one; ending the actor after its last call is left to the I/O thread."""
+        if st.in_flight.pop(spec.task_id, None) is None:
+            return
+        self.host.handle_task_reply(spec, reply, self._retry)
+        if st.ending:
+            self.host.loop.call_soon_threadsafe(self._maybe_end_locked, st)
+
+    @locked
+    def _maybe_end_locked(self, st: _Actor) -> None:
+        self._maybe_end(st)
+
     def _on_reply(self, st: _Actor, spec: TaskSpec, reply, exc) -> None:
         if exc is None:
             # The common case takes no lock: the pop is atomic, and nothing else here is
@@ -343,6 +383,9 @@ class ActorSubmitter:
         st.state = state
         st.death_cause = info.get("death_cause") or st.death_cause
         st.unschedulable = info.get("unschedulable", False)
+        if state != "ALIVE" or st.address != info["address"] or st.incarnation != incarnation:
+            if st.side is not None and self.own is not None:
+                self.own.end(st, f"the actor is {state.lower()}")
         if state == "ALIVE":
             if st.address != info["address"] or st.incarnation != incarnation:
                 if st.conn is not None and st.incarnation != incarnation:

@@ -45,6 +45,7 @@ from ember.core_worker.generator_streams import GeneratorStreams
 from ember.core_worker.lineage import Lineage
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.object_access import ObjectAccess
+from ember.core_worker.own_replies import OwnReplies
 from ember.core_worker.ownership import Ownership
 from ember.core_worker.peers import Peers
 from ember.core_worker.reference_counter import ReferenceCounter
@@ -164,6 +165,12 @@ class CoreWorker:
         self.streams = GeneratorStreams(self, memory_store=store, refs=self.refs)
         self.task_submitter = TaskSubmitter(self)
         self.actor_submitter = ActorSubmitter(self)
+        # A driver's threads read their own actor calls' replies (own_replies.py), when on.
+        self.own_replies: OwnReplies | None = None
+        if mode == DRIVER and config.own_reply_channel:
+            self.own_replies = OwnReplies(self.actor_submitter, self)
+            self.actor_submitter.own = self.own_replies
+            self.memory_store.wait_hook = self.own_replies.on_wait
         self.links = ClusterLinks(self)  # other nodes: spillback, pulls, deaths
         self.lineage = Lineage(self)  # how to re-run tasks whose results a node may lose
 
@@ -256,6 +263,8 @@ class CoreWorker:
         self.drain_dropped_refs()
         if self.shutting_down:
             return
+        if self.own_replies is not None:
+            self.own_replies.sweep()
         if idle and period >= DRAIN_PERIOD_MAX:
             self.drain_asleep = True
             if self.dropped_refs:  # dropped meanwhile, before the flag was seen

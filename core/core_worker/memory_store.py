@@ -44,6 +44,9 @@ class MemoryStore:
         self.generation = 0
         self._watchers = 0
         self._changed = threading.Condition(self._lock)
+        # Told of the ids someone starts waiting on (outside the lock), when set: a driver
+        # whose threads read their own actor replies hands such a wait to the I/O thread.
+        self.wait_hook: Callable[[list[bytes]], None] | None = None
 
     def put(self, object_id: bytes, value: Location) -> None:
         """Makes the object ready; runs its waiters (outside the lock)."""
@@ -101,8 +104,13 @@ class MemoryStore:
                 if entry.waiters is None:
                     entry.waiters = []
                 entry.waiters.append(callback)
-                return True
-            value = entry.value
+                value = None
+            else:
+                value = entry.value
+        if value is None:
+            if self.wait_hook is not None:
+                self.wait_hook([object_id])
+            return True
         callback(object_id, value)
         return True
 
@@ -124,6 +132,8 @@ class MemoryStore:
                     entry.waiters = [callback]
                 else:
                     entry.waiters.append(callback)
+        if self.wait_hook is not None:
+            self.wait_hook(object_ids)
         for object_id, value in ready:
             callback(object_id, value)
 

@@ -228,7 +228,17 @@ class ObjectAccess:
                 self.pins.add_idle(object_id, pinned[0], pinned[1])
 
     def _wait_one(self, ref: ObjectRef, timeout: float | None) -> tuple:
-        """One ref: a lock to sleep on instead of the general countdown."""
+        """One ref: a lock to sleep on instead of the general countdown; or, for a call
+        whose reply comes on this thread's own channel, that reply, read here."""
+        own = getattr(self.host, "own_replies", None)
+        if own is not None:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            if own.read_own_reply(ref._id, deadline):
+                loc = self.memory_store.get_if_ready(ref._id)
+                if loc is not None:
+                    return loc
+                if deadline is not None:
+                    timeout = max(0.0, deadline - time.monotonic())
         done = threading.Lock()
         done.acquire()
         box: list = []
@@ -531,6 +541,8 @@ class ObjectAccess:
         they were asked for, so the look usually stops at the first ref, where a callback on
         every ref cost two passes over all of them on every call."""
         store = self.memory_store
+        if store.wait_hook is not None:
+            store.wait_hook(unknown_ids or [r._id for r in unknown])
         lock = threading.Lock()
         done: set[bytes] = set(ready_ids)
         pulling: set[bytes] = set()

@@ -1,0 +1,212 @@
+"""A driver thread's own connection to an actor on its node: the thread writes its calls
+there and, waiting in ``get`` for one of them, reads the reply from the socket itself.
+
+On the main connection a sync call's reply wakes the I/O thread, which decodes it, stores
+the value and wakes the waiting thread: on a two-vCPU VM that hand-over is 55-105 us of a
+~430 us call (``benchmarks/wakeup_chain.py``, docs/call-path.md, eighth session). Here the
+waiting thread is woken by the socket and handles the reply itself.
+
+Who reads, and when:
+
+- ``thread`` mode (the default): only the owning thread reads, and only while it waits in a
+  single-ref ``get`` on one of this channel's calls (``read_for``). Replies of its other
+  calls that come first are handled on the way.
+- ``loop`` mode: the I/O thread reads (a reader on the loop) until no call is pending, then
+  the channel is the thread's again. The submitter hands it to the loop
+  (``ActorSubmitter``) when anything else waits on one of its results (the memory store's
+  wait hook), when the thread stops waiting with calls still pending, or when replies sit
+  unread past ``UNREAD_S`` (the core worker's periodic sweep).
+
+``read_lock`` is held by whoever reads; the loop never waits for it (a thread holding it is
+reading, and asks for the hand-over when it lets go, ``wants_loop``). Calls are written
+only by the owning thread. What a reply means (done, retried, lost with its worker) is the
+submitter's: this module frames, reads and hands each message on.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ember.protocol import codec
+from ember.protocol.errors import ConnectionClosedError
+
+UNREAD_S = 0.02  # a pending call's reply unread this long goes to the loop
+WRITE_STALL_S = 5.0  # a peer that reads nothing for this long is given up (as the main path)
+CONNECT_TIMEOUT_S = 5.0
+
+# (channel, task spec, reply or None, exception or None, read on the loop?)
+OnReply = Callable[["ReplyChannel", Any, Any, BaseException | None, bool], None]
+OnClosed = Callable[["ReplyChannel"], None]
+
+
+class ReplyChannel:
+    def __init__(
+        self, sock: socket.socket, owner: int, on_reply: OnReply, on_closed: OnClosed
+    ) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.owner = owner  # the thread that writes, and reads in thread mode
+        self.on_reply = on_reply
+        self.on_closed = on_closed  # once, when it ended (the socket is the caller's to close)
+        self.read_lock = threading.Lock()
+        self.pending: dict[int, tuple[Any, float]] = {}  # request id -> (spec, sent at)
+        self.loop_reads = False
+        self.wants_loop = False
+        self.closed = False
+        self.close_reason = ""
+        self._decoder = codec.Decoder()
+        self._ids = itertools.count(1)
+        self._on_loop = False  # set while the loop feeds the decoder
+        self.last_used = time.monotonic()  # the last call's (idle channels are closed)
+
+    @classmethod
+    def open(cls, path: str, owner: int, on_reply: OnReply, on_closed: OnClosed) -> ReplyChannel:
+        """Connects to a worker's Unix socket (same node: no token; the file's mode guards
+        it). The worker takes it as one more connection and answers on it."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(CONNECT_TIMEOUT_S)
+        try:
+            sock.connect(path)
+        except OSError:
+            sock.close()
+            raise
+        return cls(sock, owner, on_reply, on_closed)
+
+    # -- the owning thread -------------------------------------------------------------------
+    def reserve(self, spec: Any) -> int:
+        """The request id of the next call, pending from now (its reply may be quick)."""
+        rid = next(self._ids)
+        self.pending[rid] = (spec, time.monotonic())
+        self.last_used = time.monotonic()
+        return rid
+
+    def write(self, rid: int, body: Any) -> bool:
+        """Writes call ``rid`` (``body``: its wire form). False, nothing sent and ``rid``
+        no longer pending: the channel is gone."""
+        if self.closed:
+            self.pending.pop(rid, None)
+            return False
+        frame = codec.frame(codec.encode_request("push_actor_task", rid, body))
+        view = memoryview(frame)
+        stall_until = None
+        while view:
+            try:
+                n = os.write(self.fd, view)
+            except BlockingIOError:
+                n = 0
+            except OSError as e:
+                if len(view) == len(frame):
+                    self.pending.pop(rid, None)
+                    return False
+                self.shutdown(f"a call could not be written: {e}")  # torn: the reader fails it
+                return True
+            view = view[n:]
+            if view:  # the worker is not reading: wait (bounded) rather than tear the frame
+                stall_until = stall_until or time.monotonic() + WRITE_STALL_S
+                left = stall_until - time.monotonic()
+                if left <= 0 or not select.select([], [self.fd], [], left)[1]:
+                    self.shutdown("the actor's worker stopped reading its calls")
+                    return True
+        return True
+
+    def read_for(self, rid: int, deadline: float | None) -> None:
+        """On the owning thread, in ``get``: reads until call ``rid`` is answered, the
+        deadline passes, the channel ends or goes to the loop. Returns having let go."""
+        if not self.read_lock.acquire(timeout=0.05):
+            return
+        try:
+            while rid in self.pending and not self.closed and not self.loop_reads:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return
+                try:
+                    ready = select.select([self.fd], [], [], left)[0]
+                except (OSError, ValueError) as e:  # closed under us
+                    self._broken(f"reading the actor's replies failed: {e}")
+                    return
+                if ready:
+                    self._read_once()
+        finally:
+            self.read_lock.release()
+
+    # -- the loop -------------------------------------------------------------------------
+    def read_on_loop(self) -> None:
+        """The loop's reader callback (loop mode): what is there now, without blocking."""
+        if not self.read_lock.acquire(blocking=False):
+            return  # the thread is between its checks; level-triggered: called again
+        self._on_loop = True
+        try:
+            self._read_once()
+        finally:
+            self._on_loop = False
+            self.read_lock.release()
+
+    def oldest_unread(self, now: float) -> float:
+        """Seconds the oldest pending call has waited for its reply (0 with none)."""
+        try:
+            return now - next(iter(self.pending.values()))[1]
+        except (StopIteration, RuntimeError):  # none, or the owner just added one
+            return 0.0
+
+    # -- both ---------------------------------------------------------------------------------
+    def shutdown(self, reason: str) -> None:
+        """Ends the channel from any thread: whoever reads next sees the end and fails what
+        is pending (through ``on_reply``)."""
+        self.close_reason = self.close_reason or reason
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _read_once(self) -> None:
+        """One read, and each whole message in it handed on. Holding ``read_lock``."""
+        try:
+            data = os.read(self.fd, 1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            if e.errno == errno.EBADF:
+                data = b""
+            else:
+                self._broken(f"reading the actor's replies failed: {e}")
+                return
+        if not data:
+            self._broken(self.close_reason or "the actor's worker closed the connection")
+            return
+        try:
+            self._decoder.feed(data, self._on_message)
+        except codec.FrameError as e:
+            self._broken(f"an unreadable reply: {e}")
+
+    def _on_message(self, msg: tuple) -> None:
+        kind = msg[0]
+        if kind == codec.REPLY:
+            entry = self.pending.pop(msg[1], None)
+            if entry is not None:
+                self.on_reply(self, entry[0], msg[2], None, self._on_loop)
+        elif kind == codec.ERROR:
+            entry = self.pending.pop(msg[1], None)
+            if entry is not None:
+                self.on_reply(self, entry[0], None, codec.decode_error(msg), self._on_loop)
+        # Nothing else is sent on this connection (streaming generators stay on the main one).
+
+    def _broken(self, reason: str) -> None:
+        """The connection ended: every pending call is handed on as lost with its worker."""
+        if self.closed:
+            return
+        self.closed = True
+        self.close_reason = self.close_reason or reason
+        lost = [spec for spec, _sent in self.pending.values()]
+        self.pending.clear()
+        for spec in lost:
+            self.on_reply(self, spec, None, ConnectionClosedError(self.close_reason), False)
+        self.on_closed(self)
