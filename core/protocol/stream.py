@@ -64,6 +64,9 @@ _encode_oneway = codec.encode_oneway
 _encode_reply = codec.encode_reply
 _decode_error = codec.decode_error
 
+# How soon the loop tries again to flush queued frames while a thread holds the write lock.
+FLUSH_RETRY_S = 0.001
+
 
 def _op_body(msg: Any) -> tuple[str, Any]:
     """A message object travels as its op and body (see ember.protocol.messages)."""
@@ -155,18 +158,29 @@ class Connection(asyncio.Protocol):
     def _flush(self) -> None:
         if not self._flush_scheduled:
             return
-        self._flush_scheduled = False
         if self.closed:
+            self._flush_scheduled = False
             self._out.clear()
             return
         if not self._out:  # (not cleared: another thread may have added a frame since)
+            self._flush_scheduled = False
             return
-        # Emptying the queue under the lock keeps order with writers on other threads: they
-        # only write when, holding the lock, they see nothing queued ahead of them.
-        with self._wlock:
+        # The loop never waits for the lock: a thread holding it may be waiting for the peer
+        # to read (a full socket buffer), and the peer may be waiting for this loop to read
+        # (in one process, the peer is this loop): both would stall until the writer's
+        # deadline closed the connection. Tried again shortly; the flag stays set meanwhile.
+        if not self._wlock.acquire(blocking=False):
+            self.loop.call_later(FLUSH_RETRY_S, self._flush)
+            return
+        try:
+            # Emptying the queue under the lock keeps order with writers on other threads:
+            # they only write when, holding the lock, they see nothing queued ahead of them.
+            self._flush_scheduled = False
             out = self._out
             self._out = []
             self.transport.write(b"".join(out) if len(out) > 2 else out[0] + out[1])
+        finally:
+            self._wlock.release()
 
     def write_direct(self, payload: bytes) -> bool:
         """From a thread other than the loop's: writes one frame straight to the socket when
