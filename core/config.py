@@ -35,9 +35,10 @@ direct_task_submit: bool = _env(
     "direct_task_submit", True, lambda v: v.lower() not in ("0", "false", "no")
 )
 # A driver's sync actor calls to actors on its node: the calling thread reads its reply from
-# its own connection to the actor (own_replies.py) instead of being woken by the I/O thread.
+# its own connection to the actor (own_replies.py) instead of being woken by the I/O thread;
+# 0 keeps every call on the main connection.
 own_reply_channel: bool = _env(
-    "own_reply_channel", False, lambda v: v.lower() not in ("0", "false", "no")
+    "own_reply_channel", True, lambda v: v.lower() not in ("0", "false", "no")
 )
 # Deadlines for start-up and control calls: every wait has one.
 process_start_timeout: float = _env("process_start_timeout", 30.0)

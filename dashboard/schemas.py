@@ -154,6 +154,7 @@ class Actor(Row):
     start_time: float = col()
     end_time: float | None = col()
     creation_task_id: str | None = col("its constructor's task (attempt n: incarnation n)")
+    shared_process: bool = col("hosted with other actors in one process (shared_process=True)")
     incarnations: list[ActorIncarnation] = col(
         "its ended incarnations, oldest first (node_id and pid above: the live one's)",
         filterable=False,

@@ -355,6 +355,7 @@ class DashboardState:
         old.update(row)
         old.setdefault("incarnations", [])  # a GCS from before they were listed
         old.setdefault("creation_task_id", None)
+        old.setdefault("shared_process", False)
         if self._creations_placed.get(actor_id, -1) < len(old["incarnations"]):
             self._place_creations(old)
         name = old.get("name") or ""

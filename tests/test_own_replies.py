@@ -6,6 +6,7 @@ restarted actor, or failed) — and the common case is settled on the calling th
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -227,3 +228,41 @@ def test_an_idle_channel_is_closed_and_a_new_one_opened_when_needed(own, monkeyp
     wait_until(lambda: first.sock.fileno() == -1, 10, message="its socket closed")
     assert ember.get(log.add.remote("b", 2), timeout=30) == 2
     assert st.side is not None and st.side is not first
+
+
+def test_shared_process_actors_keep_the_main_connection(own):
+    guests = [Log.options(shared_process=True, num_cpus=0).remote() for _ in range(3)]
+    ember.get([g.pid.remote() for g in guests], timeout=60)
+    sent = own.counts["sent"]
+    for i in range(20):
+        for g in guests:
+            assert ember.get(g.add.remote("guest", i), timeout=30) == i
+    assert own.counts["sent"] == sent  # a socket per guest would cost its host one each
+    assert all(_channel_of(g).side is None for g in guests)
+
+
+@ember.remote
+class Poller:
+    async def poll(self, seconds: float) -> float:
+        await asyncio.sleep(seconds)
+        return seconds
+
+    async def quick(self, i: int) -> int:
+        return i
+
+
+def test_a_long_call_from_another_thread_does_not_hold_back_this_threads_calls(own):
+    # An async actor runs calls side by side (Ray's rule: no order among them): a long poll
+    # pending from one thread must not make another thread's calls wait for it.
+    poller = Poller.remote()
+    assert ember.get(poller.quick.remote(0), timeout=60) == 0
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(ember.get(poller.poll.remote(4.0))))
+    waiter.start()
+    time.sleep(0.3)  # the poll is out
+    start = time.monotonic()
+    for i in range(20):
+        assert ember.get(poller.quick.remote(i), timeout=30) == i
+    assert time.monotonic() - start < 3.0, "the quick calls waited for the long poll"
+    waiter.join(30)
+    assert got == [4.0]

@@ -60,6 +60,7 @@ class _Actor:
         "slow_pending",
         "where",
         "side",
+        "shared_process",
     )
 
     def __init__(self, actor_id: bytes) -> None:
@@ -84,6 +85,7 @@ class _Actor:
         self.where: dict[str, Any] = {}
         # A driver thread's own channel to the actor, while it has one (own_replies.py).
         self.side: Any = None
+        self.shared_process = False  # hosted with others in one process (no own channel)
 
 
 class ActorSubmitterHost(Protocol):
@@ -381,6 +383,7 @@ class ActorSubmitter:
         state = info["state"]
         incarnation = info.get("num_restarts", 0)
         st.state = state
+        st.shared_process = bool(info.get("shared_process"))
         st.death_cause = info.get("death_cause") or st.death_cause
         st.unschedulable = info.get("unschedulable", False)
         if state != "ALIVE" or st.address != info["address"] or st.incarnation != incarnation:

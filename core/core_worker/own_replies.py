@@ -2,11 +2,15 @@
 its node, on the thread's own channel to the actor (``reply_channel.py``, which says why).
 
 Which calls go there (``usable``, under the submitter's lock): not streaming generators
-(their items come back on the connection the call went out on), not from the I/O thread,
+(their items come back on the connection the call went out on), not to shared-process
+actors (thousands of them share a few processes: a socket each would cost both sides an
+open file and a connection per actor), not from the I/O thread,
 and only while nothing of ours to that actor is in flight on the main connection: a worker
 keeps the order of calls per connection, so a caller's calls must not be on both at once.
-For the same reason, while the channel has calls pending, the actor's other calls (another
-thread's, or the loop's) wait in its queue, and go once it is drained.
+For the same reason, while the channel has calls pending, the actor's other calls go on it
+too (any user thread's: the thread that opened it reads its own replies, another thread's
+wait hands the channel to the loop), and those the I/O thread sends wait in its queue until
+the channel is drained.
 
 What a reply read on the calling thread does (``_on_reply``): the common case, a call that
 succeeded with small values, no retries and no object arguments, is settled right there:
@@ -48,7 +52,7 @@ class OwnReplies:
 
     # -- the user's thread, under the submitter's lock ---------------------------------------
     def usable(self, st: Any, spec: TaskSpec) -> bool:
-        if spec.generator or not (st.address or "").startswith(UNIX):
+        if spec.generator or st.shared_process or not (st.address or "").startswith(UNIX):
             return False
         me = threading.get_ident()
         io = self.host.io_thread
@@ -57,12 +61,10 @@ class OwnReplies:
         ch = st.side
         if ch is None:
             return not st.in_flight
-        return (
-            ch.owner == me
-            and not ch.closed
-            and not ch.close_reason
-            and len(st.in_flight) == len(ch.pending)
-        )
+        # Any thread may send on it (one at a time: the submitter's lock is held), so a call
+        # never waits behind another thread's (a long poll on an async actor); only the
+        # thread that opened it reads it itself, the others' waits hand it to the loop.
+        return not ch.closed and not ch.close_reason and len(st.in_flight) == len(ch.pending)
 
     def send(self, st: Any, spec: TaskSpec) -> bool:
         """Sends ``spec`` on the thread's channel (opening it first). False, nothing sent."""

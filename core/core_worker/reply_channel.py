@@ -18,8 +18,8 @@ Who reads, and when:
   unread past ``UNREAD_S`` (the core worker's periodic sweep).
 
 ``read_lock`` is held by whoever reads; the loop never waits for it (a thread holding it is
-reading, and asks for the hand-over when it lets go, ``wants_loop``). Calls are written
-only by the owning thread. What a reply means (done, retried, lost with its worker) is the
+reading, and asks for the hand-over when it lets go, ``wants_loop``). Calls are written by
+user threads one at a time (the submitter's lock). What a reply means (done, retried, lost with its worker) is the
 submitter's: this module frames, reads and hands each message on.
 """
 
@@ -54,7 +54,7 @@ class ReplyChannel:
         sock.setblocking(False)
         self.sock = sock
         self.fd = sock.fileno()
-        self.owner = owner  # the thread that writes, and reads in thread mode
+        self.owner = owner  # the thread that opened it, and reads it in thread mode
         self.on_reply = on_reply
         self.on_closed = on_closed  # once, when it ended (the socket is the caller's to close)
         self.read_lock = threading.Lock()
@@ -81,7 +81,7 @@ class ReplyChannel:
             raise
         return cls(sock, owner, on_reply, on_closed)
 
-    # -- the owning thread -------------------------------------------------------------------
+    # -- user threads, one at a time ---------------------------------------------------------
     def reserve(self, spec: Any) -> int:
         """The request id of the next call, pending from now (its reply may be quick)."""
         rid = next(self._ids)

@@ -188,6 +188,7 @@ class ActorInfo:
             "end_time": self.end_time,
             "incarnations": self.incarnations,
             "creation_task_id": getattr(self.spec, "task_id", None),
+            "shared_process": self.shared,
         }
 
 

@@ -118,6 +118,8 @@ export interface ActorRow {
   end_time: number | null;
   /** its constructor's task (attempt n: incarnation n) */
   creation_task_id: string | null;
+  /** hosted with other actors in one process (shared_process=True) */
+  shared_process: boolean;
   /** its ended incarnations, oldest first (node_id and pid above: the live one's) */
   incarnations: ({ node_id: string | null; pid: number | null; worker_id: string | null; start_time: number | null; end_time: number | null; death_cause: string })[];
 }
@@ -138,7 +140,7 @@ export interface ActorPage {
 }
 
 /** What `filter=` and `sort_by=` of /api/actors may name. */
-export const ACTOR_FILTERABLE = ["actor_id", "class_name", "name", "namespace", "title", "state", "node_id", "pid", "worker_id", "job_id", "num_restarts", "death_cause", "pending_reason", "placement_group_id", "creator_actor_id", "owner_worker_id", "pending_calls", "executed_calls", "detached", "unschedulable", "start_time", "end_time", "creation_task_id"] as const;
+export const ACTOR_FILTERABLE = ["actor_id", "class_name", "name", "namespace", "title", "state", "node_id", "pid", "worker_id", "job_id", "num_restarts", "death_cause", "pending_reason", "placement_group_id", "creator_actor_id", "owner_worker_id", "pending_calls", "executed_calls", "detached", "unschedulable", "start_time", "end_time", "creation_task_id", "shared_process"] as const;
 
 /** ``TaskTable.row``: one attempt of a task (every field is filterable: the table filters
     its own columns). A retried task has a row per attempt, each where it ran. */
