@@ -72,17 +72,40 @@ def _channel_of(actor):
     return st
 
 
+def _sync_caller_of(actor) -> None:
+    """Calls waited on one by one until the actor's channel is open: the first one sent on
+    the main connection and waited on alone shows a sync caller (own_replies.py)."""
+    st = None
+    for _ in range(20):
+        ember.get(actor.pid.remote(), timeout=60)
+        st = _channel_of(actor)
+        if st.side is not None:
+            return
+    raise AssertionError(f"no channel after 20 sync calls (shared: {st.shared_process})")
+
+
+def test_bursts_to_many_actors_open_no_channels(own):
+    actors = [Log.remote() for _ in range(20)]
+    sent = own.counts["sent"]
+    for _ in range(3):
+        assert len(set(ember.get([a.pid.remote() for a in actors], timeout=60))) == 20
+    assert own.counts["sent"] == sent
+    assert all(_channel_of(a).side is None for a in actors)
+
+
 def test_a_sync_loop_reads_its_replies_on_its_own_thread(own):
     from ember.util import state
 
     log = Log.remote()
-    ember.get(log.pid.remote(), timeout=60)
+    _sync_caller_of(log)
     sent, here = own.counts["sent"], own.counts["settled_here"]
     for i in range(200):
         assert ember.get(log.add.options(name="own_loop").remote("main", i), timeout=30) == i
     assert own.counts["sent"] - sent == 200
     assert own.counts["settled_here"] - here == 200
     assert ember.get(log.seen_so_far.remote(), timeout=30) == [("main", i) for i in range(200)]
+    st = _channel_of(log)
+    assert st.side is not None, (own.counts, own.actor_of, st.state, st.address)
 
     def finished():  # the calls' rows, as the main connection's calls end up
         rows = state.list_tasks(filters=[("name", "=", "own_loop")], limit=500)
@@ -94,7 +117,7 @@ def test_a_sync_loop_reads_its_replies_on_its_own_thread(own):
 
 def test_errors_and_large_values_are_settled_by_the_loop(own):
     log = Log.remote()
-    ember.get(log.pid.remote(), timeout=60)
+    _sync_caller_of(log)
     sent, to_loop = own.counts["sent"], own.counts["to_loop"]
     with pytest.raises(ValueError, match="boom from the actor"):
         ember.get(log.fail.remote(), timeout=30)
@@ -109,7 +132,7 @@ def test_errors_and_large_values_are_settled_by_the_loop(own):
 
 def test_order_per_caller_holds_with_another_thread_and_a_burst(own):
     log = Log.remote()
-    ember.get(log.pid.remote(), timeout=60)
+    _sync_caller_of(log)
 
     def other() -> None:
         for j in range(150):
@@ -135,7 +158,7 @@ def test_order_per_caller_holds_with_another_thread_and_a_burst(own):
 
 def test_another_thread_waiting_on_a_result_gets_it(own):
     log = Log.remote()
-    ember.get(log.pid.remote(), timeout=60)
+    _sync_caller_of(log)
     taken = own.counts["taken_over"]
     ref = log.sleep.remote(0.5)
     got: list = []
@@ -151,8 +174,10 @@ def test_a_call_never_waited_on_still_ends(own):
     from ember.util import state
 
     log = Log.remote()
-    ember.get(log.pid.remote(), timeout=60)
+    _sync_caller_of(log)
+    sent = own.counts["sent"]
     log.add.options(name="never_waited").remote("ff", 1)  # ref dropped at once
+    assert own.counts["sent"] == sent + 1
 
     def finished():
         rows = state.list_tasks(filters=[("name", "=", "never_waited")], limit=10)
@@ -164,7 +189,7 @@ def test_a_call_never_waited_on_still_ends(own):
 
 def test_get_times_out_then_gets_the_value(own):
     log = Log.remote()
-    ember.get(log.pid.remote(), timeout=60)
+    _sync_caller_of(log)
     ref = log.sleep.remote(1.0)
     start = time.monotonic()
     with pytest.raises(GetTimeoutError):
@@ -186,7 +211,10 @@ def _kill_soon(pid: int, after: float) -> threading.Thread:
 
 def test_a_worker_killed_mid_call_retries_on_the_restarted_actor(own):
     log = Log.options(max_restarts=1, max_task_retries=1).remote()
+    _sync_caller_of(log)
     pid = ember.get(log.pid.remote(), timeout=60)
+    st = _channel_of(log)
+    assert st.side is not None, (own.counts, own.actor_of, st.state, st.address)
     killer = _kill_soon(pid, 0.5)
     assert ember.get(log.sleep.remote(1.5), timeout=90) == 1.5  # the attempt on the new worker
     killer.join(10)
@@ -200,7 +228,10 @@ def test_a_worker_killed_mid_call_retries_on_the_restarted_actor(own):
 
 def test_a_worker_killed_mid_call_fails_the_call_when_the_actor_cannot_restart(own):
     log = Log.options(max_restarts=0).remote()
+    _sync_caller_of(log)
     pid = ember.get(log.pid.remote(), timeout=60)
+    st = _channel_of(log)
+    assert st.side is not None, (own.counts, own.actor_of, st.state, st.address)
     killer = _kill_soon(pid, 0.5)
     start = time.monotonic()
     with pytest.raises((ActorDiedError, ActorUnavailableError)):
@@ -219,14 +250,15 @@ def test_an_idle_channel_is_closed_and_a_new_one_opened_when_needed(own, monkeyp
 
     monkeypatch.setattr(own_replies, "IDLE_CLOSE_S", 0.3)
     log = Log.remote()
-    ember.get(log.pid.remote(), timeout=60)
+    _sync_caller_of(log)
     assert ember.get(log.add.remote("a", 1), timeout=30) == 1
     st = _channel_of(log)
     first = st.side
     assert first is not None
     wait_until(lambda: st.side is None, 10, message="the idle channel closed")
     wait_until(lambda: first.sock.fileno() == -1, 10, message="its socket closed")
-    assert ember.get(log.add.remote("b", 2), timeout=30) == 2
+    assert ember.get(log.add.remote("b", 2), timeout=30) == 2  # on the main connection
+    _sync_caller_of(log)  # waited on one by one again: a new channel
     assert st.side is not None and st.side is not first
 
 
@@ -255,7 +287,10 @@ def test_a_long_call_from_another_thread_does_not_hold_back_this_threads_calls(o
     # An async actor runs calls side by side (Ray's rule: no order among them): a long poll
     # pending from one thread must not make another thread's calls wait for it.
     poller = Poller.remote()
-    assert ember.get(poller.quick.remote(0), timeout=60) == 0
+    for _ in range(20):  # until the channel is open (a sync caller seen)
+        assert ember.get(poller.quick.remote(0), timeout=60) == 0
+        if _channel_of(poller).side is not None:
+            break
     got: list = []
     waiter = threading.Thread(target=lambda: got.append(ember.get(poller.poll.remote(4.0))))
     waiter.start()

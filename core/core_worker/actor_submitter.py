@@ -61,6 +61,7 @@ class _Actor:
         "where",
         "side",
         "shared_process",
+        "sync_hint",
     )
 
     def __init__(self, actor_id: bytes) -> None:
@@ -86,6 +87,7 @@ class _Actor:
         # A driver thread's own channel to the actor, while it has one (own_replies.py).
         self.side: Any = None
         self.shared_process = False  # hosted with others in one process (no own channel)
+        self.sync_hint = False  # a caller here waits on its calls one by one (own_replies.py)
 
 
 class ActorSubmitterHost(Protocol):
@@ -163,6 +165,8 @@ class ActorSubmitter:
             if st.side is not None and st.side.pending:
                 st.slow_pending += 1  # after the calls pending on the thread's own channel
                 return False
+            if own is not None:
+                own.note_main_call(st, spec)
             batch = bool(st.in_flight)  # others in flight: join the I/O thread's next write
             st.in_flight[spec.task_id] = spec  # before the write: the reply may come at once
 

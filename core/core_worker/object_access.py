@@ -239,6 +239,8 @@ class ObjectAccess:
                     return loc
                 if deadline is not None:
                     timeout = max(0.0, deadline - time.monotonic())
+            else:
+                own.note_single_wait(ref._id)
         done = threading.Lock()
         done.acquire()
         box: list = []

@@ -46,6 +46,8 @@ class OwnReplies:
         self.calls: dict[bytes, tuple[ReplyChannel, int]] = {}  # task id -> (channel, rid)
         self.objects: dict[bytes, ReplyChannel] = {}  # their return ids -> channel
         self.actor_of: dict[ReplyChannel, Any] = {}  # channel -> the submitter's actor state
+        # {thread: (task id, actor state)} of its last call on a main connection
+        self.last_main: dict[int, tuple[bytes, Any]] = {}
         # sent: calls sent on a channel; settled_here: replies settled on the calling thread;
         # to_loop: replies the loop settled; taken_over: hand-overs of a channel to the loop
         self.counts = {"sent": 0, "settled_here": 0, "to_loop": 0, "taken_over": 0}
@@ -59,8 +61,8 @@ class OwnReplies:
         if io is not None and me == io.ident:
             return False
         ch = st.side
-        if ch is None:
-            return not st.in_flight
+        if ch is None:  # opened for a caller seen waiting on its calls one at a time
+            return st.sync_hint and not st.in_flight
         # Any thread may send on it (one at a time: the submitter's lock is held), so a call
         # never waits behind another thread's (a long poll on an async actor); only the
         # thread that opened it reads it itself, the others' waits hand it to the loop.
@@ -90,7 +92,20 @@ class OwnReplies:
         st.in_flight.pop(spec.task_id, None)
         return False
 
+    def note_main_call(self, st: Any, spec: TaskSpec) -> None:
+        """A call this thread sent on the main connection (for ``note_single_wait``)."""
+        self.last_main[threading.get_ident()] = (spec.task_id, st)
+
     # -- the user's thread, waiting ------------------------------------------------------------
+    def note_single_wait(self, object_id: bytes) -> None:
+        """This thread waits in a single-ref ``get`` for the call it just sent on the main
+        connection: a sync caller, which the actor's own channel will serve from its next
+        call. (A burst of calls waited on together never opens one: a socket per actor
+        for calls that gain nothing from it.)"""
+        entry = self.last_main.get(threading.get_ident())
+        if entry is not None and entry[0] == object_id[:TASK_ID_SIZE]:
+            entry[1].sync_hint = True
+
     def read_own_reply(self, object_id: bytes, deadline: float | None) -> bool:
         """In a single-ref ``get``: if ``object_id`` is the result of this thread's call on
         its channel, reads replies until it is settled (or the deadline, or the loop takes
@@ -188,6 +203,7 @@ class OwnReplies:
                     if ch.pending or st.side is not ch:
                         continue
                     st.side = None
+                    st.sync_hint = False  # until the caller is seen waiting one by one again
                 ch.shutdown("idle")
                 ch.closed = True
                 self._retire(ch)
