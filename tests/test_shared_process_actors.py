@@ -20,7 +20,7 @@ import psutil
 import pytest
 from ember.exceptions import ActorDiedError, ActorUnavailableError
 from ember.util.state import list_actors
-from ember_test_utils import gcs_restart_cluster, kill_the_gcs, wait_until
+from ember_test_utils import gcs_restart_cluster, kill_the_gcs, process_gone, wait_until
 
 
 @ember.remote(shared_process=True)
@@ -394,9 +394,4 @@ def _restarts(a) -> int:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split()[2] != "Z"
+    return not process_gone(pid)

@@ -16,21 +16,9 @@ import time
 
 import ember as ray
 import pytest
+from ember_test_utils import process_gone
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _process_gone(pid: int) -> bool:
-    """True once ``pid`` has exited (a zombie not yet reaped counts as exited)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (FileNotFoundError, IndexError):
-        return True
 
 
 @pytest.mark.ray_init()
@@ -157,10 +145,10 @@ def test_actor_terminated_when_handle_out_of_scope(ray_start: object, wait_for) 
 
     actor_handle = Counter.remote()
     pid = ray.get(actor_handle.pid.remote())
-    assert not _process_gone(pid)
+    assert not process_gone(pid)
 
     del actor_handle
-    wait_for(lambda: _process_gone(pid), what=f"actor process {pid} to exit")
+    wait_for(lambda: process_gone(pid), what=f"actor process {pid} to exit")
 
 
 @pytest.mark.ray_init()
@@ -196,7 +184,7 @@ def test_exit_actor(ray_start: object, wait_for) -> None:
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(actor.increment.remote())
     # "This will kill the actor process and release resources"
-    wait_for(lambda: _process_gone(pid), what=f"actor process {pid} to exit")
+    wait_for(lambda: process_gone(pid), what=f"actor process {pid} to exit")
 
 
 @pytest.mark.ray_init()
@@ -225,7 +213,7 @@ def test_kill_fails_pending_tasks(ray_start: object, wait_for) -> None:
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(ref)
     assert time.monotonic() - started < 20
-    wait_for(lambda: _process_gone(pid), what=f"actor process {pid} to exit")
+    wait_for(lambda: process_gone(pid), what=f"actor process {pid} to exit")
 
 
 @pytest.mark.ray_init()
@@ -255,7 +243,7 @@ def test_exit_handlers_run_on_terminate_not_on_kill(ray_start: object, tmp_path,
     assert ray.get(killed.ready.remote())
     pid = ray.get(killed.pid.remote())
     ray.kill(killed)
-    wait_for(lambda: _process_gone(pid), what=f"killed actor process {pid} to exit")
+    wait_for(lambda: process_gone(pid), what=f"killed actor process {pid} to exit")
     assert not marker.exists()
     ended = WithExitHandler.remote(str(marker))
     assert ray.get(ended.ready.remote())
