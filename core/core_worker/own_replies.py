@@ -44,7 +44,6 @@ class OwnReplies:
         self.submitter = submitter
         self.host = host
         self.calls: dict[bytes, tuple[ReplyChannel, int]] = {}  # task id -> (channel, rid)
-        self.objects: dict[bytes, ReplyChannel] = {}  # their return ids -> channel
         self.actor_of: dict[ReplyChannel, Any] = {}  # channel -> the submitter's actor state
         # {thread: (task id, actor state)} of its last call on a main connection
         self.last_main: dict[int, tuple[bytes, Any]] = {}
@@ -82,9 +81,7 @@ class OwnReplies:
             st.side = ch
         rid = ch.reserve(spec)
         st.in_flight[spec.task_id] = spec
-        self.calls[spec.task_id] = (ch, rid)
-        for oid in spec.return_ids():
-            self.objects[oid] = ch
+        self.calls[spec.task_id] = (ch, rid)  # a return id's first bytes are its task's id
         if ch.write(rid, spec.to_wire()):
             self.counts["sent"] += 1
             return True
@@ -110,13 +107,13 @@ class OwnReplies:
         """In a single-ref ``get``: if ``object_id`` is the result of this thread's call on
         its channel, reads replies until it is settled (or the deadline, or the loop takes
         over). False: not such a call, wait as usual."""
-        ch = self.objects.get(object_id)
-        if ch is None or ch.owner != threading.get_ident() or ch.loop_reads:
-            return False
         entry = self.calls.get(object_id[:TASK_ID_SIZE])
         if entry is None:
             return False
-        ch.read_for(entry[1], deadline)
+        ch, rid = entry
+        if ch.owner != threading.get_ident() or ch.loop_reads:
+            return False
+        ch.read_for(rid, deadline)
         if ch.wants_loop:
             self.hand_to_loop(ch)
         return True
@@ -124,12 +121,13 @@ class OwnReplies:
     def on_wait(self, object_ids: list[bytes]) -> None:
         """The memory store's hook, on any thread: someone waits on these the usual way. A
         channel whose call makes one of them is read by the loop from now on."""
-        objects = self.objects
-        if not objects:
+        calls = self.calls
+        if not calls:
             return
         handed = set()
         for object_id in object_ids:
-            ch = objects.get(object_id)
+            entry = calls.get(object_id[:TASK_ID_SIZE])
+            ch = entry[0] if entry is not None else None
             if ch is not None and not ch.loop_reads and ch not in handed:
                 handed.add(ch)
                 self.hand_to_loop(ch)
@@ -158,8 +156,6 @@ class OwnReplies:
 
     def _forget(self, spec: TaskSpec) -> None:
         self.calls.pop(spec.task_id, None)
-        for oid in spec.return_ids():
-            self.objects.pop(oid, None)
 
     # -- the loop ----------------------------------------------------------------------------
     def hand_to_loop(self, ch: ReplyChannel) -> None:
