@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -344,9 +345,6 @@ def sigkill_driver_when_ready(
 ) -> None:
     """Runs ``python -c script *args`` (a driver), waits for its line ``ready``, runs
     ``check()`` (the driver still alive), then SIGKILLs it and reaps it."""
-    import signal
-    import subprocess
-    import sys
 
     proc = subprocess.Popen(
         [sys.executable, "-c", script, *args],
@@ -550,8 +548,6 @@ def failed_task(http, name: str) -> dict | None:
 def history_server(path: str):
     """``ember dashboard --history PATH`` on a free port; yields ``(url, first line)``; stopped
     with SIGTERM at the end, which it must answer by exiting 0."""
-    import signal
-
     server = subprocess.Popen(
         [ember_cli(), "dashboard", "--history", path, "--port", "0"],
         stdout=subprocess.PIPE,
@@ -572,3 +568,45 @@ def history_server(path: str):
             raise
     assert code == 0, server.stderr.read()
     assert not psutil.pid_exists(server.pid) or psutil.Process(server.pid).status() == "zombie"
+
+
+def kill_soon(pid: int, after: float) -> threading.Thread:
+    """SIGKILLs ``pid`` ``after`` seconds from now, from a thread (joined by the caller): the
+    process dies while the test's own thread is blocked in a call it is serving."""
+
+    def kill() -> None:
+        time.sleep(after)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # gone already: the test's assertions say whether that was expected
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+@contextlib.contextmanager
+def own_channel_driver(**settings: Any):
+    """A driver of its own node (2 CPUs) with threads' own reply channels on and ``settings``
+    (``ember.config`` names) set for its life; yields its ``OwnReplies``; stops the node and
+    checks no process of it is left."""
+    import ember
+    from ember import config, global_state
+
+    settings = {"own_reply_channel": True, **settings}
+    saved = {name: getattr(config, name) for name in settings}
+    if ember.is_initialized():
+        ember.shutdown()
+    for name, value in settings.items():
+        setattr(config, name, value)
+    try:
+        ember.init(num_cpus=2)
+        own = global_state.worker.own_replies
+        assert own is not None
+        yield own
+    finally:
+        for name, value in saved.items():
+            setattr(config, name, value)
+        ember.shutdown()
+        assert_no_ember_children()

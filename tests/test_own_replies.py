@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import threading
 import time
 
 import ember
 import pytest
-from ember import config, global_state
+from ember import global_state
 from ember.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
-from ember_test_utils import assert_no_ember_children, process_gone, wait_until
+from ember_test_utils import kill_soon, own_channel_driver, process_gone, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -52,19 +51,8 @@ class Log:
 
 @pytest.fixture(scope="module")
 def own():
-    saved = config.own_reply_channel
-    if ember.is_initialized():
-        ember.shutdown()
-    config.own_reply_channel = True
-    try:
-        ember.init(num_cpus=2)
-        own = global_state.worker.own_replies
-        assert own is not None
+    with own_channel_driver() as own:
         yield own
-    finally:
-        config.own_reply_channel = saved
-        ember.shutdown()
-        assert_no_ember_children()
 
 
 def _channel_of(actor):
@@ -199,23 +187,13 @@ def test_get_times_out_then_gets_the_value(own):
     assert ember.get(log.add.remote("after", 1), timeout=30) == 1
 
 
-def _kill_soon(pid: int, after: float) -> threading.Thread:
-    def kill() -> None:
-        time.sleep(after)
-        os.kill(pid, signal.SIGKILL)
-
-    thread = threading.Thread(target=kill)
-    thread.start()
-    return thread
-
-
 def test_a_worker_killed_mid_call_retries_on_the_restarted_actor(own):
     log = Log.options(max_restarts=1, max_task_retries=1).remote()
     _sync_caller_of(log)
     pid = ember.get(log.pid.remote(), timeout=60)
     st = _channel_of(log)
     assert st.side is not None, (own.counts, own.actor_of, st.state, st.address)
-    killer = _kill_soon(pid, 0.5)
+    killer = kill_soon(pid, 0.5)
     assert ember.get(log.sleep.remote(1.5), timeout=90) == 1.5  # the attempt on the new worker
     killer.join(10)
     assert process_gone(pid)
@@ -232,7 +210,7 @@ def test_a_worker_killed_mid_call_fails_the_call_when_the_actor_cannot_restart(o
     pid = ember.get(log.pid.remote(), timeout=60)
     st = _channel_of(log)
     assert st.side is not None, (own.counts, own.actor_of, st.state, st.address)
-    killer = _kill_soon(pid, 0.5)
+    killer = kill_soon(pid, 0.5)
     start = time.monotonic()
     with pytest.raises((ActorDiedError, ActorUnavailableError)):
         ember.get(log.sleep.remote(30), timeout=60)

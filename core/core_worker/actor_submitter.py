@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from ember.core_worker.io_lock import locked
 from ember.core_worker.memory_store import MemoryStore
+from ember.core_worker.own_replies import inline_only
 from ember.core_worker.task_spec import TaskSpec, owned_args_pending
 from ember.exceptions import (
     ActorDiedError,
@@ -160,8 +161,11 @@ class ActorSubmitter:
                 st.slow_pending += 1
                 return False
             own = self.own
-            if own is not None and own.usable(st, spec) and own.send(st, spec):
-                return True
+            if own is not None and self._own_usable(own, st, spec):
+                st.in_flight[spec.task_id] = spec  # before the write: the reply may come at once
+                if own.send(self, st, spec, "push_actor_task"):
+                    return True
+                del st.in_flight[spec.task_id]
             if st.side is not None and st.side.pending:
                 st.slow_pending += 1  # after the calls pending on the thread's own channel
                 return False
@@ -332,19 +336,42 @@ class ActorSubmitter:
     def flush_locked(self, st: _Actor) -> None:
         self._flush(st)
 
-    def settle_reply(self, st: _Actor, spec: TaskSpec, reply, exc) -> None:
-        """On the I/O thread: a reply read on a thread's own channel (own_replies.py), as if
-        read on the main connection."""
-        self._on_reply(st, spec, reply, exc)
+    # -- a thread's own channel to the actor (own_replies.py) ----------------------------------
+    @staticmethod
+    def _own_usable(own: Any, st: _Actor, spec: TaskSpec) -> bool:
+        """Whether this call may go on the thread's own channel: not a streaming generator
+        (its items come back on the connection the call went out on), not to a
+        shared-process actor (thousands of them share a few processes: a socket each would
+        cost both sides an open file per actor), and only while nothing of ours to the actor
+        is in flight on the main connection (a worker keeps the order of calls per
+        connection, so a caller's calls must not be on both at once)."""
+        if spec.generator or st.shared_process or not own.usable(st):
+            return False
+        ch = st.side
+        return not st.in_flight if ch is None else len(st.in_flight) == len(ch.pending)
 
-    def settle_here(self, st: _Actor, spec: TaskSpec, reply: dict) -> None:
-        """On the calling thread: a success read on its own channel, settled as ``_on_reply``
-        settles one; ending the actor after its last call is left to the I/O thread."""
-        if st.in_flight.pop(spec.task_id, None) is None:
-            return
-        self.host.handle_task_reply(spec, reply, self._retry)
-        if st.ending:
-            self.host.loop.call_soon_threadsafe(self._maybe_end_locked, st)
+    def settle_own(self, ch: Any, st: _Actor, spec: TaskSpec, reply, exc, on_loop: bool) -> bool:
+        """A reply read on a thread's own channel. The common case, a success with small
+        values, is settled on the thread that read it (True); the rest on the I/O thread, as
+        if read on the main connection; ending the actor after its last call too."""
+        here = not on_loop and exc is None and _settles_here(st, spec, reply)
+        if here:
+            if st.in_flight.pop(spec.task_id, None) is not None:
+                self.host.handle_task_reply(spec, reply, self._retry)
+                if st.ending:
+                    self.host.loop.call_soon_threadsafe(self._maybe_end_locked, st)
+        elif on_loop:
+            self._on_reply(st, spec, reply, exc)
+        else:
+            self.host.loop.call_soon_threadsafe(self._on_reply, st, spec, reply, exc)
+        if not ch.pending and (st.queue or st.slow_pending):
+            # Calls held back while the channel had calls pending can go now.
+            self.host.loop.call_soon_threadsafe(self.flush_locked, st)
+        return here
+
+    def channel_gone(self, st: _Actor) -> None:
+        """On the loop: the thread's channel closed; what waited for it goes now."""
+        self.flush_locked(st)
 
     @locked
     def _maybe_end_locked(self, st: _Actor) -> None:
@@ -462,3 +489,14 @@ class ActorSubmitter:
     def state_of(self, actor_id: bytes) -> str | None:
         st = self._actors.get(actor_id)
         return None if st is None else st.state
+
+
+def _settles_here(st: _Actor, spec: TaskSpec, reply: dict) -> bool:
+    """Whether a reply read on the calling thread can be settled there: success, small
+    values, nothing that only the I/O thread may do (retries and lineage, objects in the
+    store, releasing object arguments, ending the actor)."""
+    if reply.get("error") or st.ending or spec.max_retries or spec.nested_refs:
+        return False
+    if spec.args and spec.arg_refs():
+        return False
+    return inline_only(reply)

@@ -165,11 +165,13 @@ class CoreWorker:
         self.streams = GeneratorStreams(self, memory_store=store, refs=self.refs)
         self.task_submitter = TaskSubmitter(self)
         self.actor_submitter = ActorSubmitter(self)
-        # A driver's threads read their own actor calls' replies (own_replies.py), when on.
+        # A driver's threads read their own actor calls' and tasks' replies (own_replies.py),
+        # when on.
         self.own_replies: OwnReplies | None = None
         if mode == DRIVER and config.own_reply_channel:
-            self.own_replies = OwnReplies(self.actor_submitter, self)
+            self.own_replies = OwnReplies(self)
             self.actor_submitter.own = self.own_replies
+            self.task_submitter.own = self.own_replies
             self.memory_store.wait_hook = self.own_replies.on_wait
         self.links = ClusterLinks(self)  # other nodes: spillback, pulls, deaths
         self.lineage = Lineage(self)  # how to re-run tasks whose results a node may lose

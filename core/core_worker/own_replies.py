@@ -1,22 +1,19 @@
-"""Actor calls whose replies the calling thread reads itself: a driver's calls to actors on
-its node, on the thread's own channel to the actor (``reply_channel.py``, which says why).
+"""Calls whose replies the calling thread reads itself: a driver's actor calls and normal
+tasks to workers on its node, on the thread's own channel to that worker
+(``reply_channel.py``, which says why).
 
-Which calls go there (``usable``, under the submitter's lock): not streaming generators
-(their items come back on the connection the call went out on), not to shared-process
-actors (thousands of them share a few processes: a socket each would cost both sides an
-open file and a connection per actor), not from the I/O thread,
-and only while nothing of ours to that actor is in flight on the main connection: a worker
-keeps the order of calls per connection, so a caller's calls must not be on both at once.
-For the same reason, while the channel has calls pending, the actor's other calls go on it
-too (any user thread's: the thread that opened it reads its own replies, another thread's
-wait hands the channel to the loop), and those the I/O thread sends wait in its queue until
-the channel is drained.
+Two submitters use it, each for what it sends (``actor_submitter.py``: calls to an actor;
+``task_submitter.py``: a task pushed by the user's thread to an idle lease), and each decides
+which of its calls may go there and what a reply read on the calling thread may settle
+(``settle_own``): the common case, a success with small values, settles right there; anything
+else (errors, retries, objects in the store, a lost worker) goes to the I/O thread, which
+settles it as it settles the main connection's replies. A target (an actor's state or a
+lease) carries ``side`` (its channel, while it has one), ``sync_hint`` and ``address``.
 
-What a reply read on the calling thread does (``_on_reply``): the common case, a call that
-succeeded with small values, no retries and no object arguments, is settled right there:
-the value goes into the memory store, which the waiting thread reads next. Anything else
-(errors, retries, objects in the store, a lost worker) is handed to the I/O thread, which
-settles it as it settles the main connection's replies.
+A channel is opened only for a caller seen waiting on its calls one at a time
+(``note_single_wait`` sets the target's ``sync_hint``): a burst waited on together gains
+nothing from a socket of its own. Not from the I/O thread, and only to Unix sockets (same
+node: no token).
 
 Who reads is the channel's business; when the loop takes over is decided here: when anyone
 else waits on one of the channel's results (the memory store's wait hook), when the thread
@@ -40,65 +37,67 @@ IDLE_CLOSE_S = 5.0
 
 
 class OwnReplies:
-    def __init__(self, submitter: Any, host: Any) -> None:
-        self.submitter = submitter
+    def __init__(self, host: Any) -> None:
         self.host = host
         self.calls: dict[bytes, tuple[ReplyChannel, int]] = {}  # task id -> (channel, rid)
-        self.actor_of: dict[ReplyChannel, Any] = {}  # channel -> the submitter's actor state
-        # {thread: (task id, actor state)} of its last call on a main connection
+        # channel -> (the submitter that sends there, its target: an actor's state or a lease)
+        self.target_of: dict[ReplyChannel, tuple[Any, Any]] = {}
+        # {thread: (task id, target) of its last call on a main connection}
         self.last_main: dict[int, tuple[bytes, Any]] = {}
         # sent: calls sent on a channel; settled_here: replies settled on the calling thread;
         # to_loop: replies the loop settled; taken_over: hand-overs of a channel to the loop
         self.counts = {"sent": 0, "settled_here": 0, "to_loop": 0, "taken_over": 0}
 
     # -- the user's thread, under the submitter's lock ---------------------------------------
-    def usable(self, st: Any, spec: TaskSpec) -> bool:
-        if spec.generator or st.shared_process or not (st.address or "").startswith(UNIX):
+    def usable(self, target: Any) -> bool:
+        """Whether this thread's next call to ``target`` may go on a channel (the submitter
+        checks what is its own: streaming generators, calls in flight elsewhere)."""
+        if not (target.address or "").startswith(UNIX):
             return False
-        me = threading.get_ident()
         io = self.host.io_thread
-        if io is not None and me == io.ident:
+        if io is not None and threading.get_ident() == io.ident:
             return False
-        ch = st.side
+        ch = target.side
         if ch is None:  # opened for a caller seen waiting on its calls one at a time
-            return st.sync_hint and not st.in_flight
+            return target.sync_hint
         # Any thread may send on it (one at a time: the submitter's lock is held), so a call
         # never waits behind another thread's (a long poll on an async actor); only the
         # thread that opened it reads it itself, the others' waits hand it to the loop.
-        return not ch.closed and not ch.close_reason and len(st.in_flight) == len(ch.pending)
+        return not ch.closed and not ch.close_reason
 
-    def send(self, st: Any, spec: TaskSpec) -> bool:
-        """Sends ``spec`` on the thread's channel (opening it first). False, nothing sent."""
-        ch = st.side
+    def send(self, submitter: Any, target: Any, spec: TaskSpec, op: str) -> bool:
+        """Sends ``spec`` as ``op`` on the target's channel (opening it first). False, nothing
+        sent."""
+        ch = target.side
         if ch is None:
             try:
                 ch = ReplyChannel.open(
-                    st.address[len(UNIX) :], threading.get_ident(), self._on_reply, self._on_closed
+                    target.address[len(UNIX) :],
+                    threading.get_ident(),
+                    self._on_reply,
+                    self._on_closed,
                 )
             except OSError:
                 return False
-            self.actor_of[ch] = st
-            st.side = ch
+            self.target_of[ch] = (submitter, target)
+            target.side = ch
         rid = ch.reserve(spec)
-        st.in_flight[spec.task_id] = spec
         self.calls[spec.task_id] = (ch, rid)  # a return id's first bytes are its task's id
-        if ch.write(rid, spec.to_wire()):
+        if ch.write(rid, op, spec.to_wire()):
             self.counts["sent"] += 1
             return True
         self._forget(spec)
-        st.in_flight.pop(spec.task_id, None)
         return False
 
-    def note_main_call(self, st: Any, spec: TaskSpec) -> None:
-        """A call this thread sent on the main connection (for ``note_single_wait``)."""
-        self.last_main[threading.get_ident()] = (spec.task_id, st)
+    def note_main_call(self, target: Any, spec: TaskSpec) -> None:
+        """A call this thread sent on a main connection (for ``note_single_wait``)."""
+        self.last_main[threading.get_ident()] = (spec.task_id, target)
 
     # -- the user's thread, waiting ------------------------------------------------------------
     def note_single_wait(self, object_id: bytes) -> None:
-        """This thread waits in a single-ref ``get`` for the call it just sent on the main
-        connection: a sync caller, which the actor's own channel will serve from its next
-        call. (A burst of calls waited on together never opens one: a socket per actor
-        for calls that gain nothing from it.)"""
+        """This thread waits in a single-ref ``get`` for the call it just sent on a main
+        connection: a sync caller, which the target's own channel will serve from its next
+        call."""
         entry = self.last_main.get(threading.get_ident())
         if entry is not None and entry[0] == object_id[:TASK_ID_SIZE]:
             entry[1].sync_hint = True
@@ -137,22 +136,14 @@ class OwnReplies:
         self, ch: ReplyChannel, spec: TaskSpec, reply: Any, exc: BaseException | None, on_loop: bool
     ) -> None:
         self._forget(spec)
-        st = self.actor_of.get(ch)
-        if st is None:
+        entry = self.target_of.get(ch)
+        if entry is None:
             return
-        settle = self.submitter.settle_reply
-        if not on_loop and exc is None and _settles_here(st, spec, reply):
+        submitter, target = entry
+        if submitter.settle_own(ch, target, spec, reply, exc, on_loop):
             self.counts["settled_here"] += 1
-            self.submitter.settle_here(st, spec, reply)
         else:
             self.counts["to_loop"] += 1
-            if on_loop:
-                settle(st, spec, reply, exc)
-            else:
-                self.host.loop.call_soon_threadsafe(settle, st, spec, reply, exc)
-        if not ch.pending and (st.queue or st.slow_pending):
-            # Calls held back while the channel had calls pending can go now.
-            self.host.loop.call_soon_threadsafe(self.submitter.flush_locked, st)
 
     def _forget(self, spec: TaskSpec) -> None:
         self.calls.pop(spec.task_id, None)
@@ -186,33 +177,38 @@ class OwnReplies:
         """Every drain period: a channel whose oldest reply waits unread goes to the loop; one
         unused for ``IDLE_CLOSE_S`` is closed (a driver that called thousands of actors once
         keeps no socket for each)."""
-        if not self.actor_of:
+        if not self.target_of:
             return
         now = time.monotonic()
-        for ch, st in list(self.actor_of.items()):
+        for ch, (submitter, target) in list(self.target_of.items()):
             if ch.closed or ch.loop_reads:
                 continue
             if ch.oldest_unread(now) > UNREAD_S:
                 self._take_over(ch)
             elif not ch.pending and now - ch.last_used > IDLE_CLOSE_S:
-                with self.submitter.lock:  # no call can be sent on it meanwhile
-                    if ch.pending or st.side is not ch:
+                with submitter.lock:  # no call can be sent on it meanwhile
+                    if ch.pending or target.side is not ch:
                         continue
-                    st.side = None
-                    st.sync_hint = False  # until the caller is seen waiting one by one again
+                    target.side = None
+                    target.sync_hint = False  # until the caller is seen waiting one by one again
                 ch.shutdown("idle")
                 ch.closed = True
                 self._retire(ch)
 
-    def end(self, st: Any, reason: str) -> None:
-        """On the loop: the actor's worker is gone or replaced; its channel ends (what is
-        pending there is the GCS's verdict's, as on the main connection) and is read to
-        its end at once."""
-        ch = st.side
+    def end(self, target: Any, reason: str) -> None:
+        """On the loop, under the submitter's lock: the target's worker is gone, replaced or
+        no longer ours; its channel ends (what is pending there is settled as on the main
+        connection: the reader sees the end) and is read to its end at once."""
+        ch = target.side
         if ch is None:
             return
         ch.shutdown(reason)
-        self._take_over(ch)
+        if ch.pending:
+            self._take_over(ch)
+        elif not ch.closed:
+            target.side = None
+            ch.closed = True
+            self._retire(ch)
 
     def _on_closed(self, ch: ReplyChannel) -> None:
         self.host.loop.call_soon_threadsafe(self._retire, ch)
@@ -229,21 +225,17 @@ class OwnReplies:
             ch.sock.close()
         finally:
             ch.read_lock.release()
-        st = self.actor_of.pop(ch, None)
-        if st is not None:
-            if st.side is ch:
-                st.side = None
-            self.submitter.flush_locked(st)
+        entry = self.target_of.pop(ch, None)
+        if entry is not None:
+            submitter, target = entry
+            if target.side is ch:
+                target.side = None
+            submitter.channel_gone(target)
 
 
-def _settles_here(st: Any, spec: TaskSpec, reply: dict) -> bool:
-    """Whether a reply read on the calling thread can be settled there: success, small
-    values, nothing that only the I/O thread may do (retries and lineage, objects in the
-    store, releasing object arguments, ending the actor)."""
-    if reply.get("error") or st.ending or spec.max_retries or spec.nested_refs:
-        return False
-    if spec.args and spec.arg_refs():
-        return False
+def inline_only(reply: dict) -> bool:
+    """Whether a successful reply's values all came inline, with no refs inside them: what
+    the calling thread can store without the I/O thread (no plasma pins, no borrowing)."""
     contained = reply.get("contained")
     if contained and any(contained):
         return False

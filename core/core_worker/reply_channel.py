@@ -1,5 +1,6 @@
-"""A driver thread's own connection to an actor on its node: the thread writes its calls
-there and, waiting in ``get`` for one of them, reads the reply from the socket itself.
+"""A driver thread's own connection to a worker on its node (an actor's, or a leased one's):
+the thread writes its calls there and, waiting in ``get`` for one of them, reads the reply
+from the socket itself.
 
 On the main connection a sync call's reply wakes the I/O thread, which decodes it, stores
 the value and wakes the waiting thread: on a two-vCPU VM that hand-over is 55-105 us of a
@@ -12,15 +13,15 @@ Who reads, and when:
   single-ref ``get`` on one of this channel's calls (``read_for``). Replies of its other
   calls that come first are handled on the way.
 - ``loop`` mode: the I/O thread reads (a reader on the loop) until no call is pending, then
-  the channel is the thread's again. The submitter hands it to the loop
-  (``ActorSubmitter``) when anything else waits on one of its results (the memory store's
+  the channel is the thread's again. It is handed to the loop (``own_replies.py``) when
+  anything else waits on one of its results (the memory store's
   wait hook), when the thread stops waiting with calls still pending, or when replies sit
   unread past ``UNREAD_S`` (the core worker's periodic sweep).
 
 ``read_lock`` is held by whoever reads; the loop never waits for it (a thread holding it is
 reading, and asks for the hand-over when it lets go, ``wants_loop``). Calls are written by
-user threads one at a time (the submitter's lock). What a reply means (done, retried, lost with its worker) is the
-submitter's: this module frames, reads and hands each message on.
+user threads one at a time (the submitter's lock). What a reply means (done, retried, lost
+with its worker) is the submitter's: this module frames, reads and hands each message on.
 """
 
 from __future__ import annotations
@@ -89,13 +90,13 @@ class ReplyChannel:
         self.last_used = time.monotonic()
         return rid
 
-    def write(self, rid: int, body: Any) -> bool:
-        """Writes call ``rid`` (``body``: its wire form). False, nothing sent and ``rid``
-        no longer pending: the channel is gone."""
+    def write(self, rid: int, op: str, body: Any) -> bool:
+        """Writes call ``rid`` as request ``op`` (``body``: its wire form). False, nothing
+        sent and ``rid`` no longer pending: the channel is gone."""
         if self.closed:
             self.pending.pop(rid, None)
             return False
-        frame = codec.frame(codec.encode_request("push_actor_task", rid, body))
+        frame = codec.frame(codec.encode_request(op, rid, body))
         view = memoryview(frame)
         stall_until = None
         while view:
@@ -114,7 +115,7 @@ class ReplyChannel:
                 stall_until = stall_until or time.monotonic() + WRITE_STALL_S
                 left = stall_until - time.monotonic()
                 if left <= 0 or not select.select([], [self.fd], [], left)[1]:
-                    self.shutdown("the actor's worker stopped reading its calls")
+                    self.shutdown("the worker stopped reading its calls")
                     return True
         return True
 
@@ -131,7 +132,7 @@ class ReplyChannel:
                 try:
                     ready = select.select([self.fd], [], [], left)[0]
                 except (OSError, ValueError) as e:  # closed under us
-                    self._broken(f"reading the actor's replies failed: {e}")
+                    self._broken(f"reading the worker's replies failed: {e}")
                     return
                 if ready:
                     self._read_once()
@@ -177,10 +178,10 @@ class ReplyChannel:
             if e.errno == errno.EBADF:
                 data = b""
             else:
-                self._broken(f"reading the actor's replies failed: {e}")
+                self._broken(f"reading the worker's replies failed: {e}")
                 return
         if not data:
-            self._broken(self.close_reason or "the actor's worker closed the connection")
+            self._broken(self.close_reason or "the worker closed the connection")
             return
         try:
             self._decoder.feed(data, self._on_message)

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 from ember import config
 from ember.core_worker.io_lock import locked
 from ember.core_worker.memory_store import MemoryStore
+from ember.core_worker.own_replies import inline_only
 from ember.core_worker.task_attempts import (
     DEQUEUE,
     ENQUEUE,
@@ -101,6 +102,8 @@ class _Lease:
         "wanted",
         "draining",
         "where",
+        "side",
+        "sync_hint",
     )
 
     def __init__(
@@ -126,6 +129,9 @@ class _Lease:
         self.spec: TaskSpec | None = None  # the task it runs now
         self.queued: TaskSpec | None = None  # the one pushed behind it (pipelined), if any
         self.head_since = 0.0  # when ``spec`` became the first of its tasks on the worker
+        # A driver thread's own channel to the worker, while it has one (own_replies.py).
+        self.side: Any = None
+        self.sync_hint = False  # a caller here waits on its tasks one by one (own_replies.py)
 
 
 class _Class:
@@ -219,6 +225,9 @@ class TaskSubmitter:
         self.direct = 0  # tasks the user's thread pushed itself (submit_direct)
         self.pipelined = 0  # tasks pushed behind a running one
         self.given_back = 0  # of those, how many came back unstarted
+        # Tasks whose replies the pushing thread reads itself (own_replies.py): a driver's,
+        # when the core worker turns it on.
+        self.own: Any = None
 
     # -- entry -----------------------------------------------------------------------------
     def submit_direct(self, spec: TaskSpec) -> bool:
@@ -492,6 +501,8 @@ class TaskSubmitter:
         cls.leases.discard(lease)
         if lease in cls.idle:
             cls.idle.remove(lease)
+        if lease.side is not None:
+            self.own.end(lease, "the lease went back")
         if not lease.raylet.closed:
             lease.raylet.send(
                 "return_lease", {"lease_id": lease.lease_id, "worker_died": worker_died}
@@ -523,6 +534,15 @@ class TaskSubmitter:
         if not self._on_user_thread:
             conn.request_cb("push_task", spec.to_wire(), on_reply)
             return
+        own = self.own
+        if own is not None:
+            if (
+                not spec.generator
+                and own.usable(lease)
+                and own.send(self, lease, spec, "push_task")
+            ):
+                return
+            own.note_main_call(lease, spec)
         wire = spec.to_wire()
         if conn.request_cb_direct("push_task", wire, on_reply):
             return
@@ -662,6 +682,73 @@ class TaskSubmitter:
         else:
             self._arm_idle_timer(cls, lease)
 
+    # -- a thread's own channel to a leased worker (own_replies.py) -------------------------
+    @property
+    def lock(self) -> threading.RLock:
+        return self._lock
+
+    def settle_own(self, ch: Any, lease: _Lease, spec: TaskSpec, reply, exc, on_loop: bool) -> bool:
+        """A reply read on a thread's own channel. The common case (below) is settled on the
+        thread that read it (True); the rest on the I/O thread, as if read on the main
+        connection."""
+        if on_loop:
+            self._on_reply(lease, spec, reply, exc)
+            return False
+        if exc is None and self._settle_here(lease, spec, reply):
+            return True
+        self.host.loop.call_soon_threadsafe(self._on_reply, lease, spec, reply, exc)
+        return False
+
+    @locked
+    def _settle_here(self, lease: _Lease, spec: TaskSpec, reply: dict) -> bool:
+        """``_on_reply``'s common case on the user's thread: a success with small values, its
+        lease free for the class's next task and nothing else to do with it (no queue, no
+        task behind it, not wanted elsewhere). The lease is held idle as ``_hold_idle``
+        holds it; only arming its timer needs the loop, and a loop of sync tasks arms one
+        per hold, not per task. False, having changed nothing: the loop settles it."""
+        cls = lease.cls
+        if (
+            lease.spec is not spec
+            or lease.queued is not None
+            or cls.queue
+            or lease.wanted
+            or lease.draining
+            or reply.get("error")
+            or reply.get("returned")
+            or reply.get("worker_exiting")
+            or spec.nested_refs
+            or (spec.args and spec.arg_refs())
+            or not inline_only(reply)
+        ):
+            return False
+        now = time.monotonic()
+        cls.short = now - lease.head_since < PIPELINE_BELOW_S
+        lease.busy = False
+        lease.spec = None
+        instructions = self.attempts.handle(("reply", spec.task_id, reply))
+        cls.idle.append(lease)
+        # The loop's clock is the monotonic one, read in milliseconds.
+        lease.idle_until = now + config.lease_idle_seconds
+        if lease.timer_at is None or lease.idle_until < lease.timer_at:
+            self.host.loop.call_soon_threadsafe(self._arm_idle_timer_locked, cls, lease)
+        if all(ins[0] == FINISH for ins in instructions):
+            self._run(instructions)
+        else:  # (a cancel that came too late, say): the loop carries it out
+            self.host.loop.call_soon_threadsafe(self._run_locked, instructions, _failure(reply))
+        return True
+
+    @locked
+    def _arm_idle_timer_locked(self, cls: _Class, lease: _Lease) -> None:
+        if lease in cls.idle:
+            self._arm_idle_timer(cls, lease)
+
+    @locked
+    def _run_locked(self, instructions: list[tuple], failure: tuple[str, str] | None) -> None:
+        self._run(instructions, failure)
+
+    def channel_gone(self, lease: _Lease) -> None:
+        """The thread's channel to the lease's worker closed: nothing waits for it."""
+
     def _fail_crashed(self, spec: TaskSpec, lease: _Lease, reason: str) -> None:
         """Fails a task whose worker died, saying how it died (exit code or signal), which
         the raylet that leased the worker knows (else ``reason``)."""
@@ -783,6 +870,8 @@ class TaskSubmitter:
             for lease in list(cls.leases):
                 if lease.node_id == node_id:
                     lease.conn.close(f"its node {node_id.hex()[:12]} died")
+                    if lease.side is not None:
+                        self.own.end(lease, f"its node {node_id.hex()[:12]} died")
 
     @locked
     def release_all(self) -> None:
