@@ -544,7 +544,14 @@ def test_infeasible_task_warns_and_stays_pending(ember_start, capfd):
 
     def seen() -> str:  # what the cluster had, for a failure (it once timed out in CI)
         nodes = [(n["NodeID"][:12], n["Alive"], n["Resources"]) for n in ember.nodes()]
-        return f"a warning; nodes {nodes}, stderr {''.join(err)[-2000:]!r}"
+        # Whether the raylet warned (it logs each warning it sends): a fresh-clone run once
+        # timed out here with nothing on stderr, and this says which side lost it.
+        from ember import global_state
+
+        session = global_state.worker.node["session_dir"]
+        with open(os.path.join(session, "logs", "raylet.log")) as f:
+            raylet = [line for line in f if "requires" in line or "WARN" in line][-5:]
+        return f"a warning; nodes {nodes}, stderr {''.join(err)[-2000:]!r}, raylet {raylet}"
 
     # 30 s: the warning comes within ~1.5 s; a suite on two busy cores once took over 10.
     wait_until(warned, 30, message=seen)
