@@ -34,11 +34,16 @@ max_tasks_in_flight_per_worker: int = _env("max_tasks_in_flight_per_worker", 2)
 direct_task_submit: bool = _env(
     "direct_task_submit", True, lambda v: v.lower() not in ("0", "false", "no")
 )
-# A driver's sync actor calls to actors on its node: the calling thread reads its reply from
-# its own connection to the actor (own_replies.py) instead of being woken by the I/O thread;
-# 0 keeps every call on the main connection.
+# A driver's sync actor calls and tasks to workers on its node: the calling thread reads its
+# reply from its own connection to the worker (own_replies.py) instead of being woken by the
+# I/O thread; 0 keeps every call on the main connection.
 own_reply_channel: bool = _env(
     "own_reply_channel", True, lambda v: v.lower() not in ("0", "false", "no")
+)
+# The worker's side of such a channel: its executing thread reads the calls itself
+# (served_channels.py) instead of being handed each by its I/O thread; 0: the I/O thread.
+serve_on_thread: bool = _env(
+    "serve_on_thread", True, lambda v: v.lower() not in ("0", "false", "no")
 )
 # Deadlines for start-up and control calls: every wait has one.
 process_start_timeout: float = _env("process_start_timeout", 30.0)

@@ -512,6 +512,10 @@ class CoreWorker:
             spec.stream_conn = conn
         return self.executor.on_push_actor_task(conn, spec)
 
+    def _h_serve_on_thread(self, conn: Connection, body: Any) -> bool:
+        executor = self.executor
+        return config.serve_on_thread and executor is not None and executor.serve_on_thread(conn)
+
     def _h_create_actor(self, conn: Connection, spec: TaskSpec):
         return self.executor.on_create_actor(conn, spec)
 

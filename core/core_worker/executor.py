@@ -31,6 +31,7 @@ from ember.core_worker.locations import error_location
 from ember.core_worker.log_offsets import LogOffsets
 from ember.core_worker.method_lookup import actor_method
 from ember.core_worker.process_limits import LimitWatch
+from ember.core_worker.served_channels import ServedChannels
 from ember.core_worker.shared_actors import SharedActors
 from ember.core_worker.task_runtime_env import applied_env
 from ember.core_worker.task_spec import (
@@ -116,6 +117,8 @@ class Executor:
         # Tasks pushed behind a running one, not started yet: {task_id: their reply}. Whoever
         # pops one first has it: the main thread (runs it) or the I/O thread (gives it back).
         self.held: dict[bytes, Deferred] = {}
+        # Callers' own channels this thread reads itself, once one asked (served_channels).
+        self.served: ServedChannels | None = None
 
     # -- on the I/O thread -----------------------------------------------------------------
     def on_push_task(self, conn, spec: TaskSpec) -> object:
@@ -123,8 +126,33 @@ class Executor:
         if spec.behind:
             self.held[spec.task_id] = reply_to
             conn.loop.call_later(HOLD_QUEUED_S, self.give_back, spec.task_id)
-        self.queue.put((spec, reply_to))
+        self._put((spec, reply_to))
         return DEFERRED
+
+    def _put(self, item: Any) -> None:
+        served = self.served
+        if served is None:
+            self.queue.put(item)
+        else:
+            served.put(item)
+
+    def serve_on_thread(self, conn) -> bool:
+        """A caller asks that this thread read its channel (served_channels): yes when this
+        thread is the one that runs its calls, in order."""
+        if (
+            self.pool is not None
+            or self.lane is not None
+            or self.groups is not None
+            or self.shared is not None
+            or self.exiting
+            or conn.transport is None
+            or conn._fd < 0
+        ):
+            return False
+        if self.served is None:
+            self.served = ServedChannels(self.queue)
+        self.served.adopt(conn)
+        return True
 
     def give_back(self, task_id: bytes) -> bool:
         """On the I/O thread: a held task goes back to its owner unstarted, if still held
@@ -146,7 +174,7 @@ class Executor:
             if self.shared is None:
                 self.shared = SharedActors(self)
             return self.shared.on_create(conn, spec)
-        self.queue.put((spec, conn.deferred()))
+        self._put((spec, conn.deferred()))
         return DEFERRED
 
     def on_push_actor_task(self, conn, spec: TaskSpec) -> object:
@@ -170,7 +198,7 @@ class Executor:
         elif self.pool is not None:
             self.pool.submit(self._run_and_reply, spec, reply_to)
         else:
-            self.queue.put((spec, reply_to))
+            self._put((spec, reply_to))
         return DEFERRED
 
     def request_exit(self, body: dict) -> None:
@@ -190,7 +218,7 @@ class Executor:
                 sys.stderr.flush()
             finally:
                 os._exit(1)
-        self.queue.put(("exit", body))
+        self._put(("exit", body))
 
     def cancel(self, task_id: bytes, force: bool) -> None:
         if self.give_back(task_id):  # not started: its owner fails it when it comes back
@@ -231,10 +259,17 @@ class Executor:
     def run(self) -> None:
         """The worker's main loop: runs queued work until told to exit."""
         while True:
-            item = self.queue.get()
+            served = self.served
+            item = self.queue.get() if served is None else served.take()
             if item is None:
                 return
+            if item[0] == "adopt":  # (taken from the plain queue: the first channel)
+                self.queue.put(item)
+                continue
             if item[0] == "exit":
+                if served is not None and served.drain():
+                    self.queue.put(item)  # after the calls the channels held
+                    continue
                 self._exit_actor(item[1].get("reason", "exit requested"))
                 return
             spec, reply_to = item

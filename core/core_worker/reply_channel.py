@@ -68,6 +68,9 @@ class ReplyChannel:
         self._ids = itertools.count(1)
         self._on_loop = False  # set while the loop feeds the decoder
         self.last_used = time.monotonic()  # the last call's (idle channels are closed)
+        # Whether the worker's executing thread reads this channel itself (not its I/O
+        # thread): served_channels.py, on the worker's side.
+        self.served_on_thread = False
 
     @classmethod
     def open(cls, path: str, owner: int, on_reply: OnReply, on_closed: OnClosed) -> ReplyChannel:
@@ -77,10 +80,13 @@ class ReplyChannel:
         sock.settimeout(CONNECT_TIMEOUT_S)
         try:
             sock.connect(path)
+            served = _ask_served_on_thread(sock)
         except OSError:
             sock.close()
             raise
-        return cls(sock, owner, on_reply, on_closed)
+        ch = cls(sock, owner, on_reply, on_closed)
+        ch.served_on_thread = served
+        return ch
 
     # -- user threads, one at a time ---------------------------------------------------------
     def reserve(self, spec: Any) -> int:
@@ -211,3 +217,27 @@ class ReplyChannel:
         for spec in lost:
             self.on_reply(self, spec, None, ConnectionClosedError(self.close_reason), False)
         self.on_closed(self)
+
+
+def _ask_served_on_thread(sock: socket.socket) -> bool:
+    """The channel's first request, on the still-blocking socket (its timeout): may the
+    worker's executing thread read this channel itself? Nothing else is sent until the
+    answer, so the worker's I/O thread has nothing of ours unread when it lets go. A worker
+    that cannot (a thread pool, an event loop) answers False; an error answer is a no too."""
+    sock.sendall(codec.frame(codec.encode_request("serve_on_thread", 0, None)))
+    decoder = codec.Decoder()
+    answer: list = []
+
+    def on_message(msg: tuple) -> bool:
+        answer.append(msg)
+        return True
+
+    while not answer:
+        data = sock.recv(4096)
+        if not data:
+            raise ConnectionResetError("the worker closed the connection")
+        decoder.feed(data, on_message)
+    if decoder.buffered():
+        raise ConnectionError("the worker sent more than its answer")
+    msg = answer[0]
+    return msg[0] == codec.REPLY and msg[1] == 0 and msg[2] is True

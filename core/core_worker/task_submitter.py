@@ -739,7 +739,10 @@ class TaskSubmitter:
 
     @locked
     def _arm_idle_timer_locked(self, cls: _Class, lease: _Lease) -> None:
-        if lease in cls.idle:
+        # Armed even if the lease was taken again meanwhile (in a sync loop it nearly always
+        # is): the timer finds it busy and leaves it; not arming it would have the next
+        # task's thread ask again, a wake-up of the loop per task.
+        if lease in cls.leases:
             self._arm_idle_timer(cls, lease)
 
     @locked

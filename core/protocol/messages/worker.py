@@ -47,6 +47,16 @@ class PushActorTask(WorkerMessage):
     spec: Any  # TaskSpec.to_wire() of a TaskSpec, kind ACTOR_TASK
 
 
+class ServeOnThread(WorkerMessage):
+    """The first request on a caller's own channel (``reply_channel.py``): may the thread
+    that runs this worker's calls read this connection itself (``served_channels.py``)? The
+    caller sends nothing more until answered."""
+
+    op = "serve_on_thread"
+    sent_by = "core worker (a driver thread's own channel to an actor or a leased worker)"
+    reply = "bool: True, the executing thread reads the connection from now on"
+
+
 class CreateActor(WorkerMessage):
     """Run an actor's constructor on the worker leased for it."""
 
