@@ -180,6 +180,7 @@ def test_a_driver_sigkilled_mid_loop_leaves_the_actor_serving_others(own):
     box = Box.options(name="served-box", namespace="served", lifetime="detached").remote()
     try:
         worker = psutil.Process(ember.get(box.pid.remote(), timeout=30))
+        time.sleep(1.5)  # (its first event flush opens its connection to the agent)
         baseline = worker.num_fds()
         address = ember.get_runtime_context().gcs_address
         sigkill_driver_when_ready(DRIVER, [address], "ready")

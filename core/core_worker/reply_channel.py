@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import errno
 import itertools
-import os
 import select
 import socket
 import threading
@@ -42,6 +41,8 @@ from ember.protocol.errors import ConnectionClosedError
 UNREAD_S = 0.02  # a pending call's reply unread this long goes to the loop
 WRITE_STALL_S = 5.0  # a peer that reads nothing for this long is given up (as the main path)
 CONNECT_TIMEOUT_S = 5.0
+READ_SIZE = 1 << 16
+DONTWAIT = socket.MSG_DONTWAIT
 
 # (channel, task spec, reply or None, exception or None, read on the loop?)
 OnReply = Callable[["ReplyChannel", Any, Any, BaseException | None, bool], None]
@@ -52,7 +53,10 @@ class ReplyChannel:
     def __init__(
         self, sock: socket.socket, owner: int, on_reply: OnReply, on_closed: OnClosed
     ) -> None:
-        sock.setblocking(False)
+        # Blocking, so that a thread waiting for its reply with no deadline makes one system
+        # call (recv), not two (select, then read); the loop and the writers ask for
+        # non-blocking calls one by one (MSG_DONTWAIT).
+        sock.setblocking(True)
         self.sock = sock
         self.fd = sock.fileno()
         self.owner = owner  # the thread that opened it, and reads it in thread mode
@@ -107,7 +111,7 @@ class ReplyChannel:
         stall_until = None
         while view:
             try:
-                n = os.write(self.fd, view)
+                n = self.sock.send(view, DONTWAIT)
             except BlockingIOError:
                 n = 0
             except OSError as e:
@@ -132,6 +136,8 @@ class ReplyChannel:
             return
         try:
             while rid in self.pending and not self.closed and not self.loop_reads:
+                if deadline is None and self._read_once(wait=True):
+                    continue
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return
@@ -174,25 +180,28 @@ class ReplyChannel:
         except OSError:
             pass
 
-    def _read_once(self) -> None:
-        """One read, and each whole message in it handed on. Holding ``read_lock``."""
+    def _read_once(self, wait: bool = False) -> bool:
+        """One read (``wait``: blocking until something comes), and each whole message in it
+        handed on. Holding ``read_lock``. False: nothing to read without waiting (the loop,
+        which reads it at times, may have made the socket non-blocking)."""
         try:
-            data = os.read(self.fd, 1 << 16)
+            data = self.sock.recv(READ_SIZE) if wait else self.sock.recv(READ_SIZE, DONTWAIT)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError as e:
             if e.errno == errno.EBADF:
                 data = b""
             else:
                 self._broken(f"reading the worker's replies failed: {e}")
-                return
+                return True
         if not data:
             self._broken(self.close_reason or "the worker closed the connection")
-            return
+            return True
         try:
             self._decoder.feed(data, self._on_message)
         except codec.FrameError as e:
             self._broken(f"an unreadable reply: {e}")
+        return True
 
     def _on_message(self, msg: tuple) -> None:
         kind = msg[0]
