@@ -65,6 +65,10 @@ class JobManager:
         self._load_lock = asyncio.Lock()
         self.stopping: set[str] = set()
         self.driver_cost: dict[str, float] = {}
+        # Set when this dashboard is told to stop (``ember stop`` signals every process of the
+        # cluster at once): a job's driver or supervisor dying in the same moment is the
+        # stop's doing, not the job's failure, and is left unrecorded (_end).
+        self.shutting_down = False
 
     # -- the driver connection -------------------------------------------------------------
     async def _connect(self) -> None:
@@ -349,6 +353,14 @@ class JobManager:
         error_type: str | None,
         exit_code: int | None = None,
     ) -> None:
+        if self.shutting_down and status == jr.FAILED and (exit_code is None or exit_code < 0):
+            # Killed by a signal, or its supervisor gone, while this dashboard stops: the
+            # job's last status stays what it was (the history says the cluster stopped
+            # while it was so); a dashboard that starts again attaches to it if it lives.
+            logger.info(
+                "not recording %s as FAILED: the dashboard is stopping", rec["submission_id"]
+            )
+            return
         await self._save(
             rec,
             status=status,

@@ -197,6 +197,9 @@ async def serve(args: argparse.Namespace) -> None:
     await asyncio.wait(
         {asyncio.ensure_future(stop.wait()), serving}, return_when=asyncio.FIRST_COMPLETED
     )
+    jobs = ctx.extra.get("jobs")
+    if jobs is not None:
+        jobs.shutting_down = True  # (before anything else: the job_manager's _end says why)
     server.should_exit = True
     agent_stop.set()
     await asyncio.sleep(0)  # the agent closes its socket and its link before the cancels
