@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from ember.core_worker.io_lock import locked
 from ember.core_worker.memory_store import MemoryStore
-from ember.core_worker.own_replies import inline_only
+from ember.core_worker.own_replies import stored_by_caller
 from ember.core_worker.task_spec import TaskSpec, owned_args_pending
 from ember.exceptions import (
     ActorDiedError,
@@ -492,11 +492,7 @@ class ActorSubmitter:
 
 
 def _settles_here(st: _Actor, spec: TaskSpec, reply: dict) -> bool:
-    """Whether a reply read on the calling thread can be settled there: success, small
-    values, nothing that only the I/O thread may do (retries and lineage, objects in the
-    store, releasing object arguments, ending the actor)."""
-    if reply.get("error") or st.ending or spec.max_retries or spec.nested_refs:
-        return False
-    if spec.args and spec.arg_refs():
-        return False
-    return inline_only(reply)
+    """Whether a reply read on the calling thread can be settled there: what
+    ``stored_by_caller`` allows, and nothing of the actor's for the I/O thread (retries and
+    lineage, ending the actor)."""
+    return not st.ending and not spec.max_retries and stored_by_caller(spec, reply)

@@ -233,9 +233,13 @@ class OwnReplies:
             submitter.channel_gone(target)
 
 
-def inline_only(reply: dict) -> bool:
-    """Whether a successful reply's values all came inline, with no refs inside them: what
-    the calling thread can store without the I/O thread (no plasma pins, no borrowing)."""
+def stored_by_caller(spec: TaskSpec, reply: dict) -> bool:
+    """Whether a reply read on the calling thread can be settled there, by either
+    submitter: a success whose values all came inline with no refs inside them, for a call
+    with no object arguments (no plasma pins, no borrowing, no arguments to release: what
+    only the I/O thread does)."""
+    if reply.get("error") or spec.nested_refs or (spec.args and spec.arg_refs()):
+        return False
     contained = reply.get("contained")
     if contained and any(contained):
         return False

@@ -37,6 +37,7 @@ from typing import Any
 
 from ember.protocol import codec
 from ember.protocol.errors import ConnectionClosedError
+from ember.protocol.messages.worker import ServeOnThread
 
 UNREAD_S = 0.02  # a pending call's reply unread this long goes to the loop
 WRITE_STALL_S = 5.0  # a peer that reads nothing for this long is given up (as the main path)
@@ -51,7 +52,12 @@ OnClosed = Callable[["ReplyChannel"], None]
 
 class ReplyChannel:
     def __init__(
-        self, sock: socket.socket, owner: int, on_reply: OnReply, on_closed: OnClosed
+        self,
+        sock: socket.socket,
+        owner: int,
+        on_reply: OnReply,
+        on_closed: OnClosed,
+        served_on_thread: bool = False,
     ) -> None:
         # Blocking, so that a thread waiting for its reply with no deadline makes one system
         # call (recv), not two (select, then read); the loop and the writers ask for
@@ -74,7 +80,7 @@ class ReplyChannel:
         self.last_used = time.monotonic()  # the last call's (idle channels are closed)
         # Whether the worker's executing thread reads this channel itself (not its I/O
         # thread): served_channels.py, on the worker's side.
-        self.served_on_thread = False
+        self.served_on_thread = served_on_thread
 
     @classmethod
     def open(cls, path: str, owner: int, on_reply: OnReply, on_closed: OnClosed) -> ReplyChannel:
@@ -88,9 +94,7 @@ class ReplyChannel:
         except OSError:
             sock.close()
             raise
-        ch = cls(sock, owner, on_reply, on_closed)
-        ch.served_on_thread = served
-        return ch
+        return cls(sock, owner, on_reply, on_closed, served)
 
     # -- user threads, one at a time ---------------------------------------------------------
     def reserve(self, spec: Any) -> int:
@@ -233,7 +237,7 @@ def _ask_served_on_thread(sock: socket.socket) -> bool:
     worker's executing thread read this channel itself? Nothing else is sent until the
     answer, so the worker's I/O thread has nothing of ours unread when it lets go. A worker
     that cannot (a thread pool, an event loop) answers False; an error answer is a no too."""
-    sock.sendall(codec.frame(codec.encode_request("serve_on_thread", 0, None)))
+    sock.sendall(codec.frame(codec.encode_request(ServeOnThread.op, 0, None)))
     decoder = codec.Decoder()
     answer: list = []
 

@@ -26,7 +26,6 @@ after the calls queued before it on the main connection.
 
 from __future__ import annotations
 
-import logging
 import os
 import queue
 import select
@@ -36,9 +35,6 @@ from ember.core_worker.task_spec import TaskSpec
 from ember.protocol import codec
 from ember.protocol.stream import Deferred
 
-logger = logging.getLogger(__name__)
-
-SERVE_OP = "serve_on_thread"
 CALL_OPS = ("push_task", "push_actor_task")
 READ_SIZE = 1 << 16
 
@@ -58,7 +54,6 @@ class ServedChannels:
         self.selecting = False  # the executing thread waits on its channels (not the queue)
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._served: dict[int, _Served] = {}  # fd -> channel; the executing thread's own
-        self.adopted = 0  # channels taken on, ever
         self.calls_read = 0  # calls read by the executing thread
 
     # -- the I/O thread ----------------------------------------------------------------------
@@ -92,7 +87,6 @@ class ServedChannels:
                     continue
             if item is not None and item[0] == "adopt":
                 self._served[item[2]] = _Served(item[1], item[2])
-                self.adopted += 1
                 continue
             return item
 

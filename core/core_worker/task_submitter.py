@@ -41,7 +41,7 @@ from typing import Any, Protocol
 from ember import config
 from ember.core_worker.io_lock import locked
 from ember.core_worker.memory_store import MemoryStore
-from ember.core_worker.own_replies import inline_only
+from ember.core_worker.own_replies import stored_by_caller
 from ember.core_worker.task_attempts import (
     DEQUEUE,
     ENQUEUE,
@@ -652,14 +652,20 @@ class TaskSubmitter:
         if exiting or lease.draining:
             self._pump(cls)  # what waits asks for a lease elsewhere
 
-    def _hold_idle(self, cls: _Class, lease: _Lease) -> None:
-        """Keeps a free lease for the class's next task, for a while (the module doc)."""
+    def _hold_idle(self, cls: _Class, lease: _Lease, on_loop: bool = True) -> None:
+        """Keeps a free lease for the class's next task, for a while (the module doc).
+        ``on_loop`` False: on a user's thread (``_settle_here``), which asks the loop to arm
+        the hold's timer only when none armed fires by then (once per hold in a sync loop)."""
         cls.idle.append(lease)
         hold = config.lease_idle_seconds
         if self.host.blocked_in_get():
             hold = min(hold, BLOCKED_OWNER_IDLE_SECONDS)
-        lease.idle_until = self.host.loop.time() + hold
-        self._arm_idle_timer(cls, lease)
+        # The loop's clock is the monotonic one (read in milliseconds): a thread can use it.
+        lease.idle_until = (self.host.loop.time() if on_loop else time.monotonic()) + hold
+        if on_loop:
+            self._arm_idle_timer(cls, lease)
+        elif lease.timer_at is None or lease.idle_until < lease.timer_at:
+            self.host.loop.call_soon_threadsafe(self._arm_idle_timer_locked, cls, lease)
 
     def _arm_idle_timer(self, cls: _Class, lease: _Lease) -> None:
         """A timer for the lease's hold, unless one armed already fires by then."""
@@ -713,12 +719,9 @@ class TaskSubmitter:
             or cls.queue
             or lease.wanted
             or lease.draining
-            or reply.get("error")
             or reply.get("returned")
             or reply.get("worker_exiting")
-            or spec.nested_refs
-            or (spec.args and spec.arg_refs())
-            or not inline_only(reply)
+            or not stored_by_caller(spec, reply)
         ):
             return False
         now = time.monotonic()
@@ -726,11 +729,7 @@ class TaskSubmitter:
         lease.busy = False
         lease.spec = None
         instructions = self.attempts.handle(("reply", spec.task_id, reply))
-        cls.idle.append(lease)
-        # The loop's clock is the monotonic one, read in milliseconds.
-        lease.idle_until = now + config.lease_idle_seconds
-        if lease.timer_at is None or lease.idle_until < lease.timer_at:
-            self.host.loop.call_soon_threadsafe(self._arm_idle_timer_locked, cls, lease)
+        self._hold_idle(cls, lease, on_loop=False)
         if all(ins[0] == FINISH for ins in instructions):
             self._run(instructions)
         else:  # (a cancel that came too late, say): the loop carries it out
