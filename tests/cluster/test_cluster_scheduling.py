@@ -20,6 +20,17 @@ def node_of(delay: float = 0.0) -> str:
     return ember.get_runtime_context().get_node_id()
 
 
+@ember.remote
+def node_after_all(barrier: str, index: int, count: int) -> str:
+    """Marks itself started in ``barrier`` and waits (30 s at most) until ``count`` tasks
+    have: tasks that overlap for sure, whatever their workers' start-up takes."""
+    open(os.path.join(barrier, str(index)), "w").close()
+    deadline = time.monotonic() + 30
+    while len(os.listdir(barrier)) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return ember.get_runtime_context().get_node_id()
+
+
 def test_tasks_spill_over_and_custom_resources_place_them(cluster):
     head = cluster.head_node
     worker = cluster.add_node(num_cpus=2, resources={"accel": 1})
@@ -41,7 +52,7 @@ def test_tasks_spill_over_and_custom_resources_place_them(cluster):
     assert ember.get(a.where.remote(), timeout=30) == worker.node_id.hex()
 
 
-def test_spread_uses_every_node(cluster_factory):
+def test_spread_uses_every_node(cluster_factory, tmp_path):
     # Every node could hold all four tasks: by default they pack onto the driver's node (the
     # head), so only SPREAD puts them on all three nodes.
     cluster = cluster_factory(num_cpus=4)
@@ -57,8 +68,14 @@ def test_spread_uses_every_node(cluster_factory):
         return node["resources_available"].get("CPU") == 4.0
 
     wait_until(head_cpus_free, timeout=20, message="the head's CPUs to be free again")
-    spread = [node_of.options(scheduling_strategy="SPREAD").remote(0.5) for _ in range(4)]
-    assert set(ember.get(spread, timeout=30)) == {n.node_id.hex() for n in cluster.list_all_nodes()}
+    # Each SPREAD task waits until all four run, so each holds its own lease: with a fixed
+    # sleep, a head task could end before another node's worker had started (CI stop 43: a
+    # cold worker took longer than 0.5 s), and its lease rightly took the next queued task.
+    barrier = tmp_path / "started"
+    barrier.mkdir()
+    spread_task = node_after_all.options(scheduling_strategy="SPREAD")
+    spread = [spread_task.remote(str(barrier), i, 4) for i in range(4)]
+    assert set(ember.get(spread, timeout=60)) == {n.node_id.hex() for n in cluster.list_all_nodes()}
 
 
 def test_node_affinity_hard_soft_and_gone(cluster):
