@@ -32,6 +32,8 @@ from ember.object_ref import ObjectRef, counted_ref
 from ember.protocol.connection import Connection
 from ember.serialization import serialize
 
+MAX_SHARED_EXTRAS = 4096  # submission events' shared extras kept (``_submitted_extra``)
+
 
 class _TaskSubmitter(Protocol):
     def submit_direct(self, spec: TaskSpec) -> bool: ...
@@ -109,6 +111,8 @@ class TaskManager:
         self._limited_calls: dict[bytes, bytes] = {}  # {task_id: actor_id}
         self._limited_pending: dict[bytes, int] = {}  # {actor_id: calls pending}
         self._limited_lock = threading.Lock()
+        # {(name, function, actor id): a submission event's extra} (``_submitted_extra``)
+        self._submitted_extras: dict[tuple, dict[str, Any]] = {}
 
     def encode_args(self, args: tuple, kwargs: dict, fn_name: str) -> tuple[list, tuple, list]:
         """Top-level refs stay refs; values are serialized inline or put in the store."""
@@ -188,10 +192,23 @@ class TaskManager:
                 placement_group_id=strategy[1].hex(),
             )
         else:
-            self.events.record(
-                spec, "PENDING_ARGS_AVAIL", name=spec.display_name(), actor_id=spec.actor_id
-            )
+            self.events.record_shared(spec, "PENDING_ARGS_AVAIL", self._submitted_extra(spec))
         return refs
+
+    def _submitted_extra(self, spec: TaskSpec) -> dict[str, Any]:
+        """The submission event's ``extra``, one dict for every call of a function (of an
+        actor): the event exporter pickles it once a batch and the agent unpickles it once,
+        where a dict per call cost both, and the submitter one more dict to build. Nothing
+        changes it once recorded (the agent folds an attempt's phases into its end's own
+        dict). Bounded: names are few, but user-given."""
+        key = (spec.name, spec.function_name, spec.actor_id)
+        extra = self._submitted_extras.get(key)
+        if extra is None:
+            if len(self._submitted_extras) >= MAX_SHARED_EXTRAS:
+                self._submitted_extras.clear()
+            extra = {"name": spec.display_name(), "actor_id": spec.actor_id}
+            self._submitted_extras[key] = extra
+        return extra
 
     def drop_submission_holds(self) -> None:
         self._current.submission_holds = None
