@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import io
 import json
 import os
 import signal
@@ -56,6 +57,16 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, message
             what = message() if callable(message) else message
             pytest.fail(f"timed out after {timeout} s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def printed_to(monkeypatch, stream: str = "stderr") -> io.StringIO:
+    """What this process prints to ``sys.<stream>`` from now on (the driver's I/O thread
+    prints warnings and worker lines there), to poll with ``getvalue()``. Polling
+    ``capfd.readouterr()`` instead loses a print that lands between its read of the capture
+    file and its truncation of it: a race with every thread that prints meanwhile."""
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, stream, buf)
+    return buf
 
 
 def assert_no_ember_children(timeout: float = 10.0) -> None:

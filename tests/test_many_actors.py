@@ -15,7 +15,7 @@ from pathlib import Path
 
 import ember
 import pytest
-from ember_test_utils import assert_no_ember_children, wait_until
+from ember_test_utils import assert_no_ember_children, printed_to, wait_until
 
 N_ACTORS = 300
 # The median unique set size an idle actor may hold (benchmarks/actor_memory.py measured
@@ -124,8 +124,10 @@ def test_a_forked_worker_does_real_work_after_idling(node):
     assert ember.get(w.ping.remote(), timeout=60) == pid, "the same process throughout"
 
 
-def test_a_node_short_of_memory_holds_worker_starts_and_says_why(fresh, tmp_path, capfd):
+def test_a_node_short_of_memory_holds_worker_starts_and_says_why(fresh, tmp_path, monkeypatch):
     from ember.raylet.memory_monitor import UsageReader
+
+    err = printed_to(monkeypatch, "stderr")
 
     # 64 MiB below the 0.9 at which the memory monitor kills: within the 128 MiB where
     # worker starts stop.
@@ -162,7 +164,7 @@ def test_a_node_short_of_memory_holds_worker_starts_and_says_why(fresh, tmp_path
     assert f"{fraction:.1%} used" in line and "EMBER_MEMORY_USAGE_THRESHOLD 0.9" in line, line
     # The driver was told too.
     wait_until(
-        lambda: "Not starting more worker processes" in capfd.readouterr().err,
+        lambda: "Not starting more worker processes" in err.getvalue(),
         10,
         0.05,
         "the driver's warning",

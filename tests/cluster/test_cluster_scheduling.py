@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from ember.exceptions import TaskUnschedulableError
 from ember.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-from ember_test_utils import wait_until
+from ember_test_utils import printed_to, wait_until
 
 
 @ember.remote
@@ -202,7 +202,8 @@ def test_large_arguments_pull_work_to_their_data(cluster):
     assert where == worker.node_id.hex()
 
 
-def test_worker_output_reaches_a_driver_on_another_node(cluster, capfd):
+def test_worker_output_reaches_a_driver_on_another_node(cluster, monkeypatch):
+    out = printed_to(monkeypatch, "stdout")
     worker = cluster.add_node(num_cpus=1, resources={"far": 1})
     cluster.connect()
 
@@ -212,13 +213,11 @@ def test_worker_output_reaches_a_driver_on_another_node(cluster, capfd):
         return ember.get_runtime_context().get_node_id()
 
     assert ember.get(shout.remote(), timeout=30) == worker.node_id.hex()
-    seen = []
-
-    def printed() -> bool:
-        seen.append(capfd.readouterr().out)
-        return "hello from the far node" in "".join(seen)
-
-    wait_until(printed, timeout=10, message="the far worker's output in the driver")
+    wait_until(
+        lambda: "hello from the far node" in out.getvalue(),
+        timeout=10,
+        message="the far worker's output in the driver",
+    )
 
 
 def test_placement_group_bundles_on_different_nodes(cluster):
