@@ -31,6 +31,9 @@ from ember.labels import check_selector
 
 logger = logging.getLogger(__name__)
 NAMESPACE = "_ember_jobs"
+# A dashboard started again with its head recovers the jobs it finds running before the head's
+# node has registered on this machine: it waits this long for one to connect through.
+ATTACH_CONNECT_S = 60.0
 ALLOWED_RUNTIME_ENV = {"env_vars", "working_dir", "py_modules", "excludes", "config"}
 
 
@@ -105,6 +108,22 @@ class JobManager:
                     "node, started with `ember start --head`)",
                 ) from None
             logger.info("the job manager's driver connection: %s", self.driver_cost)
+
+    async def _connect_once_up(self) -> None:
+        """``_connect`` for a job a previous dashboard left running: this dashboard may have
+        started (with a restarted head) before the head's node registered on this machine,
+        and a driver needs one. Until ``ATTACH_CONNECT_S``, that is a wait, not the job's
+        failure: it failed such jobs at once, naming no node's death (seen when the new
+        head's node came up a moment after its dashboard)."""
+        deadline = time.monotonic() + ATTACH_CONNECT_S
+        while True:
+            try:
+                await self._connect()
+                return
+            except JobError:
+                if time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(0.5)
 
     # -- records ---------------------------------------------------------------------------
     async def recover(self) -> None:
@@ -251,7 +270,7 @@ class JobManager:
 
         rec = self.records[sid]
         try:
-            await self._connect()
+            await (self._connect_once_up() if attach else self._connect())
             if attach:  # a previous dashboard created it
                 handle = await asyncio.to_thread(ember.get_actor, _actor_name(sid), NAMESPACE)
             else:
