@@ -279,3 +279,29 @@ def test_a_long_call_from_another_thread_does_not_hold_back_this_threads_calls(o
     assert time.monotonic() - start < 3.0, "the quick calls waited for the long poll"
     waiter.join(30)
     assert got == [4.0]
+
+
+def test_an_interrupt_while_settling_a_reply_loses_no_value(own, monkeypatch):
+    # Ctrl-C lands on the main thread, which settles its calls' replies itself: here right
+    # after the call was taken off in_flight, before its value was stored. The interrupt
+    # goes up to the caller; the value still reaches the ref, and the channel goes on.
+    log = Log.remote()
+    _sync_caller_of(log)
+    worker = global_state.worker
+    real = worker.handle_task_reply
+    interrupted: list = []
+
+    def interrupt_once(spec, reply, retry):
+        if not interrupted:
+            interrupted.append(spec.task_id)
+            raise KeyboardInterrupt
+        return real(spec, reply, retry)
+
+    monkeypatch.setattr(worker, "handle_task_reply", interrupt_once)
+    ref = log.add.remote("main", 1)
+    with pytest.raises(KeyboardInterrupt):
+        ember.get(ref, timeout=30)
+    assert interrupted == [ref.task_id()]
+    assert ember.get(ref, timeout=10) == 1
+    assert [ember.get(log.add.remote("main", i), timeout=30) for i in (2, 3, 4)] == [2, 3, 4]
+    assert _channel_of(log).side is not None

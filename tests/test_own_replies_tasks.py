@@ -234,3 +234,29 @@ def test_the_lease_going_back_closes_its_channel(own, monkeypatch):
     )
     assert not _channels()
     assert ember.get(pid_of.remote(8), timeout=60)[0] == 8
+
+
+def test_an_interrupt_while_settling_a_task_reply_loses_no_value_nor_the_lease(own, monkeypatch):
+    # Ctrl-C on the main thread after its task's lease was freed and before the value was
+    # stored (complete_task): the value still reaches the ref, and the lease serves the
+    # next tasks (it is not left leased and unused).
+    pid = _sync_caller(num_cpus=0.5)
+    worker = global_state.worker
+    real = worker.complete_task
+    interrupted: list = []
+
+    def interrupt_once(spec, reply):
+        if not interrupted:
+            interrupted.append(spec.task_id)
+            raise KeyboardInterrupt
+        return real(spec, reply)
+
+    monkeypatch.setattr(worker, "complete_task", interrupt_once)
+    ref = pid_of.options(num_cpus=0.5).remote(7)
+    with pytest.raises(KeyboardInterrupt):
+        ember.get(ref, timeout=30)
+    assert interrupted == [ref.task_id()]
+    assert ember.get(ref, timeout=10) == (7, pid)
+    monkeypatch.setattr(worker, "complete_task", real)
+    after = [ember.get(pid_of.options(num_cpus=0.5).remote(i), timeout=30) for i in range(3)]
+    assert after == [(0, pid), (1, pid), (2, pid)]

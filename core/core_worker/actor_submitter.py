@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from ember.core_worker.io_lock import locked
 from ember.core_worker.memory_store import MemoryStore
-from ember.core_worker.own_replies import stored_by_caller
+from ember.core_worker.own_replies import store_missing_values, stored_by_caller
 from ember.core_worker.task_spec import TaskSpec, owned_args_pending
 from ember.exceptions import (
     ActorDiedError,
@@ -368,6 +368,16 @@ class ActorSubmitter:
             # Calls held back while the channel had calls pending can go now.
             self.host.loop.call_soon_threadsafe(self.flush_locked, st)
         return here
+
+    @locked
+    def settle_interrupted(self, st: _Actor, spec: TaskSpec, reply, exc) -> None:
+        """On the loop: ``settle_own`` was interrupted for this reply (own_replies.py). Not
+        taken off ``in_flight`` yet: settled as the loop settles it; taken: its values go
+        where its refs read them if they are not there yet."""
+        if spec.task_id in st.in_flight:
+            self._on_reply(st, spec, reply, exc)
+        else:
+            store_missing_values(self.host.memory_store, spec, reply)
 
     def channel_gone(self, st: _Actor) -> None:
         """On the loop: the thread's channel closed; what waited for it goes now."""

@@ -76,6 +76,7 @@ class OwnReplies:
                     threading.get_ident(),
                     self._on_reply,
                     self._on_closed,
+                    self._on_interrupted,
                 )
             except OSError:
                 return False
@@ -144,6 +145,21 @@ class OwnReplies:
             self.counts["settled_here"] += 1
         else:
             self.counts["to_loop"] += 1
+
+    def _on_interrupted(
+        self, ch: ReplyChannel, spec: TaskSpec, reply: Any, exc: BaseException | None
+    ) -> None:
+        """``_on_reply`` raised part-way for this reply (Ctrl-C on the main thread): the
+        submitter ends the call on the loop, whatever of it was done (``settle_interrupted``:
+        settled as the loop settles it if it was not taken yet, else its values stored if
+        they are still missing), so no ref waits for a reply already read."""
+        self._forget(spec)
+        entry = self.target_of.get(ch)
+        if entry is not None:
+            submitter, target = entry
+            self.host.loop.call_soon_threadsafe(
+                submitter.settle_interrupted, target, spec, reply, exc
+            )
 
     def _forget(self, spec: TaskSpec) -> None:
         self.calls.pop(spec.task_id, None)
@@ -231,6 +247,17 @@ class OwnReplies:
             if target.side is ch:
                 target.side = None
             submitter.channel_gone(target)
+
+
+def store_missing_values(store: Any, spec: TaskSpec, reply: Any) -> None:
+    """After an interrupted settle: each inline return still pending in ``store`` (its ref
+    still wanted) gets its value; what was stored already stays. Only inline values: the
+    rest are settled by the loop's path, which an interrupted caller hands them to first."""
+    if not isinstance(reply, dict) or reply.get("error"):
+        return
+    for object_id, loc in zip(spec.return_ids(), reply.get("returns") or (), strict=False):
+        if loc[0] == "inline" and store.contains(object_id) and not store.get_if_ready(object_id):
+            store.put(object_id, loc)
 
 
 def stored_by_caller(spec: TaskSpec, reply: dict) -> bool:

@@ -47,6 +47,8 @@ DONTWAIT = socket.MSG_DONTWAIT
 
 # (channel, task spec, reply or None, exception or None, read on the loop?)
 OnReply = Callable[["ReplyChannel", Any, Any, BaseException | None, bool], None]
+# (channel, task spec, reply or None, exception or None): on_reply raised for this reply
+OnInterrupted = Callable[["ReplyChannel", Any, Any, BaseException | None], None]
 OnClosed = Callable[["ReplyChannel"], None]
 
 
@@ -58,6 +60,7 @@ class ReplyChannel:
         on_reply: OnReply,
         on_closed: OnClosed,
         served_on_thread: bool = False,
+        on_interrupted: OnInterrupted | None = None,
     ) -> None:
         # Blocking, so that a thread waiting for its reply with no deadline makes one system
         # call (recv), not two (select, then read); the loop and the writers ask for
@@ -68,7 +71,13 @@ class ReplyChannel:
         self.owner = owner  # the thread that opened it, and reads it in thread mode
         self.on_reply = on_reply
         self.on_closed = on_closed  # once, when it ended (the socket is the caller's to close)
-        self.read_lock = threading.Lock()
+        # Told of a reply whose on_reply raised part-way (a Ctrl-C lands on the main thread,
+        # which reads here): the reply is off ``pending``, so its call must be ended there.
+        self.on_interrupted = on_interrupted
+        self._interrupted = False  # frames after the interrupted one wait in the decoder
+        # Re-entrant only for ``_is_owned``: ``read_for`` lets go of a hold an interrupt cut
+        # short (nobody takes it twice).
+        self.read_lock = threading.RLock()
         self.pending: dict[int, tuple[Any, float]] = {}  # request id -> (spec, sent at)
         self.loop_reads = False
         self.wants_loop = False
@@ -83,7 +92,14 @@ class ReplyChannel:
         self.served_on_thread = served_on_thread
 
     @classmethod
-    def open(cls, path: str, owner: int, on_reply: OnReply, on_closed: OnClosed) -> ReplyChannel:
+    def open(
+        cls,
+        path: str,
+        owner: int,
+        on_reply: OnReply,
+        on_closed: OnClosed,
+        on_interrupted: OnInterrupted | None = None,
+    ) -> ReplyChannel:
         """Connects to a worker's Unix socket (same node: no token; the file's mode guards
         it). The worker takes it as one more connection and answers on it."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -94,7 +110,7 @@ class ReplyChannel:
         except OSError:
             sock.close()
             raise
-        return cls(sock, owner, on_reply, on_closed, served)
+        return cls(sock, owner, on_reply, on_closed, served, on_interrupted)
 
     # -- user threads, one at a time ---------------------------------------------------------
     def reserve(self, spec: Any) -> int:
@@ -136,24 +152,38 @@ class ReplyChannel:
     def read_for(self, rid: int, deadline: float | None) -> None:
         """On the owning thread, in ``get``: reads until call ``rid`` is answered, the
         deadline passes, the channel ends or goes to the loop. Returns having let go."""
-        if not self.read_lock.acquire(timeout=0.05):
-            return
+        lock = self.read_lock
         try:
-            while rid in self.pending and not self.closed and not self.loop_reads:
-                if deadline is None and self._read_once(wait=True):
-                    continue
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return
-                try:
-                    ready = select.select([self.fd], [], [], left)[0]
-                except (OSError, ValueError) as e:  # closed under us
-                    self._broken(f"reading the worker's replies failed: {e}")
-                    return
-                if ready:
-                    self._read_once()
-        finally:
-            self.read_lock.release()
+            if not lock.acquire(timeout=0.05):
+                return
+            try:
+                self._read_until(rid, deadline)
+            finally:
+                lock.release()
+        except BaseException:
+            # Ctrl-C right after the acquire, before the inner try, would keep the lock
+            # held by this thread for good (then no one, the loop included, reads again).
+            if lock._is_owned():
+                lock.release()
+            raise
+
+    def _read_until(self, rid: int, deadline: float | None) -> None:
+        while rid in self.pending and not self.closed and not self.loop_reads:
+            if self._interrupted:
+                self._read_once()  # the replies an interrupt left in the decoder
+                continue
+            if deadline is None and self._read_once(wait=True):
+                continue
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            try:
+                ready = select.select([self.fd], [], [], left)[0]
+            except (OSError, ValueError) as e:  # closed under us
+                self._broken(f"reading the worker's replies failed: {e}")
+                return
+            if ready:
+                self._read_once()
 
     # -- the loop -------------------------------------------------------------------------
     def read_on_loop(self) -> None:
@@ -188,6 +218,10 @@ class ReplyChannel:
         """One read (``wait``: blocking until something comes), and each whole message in it
         handed on. Holding ``read_lock``. False: nothing to read without waiting (the loop,
         which reads it at times, may have made the socket non-blocking)."""
+        if self._interrupted:  # whole replies an interrupt left in the decoder go first
+            self._interrupted = False
+            self._feed(b"")
+            return True
         try:
             data = self.sock.recv(READ_SIZE) if wait else self.sock.recv(READ_SIZE, DONTWAIT)
         except (BlockingIOError, InterruptedError):
@@ -201,23 +235,42 @@ class ReplyChannel:
         if not data:
             self._broken(self.close_reason or "the worker closed the connection")
             return True
+        self._feed(data)
+        return True
+
+    def _feed(self, data: bytes) -> None:
         try:
             self._decoder.feed(data, self._on_message)
         except codec.FrameError as e:
             self._broken(f"an unreadable reply: {e}")
-        return True
+        except BaseException:
+            # A KeyboardInterrupt (or a bug) mid-message: the replies after it stay in the
+            # decoder, read before the socket next time.
+            self._interrupted = True
+            raise
 
     def _on_message(self, msg: tuple) -> None:
         kind = msg[0]
         if kind == codec.REPLY:
             entry = self.pending.pop(msg[1], None)
             if entry is not None:
-                self.on_reply(self, entry[0], msg[2], None, self._on_loop)
+                self._hand_on(entry[0], msg[2], None)
         elif kind == codec.ERROR:
             entry = self.pending.pop(msg[1], None)
             if entry is not None:
-                self.on_reply(self, entry[0], None, codec.decode_error(msg), self._on_loop)
+                self._hand_on(entry[0], None, codec.decode_error(msg))
         # Nothing else is sent on this connection (streaming generators stay on the main one).
+
+    def _hand_on(self, spec: Any, reply: Any, exc: BaseException | None) -> None:
+        try:
+            self.on_reply(self, spec, reply, exc, self._on_loop)
+        except BaseException:
+            # Ctrl-C on the main thread, which settles its replies here, can land anywhere
+            # in on_reply: the call is off ``pending`` and may be half settled. The owner
+            # ends it on the loop (``on_interrupted``), then the interrupt goes on up.
+            if self.on_interrupted is not None:
+                self.on_interrupted(self, spec, reply, exc)
+            raise
 
     def _broken(self, reason: str) -> None:
         """The connection ended: every pending call is handed on as lost with its worker."""

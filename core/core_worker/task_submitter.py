@@ -41,7 +41,7 @@ from typing import Any, Protocol
 from ember import config
 from ember.core_worker.io_lock import locked
 from ember.core_worker.memory_store import MemoryStore
-from ember.core_worker.own_replies import stored_by_caller
+from ember.core_worker.own_replies import store_missing_values, stored_by_caller
 from ember.core_worker.task_attempts import (
     DEQUEUE,
     ENQUEUE,
@@ -735,6 +735,22 @@ class TaskSubmitter:
         else:  # (a cancel that came too late, say): the loop carries it out
             self.host.loop.call_soon_threadsafe(self._run_locked, instructions, _failure(reply))
         return True
+
+    @locked
+    def settle_interrupted(self, lease: _Lease, spec: TaskSpec, reply, exc) -> None:
+        """On the loop: ``settle_own`` was interrupted for this reply (own_replies.py). Not
+        taken yet (the lease still runs it): settled as the loop settles it. Taken: its
+        values go where its refs read them if they are not there yet, and a lease left
+        neither busy nor held is held idle (else it would stay leased, unused, for the
+        driver's life). An attempt whose reply the interrupt kept from the attempt table
+        stays as it was on the dashboard."""
+        if lease.spec is spec:
+            self._on_reply(lease, spec, reply, exc)
+            return
+        store_missing_values(self.host.memory_store, spec, reply)
+        cls = lease.cls
+        if lease in cls.leases and not lease.busy and lease not in cls.idle:
+            self._hold_idle(cls, lease)
 
     @locked
     def _arm_idle_timer_locked(self, cls: _Class, lease: _Lease) -> None:
