@@ -44,6 +44,9 @@ WRITE_STALL_S = 5.0  # a peer that reads nothing for this long is given up (as t
 CONNECT_TIMEOUT_S = 5.0
 READ_SIZE = 1 << 16
 DONTWAIT = socket.MSG_DONTWAIT
+PEEK_WAIT = socket.MSG_PEEK
+PEEK_NOW = socket.MSG_PEEK | socket.MSG_DONTWAIT
+MAIN_THREAD = threading.main_thread().ident
 
 # (channel, task spec, reply or None, exception or None, read on the loop?)
 OnReply = Callable[["ReplyChannel", Any, Any, BaseException | None, bool], None]
@@ -219,11 +222,16 @@ class ReplyChannel:
         handed on. Holding ``read_lock``. False: nothing to read without waiting (the loop,
         which reads it at times, may have made the socket non-blocking)."""
         if self._interrupted:  # whole replies an interrupt left in the decoder go first
-            self._interrupted = False
             self._feed(b"")
             return True
+        # Only the main thread is interrupted (Ctrl-C): it peeks, so that an interrupt raised
+        # as a read returns loses no bytes (read again next time); other threads take them.
+        main = threading.get_ident() == MAIN_THREAD
         try:
-            data = self.sock.recv(READ_SIZE) if wait else self.sock.recv(READ_SIZE, DONTWAIT)
+            if main:
+                data = self.sock.recv(READ_SIZE, PEEK_WAIT if wait else PEEK_NOW)
+            else:
+                data = self.sock.recv(READ_SIZE, 0 if wait else DONTWAIT)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError as e:
@@ -235,12 +243,26 @@ class ReplyChannel:
         if not data:
             self._broken(self.close_reason or "the worker closed the connection")
             return True
+        if main:
+            n = len(data)
+            # CPython raises a pending KeyboardInterrupt only once a call returns (or at a
+            # function's start, or a loop's jump back), so from here to the consuming recv's
+            # return none can come between: the bytes are in the decoder and off the socket
+            # together. ``_interrupted`` says whole replies may wait there until handed on.
+            self._interrupted = True
+            self._decoder._buf += data
+            try:
+                self.sock.recv(n, DONTWAIT)
+            except OSError as e:
+                self._broken(f"reading the worker's replies failed: {e}")
+                return True
+            data = b""
         self._feed(data)
         return True
 
     def _feed(self, data: bytes) -> None:
         try:
-            self._decoder.feed(data, self._on_message)
+            self._decoder.feed(data, self._on_message, keep_raised=True)
         except codec.FrameError as e:
             self._broken(f"an unreadable reply: {e}")
         except BaseException:
@@ -248,28 +270,37 @@ class ReplyChannel:
             # decoder, read before the socket next time.
             self._interrupted = True
             raise
+        else:
+            self._interrupted = False
 
     def _on_message(self, msg: tuple) -> None:
+        # A message may come twice (the decoder keeps one an interrupt cut short): only the
+        # first hand-on of a call's reply takes it off ``pending``.
         kind = msg[0]
         if kind == codec.REPLY:
-            entry = self.pending.pop(msg[1], None)
-            if entry is not None:
-                self._hand_on(entry[0], msg[2], None)
+            if msg[1] in self.pending:
+                self._hand_on(msg[1], msg[2], None)
         elif kind == codec.ERROR:
-            entry = self.pending.pop(msg[1], None)
-            if entry is not None:
-                self._hand_on(entry[0], None, codec.decode_error(msg))
+            if msg[1] in self.pending:
+                self._hand_on(msg[1], None, codec.decode_error(msg))
         # Nothing else is sent on this connection (streaming generators stay on the main one).
 
-    def _hand_on(self, spec: Any, reply: Any, exc: BaseException | None) -> None:
+    def _hand_on(self, rid: int, reply: Any, exc: BaseException | None) -> None:
+        taken = None
         try:
-            self.on_reply(self, spec, reply, exc, self._on_loop)
+            # No call between taking the entry and noting it taken: CPython raises a pending
+            # KeyboardInterrupt only as a call returns or a function starts, so it comes
+            # either before (the reply is handed on again) or during on_reply (below).
+            entry = self.pending[rid]
+            del self.pending[rid]
+            taken = entry
+            self.on_reply(self, entry[0], reply, exc, self._on_loop)
         except BaseException:
             # Ctrl-C on the main thread, which settles its replies here, can land anywhere
             # in on_reply: the call is off ``pending`` and may be half settled. The owner
             # ends it on the loop (``on_interrupted``), then the interrupt goes on up.
-            if self.on_interrupted is not None:
-                self.on_interrupted(self, spec, reply, exc)
+            if taken is not None and self.on_interrupted is not None:
+                self.on_interrupted(self, taken[0], reply, exc)
             raise
 
     def _broken(self, reason: str) -> None:

@@ -161,7 +161,13 @@ class Decoder:
     def buffered(self) -> int:
         return len(self._buf)
 
-    def feed(self, data: bytes, on_message: Callable[[tuple], Any]) -> None:
+    def feed(
+        self, data: bytes, on_message: Callable[[tuple], Any], keep_raised: bool = False
+    ) -> None:
+        """``keep_raised``: a frame whose ``on_message`` raised (or that an interrupt caught
+        before it was handed on) stays buffered, to be handed on again by the next feed:
+        for a receiver that hands each message on once whatever the number of tries (a
+        reply channel, read by a thread Ctrl-C can interrupt anywhere)."""
         buf = self._buf
         buf += data
         pos = 0
@@ -172,12 +178,16 @@ class Decoder:
                 if end - pos - 4 < n:
                     break
                 start = pos + 4
-                pos = start + n
+                stop = start + n
                 try:
-                    msg = _loads(memoryview(buf)[start:pos])
+                    msg = _loads(memoryview(buf)[start:stop])
                 except Exception as e:  # nothing after a corrupt frame can be trusted
                     raise FrameError(f"undecodable frame: {e}") from e
-                if on_message(msg):
+                if not keep_raised:
+                    pos = stop
+                stopped = on_message(msg)
+                pos = stop
+                if stopped:
                     break
         finally:
             if pos:
