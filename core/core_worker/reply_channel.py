@@ -77,7 +77,9 @@ class ReplyChannel:
         # Told of a reply whose on_reply raised part-way (a Ctrl-C lands on the main thread,
         # which reads here): the reply is off ``pending``, so its call must be ended there.
         self.on_interrupted = on_interrupted
-        self._interrupted = False  # frames after the interrupted one wait in the decoder
+        # Whole replies may wait in the decoder, not handed on yet (an interrupt came, or the
+        # main thread's peeked bytes are in and not fed): read before the socket.
+        self._interrupted = False
         # Re-entrant only for ``_is_owned``: ``read_for`` lets go of a hold an interrupt cut
         # short (nobody takes it twice).
         self.read_lock = threading.RLock()
