@@ -463,3 +463,18 @@ def test_timeline_zoom_and_pan(page, cluster):
         for v in page.locator("[data-testid=timeline]").get_attribute("data-view").split(",")
     )
     assert abs((p1 - p0) - (t1 - t0)) < 1 and p0 < t0
+
+
+def test_an_address_changed_while_the_app_starts_is_followed(page, cluster):
+    """The address changes (a typed URL, the next ``goto``) after the app's first render and
+    before its router listens: the app shows the page the address names, not the first one.
+    DOMContentLoaded fires once the app's module has rendered, while Preact's effects wait
+    for the next frame, which is where the router subscribes to hashchange."""
+    url, _ = cluster
+    page.add_init_script(
+        "document.addEventListener('DOMContentLoaded', () => { location.hash = '#/tasks'; })"
+    )
+    page.goto(f"{url}/")
+    page.wait_for_selector("[data-testid=stream-status][data-status=open]")
+    page.wait_for_function("document.querySelector('main')?.dataset.page === 'tasks'")
+    page.locator("[data-nav=tasks].active").wait_for()

@@ -41,11 +41,15 @@ export function setParams(updates: Record<string, string | undefined>): void {
 }
 
 export function useRoute(): Route {
-  const [route, setRoute] = useState(parseHash);
+  const [state, setState] = useState(() => ({ hash: location.hash, route: parseHash() }));
   useEffect(() => {
-    const l = () => setRoute(parseHash());
+    const l = () =>
+      setState((s) => (s.hash === location.hash ? s : { hash: location.hash, route: parseHash() }));
     listeners.add(l);
+    // Effects run a frame after the first render: a hashchange in between (the next goto, a
+    // typed address while the app loads) reached no listener, so read the address once more.
+    l();
     return () => void listeners.delete(l);
   }, []);
-  return route;
+  return state.route;
 }
