@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ember import global_state
+from ember.core_worker.task_events import unpack_extra
 
 _FIELDS = ("t_pending", "t_scheduled", "t_start", "t_args", "t_executed", "t_end")
 _TIMING_KEYS = (("start", "t_start"), ("args_ready", "t_args"), ("executed", "t_executed"))
@@ -34,7 +35,8 @@ def local_records(worker: Any) -> tuple[list[Any], Any]:
     job = worker.job_id.hex() if isinstance(getattr(worker, "job_id", None), bytes) else ""
     records: dict[bytes, SimpleNamespace] = {}
     store = TimelineStore()
-    for task_id, state, t, attempt, extra in list(worker.events):
+    for task_id, state, t, attempt, packed in list(worker.events):
+        extra = unpack_extra(packed)
         if state == "PROFILE":
             store.add_span(node_id, job, task_id.hex(), t, extra)
             continue

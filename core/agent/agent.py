@@ -39,6 +39,7 @@ from ember.agent.log_shipper import LogShipper
 from ember.agent.logs import LogDir
 from ember.agent.metrics import NodeSampler, ProcessSampler
 from ember.cluster_token import user_token
+from ember.core_worker.task_events import unpack_extra
 from ember.process_util import signal_ready
 from ember.protocol import connection as conn_mod
 from ember.protocol.handler_table import handlers_from
@@ -123,9 +124,15 @@ class Agent(DashboardStream):
     def h_task_events(self, conn: Any, body: dict[str, Any]) -> None:
         # Only the ids are converted here; bytes inside ``extra`` (actor and worker ids) are
         # turned into hex by the JSON encoder's default hook, in C for everything else.
+        # An owner's buffer keeps each event's extra packed into a tuple (task_events.py):
+        # dicts again first, each the event's own, which folding completes in place.
+        received = [
+            e if type(e[4]) is not tuple else (e[0], e[1], e[2], e[3], unpack_extra(e[4]))
+            for e in body["events"]
+        ]
         events = [
             [tid.hex(), state, t, attempt, extra]
-            for tid, state, t, attempt, extra in fold_phases(body["events"])
+            for tid, state, t, attempt, extra in fold_phases(received)
         ]
         msg = {
             "type": "task_events",

@@ -24,7 +24,7 @@ from ember.core_worker.locations import error_location
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.reference_counter import ReferenceCounter
 from ember.core_worker.task_attempts import should_retry_app_error
-from ember.core_worker.task_events import TaskEvents
+from ember.core_worker.task_events import TaskEvents, pack_extra, packed_dict
 from ember.core_worker.task_spec import ARG_INLINE, ARG_REF, GEN_STREAMING, TaskSpec
 from ember.exceptions import PendingCallsLimitExceeded, error_type_of
 from ember.ids import TASK_ID_SIZE
@@ -112,7 +112,7 @@ class TaskManager:
         self._limited_pending: dict[bytes, int] = {}  # {actor_id: calls pending}
         self._limited_lock = threading.Lock()
         # {(name, function, actor id): a submission event's extra} (``_submitted_extra``)
-        self._submitted_extras: dict[tuple, dict[str, Any]] = {}
+        self._submitted_extras: dict[tuple, tuple] = {}
 
     def encode_args(self, args: tuple, kwargs: dict, fn_name: str) -> tuple[list, tuple, list]:
         """Top-level refs stay refs; values are serialized inline or put in the store."""
@@ -195,18 +195,17 @@ class TaskManager:
             self.events.record_shared(spec, "PENDING_ARGS_AVAIL", self._submitted_extra(spec))
         return refs
 
-    def _submitted_extra(self, spec: TaskSpec) -> dict[str, Any]:
-        """The submission event's ``extra``, one dict for every call of a function (of an
-        actor): the event exporter pickles it once a batch and the agent unpickles it once,
-        where a dict per call cost both, and the submitter one more dict to build. Nothing
-        changes it once recorded (the agent folds an attempt's phases into its end's own
-        dict). Bounded: names are few, but user-given."""
+    def _submitted_extra(self, spec: TaskSpec) -> tuple:
+        """The submission event's ``extra``, packed (``task_events.pack_extra``), one for
+        every call of a function (of an actor): the event exporter pickles it once a batch
+        and the agent reads it once, where one per call cost both, and the submitter one more
+        to build. Bounded: names are few, but user-given."""
         key = (spec.name, spec.function_name, spec.actor_id)
         extra = self._submitted_extras.get(key)
         if extra is None:
             if len(self._submitted_extras) >= MAX_SHARED_EXTRAS:
                 self._submitted_extras.clear()
-            extra = {"name": spec.display_name(), "actor_id": spec.actor_id}
+            extra = ("name", spec.display_name(), "actor_id", spec.actor_id)
             self._submitted_extras[key] = extra
         return extra
 
@@ -304,26 +303,34 @@ class TaskManager:
             reply = {**reply, "returns": [NONE_LOCATION]}
         for start, event in reply.get("profile") or ():
             self.events.append((spec.task_id, "PROFILE", start, 0, event))
-        extra = {
-            "timings": reply.get("timings"),
-            "pid": reply.get("pid"),
-            "node_id": reply.get("node_id"),
-            "worker_id": reply.get("worker_id"),
-            "function": spec.display_name(),
+        # Packed as the event buffer keeps it (task_events.pack_extra): plain data only.
+        extra = [
+            *packed_dict("timings", reply.get("timings")),
+            "pid",
+            reply.get("pid"),
+            "node_id",
+            reply.get("node_id"),
+            "worker_id",
+            reply.get("worker_id"),
+            "function",
+            spec.display_name(),
             # For the timeline's arrows: who submitted it and whose objects it consumed.
-            "parent": spec.parent_task_id.hex(),
-            "owner_pid": os.getpid(),
-        }
+            "parent",
+            spec.parent_task_id.hex(),
+            "owner_pid",
+            os.getpid(),
+        ]
         # The rest only when there is something to say: every key of the event is pickled
         # here, read and converted by the dashboard and journaled, for every task.
         if spec.args or spec.nested_refs:
-            extra["arg_tasks"] = _producer_task_ids(spec)
+            extra += pack_extra({"arg_tasks": _producer_task_ids(spec)})
         if reply.get("error"):
-            extra["error"] = reply.get("message")
-            extra["error_type"] = reply.get("error_type")
+            extra += ("error", reply.get("message"), "error_type", reply.get("error_type"))
         if reply.get("log"):
-            extra["log"] = reply["log"]  # the bytes of its worker's log files it wrote
-        self._task_done(spec, "FAILED" if reply.get("error") else "FINISHED", extra)
+            extra += pack_extra(
+                {"log": reply["log"]}
+            )  # the bytes of its worker's log files it wrote
+        self._task_done(spec, "FAILED" if reply.get("error") else "FINISHED", tuple(extra))
         returns = reply["returns"]
         if spec.max_retries and not reply.get("error"):
             self.host.lineage.keep(spec, returns)
@@ -356,11 +363,13 @@ class TaskManager:
         self._task_done(
             spec,
             "FAILED",
-            {
-                "function": spec.display_name(),
-                "error": str(error)[:8000],
-                "error_type": error_type_of(error),
-            },
+            pack_extra(
+                {
+                    "function": spec.display_name(),
+                    "error": str(error)[:8000],
+                    "error_type": error_type_of(error),
+                }
+            ),
         )
 
     def admit_limited_call(self, spec: TaskSpec, limit: int) -> None:
@@ -388,14 +397,14 @@ class TaskManager:
                 else:
                     del self._limited_pending[actor_id]
 
-    def _task_done(self, spec: TaskSpec, state: str, extra: dict | None = None) -> None:
+    def _task_done(self, spec: TaskSpec, state: str, extra: tuple | None = None) -> None:
         if self._limited_calls:  # an empty dict when no handle has max_pending_calls
             self._release_limited_call(spec.task_id)
         held = spec.arg_refs()
         if held:
             self.refs.remove_submitted(held)
         if extra:
-            self.events.record_shared(spec, state, extra)  # built for this event alone
+            self.events.record_shared(spec, state, extra)  # packed, for this event alone
         else:
             self.events.record(spec, state)
 

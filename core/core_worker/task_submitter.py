@@ -115,9 +115,10 @@ class _Lease:
         self.gpu_ids = list(gpu_ids)
         self.node_id = node_id
         self.pid = pid
-        # Where its tasks run, as each push's event says: one dict for the lease's life, so
-        # no push builds one (and a batch of events pickles it once).
-        self.where = {"worker_id": worker_id, "node_id": node_id, "pid": pid}
+        # Where its tasks run, as each push's event says, packed as the event buffer keeps it
+        # (task_events.pack_extra): one for the lease's life, so no push builds one (and a
+        # batch of events pickles it once).
+        self.where = ("worker_id", worker_id, "node_id", node_id, "pid", pid)
         self.lease_id = lease_id
         self.worker_id = worker_id
         self.address = address
@@ -189,7 +190,7 @@ class TaskSubmitterHost(Protocol):
     def inline_small_args(self, spec: TaskSpec) -> None: ...
     def attach_function(self, spec: TaskSpec, conn: Connection) -> None: ...
     def record_event(self, spec: TaskSpec, state: str, **extra: Any) -> None: ...
-    def record_event_shared(self, spec: TaskSpec, state: str, extra: dict) -> None: ...
+    def record_event_shared(self, spec: TaskSpec, state: str, extra: tuple) -> None: ...
     def record_attempt_failed(
         self, spec: TaskSpec, attempt: int, error: str, error_type: str, **where: Any
     ) -> None: ...
