@@ -165,10 +165,9 @@ class ActorMethod:
             kind=ACTOR_TASK,
             function_name=function_name,
             method_name=self._name,
-            args=encoded,
             actor_id=handle._actor_id,
         )
-        spec.set_optional(kw_names, num_returns, nested, opts.get("name"), allowed)
+        spec.set_optional(encoded, kw_names, num_returns, nested, opts.get("name"), allowed)
         retries = retries if retries is not None else handle._max_task_retries
         if retries:
             spec.max_retries = retries

@@ -85,12 +85,11 @@ class RemoteFunction:
             task_id=new_task_id(),
             function_id=self._function_id,
             function_name=self._task_name,
-            args=encoded,
             resources=options.resource_shape(opts, 1),
             max_retries=opts.get("max_retries", DEFAULT_MAX_RETRIES),
         )
         spec.set_optional(
-            kw_names, num_returns, nested, opts.get("name"), opts.get("retry_exceptions")
+            encoded, kw_names, num_returns, nested, opts.get("name"), opts.get("retry_exceptions")
         )
         strategy = options.scheduling_strategy(opts) or captured_strategy(worker)
         if strategy is not None:

@@ -79,6 +79,7 @@ class TaskSpec:
 
     def set_optional(
         self,
+        args: list,
         kwarg_names: tuple,
         num_returns: int,
         nested_refs: list,
@@ -89,6 +90,8 @@ class TaskSpec:
         a spec pickles the fields it sets, and each costs its submitter and its worker on
         every call."""
         fields = self.__dict__
+        if args:  # most calls of a method without arguments: no list of its own to pickle
+            fields["args"] = args
         if kwarg_names:
             fields["kwarg_names"] = kwarg_names
         if num_returns != 1:
