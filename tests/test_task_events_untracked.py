@@ -54,6 +54,9 @@ def test_pack_extra_round_trip_keeps_every_value():
     assert type(packed) is tuple
     back = unpack_extra(packed)
     assert back == {**extra, "log": [0, 10, 0, 0]}  # a tuple comes back a list, as in JSON
+    plain = {"name": "f", "actor_id": b"\x02" * 16}
+    assert pack_extra(plain) == ("name", "f", "actor_id", b"\x02" * 16)
+    assert unpack_extra(pack_extra(plain)) == plain
     assert unpack_extra({"a": 1}) == {"a": 1} and unpack_extra(None) is None
 
 

@@ -24,7 +24,13 @@ from ember.core_worker.locations import error_location
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.reference_counter import ReferenceCounter
 from ember.core_worker.task_attempts import should_retry_app_error
-from ember.core_worker.task_events import TaskEvents, pack_extra, packed_dict
+from ember.core_worker.task_events import (
+    TaskEvents,
+    dict_section,
+    list_section,
+    pack_extra,
+    packed_sections,
+)
 from ember.core_worker.task_spec import ARG_INLINE, ARG_REF, GEN_STREAMING, TaskSpec
 from ember.exceptions import PendingCallsLimitExceeded, error_type_of
 from ember.ids import TASK_ID_SIZE
@@ -304,8 +310,7 @@ class TaskManager:
         for start, event in reply.get("profile") or ():
             self.events.append((spec.task_id, "PROFILE", start, 0, event))
         # Packed as the event buffer keeps it (task_events.pack_extra): plain data only.
-        extra = [
-            *packed_dict("timings", reply.get("timings")),
+        plain: tuple = (
             "pid",
             reply.get("pid"),
             "node_id",
@@ -319,18 +324,19 @@ class TaskManager:
             spec.parent_task_id.hex(),
             "owner_pid",
             os.getpid(),
-        ]
+        )
+        timings = reply.get("timings")
+        sections: tuple = dict_section("timings", timings) if timings else ()
         # The rest only when there is something to say: every key of the event is pickled
         # here, read and converted by the dashboard and journaled, for every task.
         if spec.args or spec.nested_refs:
-            extra += pack_extra({"arg_tasks": _producer_task_ids(spec)})
+            sections += list_section("arg_tasks", _producer_task_ids(spec))
         if reply.get("error"):
-            extra += ("error", reply.get("message"), "error_type", reply.get("error_type"))
+            plain += ("error", reply.get("message"), "error_type", reply.get("error_type"))
         if reply.get("log"):
-            extra += pack_extra(
-                {"log": reply["log"]}
-            )  # the bytes of its worker's log files it wrote
-        self._task_done(spec, "FAILED" if reply.get("error") else "FINISHED", tuple(extra))
+            sections += list_section("log", reply["log"])  # the bytes of its log files it wrote
+        extra = packed_sections(plain, sections)
+        self._task_done(spec, "FAILED" if reply.get("error") else "FINISHED", extra)
         returns = reply["returns"]
         if spec.max_retries and not reply.get("error"):
             self.host.lineage.keep(spec, returns)
