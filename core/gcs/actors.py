@@ -89,6 +89,11 @@ class ActorManager:
         # {actor id: node} of the lease requests a raylet holds now: their reasons are
         # worded again when listed (what is free there changes with every heartbeat).
         self.leasing: dict[bytes, NodeInfo] = {}
+        # Nodes whose raylet answered "not now" to an actor lease our view said fits there
+        # (a view a heartbeat old: the room was taken, e.g. a driver's idle task lease). When
+        # the room frees, their next heartbeat may show nothing more free than the view did,
+        # so that beat places the waiting actors again whatever it shows.
+        self._refused_by: set[bytes] = set()
         self.store: Store | None = None  # where actor records are kept
         # {actor_id: (node_id, worker_id)}: restored actors whose creation a GCS restart cut
         # off; _place ends that worker before placing the actor again.
@@ -275,6 +280,7 @@ class ActorManager:
         self.leasing.pop(actor.actor_id, None)
         actor.pending_reason = ""
         if grant is None:  # the node could not after all; try again later
+            self._refused_by.add(node.node_id)
             if actor.wants_worker:
                 actor.pending_reason = self._why_pending(actor)  # parked: say why meanwhile
                 self._park(actor)
@@ -362,8 +368,14 @@ class ActorManager:
 
     def on_heartbeat(self, node: NodeInfo, before: dict[str, float]) -> None:
         # Resources came free (tasks ended, leases went back): an actor waiting for them may
-        # fit now. Without this it waited for the next node join or worker death.
-        if self.pending and any(v > before.get(k, 0.0) for k, v in node.available.items()):
+        # fit now. Without this it waited for the next node join or worker death. A node
+        # that refused a lease since its last beat: again at this one (``_refused_by``).
+        refused = node.node_id in self._refused_by
+        if refused:
+            self._refused_by.discard(node.node_id)
+        if self.pending and (
+            refused or any(v > before.get(k, 0.0) for k, v in node.available.items())
+        ):
             self.schedule_pending()
 
     def pending_view(self) -> list[dict]:
@@ -421,6 +433,7 @@ class ActorManager:
             node.conn.send("return_actor_lease", {"lease_id": lease_id, "kill": True})
 
     def on_node_died(self, node_id: bytes, reason: str) -> None:
+        self._refused_by.discard(node_id)
         why = f"its node {node_id.hex()[:12]} died ({reason})"
         for actor in list(self.actors.values()):
             if actor.node_id == node_id:

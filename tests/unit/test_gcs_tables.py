@@ -116,6 +116,40 @@ def test_a_stopping_raylet_unregisters_its_node_at_once() -> None:
 
 
 # -- actors --------------------------------------------------------------------------------
+def test_an_actor_a_raylet_refused_is_placed_at_its_next_beat_though_nothing_more_is_free():
+    """The GCS's view is a heartbeat old: it sends an actor's lease to a node whose room a
+    driver's idle task lease holds; the raylet answers "not now" and the actor waits. The
+    room frees, but the node's next beat shows what the view already showed: no increase.
+    That beat must place the actor all the same (it waited for good: a cross-node test hung
+    in CI about once in eight under load)."""
+
+    async def test() -> None:
+        gcs, _, _ = make_gcs()
+        node, conn = add_node(gcs, cpus=1, far=1)
+        answers = [None]  # the first lease request: "not now"
+
+        def lease(body: dict) -> dict | None:
+            if answers:
+                return answers.pop()
+            return {"lease_id": 7, "worker_id": (7).to_bytes(28, "big"), "address": "unix:/w7"}
+
+        conn.replies["lease_actor_worker"] = lease
+        owner = FakeConn()
+        gcs.handlers["create_actor"](owner, spec(resources={"far": 1.0}))
+        await settle()
+        (actor,) = gcs.actors.actors.values()
+        assert actor.state is ActorState.PENDING_CREATION
+        (waiting,) = gcs.handlers["cluster_info"](owner, None)["pending_actors"]
+        assert "free now: {far: 1}" in waiting["reason"]  # the view says free; it waits
+        # The node's next beat shows exactly what the view did.
+        gcs.handlers["heartbeat"](conn, {"node_id": node, "available": {"CPU": 1.0, "far": 1.0}})
+        await settle()
+        assert actor.state is ActorState.ALIVE and actor.node_id == node
+        assert [u["state"] for u in owner.ops("actor_update")] == ["ALIVE"]
+
+    run(test)
+
+
 def test_actor_placement_over_nodes() -> None:
     async def test() -> None:
         gcs, _, workers = make_gcs()
