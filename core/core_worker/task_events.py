@@ -7,7 +7,8 @@ buffer is full the oldest event falls out and is counted in ``dropped``; the exp
 (``event_export.py``) sends what is new to the node's agent and reports the count.
 
 What the buffer holds is plain data: an event's ``extra`` is packed (``pack_extra``) into a
-flat tuple of keys and values, a dict inside it (``timings``) likewise. CPython's collector
+flat tuple of keys and values, a dict or list in it (``timings``, ``log``) in a section of
+its own at the end. CPython's collector
 stops tracking a tuple of strings, bytes and numbers at the first collection that sees it,
 but never a tuple holding a dict: with dicts, the buffer's 100,000 events of the last seconds
 were all tracked, all lived to the oldest generation, and drove full collections of the
