@@ -5,8 +5,8 @@
     .venv/bin/python scripts/hot_code.py --check    # exit 1 if the list misses too much
 
 Starts a node whose workers trace the functions they call (``EMBER_WORKER_MEMORY_TRACE``),
-creates an actor and calls it, runs a task, and asks each worker which functions it ran
-since its fork in modules its zygote had imported (``memory_trace.hot_functions``). The
+creates an actor and calls it, runs a task, and asks each worker which functions it ran or
+bound since its fork in modules its zygote had imported (``memory_trace.hot_functions``). The
 zygote lays those out together before forking (``ember.raylet.hot_code``). ``--check``
 compares instead of writing: it fails when the list covers less than ``--min-cover`` of
 what the workers ran (code moved on since the list was written: run without ``--check``).
@@ -19,9 +19,9 @@ import os
 import sys
 import time
 
-HEADER = '''"""The functions a forked worker runs to start, take an actor or a task and answer it, by
-``module:qualname``: the zygote copies their code next to each other before it forks
-(``hot_code.py``). Written by scripts/hot_code.py; rerun it when tests/test_hot_code.py says
+HEADER = '''"""The functions a forked worker runs or binds to start, take an actor or a task and
+answer it, by ``module:qualname``: the zygote copies their code and function objects next to
+each other before it forks (``hot_code.py``). Written by scripts/hot_code.py; rerun it when tests/test_hot_code.py says
 the list no longer covers what workers run. Generated: do not edit by hand.
 """
 '''

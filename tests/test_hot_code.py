@@ -47,6 +47,25 @@ SOURCE = textwrap.dedent(
 
     def cold(x):
         return x * 2
+
+    def hot(x):
+        return x + 1
+
+    class Tools:
+        @staticmethod
+        def double(x):
+            return 2 * x
+
+        @classmethod
+        def name(cls):
+            return cls.__name__
+
+    HANDLERS = [hot]
+    TABLE = {"hot": hot}
+    FROZEN = (hot,)
+
+    def call_hot_later():
+        return hot(1)
     """
 )
 
@@ -96,6 +115,67 @@ def test_named_functions_get_a_shared_copy_of_their_code_and_still_work():
         assert add_three.__code__ is new_nested
         assert add_three(4) == 7
         assert mod.cold(21) == 42
+    finally:
+        gc.unfreeze()
+
+
+def test_named_functions_become_new_objects_side_by_side_wherever_they_are_held():
+    """A call writes its function object's reference count, so the zygote lays the hot
+    functions' objects out together too: each gets a twin, and every reference the collector
+    can reach (module, class, list, dict, a decorator's cell, a static or class method)
+    points at it; the rest keep the old object, which works the same."""
+    mod = _module("hot_code_twins")
+    old_hot = mod.hot
+    old_hot_code = old_hot.__code__
+    old_inner_add = mod.Counter.add.__wrapped__  # Counter.add, held by the decorator's cell
+    old_double = mod.Tools.__dict__["double"].__func__
+    old_name = mod.Tools.__dict__["name"].__func__
+    counter = mod.Counter()
+    bound_before = counter.adder  # a bound method made before: keeps its function
+    originals = hot_code.compact(
+        [
+            "hot_code_twins:hot",
+            "hot_code_twins:Counter.add",
+            "hot_code_twins:Counter.adder",
+            "hot_code_twins:Tools.double",
+            "hot_code_twins:Tools.name",
+        ]
+    )
+    gc.freeze()
+    try:
+        twin = mod.hot
+        assert twin is not old_hot and twin.__code__ is not old_hot_code
+        assert (twin.__name__, twin.__qualname__, twin.__module__) == (
+            "hot",
+            "hot",
+            "hot_code_twins",
+        )
+        assert twin.__globals__ is mod.__dict__
+        # Every holder the collector sees now holds the twin, so identity still agrees.
+        assert mod.HANDLERS[0] is twin and mod.TABLE["hot"] is twin
+        assert mod.call_hot_later() == 2 and twin(41) == 42
+        assert mod.FROZEN[0] is old_hot, "a tuple cannot change: it keeps the old object"
+        assert old_hot(41) == 42
+        # The decorated method's inner function, held in the decorator's closure cell.
+        new_inner = mod.Counter.add.__wrapped__
+        assert new_inner is not old_inner_add
+        assert mod.Counter.add.__closure__[0].cell_contents is new_inner
+        assert counter.add(5) == ("logged", 5)
+        # Static and class methods: new wrappers around the twins.
+        assert mod.Tools.__dict__["double"].__func__ is not old_double
+        assert mod.Tools.double(21) == 42 and mod.Tools().double(4) == 8
+        assert mod.Tools.__dict__["name"].__func__ is not old_name
+        assert mod.Tools.name() == "Tools"
+        assert bound_before.__func__ is not mod.Counter.__dict__["adder"]
+        assert bound_before(2)(3) == 5 and counter.adder(2)(3) == 5
+        # The old objects are handed back to be kept (a freed block would take a child's
+        # first object), each once.
+        kept = {id(o) for o in originals}
+        assert {id(old_hot), id(old_inner_add), id(old_double), id(old_name)} <= kept
+        assert len(originals) == len(kept)
+        # The twins lie together: consecutive 160-byte blocks, a few pages for all.
+        twins = [mod.hot, new_inner, mod.Counter.__dict__["adder"]]
+        assert len({id(f) >> 12 for f in twins}) <= 2
     finally:
         gc.unfreeze()
 

@@ -11,9 +11,11 @@ the variable it has no modules, allocations or functions to say.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
+import types
 from typing import Any
 
 ENV = "EMBER_WORKER_MEMORY_TRACE"
@@ -56,16 +58,24 @@ def threads() -> list[dict[str, Any]]:
 
 
 def hot_functions() -> list[str]:
-    """``module:qualname`` of each function run since the fork whose module the fork parent
-    had imported (what ``ember.raylet.hot_code`` can lay out together in the zygote)."""
+    """``module:qualname`` of each function run since the fork, or bound to an object since
+    (a bound method holds its function: the handlers a worker registers as it starts), whose
+    module the fork parent had imported (what ``ember.raylet.hot_code`` can lay out together
+    in the zygote: either writes the function's reference count, copying its page)."""
     global _stopped
     _stopped = True
     if _modules_at_fork is None:
         return []
+    seen = list(_called.values())
+    # The zygote froze what it made, so the collector lists only the child's own objects.
+    for obj in gc.get_objects():
+        if type(obj) is types.MethodType and type(obj.__func__) is types.FunctionType:
+            fn = obj.__func__
+            seen.append((fn.__code__, fn.__globals__.get("__name__", "")))
     return sorted(
         {
             f"{module}:{code.co_qualname}"
-            for code, module in list(_called.values())
+            for code, module in seen
             # __main__: the user's functions, unpickled into the zygote's main module
             if module in _modules_at_fork and module not in ("__main__", __name__)
         }
