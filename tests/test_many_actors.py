@@ -19,10 +19,11 @@ from ember_test_utils import assert_no_ember_children, printed_to, wait_until
 
 N_ACTORS = 300
 # The median unique set size an idle actor may hold (benchmarks/actor_memory.py measured
-# 4.05-4.10 MiB on this machine, 2026-11-29, and this test 3.99; 4.55 before the zygote laid
-# its hot code out together and event loops gave back their receive buffer's pages, 5.07
+# 3.82 MiB on this machine, 2026-11-30, and this test 3.82; 4.05 before the zygote laid out
+# its hot functions' objects together and emptied the method cache before each fork, 4.55
+# before it laid out their code and event loops gave back their receive buffer's pages, 5.07
 # before the zygote prepared its heap, handler plan and log handlers).
-IDLE_ACTOR_USS_MIB = 4.3
+IDLE_ACTOR_USS_MIB = 4.1
 
 
 @ember.remote(num_cpus=0)

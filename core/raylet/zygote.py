@@ -54,6 +54,16 @@ def _preimport() -> None:
     ember.protocol.stream.new_event_loop().close()
 
 
+def _empty_method_cache() -> None:
+    """Before a fork. CPython 3.11's method cache (4,096 slots of type, name, value) holds a
+    reference to each name it caches: a child filling a slot lets go of the name the zygote
+    left there, writing to that string's page, ~100 pages an idle actor copied for nothing
+    (docs/benchmarks-memory.md). Emptied, its slots hold None. From 3.12 strings that are
+    interned are immortal, their counts never written, so this only costs the child misses."""
+    if sys.version_info < (3, 12):
+        sys._clear_type_cache()
+
+
 def _child(args: list[str], out_fd: int, in_fd: int) -> None:
     os.close(out_fd)
     os.close(in_fd)
@@ -125,6 +135,7 @@ def main() -> None:
             os._exit(0)  # the raylet closed our pipe: it is gone
         msg = json.loads(line)
         args = msg["spawn"]
+        _empty_method_cache()
         try:
             pid = os.fork()
         except OSError as e:

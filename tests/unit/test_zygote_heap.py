@@ -84,3 +84,21 @@ def test_filling_takes_mallocs_small_free_chunks() -> None:
     assert before >= 200, detail
     assert filled, "every filler allocation succeeded"
     assert after <= 5, detail  # taken: a child's small allocations get fresh memory
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12's interned strings are immortal")
+def test_before_a_fork_the_method_cache_lets_go_of_the_names_it_held() -> None:
+    """CPython 3.11's method cache holds a reference to each name it caches; a child that
+    refills the slot would drop it, copying the string's page. The zygote empties the cache
+    before each fork, so the name is let go of in the zygote, once."""
+    from ember.raylet import zygote
+
+    class Probe:
+        pass
+
+    name = sys.intern("probe_" + "an_attribute_no_one_else_names")
+    assert getattr(Probe, name, None) is None  # looked up: (type, name) cached, hit or miss
+    held = sys.getrefcount(name)
+    zygote._empty_method_cache()
+    assert sys.getrefcount(name) < held
+    assert getattr(Probe, name, None) is None  # lookups work as before
