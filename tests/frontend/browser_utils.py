@@ -5,7 +5,12 @@ from __future__ import annotations
 import contextlib
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+# Screenshots, git-ignored. Here rather than in conftest.py: a test module importing
+# ``conftest`` gets whichever directory's conftest was imported first (tests/cluster has one).
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "frontend"
 
 # Debian's chromium, never a browser Playwright downloads; the flags keep it off the network.
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

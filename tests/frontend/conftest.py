@@ -10,10 +10,9 @@ from pathlib import Path
 
 import ember
 import pytest
-from browser_utils import CHROMIUM, CHROMIUM_FLAGS
+from browser_utils import ARTIFACTS, CHROMIUM, CHROMIUM_FLAGS
 
 ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "test-artifacts" / "frontend"
 
 
 def _missing() -> str | None:

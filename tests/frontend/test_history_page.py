@@ -8,8 +8,7 @@ from __future__ import annotations
 import time
 
 import httpx
-from browser_utils import checked_page
-from conftest import ARTIFACTS
+from browser_utils import ARTIFACTS, checked_page
 from ember.dashboard import job_records as jr
 from ember.dashboard.history_writer import HistoryWriter
 from ember_test_utils import history_server, write_history_session

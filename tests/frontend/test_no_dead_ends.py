@@ -20,8 +20,7 @@ import time
 import ember
 import httpx
 import pytest
-from browser_utils import open_page
-from conftest import ARTIFACTS
+from browser_utils import ARTIFACTS, open_page
 from ember.cluster_utils import Cluster
 from ember_test_utils import (
     FAST_FAILURE_ENV,

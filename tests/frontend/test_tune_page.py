@@ -16,8 +16,7 @@ from typing import Any
 import ember
 import httpx
 import pytest
-from browser_utils import checked_page, open_page
-from conftest import ARTIFACTS
+from browser_utils import ARTIFACTS, checked_page, open_page
 from ember_test_utils import ember_cli, head_cluster, history_server, wait_until
 
 pytestmark = pytest.mark.timeout(180)
