@@ -270,8 +270,15 @@ def shutdown(_exiting_interpreter: bool = False) -> None:
 
 
 def current_worker() -> Any:
-    """This process's worker; a first use without ``init`` starts a local node, as in Ray."""
+    """This process's worker; a first use without ``init`` starts a local node, as in Ray
+    (in a driver: a node's worker process whose worker is gone says so instead)."""
     worker = global_state.worker
     if worker is None:
+        if global_state.in_worker_process:
+            raise RuntimeError(
+                "this worker process is not connected to its node (its worker has shut down "
+                "or not started): Ember calls work here only while it serves its node; a "
+                "worker never starts a node of its own."
+            )
         return auto_init()
     return worker

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 worker: Any = None  # ember.core_worker.core_worker.CoreWorker | None
+# Set by the worker main: this process is a node's worker, which never starts a node itself.
+in_worker_process = False
 
 
 def require_worker() -> Any:

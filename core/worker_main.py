@@ -127,8 +127,11 @@ def main(argv: list[str] | None = None) -> None:
     log_paths, log_offsets = _redirect_output(base)
     _log_ember_records(base)
 
+    from ember import global_state
     from ember.core_worker.core_worker import WORKER, CoreWorker
     from ember.core_worker.executor import Executor
+
+    global_state.in_worker_process = True
 
     node = {
         "node_id": bytes.fromhex(opts["node-id"]),

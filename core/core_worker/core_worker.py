@@ -236,8 +236,18 @@ class CoreWorker:
         )
         self.io_thread.start()
         ready.wait(config.process_start_timeout)
-        self.run_sync(self._connect_all(), config.process_start_timeout)
+        # This process's worker before it connects: once registered, the node may send work
+        # that runs off the main thread (shared-process actors' calls, on their threads)
+        # while this thread is still to return from the connect, and user code reaching
+        # ``global_state.worker`` then must find it (finding none, it started a whole local
+        # node inside the worker: ``current_worker``).
         global_state.worker = self
+        try:
+            self.run_sync(self._connect_all(), config.process_start_timeout)
+        except BaseException:
+            if global_state.worker is self:
+                global_state.worker = None
+            raise
 
     def _run_loop(self, ready: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
