@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import gc
 import json
 import logging
@@ -31,6 +32,10 @@ from ember.launch import DEFAULT_PORT, bind_port, dashboard_url, url_prefix_of
 from ember.listen_rules import rule_for
 
 logger = logging.getLogger("ember.dashboard")
+# How long a stopping dashboard may take (a SIGTERM, its parent's death) before it exits
+# anyway: its own waits add to ~8.5 s at most (gRPC's grace, uvicorn's 3 s, the history
+# writer's 5 s).
+STOP_DEADLINE_S = 9.0
 
 
 def load_token(host: str, session_dir: str, token_file: str | None) -> str | None:
@@ -189,14 +194,21 @@ async def serve(args: argparse.Namespace) -> None:
         await asyncio.sleep(0.02)
     if serving.done():
         serving.result()
-    signal_ready(args.ready_fd, f"{url} {agent_address}")
+    # Our SIGTERM before we say we serve: a stop asked for once we are ready always takes
+    # the path below (the history flushed), never the default action's sudden end.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    signal_ready(args.ready_fd, f"{url} {agent_address}")
     await asyncio.wait(
         {asyncio.ensure_future(stop.wait()), serving}, return_when=asyncio.FIRST_COMPLETED
     )
+    # The stop below waits on gRPC's server, uvicorn, the history writer's thread and, at
+    # the loop's end, the executor's threads: whatever of it hangs, the process is gone
+    # within STOP_DEADLINE_S (an orphan of a killed driver otherwise stays), each thread's
+    # stack written to its stderr (logs/dashboard.err) to say what held it.
+    faulthandler.dump_traceback_later(STOP_DEADLINE_S, exit=True)
     jobs = ctx.extra.get("jobs")
     if jobs is not None:
         jobs.shutting_down = True  # (before anything else: the job_manager's _end says why)
