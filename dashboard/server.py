@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import faulthandler
 import gc
 import json
@@ -17,6 +18,7 @@ import os
 import secrets
 import signal
 import socket
+from collections.abc import Iterator
 
 from ember import config
 from ember.cluster_token import user_token
@@ -89,9 +91,37 @@ def _idle_closing_h11() -> type:
     return IdleClosingH11
 
 
+def _stop_on_signals(loop: asyncio.AbstractEventLoop) -> asyncio.Event:
+    """SIGTERM and SIGINT, from the first moment the loop runs, set the returned event and
+    start the stop's deadline (``STOP_DEADLINE_S``). A Python-level handler, which runs at
+    the main thread's next bytecode even while start-up keeps the loop busy: a parent
+    killed while we start (its death is our SIGTERM) must not leave us running."""
+    stop = asyncio.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        if not stop.is_set():
+            # Whatever the stop waits on, the process is gone within the deadline, each
+            # thread's stack written to stderr (logs/dashboard.err) to say what held it.
+            faulthandler.dump_traceback_later(STOP_DEADLINE_S, exit=True)
+            loop.call_soon_threadsafe(stop.set)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    return stop
+
+
+@contextlib.contextmanager
+def _no_signal_capture() -> Iterator[None]:
+    """For uvicorn's ``Server.capture_signals``: the signals are ours (``_stop_on_signals``);
+    uvicorn's would take a SIGTERM for itself while it serves."""
+    yield
+
+
 async def serve(args: argparse.Namespace) -> None:
     import uvicorn
     from ember.process_util import signal_ready
+
+    stop = _stop_on_signals(asyncio.get_running_loop())
 
     token = load_token(args.host, args.session_dir, args.token_file)
     # The agents' hub may listen elsewhere than the HTTP port: a cluster head's hub binds the
@@ -164,7 +194,8 @@ async def serve(args: argparse.Namespace) -> None:
         http=_idle_closing_h11(),
     )
     server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # we own SIGTERM below
+    server.install_signal_handlers = lambda: None  # the signals are ours (uvicorn < 0.29)
+    server.capture_signals = _no_signal_capture  # (uvicorn >= 0.29)
     url = dashboard_url(args.host, port, ctx.prefix)
     from ember.dashboard.prometheus import service_discovery_loop
 
@@ -194,21 +225,12 @@ async def serve(args: argparse.Namespace) -> None:
         await asyncio.sleep(0.02)
     if serving.done():
         serving.result()
-    # Our SIGTERM before we say we serve: a stop asked for once we are ready always takes
-    # the path below (the history flushed), never the default action's sudden end.
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     signal_ready(args.ready_fd, f"{url} {agent_address}")
     await asyncio.wait(
         {asyncio.ensure_future(stop.wait()), serving}, return_when=asyncio.FIRST_COMPLETED
     )
-    # The stop below waits on gRPC's server, uvicorn, the history writer's thread and, at
-    # the loop's end, the executor's threads: whatever of it hangs, the process is gone
-    # within STOP_DEADLINE_S (an orphan of a killed driver otherwise stays), each thread's
-    # stack written to its stderr (logs/dashboard.err) to say what held it.
-    faulthandler.dump_traceback_later(STOP_DEADLINE_S, exit=True)
+    if not stop.is_set():  # serving ended by itself: the same deadline
+        faulthandler.dump_traceback_later(STOP_DEADLINE_S, exit=True)
     jobs = ctx.extra.get("jobs")
     if jobs is not None:
         jobs.shutting_down = True  # (before anything else: the job_manager's _end says why)
