@@ -99,15 +99,25 @@ def _stop_on_signals(loop: asyncio.AbstractEventLoop) -> asyncio.Event:
     stop = asyncio.Event()
 
     def on_signal(signum: int, frame: object) -> None:
-        if not stop.is_set():
-            # Whatever the stop waits on, the process is gone within the deadline, each
-            # thread's stack written to stderr (logs/dashboard.err) to say what held it.
-            faulthandler.dump_traceback_later(STOP_DEADLINE_S, exit=True)
-            loop.call_soon_threadsafe(stop.set)
+        _arm_stop_deadline()
+        loop.call_soon_threadsafe(stop.set)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     return stop
+
+
+_deadline_armed = False
+
+
+def _arm_stop_deadline() -> None:
+    """Once, as the stop begins: whatever it then waits on, the process is gone within
+    ``STOP_DEADLINE_S``, each thread's stack written to stderr (logs/dashboard.err) to say
+    what held it. A second signal does not push the deadline back."""
+    global _deadline_armed
+    if not _deadline_armed:
+        _deadline_armed = True
+        faulthandler.dump_traceback_later(STOP_DEADLINE_S, exit=True)
 
 
 @contextlib.contextmanager
@@ -229,8 +239,7 @@ async def serve(args: argparse.Namespace) -> None:
     await asyncio.wait(
         {asyncio.ensure_future(stop.wait()), serving}, return_when=asyncio.FIRST_COMPLETED
     )
-    if not stop.is_set():  # serving ended by itself: the same deadline
-        faulthandler.dump_traceback_later(STOP_DEADLINE_S, exit=True)
+    _arm_stop_deadline()  # (a stop by signal armed it already; serving may end by itself)
     jobs = ctx.extra.get("jobs")
     if jobs is not None:
         jobs.shutting_down = True  # (before anything else: the job_manager's _end says why)

@@ -21,8 +21,9 @@ import time
 
 HEADER = '''"""The functions a forked worker runs or binds to start, take an actor or a task and
 answer it, by ``module:qualname``: the zygote copies their code and function objects next to
-each other before it forks (``hot_code.py``). Written by scripts/hot_code.py; rerun it when tests/test_hot_code.py says
-the list no longer covers what workers run. Generated: do not edit by hand.
+each other before it forks (``hot_code.py``). Written by scripts/hot_code.py; rerun it
+when tests/test_hot_code.py says the list no longer covers what workers run. Generated: do
+not edit by hand.
 """
 '''
 
