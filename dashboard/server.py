@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import faulthandler
 import gc
 import json
@@ -127,11 +128,49 @@ def _no_signal_capture() -> Iterator[None]:
     yield
 
 
+@dataclasses.dataclass
+class _Parts:
+    """What start-up made so far: the stop closes what exists, whenever it comes."""
+
+    tasks: list[asyncio.Future] = dataclasses.field(default_factory=list)
+    agent_stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    state: DashboardState | None = None
+    writer: history_writer.HistoryWriter | None = None
+    hub: AgentHub | None = None
+    node_logs: NodeLogs | None = None
+    ctx: DashboardContext | None = None
+    server: object | None = None  # uvicorn.Server
+    serving: asyncio.Future | None = None
+
+
 async def serve(args: argparse.Namespace) -> None:
+    """Starts, serves until SIGTERM/SIGINT (or uvicorn ends by itself), and stops. A signal
+    during start-up stops it at once, whatever start-up was waiting on (a GCS that died with
+    the parent whose death is the signal), closing what it had made."""
+    stop = _stop_on_signals(asyncio.get_running_loop())
+    parts = _Parts()
+    starting = asyncio.ensure_future(_start(args, parts))
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if starting.done():
+        starting.result()  # a start that failed ends the process with its error
+        assert parts.serving is not None
+        await asyncio.wait({stopped, parts.serving}, return_when=asyncio.FIRST_COMPLETED)
+    else:
+        logger.info("stopped while starting")
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await starting
+    stopped.cancel()
+    _arm_stop_deadline()  # (a stop by signal armed it already; serving may end by itself)
+    await _close(parts)
+
+
+async def _start(args: argparse.Namespace, parts: _Parts) -> None:
+    """Everything up to serving and saying so on the ready pipe, each part put in ``parts``
+    as it is made."""
     import uvicorn
     from ember.process_util import signal_ready
-
-    stop = _stop_on_signals(asyncio.get_running_loop())
 
     token = load_token(args.host, args.session_dir, args.token_file)
     # The agents' hub may listen elsewhere than the HTTP port: a cluster head's hub binds the
@@ -145,7 +184,7 @@ async def serve(args: argparse.Namespace) -> None:
         hub_token = token or read_token_file(args.token_file)
     elif not agent_host.startswith("unix:") and rule_for(agent_host, cluster=False).reachable:
         hub_token = token or load_token(agent_host, args.session_dir, None)
-    state = DashboardState()
+    state = parts.state = DashboardState()
     # A dashboard started again in its session (the raylet restarts a dead one) carries on
     # from the session's history, before anything else touches the state.
     restored = (
@@ -160,13 +199,15 @@ async def serve(args: argparse.Namespace) -> None:
             restored.left_out,
         )
     # The session's history on disk (history_writer): what the state ingests, appended.
-    writer = history_writer.attach(state, args.session_dir)
+    writer = parts.writer = history_writer.attach(state, args.session_dir)
     if writer is not None:
         state.record("start", {"session_dir": args.session_dir, "pid": os.getpid()})
     hub = AgentHub(state, hub_token)
     # Other nodes' logs, kept here as their agents send them (node_logs.py).
     hub.node_logs = NodeLogs(args.session_dir, state) if history_writer.enabled() else None
+    parts.node_logs = hub.node_logs
     agent_address = await hub.start(agent_host, args.agent_port)
+    parts.hub = hub
     gcs_token = token or hub_token
     gcs = (
         GcsClient(args.gcs_address, state, gcs_token.encode() if gcs_token else None)
@@ -175,7 +216,7 @@ async def serve(args: argparse.Namespace) -> None:
     )
     if gcs is not None and restored is not None:
         gcs.resume_events(restored.gcs_events)  # the GCS's events already in the history
-    ctx = DashboardContext(
+    ctx = parts.ctx = DashboardContext(
         state=state,
         hub=hub,
         gcs=gcs,
@@ -203,13 +244,14 @@ async def serve(args: argparse.Namespace) -> None:
         timeout_keep_alive=30,
         http=_idle_closing_h11(),
     )
-    server = uvicorn.Server(config)
+    server = parts.server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # the signals are ours (uvicorn < 0.29)
     server.capture_signals = _no_signal_capture  # (uvicorn >= 0.29)
     url = dashboard_url(args.host, port, ctx.prefix)
     from ember.dashboard.prometheus import service_discovery_loop
 
-    tasks = [asyncio.ensure_future(service_discovery_loop(ctx))]  # Prometheus file SD
+    tasks = parts.tasks
+    tasks.append(asyncio.ensure_future(service_discovery_loop(ctx)))  # Prometheus file SD
     if gcs is not None:
         try:
             await gcs.put_kv("agent_address", agent_address)
@@ -227,37 +269,40 @@ async def serve(args: argparse.Namespace) -> None:
 
         tasks.append(asyncio.ensure_future(tune_poll_loop(ctx)))  # the Tune view's experiments
     tasks.append(asyncio.ensure_future(_freeze_gc()))
-    agent_stop = asyncio.Event()
     if args.node_agent:  # this node's agent runs here (see ember.agent)
-        tasks.append(asyncio.ensure_future(_run_node_agent(args.node_agent, hub, agent_stop)))
-    serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+        tasks.append(asyncio.ensure_future(_run_node_agent(args.node_agent, hub, parts.agent_stop)))
+    serving = parts.serving = asyncio.ensure_future(server.serve(sockets=[sock]))
     while not server.started and not serving.done():
         await asyncio.sleep(0.02)
     if serving.done():
         serving.result()
     signal_ready(args.ready_fd, f"{url} {agent_address}")
-    await asyncio.wait(
-        {asyncio.ensure_future(stop.wait()), serving}, return_when=asyncio.FIRST_COMPLETED
-    )
-    _arm_stop_deadline()  # (a stop by signal armed it already; serving may end by itself)
-    jobs = ctx.extra.get("jobs")
+
+
+async def _close(parts: _Parts) -> None:
+    """The stop: every part start-up made, closed in the order that loses nothing."""
+    jobs = parts.ctx.extra.get("jobs") if parts.ctx is not None else None
     if jobs is not None:
         jobs.shutting_down = True  # (before anything else: the job_manager's _end says why)
-    server.should_exit = True
-    agent_stop.set()
+    if parts.server is not None:
+        parts.server.should_exit = True  # type: ignore[attr-defined]
+    parts.agent_stop.set()
     await asyncio.sleep(0)  # the agent closes its socket and its link before the cancels
-    for t in tasks:
+    for t in parts.tasks:
         t.cancel()
-    await hub.stop()
-    try:
-        await asyncio.wait_for(serving, 3.0)
-    except (TimeoutError, asyncio.CancelledError):
-        pass
-    if writer is not None:
-        state.record("stop", {})
-        await asyncio.to_thread(writer.close)
-    if hub.node_logs is not None:
-        await asyncio.to_thread(hub.node_logs.close)
+    if parts.hub is not None:
+        await parts.hub.stop()
+    if parts.serving is not None:
+        try:
+            await asyncio.wait_for(parts.serving, 3.0)
+        except (TimeoutError, asyncio.CancelledError):
+            pass
+    if parts.writer is not None:
+        assert parts.state is not None
+        parts.state.record("stop", {})
+        await asyncio.to_thread(parts.writer.close)
+    if parts.node_logs is not None:
+        await asyncio.to_thread(parts.node_logs.close)
 
 
 async def _run_node_agent(argv_json: str, hub: AgentHub, stop: asyncio.Event) -> None:

@@ -1,15 +1,18 @@
 """A stopping dashboard exits within its deadline whatever its stop waits on: SIGTERMed (as
 by its parent's death) with the history writer's close hanging, the process is gone within
-``STOP_DEADLINE_S`` and its stderr holds each thread's stack, naming what held it."""
+``STOP_DEADLINE_S`` and its stderr holds each thread's stack, naming what held it. And a
+SIGTERM while it starts stops it at once, whatever start-up was waiting on."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 from ember.dashboard.server import STOP_DEADLINE_S
 from ember_test_utils import wait_until
@@ -69,3 +72,47 @@ def test_a_stop_that_hangs_ends_at_the_deadline_with_the_stacks_that_held_it(tmp
             proc.wait(10)
         err.close()
     wait_until(lambda: proc.poll() is not None, timeout=10, message="the dashboard's exit")
+
+
+def test_a_sigterm_while_starting_stops_it_at_once(tmp_path):
+    """The parent's death is the dashboard's SIGTERM, and a parent killed while its dashboard
+    starts takes its GCS along: start-up, waiting on that GCS (here one that accepts and never
+    answers, up to 10 s a call), is not waited for. The process exits cleanly within a few
+    seconds, closing what it had made (the history says it stopped)."""
+    silent = socket.socket(socket.AF_UNIX)
+    silent.bind(str(tmp_path / "gcs.sock"))
+    silent.listen()
+    session = tmp_path / "session"
+    (session / "logs").mkdir(parents=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ember.dashboard.server",
+            "--session-dir",
+            str(session),
+            "--port",
+            "0",
+            "--gcs-address",
+            f"unix:{tmp_path / 'gcs.sock'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "dashboard.err", "wb"),
+    )
+    try:
+        silent.settimeout(60)
+        peer, _ = silent.accept()  # start-up is waiting on the GCS now
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(STOP_DEADLINE_S + 20)
+        took = time.monotonic() - started
+        assert code == 0, (code, (tmp_path / "dashboard.err").read_text()[-3000:])
+        assert took < 4.0, f"the stop waited on start-up: {took:.1f} s"
+        log = Path(session, "logs", "dashboard.log").read_text()
+        assert "stopped while starting" in log, log[-3000:]
+        peer.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        silent.close()
