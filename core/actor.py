@@ -16,6 +16,7 @@ from typing import Any
 
 from ember import global_state, options
 from ember.actor_handle import ActorHandle, ActorMethod
+from ember.call_signature import arity_of, check_call, params_of
 from ember.core_worker.task_spec import ACTOR_CREATION_TASK, TaskSpec
 from ember.driver import current_worker
 from ember.exceptions import ActorExit, RemoteUsageError
@@ -24,6 +25,8 @@ from ember.object_ref_generator import check_generator_returns
 from ember.runtime_env import inherited_env
 from ember.serialization import dumps_function
 from ember.util.placement_group import captured_strategy
+
+_MISSING = object()
 
 __all__ = [
     "ActorClass",
@@ -105,6 +108,12 @@ def _method_table(cls: type) -> dict[str, dict[str, Any]]:
         }
         if generator:
             table[name]["generator"] = True
+        # What a call must bind to (call_signature): an instance method's without its self.
+        static = isinstance(inspect.getattr_static(cls, name, None), staticmethod | classmethod)
+        params = params_of(member, drop_first=not static and inspect.isfunction(member))
+        if params is not None:
+            table[name]["params"] = params
+            table[name]["arity"] = arity_of(params)
     return table
 
 
@@ -114,6 +123,8 @@ class ActorClass:
         self._name = cls.__name__  # as Ray: Box.method, wherever Box is nested
         self._opts = options.validate(opts, options.ACTOR_OPTIONS, f"actor class {self._name}")
         self._methods = _method_table(cls)
+        self._init_params = params_of(cls)  # what the constructor's arguments must bind to
+        self._init_arity = arity_of(self._init_params)
         self._is_async = any(m["is_async"] for m in self._methods.values())
         self._groups = _concurrency_groups(self._opts.get("concurrency_groups"), self._name)
         for method_name, meta in self._methods.items():
@@ -139,6 +150,17 @@ class ActorClass:
         # Only reached for what the instance lacks, so also during unpickling (no _methods yet).
         methods = self.__dict__.get("_methods") or {}
         cls_name = self.__dict__.get("_name", "ActorClass")
+        cls = self.__dict__.get("_cls")
+        # What the user's class holds besides its methods reads through, as on Ray (whose
+        # actor class derives from the user's): class attributes, inherited ones, static and
+        # class methods (``T.X``, ``T.helper()``). Dunder names stay the ActorClass's own.
+        found = (
+            inspect.getattr_static(cls, name, _MISSING)
+            if cls is not None and not (name.startswith("__") and name.endswith("__"))
+            else _MISSING
+        )
+        if isinstance(found, staticmethod | classmethod):
+            return getattr(cls, name)
         if name in methods:
             raise RemoteUsageError(
                 f"'{cls_name}.{name}' is looked up on the actor class; methods are called on "
@@ -147,6 +169,8 @@ class ActorClass:
                 name,
                 self,
             )
+        if found is not _MISSING:
+            return getattr(cls, name)
         raise AttributeError(f"actor class '{cls_name}' has no attribute {name!r}")
 
     def __mro_entries__(self, bases: tuple) -> tuple:
@@ -171,6 +195,7 @@ class ActorClass:
             raise ValueError("Actor name cannot be an empty string.")
         if namespace is not None and namespace == "":
             raise ValueError('"" is not a valid namespace. Pass None to not specify a namespace.')
+        check_call(self._init_params, self._init_arity, args, kwargs, f"{self._name}.__init__")
         worker = current_worker()
         if worker.local_mode:
             return worker.create_local_actor(self, args, kwargs, opts)

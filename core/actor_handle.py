@@ -15,6 +15,7 @@ import functools
 from typing import Any
 
 from ember import global_state, options
+from ember.call_signature import check_call
 from ember.core_worker.task_spec import ACTOR_TASK, TaskSpec
 from ember.ids import actor_handle_object_id, new_task_id
 from ember.object_ref import ObjectRef
@@ -148,6 +149,10 @@ class ActorMethod:
     def _submit(self, args: tuple, kwargs: dict, opts: dict) -> Any:
         worker = global_state.require_worker()
         handle = self._handle
+        meta = self._meta
+        arity = meta.get("arity")
+        if arity is not None:
+            check_call(meta["params"], arity, args, kwargs, f"{handle._class_name}.{self._name}")
         if worker.local_mode:
             return worker.call_local_actor(handle, self._name, args, kwargs, opts, self._meta)
         num_returns = opts.get("num_returns", self._meta.get("num_returns", 1))

@@ -32,10 +32,12 @@ def remote(*args: Any, **kwargs: Any) -> Any:
     """``@ember.remote`` or ``@ember.remote(num_cpus=2, ...)`` on a function or a class."""
     if len(args) == 1 and not kwargs and callable(args[0]):
         return _make_remote(args[0], {})
-    if args:
+    if args or not kwargs:
+        # Ray refuses ``@ray.remote()`` too: a decorator called with nothing is a slip.
         raise TypeError(
-            "The @ember.remote decorator takes either no arguments or keyword arguments "
-            "only, e.g. @ember.remote(num_cpus=2)."
+            "The @ember.remote decorator is applied either with no arguments and no "
+            "parentheses (@ember.remote) or with keyword arguments only, e.g. "
+            "@ember.remote(num_cpus=2)."
         )
 
     def decorate(target: Any) -> Any:

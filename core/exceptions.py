@@ -50,7 +50,13 @@ class TaskError(EmberError):
     def as_instanceof_cause(self) -> TaskError:
         """Returns an error that is both a TaskError and an instance of the cause's class."""
         cause_cls = type(self.cause) if self.cause is not None else None
-        if cause_cls is None or issubclass(cause_cls, TaskError):
+        # A cause whose class TaskError already is (Exception, BaseException) needs no mix:
+        # ``type(err) is RayTaskError`` holds for ``raise Exception(...)``, as on Ray.
+        if (
+            cause_cls is None
+            or issubclass(cause_cls, TaskError)
+            or issubclass(TaskError, cause_cls)
+        ):
             return self
         try:
             dual = _dual_class(cause_cls)

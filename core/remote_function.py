@@ -7,6 +7,7 @@ import inspect
 from typing import Any
 
 from ember import global_state, options
+from ember.call_signature import arity_of, check_call, params_of
 from ember.core_worker.task_spec import TaskSpec
 from ember.driver import current_worker
 from ember.ids import new_task_id
@@ -33,6 +34,8 @@ class RemoteFunction:
             function
         )
         check_generator_returns(self._opts.get("num_returns"), self._is_generator, self._name)
+        self._params = params_of(function)
+        self._arity = arity_of(self._params)
         self._pickled: bytes | None = None
         self._function_id: bytes | None = None
         self._registered_with: Any = None
@@ -73,6 +76,7 @@ class RemoteFunction:
         worker = global_state.worker  # read inline: this is the hot path of every .remote()
         if worker is None:
             worker = current_worker()
+        check_call(self._params, self._arity, args, kwargs, self._task_name)
         if worker.local_mode:
             return worker.run_local(self._function, args, kwargs, opts)
         self._ensure_exported(worker)

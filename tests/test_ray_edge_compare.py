@@ -2,7 +2,8 @@
 (a static generator that raises part way, cancel and retry_exceptions, capturing child tasks
 in a placement group, hard node affinity that can never be met, GPU-less work on a reused
 worker, ``num_gpus=1.5``, a worker per runtime_env, an empty working_dir and a one-file
-py_modules, the runtime context's accessors and the timeline's categories) on Ray 2.60 (its
+py_modules, the runtime context's accessors and the timeline's categories; calls checked at
+``.remote()``, an actor class's attributes, ``sys.exit()`` in a task) on Ray 2.60 (its
 own environment, ``tests/tools/.ray-venv``) and on Ember at once, and the outcomes must
 agree.
 

@@ -1,7 +1,8 @@
-"""How an actor's process ends when its own code ends it: an exit on purpose
+"""How a worker's process ends when its own code ends it. An actor's exit on purpose
 (``exit_actor()``, ``sys.exit(0)``, ``__ray_terminate__``, its handles gone) tells the GCS
-first; any other ``sys.exit()`` in a method is a crash, as in Ray 2.60. Both run the
-process's ``atexit`` handlers first, as Ray's do (a kill never does).
+first; any other ``sys.exit()`` in a method is a crash, as in Ray 2.60, and so is any
+``sys.exit()`` in a task. Each runs the process's ``atexit`` handlers first, as Ray's do (a
+kill never does).
 """
 
 from __future__ import annotations
@@ -47,6 +48,19 @@ def crash(method: str, code: Any) -> None:
         code,
     )
     _flush_and_exit(status if status & 0xFF else 1)  # 256 would read as 0, a clean exit
+
+
+def task_exit(task: str, code: Any) -> None:
+    """``sys.exit(code)`` in ``task`` (any code, 0 too): Ray 2.60 ends the worker, and the
+    task fails as after any worker crash (``WorkerCrashedError``, retried within its
+    ``max_retries``). The process ends with no reply; a message is printed as Python would."""
+    status = 0 if code is None else code
+    if not isinstance(status, int):
+        print(status, file=sys.stderr)
+        status = 1
+    _run_atexit()
+    logger.error("%s() called sys.exit(%r): its worker process exits", task, code)
+    _flush_and_exit(status & 0xFF)
 
 
 def exit_on_purpose(host: Any, reason: str) -> None:

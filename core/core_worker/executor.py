@@ -348,12 +348,15 @@ class Executor:
         except SystemExit as e:
             # exit_actor(), __ray_terminate__ or sys.exit(0) in a method: the actor ends on
             # purpose after this call; any other sys.exit() is its crash (_crash). In a task,
-            # sys.exit() is the task's error.
+            # sys.exit() ends the worker, a crash the caller sees as WorkerCrashedError.
             if isinstance(e, ActorExit) or spec.kind == ACTOR_TASK:
                 self._crash_unless_intended(spec, e)
                 reply = self._exit_reply(spec, e)
-            else:
+            elif spec.kind == ACTOR_CREATION_TASK:
                 reply = self.error_reply(spec, self._task_error(spec, e), app=True)
+            else:
+                actor_exits.task_exit(spec.display_name(), e.code)
+                raise  # (not reached: the process is gone)
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             if isinstance(e, TaskCancelledError):
                 reply = self.error_reply(spec, TaskCancelledError(spec.task_id.hex()), app=False)

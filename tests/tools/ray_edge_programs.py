@@ -1,5 +1,6 @@
 """One program of Ray's semantics at the edges (issue 33: generators, cancel and retries,
-scheduling, runtime_env, the runtime context, the timeline), run on Ray and on Ember:
+scheduling, runtime_env, the runtime context, the timeline; and calls: arguments checked at
+``.remote()``, an actor class's attributes, ``sys.exit()`` in a task), run on Ray and on Ember:
 
     tests/tools/.ray-venv/bin/python tests/tools/ray_edge_programs.py ray
     .venv/bin/python tests/tools/ray_edge_programs.py ember
@@ -396,6 +397,119 @@ def timeline_cases(ray: Any, tmp: str) -> dict:
     return {c: c in cats for c in wanted}
 
 
+class EdgeBase:
+    BASE = 2
+
+
+def call_cases(ray: Any, tmp: str) -> dict:
+    """A call checked against the callee's parameters at ``.remote()``; what an actor class
+    reads through from the user's class; ``sys.exit()`` in a task; a plain ``Exception``'s
+    error class; ``@remote()`` with nothing in the parentheses."""
+
+    @ray.remote
+    class Shaped(EdgeBase):
+        LIMIT = 3
+
+        def __init__(self, arg0: int) -> None:
+            self.arg0 = arg0
+
+        def method(self, x: int) -> int:
+            return x + self.arg0
+
+        def keyword(self, *, y: int) -> int:
+            return y
+
+        def rest(self, *a: Any, **k: Any) -> list:
+            return [list(a), sorted(k)]
+
+        @staticmethod
+        def helper() -> int:
+            return 5
+
+        @classmethod
+        def limit(cls) -> int:
+            return cls.LIMIT + 1
+
+        def reads_class(self) -> int:
+            return Shaped.LIMIT + Shaped.helper() + Shaped.BASE
+
+    @ray.remote
+    def one(x: int) -> int:
+        return x
+
+    @ray.remote
+    def misuse(handle: Any) -> list:
+        return outcome(lambda: handle.method.remote(1, 2))
+
+    @ray.remote(max_retries=0)
+    def leaves(code: Any) -> None:
+        sys.exit(code)
+
+    @ray.remote(max_retries=1)
+    def leaves_twice(path: str) -> str:
+        with open(path, "a") as f:
+            f.write("x")
+        sys.exit(1)
+
+    @ray.remote
+    def plain_error() -> None:
+        raise Exception("plain")
+
+    out: dict[str, Any] = {}
+    out["ctor_missing"] = outcome(lambda: Shaped.remote())
+    out["ctor_twice"] = outcome(lambda: Shaped.remote(0, arg0=1))
+    actor = Shaped.remote(arg0=10)
+    out["method_missing"] = outcome(lambda: actor.method.remote())
+    out["method_extra"] = outcome(lambda: actor.method.remote(1, 2))
+    out["keyword_missing"] = outcome(lambda: actor.keyword.remote())
+    out["function_extra"] = outcome(lambda: one.remote(1, 2))
+    out["function_unknown_keyword"] = outcome(lambda: one.remote(1, z=2))
+    out["through_a_passed_handle"] = outcome(lambda: ray.get(misuse.remote(actor), timeout=T))
+    out["calls_that_bind"] = outcome(
+        lambda: ray.get(
+            [
+                actor.method.remote(1),
+                actor.method.remote(x=2),
+                actor.keyword.remote(y=3),
+                actor.rest.remote(1, 2, z=3),
+                actor.helper.remote(),
+                one.remote(x=4),
+            ],
+            timeout=T,
+        )
+    )
+    out["class_attributes"] = outcome(
+        lambda: [Shaped.LIMIT, Shaped.BASE, Shaped.helper(), Shaped.limit()]
+    )
+    out["class_attributes_in_a_method"] = outcome(
+        lambda: ray.get(actor.reads_class.remote(), timeout=T)
+    )
+    out["unknown_class_attribute"] = outcome(lambda: Shaped.NOT_THERE)
+    for code in (1, 0, None):
+        out[f"sys_exit_{code}_in_a_task"] = outcome(
+            lambda code=code: ray.get(leaves.remote(code), timeout=T)
+        )
+    tries = os.path.join(tmp, "sys-exit-tries")
+    out["sys_exit_retried"] = outcome(lambda: ray.get(leaves_twice.remote(tries), timeout=T))
+    out["sys_exit_tries"] = read_tries(tries)
+    try:
+        ray.get(plain_error.remote(), timeout=T)
+    except Exception as e:  # noqa: BLE001 - its class is the outcome
+        out["plain_exception_is_exactly_RayTaskError"] = type(e) is ray.exceptions.RayTaskError
+
+    def empty_parentheses() -> None:
+        @ray.remote()
+        def nothing() -> None:
+            pass
+
+    out["remote_with_empty_parentheses_raises"] = outcome(empty_parentheses)[0]
+    return out
+
+
+def read_tries(path: str) -> int:
+    return len(open(path).read()) if os.path.exists(path) else 0
+
+
 SECTIONS = {
     "generators": generator_cases,
     "cancel": cancel_cases,
@@ -405,6 +519,7 @@ SECTIONS = {
     "runtime_env": runtime_env_cases,
     "context": context_cases,
     "timeline": timeline_cases,
+    "calls": call_cases,
 }
 
 
