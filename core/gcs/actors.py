@@ -229,6 +229,25 @@ class ActorManager:
             placement_groups=self.placement_groups,
         )
 
+    def _pick_node_to_wait_on(self, actor: ActorInfo) -> NodeInfo | None:
+        """No node has room now: a node whose total could hold the actor, where its lease
+        request waits (``wait_for_room``) and the raylet asks its task leases back, as Ray
+        queues an actor at a raylet. Parked here instead, it waited for a heartbeat showing
+        room, which a driver running task after task on a held lease never lets one show.
+        None for a shared-process actor or one in a placement group (those wait as before)."""
+        if actor.shared or group_of(actor.spec.strategy):
+            return None
+        needs_cpu = (actor.spec.actor_options or {}).get("needs_cpu_node", False)
+        as_if_free = [_AsIfFree(n) for n in self.nodes.placeable()]
+        chosen = pick_node(
+            as_if_free,
+            actor.spec.resources,
+            actor.spec.strategy,
+            needs_cpu_node=needs_cpu,
+            placement_groups=self.placement_groups,
+        )
+        return chosen.node if chosen is not None else None
+
     def _end_cut_off_creation(self, actor: ActorInfo) -> None:
         node_id, worker_id = self.cut_off.pop(actor.actor_id)
         node = self.nodes.get_alive(node_id)
@@ -247,10 +266,14 @@ class ActorManager:
             self.carry_out(actor, self.machine.handle(actor, Unschedulable(never)))
             return
         node = self._pick_node(actor)
+        wait_for_room = False
         if node is None:
-            actor.pending_reason = self._why_pending(actor)
-            self._park(actor)
-            return
+            node = self._pick_node_to_wait_on(actor)
+            if node is None:
+                actor.pending_reason = self._why_pending(actor)
+                self._park(actor)
+                return
+            wait_for_room = True
         actor.pending_reason = self._why_waiting_on(actor, node)
         self.leasing[actor.actor_id] = node
         body = {
@@ -269,6 +292,8 @@ class ActorManager:
             op = "lease_actor_worker"
             # Restarts left: the node's memory monitor kills such an actor first.
             body["retriable"] = actor.max_restarts == -1 or actor.num_restarts < actor.max_restarts
+            if wait_for_room:
+                body["wait_for_room"] = True
         try:
             grant = await node.conn.call(op, body)
         except Exception as e:
@@ -356,6 +381,8 @@ class ActorManager:
         shape = actor.spec.resources
         if group_of(actor.spec.strategy):
             return in_group(shape, actor.spec.strategy, self.placement_groups, [node])
+        if not fits(shape, node.available):  # waiting there for the room (wait_for_room)
+            return self._why_pending(actor)
         return f"waiting for a worker with {fmt(shape)} (free now: {free_of(node, shape)})"
 
     def schedule_pending(self) -> None:
@@ -561,3 +588,15 @@ def _cause(reply: dict) -> str:
         return f"the constructor raised:\n{err}"
     except Exception as ex:
         return f"the constructor raised an error that could not be read: {ex}"
+
+
+class _AsIfFree:
+    """A node as ``pick_node`` sees it, with all of its resources free."""
+
+    __slots__ = ("node", "node_id", "total", "available")
+
+    def __init__(self, node: NodeInfo) -> None:
+        self.node = node
+        self.node_id = node.node_id
+        self.total = node.total
+        self.available = node.total

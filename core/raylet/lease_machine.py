@@ -373,6 +373,7 @@ class LeaseMachine:
                     req.actor_id is not None
                     and self.in_cluster
                     and group_request(req.shape) is None
+                    and not self._waits_for_room(req)
                 ):
                     # The GCS placed this actor on a view a heartbeat old (a placement
                     # group's bundle may have taken the room since): answered "not now",
@@ -437,6 +438,15 @@ class LeaseMachine:
         if to_start > 0:
             self.starting += to_start
             out.append(StartWorkers(to_start))
+
+    def _waits_for_room(self, req: Request) -> bool:
+        """An actor lease the GCS sent with no node's room in its view waits here, asking
+        this node's task leases back (``waiting_clients``), for as long as no other node has
+        room for it; answered "not now" it would be parked until a heartbeat showed room,
+        which a driver submitting task after task onto its lease never lets one show."""
+        if not req.wait_for_room or not self.resources.feasible(req.shape):
+            return False
+        return not any(fits(req.shape, n["available"]) for n in self.view.nodes)
 
     def _ask_leases_back(self, waiting_clients: set[Any], out: list) -> None:
         """Asks for the task leases a waiting request of another client could use. A client

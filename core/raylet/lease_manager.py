@@ -163,7 +163,13 @@ class LeaseManager:
 
     def h_lease_actor_worker(self, conn: Connection, body: dict) -> asyncio.Future:
         # The GCS holds an actor's lease for its life: no client connection ends it.
-        fut = self._request(body, None, body.get("class_name", ""), actor_id=body["actor_id"])
+        fut = self._request(
+            body,
+            None,
+            body.get("class_name", ""),
+            actor_id=body["actor_id"],
+            wait_for_room=bool(body.get("wait_for_room", False)),
+        )
         fut.add_done_callback(lambda f: self._actor_lease_answered(conn, f))
         return fut
 

@@ -121,6 +121,7 @@ class Request:
         "depth",
         "env",
         "request_id",
+        "wait_for_room",
     )
 
     def __init__(
@@ -137,6 +138,7 @@ class Request:
         depth: int = 1,
         env: str = "",
         request_id: int | None = None,
+        wait_for_room: bool = False,
     ) -> None:
         self.reply = reply
         self.shape = shape
@@ -156,6 +158,9 @@ class Request:
         self.depth = depth
         self.env = env  # its runtime_env's key ("": none): only such a worker runs it
         self.request_id = request_id  # the client's number for it (cancel_lease_request)
+        # An actor lease the GCS sent because no node had room (LeaseMachine._dispatch): it
+        # waits here for this node's task leases to come back, while no other node has room.
+        self.wait_for_room = wait_for_room
 
 
 class Lease:
