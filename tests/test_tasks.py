@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import signal
@@ -9,6 +10,7 @@ import time
 
 import ember
 import numpy as np
+import psutil
 import pytest
 from ember.exceptions import TaskError, WorkerCrashedError
 from ember_test_utils import printed_to, wait_until
@@ -567,6 +569,41 @@ def test_max_calls_recycles_workers(shared_node):
 
     pids = [ember.get(pid.remote(), timeout=30) for _ in range(3)]
     assert len(set(pids)) == 3
+
+
+def test_a_retiring_max_calls_worker_serves_what_it_owns_until_released(shared_node):
+    """Ray's rule: a worker that reached max_calls and owns objects others still use (its
+    task returned refs to its own child tasks' results) stays to serve them, never leased
+    again, and exits once they are released; before, it exited at once and every such ref
+    read OwnerDiedError."""
+
+    @ember.remote
+    def child() -> int:
+        time.sleep(0.1)
+        return 7
+
+    @ember.remote(max_calls=1, max_retries=0)
+    def parent() -> list:
+        return [child.remote(), os.getpid()]
+
+    nested = ember.get([parent.remote() for _ in range(6)], timeout=60)
+    assert ember.get([ref for ref, _ in nested], timeout=60) == [7] * 6
+    owners = {pid for _, pid in nested}
+    assert len(owners) == 6, "each parent ran in a worker of its own (max_calls=1)"
+    assert all(psutil.pid_exists(p) for p in owners), "they serve the refs still held"
+    del nested
+    gc.collect()
+
+    def exited() -> bool:
+        for p in owners:
+            try:
+                if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
+                    return False
+            except psutil.NoSuchProcess:
+                pass
+        return True
+
+    wait_until(exited, timeout=30, message="the retired workers' exit once their refs went")
 
 
 def test_task_event_buffer_is_bounded_and_reports_what_it_dropped(ember_start, monkeypatch):

@@ -22,6 +22,7 @@ import time
 from typing import Any, Protocol
 
 import cloudpickle
+from ember import config
 from ember import runtime_env_packages as packages
 from ember.core_worker import actor_exits, generators, task_replies, task_values
 from ember.core_worker.call_threads import CallThreads
@@ -77,6 +78,7 @@ class ExecutorHost(task_values.ValuesHost, Protocol):
     def call_gcs_sync(self, op: str, body: Any, timeout: float | None = None) -> Any: ...
     def current_actor_hex(self) -> str: ...
     def record_event(self, spec: TaskSpec, state: str, **extra: Any) -> None: ...
+    def send_threadsafe(self, conn: Connection, op: str, body: Any) -> None: ...
 
 
 class Executor:
@@ -297,6 +299,7 @@ class Executor:
         if retire:
             # max_calls: this worker has run the function enough times; a fresh one follows.
             time.sleep(0.05)
+            self._drain_owned()
             os._exit(0)
         if self.exiting and spec.kind == ACTOR_TASK:
             self._exit_actor(self.exit_reason)
@@ -389,6 +392,25 @@ class Executor:
         else:
             host.task_events.ended_here(spec.task_id)
         return reply
+
+    def _drain_owned(self) -> None:
+        """Before a retiring worker exits: what it owns and others still use (a task's
+        returned refs to its own child tasks' results) stays served until released, as Ray's
+        workers drain, up to ``config.worker_drain_seconds``. The raylet, told first, never
+        leases it again and does not kill it for lingering meanwhile."""
+        refs = self.host.refs
+
+        def owns_in_use() -> bool:
+            return any(ref.owned and ref.in_use() for _, ref in refs.snapshot())
+
+        if not owns_in_use():
+            return
+        self.host.send_threadsafe(
+            self.host.raylet, "worker_draining", {"worker_id": self.host.worker_id}
+        )
+        deadline = time.monotonic() + config.worker_drain_seconds
+        while owns_in_use() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def _reached_max_calls(self, spec: TaskSpec) -> bool:
         limit = (spec.actor_options or {}).get("max_calls") if spec.kind == 0 else None

@@ -58,6 +58,9 @@ class LeaseManager:
             os.path.join(raylet.pool.node["session_dir"], "logs"), time.monotonic
         )
         self.exit_reasons_forgotten = 0
+        # {worker_id: loop time}: workers retiring after max_calls that stay to serve what
+        # they own (h_worker_draining), not killed for lingering before then.
+        self._draining: dict[bytes, float] = {}
         self.admission = StartAdmission(raylet.memory.reader, raylet.memory.threshold)
         self.shared = SharedHosts(self)  # the hosts of shared_process actors
         self._do = {
@@ -414,13 +417,28 @@ class LeaseManager:
             self.pool.kill(w, ins.reason)
 
     def _kill_later(self, w: WorkerProc, reason: str, grace: float) -> None:
-        """Kills ``w`` after ``grace`` seconds unless it has exited by then."""
+        """Kills ``w`` after ``grace`` seconds unless it has exited by then; a draining
+        worker (``h_worker_draining``) at the end of its drain instead."""
+        loop = asyncio.get_running_loop()
 
         def kill_if_alive() -> None:
-            if not w.dead and w.proc.poll() is None:
-                self.pool.kill(w, reason)
+            if w.dead or w.proc.poll() is not None:
+                self._draining.pop(w.worker_id, None)
+                return
+            drained_by = self._draining.get(w.worker_id)
+            if drained_by is not None and loop.time() < drained_by:
+                loop.call_at(drained_by, kill_if_alive)
+                return
+            self._draining.pop(w.worker_id, None)
+            self.pool.kill(w, reason)
 
-        asyncio.get_running_loop().call_later(grace, kill_if_alive)
+        loop.call_later(grace, kill_if_alive)
+
+    def h_worker_draining(self, conn: Connection, body: dict) -> None:
+        w = self.pool.workers.get(body["worker_id"])
+        if w is not None:
+            loop = asyncio.get_running_loop()
+            self._draining[w.worker_id] = loop.time() + config.worker_drain_seconds + 5.0
 
     def _retire_worker(self, ins: ev.RetireWorker) -> None:
         self.pool.kill(ins.worker, "idle", signal.SIGTERM)  # type: ignore[arg-type]

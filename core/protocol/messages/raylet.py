@@ -120,6 +120,9 @@ class LeaseActorWorker(RayletMessage):
     strategy: Any = OMIT
     retriable: bool = OMIT  # restarts left: the memory monitor kills it before others
     env: str = OMIT  # its runtime_env's key: a fresh worker, kept for that env, hosts it
+    # No node had room in the GCS's view: wait here while no other node has room, asking
+    # this node's task leases back (rather than answer "not now").
+    wait_for_room: bool = OMIT
 
 
 class LeaseSharedActor(RayletMessage):
@@ -160,6 +163,18 @@ class WorkerBlocked(RayletMessage):
 
 class WorkerUnblocked(RayletMessage):
     op = "worker_unblocked"
+    sent_by = "core worker"
+    oneway = True
+
+    worker_id: bytes
+
+
+class WorkerDraining(RayletMessage):
+    """A worker retiring after ``max_calls`` still owns objects others use: once its lease
+    ends, it stays (serving them, never leased again) until they are released, up to
+    ``worker_drain_seconds``, before it exits; it is not killed for lingering meanwhile."""
+
+    op = "worker_draining"
     sent_by = "core worker"
     oneway = True
 
