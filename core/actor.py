@@ -189,6 +189,14 @@ class ActorClass:
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         return self._create(args, kwargs, self._opts)
 
+    def _remote(
+        self, args: Any = None, kwargs: dict[str, Any] | None = None, **options: Any
+    ) -> ActorHandle:
+        """Ray's older spelling: ``remote`` with the call's arguments as ``args``/``kwargs``
+        and any ``options`` beside them (``f._remote(args=[1], num_returns=2)``)."""
+        target = self.options(**options) if options else self
+        return target.remote(*(args or ()), **(kwargs or {}))
+
     def _create(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle:
         name, namespace = opts.get("name"), opts.get("namespace")
         if name is not None and name == "":

@@ -64,6 +64,14 @@ class RemoteFunction:
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         return self._submit(args, kwargs, self._opts)
 
+    def _remote(
+        self, args: Any = None, kwargs: dict[str, Any] | None = None, **options: Any
+    ) -> Any:
+        """Ray's older spelling: ``remote`` with the call's arguments as ``args``/``kwargs``
+        and any ``options`` beside them (``f._remote(args=[1], num_returns=2)``)."""
+        target = self.options(**options) if options else self
+        return target.remote(*(args or ()), **(kwargs or {}))
+
     def _ensure_exported(self, worker: Any) -> None:
         if self._pickled is None:
             self._pickled = dumps_function(self._function)

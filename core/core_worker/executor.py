@@ -326,9 +326,11 @@ class Executor:
         current.profile_spans = spans = []
         # A task's runtime_env is its own for its run; an actor's, for its life (kept).
         env = None
+        omp_set = False
         try:
             if spec.runtime_env and spec.kind != ACTOR_TASK:
                 env = applied_env(spec, self)
+            omp_set = spec.kind != ACTOR_TASK and _set_omp_threads(spec)
             if spec.task_id in self.cancelled:
                 raise TaskCancelledError(spec.task_id.hex())
             fn = self._load(spec)
@@ -374,6 +376,8 @@ class Executor:
             else:
                 reply = self.error_reply(spec, self._task_error(spec, e), app=True)
         finally:
+            if spec.kind == 0 and omp_set:
+                del os.environ["OMP_NUM_THREADS"]  # a task's own (an actor keeps its)
             if env is not None and spec.kind == 0:
                 env.restore()
             self.running.pop(spec.task_id, None)
@@ -701,6 +705,17 @@ class Executor:
     def _exit_actor(self, reason: str) -> None:
         """Ends this actor's process after telling the GCS it meant to."""
         actor_exits.exit_on_purpose(self.host, reason)
+
+
+def _set_omp_threads(spec: TaskSpec) -> bool:
+    """As Ray does for a task or an actor: OpenMP (numpy's and torch's thread pools) gets as
+    many threads as CPUs it was given (at least 1; an actor without CPUs 1), unless the user
+    set OMP_NUM_THREADS (their environment, or the runtime_env's env_vars). True if set."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return False
+    cpus = spec.resources.get("CPU") or 1
+    os.environ["OMP_NUM_THREADS"] = str(max(int(cpus), 1))
+    return True
 
 
 def _terminate() -> None:

@@ -503,7 +503,45 @@ def call_cases(ray: Any, tmp: str) -> dict:
             pass
 
     out["remote_with_empty_parentheses_raises"] = outcome(empty_parentheses)[0]
+    # Ray's older spelling, still in its tests and in older programs.
+    out["_remote"] = outcome(
+        lambda: [
+            ray.get(one._remote(args=[3])),
+            ray.get(Shaped._remote(args=[1], num_cpus=0).method._remote(kwargs={"x": 2})),
+            one._remote(args=[1], num_returns=0),
+        ]
+    )
+    out["omp_threads"] = outcome(lambda: omp_threads(ray))
     return out
+
+
+def omp_threads(ray: Any) -> list:
+    """OMP_NUM_THREADS in a task or actor: its CPUs (at least 1) unless the user set it."""
+
+    @ray.remote
+    def omp() -> str | None:
+        return os.environ.get("OMP_NUM_THREADS")
+
+    @ray.remote(num_cpus=0.5)
+    class Fractional:
+        def omp(self) -> str | None:
+            return os.environ.get("OMP_NUM_THREADS")
+
+    @ray.remote
+    class NoCpus:
+        def omp(self) -> str | None:
+            return os.environ.get("OMP_NUM_THREADS")
+
+    mine = {"env_vars": {"OMP_NUM_THREADS": "7"}}
+    refs = [
+        omp.remote(),
+        omp.options(num_cpus=2).remote(),
+        omp.options(num_cpus=0.5).remote(),
+        omp.options(runtime_env=mine).remote(),
+        Fractional.remote().omp.remote(),
+        NoCpus.remote().omp.remote(),
+    ]
+    return ray.get(refs, timeout=T)
 
 
 def read_tries(path: str) -> int:
