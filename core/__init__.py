@@ -56,6 +56,7 @@ _PUBLIC: dict[str, str | None] = {
     "actor": None,
     "exceptions": None,
     "experimental": None,
+    "runtime_context": None,
     "util": None,
 }
 
@@ -68,7 +69,7 @@ __getattr__, __dir__ = lazy_exports("ember", _PUBLIC, globals())
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
-    from ember import actor, exceptions, experimental, util
+    from ember import actor, exceptions, experimental, runtime_context, util
     from ember.actor import ActorClass, ActorHandle
     from ember.api import (
         available_resources,
@@ -127,6 +128,7 @@ __all__ = [  # literal, so tools see the exports (the same names as _PUBLIC)
     "profile",
     "put",
     "remote",
+    "runtime_context",
     "shutdown",
     "timeline",
     "util",

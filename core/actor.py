@@ -183,7 +183,10 @@ class ActorClass:
         )
 
     def options(self, **opts: Any) -> _BoundActorOptions:
-        merged = {**self._opts, **options.validate(opts, options.ACTOR_OPTIONS, self._name)}
+        merged = {
+            **self._opts,
+            **options.validate(opts, options.ACTOR_OPTIONS, self._name, in_options=True),
+        }
         return _BoundActorOptions(self, merged)
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:

@@ -108,6 +108,7 @@ def init(
             _register_exit_hooks()
             return _context()
         address = address or os.environ.get("EMBER_ADDRESS") or os.environ.get("RAY_ADDRESS")
+        options.check_init_joining(address, kwargs)
         if address:
             # Imported here: only a driver joining a running cluster needs it.
             from ember.cluster_connect import connect_info

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, TypeVar
 
+from ember.ids import job_id_of
+
 T = TypeVar("T", bound="BaseID")
 
 
@@ -76,6 +78,10 @@ class WorkerID(BaseID):
 
 class TaskID(BaseID):
     __slots__ = ()
+
+    def job_id(self) -> JobID:
+        """The job that submitted the task: a task id holds its job's (``ember.ids``)."""
+        return JobID(job_id_of(self._bytes))
 
 
 class ActorID(BaseID):

@@ -12,7 +12,8 @@ import concurrent.futures
 from typing import Any
 
 from ember import global_state
-from ember.ids import OBJECT_ID_SIZE, task_id_of
+from ember.id_types import JobID
+from ember.ids import NO_JOB, OBJECT_ID_SIZE, job_id_of, task_id_of
 from ember.serialization import record_contained_ref
 
 # (worker_id, address, node_id): where the owner's core worker listens.
@@ -65,6 +66,17 @@ class ObjectRef:
 
     def task_id(self) -> bytes:
         return task_id_of(self._id)
+
+    def job_id(self) -> JobID:
+        """The job whose task made the object (its id holds the job's, ``ember.ids``).
+        An object made outside any task (a driver's ``put``) is its owner's job's."""
+        job = job_id_of(self._id)
+        if job == NO_JOB:
+            worker = global_state.worker
+            if worker is not None and self._owner is not None and worker.job_id:
+                if self._owner[0] == worker.worker_id:
+                    job = worker.job_id
+        return JobID(job)
 
     def owner_address(self) -> OwnerAddress | None:
         return self._owner

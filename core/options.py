@@ -61,6 +61,15 @@ ACTOR_OPTIONS = {
 # across different drivers"): the GCS finds them from any other anonymous namespace.
 ANONYMOUS_NAMESPACE_PREFIX = "anonymous-"
 
+# Allowed in ``@ember.remote(...)`` only; Ray refuses them in ``.options()``: how many calls a
+# worker runs and an actor's concurrency groups are fixed with the function or class.
+DECORATOR_ONLY_OPTIONS = frozenset({"max_calls", "concurrency_groups"})
+
+# Ray's resource unit: quantities are whole multiples of 1/10000 there, so a nonzero amount
+# below 0.0001 would round to nothing (the task would hold none of the resource).
+RESOURCE_UNIT_SCALING = 10_000
+_QUANTITY_OPTIONS = ("num_cpus", "num_gpus", "memory")
+
 METHOD_OPTIONS = {
     "num_returns",
     "num_return_vals",
@@ -172,11 +181,24 @@ def _check(key: str, value: Any, what: str) -> None:
         raise _bad(key, value, what, allowed, wrong_type=False)
 
 
-def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
+def _check_precision(resource: str, amount: Any, what: str) -> None:
+    """Ray's rule: a fractional quantity is at least 0.0001 (0 itself is allowed)."""
+    if isinstance(amount, float) and amount != 0 and int(amount * RESOURCE_UNIT_SCALING) == 0:
+        raise ValueError(
+            f"The precision of the fractional quantity of resource {resource} cannot go "
+            f"beyond 0.0001: got {amount!r} for {what}; use 0 or at least 0.0001."
+        )
+
+
+def validate(
+    options: dict[str, Any], allowed: set[str], what: str, *, in_options: bool = False
+) -> dict[str, Any]:
     """Returns the options with old spellings mapped to new ones; ValueError on bad ones.
 
     Each error names the option, the value given and what is allowed. A value of the wrong
     type raises InvalidOptionTypeError, which is both a ValueError and a TypeError.
+    ``in_options``: the options come from ``.options()``, where ``DECORATOR_ONLY_OPTIONS``
+    are refused.
     """
     unknown = sorted(set(options) - allowed)
     if unknown:
@@ -190,6 +212,15 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
             {"num_return_vals": "num_returns", "max_reconstructions": "max_restarts"}.get(key, key),
             value,
             what,
+        )
+        if key in _QUANTITY_OPTIONS:
+            _check_precision(key, value, what)
+    # After the values' checks, as Ray does: a bad value is named as such first.
+    refused = sorted(DECORATOR_ONLY_OPTIONS & set(options)) if in_options else []
+    if refused:
+        raise ValueError(
+            f"Setting {refused[0]!r} is not supported in '.options()'. Set it where {what} "
+            f"is declared instead: @ember.remote({refused[0]}=...)."
         )
     opts = dict(options)
     if opts.get("runtime_env") is not None:
@@ -219,7 +250,21 @@ def validate(options: dict[str, Any], allowed: set[str], what: str) -> dict[str,
                 f"Invalid value for option 'resources' of {what}: got {{{name!r}: {amount!r}}}; "
                 f"allowed: resource names (strings) mapped to non-negative numbers."
             )
+        _check_precision(name, amount, what)
     return opts
+
+
+def check_init_joining(address: str | None, init_kwargs: dict[str, Any]) -> None:
+    """``ember.init(address=...)`` joins a running cluster, whose processes are already
+    configured: Ray refuses a ``_system_config`` there rather than ignore it, and so does
+    this. ``address`` is the one init will join (given, or from EMBER_ADDRESS/RAY_ADDRESS);
+    ``init_kwargs`` are init's extra keyword arguments."""
+    if address and init_kwargs.get("_system_config"):
+        raise ValueError(
+            "When connecting to an existing cluster, _system_config must not be provided "
+            f"(address={address!r}): a running cluster keeps the configuration its nodes "
+            "started with. Drop _system_config from ember.init()."
+        )
 
 
 def check_shared_process(opts: dict[str, Any], what: str) -> None:

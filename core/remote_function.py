@@ -57,7 +57,10 @@ class RemoteFunction:
         )
 
     def options(self, **opts: Any) -> _BoundOptions:
-        merged = {**self._opts, **options.validate(opts, options.TASK_OPTIONS, self._name)}
+        merged = {
+            **self._opts,
+            **options.validate(opts, options.TASK_OPTIONS, self._name, in_options=True),
+        }
         check_generator_returns(merged.get("num_returns"), self._is_generator, self._name)
         return _BoundOptions(self, merged)
 

@@ -1,5 +1,6 @@
 """What the current process is running: ``ember.get_runtime_context()`` (the ids of the job,
-node, task, actor and worker) and ``ember.get_gpu_ids()``."""
+node, task, actor and worker), ``ember.get_gpu_ids()`` and
+``ember.util.get_node_ip_address()``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 from typing import Any
 
+from ember import global_state
 from ember.core_worker.core_worker import DRIVER
 from ember.driver import current_worker
 from ember.id_types import ActorID, JobID, NodeID, PlacementGroupID, TaskID
@@ -33,6 +35,19 @@ def get_gpu_ids() -> list[int]:
     if getattr(worker, "mode", DRIVER) == DRIVER and visible:
         return [int(x) for x in visible.split(",") if x.strip().isdigit()]
     return []
+
+
+def get_node_ip_address(address: str | None = None) -> str:
+    """This node's IP address (Ray's ``ray.util.get_node_ip_address``): the one its node
+    registered with (what ``ember.nodes()`` shows) in a connected process; else the source
+    address of the route to ``address`` ("host" or "host:port"; default: the outside world).
+    """
+    node_ip = (getattr(global_state.worker, "node", None) or {}).get("node_ip")
+    if node_ip:
+        return node_ip
+    from ember.node import node_ip_for  # process launching: only for a process not connected
+
+    return node_ip_for(address.rsplit(":", 1)[0] if address else None)
 
 
 class RuntimeContext:

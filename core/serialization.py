@@ -9,6 +9,7 @@ shared-memory arena (``pack_into``/``unpack_from``) and read back without a copy
 from __future__ import annotations
 
 import io
+import logging
 import pickle
 import struct
 import threading
@@ -175,13 +176,48 @@ class _FunctionPickler(cloudpickle.Pickler):
 
 def dumps_function(fn: Any) -> bytes:
     """Pickles a function or class by value where needed (cloudpickle), its code keeping
-    the name of the file it was defined in (for the tracebacks of its tasks)."""
+    the name of the file it was defined in (for the tracebacks of its tasks). ValueError if
+    the pickle is too large to send to every worker (``check_function_size``)."""
     try:
         out = io.BytesIO()
         _FunctionPickler(out, protocol=5).dump(fn)
-        return out.getvalue()
+        pickled = out.getvalue()
     except Exception as e:
         raise SerializationError(describe_unpicklable(fn, getattr(fn, "__name__", "it"), e)) from e
+    check_function_size(fn, len(pickled))
+    return pickled
+
+
+# Ray's limits on a pickled function or class, which every worker that runs it fetches: a
+# warning above the first, ValueError above the second (read when checked, so tests can lower
+# them).
+FUNCTION_SIZE_WARN_THRESHOLD = 10**7
+FUNCTION_SIZE_ERROR_THRESHOLD = 10**8
+_MIB = 1024 * 1024
+
+
+def check_function_size(fn: Any, size: int) -> None:
+    """Refuses (or warns about) a function or class whose pickle is ``size`` bytes, naming
+    it: a large one is almost always an array captured by accident, which ember.put() would
+    send once instead of with the code."""
+    if size <= FUNCTION_SIZE_WARN_THRESHOLD:
+        return
+    kind = "actor" if isinstance(fn, type) else "remote function"
+    name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    advice = (
+        "Check that its definition is not implicitly capturing a large array or other object "
+        "in scope. Tip: use ember.put() to put large objects in the object store and pass "
+        "the ObjectRef instead."
+    )
+    if size > FUNCTION_SIZE_ERROR_THRESHOLD:
+        raise ValueError(
+            f"The {kind} {name} is too large ({size // _MIB} MiB > "
+            f"FUNCTION_SIZE_ERROR_THRESHOLD={FUNCTION_SIZE_ERROR_THRESHOLD // _MIB} MiB). "
+            f"{advice}"
+        )
+    logging.getLogger("ember").warning(
+        "The %s %s is very large (%d MiB). %s", kind, name, size // _MIB, advice
+    )
 
 
 # -- naming the part that cannot be pickled --------------------------------------------------

@@ -490,7 +490,7 @@ def test_wrong_option_type_is_also_a_type_error():
         {"max_retries": 0, "retry_exceptions": [ValueError, KeyError]},
         {"retry_exceptions": (OSError,)},
         {"num_returns": 0},
-        {"num_gpus": 0.25, "memory": 0, "max_calls": 0, "name": None},
+        {"num_gpus": 0.25, "memory": 0, "name": None},
         {"scheduling_strategy": "SPREAD"},
     ],
 )

@@ -1,4 +1,5 @@
-"""``ember.util``: ActorPool, placement groups, scheduling strategies, metrics, state, and
+"""``ember.util``: ActorPool, placement groups, scheduling strategies, metrics, state,
+``get_node_ip_address``, and
 Ray's libraries ``queue`` (Queue) and ``multiprocessing`` (Pool); ``ember.util.joblib`` (a
 joblib backend) is imported by name only, since joblib is an optional dependency.
 
@@ -16,6 +17,7 @@ from ember.lazy_exports import lazy_exports
 _PUBLIC: dict[str, str | None] = {
     "ActorPool": "ember.util.actor_pool",
     "get_actor": "ember.actor",  # Ray 0.8 had it here
+    "get_node_ip_address": "ember.runtime_context",
     "list_named_actors": "ember.actor",
     "PlacementGroup": "ember.util.placement_group",
     "get_current_placement_group": "ember.util.placement_group",
@@ -36,6 +38,7 @@ __getattr__, __dir__ = lazy_exports("ember.util", _PUBLIC, globals())
 
 if TYPE_CHECKING:
     from ember.actor import get_actor, list_named_actors
+    from ember.runtime_context import get_node_ip_address
     from ember.util import metrics, multiprocessing, queue, scheduling_strategies, state
     from ember.util.actor_pool import ActorPool
     from ember.util.placement_group import (
@@ -52,6 +55,7 @@ __all__ = [  # literal, so tools see the exports (the same names as _PUBLIC)
     "PlacementGroup",
     "get_actor",
     "get_current_placement_group",
+    "get_node_ip_address",
     "get_placement_group",
     "list_named_actors",
     "metrics",
