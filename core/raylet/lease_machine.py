@@ -159,11 +159,12 @@ class LeaseMachine:
     def _on_blocked(self, ev: WorkerBlocked, out: list) -> None:
         w = ev.worker
         lease = self.leases.get(w.lease_id) if w.lease_id is not None else None
-        if lease is None or lease.released or not lease.shape.get("CPU"):
+        cpus = _cpus_of(lease.shape) if lease is not None else None
+        if lease is None or lease.released or not cpus:
             return
         lease.released = True
         w.blocked = True
-        self.resources.release({"CPU": lease.shape["CPU"]})
+        self.resources.release(cpus)
         self._dispatch(out)
 
     def _on_unblocked(self, ev: WorkerUnblocked, out: list) -> None:
@@ -174,7 +175,7 @@ class LeaseMachine:
         lease.released = False
         w.blocked = False
         # Take the CPU back even if that oversubscribes for a moment (as Ray does).
-        self.resources.acquire({"CPU": lease.shape["CPU"]})
+        self.resources.acquire(_cpus_of(lease.shape))
 
     def _on_tick(self, ev: Tick, out: list) -> None:
         now = self.clock()
@@ -303,7 +304,8 @@ class LeaseMachine:
 
     def _release(self, lease: Lease) -> None:
         if lease.released:  # its CPU was already handed back while it was blocked
-            shape = {k: v for k, v in lease.shape.items() if k != "CPU"}
+            lent = _cpus_of(lease.shape)
+            shape = {k: v for k, v in lease.shape.items() if k not in lent}
         else:
             shape = lease.shape
         self.resources.release(shape, lease.gpu_ids)
@@ -320,12 +322,7 @@ class LeaseMachine:
         self.leases.pop(lease.lease_id, None)
         self._not_asked_back.pop(lease.lease_id, None)
         self._last_lease_end = self.clock()
-        if lease.released:  # its CPU was already handed back while it was blocked
-            self.resources.release(
-                {k: v for k, v in lease.shape.items() if k != "CPU"}, lease.gpu_ids
-            )
-        else:
-            self.resources.release(lease.shape, lease.gpu_ids)
+        self._release(lease)
         w = lease.worker
         w.lease_id = None
         w.blocked = False
@@ -554,6 +551,13 @@ class LeaseMachine:
         for shape in waiting:
             add(shape, 1)
         return list(demands.values())
+
+
+def _cpus_of(shape: dict[str, float]) -> dict[str, float]:
+    """The CPUs a lease holds, which it lends out while its task waits in ``get``: the node's
+    (``CPU``) or, in a placement group, the bundle's (``CPU_group_...``), so a task captured
+    into its parent's group runs in the CPU the blocked parent lent (Ray's rule too)."""
+    return {k: v for k, v in shape.items() if v and (k == "CPU" or k.startswith("CPU_group_"))}
 
 
 def _idle_for(idle: list[Worker], env: str) -> Worker | None:

@@ -172,6 +172,28 @@ def placement_cases(ray: Any, tmp: str) -> dict:
         }
     pgs.remove_placement_group(pg)
 
+    # A parent blocked in get lends its bundle's CPU: the child it captured into the group,
+    # which fits nowhere else, runs there (before, the two waited on each other for good).
+    @ray.remote(num_cpus=1)
+    def needs_one() -> int:
+        return 3
+
+    @ray.remote(num_cpus=1)
+    def waits_on_child() -> int:
+        return ray.get(needs_one.remote(), timeout=T)
+
+    one = pgs.placement_group([{"CPU": 1}])
+    ray.get(one.ready(), timeout=T)
+    for index in (-1, 0):
+        strategy = strategies.PlacementGroupSchedulingStrategy(
+            one, placement_group_bundle_index=index, placement_group_capture_child_tasks=True
+        )
+        ref = waits_on_child.options(scheduling_strategy=strategy).remote()
+        out[f"child_in_the_lent_bundle_cpu_{index}"] = outcome(
+            lambda ref=ref: ray.get(ref, timeout=30)
+        )
+    pgs.remove_placement_group(one)
+
     node = ray.get_runtime_context().get_node_id()
     here = strategies.NodeAffinitySchedulingStrategy(node, soft=False)
     missing = strategies.NodeAffinitySchedulingStrategy("ab" * (len(node) // 2), soft=False)

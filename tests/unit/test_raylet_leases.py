@@ -188,6 +188,25 @@ def test_a_blocked_worker_lends_its_cpu_until_it_unblocks() -> None:
     assert m.resources.available_dict() == {"CPU": -1.0}  # oversubscribed for a moment
 
 
+def test_a_blocked_worker_in_a_placement_group_lends_its_bundles_cpu() -> None:
+    # A parent in a 1-CPU bundle waits on the child it captured into the group: the child
+    # fits only in the bundle's CPU, which the parent lends while it waits.
+    group = "ab" * 14
+    bundle = {"CPU_group_" + group: 1.0, "CPU_group_0_" + group: 1.0, "bundle_group_" + group: 1.0}
+    m = make({"CPU": 1, **bundle})
+    w, _ = workers(m, 2)
+    shape = {"CPU_group_" + group: 1.0, "bundle_group_" + group: 0.001}
+    only(ask(m, request(dict(shape))), Grant)
+    child = request(dict(shape))
+    assert ask(m, child) == []
+    parent = next(x for x in (w, _) if x.state is S.LEASED)
+    grant = only(m.handle(WorkerBlocked(parent)), Grant)
+    assert grant.request is child and parent.blocked
+    assert m.handle(WorkerUnblocked(parent)) == []
+    assert m.resources.available_dict()["CPU_group_" + group] == -1.0
+    assert m.resources.available_dict()["CPU"] == 1.0, "the node's own CPU was never lent"
+
+
 def test_workers_start_only_for_requests_that_would_be_granted() -> None:
     """Ten queued one-CPU requests on a two-CPU node need two workers, not ten: the
     others could not be granted a worker if one were there (blocked tasks once
