@@ -6,7 +6,9 @@ may still be retried, on cluster nodes only (on one node the store dies with eve
 else). Only tasks without ref arguments are kept: their spec is all a re-run needs, whereas a
 task with ref arguments would also need those arguments kept alive (Ray pins them; Ember
 raises ``ObjectLostError`` for such results instead). Bounded by ``max_lineage_entries``,
-oldest dropped first.
+oldest dropped first. The owner rebuilds when it reads the object itself (``reconstruct``)
+and when a borrower asks it for one whose copies are all gone (``start_rebuild``: a task's
+argument), answering that borrower once the value is back.
 """
 
 from __future__ import annotations
@@ -63,9 +65,9 @@ class Lineage:
     def forget(self, object_id: bytes) -> None:
         self.specs.pop(task_id_of(object_id), None)
 
-    def reconstruct(self, object_id: bytes) -> tuple[int, Any] | None:
-        """Re-runs the task that made a lost object this process owns (user thread); returns
-        the rebuilt ``(meta, value)``, or None when it cannot."""
+    def _begin(self, object_id: bytes) -> TaskSpec | None:
+        """The task to re-run for a lost object this process owns, its results reset to
+        pending; None when there is none or its retries are spent."""
         host = self.host
         spec = self.specs.pop(task_id_of(object_id), None)
         if spec is None or not host.owns(object_id):
@@ -81,6 +83,26 @@ class Lineage:
             object_id.hex()[:16],
             spec.display_name(),
         )
+        return spec
+
+    def start_rebuild(self, object_id: bytes) -> bool:
+        """On the I/O thread, for a borrower that asked for a lost object (a task's argument
+        whose copies died with a node): re-runs the task that made it, as Ray's owner does;
+        the borrower's answer waits for the rebuilt value like that of any pending object.
+        False when it cannot be rebuilt."""
+        spec = self._begin(object_id)
+        if spec is None:
+            return False
+        self.host.task_submitter.resubmit(spec)
+        return True
+
+    def reconstruct(self, object_id: bytes) -> tuple[int, Any] | None:
+        """Re-runs the task that made a lost object this process owns (user thread); returns
+        the rebuilt ``(meta, value)``, or None when it cannot."""
+        host = self.host
+        spec = self._begin(object_id)
+        if spec is None:
+            return None
         done = threading.Event()
         box: list = []
 

@@ -357,9 +357,18 @@ class ObjectAccess:
         object_id = body["object_id"]
         loc = self.memory_store.get_if_ready(object_id)
         if loc is not None:
-            return (
-                self.host.links.best_location(object_id, loc) if self.host.links.dead_nodes else loc
-            )
+            links = self.host.links
+            if not links.dead_nodes:
+                return loc
+            loc = links.best_location(object_id, loc)
+            # Every copy died with its node: rebuilt from lineage if it can be, and the
+            # borrower answered once it is; else the dead location, which it reports lost.
+            if not (
+                loc[0] == "plasma"
+                and loc[1] in links.dead_nodes
+                and self.host.lineage.start_rebuild(object_id)
+            ):
+                return loc
         if not self.refs.has(object_id):
             return lost_location(object_id, ObjectLostError, "it was freed")
         fut = self.loop.create_future()

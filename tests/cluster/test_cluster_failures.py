@@ -104,17 +104,26 @@ def test_lost_objects_error_or_are_rebuilt_from_lineage(cluster):
     def make(tag: int) -> np.ndarray:
         return np.full(1024 * 1024, tag, dtype=np.uint8)
 
+    @ember.remote
+    def first_byte(array: np.ndarray) -> int:
+        return int(array[0])
+
     node_hex = node.node_id.hex()
     pin = NodeAffinity(node_hex, soft=True)  # there first; anywhere once it is gone
     lost = make.options(max_retries=0, scheduling_strategy=pin).remote(1)
     rebuilt = make.options(max_retries=2, scheduling_strategy=pin).remote(2)
+    passed = make.options(max_retries=2, scheduling_strategy=pin).remote(3)
     # fetch_local=False: made, but not copied to the head (a copy there would survive).
-    ember.wait([lost, rebuilt], num_returns=2, timeout=30, fetch_local=False)
+    ember.wait([lost, rebuilt, passed], num_returns=3, timeout=30, fetch_local=False)
+    # Read once where it lives (Ray's test_plasma_reconstruction): no copy elsewhere.
+    assert ember.get(first_byte.options(scheduling_strategy=pin).remote(passed), timeout=30) == 3
     cluster.remove_node(node, allow_graceful=False)
     wait_until(lambda: node.node_id not in cluster.alive_node_ids(), timeout=20)
     with pytest.raises(ObjectLostError):
         ember.get(lost, timeout=30)
     assert int(ember.get(rebuilt, timeout=30)[0]) == 2  # re-run on the surviving node
+    # Passed to a task, a borrower asks its owner, which rebuilds it first.
+    assert ember.get(first_byte.remote(passed), timeout=30) == 3
 
 
 def NodeAffinity(node_hex: str, soft: bool = False):
