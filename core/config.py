@@ -122,6 +122,9 @@ reconstruction_timeout: float = _env("reconstruction_timeout", 600.0)
 # A worker whose holder saw it die is killed this long later if still alive; until then its
 # real exit (code or signal) can be seen and reported.
 worker_death_grace: float = _env("worker_death_grace", 0.5)
+# At most how often a node whose object store needs room asks its workers and drivers to
+# collect garbage (objects kept only by reference cycles), as Ray's global GC does.
+object_store_gc_interval_s: float = _env("object_store_gc_interval_s", 10.0)
 # How long a worker retiring after max_calls stays to serve what it owns and others still use
 # (a task's returned refs to its own child tasks' results) before it exits regardless.
 worker_drain_seconds: float = _env("worker_drain_seconds", 300.0)

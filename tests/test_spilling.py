@@ -272,3 +272,48 @@ def test_a_get_of_more_than_the_store_holds_fails_and_leaves_no_pins(node):
     # One at a time they all read back.
     for i, ref in enumerate(refs):
         assert _digest(ember.get(ref)) == _digest(_array(i, 15 * MB))
+
+
+def test_a_store_that_needs_room_has_its_clients_collect_reference_cycles(node):
+    """Ray's global GC: objects only a reference cycle keeps alive (in an actor that turned
+    its collector off) are freed once the store needs room, not spilled for good."""
+    node()
+
+    @ember.remote(num_cpus=0)
+    class Leaker:
+        def __init__(self) -> None:
+            gc.disable()
+            self.collections = 0
+            gc.callbacks.append(self._count)
+
+        def _count(self, phase: str, info: dict) -> None:
+            if phase == "stop":
+                self.collections += 1
+
+        def leak(self) -> int:
+            cycle: list = [ember.put(np.zeros(20 * MB, dtype=np.uint8))]
+            cycle.append(cycle)  # garbage only the collector can free
+            return len(cycle)
+
+        def collected(self) -> int:
+            return self.collections
+
+    leaker = Leaker.remote()
+    assert ember.get([leaker.leak.remote() for _ in range(3)], timeout=60) == [2, 2, 2]
+    assert ember.get(leaker.collected.remote(), timeout=30) == 0
+    used_by_garbage = _stats()["store"]["used_bytes"]
+    assert used_by_garbage >= 60 * MB
+    # The driver's objects need more room than is free: the node asks for a collection.
+    kept = [ember.put(np.ones(20 * MB, dtype=np.uint8)) for _ in range(3)]
+    wait_until(
+        lambda: ember.get(leaker.collected.remote(), timeout=30) > 0,
+        timeout=30,
+        message="the actor's collector never ran",
+    )
+
+    def only_the_drivers_left() -> bool:
+        store = _stats()["store"]
+        return store["num_objects"] + store["num_spilled"] <= 3
+
+    wait_until(only_the_drivers_left, timeout=30, message="the cycles' objects were never freed")
+    assert all(int(ember.get(r, timeout=30)[0]) == 1 for r in kept)

@@ -10,6 +10,8 @@ process's table from here.
 from __future__ import annotations
 
 import asyncio
+import gc
+import threading
 from typing import Any, Protocol
 
 from ember.core_worker.locations import lost_location
@@ -75,6 +77,12 @@ class Ownership:
         self.loop = loop
         # Set by the core worker once made: the counter calls back into this object.
         self.refs: ReferenceCounter = None  # type: ignore[assignment]
+
+    def h_collect_garbage(self, conn: Connection, body: Any) -> None:
+        """The node's store needs room: collect cycles now (their refs then go back), on a
+        thread of its own so the loop keeps answering meanwhile. A user who turned the
+        collector off (``gc.disable()``) still gets this one, as on Ray."""
+        threading.Thread(target=gc.collect, name="ember-gc", daemon=True).start()
 
     def owns(self, object_id: bytes) -> bool:
         ref = self.refs.get(object_id)

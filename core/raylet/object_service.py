@@ -67,7 +67,24 @@ class ObjectService:
             config.object_spilling_threshold,
             config.object_spilling_batch_bytes,
             config.object_store_full_grace_seconds,
+            self.ask_for_gc,
         )
+        self._gc_asked_at = -1e9
+
+    def ask_for_gc(self) -> None:
+        """The store needs room: every worker and driver of this node collects garbage (at
+        most once per ``config.object_store_gc_interval_s``), since objects only reference
+        cycles keep alive would otherwise be spilled or fail the create."""
+        now = time.monotonic()
+        if now - self._gc_asked_at < config.object_store_gc_interval_s:
+            return
+        self._gc_asked_at = now
+        conns = [w.conn for w in self.raylet.pool.workers.values()]
+        conns += list(self.raylet.drivers.values())
+        for conn in conns:
+            if conn is not None and not conn.closed:
+                conn.send("collect_garbage", {})
+        logger.info("object store needs room: asked %d processes to collect garbage", len(conns))
 
     # -- owners that died ------------------------------------------------------------------
     def owners_died(self, owner_ids: list[bytes], tell_cluster: bool) -> None:

@@ -51,6 +51,7 @@ class ObjectSpiller:
         threshold: float = 0.8,
         batch_bytes: int = 100 * 1024 * 1024,
         grace_seconds: float = 2.0,
+        on_pressure: Callable[[], None] | None = None,
     ) -> None:
         if not 0 < threshold <= 1:
             raise ValueError(
@@ -71,6 +72,9 @@ class ObjectSpiller:
         self._batches: set[asyncio.Future] = set()
         self.last_error = ""
         self.grace_seconds = grace_seconds
+        # Called when a create needs room (spilling, or waiting for it): garbage its
+        # clients' reference cycles hold may free it (ObjectService.ask_for_gc).
+        self.on_pressure = on_pressure or (lambda: None)
         self._room_freed = asyncio.Event()
         self._in_flight = 0  # objects being written now
         self._io = {
@@ -140,6 +144,7 @@ class ObjectSpiller:
             except MoveNeeded as need:
                 await self.move(need)
             except SpillNeeded as need:
+                self.on_pressure()
                 try:
                     if not await self.spill(need.entries):
                         await asyncio.sleep(0.01)  # they were read or freed meanwhile
@@ -149,6 +154,7 @@ class ObjectSpiller:
                         f"store: it is full and spilling to make room failed: {e}"
                     ) from None
             except ObjectStoreFullError:
+                self.on_pressure()
                 now = time.monotonic()
                 if self._batches and now < deadline:
                     # Copies being spilled or moved are pinned meanwhile: wait for them.

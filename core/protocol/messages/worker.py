@@ -221,6 +221,16 @@ class WorkerOomKilled(WorkerMessage):
     retry: bool  # the raylet's leave: its caller has other tasks running on the node
 
 
+class CollectGarbage(WorkerMessage):
+    """The node's object store is under pressure (it spills, or a create waits for room):
+    run the garbage collector, so objects only reference cycles keep alive are freed (Ray's
+    global GC; at most once per ``config.object_store_gc_interval_s``)."""
+
+    op = "collect_garbage"
+    sent_by = "raylet (its object store needs room)"
+    oneway = True
+
+
 class LeasesWanted(WorkerMessage):
     """A lease request waits on the raylet for resources these task leases (granted to this
     process) hold: return each as soon as it is idle, rather than keeping it for a next
