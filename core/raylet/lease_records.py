@@ -101,6 +101,15 @@ class ViewCheck(Enum):
     DONE = 3
 
 
+# Marks the env key of work that asks for GPUs (Request.env): such work has workers of its own.
+GPU_WORKERS = "|gpu"
+
+
+def asks_gpus(shape: dict[str, float]) -> bool:
+    """Whether a lease shape holds GPUs, the node's or a placement group bundle's."""
+    return any(v and (k == "GPU" or k.startswith("GPU_group_")) for k, v in shape.items())
+
+
 class Request:
     """One lease request waiting for a worker. ``reply`` is the shell's handle for answering
     it (a future); the machine only passes it back in instructions."""
@@ -156,7 +165,10 @@ class Request:
         # How deep its tasks nest: 1 for a driver's, one more than the requesting worker's
         # lease for a task's. The queue serves deeper requests first (see LeaseMachine).
         self.depth = depth
-        self.env = env  # its runtime_env's key ("": none): only such a worker runs it
+        # Its runtime_env's key ("": none): only such a worker runs it. Work that asks for
+        # GPUs keeps workers of its own too, as in Ray: a CUDA context a GPU task left in its
+        # process (and the GPU memory it holds) never follows a CPU task there.
+        self.env = env + GPU_WORKERS if asks_gpus(shape) else env
         self.request_id = request_id  # the client's number for it (cancel_lease_request)
         # An actor lease the GCS sent because no node had room (LeaseMachine._dispatch): it
         # waits here for this node's task leases to come back, while no other node has room.

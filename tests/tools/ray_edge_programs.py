@@ -240,7 +240,8 @@ def gpu_cases(ray: Any, tmp: str) -> dict:
         ray.kill(a)
     # Whatever worker ran them, no GPU-less task or actor sees a GPU.
     out["no_gpu_sees"] = sorted({str(v) for _, v in plain})
-    INFO["gpu_worker_reused"] = bool(gpu_pids & {p for p, _ in plain})
+    # Ray keeps GPU work on workers of its own: none of them ran GPU-less work.
+    out["gpu_worker_reused"] = bool(gpu_pids & {p for p, _ in plain})
     decorated = outcome(lambda: bool(ray.remote(num_gpus=1.5)(nothing)))
     opts = outcome(lambda: bool(ray.remote(nothing).options(num_gpus=1.5)))
     out["gpus_1_5"] = {

@@ -114,6 +114,24 @@ def test_grant_return_and_reuse() -> None:
     assert again.lease.worker is w and again.lease.lease_id != grant.lease.lease_id
 
 
+def test_gpu_work_and_cpu_work_never_share_a_worker() -> None:
+    # Ray's isolation: what a GPU task leaves in its process (a CUDA context, GPU memory)
+    # must not follow a CPU task there, nor the other way round.
+    m = make({"CPU": 2, "GPU": 1})
+    (w,) = workers(m, 1)
+    cpu = only(ask(m, request()), Grant)
+    assert m.handle(LeaseReturned(cpu.lease.lease_id)) == []
+    out = ask(m, request({"CPU": 1, "GPU": 1}))
+    assert [type(i).__name__ for i in out] == ["StartWorkers"], out  # not the idle CPU one
+    g = Worker(next(_ids).to_bytes(4, "big"), m.clock())
+    m.handle(WorkerStarted(g))
+    gpu = only(m.handle(WorkerRegistered(g)), Grant)
+    assert gpu.lease.worker is g
+    assert m.handle(LeaseReturned(gpu.lease.lease_id)) == []
+    assert only(ask(m, request()), Grant).lease.worker is w  # the CPU task: the CPU worker
+    assert only(ask(m, request({"GPU": 1})), Grant).lease.worker is g
+
+
 def test_idle_for_counts_from_the_last_lease_end_and_is_none_while_work_is_held() -> None:
     m = make({"CPU": 1})
     (w,) = workers(m, 1)
