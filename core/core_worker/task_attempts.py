@@ -68,7 +68,7 @@ class TaskState(Enum):
     SUBMITTED_TO_WORKER = 3  # pushed to a leased worker, no reply yet
     FINISHED = 4  # the reply carried its results
     FAILED = 5  # its results hold an error
-    CANCELLED_PENDING_ARGS = 6  # cancelled while waiting for arguments: fails when they are ready
+    CANCELLED_PENDING_ARGS = 6  # (no longer entered: a cancel while waiting fails at once)
     CANCELLED_KILLING = 7  # force-cancelled while running: its worker is being killed
 
 
@@ -78,7 +78,9 @@ TASK_ATTEMPT: Lifecycle[TaskState] = Lifecycle(
     {
         S.PENDING_ARGS_AVAIL: {
             "args_ready": S.PENDING_NODE_ASSIGNMENT,
-            "cancel": S.CANCELLED_PENDING_ARGS,
+            # As Ray: the caller reads TaskCancelledError now, not once the arguments are
+            # ready (which may be never); their late readiness finds the task gone.
+            "cancel": S.FAILED,
         },
         S.CANCELLED_PENDING_ARGS: {"args_ready": S.FAILED, "cancel": S.CANCELLED_PENDING_ARGS},
         S.PENDING_NODE_ASSIGNMENT: {
@@ -194,7 +196,9 @@ class TaskAttempts:
         return [(ENQUEUE, spec)]
 
     def _args_ready(self, event: tuple) -> list[tuple]:
-        task = self._tasks[event[1]]
+        task = self._tasks.get(event[1])
+        if task is None:
+            return []  # cancelled while it waited: failed then
         if task.track.fire("args_ready") is TaskState.FAILED:
             return self._end(task, [(FAIL, task.spec, cancelled_error(task.spec))])
         return [(ENQUEUE, task.spec)]
@@ -298,7 +302,8 @@ class TaskAttempts:
             task.cancel_asked = True
             task.track.fire("force_cancel" if force else "cancel")
             return [(SEND_CANCEL, spec, task.lease, force)]
-        task.track.fire("cancel")
+        if task.track.fire("cancel") is TaskState.FAILED:  # it waited for its arguments
+            return self._end(task, [(FAIL, spec, cancelled_error(spec))])
         return []
 
     def children_of(self, parent_id: bytes) -> list[bytes]:

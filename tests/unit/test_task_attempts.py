@@ -183,13 +183,14 @@ def test_force_cancel_fails_the_task_when_its_worker_dies_without_retry() -> Non
     assert spec.attempt == 0
 
 
-def test_cancel_while_waiting_for_arguments_fails_once_they_are_ready() -> None:
+def test_cancel_while_waiting_for_arguments_fails_at_once() -> None:
+    # As Ray: the arguments may never be ready (a task that runs for ever).
     tasks, spec = TaskAttempts(), _spec()
     tasks.handle(("submit", spec, [b"arg"]))
-    assert tasks.handle(("cancel", spec.task_id, False)) == []
-    assert tasks.state_of(spec.task_id) is TaskState.CANCELLED_PENDING_ARGS
-    out = tasks.handle(("args_ready", spec.task_id))
+    out = tasks.handle(("cancel", spec.task_id, False))
     assert _ops(out) == [FAIL] and isinstance(out[0][2], TaskCancelledError)
+    assert tasks.state_of(spec.task_id) is None
+    assert tasks.handle(("args_ready", spec.task_id)) == [], "their readiness finds it gone"
 
 
 def test_cancel_of_an_unknown_or_finished_task_does_nothing() -> None:
