@@ -304,6 +304,44 @@ def test_cancel_queued_and_running(shared_node, tmp_path):
     open(release, "w").close()
 
 
+def test_cancel_of_a_task_waiting_for_its_arguments_and_of_a_borrowed_ref(shared_node, tmp_path):
+    """As Ray: a task whose argument is not ready fails at once when cancelled (not once the
+    argument is ready, which may be never); and a ref this process borrows (another task
+    returned it) is cancelled by asking its owner, the task's submitter."""
+    release = str(tmp_path / "release")
+
+    @ember.remote(num_cpus=0)
+    def until_released(path: str) -> str:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return "released"
+
+    @ember.remote(num_cpus=0)
+    def after(x: str) -> str:
+        return x
+
+    @ember.remote(num_cpus=0)
+    def submits(path: str) -> list:
+        return [until_released.remote(path)]
+
+    blocker = until_released.remote(release)
+    waiting = after.remote(blocker)
+    assert ember.wait([waiting], timeout=0.3) == ([], [waiting])
+    started = time.monotonic()
+    ember.cancel(waiting)
+    with pytest.raises(ember.exceptions.TaskCancelledError):
+        ember.get(waiting, timeout=20)
+    assert time.monotonic() - started < 10, "it failed only once its argument was ready"
+
+    (borrowed,) = ember.get(submits.remote(release), timeout=30)
+    ember.cancel(borrowed)
+    with pytest.raises(ember.exceptions.TaskCancelledError):
+        ember.get(borrowed, timeout=20)
+    open(release, "w").close()
+    assert ember.get(blocker, timeout=30) == "released"
+
+
 def _queued_demand(resource: str) -> int:
     """Tasks asking for ``resource`` in the nodes' queues, as the GCS has them (what `ember
     status` and the autoscaler read)."""

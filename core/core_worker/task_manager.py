@@ -12,6 +12,7 @@ and the per-handle ``max_pending_calls`` count.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 from collections import deque
@@ -37,6 +38,8 @@ from ember.ids import TASK_ID_SIZE
 from ember.object_ref import ObjectRef, counted_ref
 from ember.protocol.connection import Connection
 from ember.serialization import serialize
+
+logger = logging.getLogger(__name__)
 
 MAX_SHARED_EXTRAS = 4096  # submission events' shared extras kept (``_submitted_extra``)
 
@@ -90,6 +93,7 @@ class TaskManagerHost(Protocol):
     def current_task_id(self) -> bytes: ...
     def put(self, value: Any) -> ObjectRef: ...
     def run_sync(self, coro: Any, timeout: float | None) -> Any: ...
+    async def connect_to_worker(self, worker_id: bytes, address: str) -> Connection: ...
 
 
 class TaskManager:
@@ -232,6 +236,10 @@ class TaskManager:
         return refs
 
     def cancel(self, ref: ObjectRef, force: bool, recursive: bool = True) -> None:
+        owner = ref.owner_address()
+        if owner is not None and owner[0] != self.worker_id:
+            self._cancel_at_owner(ref, owner, force, recursive)
+            return
         task_id = ref.task_id()
         calls = self.host.actor_submitter
         is_call = calls.has_call(task_id)
@@ -245,6 +253,32 @@ class TaskManager:
             self.loop.call_soon_threadsafe(calls.cancel, task_id, recursive)
             return
         self.loop.call_soon_threadsafe(self.host.task_submitter.cancel, task_id, force, recursive)
+
+    def _cancel_at_owner(self, ref: ObjectRef, owner: Any, force: bool, recursive: bool) -> None:
+        """A borrowed ref (returned by another task, passed in): the task that makes it is
+        its owner's to cancel, as Ray forwards the cancel there."""
+        body: dict[str, Any] = {"object_id": ref.binary(), "force": force, "recursive": recursive}
+
+        async def send() -> None:
+            try:
+                conn = await self.host.connect_to_worker(owner[0], owner[1])
+                conn.send("cancel_for_borrower", body)
+            except Exception as e:  # the owner is gone: its tasks' results are lost anyway
+                logger.info("could not ask the owner of %s to cancel it: %s", ref.hex(), e)
+
+        self.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(send()))
+
+    def h_cancel_for_borrower(self, conn: Connection, body: dict) -> None:
+        """A borrower of one of our objects cancelled it: cancel the task that makes it, as
+        our own ``cancel`` would (force is refused for actor calls, as there)."""
+        task_id = body["object_id"][:TASK_ID_SIZE]
+        force, recursive = bool(body.get("force")), bool(body.get("recursive", True))
+        calls = self.host.actor_submitter
+        if calls.has_call(task_id):
+            if not force:
+                calls.cancel(task_id, recursive)
+            return
+        self.host.task_submitter.cancel(task_id, force, recursive)
 
     def cancel_children(self, parent_id: bytes) -> None:
         """On the I/O thread: a cancelled task's children, the tasks and actor calls it

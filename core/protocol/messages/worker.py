@@ -78,6 +78,19 @@ class CancelTask(WorkerMessage):
     recursive: bool = OMIT  # False: leave the tasks it submitted running (default True)
 
 
+class CancelForBorrower(WorkerMessage):
+    """A process cancelled a ref it borrows (returned to it by another task): its owner, the
+    task's submitter, cancels the task that makes it (Ray forwards the cancel the same way)."""
+
+    op = "cancel_for_borrower"
+    sent_by = "core worker (ember.cancel of a borrowed ref)"
+    oneway = True
+
+    object_id: bytes
+    force: bool = OMIT
+    recursive: bool = OMIT
+
+
 class GetFunction(WorkerMessage):
     """The pickled function of a task whose spec did not carry it (the worker has not seen
     it yet and the submitter sent only its id)."""
