@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from ember import config
 from ember.core_worker.memory_store import MemoryStore
 from ember.core_worker.task_spec import ACTOR_TASK, ARG_REF, TaskSpec
+from ember.exceptions import GetTimeoutError
 from ember.ids import task_id_of
 from ember.serialization import deserialize
 
@@ -96,9 +97,10 @@ class Lineage:
         self.host.task_submitter.resubmit(spec)
         return True
 
-    def reconstruct(self, object_id: bytes) -> tuple[int, Any] | None:
+    def reconstruct(self, object_id: bytes, timeout: float | None = None) -> tuple[int, Any] | None:
         """Re-runs the task that made a lost object this process owns (user thread); returns
-        the rebuilt ``(meta, value)``, or None when it cannot."""
+        the rebuilt ``(meta, value)``, or None when it cannot. ``timeout``: the caller's get
+        ends then with GetTimeoutError (the rebuild goes on; a later get waits for it)."""
         host = self.host
         spec = self._begin(object_id)
         if spec is None:
@@ -112,8 +114,14 @@ class Lineage:
 
         host.loop.call_soon_threadsafe(host.task_submitter.resubmit, spec)
         host.memory_store.on_ready(object_id, on_ready)
-        if not done.wait(config.reconstruction_timeout):
+        limit = config.reconstruction_timeout
+        if not done.wait(limit if timeout is None else min(timeout, limit)):
             host.memory_store.remove_waiter(object_id, on_ready)
+            if timeout is not None and timeout < limit:
+                raise GetTimeoutError(
+                    f"get() timed out after its timeout while the lost object "
+                    f"{object_id.hex()} was being rebuilt (re-running {spec.display_name()}())"
+                )
             return None
         loc = box[0]
         if loc[0] == "inline":

@@ -65,7 +65,9 @@ class _Links(Protocol):
 
 
 class _Lineage(Protocol):
-    def reconstruct(self, object_id: bytes) -> tuple[int, Any] | None: ...
+    def reconstruct(
+        self, object_id: bytes, timeout: float | None = None
+    ) -> tuple[int, Any] | None: ...
 
 
 class ObjectAccessHost(Protocol):
@@ -116,6 +118,9 @@ class ObjectAccess:
         self.loop = loop
         self._put_index = itertools.count(1)
         self._dropped_refs = host.dropped_refs  # one deque for the process's life
+        # The deadline of the get running on this thread, while one with a timeout runs: a
+        # rebuild it waits for (lineage) ends there too.
+        self._get_deadline = threading.local()
         self._arena: Arena | None = None
         self.pins = PlasmaPins(self._send_release, self._call_later)
 
@@ -199,6 +204,15 @@ class ObjectAccess:
     def get(self, refs: list[ObjectRef], timeout: float | None = None) -> list[Any]:
         if self._dropped_refs:
             self.host.drain_dropped_refs()
+        if timeout is not None:
+            self._get_deadline.at = time.monotonic() + timeout
+            try:
+                return self._get(refs, timeout)
+            finally:
+                self._get_deadline.at = None
+        return self._get(refs, timeout)
+
+    def _get(self, refs: list[ObjectRef], timeout: float | None) -> list[Any]:
         if len(refs) == 1:
             ref = refs[0]
             loc = self.memory_store.get_if_ready(ref._id) or self._wait_one(ref, timeout)
@@ -428,7 +442,9 @@ class ObjectAccess:
             raise
         if not why:
             return None
-        rebuilt = self.host.lineage.reconstruct(object_id)
+        deadline = getattr(self._get_deadline, "at", None)
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        rebuilt = self.host.lineage.reconstruct(object_id, left)
         if rebuilt is not None:
             return rebuilt
         self._raise_if_owner_died(object_id)

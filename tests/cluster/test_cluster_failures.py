@@ -126,6 +126,36 @@ def test_lost_objects_error_or_are_rebuilt_from_lineage(cluster):
     assert ember.get(first_byte.remote(passed), timeout=30) == 3
 
 
+def test_a_get_with_a_timeout_ends_there_while_a_lost_object_is_rebuilt(cluster, tmp_path):
+    """A get's timeout holds while the object it waits for is being rebuilt (its re-run
+    blocks here until released): GetTimeoutError at the timeout, and a later get has it."""
+    node = cluster.add_node(num_cpus=1, resources={"maker": 1})
+    cluster.add_node(num_cpus=1, resources={"maker": 1})
+    cluster.connect()
+    ran, release = tmp_path / "ran", tmp_path / "release"
+
+    @ember.remote(resources={"maker": 1}, max_retries=2)
+    def make() -> np.ndarray:
+        if ran.exists():  # the re-run: waits to be released
+            deadline = time.monotonic() + 60
+            while not release.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        ran.touch()
+        return np.full(1024 * 1024, 7, dtype=np.uint8)
+
+    pinned = make.options(scheduling_strategy=NodeAffinity(node.node_id.hex(), soft=True))
+    ref = pinned.remote()
+    ember.wait([ref], timeout=30, fetch_local=False)
+    cluster.remove_node(node, allow_graceful=False)
+    wait_until(lambda: node.node_id not in cluster.alive_node_ids(), timeout=20)
+    started = time.monotonic()
+    with pytest.raises(ember.exceptions.GetTimeoutError):
+        ember.get(ref, timeout=2)
+    assert time.monotonic() - started < 10
+    release.touch()
+    assert int(ember.get(ref, timeout=60)[0]) == 7
+
+
 def NodeAffinity(node_hex: str, soft: bool = False):
     from ember.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
