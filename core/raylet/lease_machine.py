@@ -58,7 +58,7 @@ from ember.raylet.lease_events import (
     WorkerStarted,
     WorkerUnblocked,
 )
-from ember.raylet.lease_records import Lease, Request, ViewCheck, W, Worker
+from ember.raylet.lease_records import JOB_WORKERS, Lease, Request, ViewCheck, W, Worker
 from ember.resources import NodeResources, fits, fmt, fmt_request, group_request, to_fixed
 from ember.scheduling import NodeView, lease_decision
 
@@ -263,6 +263,11 @@ class LeaseMachine:
         for lease in list(self.leases.values()):
             if lease.worker.job_id == ev.job_id and not lease.is_actor:
                 self._end(lease, True, "its job finished", 0.0, out)
+        # Its idle workers serve no other job: they go too (as Ray ends a job's workers).
+        mark = JOB_WORKERS + ev.job_id.hex()
+        for w in [w for w in self.idle if w.env.endswith(mark)]:
+            self._exiting(w)
+            out.append(KillWorker(w, "its job finished", 0.0))
 
     def _on_group_removed(self, ev: GroupRemoved, out: list) -> None:
         markers = ev.markers

@@ -103,6 +103,8 @@ class ViewCheck(Enum):
 
 # Marks the env key of work that asks for GPUs (Request.env): such work has workers of its own.
 GPU_WORKERS = "|gpu"
+# Then the job's id: each job has workers of its own.
+JOB_WORKERS = "|job:"
 
 
 def asks_gpus(shape: dict[str, float]) -> bool:
@@ -168,7 +170,11 @@ class Request:
         # Its runtime_env's key ("": none): only such a worker runs it. Work that asks for
         # GPUs keeps workers of its own too, as in Ray: a CUDA context a GPU task left in its
         # process (and the GPU memory it holds) never follows a CPU task there.
+        # And, as in Ray, a worker runs one job's work only: module state one driver's
+        # tasks leave never meets another's.
         self.env = env + GPU_WORKERS if asks_gpus(shape) else env
+        if job_id:
+            self.env += JOB_WORKERS + job_id.hex()
         self.request_id = request_id  # the client's number for it (cancel_lease_request)
         # An actor lease the GCS sent because no node had room (LeaseMachine._dispatch): it
         # waits here for this node's task leases to come back, while no other node has room.
