@@ -57,6 +57,8 @@ _PUBLIC: dict[str, str | None] = {
     "exceptions": None,
     "experimental": None,
     "runtime_context": None,
+    "job_config": None,
+    "cloudpickle": None,
     "util": None,
 }
 
@@ -69,7 +71,15 @@ __getattr__, __dir__ = lazy_exports("ember", _PUBLIC, globals())
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
-    from ember import actor, exceptions, experimental, runtime_context, util
+    from ember import (
+        actor,
+        cloudpickle,
+        exceptions,
+        experimental,
+        job_config,
+        runtime_context,
+        util,
+    )
     from ember.actor import ActorClass, ActorHandle
     from ember.api import (
         available_resources,
@@ -129,6 +139,8 @@ __all__ = [  # literal, so tools see the exports (the same names as _PUBLIC)
     "put",
     "remote",
     "runtime_context",
+    "job_config",
+    "cloudpickle",
     "shutdown",
     "timeline",
     "util",

@@ -73,6 +73,7 @@ def init(
     lru_evict: bool = False,
     driver_object_store_memory: int | None = None,
     logging_config: LoggingConfig | None = None,
+    job_config: Any = None,
     **kwargs: Any,
 ) -> EmberContext:
     """Starts a local node (or, with an address, joins a cluster) and connects this driver."""
@@ -80,6 +81,20 @@ def init(
     unknown = {k for k in kwargs if not k.startswith("_")}
     if unknown:
         raise TypeError(f"ember.init() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+    metadata: dict[str, str] = {}
+    if job_config is not None:
+        from ember.job_config import JobConfig
+
+        if not isinstance(job_config, JobConfig):
+            raise TypeError(
+                f"job_config must be an ember.job_config.JobConfig, not {type(job_config).__name__}"
+            )
+        # As Ray: init's own runtime_env and namespace win over the JobConfig's.
+        if runtime_env is None:
+            runtime_env = job_config.runtime_env or None
+        if namespace is None:
+            namespace = job_config.ray_namespace
+        metadata = dict(job_config.metadata)
     with _state_lock:
         if global_state.worker is not None:
             if ignore_reinit_error:
@@ -165,6 +180,7 @@ def init(
             else f"{options.ANONYMOUS_NAMESPACE_PREFIX}{os.getpid()}",
             log_to_driver=log_to_driver,
         )
+        worker.job_metadata = metadata  # kept with the job in the GCS's table
         job_env = _job_runtime_env(runtime_env)
         try:
             worker.start()

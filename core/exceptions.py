@@ -250,6 +250,32 @@ class ObjectUnknownOwnerError(OwnerDiedError, ValueError):
         )
 
 
+# The rest of Ray's object errors, so a migrated program's ``except`` clauses name classes
+# that exist (each is an ObjectLostError, as in Ray).
+class ObjectFreedError(ObjectLostError):
+    """The object was freed (``ray._private.internal_api.free``) before it was read."""
+
+
+class ObjectFetchTimedOutError(ObjectLostError):
+    """The object could not be fetched from another node in time."""
+
+
+class ObjectReconstructionFailedError(ObjectLostError):
+    """Every copy was lost and rebuilding it failed."""
+
+
+class ObjectReconstructionFailedMaxAttemptsExceededError(ObjectLostError):
+    """Every copy was lost and the task that made it has no retries left to rebuild it."""
+
+
+class ObjectReconstructionFailedLineageEvictedError(ObjectLostError):
+    """Every copy was lost and the lineage to rebuild it was dropped (memory bound)."""
+
+
+class ReferenceCountingAssertionError(ObjectLostError, AssertionError):
+    """The object was freed while a reference to it was still counted."""
+
+
 class ObjectStoreFullError(EmberError):
     """The node's shared-memory store cannot hold the object, even after eviction."""
 
@@ -285,6 +311,30 @@ class ActorUnschedulableError(EmberError):
 
 class NodeDiedError(EmberError):
     """The node running the task died."""
+
+
+class LocalRayletDiedError(EmberError):
+    """This process's own node manager (the raylet) died."""
+
+
+class TaskPlacementGroupRemoved(EmberError):
+    """The placement group the task was to run in was removed."""
+
+
+class ActorPlacementGroupRemoved(EmberError):
+    """The placement group the actor was to run in was removed."""
+
+
+class AsyncioActorExit(EmberError):
+    """Raised inside an async actor to end it (Ray's ``exit_actor`` in an async method)."""
+
+
+class OutOfDiskError(EmberError):
+    """The node's disk is full (object spilling or logs cannot write)."""
+
+
+class CrossLanguageError(EmberError):
+    """An error from a task in another language (kept for Ray's names; Ember runs Python)."""
 
 
 class RaySystemError(EmberError):

@@ -106,6 +106,7 @@ class CoreWorker:
         self.job_id = job_id
         self.namespace = namespace
         self.worker_id = worker_id or new_unique_id()
+        self.job_metadata: dict[str, str] = {}  # a driver's JobConfig metadata
         self.log_to_driver = log_to_driver
         # A driver's init(runtime_env=...) (and a submitted job's): what its tasks inherit.
         self.job_runtime_env: dict | None = None
@@ -348,6 +349,7 @@ class CoreWorker:
             "namespace": self.namespace,
             "entrypoint": _command_line(),
             "submission_id": os.environ.get("EMBER_JOB_SUBMISSION_ID", ""),
+            **({"metadata": self.job_metadata} if self.job_metadata else {}),
         }
 
     async def _gcs_back(self, conn: Connection) -> None:

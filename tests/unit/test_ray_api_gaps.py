@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 
 import ember
 import pytest
@@ -182,3 +183,56 @@ def test_init_with_an_address_and_system_config_raises():
     with pytest.raises(ValueError, match="_system_config must not be provided"):
         ember.init(address="127.0.0.1:1", _system_config={"num_heartbeats": 3})
     ember.shutdown()
+
+
+# -- names Ray's programs use ----------------------------------------------------------------
+def test_ray_names_a_migrated_program_catches_or_calls_exist():
+    errors = ember.exceptions
+    lost = [
+        errors.ObjectFreedError,
+        errors.ObjectFetchTimedOutError,
+        errors.ObjectReconstructionFailedError,
+        errors.ObjectReconstructionFailedMaxAttemptsExceededError,
+        errors.ObjectReconstructionFailedLineageEvictedError,
+        errors.ReferenceCountingAssertionError,
+    ]
+    assert all(issubclass(c, errors.ObjectLostError) for c in lost)
+    assert issubclass(errors.ReferenceCountingAssertionError, AssertionError)
+    for name in (
+        "LocalRayletDiedError",
+        "TaskPlacementGroupRemoved",
+        "ActorPlacementGroupRemoved",
+        "AsyncioActorExit",
+        "OutOfDiskError",
+        "CrossLanguageError",
+    ):
+        assert issubclass(getattr(errors, name), errors.RayError), name
+    assert ember.cloudpickle.loads(ember.cloudpickle.dumps(lambda x: x + 1))(1) == 2
+
+
+def test_init_takes_a_job_config_runtime_env_namespace_and_metadata():
+    from ember.job_config import JobConfig
+
+    ember.shutdown()
+    config = JobConfig(
+        runtime_env={"env_vars": {"JOB_CONFIG_MARK": "on"}},
+        metadata={"team": "sim"},
+        ray_namespace="from-job-config",
+    )
+    ember.init(num_cpus=1, job_config=config, include_dashboard=False)
+    try:
+
+        @ember.remote
+        def seen() -> list:
+            ctx = ember.get_runtime_context()
+            return [os.environ.get("JOB_CONFIG_MARK"), ctx.namespace]
+
+        assert ember.get(seen.remote(), timeout=60) == ["on", "from-job-config"]
+        jobs = ember.global_state.worker.call_gcs_sync("list_jobs", None)
+        assert [j.get("metadata") for j in jobs] == [{"team": "sim"}]
+    finally:
+        ember.shutdown()
+    with pytest.raises(ValueError, match="default_actor_lifetime='detached' is not supported"):
+        JobConfig(default_actor_lifetime="detached")
+    with pytest.raises(TypeError, match="job_config must be"):
+        ember.init(job_config={"runtime_env": {}})

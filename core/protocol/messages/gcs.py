@@ -192,6 +192,7 @@ class RegisterJob(GcsMessage):
     # The Jobs API's submission id when a submitted job's entrypoint is the driver ('' else):
     # the dashboard's job manager links the submission to this job with it.
     submission_id: str
+    metadata: dict[str, str] = OMIT  # init(job_config=JobConfig(metadata=...))
 
 
 class JobFinished(GcsMessage):
