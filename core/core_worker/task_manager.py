@@ -40,6 +40,9 @@ from ember.protocol.connection import Connection
 from ember.serialization import serialize
 
 logger = logging.getLogger(__name__)
+# A borrower's cancel of a task not submitted here yet is tried again this many times, 50 ms
+# apart (its submission is on its way: see _cancel_for_borrower).
+BORROWER_CANCEL_TRIES = 40
 
 MAX_SHARED_EXTRAS = 4096  # submission events' shared extras kept (``_submitted_extra``)
 
@@ -49,6 +52,7 @@ class _TaskSubmitter(Protocol):
     def submit(self, spec: TaskSpec) -> None: ...
     def cancel(self, task_id: bytes, force: bool, recursive: bool = True) -> None: ...
     def children_of(self, parent_id: bytes) -> list[bytes]: ...
+    def knows(self, task_id: bytes) -> bool: ...
     def oom_notice(self, body: dict) -> dict | None: ...
 
 
@@ -58,6 +62,7 @@ class _ActorSubmitter(Protocol):
     def has_call(self, task_id: bytes) -> bool: ...
     def cancel(self, task_id: bytes, recursive: bool) -> None: ...
     def children_of(self, parent_id: bytes) -> list[bytes]: ...
+    def knows(self, task_id: bytes) -> bool: ...
 
 
 class _Lineage(Protocol):
@@ -271,14 +276,26 @@ class TaskManager:
     def h_cancel_for_borrower(self, conn: Connection, body: dict) -> None:
         """A borrower of one of our objects cancelled it: cancel the task that makes it, as
         our own ``cancel`` would (force is refused for actor calls, as there)."""
-        task_id = body["object_id"][:TASK_ID_SIZE]
         force, recursive = bool(body.get("force")), bool(body.get("recursive", True))
+        self._cancel_for_borrower(body["object_id"], force, recursive, BORROWER_CANCEL_TRIES)
+
+    def _cancel_for_borrower(
+        self, object_id: bytes, force: bool, recursive: bool, tries: int
+    ) -> None:
+        task_id = object_id[:TASK_ID_SIZE]
         calls = self.host.actor_submitter
         if calls.has_call(task_id):
             if not force:
                 calls.cancel(task_id, recursive)
             return
-        self.host.task_submitter.cancel(task_id, force, recursive)
+        if self.host.task_submitter.knows(task_id):
+            self.host.task_submitter.cancel(task_id, force, recursive)
+        elif tries > 0 and self.memory_store.get_if_ready(object_id) is None:
+            # Not submitted yet: the reply that handed the ref out can overtake the task's
+            # way to its submitter on this loop. Asked again shortly, a few times.
+            self.loop.call_later(
+                0.05, self._cancel_for_borrower, object_id, force, recursive, tries - 1
+            )
 
     def cancel_children(self, parent_id: bytes) -> None:
         """On the I/O thread: a cancelled task's children, the tasks and actor calls it

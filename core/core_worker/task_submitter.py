@@ -878,6 +878,11 @@ class TaskSubmitter:
         self._run(self.attempts.handle(("cancel", task_id, force)))
 
     @locked
+    def knows(self, task_id: bytes) -> bool:
+        """Whether the task was submitted here and is not done."""
+        return self.attempts.state_of(task_id) is not None
+
+    @locked
     def children_of(self, parent_id: bytes) -> list[bytes]:
         return self.attempts.children_of(parent_id)
 
