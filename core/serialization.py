@@ -202,8 +202,12 @@ def check_function_size(fn: Any, size: int) -> None:
     send once instead of with the code."""
     if size <= FUNCTION_SIZE_WARN_THRESHOLD:
         return
-    kind = "actor" if isinstance(fn, type) else "remote function"
-    name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    # Ray's words: "The actor Counter", "The remote function module.f".
+    if isinstance(fn, type):
+        kind, name = "actor", fn.__name__
+    else:
+        kind = "remote function"
+        name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
     advice = (
         "Check that its definition is not implicitly capturing a large array or other object "
         "in scope. Tip: use ember.put() to put large objects in the object store and pass "
