@@ -117,7 +117,7 @@ def _method_table(cls: type) -> dict[str, dict[str, Any]]:
     return table
 
 
-class ActorClass:
+class ActorClass(options.OlderRemoteSpelling):
     def __init__(self, cls: type, opts: dict[str, Any]) -> None:
         self._cls = cls
         self._name = cls.__name__  # as Ray: Box.method, wherever Box is nested
@@ -191,14 +191,6 @@ class ActorClass:
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         return self._create(args, kwargs, self._opts)
-
-    def _remote(
-        self, args: Any = None, kwargs: dict[str, Any] | None = None, **options: Any
-    ) -> ActorHandle:
-        """Ray's older spelling: ``remote`` with the call's arguments as ``args``/``kwargs``
-        and any ``options`` beside them (``f._remote(args=[1], num_returns=2)``)."""
-        target = self.options(**options) if options else self
-        return target.remote(*(args or ()), **(kwargs or {}))
 
     def _create(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle:
         name, namespace = opts.get("name"), opts.get("namespace")

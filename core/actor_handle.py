@@ -123,7 +123,7 @@ def _rebuild_handle(
     return handle
 
 
-class ActorMethod:
+class ActorMethod(options.OlderRemoteSpelling):
     def __init__(self, handle: ActorHandle, name: str, meta: dict[str, Any]) -> None:
         self._handle = handle
         self._name = name
@@ -145,14 +145,6 @@ class ActorMethod:
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         return self._submit(args, kwargs, {})
-
-    def _remote(
-        self, args: Any = None, kwargs: dict[str, Any] | None = None, **options: Any
-    ) -> Any:
-        """Ray's older spelling: ``remote`` with the call's arguments as ``args``/``kwargs``
-        and any ``options`` beside them (``f._remote(args=[1], num_returns=2)``)."""
-        target = self.options(**options) if options else self
-        return target.remote(*(args or ()), **(kwargs or {}))
 
     def _submit(self, args: tuple, kwargs: dict, opts: dict) -> Any:
         worker = global_state.require_worker()

@@ -254,6 +254,19 @@ def validate(
     return opts
 
 
+class OlderRemoteSpelling:
+    """Ray's ``_remote(args=..., kwargs=..., **options)``, kept by its tests and older
+    programs: ``.remote`` with the call's arguments passed by name and any options beside
+    them. For remote functions, actor classes and actor methods alike (each has ``options``
+    and ``remote``)."""
+
+    def _remote(
+        self, args: Any = None, kwargs: dict[str, Any] | None = None, **options: Any
+    ) -> Any:
+        target = self.options(**options) if options else self  # type: ignore[attr-defined]
+        return target.remote(*(args or ()), **(kwargs or {}))
+
+
 def check_init_joining(address: str | None, init_kwargs: dict[str, Any]) -> None:
     """``ember.init(address=...)`` joins a running cluster, whose processes are already
     configured: Ray refuses a ``_system_config`` there rather than ignore it, and so does

@@ -20,7 +20,7 @@ from ember.util.placement_group import captured_strategy
 DEFAULT_MAX_RETRIES = 4
 
 
-class RemoteFunction:
+class RemoteFunction(options.OlderRemoteSpelling):
     def __init__(self, function: Any, opts: dict[str, Any]) -> None:
         self._function = function
         self._name = f"{function.__module__}.{function.__qualname__}"
@@ -66,14 +66,6 @@ class RemoteFunction:
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         return self._submit(args, kwargs, self._opts)
-
-    def _remote(
-        self, args: Any = None, kwargs: dict[str, Any] | None = None, **options: Any
-    ) -> Any:
-        """Ray's older spelling: ``remote`` with the call's arguments as ``args``/``kwargs``
-        and any ``options`` beside them (``f._remote(args=[1], num_returns=2)``)."""
-        target = self.options(**options) if options else self
-        return target.remote(*(args or ()), **(kwargs or {}))
 
     def _ensure_exported(self, worker: Any) -> None:
         if self._pickled is None:

@@ -169,6 +169,13 @@ class NodeResources:
         return {k: v / UNIT for k, v in self.available.items() if k in self.total}
 
 
+def of_resource(shape: dict[str, float], resource: str) -> dict[str, float]:
+    """The amounts of ``resource`` a shape holds: the node's (``CPU``) and any placement group
+    bundle's (``CPU_group_...``)."""
+    group = resource + "_group_"
+    return {k: v for k, v in shape.items() if v and (k == resource or k.startswith(group))}
+
+
 def _group_gpu_key(shape: dict[str, float]) -> tuple[str, int, float] | None:
     """``(pg hex, bundle index or -1, amount)`` when the shape asks for a group's GPUs."""
     for name, amount in shape.items():

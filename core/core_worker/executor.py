@@ -110,6 +110,7 @@ class Executor:
         self.tasks_done = 0
         self.interrupt_pending: bytes | None = None
         self.calls_per_function: dict[bytes, int] = {}
+        self._omp_threads: str | None = None  # the OMP_NUM_THREADS this worker set last
         self._running_extra: dict[str, dict[str, Any]] = {}  # {task name: its RUNNING extra}
         # A worker's stdout and stderr are its log files (worker_main): each reply then says
         # which bytes of them its task wrote.
@@ -326,11 +327,11 @@ class Executor:
         current.profile_spans = spans = []
         # A task's runtime_env is its own for its run; an actor's, for its life (kept).
         env = None
-        omp_set = False
         try:
             if spec.runtime_env and spec.kind != ACTOR_TASK:
                 env = applied_env(spec, self)
-            omp_set = spec.kind != ACTOR_TASK and _set_omp_threads(spec)
+            if spec.kind != ACTOR_TASK:
+                self._set_omp_threads(spec)
             if spec.task_id in self.cancelled:
                 raise TaskCancelledError(spec.task_id.hex())
             fn = self._load(spec)
@@ -376,8 +377,6 @@ class Executor:
             else:
                 reply = self.error_reply(spec, self._task_error(spec, e), app=True)
         finally:
-            if spec.kind == 0 and omp_set:
-                del os.environ["OMP_NUM_THREADS"]  # a task's own (an actor keeps its)
             if env is not None and spec.kind == 0:
                 env.restore()
             self.running.pop(spec.task_id, None)
@@ -415,6 +414,20 @@ class Executor:
         deadline = time.monotonic() + config.worker_drain_seconds
         while owns_in_use() and time.monotonic() < deadline:
             time.sleep(0.05)
+
+    def _set_omp_threads(self, spec: TaskSpec) -> None:
+        """As Ray does for a task or an actor: OpenMP (numpy's and torch's thread pools) gets
+        as many threads as CPUs it was given (at least 1; an actor without CPUs 1), unless
+        the user set OMP_NUM_THREADS (their environment, or the runtime_env's env_vars,
+        applied before this). The value stays set between tasks, as ours, and is written only
+        when a task's CPUs differ from the last's: no environment write per task."""
+        have = os.environ.get("OMP_NUM_THREADS")
+        if have is not None and have != self._omp_threads:
+            return  # the user's
+        want = str(max(int(spec.resources.get("CPU") or 1), 1))
+        if have != want:
+            os.environ["OMP_NUM_THREADS"] = want
+        self._omp_threads = want
 
     def _reached_max_calls(self, spec: TaskSpec) -> bool:
         limit = (spec.actor_options or {}).get("max_calls") if spec.kind == 0 else None
@@ -705,17 +718,6 @@ class Executor:
     def _exit_actor(self, reason: str) -> None:
         """Ends this actor's process after telling the GCS it meant to."""
         actor_exits.exit_on_purpose(self.host, reason)
-
-
-def _set_omp_threads(spec: TaskSpec) -> bool:
-    """As Ray does for a task or an actor: OpenMP (numpy's and torch's thread pools) gets as
-    many threads as CPUs it was given (at least 1; an actor without CPUs 1), unless the user
-    set OMP_NUM_THREADS (their environment, or the runtime_env's env_vars). True if set."""
-    if "OMP_NUM_THREADS" in os.environ:
-        return False
-    cpus = spec.resources.get("CPU") or 1
-    os.environ["OMP_NUM_THREADS"] = str(max(int(cpus), 1))
-    return True
 
 
 def _terminate() -> None:

@@ -52,7 +52,7 @@ from ember.protocol.connection import Connection
 from ember.protocol.messages.gcs import NoSuchActor
 from ember.resources import fits, fmt
 from ember.runtime_env import env_key
-from ember.scheduling import pick_node
+from ember.scheduling import NodeView, pick_node
 
 if TYPE_CHECKING:
     from ember.gcs.storage import Store
@@ -238,7 +238,7 @@ class ActorManager:
         if actor.shared or group_of(actor.spec.strategy):
             return None
         needs_cpu = (actor.spec.actor_options or {}).get("needs_cpu_node", False)
-        as_if_free = [_AsIfFree(n) for n in self.nodes.placeable()]
+        as_if_free = [NodeView(n.node_id, n.total, n.total) for n in self.nodes.placeable()]
         chosen = pick_node(
             as_if_free,
             actor.spec.resources,
@@ -246,7 +246,7 @@ class ActorManager:
             needs_cpu_node=needs_cpu,
             placement_groups=self.placement_groups,
         )
-        return chosen.node if chosen is not None else None
+        return self.nodes.get_alive(chosen.node_id) if chosen is not None else None
 
     def _end_cut_off_creation(self, actor: ActorInfo) -> None:
         node_id, worker_id = self.cut_off.pop(actor.actor_id)
@@ -588,15 +588,3 @@ def _cause(reply: dict) -> str:
         return f"the constructor raised:\n{err}"
     except Exception as ex:
         return f"the constructor raised an error that could not be read: {ex}"
-
-
-class _AsIfFree:
-    """A node as ``pick_node`` sees it, with all of its resources free."""
-
-    __slots__ = ("node", "node_id", "total", "available")
-
-    def __init__(self, node: NodeInfo) -> None:
-        self.node = node
-        self.node_id = node.node_id
-        self.total = node.total
-        self.available = node.total

@@ -59,7 +59,15 @@ from ember.raylet.lease_events import (
     WorkerUnblocked,
 )
 from ember.raylet.lease_records import JOB_WORKERS, Lease, Request, ViewCheck, W, Worker
-from ember.resources import NodeResources, fits, fmt, fmt_request, group_request, to_fixed
+from ember.resources import (
+    NodeResources,
+    fits,
+    fmt,
+    fmt_request,
+    group_request,
+    of_resource,
+    to_fixed,
+)
 from ember.scheduling import NodeView, lease_decision
 
 
@@ -560,9 +568,9 @@ class LeaseMachine:
 
 def _cpus_of(shape: dict[str, float]) -> dict[str, float]:
     """The CPUs a lease holds, which it lends out while its task waits in ``get``: the node's
-    (``CPU``) or, in a placement group, the bundle's (``CPU_group_...``), so a task captured
-    into its parent's group runs in the CPU the blocked parent lent (Ray's rule too)."""
-    return {k: v for k, v in shape.items() if v and (k == "CPU" or k.startswith("CPU_group_"))}
+    or, in a placement group, the bundle's, so a task captured into its parent's group runs
+    in the CPU the blocked parent lent (Ray's rule too)."""
+    return of_resource(shape, "CPU")
 
 
 def _idle_for(idle: list[Worker], env: str) -> Worker | None:

@@ -9,6 +9,7 @@ from enum import Enum
 from typing import Any
 
 from ember.lifecycle import Lifecycle, LifecycleState, Track
+from ember.resources import of_resource
 
 # The actor lease of a host of shared-process actors names this key, not an actor: its first
 # bytes say so wherever a worker's actor_id is shown (a host holds many actors, not one).
@@ -107,11 +108,6 @@ GPU_WORKERS = "|gpu"
 JOB_WORKERS = "|job:"
 
 
-def asks_gpus(shape: dict[str, float]) -> bool:
-    """Whether a lease shape holds GPUs, the node's or a placement group bundle's."""
-    return any(v and (k == "GPU" or k.startswith("GPU_group_")) for k, v in shape.items())
-
-
 class Request:
     """One lease request waiting for a worker. ``reply`` is the shell's handle for answering
     it (a future); the machine only passes it back in instructions."""
@@ -172,7 +168,7 @@ class Request:
         # process (and the GPU memory it holds) never follows a CPU task there.
         # And, as in Ray, a worker runs one job's work only: module state one driver's
         # tasks leave never meets another's.
-        self.env = env + GPU_WORKERS if asks_gpus(shape) else env
+        self.env = env + GPU_WORKERS if of_resource(shape, "GPU") else env
         if job_id:
             self.env += JOB_WORKERS + job_id.hex()
         self.request_id = request_id  # the client's number for it (cancel_lease_request)
